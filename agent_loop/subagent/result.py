@@ -1,0 +1,76 @@
+"""The provider-neutral subagent seam: request, run, result, and the one diagnostic choke point."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import Literal, Protocol
+
+__all__ = [
+    "DIAGNOSTIC_LIMIT_BYTES",
+    "STOP_REASONS",
+    "SubagentProvider",
+    "SubagentRequest",
+    "SubagentResult",
+    "SubagentRun",
+    "limit_diagnostic",
+]
+
+StopReason = Literal["completed", "aborted", "error", "max-tokens", "refusal"]
+STOP_REASONS: frozenset[str] = frozenset({"completed", "aborted", "error", "max-tokens", "refusal"})
+
+DIAGNOSTIC_LIMIT_BYTES = 4096
+_TRUNCATED_SUFFIX = "\n[diagnostic truncated]"
+
+
+def limit_diagnostic(text: str | None) -> str | None:
+    """Bound a diagnostic to 4096 UTF-8 bytes; cut on a code-point boundary and mark the cut."""
+    if text is None:
+        return None
+    encoded = text.encode("utf-8", "replace")
+    if len(encoded) <= DIAGNOSTIC_LIMIT_BYTES:
+        return text
+    room = DIAGNOSTIC_LIMIT_BYTES - len(_TRUNCATED_SUFFIX.encode("utf-8"))
+    prefix = encoded[:room]
+    # Drop a partial trailing code point: continuation bytes are 0b10xxxxxx.
+    prefix = prefix.decode("utf-8", "ignore").encode("utf-8")
+    return prefix.decode("utf-8") + _TRUNCATED_SUFFIX
+
+
+@dataclass(frozen=True, slots=True)
+class SubagentResult:
+    """What a delegated run came back with. ``diagnostic`` is fixed safe text, never child text."""
+
+    output: str
+    stop_reason: str
+    diagnostic: str | None = None
+
+    def __post_init__(self) -> None:
+        object.__setattr__(self, "diagnostic", limit_diagnostic(self.diagnostic))
+
+    @property
+    def succeeded(self) -> bool:
+        return self.stop_reason == "completed"
+
+
+@dataclass(frozen=True, slots=True)
+class SubagentRequest:
+    description: str
+    prompt: str
+    cwd: str
+    env: dict[str, str] = field(default_factory=dict)
+
+
+class SubagentRun(Protocol):
+    """A started run. ``result()`` never raises for child-level failures; ``dispose()`` is idempotent."""
+
+    async def result(self) -> SubagentResult: ...
+
+    async def cancel(self) -> None: ...
+
+    async def dispose(self) -> None: ...
+
+
+class SubagentProvider(Protocol):
+    name: str  # the configured subagent name ([subagents.NAME])
+
+    async def start(self, request: SubagentRequest) -> SubagentRun: ...

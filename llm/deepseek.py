@@ -1,0 +1,444 @@
+"""The DeepSeek ``/chat/completions`` streaming client and its error table (DESIGN §4)."""
+
+from __future__ import annotations
+
+import email.utils
+import json
+import math
+import re
+import time
+from collections.abc import AsyncIterator
+from typing import Any
+
+import anyio
+import httpx
+
+from llm._version import __version__
+from llm.errors import LlmError
+from llm.events import (
+    ChatRequest,
+    Finish,
+    KeepAlive,
+    Message,
+    ReasoningDelta,
+    StreamEvent,
+    TextDelta,
+    ToolCallDelta,
+    Usage,
+)
+from llm.redact import redact_text, redact_url
+from llm.sse import SseComment, SseDecoder
+
+__all__ = ["DEFAULT_BASE_URL", "DEFAULT_MODEL", "DeepSeekClient"]
+
+DEFAULT_BASE_URL = "https://api.deepseek.com"
+DEFAULT_MODEL = "deepseek-v4-flash"
+
+_ERROR_BODY_LIMIT = 64 * 1024
+_PAYLOAD_PREVIEW = 120
+_QUOTA_WORDING = re.compile(r"(?i)insufficient.?balance|quota|top.?up|billing")
+_CONTEXT_WORDING = re.compile(
+    r"(?i)context.?(length|window)|maximum.{0,20}tokens|too many tokens|prompt is too long|reduce the length"
+)
+_NORMAL_FINISH = frozenset({"stop", "tool_calls", "length"})
+
+
+class _Malformed(Exception):
+    """A payload that is not JSON, or JSON of the wrong shape."""
+
+
+def _message_to_wire(message: Message) -> dict[str, Any]:
+    wire: dict[str, Any] = {"role": message.role, "content": message.content or ""}
+    if message.role == "assistant" and message.tool_calls:
+        wire["tool_calls"] = [
+            {"id": call.id, "type": "function", "function": {"name": call.name, "arguments": call.arguments}}
+            for call in message.tool_calls
+        ]
+        # Thinking mode answers 400 unless tool-call turns carry their reasoning back, even "".
+        wire["reasoning_content"] = message.reasoning_content or ""
+    elif message.role == "assistant" and message.reasoning_content is not None:
+        wire["reasoning_content"] = message.reasoning_content
+    if message.role == "tool" and message.tool_call_id is not None:
+        wire["tool_call_id"] = message.tool_call_id
+    return wire
+
+
+def _retry_after_seconds(value: str | None) -> float | None:
+    """``Retry-After`` as positive seconds (delta-seconds or HTTP-date); zero, past or garbage -> None."""
+    if not value:
+        return None
+    value = value.strip()
+    try:
+        seconds = float(value)
+    except ValueError:
+        try:
+            when = email.utils.parsedate_to_datetime(value)
+        except (TypeError, ValueError, IndexError):
+            return None
+        if when is None:
+            return None
+        seconds = when.timestamp() - time.time()
+    if not math.isfinite(seconds) or seconds <= 0:
+        return None
+    return seconds
+
+
+def _provider_message(body: bytes) -> str | None:
+    try:
+        parsed = json.loads(body)
+    except (ValueError, UnicodeDecodeError):
+        return None
+    if isinstance(parsed, dict):
+        error = parsed.get("error")
+        if isinstance(error, dict) and isinstance(error.get("message"), str) and error["message"].strip():
+            return error["message"].strip()
+        if isinstance(parsed.get("message"), str) and parsed["message"].strip():
+            return parsed["message"].strip()
+    return None
+
+
+def _status_code(status: int, message: str | None) -> str:
+    text = message or ""
+    if status in (401, 403):
+        return "AUTH"
+    if status == 402 or _QUOTA_WORDING.search(text):
+        return "QUOTA"
+    if status == 429:
+        return "RATE_LIMIT"
+    if status == 400 and _CONTEXT_WORDING.search(text):
+        return "CONTEXT_WINDOW_EXCEEDED"
+    if status in (400, 413):
+        return "INVALID_REQUEST"
+    if status >= 500:
+        return "SERVER"
+    return f"HTTP_{status}"
+
+
+def _as_int(value: object) -> int:
+    return value if isinstance(value, int) and not isinstance(value, bool) else 0
+
+
+def _usage(raw: dict[str, Any]) -> Usage:
+    details = raw.get("completion_tokens_details")
+    reasoning = details.get("reasoning_tokens") if isinstance(details, dict) else 0
+    return Usage(
+        prompt_tokens=_as_int(raw.get("prompt_tokens")),
+        completion_tokens=_as_int(raw.get("completion_tokens")),
+        total_tokens=_as_int(raw.get("total_tokens")),
+        prompt_cache_hit_tokens=_as_int(raw.get("prompt_cache_hit_tokens")),
+        prompt_cache_miss_tokens=_as_int(raw.get("prompt_cache_miss_tokens")),
+        reasoning_tokens=_as_int(reasoning),
+    )
+
+
+class _ChunkParser:
+    """Turns one ``data:`` payload into stream events and remembers the finish reason."""
+
+    def __init__(self) -> None:
+        self.finish_reason: str | None = None
+        self.content_events = 0  # text, reasoning and tool-call deltas seen so far
+
+    @property
+    def has_content(self) -> bool:
+        return self.content_events > 0
+
+    def parse(self, payload: str, out: list[StreamEvent]) -> None:
+        try:
+            chunk = json.loads(payload)
+        except ValueError as exc:
+            raise _Malformed from exc
+        if not isinstance(chunk, dict):
+            raise _Malformed
+        choices = chunk.get("choices", [])
+        usage = chunk.get("usage")
+        if not isinstance(choices, list) or (usage is not None and not isinstance(usage, dict)):
+            raise _Malformed
+        for choice in choices:
+            if not isinstance(choice, dict):
+                raise _Malformed
+            delta = choice.get("delta") or {}
+            if not isinstance(delta, dict):
+                raise _Malformed
+            reasoning = delta.get("reasoning_content")
+            if reasoning:
+                if not isinstance(reasoning, str):
+                    raise _Malformed
+                self.content_events += 1
+                out.append(ReasoningDelta(reasoning))
+            content = delta.get("content")
+            if content:
+                if not isinstance(content, str):
+                    raise _Malformed
+                self.content_events += 1
+                out.append(TextDelta(content))
+            tool_calls = delta.get("tool_calls")
+            if tool_calls:
+                self._tool_calls(tool_calls, out)
+            finish = choice.get("finish_reason")
+            if finish is not None:
+                if not isinstance(finish, str):
+                    raise _Malformed
+                self.finish_reason = finish
+        if usage:
+            out.append(_usage(usage))
+
+    def _tool_calls(self, tool_calls: object, out: list[StreamEvent]) -> None:
+        if not isinstance(tool_calls, list):
+            raise _Malformed
+        for position, call in enumerate(tool_calls):
+            if not isinstance(call, dict):
+                raise _Malformed
+            function = call.get("function") or {}
+            if not isinstance(function, dict):
+                raise _Malformed
+            index = call.get("index", position)
+            call_id, name = call.get("id"), function.get("name")
+            arguments = function.get("arguments") or ""
+            if (
+                not isinstance(index, int)
+                or not isinstance(arguments, str)
+                or (call_id is not None and not isinstance(call_id, str))
+                or (name is not None and not isinstance(name, str))
+            ):
+                raise _Malformed
+            self.content_events += 1
+            out.append(ToolCallDelta(index, call_id or None, name or None, arguments))
+
+
+class _Watchdog:
+    """Content-idle timer plus first-token deadline. Keep-alives prove liveness but are not content."""
+
+    def __init__(self, idle: float, first_token: float) -> None:
+        self.idle = idle
+        self.first_token = first_token
+        self.start = anyio.current_time()
+        self.last_activity = self.start
+        self.last_content: float | None = None
+
+    def deadline(self) -> float:
+        if self.last_content is None:
+            return min(self.last_activity + self.idle, self.start + self.first_token)
+        return self.last_content + self.idle
+
+    def expired_limit(self) -> float:
+        """Which limit fired, for the message."""
+        if self.last_content is None and self.start + self.first_token <= self.last_activity + self.idle:
+            return self.first_token
+        return self.idle
+
+    def saw_bytes(self, content: bool) -> None:
+        now = anyio.current_time()
+        self.last_activity = now
+        if content:
+            self.last_content = now
+
+
+class DeepSeekClient:
+    """Streams chat completions; every failure is an :class:`~llm.errors.LlmError` with a code."""
+
+    def __init__(
+        self,
+        *,
+        base_url: str = DEFAULT_BASE_URL,
+        api_key: str | None = None,
+        stream_idle_timeout: float = 300.0,
+        first_token_timeout: float = 600.0,
+        connect_timeout: float = 30.0,
+        http_client: httpx.AsyncClient | None = None,
+    ) -> None:
+        self._base_url = base_url.rstrip("/")
+        self._api_key = api_key
+        self.base_url_display = redact_url(self._base_url)
+        self.stream_idle_timeout = stream_idle_timeout
+        self.first_token_timeout = first_token_timeout
+        self._owns_http = http_client is None
+        self._http = http_client or httpx.AsyncClient(
+            timeout=httpx.Timeout(connect=connect_timeout, read=stream_idle_timeout, write=60.0, pool=60.0)
+        )
+
+    async def __aenter__(self) -> DeepSeekClient:
+        return self
+
+    async def __aexit__(self, *exc_info: object) -> None:
+        await self.aclose()
+
+    async def aclose(self) -> None:
+        if self._owns_http:
+            await self._http.aclose()
+
+    @staticmethod
+    def build_body(request: ChatRequest) -> dict[str, Any]:
+        """The exact JSON body; optional fields are omitted, never null."""
+        body: dict[str, Any] = {
+            "model": request.model,
+            "messages": [_message_to_wire(message) for message in request.messages],
+            "stream": True,
+            "stream_options": {"include_usage": True},
+        }
+        if request.tools:
+            body["tools"] = [
+                {
+                    "type": "function",
+                    "function": {"name": t.name, "description": t.description, "parameters": t.parameters},
+                }
+                for t in request.tools
+            ]
+        if request.max_tokens is not None:
+            body["max_tokens"] = request.max_tokens
+        if request.thinking is not None:
+            body["thinking"] = {"type": "enabled" if request.thinking else "disabled"}
+        if request.reasoning_effort is not None:
+            body["reasoning_effort"] = request.reasoning_effort
+        return body
+
+    def _headers(self) -> dict[str, str]:
+        headers = {
+            "Accept": "text/event-stream",
+            "Content-Type": "application/json",
+            "User-Agent": f"dsh/{__version__}",
+        }
+        if self._api_key:
+            headers["Authorization"] = f"Bearer {self._api_key}"
+        return headers
+
+    def _secrets(self) -> tuple[str, ...]:
+        return (self._api_key,) if self._api_key else ()
+
+    def _aborted(self, exc: BaseException) -> LlmError:
+        error = LlmError("DeepSeek request aborted by caller", "ABORTED")
+        error.__cause__ = exc
+        return error
+
+    def _timeout(self, watchdog: _Watchdog) -> LlmError:
+        return LlmError(f"DeepSeek stream idle timeout after {watchdog.expired_limit():g}s", "TIMEOUT")
+
+    async def stream(self, request: ChatRequest) -> AsyncIterator[StreamEvent]:
+        """POST the request and yield events as they arrive; ``Finish`` only after ``[DONE]``."""
+        cancelled = anyio.get_cancelled_exc_class()
+        watchdog = _Watchdog(self.stream_idle_timeout, self.first_token_timeout)
+        body = json.dumps(self.build_body(request), ensure_ascii=False).encode("utf-8")
+
+        response: httpx.Response | None = None
+        try:
+            with anyio.CancelScope(deadline=watchdog.deadline()) as scope:
+                http_request = self._http.build_request(
+                    "POST", self._base_url + "/chat/completions", content=body, headers=self._headers()
+                )
+                response = await self._http.send(http_request, stream=True)
+        except cancelled as exc:
+            raise self._aborted(exc)
+        except Exception as exc:
+            # Anything before a Response exists is transport: httpx errors, and the OSError or
+            # ExceptionGroup that escapes anyio's connect (e.g. port 99999).
+            raise LlmError(f"DeepSeek API request to {self.base_url_display} failed", "TRANSPORT", cause=exc)
+        if scope.cancelled_caught or response is None:
+            raise self._timeout(watchdog)
+
+        try:
+            if response.status_code >= 300:
+                await self._raise_for_status(response, watchdog)
+            async for event in self._events(response, watchdog):
+                yield event
+        finally:
+            with anyio.CancelScope(shield=True):
+                await response.aclose()
+
+    async def _raise_for_status(self, response: httpx.Response, watchdog: _Watchdog) -> None:
+        body = b""
+        try:
+            with anyio.CancelScope(deadline=watchdog.deadline()):
+                async for chunk in response.aiter_bytes():
+                    body += chunk
+                    if len(body) >= _ERROR_BODY_LIMIT:
+                        break
+        except anyio.get_cancelled_exc_class() as exc:
+            raise self._aborted(exc)
+        except httpx.TransportError:
+            pass  # a status line and headers are enough to classify; a broken error body is not news
+        status = response.status_code
+        provider = _provider_message(body)
+        message = redact_text(provider, self._secrets()) if provider else f"DeepSeek API error (HTTP {status})"
+        raise LlmError(
+            message,
+            _status_code(status, provider),
+            status=status if 100 <= status <= 599 else None,
+            retry_after_s=_retry_after_seconds(response.headers.get("retry-after")),
+            request_id=self._request_id(response),
+        )
+
+    @staticmethod
+    def _request_id(response: httpx.Response) -> str | None:
+        value = response.headers.get("x-request-id") or response.headers.get("x-deepseek-request-id")
+        return value.strip() or None if value else None
+
+    async def _events(self, response: httpx.Response, watchdog: _Watchdog) -> AsyncIterator[StreamEvent]:
+        cancelled = anyio.get_cancelled_exc_class()
+        request_id = self._request_id(response)
+        decoder = SseDecoder()
+        parser = _ChunkParser()
+        chunks = response.aiter_bytes()
+        saw_bytes = False
+        out: list[StreamEvent] = []
+        while True:
+            try:
+                with anyio.CancelScope(deadline=watchdog.deadline()) as scope:
+                    chunk = await chunks.__anext__()
+            except StopAsyncIteration:
+                break
+            except cancelled as exc:
+                raise self._aborted(exc)
+            except httpx.TransportError as exc:
+                raise LlmError(
+                    f"DeepSeek API stream from {self.base_url_display} failed",
+                    "TRANSPORT",
+                    request_id=request_id,
+                    cause=exc,
+                )
+            if scope.cancelled_caught:
+                raise self._timeout(watchdog)
+            if not chunk:
+                continue
+            saw_bytes = True
+            content_before = parser.content_events
+            for item in decoder.feed(chunk):
+                if isinstance(item, SseComment):
+                    out.append(KeepAlive())
+                    continue
+                if item.data == "[DONE]":
+                    for event in out:
+                        yield event
+                    yield self._finish(parser, request_id)
+                    return
+                try:
+                    parser.parse(item.data, out)
+                except _Malformed:
+                    for event in out:
+                        yield event
+                    preview = redact_text(item.data[:_PAYLOAD_PREVIEW], self._secrets())
+                    raise LlmError(
+                        f"malformed SSE payload: {preview}", "MALFORMED_RESPONSE", request_id=request_id
+                    )
+            watchdog.saw_bytes(content=parser.content_events != content_before)
+            if out:
+                for event in out:
+                    yield event
+                out.clear()
+        for item in decoder.close():
+            if not isinstance(item, SseComment) and item.data == "[DONE]":
+                yield self._finish(parser, request_id)
+                return
+        if not saw_bytes:
+            raise LlmError("DeepSeek API returned no response body", "EMPTY_RESPONSE", request_id=request_id)
+        raise LlmError("SSE stream ended without [DONE]", "STREAM_CLOSED", request_id=request_id)
+
+    def _finish(self, parser: _ChunkParser, request_id: str | None) -> Finish:
+        reason = parser.finish_reason or "stop"
+        if reason not in _NORMAL_FINISH:
+            raise LlmError(
+                f'DeepSeek stream finished with finish_reason "{reason}"',
+                re.sub(r"[^A-Z0-9]+", "_", reason.upper()).strip("_") or "UNKNOWN_FINISH",
+                request_id=request_id,
+            )
+        if reason == "stop" and not parser.has_content:
+            raise LlmError("DeepSeek API returned an empty completion", "EMPTY_RESPONSE", request_id=request_id)
+        return Finish(reason)  # type: ignore[arg-type]

@@ -1,0 +1,191 @@
+"""The project's exception hierarchy and the one-line cause-chain renderer.
+
+Route on ``code``, never on message text. Render with :func:`error_chain` at every
+diagnostic boundary (turn-end messages, log warnings, REPL lines, startup failures).
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Mapping
+from dataclasses import dataclass, field
+
+__all__ = ["ChainLink", "HarnessError", "LlmError", "chain_links", "error_chain"]
+
+MAX_DEPTH = 64
+MAX_LENGTH = 16 * 1024
+ELLIPSIS = "…"
+CIRCULAR = "<circular cause>"
+UNRENDERABLE = "<unrenderable value>"
+
+
+class HarnessError(Exception):
+    """Base of every dsh error. ``code`` is an open string that callers route on."""
+
+    def __init__(self, message: str, code: str, *, cause: BaseException | None = None) -> None:
+        if not isinstance(message, str) or not message:
+            raise ValueError("HarnessError message must be a non-empty string")
+        if not isinstance(code, str) or not code:
+            raise ValueError("HarnessError code must be a non-empty string")
+        super().__init__(message)
+        self.message = message
+        self.code = code
+        if cause is not None:
+            self.__cause__ = cause
+
+    def __str__(self) -> str:
+        return self.message
+
+
+class LlmError(HarnessError):
+    """A failed model request, with the HTTP facts that were available."""
+
+    def __init__(
+        self,
+        message: str,
+        code: str,
+        *,
+        status: int | None = None,
+        retry_after_s: float | None = None,
+        request_id: str | None = None,
+        cause: BaseException | None = None,
+    ) -> None:
+        super().__init__(message, code, cause=cause)
+        if status is not None and (
+            isinstance(status, bool) or not isinstance(status, int) or not 100 <= status <= 599
+        ):
+            raise ValueError(f"LlmError status must be an int in 100..599, got {status!r}")
+        if retry_after_s is not None and (
+            isinstance(retry_after_s, bool)
+            or not isinstance(retry_after_s, int | float)
+            or not math.isfinite(retry_after_s)
+            or retry_after_s <= 0
+        ):
+            raise ValueError(f"LlmError retry_after_s must be positive and finite, got {retry_after_s!r}")
+        if request_id is not None and (not isinstance(request_id, str) or not request_id):
+            raise ValueError("LlmError request_id must be a non-empty string")
+        self.status = status
+        self.retry_after_s = float(retry_after_s) if retry_after_s is not None else None
+        self.request_id = request_id
+
+
+@dataclass
+class ChainLink:
+    """One rendered node of a cause chain: its type name, its text, and group members."""
+
+    type_name: str
+    text: str
+    members: list[list[ChainLink]] = field(default_factory=list)
+    duplicate: bool = False  # same text as its parent: shown in /why, collapsed in one-liners
+
+
+def _type_name(value: object) -> str:
+    try:
+        cls = type(value)
+        module = getattr(cls, "__module__", "") or ""
+        name = cls.__qualname__
+        return name if module in ("builtins", "") else f"{module}.{name}"
+    except Exception:
+        return "object"
+
+
+def _node_text(value: object) -> str:
+    """Text of one node: ``str(exc)``, else the class name; message strings for non-exceptions."""
+    try:
+        if isinstance(value, BaseExceptionGroup):
+            message = value.message
+            text = message if isinstance(message, str) else str(value)
+        elif isinstance(value, BaseException):
+            text = str(value)
+        elif isinstance(value, Mapping) and isinstance(value.get("message"), str):
+            text = value["message"]
+        elif not isinstance(value, str) and isinstance(getattr(value, "message", None), str):
+            text = value.message  # type: ignore[attr-defined]
+        else:
+            text = str(value)
+        if not isinstance(text, str):
+            return UNRENDERABLE
+        if not text and isinstance(value, BaseException):
+            return type(value).__name__
+        return text[:MAX_LENGTH]
+    except Exception:
+        return UNRENDERABLE
+
+
+def _beneath(value: object) -> object | None:
+    """The cause beneath a node: ``__cause__``, else ``__context__`` (even if suppressed), else ``args[0]``."""
+    if not isinstance(value, BaseException):
+        return None
+    try:
+        if value.__cause__ is not None:
+            return value.__cause__
+        if value.__context__ is not None:
+            return value.__context__
+        args = value.args
+        if args and isinstance(args[0], BaseException):
+            return args[0]
+    except Exception:
+        return None
+    return None
+
+
+def _walk(value: object, on_path: set[int], budget: list[int]) -> list[ChainLink]:
+    """Walk one chain iteratively; group members recurse with a shared depth budget."""
+    links: list[ChainLink] = []
+    current: object | None = value
+    parent_text: str | None = None
+    added: list[int] = []
+    try:
+        while current is not None:
+            if budget[0] <= 0:
+                links.append(ChainLink("", ELLIPSIS))
+                break
+            budget[0] -= 1
+            if id(current) in on_path:
+                links.append(ChainLink("", CIRCULAR))
+                break
+            on_path.add(id(current))
+            added.append(id(current))
+            text = _node_text(current)
+            link = ChainLink(_type_name(current), text, duplicate=text == parent_text)
+            if isinstance(current, BaseExceptionGroup):
+                try:
+                    members = list(current.exceptions)
+                except Exception:
+                    members = []
+                link.members = [_walk(member, on_path, budget) for member in members]
+            links.append(link)
+            parent_text = text
+            current = _beneath(current)
+    finally:
+        for ident in added:
+            on_path.discard(ident)
+    return links
+
+
+def chain_links(value: object) -> list[ChainLink]:
+    """The structured chain beneath ``value`` (used by ``/why`` for one line per link)."""
+    return _walk(value, set(), [MAX_DEPTH])
+
+
+def _inline(links: list[ChainLink]) -> str:
+    parts: list[str] = []
+    for link in links:
+        if link.duplicate and not link.members:
+            continue
+        text = link.text
+        if link.members:
+            text = f"{text} [{'; '.join(_inline(member) for member in link.members)}]"
+        parts.append(text)
+    return ": ".join(parts)
+
+
+def error_chain(value: object) -> str:
+    """Render a thrown value and everything beneath it on one line, bounded in depth and length."""
+    try:
+        text = _inline(chain_links(value))
+    except Exception:
+        text = UNRENDERABLE
+    if len(text) > MAX_LENGTH:
+        text = text[: MAX_LENGTH - 1] + ELLIPSIS
+    return text

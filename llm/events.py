@@ -1,0 +1,104 @@
+"""What a chat-completions stream yields, and what a request carries. Plain data classes."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Any, Literal
+
+__all__ = [
+    "ChatRequest",
+    "Finish",
+    "KeepAlive",
+    "Message",
+    "ReasoningDelta",
+    "StreamEvent",
+    "TextDelta",
+    "ToolCall",
+    "ToolCallDelta",
+    "ToolSpec",
+    "Usage",
+]
+
+
+# --- stream events -------------------------------------------------------------------------
+
+
+@dataclass(frozen=True, slots=True)
+class TextDelta:
+    text: str
+
+
+@dataclass(frozen=True, slots=True)
+class ReasoningDelta:
+    text: str
+
+
+@dataclass(frozen=True, slots=True)
+class ToolCallDelta:
+    """One fragment of a tool call. ``id`` and ``name`` are sticky per ``index`` (first fragment)."""
+
+    index: int
+    id: str | None
+    name: str | None
+    arguments: str
+
+
+@dataclass(frozen=True, slots=True)
+class Usage:
+    prompt_tokens: int = 0
+    completion_tokens: int = 0
+    total_tokens: int = 0
+    prompt_cache_hit_tokens: int = 0
+    prompt_cache_miss_tokens: int = 0
+    reasoning_tokens: int = 0
+
+
+@dataclass(frozen=True, slots=True)
+class Finish:
+    """The stream finished normally (held until ``[DONE]``): ``stop``, ``tool_calls`` or ``length``."""
+
+    reason: Literal["stop", "tool_calls", "length"]
+
+
+@dataclass(frozen=True, slots=True)
+class KeepAlive:
+    """An SSE comment arrived: the socket is alive, but this is not content."""
+
+
+StreamEvent = TextDelta | ReasoningDelta | ToolCallDelta | Usage | Finish | KeepAlive
+
+
+# --- request -------------------------------------------------------------------------------
+
+
+@dataclass(frozen=True, slots=True)
+class ToolSpec:
+    name: str
+    description: str
+    parameters: dict[str, Any]
+
+
+@dataclass(frozen=True, slots=True)
+class ToolCall:
+    id: str
+    name: str
+    arguments: str  # raw JSON text as the model produced it
+
+
+@dataclass(frozen=True, slots=True)
+class Message:
+    role: Literal["system", "user", "assistant", "tool"]
+    content: str = ""
+    reasoning_content: str | None = None
+    tool_calls: tuple[ToolCall, ...] = ()
+    tool_call_id: str | None = None
+
+
+@dataclass(frozen=True, slots=True)
+class ChatRequest:
+    model: str
+    messages: tuple[Message, ...]
+    tools: tuple[ToolSpec, ...] = ()
+    max_tokens: int | None = None
+    thinking: bool | None = None  # None: field omitted
+    reasoning_effort: Literal["low", "high", "max"] | None = None

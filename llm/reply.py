@@ -1,0 +1,87 @@
+"""Assemble stream events into one assistant reply, linear in its size."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+
+from llm.events import Finish, Message, ReasoningDelta, StreamEvent, TextDelta, ToolCall, ToolCallDelta, Usage
+
+__all__ = ["ReplyBuilder"]
+
+
+@dataclass
+class _PartialCall:
+    id: str | None = None
+    name: str | None = None
+    fragments: list[str] = field(default_factory=list)
+
+
+class ReplyBuilder:
+    """Collects deltas in lists (never repeated string concatenation) and joins them on demand."""
+
+    def __init__(self) -> None:
+        self._text: list[str] = []
+        self._reasoning: list[str] = []
+        self._calls: dict[int, _PartialCall] = {}
+        self.finish_reason: str | None = None
+        self.usage: Usage | None = None
+
+    def feed(self, event: StreamEvent) -> None:
+        if isinstance(event, TextDelta):
+            self._text.append(event.text)
+        elif isinstance(event, ReasoningDelta):
+            self._reasoning.append(event.text)
+        elif isinstance(event, ToolCallDelta):
+            call = self._calls.get(event.index)
+            if call is None:
+                call = self._calls[event.index] = _PartialCall()
+            if event.id and not call.id:
+                call.id = event.id
+            if event.name and not call.name:
+                call.name = event.name
+            if event.arguments:
+                call.fragments.append(event.arguments)
+        elif isinstance(event, Usage):
+            self.usage = event
+        elif isinstance(event, Finish):
+            self.finish_reason = event.reason
+
+    @property
+    def text(self) -> str:
+        return "".join(self._text)
+
+    @property
+    def reasoning(self) -> str:
+        return "".join(self._reasoning)
+
+    @property
+    def has_content(self) -> bool:
+        return any(self._text) or any(self._reasoning) or bool(self._calls)
+
+    @property
+    def tool_calls(self) -> list[ToolCall]:
+        """Calls in wire-index order; a call that never got a name is dropped."""
+        calls = []
+        for index in sorted(self._calls):
+            call = self._calls[index]
+            if call.name:
+                calls.append(ToolCall(call.id or f"call_{index}", call.name, "".join(call.fragments)))
+        return calls
+
+    def message(self, *, keep_reasoning: bool = True) -> Message:
+        """The complete assistant message (``content`` is always a string)."""
+        reasoning = self.reasoning
+        calls = tuple(self.tool_calls)
+        return Message(
+            "assistant",
+            self.text,
+            reasoning_content=reasoning if (keep_reasoning and (reasoning or calls)) else None,
+            tool_calls=calls,
+        )
+
+    def interrupted_message(self) -> Message | None:
+        """The streamed text/reasoning prefix after a cancel; half-streamed tool calls are dropped."""
+        text, reasoning = self.text, self.reasoning
+        if not text and not reasoning:
+            return None
+        return Message("assistant", text, reasoning_content=reasoning or None)
