@@ -27,7 +27,7 @@ from llm.events import (
     Usage,
 )
 from llm.redact import redact_text, redact_url
-from llm.sse import SseComment, SseDecoder
+from llm.sse import SseComment, SseDecoder, SseLineTooLong
 
 __all__ = ["DEFAULT_BASE_URL", "DEFAULT_MODEL", "DeepSeekClient"]
 
@@ -309,6 +309,10 @@ class DeepSeekClient:
         error.__cause__ = exc
         return error
 
+    def _malformed(self, payload: str, request_id: str | None) -> LlmError:
+        preview = redact_text(payload[:_PAYLOAD_PREVIEW], self._secrets())
+        return LlmError(f"malformed SSE payload: {preview}", "MALFORMED_RESPONSE", request_id=request_id)
+
     def _timeout(self, watchdog: _Watchdog) -> LlmError:
         return LlmError(f"DeepSeek stream idle timeout after {watchdog.expired_limit():g}s", "TIMEOUT")
 
@@ -400,7 +404,11 @@ class DeepSeekClient:
                 continue
             saw_bytes = True
             content_before = parser.content_events
-            for item in decoder.feed(chunk):
+            try:
+                items = decoder.feed(chunk)
+            except SseLineTooLong as exc:
+                raise self._malformed(exc.head, request_id)
+            for item in items:
                 if isinstance(item, SseComment):
                     out.append(KeepAlive())
                     continue
@@ -414,10 +422,7 @@ class DeepSeekClient:
                 except _Malformed:
                     for event in out:
                         yield event
-                    preview = redact_text(item.data[:_PAYLOAD_PREVIEW], self._secrets())
-                    raise LlmError(
-                        f"malformed SSE payload: {preview}", "MALFORMED_RESPONSE", request_id=request_id
-                    )
+                    raise self._malformed(item.data, request_id)
             watchdog.saw_bytes(content=parser.content_events != content_before)
             if out:
                 for event in out:
