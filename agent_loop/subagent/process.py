@@ -1,0 +1,429 @@
+"""A managed child process: own process group, drained stderr, allowlisted env, a teardown ladder.
+
+Every out-of-process subagent provider spawns its child through :class:`ManagedProcess`:
+
+* the child leads its own session/process group, so teardown reaches its grandchildren too;
+* stdin/stdout are asyncio streams (the ACP SDK and our JSON-RPC client speak over them);
+* stderr is drained continuously into a bounded host-side ring — the pipe never fills and the text
+  never reaches the screen; :meth:`ManagedProcess.stderr_tail` is for host logs only, never for a
+  model-visible diagnostic;
+* the environment is :func:`child_env`: an allowlist of the parent's variables plus explicit entries;
+* :meth:`ManagedProcess.terminate` runs close-stdin -> grace -> SIGTERM group -> grace -> SIGKILL
+  group -> reap, shielded from cancellation so a cancelled caller never leaves a child behind.
+
+The leader's exit is observed as soon as the kernel reports it, not when its pipes close: a grandchild
+holding stdout open must not hide the exit (asyncio's ``Process.wait()`` waits for the pipes too).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import os
+import signal
+import weakref
+from collections import deque
+from collections.abc import AsyncIterator, Mapping, Sequence
+from dataclasses import dataclass
+from typing import Literal
+
+import anyio
+import anyio.lowlevel
+
+from llm.errors import HarnessError
+
+__all__ = [
+    "DEFAULT_EOF_GRACE",
+    "DEFAULT_STDERR_LIMIT",
+    "DEFAULT_STDOUT_LIMIT",
+    "DEFAULT_TERM_GRACE",
+    "ENV_ALLOWLIST",
+    "ExitStatus",
+    "LineTooLong",
+    "ManagedProcess",
+    "ProcessStartError",
+    "Teardown",
+    "TeardownTier",
+    "child_env",
+    "iter_lines",
+    "read_line",
+]
+
+ENV_ALLOWLIST: tuple[str, ...] = ("PATH", "HOME", "LANG", "TERM", "TMPDIR", "USER", "SHELL")
+_ENV_ALLOWED_PREFIX = "LC_"
+
+DEFAULT_STDERR_LIMIT = 64 * 1024
+DEFAULT_STDOUT_LIMIT = 8 * 1024 * 1024  # one NDJSON frame may carry a whole file
+DEFAULT_EOF_GRACE = 2.0
+DEFAULT_TERM_GRACE = 2.0
+_KILL_REAP_TIMEOUT = 5.0  # SIGKILL cannot be ignored; this only bounds a stuck kernel
+_STDERR_DRAIN_AFTER_EXIT = 1.0
+_READ_CHUNK = 64 * 1024
+
+TeardownTier = Literal["exited", "eof", "sigterm", "sigkill", "unreaped"]
+
+
+def child_env(extra: Mapping[str, str] | None = None, *, base: Mapping[str, str] | None = None) -> dict[str, str]:
+    """The child's environment: allowlisted variables of ``base`` (default ``os.environ``) plus ``extra``.
+
+    Nothing else of the parent leaks (API keys, tokens, proxies). Raises ``ValueError`` for an entry
+    that cannot be an environment variable.
+    """
+    source = os.environ if base is None else base
+    env = {key: value for key, value in source.items() if key in ENV_ALLOWLIST or key.startswith(_ENV_ALLOWED_PREFIX)}
+    for key, value in (extra or {}).items():
+        if not isinstance(key, str) or not key or "=" in key or "\0" in key:
+            raise ValueError("environment variable names must be non-empty strings without '=' or NUL")
+        if not isinstance(value, str) or "\0" in value:
+            raise ValueError("environment variable values must be strings without NUL")
+        env[key] = value
+    return env
+
+
+@dataclass(frozen=True, slots=True)
+class ExitStatus:
+    """How the child ended: an exit code or a signal name, observed independently (never both)."""
+
+    exit_code: int | None
+    signal: str | None
+
+    @classmethod
+    def from_returncode(cls, returncode: int) -> ExitStatus:
+        if returncode < 0:
+            return cls(exit_code=None, signal=_signal_name(-returncode))
+        return cls(exit_code=returncode, signal=None)
+
+
+@dataclass(frozen=True, slots=True)
+class Teardown:
+    """What the ladder had to do. ``tier`` is the rung that ended the leader."""
+
+    tier: TeardownTier
+    exit_status: ExitStatus | None
+
+
+def _signal_name(number: int) -> str:
+    try:
+        return signal.Signals(number).name
+    except ValueError:
+        return f"SIG{number}"
+
+
+class ProcessStartError(HarnessError):
+    """The child could not be spawned; the ``OSError`` is the cause (host-side only)."""
+
+    def __init__(self, cause: BaseException) -> None:
+        super().__init__("could not start the child process", "process-start", cause=cause)
+
+
+class LineTooLong(HarnessError):
+    def __init__(self) -> None:
+        super().__init__("a line from the child exceeded the stream limit", "line-too-long")
+
+
+class _StderrRing:
+    """The last ``limit`` bytes of the child's stderr."""
+
+    def __init__(self, limit: int) -> None:
+        self._limit = limit
+        self._chunks: deque[bytes] = deque()
+        self._size = 0
+        self.total_bytes = 0
+
+    def append(self, data: bytes) -> None:
+        self.total_bytes += len(data)
+        if len(data) >= self._limit:
+            self._chunks.clear()
+            data = data[-self._limit :]
+            self._size = 0
+        self._chunks.append(data)
+        self._size += len(data)
+        while self._size > self._limit:
+            head = self._chunks.popleft()
+            excess = self._size - self._limit
+            if len(head) > excess:
+                self._chunks.appendleft(head[excess:])
+                self._size -= excess
+            else:
+                self._size -= len(head)
+
+    def text(self) -> str:
+        return b"".join(self._chunks).decode("utf-8", "replace")
+
+
+class _ExitObservingProtocol(asyncio.subprocess.SubprocessStreamProtocol):
+    """Stream protocol that also signals the moment the kernel reports the leader's exit."""
+
+    def __init__(self, limit: int, loop: asyncio.AbstractEventLoop) -> None:
+        super().__init__(limit=limit, loop=loop)
+        self.exited = asyncio.Event()
+
+    def process_exited(self) -> None:
+        super().process_exited()
+        self.exited.set()
+
+
+def _kill_group_quietly(pgid: int) -> None:
+    # Last-resort finalizer (garbage collection or interpreter exit without terminate()).
+    with contextlib.suppress(OSError):
+        os.killpg(pgid, signal.SIGKILL)
+
+
+class ManagedProcess:
+    """One child process in its own group. Use ``async with`` or ``start()`` + ``terminate()``."""
+
+    def __init__(
+        self,
+        argv: Sequence[str],
+        *,
+        env: Mapping[str, str] | None = None,
+        cwd: str | os.PathLike[str] | None = None,
+        stderr_limit: int = DEFAULT_STDERR_LIMIT,
+        stdout_limit: int = DEFAULT_STDOUT_LIMIT,
+        base_env: Mapping[str, str] | None = None,
+        eof_grace: float = DEFAULT_EOF_GRACE,
+        term_grace: float = DEFAULT_TERM_GRACE,
+    ) -> None:
+        if not argv or not all(isinstance(part, str) for part in argv):
+            raise ValueError("argv must be a non-empty sequence of strings")
+        self._argv = list(argv)
+        self._env = child_env(env, base=base_env)
+        self._cwd = os.fspath(cwd) if cwd is not None else None
+        self._stderr = _StderrRing(stderr_limit)
+        self._stdout_limit = stdout_limit
+        self._eof_grace = eof_grace
+        self._term_grace = term_grace
+        self._transport: asyncio.SubprocessTransport | None = None
+        self._protocol: _ExitObservingProtocol | None = None
+        self._drain_task: asyncio.Task[None] | None = None
+        self._teardown_task: asyncio.Task[Teardown] | None = None
+        self._finalizer: weakref.finalize | None = None
+        self.pid: int | None = None
+        self.stdin: asyncio.StreamWriter | None = None
+        self.stdout: asyncio.StreamReader | None = None
+
+    # -- lifecycle -------------------------------------------------------------------------------
+
+    async def start(self) -> ManagedProcess:
+        """Spawn the child. Raises :class:`ProcessStartError` (cause: the ``OSError``)."""
+        if self._transport is not None:
+            raise RuntimeError("ManagedProcess already started")
+        loop = asyncio.get_running_loop()
+        limit = self._stdout_limit
+        try:
+            transport, protocol = await loop.subprocess_exec(
+                lambda: _ExitObservingProtocol(limit, loop),
+                *self._argv,
+                stdin=asyncio.subprocess.PIPE,
+                stdout=asyncio.subprocess.PIPE,
+                stderr=asyncio.subprocess.PIPE,
+                env=self._env,
+                cwd=self._cwd,
+                start_new_session=True,  # own session => own process group, pgid == pid
+                close_fds=True,
+            )
+        except OSError as exc:  # missing binary, not executable, bad cwd, fd exhaustion
+            raise ProcessStartError(exc) from exc
+        self._transport = transport
+        self._protocol = protocol
+        self.pid = transport.get_pid()
+        self.stdin = protocol.stdin
+        self.stdout = protocol.stdout
+        self._finalizer = weakref.finalize(self, _kill_group_quietly, self.pid)
+        assert protocol.stderr is not None
+        self._drain_task = asyncio.ensure_future(self._drain_stderr(protocol.stderr))
+        return self
+
+    async def __aenter__(self) -> ManagedProcess:
+        return await self.start()
+
+    async def __aexit__(self, *exc_info: object) -> None:
+        await self.terminate()
+
+    # -- observation -----------------------------------------------------------------------------
+
+    @property
+    def started(self) -> bool:
+        return self._transport is not None
+
+    @property
+    def exit_status(self) -> ExitStatus | None:
+        """The leader's exit, once the kernel reported it; ``None`` while it runs."""
+        if self._transport is None:
+            return None
+        returncode = self._transport.get_returncode()
+        return None if returncode is None else ExitStatus.from_returncode(returncode)
+
+    @property
+    def exited(self) -> bool:
+        return self.exit_status is not None
+
+    async def wait_exit(self, timeout: float | None = None) -> ExitStatus | None:
+        """Wait (bounded by ``timeout`` seconds) for the leader's exit; ``None`` if it is still running."""
+        if self._protocol is None:
+            raise RuntimeError("ManagedProcess not started")
+        if timeout is None:
+            await self._protocol.exited.wait()
+        else:
+            with anyio.move_on_after(timeout):
+                await self._protocol.exited.wait()
+        return self.exit_status
+
+    def stderr_tail(self) -> str:
+        """The last bytes of the child's stderr, decoded leniently. Host logs only — never a diagnostic."""
+        return self._stderr.text()
+
+    @property
+    def stderr_bytes_seen(self) -> int:
+        return self._stderr.total_bytes
+
+    def group_members(self) -> list[int]:
+        """Live (non-zombie) processes still in the child's process group (Linux ``/proc``)."""
+        if self.pid is None:
+            return []
+        return _live_group_members(self.pid)
+
+    # -- teardown --------------------------------------------------------------------------------
+
+    async def terminate(self, eof_grace: float | None = None, term_grace: float | None = None) -> Teardown:
+        """close stdin -> ``eof_grace`` -> SIGTERM group -> ``term_grace`` -> SIGKILL group -> reap.
+
+        The graces default to the ones given to the constructor (2 s each unless set there).
+
+        Idempotent (later calls return the first outcome). The ladder runs in its own task and is
+        awaited to completion even if the caller is cancelled; the cancellation is re-raised after.
+        """
+        if self._transport is None:
+            return Teardown(tier="exited", exit_status=None)
+        if self._teardown_task is None:
+            self._teardown_task = asyncio.ensure_future(
+                self._ladder(
+                    self._eof_grace if eof_grace is None else eof_grace,
+                    self._term_grace if term_grace is None else term_grace,
+                )
+            )
+        task = self._teardown_task
+        cancelled = False
+        with anyio.CancelScope(shield=True):
+            while not task.done():
+                try:
+                    await asyncio.shield(task)
+                except asyncio.CancelledError:
+                    # A native asyncio cancel reaches us despite the anyio shield: finish first.
+                    cancelled = True
+        if cancelled:
+            raise asyncio.CancelledError
+        await anyio.lowlevel.checkpoint_if_cancelled()  # honour an anyio cancel that the shield held back
+        return task.result()
+
+    async def _ladder(self, eof_grace: float, term_grace: float) -> Teardown:
+        assert self._transport is not None and self._protocol is not None and self.pid is not None
+        pgid = self.pid
+        tier: TeardownTier
+        await self._close_stdin()
+        if self.exited:
+            tier = "exited"
+        else:
+            if await self.wait_exit(eof_grace) is not None:
+                tier = "eof"
+            else:
+                _signal_group(pgid, signal.SIGTERM)
+                if await self.wait_exit(term_grace) is not None:
+                    tier = "sigterm"
+                else:
+                    _signal_group(pgid, signal.SIGKILL)
+                    reaped = await self.wait_exit(_KILL_REAP_TIMEOUT) is not None
+                    tier = "sigkill" if reaped else "unreaped"
+        await _sweep_group(pgid)
+        await self._finish_stderr()
+        if tier != "unreaped":
+            self._transport.close()
+            if self._finalizer is not None:
+                self._finalizer.detach()
+        return Teardown(tier=tier, exit_status=self.exit_status)
+
+    async def _close_stdin(self) -> None:
+        writer = self.stdin
+        if writer is None or writer.is_closing():
+            return
+        with contextlib.suppress(OSError, RuntimeError):
+            writer.close()
+        with contextlib.suppress(OSError, RuntimeError), anyio.move_on_after(0.5):
+            await writer.wait_closed()
+
+    async def _drain_stderr(self, reader: asyncio.StreamReader) -> None:
+        with contextlib.suppress(OSError, asyncio.CancelledError):
+            while chunk := await reader.read(_READ_CHUNK):
+                self._stderr.append(chunk)
+
+    async def _finish_stderr(self) -> None:
+        task = self._drain_task
+        if task is None:
+            return
+        # After the group is gone the pipe reaches EOF quickly; don't wait forever on an escapee.
+        with anyio.move_on_after(_STDERR_DRAIN_AFTER_EXIT):
+            await asyncio.wait({task})
+        if not task.done():
+            task.cancel()
+            with contextlib.suppress(asyncio.CancelledError):
+                await task
+
+
+def _signal_group(pgid: int, sig: signal.Signals) -> None:
+    with contextlib.suppress(ProcessLookupError, PermissionError):
+        os.killpg(pgid, sig)
+
+
+async def _sweep_group(pgid: int) -> None:
+    """The leader is gone; anything left in its group is an orphan of ours: no survivor allowed."""
+    if not _live_group_members(pgid):
+        return
+    _signal_group(pgid, signal.SIGKILL)
+    with anyio.move_on_after(_KILL_REAP_TIMEOUT):
+        while _live_group_members(pgid):  # SIGKILL is delivered asynchronously
+            await anyio.sleep(0.02)
+
+
+def _live_group_members(pgid: int) -> list[int]:
+    members: list[int] = []
+    try:
+        entries = os.listdir("/proc")
+    except OSError:
+        return members
+    for entry in entries:
+        if not entry.isdigit():
+            continue
+        try:
+            with open(f"/proc/{entry}/stat", "rb") as handle:
+                stat = handle.read()
+        except OSError:
+            continue
+        # Fields after the parenthesised command: state ppid pgrp ...
+        fields = stat[stat.rfind(b")") + 2 :].split()
+        if len(fields) >= 3 and int(fields[2]) == pgid and fields[0] != b"Z":
+            members.append(int(entry))
+    return members
+
+
+# -- line reading ---------------------------------------------------------------------------------
+
+
+async def read_line(reader: asyncio.StreamReader) -> bytes | None:
+    """One ``\\n``-terminated line without its terminator; ``None`` at EOF.
+
+    A final unterminated fragment is returned as a line. Raises :class:`LineTooLong` when a line
+    exceeds the reader's limit (the stream is then unusable: treat it as a protocol failure).
+    """
+    try:
+        line = await reader.readuntil(b"\n")
+    except asyncio.IncompleteReadError as exc:
+        return exc.partial or None
+    except asyncio.LimitOverrunError:
+        raise LineTooLong() from None
+    return line[:-1]
+
+
+async def iter_lines(reader: asyncio.StreamReader) -> AsyncIterator[bytes]:
+    """Async iterator over :func:`read_line` until EOF."""
+    while (line := await read_line(reader)) is not None:
+        yield line

@@ -1,0 +1,108 @@
+"""Shared fixtures for subagent tests: a "no leftover processes" check that any test may use.
+
+``no_leftover_processes`` makes the test process a child subreaper (Linux ``PR_SET_CHILD_SUBREAPER``)
+so that an orphaned grandchild is re-parented to us instead of to init — then "every live process
+below us" is exactly what a test may have leaked. After the test it waits briefly for stragglers,
+kills whatever is still alive (so one leak cannot poison later tests) and fails the test.
+
+Use it with ``pytestmark = pytest.mark.usefixtures("no_leftover_processes")`` or as an argument;
+``leak_check()`` is the same check as a context manager (e.g. around a module-scoped fixture).
+"""
+
+from __future__ import annotations
+
+import contextlib
+import ctypes
+import os
+import signal
+import time
+from collections.abc import Iterator
+
+import pytest
+
+_PR_SET_CHILD_SUBREAPER = 36
+_LEFTOVER_GRACE_S = 3.0
+
+
+def _become_subreaper() -> None:
+    with contextlib.suppress(OSError, AttributeError):
+        libc = ctypes.CDLL(None, use_errno=True)
+        libc.prctl(_PR_SET_CHILD_SUBREAPER, 1, 0, 0, 0)
+
+
+def _process_table() -> dict[int, tuple[str, int, int]]:
+    """pid -> (state, ppid, pgrp) from /proc."""
+    table: dict[int, tuple[str, int, int]] = {}
+    for entry in os.listdir("/proc"):
+        if not entry.isdigit():
+            continue
+        try:
+            with open(f"/proc/{entry}/stat", "rb") as handle:
+                stat = handle.read()
+        except OSError:
+            continue
+        fields = stat[stat.rfind(b")") + 2 :].split()
+        table[int(entry)] = (fields[0].decode(), int(fields[1]), int(fields[2]))
+    return table
+
+
+def _descendants(table: dict[int, tuple[str, int, int]], root: int) -> set[int]:
+    children: dict[int, list[int]] = {}
+    for pid, (_state, ppid, _pgrp) in table.items():
+        children.setdefault(ppid, []).append(pid)
+    found: set[int] = set()
+    stack = [root]
+    while stack:
+        for child in children.get(stack.pop(), []):
+            if child not in found:
+                found.add(child)
+                stack.append(child)
+    return found
+
+
+def live_descendants() -> set[int]:
+    """Live (non-zombie) processes below the test process."""
+    table = _process_table()
+    return {pid for pid in _descendants(table, os.getpid()) if table[pid][0] != "Z"}
+
+
+def _reap_adopted_orphans() -> None:
+    # Re-parented grandchildren become our zombies. Only reap those nobody else waits for: a member of
+    # a foreign process group that is not its leader can only be ours by adoption (asyncio and
+    # subprocess wait for the children they spawned, which are leaders or share our group).
+    own_pgrp = os.getpgrp()
+    for pid, (state, ppid, pgrp) in _process_table().items():
+        if state == "Z" and ppid == os.getpid() and pgrp not in (own_pgrp, pid):
+            with contextlib.suppress(ChildProcessError, OSError):
+                os.waitpid(pid, os.WNOHANG)
+
+
+@contextlib.contextmanager
+def leak_check() -> Iterator[None]:
+    """Fail (after killing them) if processes started inside the block outlive it."""
+    _become_subreaper()
+    before = live_descendants()
+    yield
+    deadline = time.monotonic() + _LEFTOVER_GRACE_S
+    leftover = live_descendants() - before
+    while leftover and time.monotonic() < deadline:
+        time.sleep(0.05)
+        leftover = live_descendants() - before
+    for pid in leftover:
+        with contextlib.suppress(OSError):
+            os.kill(pid, signal.SIGKILL)
+    _reap_adopted_orphans()
+    if leftover:
+        pytest.fail(f"left {len(leftover)} process(es) behind: {sorted(leftover)}")
+
+
+@pytest.fixture
+def no_leftover_processes() -> Iterator[None]:
+    with leak_check():
+        yield
+
+
+@pytest.fixture(scope="session")
+def leak_checker() -> object:
+    """``leak_check`` for fixtures of wider scope (conftest modules cannot be imported by name)."""
+    return leak_check

@@ -1,0 +1,463 @@
+"""The ACP provider against a real ACP agent (fixtures/acp_agent.py, built on the official SDK).
+
+Every spawned agent pays ~1 s of CPU for ``import acp``, so the scenario table runs once per module,
+concurrently (bounded), and the parametrized tests below assert one scenario each.
+"""
+
+from __future__ import annotations
+
+import logging
+import os
+import subprocess
+import sys
+import time
+from collections.abc import Callable, Iterator
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+import anyio
+import pytest
+
+from agent_loop.subagent.acp import AcpProvider, provider_from_config
+from agent_loop.subagent.process import Teardown
+from agent_loop.subagent.result import SubagentRequest, SubagentResult
+
+AGENT = str(Path(__file__).resolve().parents[2] / "fixtures" / "acp_agent.py")
+REPO = str(Path(__file__).resolve().parents[2])
+
+CANARY_TASK = "sk-canary-task-5b1e"
+CANARY_STDERR = "sk-canary-stderr-77aa"
+CANARY_ENV = "sk-canary-parentenv-c0de"
+CANARY_VALUE = "mystery-sk-canary-stop-91f2"
+ALL_CANARIES = (CANARY_TASK, CANARY_STDERR, CANARY_ENV, CANARY_VALUE)
+
+FAIL = "Subagent failure (provider: probe; "
+
+
+def _perm(policy: str, kind: str, decision: str) -> str:
+    return f"Subagent permission decision (policy: {policy}; request: {kind}; decision: {decision})"
+
+
+@dataclass
+class Scenario:
+    env: dict[str, str]
+    stop_reason: str
+    diagnostic: str | None
+    output: str | Callable[[str], bool] | None = None  # exact text or predicate; None: don't care
+    config: dict[str, Any] = field(default_factory=dict)
+    prompt: str = f"please do it {CANARY_TASK}"
+
+
+# fmt: off
+SCENARIOS: dict[str, Scenario] = {
+    # -- stop reasons ------------------------------------------------------------------------------
+    "end_turn": Scenario({}, "completed", None, f"echo: please do it {CANARY_TASK}"),
+    "max_tokens": Scenario({"ACP_FAKE_STOP": "max_tokens", "ACP_FAKE_TEXT": "partial answer"},
+                           "max-tokens", None, "partial answer"),
+    "refusal": Scenario({"ACP_FAKE_STOP": "refusal", "ACP_FAKE_TEXT": "no"}, "refusal", None, "no",
+                        config={"command": [sys.executable, AGENT], "args": []}),  # argv-list form
+    "remote_cancelled": Scenario({"ACP_FAKE_STOP": "cancelled", "ACP_FAKE_TEXT": "stopped"}, "aborted", None,
+                                 "stopped"),
+    "max_turn_requests": Scenario(
+        {"ACP_FAKE_STOP": "max_turn_requests", "ACP_FAKE_TEXT": "so far"}, "error",
+        FAIL + "stage: prompt; category: remote-limit; stop reason: max_turn_requests)", "so far"),
+    "unknown_stop": Scenario({"ACP_FAKE_STOP": CANARY_VALUE, "ACP_FAKE_TEXT": "x"}, "error",
+                             FAIL + "stage: prompt; category: unknown)", "x"),
+    # -- permission decisions -----------------------------------------------------------------------
+    "perm_reject_max_tokens": Scenario(
+        {"ACP_FAKE_PERMISSION": "execute", "ACP_FAKE_STOP": "max_tokens", "ACP_FAKE_TEXT": "t"},
+        "max-tokens", _perm("reject", "execute", "rejected"), "t [permission: selected reject]"),
+    "perm_allow_refusal": Scenario(
+        {"ACP_FAKE_PERMISSION": "edit", "ACP_FAKE_STOP": "refusal", "ACP_FAKE_TEXT": "t"},
+        "refusal", _perm("allow", "edit", "allowed"), "t [permission: selected allow]",
+        config={"permission": "allow"}),
+    "perm_remote_aborted": Scenario(
+        {"ACP_FAKE_PERMISSION": "fetch", "ACP_FAKE_STOP": "cancelled", "ACP_FAKE_TEXT": "t"},
+        "aborted", _perm("reject", "fetch", "rejected"), "t [permission: selected reject]"),
+    "perm_remote_limit": Scenario(
+        {"ACP_FAKE_PERMISSION": "delete", "ACP_FAKE_STOP": "max_turn_requests", "ACP_FAKE_TEXT": "t"},
+        "error",
+        FAIL + "stage: prompt; category: remote-limit; stop reason: max_turn_requests)\n"
+        + _perm("reject", "delete", "rejected")),
+    "perm_unknown_stop": Scenario(
+        {"ACP_FAKE_PERMISSION": "think", "ACP_FAKE_STOP": "odd", "ACP_FAKE_TEXT": "t"}, "error",
+        FAIL + "stage: prompt; category: unknown)\n" + _perm("allow", "think", "allowed"),
+        config={"permission": "allow"}),
+    "perm_completed_is_silent": Scenario(
+        {"ACP_FAKE_PERMISSION": "execute", "ACP_FAKE_TEXT": "t"}, "completed", None,
+        "t [permission: selected reject]"),
+    "perm_kind_from_tool_call": Scenario(
+        {"ACP_FAKE_PERMISSION": "move", "ACP_FAKE_PERMISSION_BARE": "1", "ACP_FAKE_STOP": "refusal",
+         "ACP_FAKE_TEXT": "t"},
+        "refusal", _perm("reject", "move", "rejected")),
+    "perm_no_matching_option": Scenario(
+        {"ACP_FAKE_PERMISSION": "execute", "ACP_FAKE_PERMISSION_OPTIONS": "allow_once,allow_always",
+         "ACP_FAKE_STOP": "max_tokens", "ACP_FAKE_TEXT": "t"},
+        "max-tokens", _perm("reject", "execute", "cancelled"), "t [permission: cancelled]"),
+    "perm_allow_always_fallback": Scenario(
+        {"ACP_FAKE_PERMISSION": "read", "ACP_FAKE_PERMISSION_OPTIONS": "allow_always,reject_once",
+         "ACP_FAKE_STOP": "max_tokens", "ACP_FAKE_TEXT": "t"},
+        "max-tokens", _perm("allow", "read", "allowed"), "t [permission: selected always]",
+        config={"permission": "allow"}),
+    "perm_then_process_exit": Scenario(
+        {"ACP_FAKE_PERMISSION": "execute", "ACP_FAKE_EXIT_AT": "permission", "ACP_FAKE_EXIT_SIGNAL": "SIGKILL"},
+        "error", FAIL + "stage: process; category: process-exit; signal: SIGKILL)\n"
+        + _perm("reject", "execute", "rejected"), ""),
+    # -- initialize -----------------------------------------------------------------------------------
+    "initialize_exit_code": Scenario({"ACP_FAKE_EXIT_AT": "initialize", "ACP_FAKE_EXIT_CODE": "9"}, "error",
+                                     FAIL + "stage: initialize; category: process-exit; exit code: 9)", ""),
+    "initialize_exit_signal": Scenario(
+        {"ACP_FAKE_EXIT_AT": "initialize", "ACP_FAKE_EXIT_SIGNAL": "SIGKILL"}, "error",
+        FAIL + "stage: initialize; category: process-exit; signal: SIGKILL)", ""),
+    "initialize_error_answer": Scenario({"ACP_FAKE_ERROR_AT": "initialize"}, "error",
+                                        FAIL + "stage: initialize; category: transport)", ""),
+    "initialize_transport": Scenario({"ACP_FAKE_CLOSE_STDOUT_AT": "initialize"}, "error",
+                                     FAIL + "stage: initialize; category: transport)", ""),
+    "initialize_timeout": Scenario({"ACP_FAKE_HANG": "initialize"}, "error",
+                                   FAIL + "stage: initialize; category: timeout)", "",
+                                   config={"startup_timeout": 1.5}),
+    # -- new-session ----------------------------------------------------------------------------------
+    "new_session_exit_code": Scenario({"ACP_FAKE_EXIT_AT": "new-session", "ACP_FAKE_EXIT_CODE": "3"}, "error",
+                                      FAIL + "stage: new-session; category: process-exit; exit code: 3)"),
+    "new_session_exit_signal": Scenario(
+        {"ACP_FAKE_EXIT_AT": "new-session", "ACP_FAKE_EXIT_SIGNAL": "SIGTERM"}, "error",
+        FAIL + "stage: new-session; category: process-exit; signal: SIGTERM)"),
+    "new_session_missing_id": Scenario({"ACP_FAKE_SESSION_ID": "omit"}, "error",
+                                       FAIL + "stage: new-session; category: protocol)"),
+    "new_session_blank_id": Scenario({"ACP_FAKE_SESSION_ID": "blank"}, "error",
+                                     FAIL + "stage: new-session; category: protocol)"),
+    "new_session_error_answer": Scenario({"ACP_FAKE_ERROR_AT": "new-session"}, "error",
+                                         FAIL + "stage: new-session; category: protocol)"),
+    "new_session_transport": Scenario({"ACP_FAKE_CLOSE_STDOUT_AT": "new-session"}, "error",
+                                      FAIL + "stage: new-session; category: transport)"),
+    # -- prompt / process ------------------------------------------------------------------------------
+    "prompt_exit_code": Scenario({"ACP_FAKE_EXIT_AT": "prompt", "ACP_FAKE_EXIT_CODE": "5"}, "error",
+                                 FAIL + "stage: process; category: process-exit; exit code: 5)",
+                                 "partial before exit"),
+    "prompt_exit_signal": Scenario({"ACP_FAKE_EXIT_AT": "prompt", "ACP_FAKE_EXIT_SIGNAL": "SIGKILL"}, "error",
+                                   FAIL + "stage: process; category: process-exit; signal: SIGKILL)",
+                                   "partial before exit"),
+    "prompt_exit_grandchild_holds_pipes": Scenario(
+        {"ACP_FAKE_EXIT_AT": "prompt", "ACP_FAKE_EXIT_CODE": "6", "ACP_FAKE_GRANDCHILD": "1"}, "error",
+        FAIL + "stage: process; category: process-exit; exit code: 6)", "partial before exit"),
+    "prompt_exit_zero": Scenario({"ACP_FAKE_EXIT_AT": "prompt", "ACP_FAKE_EXIT_CODE": "0"}, "error",
+                                 FAIL + "stage: process; category: process-exit; exit code: 0)"),
+    "prompt_transport": Scenario({"ACP_FAKE_CLOSE_STDOUT_AT": "prompt"}, "error",
+                                 FAIL + "stage: prompt; category: transport)", ""),
+    "prompt_error_answer": Scenario({"ACP_FAKE_ERROR_AT": "prompt"}, "error",
+                                    FAIL + "stage: prompt; category: unknown)", ""),
+    "prompt_timeout": Scenario({"ACP_FAKE_HANG": "prompt", "ACP_FAKE_IGNORE_CANCEL": "1"}, "error",
+                               FAIL + "stage: prompt; category: timeout)", "working on it",
+                               config={"prompt_timeout": 1.0}),
+    "process_start": Scenario({}, "error", FAIL + "stage: process; category: process-start)", "",
+                              config={"command": "/nonexistent/acp-agent"}),
+    # -- hostile but working agents ------------------------------------------------------------------------
+    "garbage_and_stderr": Scenario(
+        {"ACP_FAKE_GARBAGE": "1", "ACP_FAKE_STDERR_FLOOD": str(2 * 1024 * 1024),
+         "ACP_FAKE_STDERR_TEXT": f"Traceback: secret {CANARY_STDERR}", "ACP_FAKE_TEXT": "fine"},
+        "completed", None, "fine"),
+    "echo_env": Scenario({"ACP_FAKE_ECHO": "env", "GIVEN_BY_CONFIG": "yes"}, "completed", None,
+                         lambda out: "GIVEN_BY_CONFIG=yes" in out.splitlines() and CANARY_ENV not in out
+                         and "DSH_PARENT_SECRET" not in out),
+    "eof_deaf_term_trapping": Scenario({"ACP_FAKE_IGNORE_EOF": "1", "ACP_FAKE_TRAP_TERM": "1", "ACP_FAKE_TEXT": "ok"},
+                                       "completed", None, "ok",
+                                       config={"eof_grace": 0.2, "term_grace": 0.2}),
+}
+# fmt: on
+
+
+def _provider(name: str, env: dict[str, str], config: dict[str, Any]) -> AcpProvider:
+    # A generous startup bound: on a loaded 2-core box 30+ agents importing the SDK at once are slow.
+    table: dict[str, Any] = {
+        "provider": "acp", "command": sys.executable, "args": [AGENT], "env": env, "startup_timeout": 120,
+    }  # fmt: skip
+    table.update(config)
+    return provider_from_config(name, table)
+
+
+async def _run(provider: AcpProvider, prompt: str, cwd: str) -> SubagentResult:
+    run = await provider.start(SubagentRequest(description="test", prompt=prompt, cwd=cwd))
+    try:
+        return await run.result()
+    finally:
+        await run.dispose()
+
+
+@pytest.fixture(scope="module")
+def outcomes(leak_checker: Any, tmp_path_factory: pytest.TempPathFactory) -> Iterator[dict[str, Any]]:
+    """Run the whole table at once: every scenario's run is in flight concurrently with the others."""
+    cwd = str(tmp_path_factory.mktemp("acp-workspace"))
+    results: dict[str, Any] = {}
+    in_flight = [0, 0]  # current, peak
+    os.environ["DSH_PARENT_SECRET"] = CANARY_ENV  # must never reach a child
+    try:
+
+        async def one(key: str, scenario: Scenario) -> None:
+            in_flight[0] += 1
+            in_flight[1] = max(in_flight)
+            try:
+                results[key] = await _run(_provider("probe", scenario.env, scenario.config), scenario.prompt, cwd)
+            finally:
+                in_flight[0] -= 1
+
+        async def main() -> None:
+            async with anyio.create_task_group() as tg:
+                for key, scenario in SCENARIOS.items():
+                    tg.start_soon(one, key, scenario)
+
+        with leak_checker():
+            anyio.run(main)
+        results["peak_in_flight"] = in_flight[1]
+        yield results
+    finally:
+        os.environ.pop("DSH_PARENT_SECRET", None)
+
+
+@pytest.mark.parametrize("key", list(SCENARIOS))
+def test_scenario(outcomes: dict[str, Any], key: str) -> None:
+    scenario = SCENARIOS[key]
+    result: SubagentResult = outcomes[key]
+    assert (result.stop_reason, result.diagnostic) == (scenario.stop_reason, scenario.diagnostic)
+    if callable(scenario.output):
+        assert scenario.output(result.output), result.output
+    elif scenario.output is not None:
+        assert result.output == scenario.output
+    if scenario.diagnostic is not None:
+        assert len(scenario.diagnostic.encode()) <= 4096
+
+
+@pytest.mark.parametrize("key", list(SCENARIOS))
+def test_no_canary_in_any_diagnostic_or_output(outcomes: dict[str, Any], key: str) -> None:
+    result: SubagentResult = outcomes[key]
+    for canary in ALL_CANARIES:
+        assert canary not in (result.diagnostic or "")
+    for canary in (CANARY_STDERR, CANARY_ENV, CANARY_VALUE):  # the task itself may be echoed as output
+        assert canary not in result.output
+    assert "Traceback" not in (result.diagnostic or "")
+
+
+def test_twenty_and_more_concurrent_runs_keep_their_diagnostics_apart(outcomes: dict[str, Any]) -> None:
+    # Every scenario above ran while all the others were in flight; each got exactly its own facts.
+    assert outcomes["peak_in_flight"] >= 20
+    diagnostics = [outcomes[key].diagnostic for key in SCENARIOS if SCENARIOS[key].diagnostic]
+    assert len(set(diagnostics)) >= 20
+
+
+# -- local cancellation and disposal ---------------------------------------------------------------
+
+
+@pytest.mark.anyio
+@pytest.mark.usefixtures("no_leftover_processes")
+@pytest.mark.parametrize("ignore_cancel", ["0", "1"])
+async def test_local_cancel_settles_aborted_at_once_without_diagnostic(tmp_path: Path, ignore_cancel: str) -> None:
+    provider = _provider("probe", {"ACP_FAKE_HANG": "prompt", "ACP_FAKE_IGNORE_CANCEL": ignore_cancel}, {})
+    run = await provider.start(SubagentRequest("d", "wait", str(tmp_path)))
+    try:
+        with anyio.move_on_after(0.5):
+            await run.result()  # still running
+        started = time.monotonic()
+        await run.cancel()
+        with anyio.fail_after(1):
+            result = await run.result()
+        assert time.monotonic() - started < 1.0
+        assert result.stop_reason == "aborted"
+        assert result.diagnostic is None
+        await run.cancel()  # idempotent
+    finally:
+        await run.dispose()
+        await run.dispose()
+    assert (await run.result()) == result
+
+
+@pytest.mark.anyio
+@pytest.mark.usefixtures("no_leftover_processes")
+async def test_dispose_without_result_tears_down_and_settles(tmp_path: Path) -> None:
+    provider = _provider("probe", {"ACP_FAKE_HANG": "prompt"}, {})
+    run = await provider.start(SubagentRequest("d", "wait", str(tmp_path)))
+    await run.dispose()
+    result = await run.result()
+    assert (result.stop_reason, result.diagnostic) == ("aborted", None)
+
+
+@pytest.mark.anyio
+@pytest.mark.usefixtures("no_leftover_processes")
+async def test_cancelled_start_rolls_the_child_back(tmp_path: Path) -> None:
+    provider = _provider(
+        "probe",
+        {"ACP_FAKE_HANG": "initialize", "ACP_FAKE_TRAP_TERM": "1", "ACP_FAKE_IGNORE_EOF": "1"},
+        {"eof_grace": 0.2, "term_grace": 0.2},
+    )
+    with anyio.move_on_after(0.5) as scope:
+        await provider.start(SubagentRequest("d", "x", str(tmp_path)))
+    assert scope.cancelled_caught  # the no_leftover_processes check proves the rollback
+
+
+@pytest.mark.anyio
+@pytest.mark.usefixtures("no_leftover_processes")
+async def test_startup_rollback_with_a_grandchild_leaves_no_process(tmp_path: Path) -> None:
+    provider = _provider(
+        "probe", {"ACP_FAKE_EXIT_AT": "new-session", "ACP_FAKE_EXIT_CODE": "2", "ACP_FAKE_GRANDCHILD": "1"}, {}
+    )
+    run = await provider.start(SubagentRequest("d", "x", str(tmp_path)))
+    result = await run.result()
+    assert result.diagnostic == FAIL + "stage: new-session; category: process-exit; exit code: 2)"
+    await run.dispose()
+
+
+@pytest.mark.anyio
+async def test_failed_rollback_adds_the_teardown_fact(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    # A child whose exit cannot be observed even after SIGKILL is not reproducible on demand; pin the
+    # mapping with the ladder's own outcome replaced (the real ladder still runs first).
+    from agent_loop.subagent import process
+
+    real = process.ManagedProcess.terminate
+
+    async def unreaped(self: process.ManagedProcess, *args: Any, **kwargs: Any) -> Teardown:
+        await real(self, *args, **kwargs)
+        return Teardown(tier="unreaped", exit_status=None)
+
+    monkeypatch.setattr(process.ManagedProcess, "terminate", unreaped)
+    provider = _provider("probe", {"ACP_FAKE_SESSION_ID": "blank"}, {})
+    run = await provider.start(SubagentRequest("d", "x", str(tmp_path)))
+    assert (await run.result()).diagnostic == (
+        FAIL + "stage: new-session; category: protocol)\n" + FAIL + "stage: teardown; category: process-unreaped)"
+    )
+
+
+# -- configuration (no child is spawned) ---------------------------------------------------------------
+
+
+@pytest.mark.anyio
+@pytest.mark.parametrize(
+    "table",
+    [
+        {"provider": "acp"},
+        {"provider": "acp", "command": ""},
+        {"provider": "acp", "command": 7},
+        {"provider": "acp", "command": "x", "args": "not-a-list"},
+        {"provider": "acp", "command": "x", "args": [1]},
+        {"provider": "acp", "command": "x", "env": {"K": 1}},
+        {"provider": "acp", "command": "x", "env": ["K=V"]},
+        {"provider": "acp", "command": "x", "env": {"K=": "v"}},
+        {"provider": "acp", "command": "x", "permission": "ask"},
+        {"provider": "acp", "command": "x", "startup_timeout": 0},
+        {"provider": "acp", "command": "x", "prompt_timeout": "soon"},
+        {"provider": "acp", "command": "x", "permision": "allow"},
+        {"provider": "dsh", "command": "x"},
+    ],
+)
+async def test_invalid_configuration_is_initialize_configuration(table: dict[str, Any], tmp_path: Path) -> None:
+    provider = provider_from_config("probe", table)
+    run = await provider.start(SubagentRequest("d", "x", str(tmp_path)))
+    result = await run.result()
+    assert (result.stop_reason, result.diagnostic, result.output) == (
+        "error",
+        FAIL + "stage: initialize; category: configuration)",
+        "",
+    )
+    await run.dispose()
+
+
+@pytest.mark.anyio
+@pytest.mark.parametrize("cwd", ["", "relative/missing", "/nonexistent/workspace"])
+async def test_unresolvable_workspace_is_initialize_configuration(cwd: str) -> None:
+    run = await _provider("probe", {}, {}).start(SubagentRequest("d", "x", cwd))
+    assert (await run.result()).diagnostic == FAIL + "stage: initialize; category: configuration)"
+
+
+@pytest.mark.anyio
+async def test_unsafe_provider_name_is_not_copied(tmp_path: Path) -> None:
+    run = await provider_from_config(f"x {CANARY_VALUE})", {"provider": "acp"}).start(
+        SubagentRequest("d", "x", str(tmp_path))
+    )
+    assert (await run.result()).diagnostic == (
+        "Subagent failure (provider: unknown; stage: initialize; category: configuration)"
+    )
+
+
+def test_constructor_matches_the_config_shape() -> None:
+    provider = AcpProvider(
+        "probe", sys.executable, [AGENT], env={"A": "b"}, permission="allow", startup_timeout=5, prompt_timeout=60
+    )
+    assert provider.name == "probe" and provider.permission == "allow"
+    assert provider_from_config("probe", {"provider": "acp", "command": "agent"}).permission == "reject"
+
+
+@pytest.mark.usefixtures("no_leftover_processes")
+def test_importing_the_provider_does_not_import_the_sdk() -> None:
+    code = "import sys, agent_loop.subagent.acp; print('acp' in sys.modules, 'pydantic' in sys.modules)"
+    out = subprocess.run([sys.executable, "-c", code], cwd=REPO, capture_output=True, text=True, check=True)
+    assert out.stdout.split() == ["False", "False"]
+
+
+@pytest.mark.anyio
+@pytest.mark.usefixtures("no_leftover_processes")
+async def test_echo_cwd_and_host_log_hygiene(tmp_path: Path, caplog: pytest.LogCaptureFixture) -> None:
+    env = {"ACP_FAKE_ECHO": "cwd", "ACP_FAKE_GARBAGE": "1", "ACP_FAKE_STDERR_TEXT": CANARY_STDERR}
+    with caplog.at_level(logging.DEBUG):
+        result = await _run(_provider("probe", env, {}), f"where {CANARY_TASK}", str(tmp_path))
+        failed = await _run(
+            _provider("probe", {"ACP_FAKE_ERROR_AT": "new-session", "ACP_FAKE_STDERR_TEXT": CANARY_STDERR}, {}),
+            CANARY_TASK,
+            str(tmp_path),
+        )
+    assert (result.stop_reason, result.output) == ("completed", str(tmp_path))
+    assert failed.diagnostic == FAIL + "stage: new-session; category: protocol)"
+    # The SDK complained about the garbage lines, but only as sanitized DEBUG records.
+    sdk = [r for r in caplog.records if r.getMessage().startswith("acp SDK: ")]
+    assert sdk and all(r.levelno == logging.DEBUG and r.exc_info is None for r in sdk)
+    # The host log has the failure's closed facts and cause types, never child text.
+    assert any("new-session/protocol (cause: acp.exceptions.RequestError" in r.getMessage() for r in caplog.records)
+    for record in caplog.records:
+        text = record.getMessage() + (caplog.text or "")
+        assert CANARY_STDERR not in text and CANARY_TASK not in text
+        assert "scripted failure" not in text  # the agent's error message stays out
+
+
+def test_sdk_log_guard_sanitizes_only_sdk_records() -> None:
+    import acp
+
+    from agent_loop.subagent.acp import _SdkLogGuard
+
+    sdk_dir = os.path.dirname(acp.__file__) + os.sep
+    guard = _SdkLogGuard(sdk_dir)
+    try:
+        raise ValueError(f"bad frame {CANARY_VALUE}")
+    except ValueError:
+        exc_info = sys.exc_info()
+    record = logging.LogRecord(
+        "root", logging.ERROR, sdk_dir + "connection.py", 1, "Unhandled error method=%s", (CANARY_VALUE,), exc_info
+    )
+    assert guard.filter(record)
+    assert record.getMessage() == "acp SDK: Unhandled error method=%s (ValueError)"
+    assert (record.levelno, record.exc_info) == (logging.DEBUG, None)
+    ours = logging.LogRecord("x", logging.WARNING, __file__, 1, "kept %s", ("as is",), None)
+    assert guard.filter(ours) and ours.getMessage() == "kept as is" and ours.levelno == logging.WARNING
+
+
+@pytest.mark.anyio
+async def test_permission_requests_after_a_local_cancel_are_answered_cancelled() -> None:
+    from acp.schema import PermissionOption, ToolCallUpdate
+
+    from agent_loop.subagent.acp import _PermissionClient
+
+    options = [
+        PermissionOption(option_id="a", name="Allow", kind="allow_once"),
+        PermissionOption(option_id="r", name="Reject", kind="reject_once"),
+    ]
+    client = _PermissionClient("allow")
+    tool_call = ToolCallUpdate(tool_call_id="c1", kind="execute", title=CANARY_TASK, raw_input={"x": CANARY_TASK})
+    answer = await client.request_permission("s", tool_call, options)
+    assert answer.outcome.outcome == "selected" and answer.outcome.option_id == "a"
+    client.cancelling = True
+    answer = await client.request_permission("s", tool_call, options)
+    assert answer.outcome.outcome == "cancelled"
+    assert client.permission_fact() == _perm("allow", "execute", "cancelled")
+
+
+def test_the_registry_builds_the_acp_provider() -> None:
+    from agent_loop.subagent import build_provider
+
+    provider = build_provider("probe", {"provider": "acp", "command": sys.executable, "args": [AGENT]})
+    assert isinstance(provider, AcpProvider) and provider.name == "probe"

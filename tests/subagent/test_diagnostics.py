@@ -1,0 +1,198 @@
+"""The fixed diagnostic lines: exact texts, field order, omission, and closed-value validation."""
+
+from __future__ import annotations
+
+import pytest
+
+from agent_loop.subagent.diagnostics import (
+    join_lines,
+    permission_line,
+    product_failure,
+    safe_token,
+    subagent_failure,
+    unattended_decision,
+)
+from agent_loop.subagent.process import ExitStatus
+from agent_loop.subagent.result import SubagentResult, limit_diagnostic
+
+CANARY = "sk-canary-77d1-DO-NOT-LEAK"
+
+
+# -- subagent_failure -----------------------------------------------------------------------------
+
+
+def test_design_examples_exactly() -> None:
+    assert (
+        subagent_failure("probe", "prompt", "remote-limit", stop_reason="max_turn_requests")
+        == "Subagent failure (provider: probe; stage: prompt; category: remote-limit; stop reason: max_turn_requests)"
+    )
+    assert (
+        subagent_failure("probe", "initialize", "process-exit", exit_status=ExitStatus(9, None))
+        == "Subagent failure (provider: probe; stage: initialize; category: process-exit; exit code: 9)"
+    )
+    assert (
+        subagent_failure("probe", "process", "process-exit", exit_status=ExitStatus(None, "SIGKILL"))
+        == "Subagent failure (provider: probe; stage: process; category: process-exit; signal: SIGKILL)"
+    )
+
+
+def test_all_fields_in_fixed_order() -> None:
+    line = subagent_failure(
+        "child.dsh-1", "session-run", "child-error", stop_reason="error", exit_status=ExitStatus(1, "SIGTERM")
+    )
+    assert line == (
+        "Subagent failure (provider: child.dsh-1; stage: session-run; category: child-error; "
+        "stop reason: error; exit code: 1; signal: SIGTERM)"
+    )
+
+
+def test_exit_code_zero_is_shown() -> None:
+    assert subagent_failure("p", "process", "process-exit", exit_status=ExitStatus(0, None)).endswith(
+        "category: process-exit; exit code: 0)"
+    )
+
+
+@pytest.mark.parametrize("reason", ["end_turn", "max_tokens", "max_turn_requests", "refusal", "cancelled"])
+def test_acp_stop_reasons_are_known(reason: str) -> None:
+    assert f"stop reason: {reason})" in subagent_failure("p", "prompt", "unknown", stop_reason=reason)
+
+
+@pytest.mark.parametrize("reason", ["mystery", CANARY, "end_turn; signal: SIGKILL", "", 7])
+def test_unknown_stop_reason_is_omitted_not_copied(reason: object) -> None:
+    line = subagent_failure("p", "prompt", "unknown", stop_reason=reason)  # type: ignore[arg-type]
+    assert line == "Subagent failure (provider: p; stage: prompt; category: unknown)"
+
+
+@pytest.mark.parametrize(
+    "hostile",
+    [CANARY + " ; x", "a b", "name)", "x" * 65, "", "ünïcode", "line\nbreak", None, 3],
+)
+def test_child_text_never_passes_through_any_field(hostile: object) -> None:
+    line = subagent_failure(hostile, hostile, hostile, exit_status=None)  # type: ignore[arg-type]
+    assert line == "Subagent failure (provider: unknown; stage: unknown; category: unknown)"
+    assert permission_line(hostile, hostile, hostile) == (  # type: ignore[arg-type]
+        "Subagent permission decision (policy: unknown; request: unknown; decision: unknown)"
+    )
+
+
+def test_stage_and_category_are_closed_sets() -> None:
+    # A safe-looking word is still not a stage or category unless it is in the vocabulary.
+    assert subagent_failure("p", "warmup", "oops") == (
+        "Subagent failure (provider: p; stage: unknown; category: unknown)"
+    )
+
+
+def test_bogus_exit_facts_are_dropped() -> None:
+    class Weird:
+        exit_code = True  # a bool is not an exit code
+        signal = "SIGKILL; provider: evil"
+
+    assert subagent_failure("p", "process", "process-exit", exit_status=Weird()) == (
+        "Subagent failure (provider: p; stage: process; category: process-exit)"
+    )
+
+
+def test_safe_token() -> None:
+    assert safe_token("my-agent_2.v1") == "my-agent_2.v1"
+    assert safe_token("has space") == "unknown"
+    assert safe_token("x" * 64) == "x" * 64
+    assert safe_token("x" * 65) == "unknown"
+
+
+# -- permission line ------------------------------------------------------------------------------
+
+
+@pytest.mark.parametrize(
+    ("policy", "kind", "decision"),
+    [("reject", "execute", "rejected"), ("allow", "edit", "allowed"), ("reject", "fetch", "cancelled")],
+)
+def test_permission_line_exact(policy: str, kind: str, decision: str) -> None:
+    assert permission_line(policy, kind, decision) == (
+        f"Subagent permission decision (policy: {policy}; request: {kind}; decision: {decision})"
+    )
+
+
+def test_permission_line_all_acp_tool_kinds() -> None:
+    for kind in ("read", "edit", "delete", "move", "search", "execute", "think", "fetch", "switch_mode", "other"):
+        assert f"request: {kind};" in permission_line("allow", kind, "allowed")
+    assert "request: unknown;" in permission_line("allow", None, "allowed")
+
+
+# -- product lines --------------------------------------------------------------------------------
+
+
+def test_product_failure_fields() -> None:
+    assert product_failure("Codex", "turn", "httpConnectionFailed", http_status=401) == (
+        "Product subagent failure (product: Codex; stage: turn; category: httpConnectionFailed; HTTP status: 401)"
+    )
+    assert (
+        product_failure("Claude Code", "process", "process-exit", exit_status=ExitStatus(None, "SIGKILL"))
+        == "Product subagent failure (product: Claude Code; stage: process; category: process-exit; signal: SIGKILL)"
+    )
+    assert product_failure("Claude Code", "query-run", "error_max_turns", http_status=None) == (
+        "Product subagent failure (product: Claude Code; stage: query-run; category: error_max_turns)"
+    )
+
+
+@pytest.mark.parametrize("status", [99, 600, True, "500", None])
+def test_product_failure_drops_impossible_http_status(status: object) -> None:
+    line = product_failure("Codex", "turn", "other", http_status=status)  # type: ignore[arg-type]
+    assert line == "Product subagent failure (product: Codex; stage: turn; category: other)"
+
+
+def test_product_failure_unknown_values() -> None:
+    assert product_failure("Gemini", "turn", "totallyNewKind") == (
+        "Product subagent failure (product: unknown; stage: turn; category: unknown)"
+    )
+
+
+def test_unattended_decision_exact() -> None:
+    assert unattended_decision("Claude Code", "dontAsk", "tool permission", "denied") == (
+        "Claude Code unattended decision (mode: dontAsk; request: tool permission; decision: denied): "
+        "the provider does not request human approval"
+    )
+    assert unattended_decision("Codex", "never", "command execution", "declined") == (
+        "Codex unattended decision (mode: never; request: command execution; decision: declined): "
+        "the provider does not request human approval"
+    )
+    assert unattended_decision("Codex", CANARY + " x", CANARY, CANARY) == (
+        "Codex unattended decision (mode: unknown; request: unknown; decision: unknown): "
+        "the provider does not request human approval"
+    )
+
+
+def test_join_lines() -> None:
+    assert join_lines("a", None, "b") == "a\nb"
+    assert join_lines(None, None) is None
+
+
+# -- the shared 4096-byte bound -------------------------------------------------------------------
+
+
+def test_4096_byte_ascii_diagnostic_is_unchanged() -> None:
+    text = "A" * 4096
+    assert limit_diagnostic(text) == text
+    assert SubagentResult("", "error", text).diagnostic == text
+
+
+def test_multibyte_overflow_is_bounded_without_replacement_chars() -> None:
+    suffix = "\n[diagnostic truncated]"
+    for prefix_len in range(4):  # shift the cut across every byte position of the 4-byte char
+        text = "x" * prefix_len + "😀" * 2000  # 8000+ bytes
+        bounded = limit_diagnostic(text)
+        assert bounded is not None
+        encoded = bounded.encode("utf-8")
+        assert len(encoded) <= 4096
+        assert bounded.endswith(suffix)
+        assert "\ufffd" not in bounded
+        assert text.startswith(bounded[: -len(suffix)])
+        # The longest prefix that fits: one more code point would overflow.
+        kept = bounded[: -len(suffix)]
+        assert len(encoded) + len("😀".encode()) > 4096 or len(kept) == len(text)
+
+
+def test_4097_bytes_are_truncated() -> None:
+    bounded = limit_diagnostic("é" * 2048 + "x")  # 4097 bytes
+    assert bounded is not None and bounded.endswith("\n[diagnostic truncated]")
+    assert len(bounded.encode()) <= 4096
+    assert limit_diagnostic(None) is None
