@@ -8,10 +8,9 @@ import math
 import re
 import time
 from collections.abc import AsyncIterator
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import anyio
-import httpx
 
 from llm._version import __version__
 from llm.errors import LlmError
@@ -29,6 +28,11 @@ from llm.events import (
 from llm.redact import redact_text, redact_url
 from llm.sse import SseComment, SseDecoder, SseLineTooLong
 
+if TYPE_CHECKING:
+    # httpx is imported when the first request is made: its import and the client's SSL context
+    # cost ~100 ms, which the first prompt should not wait for.
+    import httpx
+
 __all__ = ["DEFAULT_BASE_URL", "DEFAULT_MODEL", "DeepSeekClient"]
 
 DEFAULT_BASE_URL = "https://api.deepseek.com"
@@ -44,7 +48,10 @@ _NORMAL_FINISH = frozenset({"stop", "tool_calls", "length"})
 
 
 class _Malformed(Exception):
-    """A payload that is not JSON, or JSON of the wrong shape."""
+    """A payload that is not JSON, or JSON of the wrong shape (its text joins the rendered chain)."""
+
+
+_WRONG_SHAPE = "not a chat.completion.chunk object"
 
 
 _scan_json = json.JSONDecoder().scan_once  # the C scanner that json.loads wraps
@@ -163,29 +170,29 @@ class _ChunkParser:
         try:
             chunk = _load_payload(payload)
         except (ValueError, RecursionError) as exc:
-            raise _Malformed from exc
+            raise _Malformed(str(exc)) from exc
         if not isinstance(chunk, dict):
-            raise _Malformed
+            raise _Malformed(_WRONG_SHAPE)
         choices = chunk.get("choices", [])
         usage = chunk.get("usage")
         if not isinstance(choices, list) or (usage is not None and not isinstance(usage, dict)):
-            raise _Malformed
+            raise _Malformed(_WRONG_SHAPE)
         for choice in choices:
             if not isinstance(choice, dict):
-                raise _Malformed
+                raise _Malformed(_WRONG_SHAPE)
             delta = choice.get("delta") or {}
             if not isinstance(delta, dict):
-                raise _Malformed
+                raise _Malformed(_WRONG_SHAPE)
             reasoning = delta.get("reasoning_content")
             if reasoning:
                 if not isinstance(reasoning, str):
-                    raise _Malformed
+                    raise _Malformed(_WRONG_SHAPE)
                 self.content_events += 1
                 out.append(ReasoningDelta(reasoning))
             content = delta.get("content")
             if content:
                 if not isinstance(content, str):
-                    raise _Malformed
+                    raise _Malformed(_WRONG_SHAPE)
                 self.content_events += 1
                 out.append(TextDelta(content))
             tool_calls = delta.get("tool_calls")
@@ -194,20 +201,20 @@ class _ChunkParser:
             finish = choice.get("finish_reason")
             if finish is not None:
                 if not isinstance(finish, str):
-                    raise _Malformed
+                    raise _Malformed(_WRONG_SHAPE)
                 self.finish_reason = finish
         if usage:
             out.append(_usage(usage))
 
     def _tool_calls(self, tool_calls: object, out: list[StreamEvent]) -> None:
         if not isinstance(tool_calls, list):
-            raise _Malformed
+            raise _Malformed(_WRONG_SHAPE)
         for position, call in enumerate(tool_calls):
             if not isinstance(call, dict):
-                raise _Malformed
+                raise _Malformed(_WRONG_SHAPE)
             function = call.get("function") or {}
             if not isinstance(function, dict):
-                raise _Malformed
+                raise _Malformed(_WRONG_SHAPE)
             index = call.get("index", position)
             call_id, name = call.get("id"), function.get("name")
             arguments = function.get("arguments") or ""
@@ -217,7 +224,7 @@ class _ChunkParser:
                 or (call_id is not None and not isinstance(call_id, str))
                 or (name is not None and not isinstance(name, str))
             ):
-                raise _Malformed
+                raise _Malformed(_WRONG_SHAPE)
             self.content_events += 1
             out.append(ToolCallDelta(index, call_id or None, name or None, arguments))
 
@@ -269,9 +276,9 @@ class DeepSeekClient:
         self.stream_idle_timeout = stream_idle_timeout
         self.first_token_timeout = first_token_timeout
         self._owns_http = http_client is None
-        self._http = http_client or httpx.AsyncClient(
-            timeout=httpx.Timeout(connect=connect_timeout, read=stream_idle_timeout, write=60.0, pool=60.0)
-        )
+        self._http = http_client  # built on first use (see the httpx import note above)
+        self._connect_timeout = connect_timeout
+        self._closed = False
 
     async def __aenter__(self) -> DeepSeekClient:
         return self
@@ -280,8 +287,22 @@ class DeepSeekClient:
         await self.aclose()
 
     async def aclose(self) -> None:
-        if self._owns_http:
+        self._closed = True
+        if self._owns_http and self._http is not None:
             await self._http.aclose()
+
+    def _client(self) -> httpx.AsyncClient:
+        if self._http is None:
+            import httpx
+
+            if self._closed:
+                raise RuntimeError("Cannot send a request, as the client has been closed.")
+            self._http = httpx.AsyncClient(
+                timeout=httpx.Timeout(
+                    connect=self._connect_timeout, read=self.stream_idle_timeout, write=60.0, pool=60.0
+                )
+            )
+        return self._http
 
     @staticmethod
     def build_body(request: ChatRequest) -> dict[str, Any]:
@@ -309,6 +330,8 @@ class DeepSeekClient:
         return body
 
     def _endpoint(self) -> httpx.URL:
+        import httpx
+
         # The path goes before any query; userinfo is dropped because httpx would turn it into
         # Basic auth that overwrites the bearer key.
         base = httpx.URL(self._base_url)
@@ -324,7 +347,9 @@ class DeepSeekClient:
             headers["Authorization"] = f"Bearer {self._api_key}"
         return headers
 
-    def _secrets(self) -> tuple[str, ...]:
+    @property
+    def secrets(self) -> tuple[str, ...]:
+        """Values to mask wherever this client's errors are rendered (the configured key)."""
         return (self._api_key,) if self._api_key else ()
 
     def _aborted(self, exc: BaseException) -> LlmError:
@@ -333,7 +358,7 @@ class DeepSeekClient:
         return error
 
     def _malformed(self, payload: str, request_id: str | None) -> LlmError:
-        preview = redact_text(payload[:_PAYLOAD_PREVIEW], self._secrets())
+        preview = redact_text(payload[:_PAYLOAD_PREVIEW], self.secrets)
         return LlmError(f"malformed SSE payload: {preview}", "MALFORMED_RESPONSE", request_id=request_id)
 
     def _timeout(self, watchdog: _Watchdog) -> LlmError:
@@ -348,10 +373,9 @@ class DeepSeekClient:
         response: httpx.Response | None = None
         try:
             with anyio.CancelScope(deadline=watchdog.deadline()) as scope:
-                http_request = self._http.build_request(
-                    "POST", self._endpoint(), content=body, headers=self._headers()
-                )
-                response = await self._http.send(http_request, stream=True)
+                http = self._client()
+                http_request = http.build_request("POST", self._endpoint(), content=body, headers=self._headers())
+                response = await http.send(http_request, stream=True)
         except cancelled as exc:
             raise self._aborted(exc)
         except Exception as exc:
@@ -373,6 +397,8 @@ class DeepSeekClient:
                 await response.aclose()
 
     async def _raise_for_status(self, response: httpx.Response, watchdog: _Watchdog) -> None:
+        import httpx
+
         body = b""
         try:
             with anyio.CancelScope(deadline=watchdog.deadline()):
@@ -386,7 +412,7 @@ class DeepSeekClient:
             pass  # a status line and headers are enough to classify; a broken error body is not news
         status = response.status_code
         provider = _provider_message(body)
-        message = redact_text(provider, self._secrets()) if provider else f"DeepSeek API error (HTTP {status})"
+        message = redact_text(provider, self.secrets) if provider else f"DeepSeek API error (HTTP {status})"
         raise LlmError(
             message,
             _status_code(status, provider),
@@ -402,6 +428,8 @@ class DeepSeekClient:
 
     async def _events(self, response: httpx.Response, watchdog: _Watchdog) -> AsyncIterator[list[StreamEvent]]:
         """The events of each read, as one list per read (the per-event hop is ``stream``'s)."""
+        import httpx
+
         cancelled = anyio.get_cancelled_exc_class()
         request_id = self._request_id(response)
         decoder = SseDecoder()
@@ -470,6 +498,8 @@ class DeepSeekClient:
     @staticmethod
     async def _drain(chunks: AsyncIterator[bytes]) -> None:
         """Read (and ignore) what follows ``[DONE]`` so httpcore can return the connection to the pool."""
+        import httpx
+
         with anyio.move_on_after(0.5):
             received = 0
             try:

@@ -1,0 +1,650 @@
+"""The agent: a conversation, a tool registry, a session log, and turns that always end (DESIGN §5).
+
+A turn is ``turn/start`` -> guard -> steps (request with retries, stream, assistant message, tool calls
+in model order) -> ``turn/end {reason}``. The ``turn/end`` is owed in a ``finally`` and written under a
+shielded cancel scope, so it is there even when the turn is cancelled.
+
+How a turn ends:
+
+* cancelled (``agent.cancel()`` or the caller's cancel scope): ``aborted`` whatever the adapter raised;
+  the streamed text/reasoning prefix is kept as an interrupted assistant message, half-streamed tool
+  calls are dropped, and tool calls that have no result yet get a synthetic failed one;
+* a request failure goes to the retry policy; what is not retried ends the turn ``error`` with the
+  rendered cause chain as its message (non-``HarnessError`` failures get code ``UNKNOWN``);
+* a session-log write failure ends the turn ``error`` with code ``SESSION_LOG`` (never silently);
+* otherwise ``completed``, or ``max-tokens`` when any step hit the output cap.
+
+The conversation is a pure function of the durable events (:class:`Conversation`), so the live
+conversation and the one rebuilt from a log on resume are the same by construction.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import logging
+import os
+from collections.abc import Callable, Sequence
+from dataclasses import asdict, dataclass, field
+from pathlib import Path
+from typing import Any
+
+import anyio
+import anyio.lowlevel
+
+from agent_loop import events as ev
+from agent_loop.events import Event
+from agent_loop.guard import PromptGuard, mask_secrets
+from agent_loop.reasons import (
+    Aborted,
+    Completed,
+    Disposed,
+    Failed,
+    MaxTokens,
+    Rejected,
+    TurnEnd,
+    failure_from_exception,
+)
+from agent_loop.retry import RetryPolicy
+from agent_loop.session_log import SessionLog
+from agent_loop.tools import (
+    Approver,
+    ToolContext,
+    ToolOutput,
+    ToolRegistry,
+    plan_batches,
+    run_tool_call,
+)
+from llm import (
+    DEFAULT_MODEL,
+    ChatRequest,
+    HarnessError,
+    KeepAlive,
+    Message,
+    ReasoningDelta,
+    ReplyBuilder,
+    TextDelta,
+    ToolCall,
+    error_chain,
+    redact_text,
+)
+
+__all__ = ["DEFAULT_MAX_STEPS", "Agent", "Conversation"]
+
+DEFAULT_MAX_STEPS = 50
+CANCELLED_TOOL_OUTPUT = "Error: tool call cancelled"
+DISPOSED_TOOL_OUTPUT = "Error: tool call cancelled: the agent was closed"
+UNFINISHED_TOOL_OUTPUT = "Error: tool call did not complete: the turn ended"
+NOTICE_SOURCE = "notice"
+
+_log = logging.getLogger("agent_loop")
+
+
+# --- the conversation, derived from durable events -------------------------------------------
+
+
+def _assistant_to_message(data: dict[str, Any]) -> Message | None:
+    """The message sent back to the model for an ``assistant/message`` record, or None for nothing."""
+    calls = tuple(
+        ToolCall(str(call["id"]), str(call.get("name", "")), str(call.get("arguments", "")))
+        for call in data.get("tool_calls") or ()
+        if isinstance(call, dict) and isinstance(call.get("id"), str)
+    )
+    content = data.get("content") if isinstance(data.get("content"), str) else ""
+    if calls:
+        # Thinking mode answers 400 unless tool-call messages carry their reasoning back, even "".
+        reasoning = data.get("reasoning_content")
+        return Message("assistant", content, reasoning_content=reasoning or "", tool_calls=calls)
+    if not content:
+        return None  # an empty or reasoning-only prefix: nothing the model needs back
+    return Message("assistant", content)
+
+
+class Conversation:
+    """Messages for the next request, maintained by applying durable events in order.
+
+    Rules (the same live and on resume): a turn's prompt joins the conversation at its first
+    ``step/start``; queued ``job/notice`` texts join as user messages at the next ``step/start`` (a
+    point where every tool call has its result); a turn that produced no assistant message leaves no
+    trace (its prompt is withdrawn, its notices re-queued), so a failed or rejected prompt is not
+    silently resent with the next one.
+    """
+
+    def __init__(self, system_prompt: str | None = None) -> None:
+        self.messages: list[Message] = [Message("system", system_prompt)] if system_prompt else []
+        self._notices: list[str] = []
+        self._turn_mark: int | None = None
+        self._turn_prompt: str | None = None
+        self._turn_notices: list[str] = []
+        self._turn_has_reply = False
+        self._first_step = False
+        self._open_calls: dict[str, str] = {}
+
+    @property
+    def pending_notices(self) -> list[str]:
+        return list(self._notices)
+
+    def apply(self, event: Event) -> None:
+        data = event.data
+        if event.type == ev.TURN_START:
+            self._turn_mark = len(self.messages)
+            self._turn_prompt = str(data.get("prompt", ""))
+            self._turn_has_reply = False
+            self._first_step = True
+            self._open_calls = {}
+            self._turn_notices = []
+            if data.get("source") == NOTICE_SOURCE:
+                # A turn started to deliver the queued notices: its prompt is their text.
+                self._turn_notices, self._notices = self._notices, []
+        elif event.type == ev.STEP_START:
+            if self._first_step:
+                self._first_step = False
+                self._flush_notices()
+                if self._turn_prompt is not None:
+                    self.messages.append(Message("user", self._turn_prompt))
+            else:
+                self._flush_notices()
+        elif event.type == ev.ASSISTANT_MESSAGE:
+            message = _assistant_to_message(data)
+            if message is not None:
+                self.messages.append(message)
+                self._turn_has_reply = True
+                self._open_calls = {call.id: call.name for call in message.tool_calls}
+        elif event.type == ev.TOOL_RESULT:
+            call_id = str(data.get("id"))
+            if call_id in self._open_calls:
+                del self._open_calls[call_id]
+                self.messages.append(Message("tool", str(data.get("output", "")), tool_call_id=call_id))
+        elif event.type == ev.JOB_NOTICE:
+            text = data.get("text")
+            if isinstance(text, str) and text:
+                self._notices.append(text)
+        elif event.type == ev.TURN_END:
+            for call_id in list(self._open_calls):  # defensive: the API rejects unanswered calls
+                self.messages.append(Message("tool", UNFINISHED_TOOL_OUTPUT, tool_call_id=call_id))
+            self._open_calls = {}
+            if self._turn_mark is not None and not self._turn_has_reply:
+                del self.messages[self._turn_mark :]
+                self._notices[:0] = self._turn_notices
+            self._turn_mark = None
+            self._turn_prompt = None
+            self._turn_notices = []
+
+    def _flush_notices(self) -> None:
+        for text in self._notices:
+            self.messages.append(Message("user", text))
+        self._turn_notices.extend(self._notices)
+        self._notices = []
+
+
+# --- per-turn state ----------------------------------------------------------------------------
+
+
+@dataclass
+class _TurnState:
+    turn: int
+    step: int = 0
+    hit_max_tokens: bool = False
+    builder: ReplyBuilder | None = None  # the reply being streamed, until committed
+    pending: list[ToolCall] = field(default_factory=list)  # committed calls still owed a result
+    announced: set[str] = field(default_factory=set)  # call ids with a tool/call event
+    finished: dict[str, ToolOutput] = field(default_factory=dict)  # outputs not yet committed
+    log_failure: HarnessError | None = None
+
+
+def _usage_dict(builder: ReplyBuilder) -> dict[str, int] | None:
+    return asdict(builder.usage) if builder.usage is not None else None
+
+
+def _unwrap(exc: BaseException) -> BaseException:
+    """The one real failure inside task-group wrappers (a tool batch wraps what its host code raises)."""
+    while isinstance(exc, BaseExceptionGroup) and len(exc.exceptions) == 1:
+        exc = exc.exceptions[0]
+    return exc
+
+
+def _unique_ids(calls: Sequence[ToolCall]) -> list[ToolCall]:
+    """Tool calls with ids made unique (results are matched by id; a repeat would be ambiguous)."""
+    seen: set[str] = set()
+    unique: list[ToolCall] = []
+    for call in calls:
+        call_id = call.id
+        n = 2
+        while call_id in seen:
+            call_id, n = f"{call.id}_{n}", n + 1
+        seen.add(call_id)
+        unique.append(call if call_id == call.id else ToolCall(call_id, call.name, call.arguments))
+    return unique
+
+
+# --- the agent ---------------------------------------------------------------------------------
+
+
+class Agent:
+    """Runs turns against ``client`` (anything with ``stream(ChatRequest) -> AsyncIterator[StreamEvent]``)."""
+
+    def __init__(
+        self,
+        client: Any,
+        *,
+        model: str = DEFAULT_MODEL,
+        tools: ToolRegistry | None = None,
+        session: SessionLog | None = None,
+        label: str = "main",
+        system_prompt: str | None = None,
+        retry: RetryPolicy | None = None,
+        guard: PromptGuard | None = None,
+        max_tokens: int | None = None,
+        thinking: bool | None = None,
+        reasoning_effort: str | None = None,
+        max_steps: int = DEFAULT_MAX_STEPS,
+        approver: Approver | None = None,
+        cwd: str | os.PathLike[str] | None = None,
+    ) -> None:
+        self.client = client
+        self.model = model
+        self.tools = tools if tools is not None else ToolRegistry()
+        self.session = session
+        self.label = label
+        self.system_prompt = system_prompt
+        self.retry = retry if retry is not None else RetryPolicy()
+        self.guard = guard if guard is not None else PromptGuard()
+        self.max_tokens = max_tokens
+        self.thinking = thinking
+        self.reasoning_effort = reasoning_effort
+        self.max_steps = max_steps
+        self.approver = approver
+        self.cwd = Path(cwd) if cwd is not None else Path.cwd()
+        self.last_failure: BaseException | None = None
+        self.session_state: dict[str, Any] = {}
+        self._subscribers: list[Callable[[Event], None]] = []
+        self._running = False
+        self._closed = False
+        self._scope: anyio.CancelScope | None = None
+        self._cancel_reason: str | None = None
+        self._disposing = False
+        self._idle: anyio.Event | None = None
+        self._state: _TurnState | None = None
+        self._conversation = Conversation(system_prompt)
+        self.turn_number = 0
+        if session is not None:
+            self._rebuild(session)
+
+    @classmethod
+    def resume(
+        cls, client: Any, id_or_last: str = "last", *, root: str | os.PathLike[str] | None = None, **kwargs: Any
+    ) -> Agent:
+        """Open a session (repairing an open last turn) and continue it."""
+        return cls(client, session=SessionLog.open(id_or_last, root), **kwargs)
+
+    def _rebuild(self, session: SessionLog) -> None:
+        for event in session.events():
+            self._conversation.apply(event)
+        self.turn_number = session.last_turn
+
+    # --- public surface ------------------------------------------------------------------------
+
+    @property
+    def running(self) -> bool:
+        return self._running
+
+    @property
+    def messages(self) -> list[Message]:
+        """The conversation as it will be sent with the next request (a copy)."""
+        return list(self._conversation.messages)
+
+    @property
+    def repaired_turn(self) -> int | None:
+        return self.session.repaired_turn if self.session is not None else None
+
+    @property
+    def load_warnings(self) -> list[str]:
+        return list(self.session.load_warnings) if self.session is not None else []
+
+    @property
+    def pending_notices(self) -> int:
+        """Background-job notices the model has not seen yet."""
+        return len(self._conversation.pending_notices)
+
+    def subscribe(self, callback: Callable[[Event], None]) -> Callable[[], None]:
+        """Call ``callback(event)`` synchronously, in order, for every event; returns an unsubscribe."""
+        self._subscribers.append(callback)
+
+        def unsubscribe() -> None:
+            with contextlib.suppress(ValueError):
+                self._subscribers.remove(callback)
+
+        return unsubscribe
+
+    def cancel(self, reason: str = "cancelled") -> bool:
+        """Cancel the running turn (it ends ``aborted {reason}``); False when no turn is running."""
+        if not self._running or self._scope is None:
+            return False
+        if self._cancel_reason is None:
+            self._cancel_reason = reason
+        self._scope.cancel()
+        return True
+
+    def post_notice(self, text: str, job_id: str) -> None:
+        """A background job settled: publish ``job/notice`` now and queue ``text`` for the model.
+
+        The model sees queued notices at the next step of a running turn. When the agent is idle the
+        owner decides when it sees them: ``await agent.deliver_notices()`` runs a turn for them.
+        Call from the agent's event loop.
+        """
+        self._publish_quietly(ev.job_notice(job_id, text))
+
+    async def deliver_notices(self) -> TurnEnd | None:
+        """Run a turn whose prompt is the queued notices; None when there are none or a turn is running."""
+        notices = self._conversation.pending_notices
+        if not notices or self._running:
+            return None
+        return await self._run("\n".join(notices), source=NOTICE_SOURCE)
+
+    async def run_turn(self, prompt: str) -> TurnEnd:
+        """Run one turn and return how it ended. Turn failures are reasons, never exceptions."""
+        if not isinstance(prompt, str):
+            raise TypeError("prompt must be a string")
+        return await self._run(prompt, source=None)
+
+    def new_session(self) -> None:
+        """``/new``: a fresh conversation, approvals and turn numbers, and a new log in the same root."""
+        if self._running:
+            raise HarnessError("cannot start a new session while a turn is running", "TURN_BUSY")
+        old = self.session
+        if old is not None:
+            self.session = SessionLog.create(old.root, cwd=self.cwd)
+            old.close()
+        self._conversation = Conversation(self.system_prompt)
+        self.session_state.clear()
+        self.turn_number = 0
+        self.last_failure = None
+
+    async def aclose(self) -> None:
+        """Dispose: a running turn ends ``disposed``; the session log is closed. Idempotent."""
+        if self._running and self._scope is not None:
+            self._disposing = True
+            self._scope.cancel()
+            if self._idle is not None:
+                with anyio.CancelScope(shield=True):
+                    await self._idle.wait()
+        self._closed = True
+        if self.session is not None:
+            self.session.close()
+
+    async def __aenter__(self) -> Agent:
+        return self
+
+    async def __aexit__(self, *exc_info: object) -> None:
+        await self.aclose()
+
+    # --- publishing ----------------------------------------------------------------------------
+
+    def _publish(self, event: Event) -> None:
+        """Log (durable events), update the conversation, then tell subscribers. Log failures raise."""
+        if event.durable and self.session is not None:
+            try:
+                self.session.append(event)
+            except HarnessError as exc:
+                if self._state is not None and self._state.log_failure is None:
+                    self._state.log_failure = exc
+                self.last_failure = exc
+                raise
+        self._deliver(event)
+
+    def _publish_quietly(self, event: Event) -> None:
+        """Like :meth:`_publish`, but a log failure is recorded, not raised (closers, notices)."""
+        try:
+            self._publish(event)
+        except HarnessError:
+            self._deliver(event)
+
+    def _deliver(self, event: Event) -> None:
+        if event.durable:
+            self._conversation.apply(event)
+        for callback in list(self._subscribers):
+            try:
+                callback(event)
+            except Exception as exc:  # a broken subscriber must not break the turn; say so
+                _log.warning("event subscriber failed on %s: %s", event.type, redact_text(error_chain(exc)))
+
+    def _notify(self, event: Event) -> None:
+        # For tools and background jobs: a log failure is recorded (it ends the running turn, or the
+        # next one, with SESSION_LOG) rather than raised into a job that may outlive the turn.
+        self._publish_quietly(event)
+
+    # --- the turn ------------------------------------------------------------------------------
+
+    def _secrets(self) -> tuple[str, ...]:
+        secrets = getattr(self.client, "secrets", ())
+        return tuple(s for s in secrets if isinstance(s, str)) if isinstance(secrets, tuple | list) else ()
+
+    async def _run(self, prompt: str, *, source: str | None) -> TurnEnd:
+        if self._closed:
+            raise HarnessError("the agent is closed", "AGENT_CLOSED")
+        if self._running:
+            raise HarnessError("a turn is already running on this agent", "TURN_BUSY")
+        self._running = True
+        self._idle = anyio.Event()
+        self._cancel_reason = None
+        self.turn_number += 1
+        state = self._state = _TurnState(self.turn_number)
+        scope = self._scope = anyio.CancelScope()
+        reason: TurnEnd | None = None
+        failure: BaseException | None = None
+        cancelled_from_outside = False
+        try:
+            try:
+                with scope:
+                    reason = await self._turn_body(state, prompt, source)
+            except Exception as exc:
+                failure = _unwrap(exc)
+                if not scope.cancel_called:
+                    # The adapter turns cancellation into LlmError("ABORTED"); if our caller cancelled
+                    # us this re-raises the cancellation, which wins over what the adapter raised.
+                    await anyio.lowlevel.checkpoint_if_cancelled()
+        except anyio.get_cancelled_exc_class():
+            cancelled_from_outside = True
+            raise
+        finally:
+            if cancelled_from_outside or (scope.cancel_called and reason is None):
+                reason = Disposed() if self._disposing else Aborted(self._cancel_reason or "cancelled")
+            elif failure is not None:
+                reason = failure_from_exception(failure, state.step, self._secrets())
+                self.last_failure = failure
+            elif reason is None:  # pragma: no cover - the body always returns or raises
+                reason = Failed("UNKNOWN", "turn ended without a reason", state.step)
+            # _close_turn is synchronous (log writes are plain write/fsync), so no cancellation can cut
+            # it short; the shield keeps that true should it ever need to await.
+            with anyio.CancelScope(shield=True):
+                reason = self._close_turn(state, reason)
+            self._running = False
+            self._scope = None
+            self._state = None
+            self._disposing = False
+            self._idle.set()
+        return reason
+
+    def _close_turn(self, state: _TurnState, reason: TurnEnd) -> TurnEnd:
+        """Commit what the turn owes (interrupted prefix, results for pending calls) and the turn/end."""
+        if state.builder is not None:
+            builder, state.builder = state.builder, None
+            if builder.text or builder.reasoning:
+                self._publish_quietly(
+                    ev.assistant_message(
+                        state.turn,
+                        state.step,
+                        content=builder.text,
+                        reasoning_content=builder.reasoning or None,
+                        tool_calls=[],  # half-streamed tool calls are dropped
+                        finish_reason=None,
+                        interrupted=True,
+                        usage=_usage_dict(builder),
+                    )
+                )
+        if state.pending:
+            text = (
+                DISPOSED_TOOL_OUTPUT
+                if isinstance(reason, Disposed)
+                else CANCELLED_TOOL_OUTPUT
+                if isinstance(reason, Aborted)
+                else UNFINISHED_TOOL_OUTPUT
+            )
+            for call in list(state.pending):
+                output = state.finished.pop(call.id, None) or ToolOutput(text, is_error=True)
+                self._commit_result(state, call, output, quietly=True)
+        if state.log_failure is not None:
+            # The session is no longer being recorded: that is the news, whatever else happened.
+            reason = failure_from_exception(state.log_failure, state.step, self._secrets())
+        self._publish_quietly(ev.turn_end(state.turn, reason.to_dict()))
+        return reason
+
+    async def _turn_body(self, state: _TurnState, prompt: str, source: str | None) -> TurnEnd:
+        guarded = source is None
+        logged_prompt = mask_secrets(prompt) if guarded and self.guard.check_secrets else prompt
+        self._publish(ev.turn_start(state.turn, logged_prompt, source=source))
+        if guarded:
+            rejection = await self.guard.check(prompt, self.cwd)
+            if rejection is not None:
+                return Rejected(rejection)
+        for step in range(1, self.max_steps + 1):
+            state.step = step
+            self._publish(ev.step_start(state.turn, step))
+            builder = await self._request(state)
+            calls = self._commit_reply(state, builder)
+            if builder.finish_reason == "length":
+                state.hit_max_tokens = True  # sticky for the rest of the turn
+            if not calls:
+                return MaxTokens() if state.hit_max_tokens else Completed()
+            await self._run_tools(state, calls)
+        raise HarnessError(
+            f"turn stopped after {self.max_steps} steps (the max-steps guard); the model kept calling tools",
+            "MAX_STEPS",
+        )
+
+    def _chat_request(self) -> ChatRequest:
+        return ChatRequest(
+            model=self.model,
+            messages=tuple(self._conversation.messages),
+            tools=self.tools.specs(),
+            max_tokens=self.max_tokens,
+            thinking=self.thinking,
+            reasoning_effort=self.reasoning_effort,  # type: ignore[arg-type]
+        )
+
+    async def _request(self, state: _TurnState) -> ReplyBuilder:
+        """Stream one step's reply, retrying transient failures that happened before any content."""
+        retries = 0
+        while True:
+            builder = state.builder = ReplyBuilder()
+            try:
+                async with contextlib.aclosing(self.client.stream(self._chat_request())) as stream:
+                    async for item in stream:
+                        builder.feed(item)
+                        if isinstance(item, TextDelta):
+                            if item.text:
+                                self._deliver(ev.text_delta(item.text))
+                        elif isinstance(item, ReasoningDelta):
+                            if item.text:
+                                self._deliver(ev.reasoning_delta(item.text))
+                        elif isinstance(item, KeepAlive):
+                            self._deliver(ev.keepalive())
+                return builder
+            except Exception as exc:
+                if self._scope is not None and self._scope.cancel_called:
+                    raise
+                await anyio.lowlevel.checkpoint_if_cancelled()
+                code = exc.code if isinstance(exc, HarnessError) else "UNKNOWN"
+                # Content already on the user's screen is not streamed twice: such a failure ends the turn.
+                if builder.has_content or not self.retry.should_retry(code, retries):
+                    raise
+                retries += 1
+                delay = self.retry.delay(retries, getattr(exc, "retry_after_s", None))
+                state.builder = None
+                self._publish(
+                    ev.llm_retry(
+                        state.turn,
+                        state.step,
+                        attempt=retries,
+                        max_attempts=self.retry.max_retries,
+                        delay_s=round(delay, 3),
+                        code=code,
+                        message=redact_text(error_chain(exc), self._secrets()),
+                    )
+                )
+                await anyio.sleep(delay)
+
+    def _commit_reply(self, state: _TurnState, builder: ReplyBuilder) -> list[ToolCall]:
+        calls = _unique_ids(builder.tool_calls)
+        state.builder = None
+        self._publish(
+            ev.assistant_message(
+                state.turn,
+                state.step,
+                content=builder.text,
+                reasoning_content=builder.reasoning or None,
+                tool_calls=[{"id": c.id, "name": c.name, "arguments": c.arguments} for c in calls],
+                finish_reason=builder.finish_reason,
+                interrupted=False,
+                usage=_usage_dict(builder),
+            )
+        )
+        state.pending = list(calls)
+        state.announced = set()
+        state.finished = {}
+        return calls
+
+    def _announce(self, state: _TurnState, call: ToolCall, *, quietly: bool = False) -> None:
+        if call.id in state.announced:
+            return
+        state.announced.add(call.id)
+        event = ev.tool_call(state.turn, call.id, call.name, call.arguments)
+        self._publish_quietly(event) if quietly else self._publish(event)
+
+    def _commit_result(self, state: _TurnState, call: ToolCall, output: ToolOutput, *, quietly: bool = False) -> None:
+        self._announce(state, call, quietly=quietly)
+        event = ev.tool_result(
+            state.turn, call.id, call.name, output.text, is_error=output.is_error, diagnostic=output.diagnostic
+        )
+        self._publish_quietly(event) if quietly else self._publish(event)
+        state.pending.remove(call)
+        state.finished.pop(call.id, None)
+
+    def _context(self, state: _TurnState, call: ToolCall) -> ToolContext:
+        return ToolContext(
+            cwd=self.cwd,
+            turn=state.turn,
+            notify=self._notify,
+            approver=self.approver,
+            session_state=self.session_state,
+            label=self.label,
+            call_id=call.id,
+            post_notice=self.post_notice,
+        )
+
+    async def _run_tools(self, state: _TurnState, calls: list[ToolCall]) -> None:
+        for batch in plan_batches(self.tools, calls):
+            for call in batch:
+                self._announce(state, call)
+            if len(batch) == 1:
+                call = batch[0]
+                state.finished[call.id] = await run_tool_call(self.tools, call, self._context(state, call))
+                self._commit_result(state, call, state.finished[call.id])
+                continue
+            await self._run_batch(state, batch)
+
+    async def _run_batch(self, state: _TurnState, batch: list[ToolCall]) -> None:
+        """Run concurrency-safe calls in parallel (bounded); commit their results in model order."""
+        limiter = anyio.CapacityLimiter(self.tools.max_parallel)
+        done = {call.id: anyio.Event() for call in batch}
+
+        async def worker(call: ToolCall) -> None:
+            async with limiter:
+                state.finished[call.id] = await run_tool_call(self.tools, call, self._context(state, call))
+            done[call.id].set()
+
+        async with anyio.create_task_group() as group:
+            for call in batch:
+                group.start_soon(worker, call)
+            for call in batch:
+                await done[call.id].wait()
+                self._commit_result(state, call, state.finished[call.id])

@@ -1,0 +1,154 @@
+"""Turn-end reasons (DESIGN §5): every turn ends with exactly one of these.
+
+Each reason is a small frozen dataclass with ``kind``, ``to_dict()`` and ``TurnEnd.from_dict()``.
+A kind this version does not know (read from a newer log) becomes :class:`OtherEnd` and is treated
+as an ordinary end.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from dataclasses import dataclass, field
+from typing import Any, ClassVar
+
+from llm import HarnessError, LlmError, error_chain, redact_text
+
+__all__ = [
+    "Aborted",
+    "Completed",
+    "Disposed",
+    "Failed",
+    "Interrupted",
+    "MaxTokens",
+    "OtherEnd",
+    "Rejected",
+    "TurnEnd",
+    "failure_from_exception",
+]
+
+
+@dataclass(frozen=True, slots=True)
+class TurnEnd:
+    kind: ClassVar[str] = ""
+
+    def to_dict(self) -> dict[str, Any]:
+        return {"kind": self.kind}
+
+    @staticmethod
+    def from_dict(data: Mapping[str, Any]) -> TurnEnd:
+        kind = data.get("kind")
+        if kind == "completed":
+            return Completed()
+        if kind == "max-tokens":
+            return MaxTokens()
+        if kind == "interrupted":
+            return Interrupted()
+        if kind == "disposed":
+            return Disposed()
+        if kind == "aborted":
+            reason = data.get("reason")
+            return Aborted(reason if isinstance(reason, str) else None)
+        if kind == "rejected":
+            reason = data.get("reason")
+            return Rejected(reason if isinstance(reason, str) else "")
+        if kind == "error":
+            status, request_id, step = data.get("status"), data.get("request_id"), data.get("step")
+            return Failed(
+                code=str(data.get("code") or ""),
+                message=str(data.get("message") or ""),
+                step=step if isinstance(step, int) else 0,
+                status=status if isinstance(status, int) else None,
+                request_id=request_id if isinstance(request_id, str) else None,
+            )
+        return OtherEnd(str(kind), dict(data))
+
+
+@dataclass(frozen=True, slots=True)
+class Completed(TurnEnd):
+    kind: ClassVar[str] = "completed"
+
+
+@dataclass(frozen=True, slots=True)
+class MaxTokens(TurnEnd):
+    kind: ClassVar[str] = "max-tokens"
+
+
+@dataclass(frozen=True, slots=True)
+class Interrupted(TurnEnd):
+    """Written only by log repair: the process that ran the turn exited before ending it."""
+
+    kind: ClassVar[str] = "interrupted"
+
+
+@dataclass(frozen=True, slots=True)
+class Disposed(TurnEnd):
+    """The agent was closed while the turn ran."""
+
+    kind: ClassVar[str] = "disposed"
+
+
+@dataclass(frozen=True, slots=True)
+class Aborted(TurnEnd):
+    kind: ClassVar[str] = "aborted"
+    reason: str | None = "cancelled"
+
+    def to_dict(self) -> dict[str, Any]:
+        return {"kind": self.kind, "reason": self.reason} if self.reason else {"kind": self.kind}
+
+
+@dataclass(frozen=True, slots=True)
+class Rejected(TurnEnd):
+    kind: ClassVar[str] = "rejected"
+    reason: str = ""
+
+    def to_dict(self) -> dict[str, Any]:
+        return {"kind": self.kind, "reason": self.reason}
+
+
+@dataclass(frozen=True, slots=True)
+class Failed(TurnEnd):
+    """``error {code, message, step, status?, request_id?}``; ``message`` is the rendered cause chain."""
+
+    kind: ClassVar[str] = "error"
+    code: str = "UNKNOWN"
+    message: str = ""
+    step: int = 0
+    status: int | None = None
+    request_id: str | None = None
+
+    def to_dict(self) -> dict[str, Any]:
+        data: dict[str, Any] = {"kind": self.kind, "code": self.code, "message": self.message, "step": self.step}
+        if self.status is not None:
+            data["status"] = self.status
+        if self.request_id is not None:
+            data["request_id"] = self.request_id
+        return data
+
+
+@dataclass(frozen=True, slots=True)
+class OtherEnd(TurnEnd):
+    """A kind this version does not know; an ordinary end. ``data`` is the dict as read."""
+
+    name: str = ""
+    data: dict[str, Any] = field(default_factory=dict)
+
+    @property
+    def kind(self) -> str:  # type: ignore[override]
+        return self.name
+
+    def to_dict(self) -> dict[str, Any]:
+        return dict(self.data) or {"kind": self.name}
+
+
+def failure_from_exception(exc: BaseException, step: int, secrets: tuple[str, ...] = ()) -> Failed:
+    """The ``error`` reason for a failure: the code routes, the message is the full chain."""
+    code = exc.code if isinstance(exc, HarnessError) else "UNKNOWN"
+    status = exc.status if isinstance(exc, LlmError) else None
+    request_id = exc.request_id if isinstance(exc, LlmError) else None
+    return Failed(
+        code=code,
+        message=redact_text(error_chain(exc), secrets),
+        step=step,
+        status=status,
+        request_id=request_id,
+    )

@@ -1,0 +1,40 @@
+"""Which failed model requests are retried, and how long to wait first (DESIGN §5).
+
+Up to ``max_retries`` (5) retries for transient codes; backoff starts at ``base_delay`` (0.5 s) and
+doubles to ``max_delay`` (10 s), plus up to ``jitter`` (10 %) so that clients do not retry in lockstep
+(never above the cap). A server's ``Retry-After`` is used as-is when it is below the cap; a longer one
+is not honoured (the ordinary backoff applies) so a turn never hangs for minutes on one header.
+"""
+
+from __future__ import annotations
+
+import random
+from dataclasses import dataclass, field
+
+__all__ = ["NEVER_RETRIED", "RETRYABLE_CODES", "RetryPolicy"]
+
+RETRYABLE_CODES: frozenset[str] = frozenset({"RATE_LIMIT", "SERVER", "TIMEOUT", "TRANSPORT", "EMPTY_RESPONSE"})
+# Listed for documentation and tests; anything not in RETRYABLE_CODES is not retried (HTTP_* included).
+NEVER_RETRIED: frozenset[str] = frozenset(
+    {"AUTH", "QUOTA", "INVALID_REQUEST", "CONTEXT_WINDOW_EXCEEDED", "STREAM_CLOSED", "MALFORMED_RESPONSE"}
+)
+
+
+@dataclass
+class RetryPolicy:
+    max_retries: int = 5
+    base_delay: float = 0.5
+    max_delay: float = 10.0
+    jitter: float = 0.1
+    rng: random.Random = field(default_factory=random.Random, repr=False)
+
+    def should_retry(self, code: str, retries_done: int) -> bool:
+        """Whether a failure with ``code`` gets another attempt after ``retries_done`` retries."""
+        return code in RETRYABLE_CODES and retries_done < self.max_retries
+
+    def delay(self, attempt: int, retry_after_s: float | None = None) -> float:
+        """Seconds to wait before retry number ``attempt`` (1-based)."""
+        if retry_after_s is not None and 0 < retry_after_s <= self.max_delay:
+            return retry_after_s
+        backoff = min(self.max_delay, self.base_delay * (2 ** max(0, attempt - 1)))
+        return min(self.max_delay, backoff * (1.0 + self.jitter * self.rng.random()))

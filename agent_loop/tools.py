@@ -1,0 +1,654 @@
+"""The tool registry, how one model tool call is executed, and the built-in developer tools.
+
+A :class:`Tool` is a name, a description, JSON-schema parameters, an async callable
+``run(args, ctx) -> ToolOutput | str`` and a ``concurrency_safe`` flag. The agent runs the calls of
+one assistant message in model order; consecutive concurrency-safe calls form a batch that runs in
+parallel (see :func:`plan_batches`). Whatever goes wrong with one call -- arguments that are not a JSON
+object, an unknown tool, an exception -- becomes an error result the model sees; the turn goes on.
+
+Built-ins (:func:`default_tools`): ``read_file``, ``list_dir``, ``search_text`` (concurrency-safe) and
+``run_shell``, which asks the approver first (``yes`` / ``no`` / ``always`` for this session) and is
+denied when there is no approver. Shell commands run as real child processes in their own process
+group, with a timeout and bounded output, and are killed and reaped when the turn is cancelled.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import json
+import os
+import re
+import signal
+import subprocess
+import threading
+from collections.abc import Awaitable, Callable, Iterator, Mapping, Sequence
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any, Literal
+
+import anyio
+import anyio.abc
+import anyio.to_thread
+
+from agent_loop.events import Event
+from llm import ToolCall, ToolSpec, error_chain
+
+__all__ = [
+    "DEFAULT_MAX_PARALLEL",
+    "Approval",
+    "Approver",
+    "CommandResult",
+    "Tool",
+    "ToolContext",
+    "ToolOutput",
+    "ToolRegistry",
+    "child_env",
+    "default_tools",
+    "list_dir_tool",
+    "plan_batches",
+    "read_file_tool",
+    "run_command",
+    "run_shell_tool",
+    "run_tool_call",
+    "search_text_tool",
+]
+
+DEFAULT_MAX_PARALLEL = 10
+MAX_RESULT_CHARS = 100_000  # a last bound on any tool's text, whoever wrote the tool
+
+Approval = Literal["yes", "no", "always"]
+Approver = Callable[[str], Awaitable["Approval | None"]]
+
+
+@dataclass(frozen=True, slots=True)
+class ToolOutput:
+    """What a tool call produced. ``diagnostic`` is fixed safe text the REPL shows on its own line."""
+
+    text: str
+    is_error: bool = False
+    diagnostic: str | None = None
+
+
+@dataclass
+class ToolContext:
+    """What a running tool may use: where it runs, which turn, and how to talk to the owner.
+
+    ``notify(event)`` publishes an extra event through the agent (a durable one is also logged), e.g.
+    ``job/notice`` from a background job. ``session_state`` lives as long as the session (``/new``
+    clears it); ``run_shell`` keeps its "always" approval there.
+    """
+
+    cwd: Path
+    turn: int
+    notify: Callable[[Event], None]
+    approver: Approver | None = None
+    session_state: dict[str, Any] = field(default_factory=dict)
+    label: str = "main"
+    call_id: str = ""
+    post_notice: Callable[[str, str], None] | None = None  # (text, job_id) -> None; the agent's
+
+
+ToolFunction = Callable[[dict[str, Any], ToolContext], Awaitable["ToolOutput | str"]]
+
+
+@dataclass(frozen=True, slots=True)
+class Tool:
+    name: str
+    description: str
+    parameters: dict[str, Any]
+    run: ToolFunction
+    concurrency_safe: bool = False
+
+    def spec(self) -> ToolSpec:
+        return ToolSpec(self.name, self.description, self.parameters)
+
+
+class ToolRegistry:
+    """Tools by name, in registration order (which is the order the model is told about them)."""
+
+    def __init__(self, tools: Sequence[Tool] = (), *, max_parallel: int = DEFAULT_MAX_PARALLEL) -> None:
+        if max_parallel < 1:
+            raise ValueError("max_parallel must be at least 1")
+        self.max_parallel = max_parallel
+        self._tools: dict[str, Tool] = {}
+        for tool in tools:
+            self.add(tool)
+
+    def add(self, tool: Tool, *, replace: bool = False) -> None:
+        if tool.name in self._tools and not replace:
+            raise ValueError(f"a tool named {tool.name!r} is already registered")
+        self._tools[tool.name] = tool
+
+    def remove(self, name: str) -> None:
+        self._tools.pop(name, None)
+
+    def get(self, name: str) -> Tool | None:
+        return self._tools.get(name)
+
+    @property
+    def names(self) -> list[str]:
+        return list(self._tools)
+
+    def specs(self) -> tuple[ToolSpec, ...]:
+        return tuple(tool.spec() for tool in self._tools.values())
+
+    def __iter__(self) -> Iterator[Tool]:
+        return iter(list(self._tools.values()))
+
+    def __len__(self) -> int:
+        return len(self._tools)
+
+    def __contains__(self, name: object) -> bool:
+        return name in self._tools
+
+
+# --- executing one call ------------------------------------------------------------------------
+
+
+def _parse_arguments(call: ToolCall) -> dict[str, Any] | ToolOutput:
+    text = call.arguments
+    if not text.strip():
+        return {}  # models send "" for a tool without parameters
+    try:
+        value = json.loads(text)
+    except ValueError as exc:
+        return ToolOutput(f'Error: invalid JSON arguments for tool "{call.name}": {exc}', is_error=True)
+    if not isinstance(value, dict):
+        return ToolOutput(f'Error: arguments for tool "{call.name}" must be a JSON object', is_error=True)
+    return value
+
+
+def _missing_required(tool: Tool, args: Mapping[str, Any]) -> ToolOutput | None:
+    required = tool.parameters.get("required") if isinstance(tool.parameters, dict) else None
+    for name in required or ():
+        if name not in args:
+            return ToolOutput(f'Error: missing required argument "{name}" for tool "{tool.name}"', is_error=True)
+    return None
+
+
+def _bounded(output: ToolOutput) -> ToolOutput:
+    if len(output.text) <= MAX_RESULT_CHARS:
+        return output
+    omitted = len(output.text) - MAX_RESULT_CHARS
+    text = output.text[:MAX_RESULT_CHARS] + f"\n[tool output truncated: {omitted} characters omitted]"
+    return ToolOutput(text, output.is_error, output.diagnostic)
+
+
+async def run_tool_call(registry: ToolRegistry, call: ToolCall, ctx: ToolContext) -> ToolOutput:
+    """Run one call; every failure except cancellation comes back as an error ``ToolOutput``."""
+    tool = registry.get(call.name)
+    if tool is None:
+        return ToolOutput(f'Error: unknown tool "{call.name}"', is_error=True)
+    args = _parse_arguments(call)
+    if isinstance(args, ToolOutput):
+        return args
+    missing = _missing_required(tool, args)
+    if missing is not None:
+        return missing
+    try:
+        value = await tool.run(args, ctx)
+    except Exception as exc:
+        return ToolOutput(f"Error: {error_chain(exc)}", is_error=True)
+    if isinstance(value, ToolOutput):
+        return _bounded(value)
+    return _bounded(ToolOutput(value if isinstance(value, str) else str(value)))
+
+
+def plan_batches(registry: ToolRegistry, calls: Sequence[ToolCall]) -> list[list[ToolCall]]:
+    """Split calls, in model order, into batches: a run of concurrency-safe calls, or one other call."""
+    batches: list[list[ToolCall]] = []
+    for call in calls:
+        tool = registry.get(call.name)
+        safe = tool is not None and tool.concurrency_safe
+        if safe and batches and batches[-1] and _is_safe(registry, batches[-1][-1]):
+            batches[-1].append(call)
+        else:
+            batches.append([call])
+    return batches
+
+
+def _is_safe(registry: ToolRegistry, call: ToolCall) -> bool:
+    tool = registry.get(call.name)
+    return tool is not None and tool.concurrency_safe
+
+
+# --- child processes ---------------------------------------------------------------------------
+
+_SECRET_ENV = re.compile(r"(?i)(API_?KEY|SECRET|TOKEN|PASSWORD|PASSWD|CREDENTIAL)")
+
+
+def child_env(extra: Mapping[str, str] | None = None) -> dict[str, str]:
+    """This process's environment minus anything named like a credential, plus ``extra``.
+
+    Shell commands and prompt hooks are the user's own, so they get the user's environment -- but
+    not ``DEEPSEEK_API_KEY`` and friends: their output lands in the model's context and the log.
+    """
+    env = {name: value for name, value in os.environ.items() if not _SECRET_ENV.search(name)}
+    if extra:
+        env.update(extra)
+    return env
+
+
+class _HeadTail:
+    """Keeps the first and last ``limit // 2`` bytes of a stream and counts what it dropped."""
+
+    def __init__(self, limit: int) -> None:
+        self._half = max(1, limit // 2)
+        self._head = bytearray()
+        self._tail = bytearray()
+        self.dropped = 0
+
+    def add(self, chunk: bytes) -> None:
+        room = self._half - len(self._head)
+        if room > 0:
+            self._head += chunk[:room]
+            chunk = chunk[room:]
+        if not chunk:
+            return
+        self._tail += chunk
+        excess = len(self._tail) - self._half
+        if excess > 0:
+            del self._tail[:excess]
+            self.dropped += excess
+
+    def text(self) -> str:
+        head = self._head.decode("utf-8", "replace")
+        tail = self._tail.decode("utf-8", "replace")
+        if self.dropped:
+            return f"{head}\n[… {self.dropped} bytes of output omitted …]\n{tail}"
+        return head + tail
+
+
+@dataclass(frozen=True, slots=True)
+class CommandResult:
+    exit_code: int | None  # None when killed by a signal or never observed
+    signal: str | None  # e.g. "SIGKILL"
+    output: str  # stdout (and stderr, when merged), bounded, decoded with replacement
+    dropped_bytes: int
+    timed_out: bool
+
+
+def _signal_group(pid: int, sig: signal.Signals) -> None:
+    with contextlib.suppress(ProcessLookupError, PermissionError):
+        os.killpg(pid, sig)
+
+
+async def run_command(
+    argv: Sequence[str],
+    *,
+    cwd: str | os.PathLike[str] | None = None,
+    input: bytes | None = None,
+    timeout: float = 120.0,
+    output_limit: int = 64 * 1024,
+    merge_stderr: bool = True,
+    env: Mapping[str, str] | None = None,
+    exit_grace: float = 0.5,
+    kill_grace: float = 0.5,
+) -> CommandResult:
+    """Run a child in its own process group and collect its bounded output.
+
+    On timeout or cancellation the whole group gets SIGTERM, then SIGKILL after ``kill_grace``, and the
+    child is reaped before this returns (or re-raises the cancellation). When the child exits but
+    something it left in its group still holds the pipe, output is collected for ``exit_grace`` more
+    and the group is then killed, so a stray background job cannot hang the call.
+    """
+    # Shielded: a cancel that lands while asyncio is still wiring up the pipes would otherwise
+    # leave a started child that nobody owns (asyncio kills only the direct child, and does not wait
+    # for it inside a cancelled scope). Once we hold the handle, the finally below owns the cleanup.
+    with anyio.CancelScope(shield=True):
+        process = await anyio.open_process(
+            list(argv),
+            stdin=subprocess.PIPE if input is not None else subprocess.DEVNULL,
+            stdout=subprocess.PIPE,
+            stderr=subprocess.STDOUT if merge_stderr else subprocess.DEVNULL,
+            cwd=cwd,
+            env=dict(env) if env is not None else None,
+            start_new_session=True,
+        )
+    buffer = _HeadTail(output_limit)
+    reader_done = anyio.Event()
+
+    async def read_output() -> None:
+        assert process.stdout is not None
+        try:
+            async for chunk in process.stdout:
+                buffer.add(chunk)
+        except (anyio.BrokenResourceError, anyio.ClosedResourceError):
+            pass
+        finally:
+            reader_done.set()
+
+    async def feed_input() -> None:
+        assert process.stdin is not None and input is not None
+        with contextlib.suppress(anyio.BrokenResourceError, anyio.ClosedResourceError, OSError):
+            await process.stdin.send(input)
+        with contextlib.suppress(anyio.BrokenResourceError, anyio.ClosedResourceError, OSError):
+            await process.stdin.aclose()
+
+    timed_out = False
+    try:
+        with anyio.move_on_after(timeout) as deadline:
+            async with anyio.create_task_group() as group:
+                group.start_soon(read_output)
+                if input is not None:
+                    group.start_soon(feed_input)
+                await process.wait()
+                with anyio.move_on_after(exit_grace):
+                    await reader_done.wait()
+                group.cancel_scope.cancel()
+        timed_out = deadline.cancelled_caught
+    finally:
+        with anyio.CancelScope(shield=True):
+            await _stop_group(process, kill_grace)
+    code = process.returncode
+    if code is not None and code < 0:
+        try:
+            name = signal.Signals(-code).name
+        except ValueError:
+            name = f"signal {-code}"
+        return CommandResult(None, name, buffer.text(), buffer.dropped, timed_out)
+    return CommandResult(code, None, buffer.text(), buffer.dropped, timed_out)
+
+
+async def _stop_group(process: anyio.abc.Process, kill_grace: float) -> None:
+    """SIGTERM -> grace -> SIGKILL to the child's group, then reap it; leftovers in the group die too."""
+    if process.returncode is None:
+        _signal_group(process.pid, signal.SIGTERM)
+        with anyio.move_on_after(kill_grace):
+            await process.wait()
+    # Even after a clean exit, a background job the command left behind shares the group.
+    _signal_group(process.pid, signal.SIGKILL)
+    await process.wait()
+    if process.stdout is not None:
+        # Read the pipe to EOF (now that the group is dead) so its transport closes on this loop,
+        # not later from a garbage collector after the loop is gone.
+        with anyio.move_on_after(kill_grace), contextlib.suppress(Exception):
+            async for _ in process.stdout:
+                pass
+    for stream in (process.stdin, process.stdout):
+        if stream is not None:
+            with contextlib.suppress(Exception):
+                await stream.aclose()
+
+
+# --- built-in tools ----------------------------------------------------------------------------
+
+READ_LIMIT_LINES = 2000
+READ_LIMIT_BYTES = 64 * 1024
+LIST_LIMIT = 500
+SEARCH_LIMIT = 100
+SEARCH_MAX_FILE_BYTES = 2 * 1024 * 1024
+SEARCH_LINE_CHARS = 240
+SHELL_TIMEOUT = 120.0
+SHELL_MAX_TIMEOUT = 600.0
+SHELL_OUTPUT_LIMIT = 32 * 1024
+_SKIP_DIRS = frozenset(
+    {".git", ".hg", ".svn", "node_modules", ".venv", "venv", "__pycache__", ".mypy_cache", ".pytest_cache",
+     ".ruff_cache", ".tox", ".hypothesis"}
+)  # fmt: skip
+
+SHELL_DENIED = "Error: the user denied this shell command"
+SHELL_NO_APPROVER = "Error: shell commands need approval and no one is available to approve them here"
+_ALWAYS_KEY = "run_shell.always"
+
+
+def _resolve(ctx: ToolContext, raw: object, default: str | None = None) -> Path:
+    if raw is None and default is not None:
+        raw = default
+    if not isinstance(raw, str) or not raw:
+        raise ValueError("path must be a non-empty string")
+    path = Path(raw).expanduser()
+    return path if path.is_absolute() else ctx.cwd / path
+
+
+def _int_arg(args: Mapping[str, Any], name: str, default: int, low: int, high: int) -> int:
+    value = args.get(name, default)
+    if value is None:
+        return default
+    if isinstance(value, bool) or not isinstance(value, int | float) or value != int(value):
+        raise ValueError(f"{name} must be an integer")
+    return max(low, min(high, int(value)))
+
+
+def _read_file_sync(path: Path, offset: int, limit: int) -> ToolOutput:
+    with path.open("rb") as file:
+        if b"\0" in file.read(8192):
+            return ToolOutput(f"Error: {path} looks like a binary file", is_error=True)
+        file.seek(0)
+        lines: list[str] = []
+        size = 0
+        number = 0
+        more = False
+        for number, raw in enumerate(file, start=1):
+            if number < offset:
+                continue
+            if len(lines) >= limit or size >= READ_LIMIT_BYTES:
+                more = True
+                break
+            line = raw.decode("utf-8", "replace")
+            lines.append(line)
+            size += len(raw)
+    text = "".join(lines)
+    if not lines and offset > 1:
+        return ToolOutput(f"(no lines at offset {offset}; the file has {number} lines)")
+    if more:
+        text += f"\n[file continues; read more with offset={offset + len(lines)}]"
+    return ToolOutput(text if text else "(empty file)")
+
+
+async def _read_file(args: dict[str, Any], ctx: ToolContext) -> ToolOutput:
+    path = _resolve(ctx, args.get("path"))
+    offset = _int_arg(args, "offset", 1, 1, 1 << 40)
+    limit = _int_arg(args, "limit", READ_LIMIT_LINES, 1, READ_LIMIT_LINES)
+    return await anyio.to_thread.run_sync(_read_file_sync, path, offset, limit)
+
+
+def read_file_tool() -> Tool:
+    return Tool(
+        "read_file",
+        "Read a text file. Relative paths are resolved against the session's working directory. "
+        f"Returns up to {READ_LIMIT_LINES} lines starting at `offset` (1-based).",
+        {
+            "type": "object",
+            "properties": {
+                "path": {"type": "string", "description": "file to read"},
+                "offset": {"type": "integer", "description": "first line to read, 1-based", "minimum": 1},
+                "limit": {"type": "integer", "description": "maximum number of lines", "minimum": 1},
+            },
+            "required": ["path"],
+        },
+        _read_file,
+        concurrency_safe=True,
+    )
+
+
+def _list_dir_sync(path: Path) -> ToolOutput:
+    with os.scandir(path) as entries:
+        names = sorted(
+            (entry.name + "/" if entry.is_dir(follow_symlinks=False) else entry.name) for entry in entries
+        )
+    if not names:
+        return ToolOutput("(empty directory)")
+    shown = names[:LIST_LIMIT]
+    text = "\n".join(shown)
+    if len(names) > LIST_LIMIT:
+        text += f"\n[… {len(names) - LIST_LIMIT} more entries]"
+    return ToolOutput(text)
+
+
+async def _list_dir(args: dict[str, Any], ctx: ToolContext) -> ToolOutput:
+    path = _resolve(ctx, args.get("path"), default=".")
+    return await anyio.to_thread.run_sync(_list_dir_sync, path)
+
+
+def list_dir_tool() -> Tool:
+    return Tool(
+        "list_dir",
+        "List a directory (directories end with /). Defaults to the working directory.",
+        {
+            "type": "object",
+            "properties": {"path": {"type": "string", "description": "directory to list (default .)"}},
+        },
+        _list_dir,
+        concurrency_safe=True,
+    )
+
+
+def _search_sync(
+    pattern: re.Pattern[str], root: Path, glob: str | None, limit: int, stop: threading.Event
+) -> ToolOutput:
+    matches: list[str] = []
+    base = root if root.is_dir() else root.parent
+    files = [root] if root.is_file() else None
+    truncated = False
+
+    def candidates() -> Iterator[Path]:
+        if files is not None:
+            yield from files
+            return
+        for directory, dirnames, filenames in os.walk(root):
+            dirnames[:] = sorted(d for d in dirnames if d not in _SKIP_DIRS)
+            for name in sorted(filenames):
+                yield Path(directory, name)
+
+    for path in candidates():
+        if stop.is_set():
+            break
+        if glob and not path.match(glob):
+            continue
+        try:
+            if path.stat().st_size > SEARCH_MAX_FILE_BYTES:
+                continue
+            data = path.read_bytes()
+        except OSError:
+            continue
+        if b"\0" in data[:8192]:
+            continue
+        text = data.decode("utf-8", "replace")
+        for number, line in enumerate(text.splitlines(), start=1):
+            if pattern.search(line):
+                shown = line if len(line) <= SEARCH_LINE_CHARS else line[:SEARCH_LINE_CHARS] + "…"
+                try:
+                    name = str(path.relative_to(base))
+                except ValueError:
+                    name = str(path)
+                matches.append(f"{name}:{number}: {shown}")
+                if len(matches) >= limit:
+                    truncated = True
+                    break
+        if truncated:
+            break
+    if not matches:
+        return ToolOutput("no matches")
+    text = "\n".join(matches)
+    if truncated:
+        text += f"\n[stopped after {limit} matches]"
+    return ToolOutput(text)
+
+
+async def _search_text(args: dict[str, Any], ctx: ToolContext) -> ToolOutput:
+    raw = args.get("pattern")
+    if not isinstance(raw, str) or not raw:
+        raise ValueError("pattern must be a non-empty string")
+    flags = re.IGNORECASE if args.get("ignore_case") else 0
+    try:
+        pattern = re.compile(raw, flags)
+    except re.error as exc:
+        return ToolOutput(f"Error: invalid regular expression: {exc}", is_error=True)
+    root = _resolve(ctx, args.get("path"), default=".")
+    glob = args.get("glob") if isinstance(args.get("glob"), str) and args.get("glob") else None
+    limit = _int_arg(args, "max_results", SEARCH_LIMIT, 1, 1000)
+    stop = threading.Event()
+    try:
+        return await anyio.to_thread.run_sync(
+            _search_sync, pattern, root, glob, limit, stop, abandon_on_cancel=True
+        )
+    finally:
+        stop.set()  # an abandoned walk stops at its next file
+
+
+def search_text_tool() -> Tool:
+    return Tool(
+        "search_text",
+        "Search files under a directory for a regular expression (Python syntax). Output lines are "
+        "`path:line: text`. Skips .git, virtualenvs, node_modules, binary and very large files.",
+        {
+            "type": "object",
+            "properties": {
+                "pattern": {"type": "string", "description": "regular expression"},
+                "path": {"type": "string", "description": "directory or file to search (default .)"},
+                "glob": {"type": "string", "description": "only files whose path matches, e.g. *.py"},
+                "ignore_case": {"type": "boolean"},
+                "max_results": {"type": "integer", "minimum": 1},
+            },
+            "required": ["pattern"],
+        },
+        _search_text,
+        concurrency_safe=True,
+    )
+
+
+def _format_command(result: CommandResult, timeout: float) -> ToolOutput:
+    text = result.output if result.output else "(no output)"
+    if not text.endswith("\n"):
+        text += "\n"
+    if result.timed_out:
+        return ToolOutput(text + f"[timed out after {timeout:g}s; the command was killed]", is_error=True)
+    if result.signal is not None:
+        return ToolOutput(text + f"[killed by {result.signal}]", is_error=True)
+    return ToolOutput(text + f"[exit code: {result.exit_code}]", is_error=result.exit_code != 0)
+
+
+def run_shell_tool(approver: Approver | None = None, *, shell: str = "/bin/sh") -> Tool:
+    """``run_shell``: asks ``approver`` (else the context's approver) before every command.
+
+    ``always`` approves shell commands for the rest of the session. No approver, a failing approver, or
+    any answer but ``yes``/``always`` denies the command.
+    """
+
+    async def run(args: dict[str, Any], ctx: ToolContext) -> ToolOutput:
+        command = args.get("command")
+        if not isinstance(command, str) or not command.strip():
+            raise ValueError("command must be a non-empty string")
+        timeout = float(_int_arg(args, "timeout_s", int(SHELL_TIMEOUT), 1, int(SHELL_MAX_TIMEOUT)))
+        if not ctx.session_state.get(_ALWAYS_KEY):
+            ask = approver or ctx.approver
+            if ask is None:
+                return ToolOutput(SHELL_NO_APPROVER, is_error=True)
+            try:
+                answer = await ask(command)
+            except Exception as exc:
+                return ToolOutput(f"{SHELL_DENIED} (approval failed: {error_chain(exc)})", is_error=True)
+            if answer == "always":
+                ctx.session_state[_ALWAYS_KEY] = True
+            elif answer != "yes":
+                return ToolOutput(SHELL_DENIED, is_error=True)
+        result = await run_command(
+            [shell, "-c", command],
+            cwd=ctx.cwd,
+            timeout=timeout,
+            output_limit=SHELL_OUTPUT_LIMIT,
+            env=child_env(),
+        )
+        return _format_command(result, timeout)
+
+    return Tool(
+        "run_shell",
+        "Run a shell command (/bin/sh -c) in the working directory. The user approves each command. "
+        "stdout and stderr are merged; long output keeps its start and end. Default timeout 120 s.",
+        {
+            "type": "object",
+            "properties": {
+                "command": {"type": "string", "description": "the command line"},
+                "timeout_s": {"type": "integer", "description": "seconds before it is killed (max 600)"},
+            },
+            "required": ["command"],
+        },
+        run,
+        concurrency_safe=False,
+    )
+
+
+def default_tools(approver: Approver | None = None) -> ToolRegistry:
+    """The developer tools: read_file, list_dir, search_text, run_shell (approval through ``approver``)."""
+    return ToolRegistry([read_file_tool(), list_dir_tool(), search_text_tool(), run_shell_tool(approver)])
