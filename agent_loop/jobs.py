@@ -1,0 +1,403 @@
+"""One-shot background subagent jobs, and the ``job_output`` / ``job_list`` / ``job_kill`` tools.
+
+A :class:`JobManager` (the REPL creates one per process) runs each job in a task group hosted by its
+own supervisor task, so jobs outlive the tool call that started them and :meth:`JobManager.aclose`
+— callable from any task — cancels and disposes every run. Job ids are ``subagent-1``, ``subagent-2``…
+
+Status (DESIGN §7): ``running``; ``completed``; ``killed`` = local cancellation (``job_kill`` or the
+manager closing); ``failed`` = anything else, shown with the stop reason and, when there is one, the
+same bounded diagnostic the foreground tool shows:
+
+    [status: running]    [status: completed]    [status: killed]
+    [status: failed, error; diagnostic: Subagent failure (provider: probe; stage: session-run; …)]
+
+When a job settles (other than killed) the owner gets, through the agent's notice hook,
+``background job <id> (subagent: <label>) finished <status line>. Read its output with job_output.``
+The label is the configured subagent name — never the model's description or prompt.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import itertools
+import logging
+import math
+from collections.abc import Callable, Mapping
+from dataclasses import dataclass, field
+from typing import Any, Literal, Protocol
+
+import anyio
+import anyio.abc
+
+from agent_loop.subagent.diagnostics import join_lines, safe_token, subagent_failure
+from agent_loop.subagent.result import SubagentProvider, SubagentRequest, SubagentResult, SubagentRun
+from agent_loop.tools import Tool, ToolContext, ToolOutput
+
+__all__ = [
+    "DEFAULT_WAIT_MS",
+    "Job",
+    "JobManager",
+    "JobStatus",
+    "job_tools",
+    "notice_text",
+    "run_subagent",
+    "status_line",
+]
+
+log = logging.getLogger(__name__)
+
+JobStatus = Literal["running", "completed", "failed", "killed"]
+DEFAULT_WAIT_MS = 30_000
+MAX_WAIT_MS = 600_000
+NO_NEW_OUTPUT = "(no new output)"
+_KILL_GRACE = 5.0  # how long job_kill lets a cancelled run settle before cancelling its task
+
+
+class _PartialOutput(Protocol):
+    def partial_output(self) -> str: ...
+
+
+# -- running one subagent to completion (shared with the foreground tool) --------------------------
+
+
+def _provider_name(provider: SubagentProvider) -> str:
+    return safe_token(getattr(provider, "name", None))
+
+
+def _unexpected(provider: SubagentProvider) -> SubagentResult:
+    # A provider broke its contract (raised instead of returning a failed result): fixed facts only.
+    return SubagentResult("", "error", subagent_failure(_provider_name(provider), "unknown", "unknown"))
+
+
+async def run_subagent(
+    provider: SubagentProvider,
+    request: SubagentRequest,
+    *,
+    on_started: Callable[[SubagentRun], None] | None = None,
+) -> SubagentResult:
+    """start -> result -> dispose (always, shielded). Never raises for a child failure.
+
+    A safe teardown/shutdown fact returned by ``dispose()`` joins the diagnostic of a failed result
+    (success and diagnostic-free cancellation stay without one; the fact is host-logged by the provider).
+    """
+    try:
+        run = await provider.start(request)
+    except Exception:
+        log.exception("subagent %s: start raised", _provider_name(provider))
+        return _unexpected(provider)
+    note: object = None
+    try:
+        if on_started is not None:
+            on_started(run)
+        try:
+            result = await run.result()
+        except Exception:
+            log.exception("subagent %s: result raised", _provider_name(provider))
+            result = _unexpected(provider)
+    finally:
+        with anyio.CancelScope(shield=True):
+            try:
+                note = await run.dispose()
+            except Exception:
+                log.exception("subagent %s: dispose raised", _provider_name(provider))
+    quiet = result.stop_reason in ("completed", "aborted") and result.diagnostic is None
+    if isinstance(note, str) and note and not quiet:
+        result = SubagentResult(result.output, result.stop_reason, join_lines(result.diagnostic, note))
+    return result
+
+
+# -- status texts ----------------------------------------------------------------------------------
+
+
+def status_line(status: JobStatus, result: SubagentResult | None) -> str:
+    if status != "failed" or result is None:
+        return f"[status: {status}]"
+    reason = safe_token(result.stop_reason)
+    if result.diagnostic:
+        return f"[status: failed, {reason}; diagnostic: {result.diagnostic}]"
+    return f"[status: failed, {reason}]"
+
+
+def notice_text(job_id: str, label: str, status: JobStatus, result: SubagentResult | None) -> str:
+    return (
+        f"background job {job_id} (subagent: {label}) finished {status_line(status, result)}. "
+        "Read its output with job_output."
+    )
+
+
+# -- jobs ------------------------------------------------------------------------------------------
+
+
+@dataclass
+class Job:
+    id: str
+    label: str  # the configured subagent name
+    status: JobStatus = "running"
+    result: SubagentResult | None = None
+    kill_requested: bool = False
+    _run: SubagentRun | None = None
+    _scope: anyio.CancelScope | None = None
+    _settled: anyio.Event = field(default_factory=anyio.Event)
+    _returned: str = ""  # output already handed out by job_output
+
+    @property
+    def settled(self) -> bool:
+        return self._settled.is_set()
+
+    @property
+    def status_line(self) -> str:
+        return status_line(self.status, self.result)
+
+    def output_so_far(self) -> str:
+        if self.result is not None:
+            return self.result.output
+        partial = getattr(self._run, "partial_output", None)
+        if callable(partial):
+            try:
+                text = partial()
+            except Exception:
+                return ""
+            return text if isinstance(text, str) else ""
+        return ""
+
+    def take_new_output(self) -> str:
+        """Output not yet handed out (everything, if the provider's text was rewritten meanwhile)."""
+        text = self.output_so_far()
+        fresh = text[len(self._returned) :] if text.startswith(self._returned) else text
+        if len(text) >= len(self._returned):
+            self._returned = text
+        return fresh
+
+    async def wait(self, timeout: float | None = None) -> bool:
+        """Wait (bounded) for settlement; True once settled."""
+        if timeout is None:
+            await self._settled.wait()
+        else:
+            with anyio.move_on_after(timeout):
+                await self._settled.wait()
+        return self.settled
+
+
+class JobManager:
+    """Background subagent jobs of one REPL process. Use ``async with`` or ``aclose()``."""
+
+    def __init__(self) -> None:
+        self._jobs: dict[str, Job] = {}
+        self._ids = itertools.count(1)
+        self._tg: anyio.abc.TaskGroup | None = None
+        self._supervisor: asyncio.Task[None] | None = None
+        self._stop: anyio.Event | None = None  # made on first use: the manager may be built before a loop runs
+        self._closed = False
+
+    # -- lifecycle -------------------------------------------------------------------------------
+
+    async def _ensure_started(self) -> anyio.abc.TaskGroup:
+        if self._closed:
+            raise RuntimeError("the job manager is closed")
+        if self._tg is None:
+            ready = anyio.Event()
+            self._stop = anyio.Event()
+            self._supervisor = asyncio.get_running_loop().create_task(self._supervise(ready), name="jobs")
+            await ready.wait()
+        assert self._tg is not None
+        return self._tg
+
+    async def _supervise(self, ready: anyio.Event) -> None:
+        assert self._stop is not None
+        try:
+            async with anyio.create_task_group() as tg:
+                self._tg = tg
+                ready.set()
+                await self._stop.wait()
+                tg.cancel_scope.cancel()
+        except BaseException:  # a job body never raises; this keeps a bug off the event loop
+            log.exception("job supervisor failed")
+        finally:
+            ready.set()
+
+    async def aclose(self) -> None:
+        """Kill every running job (their runs are disposed), then stop. Idempotent; any task."""
+        if self._closed and self._supervisor is None:
+            return
+        self._closed = True
+        with anyio.CancelScope(shield=True):
+            running = [job for job in self._jobs.values() if not job.settled]
+            for job in running:
+                job.kill_requested = True
+                if job._scope is not None:
+                    job._scope.cancel()
+            for job in running:
+                await job.wait()
+            if self._stop is not None:
+                self._stop.set()
+            supervisor, self._supervisor = self._supervisor, None
+            if supervisor is not None:
+                await asyncio.wait({supervisor})
+
+    async def __aenter__(self) -> JobManager:
+        return self
+
+    async def __aexit__(self, *exc_info: object) -> None:
+        await self.aclose()
+
+    # -- jobs ------------------------------------------------------------------------------------
+
+    def get(self, job_id: object) -> Job | None:
+        return self._jobs.get(job_id) if isinstance(job_id, str) else None
+
+    @property
+    def jobs(self) -> list[Job]:
+        return list(self._jobs.values())
+
+    async def spawn(
+        self,
+        provider: SubagentProvider,
+        request: SubagentRequest,
+        *,
+        post_notice: Callable[[str, str], None] | None = None,
+    ) -> Job:
+        """Start a background run; returns at once with the running job."""
+        tg = await self._ensure_started()
+        job = Job(id=f"subagent-{next(self._ids)}", label=_provider_name(provider))
+        self._jobs[job.id] = job
+        tg.start_soon(self._run_job, job, provider, request, post_notice, name=job.id)
+        return job
+
+    async def _run_job(
+        self,
+        job: Job,
+        provider: SubagentProvider,
+        request: SubagentRequest,
+        post_notice: Callable[[str, str], None] | None,
+    ) -> None:
+        result: SubagentResult | None = None
+
+        def attach(run: SubagentRun) -> None:
+            job._run = run
+
+        try:
+            with anyio.CancelScope() as scope:
+                job._scope = scope
+                if job.kill_requested:
+                    scope.cancel()
+                result = await run_subagent(provider, request, on_started=attach)
+        except Exception:  # run_subagent promises not to raise; stay safe anyway
+            log.exception("background job %s failed unexpectedly", job.id)
+            result = _unexpected(provider)
+        finally:
+            job._scope = None
+        locally_cancelled = job.kill_requested and (
+            result is None or (result.stop_reason == "aborted" and result.diagnostic is None)
+        )
+        job.result = result if result is not None else SubagentResult(job.output_so_far(), "aborted")
+        if locally_cancelled:
+            job.status = "killed"
+        elif job.result.stop_reason == "completed":
+            job.status = "completed"
+        else:
+            job.status = "failed"
+        job._run = None
+        job._settled.set()
+        if job.status != "killed" and post_notice is not None:
+            try:
+                post_notice(notice_text(job.id, job.label, job.status, job.result), job.id)
+            except Exception:
+                log.exception("could not post the notice of background job %s", job.id)
+
+    async def kill(self, job: Job) -> None:
+        """Local cancellation: the run settles ``aborted`` (killed); bounded, then the task is cancelled."""
+        if job.settled:
+            return
+        job.kill_requested = True
+        run = job._run
+        if run is not None:
+            try:
+                await run.cancel()
+            except Exception:
+                log.exception("cancelling background job %s failed", job.id)
+        settled_by_cancel = run is not None and await job.wait(_KILL_GRACE)
+        if not settled_by_cancel and job._scope is not None:
+            job._scope.cancel()
+        await job.wait()
+
+    # -- views -----------------------------------------------------------------------------------
+
+    def jobs_summary(self) -> list[str]:
+        """One line per job, for ``/jobs`` and ``job_list``."""
+        return [f"{job.id} (subagent: {job.label}) {job.status_line}" for job in self._jobs.values()]
+
+
+# -- the job tools ---------------------------------------------------------------------------------
+
+
+def _unknown_job(jobs: JobManager) -> ToolOutput:
+    # The model's job_id is never echoed back (it is tool input).
+    known = ", ".join(job.id for job in jobs.jobs) or "none"
+    return ToolOutput(f"unknown job id (known jobs: {known})", is_error=True)
+
+
+def _wait_seconds(args: Mapping[str, Any]) -> float:
+    raw = args.get("timeout_ms", DEFAULT_WAIT_MS)
+    if isinstance(raw, bool) or not isinstance(raw, int | float) or not math.isfinite(raw) or raw < 0:
+        raw = DEFAULT_WAIT_MS
+    return min(float(raw), MAX_WAIT_MS) / 1000.0
+
+
+def job_tools(jobs: JobManager) -> list[Tool]:
+    """``job_output``, ``job_list`` and ``job_kill`` over ``jobs``."""
+
+    async def job_output(args: dict[str, Any], ctx: ToolContext) -> ToolOutput:
+        job = jobs.get(args.get("job_id"))
+        if job is None:
+            return _unknown_job(jobs)
+        if args.get("wait") is True and not job.settled:
+            await job.wait(_wait_seconds(args))
+        text = job.take_new_output() or NO_NEW_OUTPUT
+        diagnostic = job.result.diagnostic if job.settled and job.result is not None else None
+        # Reading worked, so this is no tool error; a failed job's diagnostic still gets its own line.
+        return ToolOutput(f"{text}\n{job.status_line}", diagnostic=diagnostic)
+
+    async def job_list(args: dict[str, Any], ctx: ToolContext) -> ToolOutput:
+        return ToolOutput("\n".join(jobs.jobs_summary()) or "(no jobs)")
+
+    async def job_kill(args: dict[str, Any], ctx: ToolContext) -> ToolOutput:
+        job = jobs.get(args.get("job_id"))
+        if job is None:
+            return _unknown_job(jobs)
+        if job.settled:
+            return ToolOutput(f"background job {job.id} had already finished\n{job.status_line}")
+        await jobs.kill(job)
+        return ToolOutput(f"killed background job {job.id}\n{job.status_line}")
+
+    job_id = {"type": "string", "description": "The job id, e.g. subagent-1"}
+    return [
+        Tool(
+            "job_output",
+            "Read new output of a background subagent job and its status. With wait=true, wait (up to "
+            "timeout_ms, default 30000) for the job to finish first.",
+            {
+                "type": "object",
+                "properties": {
+                    "job_id": job_id,
+                    "wait": {"type": "boolean", "description": "Wait for the job to finish first"},
+                    "timeout_ms": {"type": "integer", "description": "How long to wait, in milliseconds"},
+                },
+                "required": ["job_id"],
+            },
+            job_output,
+            concurrency_safe=True,
+        ),
+        Tool(
+            "job_list",
+            "List background subagent jobs with their status.",
+            {"type": "object", "properties": {}},
+            job_list,
+            concurrency_safe=True,
+        ),
+        Tool(
+            "job_kill",
+            "Stop a running background subagent job.",
+            {"type": "object", "properties": {"job_id": job_id}, "required": ["job_id"]},
+            job_kill,
+        ),
+    ]

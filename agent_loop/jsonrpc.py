@@ -1,0 +1,513 @@
+"""Newline-delimited JSON-RPC 2.0 over asyncio streams: shared by ``dsh serve``, the dsh-sdk and codex clients.
+
+One frame per line (``json.dumps`` never emits a raw newline). A :class:`JsonRpcConnection` sends
+requests (with ids, many in flight at once), notifications and responses, and dispatches what arrives:
+
+* responses resolve the pending request with the same id (a response to an unknown id — e.g. one we
+  stopped waiting for — is dropped);
+* notifications are handled inline, in arrival order, *before* anything after them is read: a client
+  has processed every notification the peer wrote before a response by the time that response resolves;
+* requests from the peer run concurrently in the connection's task group and are answered with the
+  handler's return value or a JSON-RPC error.
+
+Usage::
+
+    async with JsonRpcConnection(reader, writer, on_notification=handle) as conn:
+        result = await conn.request("initialize", {...})
+        await conn.notify("session/cancel")
+
+Typed failures (classify by type, never by message):
+
+* :class:`ProtocolError` — a bad frame (not JSON, not an object, a line over ``max_line_bytes``, a
+  malformed message) or a JSON-RPC error response (``.code`` is then the peer's integer error code,
+  ``.data`` its data). Its text is for host logs only.
+* :class:`TransportClosed` — the peer's stream ended, or writing to it failed, or the connection is closed.
+
+In ``strict`` mode (the default: clients of a child) a bad frame is fatal: every pending and later
+request raises :class:`ProtocolError`. A server passes ``strict=False``: a bad frame is answered with a
+``-32700``/``-32600`` error and the connection carries on. Either way a 10 MB line or binary garbage
+never crashes the reader: lines are read in bounded chunks and an oversized one is discarded.
+
+``include_jsonrpc=False`` omits the ``"jsonrpc": "2.0"`` member on the wire (the codex app-server
+format); incoming frames are accepted with or without it (but a present value must be ``"2.0"``).
+
+Leaving the ``async with`` block (or :meth:`JsonRpcConnection.aclose`, callable from any task) cancels
+the reader and any running request handlers and fails pending requests with :class:`TransportClosed`.
+The reader and handlers run in a task group hosted by the connection's own supervisor task, which
+``aclose`` always awaits — so a connection opened in one task may be closed from another (a provider
+run is started by one caller and disposed by another). It does not close the streams: their owner
+(e.g. the managed child process) does.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import inspect
+import itertools
+import json
+import logging
+import math
+from collections.abc import AsyncIterator, Awaitable, Callable
+from typing import Any, Protocol
+
+import anyio
+import anyio.abc
+
+__all__ = [
+    "DEFAULT_MAX_LINE_BYTES",
+    "INTERNAL_ERROR",
+    "INVALID_PARAMS",
+    "INVALID_REQUEST",
+    "METHOD_NOT_FOUND",
+    "PARSE_ERROR",
+    "JsonRpcConnection",
+    "NotificationHandler",
+    "ProtocolError",
+    "RequestHandler",
+    "TransportClosed",
+]
+
+log = logging.getLogger(__name__)
+
+PARSE_ERROR = -32700
+INVALID_REQUEST = -32600
+METHOD_NOT_FOUND = -32601
+INVALID_PARAMS = -32602
+INTERNAL_ERROR = -32603
+
+DEFAULT_MAX_LINE_BYTES = 8 * 1024 * 1024
+_READ_CHUNK = 64 * 1024
+_MAX_REMOTE_MESSAGE = 200  # how much of a peer's error message the host-log text keeps
+
+
+class ProtocolError(Exception):
+    """A bad frame, or a JSON-RPC error response (then ``code`` is the peer's error code).
+
+    Handlers of incoming requests may raise it to answer with that error (``code`` defaults to -32603).
+    """
+
+    def __init__(self, message: str, *, code: int | None = None, data: Any = None) -> None:
+        super().__init__(message)
+        self.message = message
+        self.code = code
+        self.data = data
+
+    def __str__(self) -> str:
+        return self.message
+
+
+class TransportClosed(Exception):
+    """The peer's stream ended, writing failed, or the connection was closed."""
+
+    def __init__(self, message: str = "JSON-RPC transport closed") -> None:
+        super().__init__(message)
+
+
+RequestHandler = Callable[[str, Any], Awaitable[Any]]
+NotificationHandler = Callable[[str, Any], Awaitable[None] | None]
+
+
+class FrameReader(Protocol):
+    async def read(self, n: int = -1) -> bytes: ...
+
+
+class FrameWriter(Protocol):
+    def write(self, data: bytes) -> None: ...
+
+    async def drain(self) -> None: ...
+
+    def is_closing(self) -> bool: ...
+
+
+class _BadFrame(Exception):
+    def __init__(self, code: int, reason: str, request_id: Any = None, *, answerable: bool = True) -> None:
+        super().__init__(reason)
+        self.code = code
+        self.reason = reason
+        self.request_id = request_id
+        self.answerable = answerable  # False for a malformed response: responses are never answered
+
+
+_OVERSIZED = object()  # sentinel handed to the dispatcher for a discarded oversized line
+
+
+class JsonRpcConnection:
+    """One JSON-RPC peer over a byte reader and writer. See the module docstring."""
+
+    def __init__(
+        self,
+        reader: FrameReader,
+        writer: FrameWriter,
+        *,
+        on_request: RequestHandler | None = None,
+        on_notification: NotificationHandler | None = None,
+        include_jsonrpc: bool = True,
+        strict: bool = True,
+        max_line_bytes: int = DEFAULT_MAX_LINE_BYTES,
+        name: str = "jsonrpc",
+    ) -> None:
+        if max_line_bytes <= 0:
+            raise ValueError("max_line_bytes must be positive")
+        self._reader = reader
+        self._writer = writer
+        self._on_request = on_request
+        self._on_notification = on_notification
+        self._include_jsonrpc = include_jsonrpc
+        self._strict = strict
+        self._max_line = max_line_bytes
+        self._name = name
+        self._ids = itertools.count(1)
+        self._pending: dict[int, asyncio.Future[Any]] = {}
+        self._write_lock = anyio.Lock()
+        self._tg: anyio.abc.TaskGroup | None = None
+        self._supervisor: asyncio.Task[None] | None = None
+        self._close_requested = anyio.Event()
+        self._handlers_running = 0
+        self._handlers_idle = anyio.Event()
+        self._handlers_idle.set()
+        self._failure: BaseException | None = None  # why the connection stopped (TransportClosed/ProtocolError)
+        self._stopped = anyio.Event()
+
+    # -- lifecycle -------------------------------------------------------------------------------
+
+    async def start(self) -> JsonRpcConnection:
+        """Start reading. The reader and request handlers run in a task group hosted by the
+        connection's own supervisor task, so :meth:`aclose` works from any task."""
+        if self._supervisor is not None:
+            raise RuntimeError("JsonRpcConnection already started")
+        ready = anyio.Event()
+        self._supervisor = asyncio.get_running_loop().create_task(self._supervise(ready), name=self._name)
+        await ready.wait()
+        return self
+
+    async def aclose(self) -> None:
+        """Stop: cancel the reader and running handlers, fail pending requests with
+        :class:`TransportClosed`, and wait for all of it (shielded from the caller's cancellation)."""
+        self._stop(TransportClosed("JSON-RPC connection closed"))
+        self._close_requested.set()
+        supervisor = self._supervisor
+        if supervisor is None:
+            return
+        with anyio.CancelScope(shield=True):
+            await asyncio.wait({supervisor})
+
+    async def __aenter__(self) -> JsonRpcConnection:
+        return await self.start()
+
+    async def __aexit__(self, *exc_info: Any) -> None:
+        await self.aclose()
+
+    async def _supervise(self, ready: anyio.Event) -> None:
+        try:
+            async with anyio.create_task_group() as tg:
+                self._tg = tg
+                tg.start_soon(self._read_loop, name=f"{self._name} reader")
+                ready.set()
+                await self._close_requested.wait()
+                tg.cancel_scope.cancel()
+        except BaseException:  # nothing in the group raises; this only keeps a bug off the event loop
+            log.exception("%s: supervisor failed", self._name)
+            self._stop(ProtocolError("JSON-RPC connection failed"))
+        finally:
+            ready.set()
+
+    @property
+    def closed(self) -> bool:
+        """True once the peer's stream ended, a fatal protocol error happened, or the block was left."""
+        return self._failure is not None
+
+    @property
+    def failure(self) -> BaseException | None:
+        """The :class:`TransportClosed` or :class:`ProtocolError` that stopped the connection, if any."""
+        return self._failure
+
+    async def wait_closed(self) -> None:
+        """Return once the connection stopped (peer EOF, fatal error, or close)."""
+        await self._stopped.wait()
+
+    async def wait_requests_answered(self) -> None:
+        """Return once no incoming request is being handled (every one so far has been answered).
+
+        A server that stops on a ``shutdown`` request waits for this so that its own reply is written.
+        """
+        while self._handlers_running:
+            await self._handlers_idle.wait()
+
+    # -- outgoing --------------------------------------------------------------------------------
+
+    async def request(self, method: str, params: Any = None, *, timeout: float | None = None) -> Any:
+        """Send a request and wait for its result.
+
+        Raises :class:`ProtocolError` (error response or broken protocol), :class:`TransportClosed`,
+        or ``TimeoutError`` after ``timeout`` seconds (the late response is then dropped).
+        """
+        self._raise_if_stopped()
+        request_id = next(self._ids)
+        future: asyncio.Future[Any] = asyncio.get_running_loop().create_future()
+        self._pending[request_id] = future
+        try:
+            await self._send(self._frame(method=method, params=params, id=request_id))
+            if timeout is None:
+                return await future
+            with anyio.fail_after(timeout):
+                return await future
+        finally:
+            self._pending.pop(request_id, None)
+            if not future.done():
+                future.cancel()
+            elif not future.cancelled():
+                future.exception()  # mark retrieved: a failure nobody awaited must not warn at GC
+
+    async def notify(self, method: str, params: Any = None) -> None:
+        """Send a notification (no response). Raises :class:`TransportClosed` if the peer is gone."""
+        self._raise_if_stopped()
+        await self._send(self._frame(method=method, params=params))
+
+    def _raise_if_stopped(self) -> None:
+        if self._supervisor is None:
+            raise RuntimeError("JsonRpcConnection not started (use `async with` or start())")
+        if self._failure is not None:
+            raise _copy_failure(self._failure)
+
+    def _frame(self, **members: Any) -> dict[str, Any]:
+        frame: dict[str, Any] = {"jsonrpc": "2.0"} if self._include_jsonrpc else {}
+        for key, value in members.items():
+            if key == "params" and value is None:
+                continue
+            frame[key] = value
+        return frame
+
+    async def _send(self, frame: dict[str, Any]) -> None:
+        data = json.dumps(frame, ensure_ascii=False, separators=(",", ":"), allow_nan=False).encode() + b"\n"
+        async with self._write_lock:
+            if self._writer.is_closing():
+                raise TransportClosed("JSON-RPC peer stream is closed")
+            try:
+                self._writer.write(data)
+                await self._writer.drain()
+            except (OSError, RuntimeError) as exc:  # broken pipe, reset, closed transport
+                failure = TransportClosed("JSON-RPC write to peer failed")
+                failure.__cause__ = exc
+                self._stop(failure)
+                raise failure from exc
+
+    # -- incoming --------------------------------------------------------------------------------
+
+    async def _read_loop(self) -> None:
+        try:
+            async with contextlib.aclosing(self._lines()) as lines:
+                async for line in lines:
+                    if self._failure is not None:
+                        return
+                    await self._dispatch(line)
+            self._stop(TransportClosed("JSON-RPC peer closed its stream"))
+        except (OSError, RuntimeError) as exc:
+            failure = TransportClosed("JSON-RPC read from peer failed")
+            failure.__cause__ = exc
+            self._stop(failure)
+        except Exception as exc:
+            # Never let a reader bug escape into the owner's task group; the connection just stops.
+            log.exception("%s: reader failed", self._name)
+            failure = ProtocolError("JSON-RPC reader failed")
+            failure.__cause__ = exc
+            self._stop(failure)
+
+    async def _lines(self) -> AsyncIterator[Any]:
+        """Lines without terminators; an oversized line is discarded and yielded as ``_OVERSIZED``."""
+        buffer = bytearray()
+        discarding = False
+        while True:
+            chunk = await self._reader.read(_READ_CHUNK)
+            if not chunk:
+                if buffer and not discarding:
+                    yield bytes(buffer)  # a final unterminated fragment still counts as a frame
+                return
+            start = 0
+            while (newline := chunk.find(b"\n", start)) != -1:
+                piece = chunk[start:newline]
+                start = newline + 1
+                if discarding:
+                    discarding = False
+                    continue
+                if len(buffer) + len(piece) > self._max_line:
+                    buffer.clear()
+                    yield _OVERSIZED
+                    continue
+                buffer += piece
+                line = bytes(buffer)
+                buffer.clear()
+                yield line
+            if not discarding:
+                buffer += chunk[start:]
+                if len(buffer) > self._max_line:
+                    buffer.clear()
+                    discarding = True
+                    yield _OVERSIZED
+
+    async def _dispatch(self, line: Any) -> None:
+        if line is not _OVERSIZED and not line.strip():
+            return  # blank lines (and a lone \r) are not frames
+        try:
+            message = self._parse(line)
+        except _BadFrame as bad:
+            log.warning("%s: bad frame from peer (%s)", self._name, bad.reason)
+            if self._strict:
+                self._stop(ProtocolError(f"bad JSON-RPC frame from peer: {bad.reason}", code=bad.code))
+            elif bad.answerable:
+                await self._reply_error(bad.request_id, bad.code, _ERROR_TEXT[bad.code])
+            return
+        if "method" in message:
+            params = message.get("params")
+            if "id" in message and message["id"] is not None:
+                assert self._tg is not None
+                self._handlers_running += 1
+                self._handlers_idle = anyio.Event()
+                self._tg.start_soon(self._answer, message["id"], message["method"], params)
+            else:
+                await self._notify_handler(message["method"], params)
+            return
+        self._resolve(message)
+
+    def _parse(self, line: Any) -> dict[str, Any]:
+        if line is _OVERSIZED:
+            raise _BadFrame(PARSE_ERROR, f"line longer than {self._max_line} bytes")
+        try:
+            message = json.loads(line, parse_constant=_reject_constant)
+        except (ValueError, RecursionError):
+            raise _BadFrame(PARSE_ERROR, f"not JSON ({len(line)} bytes)")
+        if not isinstance(message, dict):
+            raise _BadFrame(INVALID_REQUEST, "frame is not a JSON object")
+        request_id = message.get("id")
+        if not _valid_id(request_id):
+            raise _BadFrame(INVALID_REQUEST, "invalid id")
+        if "jsonrpc" in message and message["jsonrpc"] != "2.0":
+            raise _BadFrame(INVALID_REQUEST, "unsupported jsonrpc version", request_id)
+        if "method" in message:
+            if not isinstance(message["method"], str) or not message["method"]:
+                raise _BadFrame(INVALID_REQUEST, "method is not a string", request_id)
+            if "params" in message and not isinstance(message["params"], dict | list | None):
+                raise _BadFrame(INVALID_REQUEST, "params is not an object or array", request_id)
+            return message
+        if request_id is None and "error" not in message:
+            raise _BadFrame(INVALID_REQUEST, "frame has neither method nor id", answerable=False)
+        if "error" in message:
+            error = message["error"]
+            if (
+                not isinstance(error, dict)
+                or not isinstance(error.get("code"), int)
+                or isinstance(error.get("code"), bool)
+                or not isinstance(error.get("message"), str)
+            ):
+                raise _BadFrame(INVALID_REQUEST, "malformed error object", answerable=False)
+        elif "result" not in message:
+            raise _BadFrame(INVALID_REQUEST, "response has neither result nor error", answerable=False)
+        return message
+
+    def _resolve(self, message: dict[str, Any]) -> None:
+        # An error with id null answers a frame the peer could not parse: valid, but nobody waits for it.
+        future = self._pending.get(message["id"]) if isinstance(message.get("id"), int) else None
+        if future is None or future.done():
+            log.debug("%s: dropped a response to an unknown request id", self._name)
+            return
+        if "error" in message:
+            error = message["error"]
+            remote_text = error["message"][:_MAX_REMOTE_MESSAGE]
+            future.set_exception(
+                ProtocolError(
+                    f"JSON-RPC error {error['code']} from peer: {remote_text}",
+                    code=error["code"],
+                    data=error.get("data"),
+                )
+            )
+        else:
+            future.set_result(message["result"])
+
+    async def _notify_handler(self, method: str, params: Any) -> None:
+        if self._on_notification is None:
+            return
+        try:
+            outcome = self._on_notification(method, params)
+            if inspect.isawaitable(outcome):
+                await outcome
+        except Exception:
+            # A handler bug must not kill the connection; the traceback is host-side only.
+            log.exception("%s: notification handler failed", self._name)
+
+    async def _answer(self, request_id: Any, method: str, params: Any) -> None:
+        try:
+            await self._answer_one(request_id, method, params)
+        finally:
+            self._handlers_running -= 1
+            if self._handlers_running == 0:
+                self._handlers_idle.set()
+
+    async def _answer_one(self, request_id: Any, method: str, params: Any) -> None:
+        if self._on_request is None:
+            await self._reply_error(request_id, METHOD_NOT_FOUND, _ERROR_TEXT[METHOD_NOT_FOUND])
+            return
+        try:
+            result = await self._on_request(method, params)
+        except ProtocolError as exc:
+            await self._reply_error(request_id, exc.code or INTERNAL_ERROR, exc.message, exc.data)
+            return
+        except Exception:
+            log.exception("%s: request handler failed", self._name)
+            await self._reply_error(request_id, INTERNAL_ERROR, _ERROR_TEXT[INTERNAL_ERROR])
+            return
+        try:
+            await self._send(self._frame(id=request_id, result=result))
+        except (TypeError, ValueError):  # a result JSON cannot carry (NaN, an object): our bug, not theirs
+            log.exception("%s: could not encode the result of %s", self._name, method)
+            await self._reply_error(request_id, INTERNAL_ERROR, _ERROR_TEXT[INTERNAL_ERROR])
+        except TransportClosed:
+            pass
+
+    async def _reply_error(self, request_id: Any, code: int, message: str, data: Any = None) -> None:
+        error: dict[str, Any] = {"code": code, "message": message}
+        if data is not None:
+            error["data"] = data
+        with contextlib.suppress(TransportClosed):
+            await self._send(self._frame(id=request_id, error=error))
+
+    def _stop(self, failure: BaseException) -> None:
+        if self._failure is not None:
+            return
+        self._failure = failure
+        self._stopped.set()
+        for future in self._pending.values():
+            if not future.done():
+                future.set_exception(_copy_failure(failure))
+
+
+_ERROR_TEXT = {
+    PARSE_ERROR: "Parse error",
+    INVALID_REQUEST: "Invalid Request",
+    METHOD_NOT_FOUND: "Method not found",
+    INVALID_PARAMS: "Invalid params",
+    INTERNAL_ERROR: "Internal error",
+}
+
+
+def _copy_failure(failure: BaseException) -> BaseException:
+    """A fresh exception of the same type per waiter (one instance raised in many tasks tangles tracebacks)."""
+    if isinstance(failure, ProtocolError):
+        copy: BaseException = ProtocolError(failure.message, code=failure.code, data=failure.data)
+    else:
+        copy = TransportClosed(str(failure))
+    copy.__cause__ = failure.__cause__
+    return copy
+
+
+def _valid_id(value: Any) -> bool:
+    if value is None or isinstance(value, str):
+        return True
+    if isinstance(value, bool):
+        return False
+    if isinstance(value, int):
+        return True
+    return isinstance(value, float) and math.isfinite(value)
+
+
+def _reject_constant(name: str) -> Any:
+    raise ValueError(f"non-standard JSON constant {name}")

@@ -1,0 +1,297 @@
+"""``dsh serve --stdio``: the child dsh runtime — one agent session served over JSON-RPC on stdin/stdout.
+
+Newline-delimited JSON-RPC 2.0 (see :mod:`agent_loop.jsonrpc`). Requests from the parent:
+
+``initialize {model?, base_url?, max_tokens?, cwd, permission?}``
+    Build the session. The API key comes from ``$DEEPSEEK_API_KEY`` (the parent passes it explicitly;
+    it is never a parameter). ``base_url`` defaults to ``$DEEPSEEK_BASE_URL``, then the DeepSeek default.
+    ``permission`` ``allow`` approves the child's shell commands; ``reject`` (default) denies them.
+    Answers ``{protocolVersion: 1, serverInfo: {name, version}, session: {id}}``.
+``session/prompt {prompt}``
+    Run one turn. Every session event is sent first as a ``session/event {event: {type, data}}``
+    notification (the same vocabulary as the session log, ``turn/end`` included); the response
+    ``{reason}`` comes after the last of them, when the turn has ended.
+``session/cancel``
+    Cancel the running turn (it ends ``aborted``). A request or a notification.
+``shutdown``
+    Cancel any turn, answer ``{}``, and exit 0.
+
+Errors: ``-32002`` not initialized / a turn is already running / already initialized, ``-32602``
+invalid params, ``-32601`` unknown method, ``-32700``/``-32600`` for bad frames (the server carries on).
+End of stdin disposes the session and exits 0. Nothing but JSON-RPC is written to stdout: the real
+stdout is kept for frames and fd 1 is pointed at stderr, so a stray ``print`` cannot corrupt the stream.
+Logs go to stderr, with the API key masked.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import logging
+import os
+import sys
+from collections.abc import Mapping, Sequence
+from typing import Any
+
+import anyio
+import anyio.to_thread
+
+from agent_loop.agent import Agent
+from agent_loop.events import Event
+from agent_loop.jsonrpc import INVALID_PARAMS, JsonRpcConnection, ProtocolError, TransportClosed
+from agent_loop.tools import default_tools
+from llm import DEFAULT_BASE_URL, DEFAULT_MODEL, DeepSeekClient, RedactingFilter, __version__
+
+__all__ = ["PROTOCOL_VERSION", "ChildSession", "main", "serve_stdio", "serve_streams"]
+
+log = logging.getLogger(__name__)
+
+PROTOCOL_VERSION = 1
+SERVER_STATE_ERROR = -32002
+_SHUTDOWN_DRAIN = 5.0  # how long a shutdown waits for the running turn to answer
+
+
+class ChildSession:
+    """The state behind one ``serve`` connection: an agent, once initialized."""
+
+    def __init__(self, env: Mapping[str, str]) -> None:
+        self._env = env
+        self.conn: JsonRpcConnection | None = None
+        self.agent: Agent | None = None
+        self.client: DeepSeekClient | None = None
+        self.done = anyio.Event()
+        self._events: asyncio.Queue[Event] = asyncio.Queue()
+        self._turn_running = False
+
+    # -- dispatch --------------------------------------------------------------------------------
+
+    async def on_request(self, method: str, params: Any) -> Any:
+        if method == "initialize":
+            return self._initialize(params)
+        if method == "session/prompt":
+            return await self._prompt(params)
+        if method == "session/cancel":
+            return self._cancel()
+        if method == "shutdown":
+            return self._shutdown()
+        raise ProtocolError("Method not found", code=-32601)
+
+    def on_notification(self, method: str, params: Any) -> None:
+        if method == "session/cancel":
+            self._cancel()
+        elif method in ("shutdown", "exit"):
+            self._shutdown()
+
+    # -- methods ---------------------------------------------------------------------------------
+
+    def _initialize(self, params: Any) -> dict[str, Any]:
+        if self.agent is not None:
+            raise ProtocolError("already initialized", code=SERVER_STATE_ERROR)
+        if not isinstance(params, Mapping):
+            raise ProtocolError("initialize params must be an object", code=INVALID_PARAMS)
+        model = params.get("model", DEFAULT_MODEL)
+        base_url = params.get("base_url") or self._env.get("DEEPSEEK_BASE_URL") or DEFAULT_BASE_URL
+        max_tokens = params.get("max_tokens")
+        cwd = params.get("cwd")
+        permission = params.get("permission", "reject")
+        if not isinstance(model, str) or not model:
+            raise ProtocolError("initialize: model must be a non-empty string", code=INVALID_PARAMS)
+        if not isinstance(base_url, str) or not base_url.startswith(("http://", "https://")):
+            raise ProtocolError("initialize: base_url must be an http(s) URL", code=INVALID_PARAMS)
+        if max_tokens is not None and (
+            isinstance(max_tokens, bool) or not isinstance(max_tokens, int) or max_tokens < 1
+        ):
+            raise ProtocolError("initialize: max_tokens must be a positive integer", code=INVALID_PARAMS)
+        if not isinstance(cwd, str) or not os.path.isdir(cwd):
+            raise ProtocolError("initialize: cwd must be an existing directory", code=INVALID_PARAMS)
+        if permission not in ("allow", "reject"):
+            raise ProtocolError('initialize: permission must be "allow" or "reject"', code=INVALID_PARAMS)
+        api_key = self._env.get("DEEPSEEK_API_KEY") or None
+        self.client = DeepSeekClient(base_url=base_url, api_key=api_key)
+        tools = default_tools(_allow_all if permission == "allow" else None)
+        self.agent = Agent(self.client, model=model, tools=tools, label="child", max_tokens=max_tokens, cwd=cwd)
+        self.agent.subscribe(self._events.put_nowait)
+        return {
+            "protocolVersion": PROTOCOL_VERSION,
+            "serverInfo": {"name": "dsh", "version": __version__},
+            "session": {"id": f"child-{os.getpid()}"},
+        }
+
+    async def _prompt(self, params: Any) -> dict[str, Any]:
+        agent = self.agent
+        if agent is None:
+            raise ProtocolError("not initialized", code=SERVER_STATE_ERROR)
+        if self._turn_running or self.done.is_set():
+            raise ProtocolError("a turn is already running", code=SERVER_STATE_ERROR)
+        prompt = params.get("prompt") if isinstance(params, Mapping) else None
+        if not isinstance(prompt, str):
+            raise ProtocolError("session/prompt: prompt must be a string", code=INVALID_PARAMS)
+        self._turn_running = True
+        try:
+            reason = await agent.run_turn(prompt)
+        finally:
+            self._turn_running = False
+        await self._events.join()  # every event of the turn is on the wire before the response
+        return {"reason": reason.to_dict()}
+
+    def _cancel(self) -> dict[str, Any]:
+        if self.agent is not None:
+            self.agent.cancel("cancelled")
+        return {}
+
+    def _shutdown(self) -> dict[str, Any]:
+        self._cancel()
+        self.done.set()
+        return {}
+
+    # -- event pump ------------------------------------------------------------------------------
+
+    async def pump_events(self) -> None:
+        """Send queued session events as ``session/event`` notifications, in order."""
+        while True:
+            event = await self._events.get()
+            try:
+                if self.conn is not None and not self.conn.closed:
+                    await self.conn.notify("session/event", {"event": {"type": event.type, "data": event.data}})
+            except TransportClosed:
+                pass  # the parent is gone; the run loop notices and ends the session
+            except Exception:
+                log.exception("could not send a %s event", event.type)
+            finally:
+                self._events.task_done()
+
+    async def aclose(self) -> None:
+        with anyio.CancelScope(shield=True):
+            if self.agent is not None:
+                await self.agent.aclose()  # a running turn ends ``disposed``
+            if self.client is not None:
+                await self.client.aclose()
+
+
+async def _allow_all(command: str) -> str:
+    return "yes"
+
+
+async def serve_streams(reader: Any, writer: Any, env: Mapping[str, str] | None = None) -> int:
+    """Serve one session over the given byte streams until ``shutdown`` or the end of input."""
+    session = ChildSession(os.environ if env is None else env)
+    async with (
+        JsonRpcConnection(
+            reader,
+            writer,
+            on_request=session.on_request,
+            on_notification=session.on_notification,
+            strict=False,
+            name="dsh serve",
+        ) as conn,
+        anyio.create_task_group() as tg,
+    ):
+        session.conn = conn
+        tg.start_soon(session.pump_events)
+
+        async def until_input_ends() -> None:
+            await conn.wait_closed()
+            session.done.set()
+
+        tg.start_soon(until_input_ends)
+        await session.done.wait()
+        if not conn.closed:
+            # shutdown: let the running turn answer (it was cancelled) and the shutdown reply go out
+            with anyio.move_on_after(_SHUTDOWN_DRAIN):
+                await conn.wait_requests_answered()
+                await session._events.join()
+        await session.aclose()
+        tg.cancel_scope.cancel()
+    return 0
+
+
+class _ThreadReader:
+    """Blocking reads in a worker thread, for a stdin that asyncio cannot watch (a regular file)."""
+
+    def __init__(self, fd: int) -> None:
+        self._fd = fd
+
+    async def read(self, n: int = -1) -> bytes:
+        return await anyio.to_thread.run_sync(os.read, self._fd, n if n > 0 else 65536, abandon_on_cancel=True)
+
+
+class _BlockingWriter:
+    """Synchronous writes, for a stdout that asyncio cannot watch (a regular file)."""
+
+    def __init__(self, fd: int) -> None:
+        self._fd = fd
+        self._buffer = bytearray()
+        self._closed = False
+
+    def write(self, data: bytes) -> None:
+        self._buffer += data
+
+    async def drain(self) -> None:
+        while self._buffer:
+            written = os.write(self._fd, self._buffer)
+            del self._buffer[:written]
+
+    def is_closing(self) -> bool:
+        return self._closed
+
+
+async def _stdio_streams(out_fd: int) -> tuple[Any, Any]:
+    loop = asyncio.get_running_loop()
+    reader: Any
+    writer: Any
+    try:
+        stream_reader = asyncio.StreamReader(limit=2**20)
+        await loop.connect_read_pipe(lambda: asyncio.StreamReaderProtocol(stream_reader), sys.stdin.buffer)
+        reader = stream_reader
+    except (ValueError, OSError):
+        reader = _ThreadReader(sys.stdin.fileno())
+    out = os.fdopen(out_fd, "wb", buffering=0)
+    try:
+        transport, protocol = await loop.connect_write_pipe(asyncio.streams.FlowControlMixin, out)
+        writer = asyncio.StreamWriter(transport, protocol, None, loop)
+    except (ValueError, OSError):
+        writer = _BlockingWriter(out.fileno())
+    return reader, writer
+
+
+def _configure_logging() -> None:
+    secrets = tuple(s for s in (os.environ.get("DEEPSEEK_API_KEY"),) if s)
+    handler = logging.StreamHandler(sys.stderr)
+    handler.addFilter(RedactingFilter(secrets))
+    handler.setFormatter(logging.Formatter("dsh serve: %(levelname)s %(name)s: %(message)s"))
+    root = logging.getLogger()
+    root.handlers[:] = [handler]
+    root.setLevel(logging.DEBUG if os.environ.get("DSH_DEBUG", "") not in ("", "0") else logging.WARNING)
+
+
+async def serve_stdio() -> int:
+    """Serve one session on this process's stdin/stdout (the ``dsh serve --stdio`` entry)."""
+    # Frames go to the real stdout; fd 1 (and with it sys.stdout) now points at stderr.
+    out_fd = os.dup(1)
+    os.dup2(2, 1)
+    reader, writer = await _stdio_streams(out_fd)
+    try:
+        return await serve_streams(reader, writer)
+    finally:
+        with contextlib.suppress(Exception):
+            writer.close()
+
+
+_USAGE = "usage: dsh serve --stdio\n"
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    """``dsh serve`` arguments (without ``serve``). Exit 0 after a clean shutdown, 2 for bad usage."""
+    args = list(sys.argv[1:] if argv is None else argv)
+    if args != ["--stdio"]:
+        sys.stderr.write(_USAGE)
+        return 2
+    _configure_logging()
+    try:
+        return anyio.run(serve_stdio)
+    except KeyboardInterrupt:
+        return 130
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())

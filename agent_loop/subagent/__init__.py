@@ -1,0 +1,207 @@
+"""Subagents: the provider-neutral seam, and the registry that builds providers from configuration.
+
+A ``[subagents.NAME]`` table in the config file is a dict; :func:`build_provider` turns it into a
+:class:`SubagentProvider` by its ``provider`` key:
+
+=================  ==========================================  ==================================
+``provider``       module (imported only when built)           child
+=================  ==========================================  ==================================
+``dsh``            ``agent_loop.subagent.dsh_sdk``              ``dsh serve --stdio`` (JSON-RPC)
+``acp``            ``agent_loop.subagent.acp``                  any ACP agent over stdio
+``claude-code``    ``agent_loop.subagent.claude_code``          Claude Code (claude-agent-sdk)
+``codex``          ``agent_loop.subagent.codex``                ``codex app-server``
+=================  ==========================================  ==================================
+
+Provider module convention: each module exposes
+``from_config(name: str, config: Mapping[str, Any], parent: ParentContext | None) -> SubagentProvider``
+(``provider_from_config(name, config)`` / ``build_provider(name, config)`` are accepted too). Heavy
+SDKs stay unimported until then.
+"""
+
+from __future__ import annotations
+
+import importlib
+import inspect
+import math
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass
+from typing import Any
+
+from agent_loop.subagent.result import (
+    DIAGNOSTIC_LIMIT_BYTES,
+    STOP_REASONS,
+    SubagentProvider,
+    SubagentRequest,
+    SubagentResult,
+    SubagentRun,
+    limit_diagnostic,
+)
+from llm import HarnessError
+
+__all__ = [
+    "DIAGNOSTIC_LIMIT_BYTES",
+    "PROVIDER_MODULES",
+    "STOP_REASONS",
+    "ParentContext",
+    "SubagentConfigError",
+    "SubagentProvider",
+    "SubagentRequest",
+    "SubagentResult",
+    "SubagentRun",
+    "build_provider",
+    "build_providers",
+    "config_bool",
+    "config_command",
+    "config_env",
+    "config_number",
+    "config_string",
+    "limit_diagnostic",
+]
+
+PROVIDER_MODULES: dict[str, str] = {
+    "dsh": "agent_loop.subagent.dsh_sdk",
+    "dsh-sdk": "agent_loop.subagent.dsh_sdk",
+    "acp": "agent_loop.subagent.acp",
+    "claude-code": "agent_loop.subagent.claude_code",
+    "codex": "agent_loop.subagent.codex",
+}
+
+
+@dataclass(frozen=True, slots=True)
+class ParentContext:
+    """What a provider may inherit from the parent session unless its table overrides it."""
+
+    model: str | None = None
+    base_url: str | None = None
+    api_key: str | None = None
+    cwd: str | None = None
+
+
+class SubagentConfigError(HarnessError):
+    """A ``[subagents.NAME]`` table that cannot be used. The message names the table and key only."""
+
+    def __init__(self, name: str, message: str) -> None:
+        super().__init__(f"[subagents.{name}] {message}", "CONFIG")
+        self.subagent = name
+
+
+def build_provider(name: str, config: Mapping[str, Any], parent: ParentContext | None = None) -> SubagentProvider:
+    """The provider for one ``[subagents.NAME]`` table (its module is imported only now).
+
+    Raises :class:`SubagentConfigError` for a bad name or an unknown ``provider``; problems inside a
+    table are the provider's to report (the ones here answer with ``stage: initialize; category:
+    configuration`` when a run starts, so one typo does not keep the REPL from starting).
+    """
+    if not isinstance(name, str) or not name or not all(ch.isalnum() or ch in "_.-" for ch in name):
+        raise SubagentConfigError(str(name)[:40], "the subagent name must be letters, digits, '_', '.' or '-'")
+    if not isinstance(config, Mapping):
+        raise SubagentConfigError(name, "must be a table")
+    kind = config.get("provider")
+    module_name = PROVIDER_MODULES.get(kind) if isinstance(kind, str) else None
+    if module_name is None:
+        known = ", ".join(sorted(set(PROVIDER_MODULES) - {"dsh-sdk"}))
+        raise SubagentConfigError(name, f"provider must be one of: {known}")
+    module = importlib.import_module(module_name)
+    for entry in _ENTRY_POINTS:
+        factory = getattr(module, entry, None)
+        if callable(factory):
+            if _accepts_parent(factory):
+                return factory(name, config, parent)
+            return factory(name, config)
+    raise SubagentConfigError(name, f"provider {kind} is not available in this build")
+
+
+# Module-level factories, in order of preference: ``from_config(name, config, parent)`` is the
+# convention; the others are what some provider modules expose with ``(name, config)``.
+_ENTRY_POINTS = ("from_config", "provider_from_config", "build_provider")
+
+
+def _accepts_parent(factory: Any) -> bool:
+    try:
+        parameters = inspect.signature(factory).parameters.values()
+    except (TypeError, ValueError):
+        return False
+    positional = [p for p in parameters if p.kind in (p.POSITIONAL_ONLY, p.POSITIONAL_OR_KEYWORD)]
+    return len(positional) >= 3 or any(p.kind is p.VAR_POSITIONAL for p in parameters)
+
+
+def build_providers(
+    tables: Mapping[str, Mapping[str, Any]], parent: ParentContext | None = None
+) -> dict[str, SubagentProvider]:
+    """Every configured subagent, by name, in table order."""
+    return {name: build_provider(name, table, parent) for name, table in tables.items()}
+
+
+# -- shared parsing of table entries (providers use these so every table reads the same way) -------
+
+
+def config_string(name: str, config: Mapping[str, Any], key: str, default: str | None = None) -> str | None:
+    value = config.get(key, default)
+    if value is None:
+        return None
+    if not isinstance(value, str) or not value:
+        raise SubagentConfigError(name, f"{key} must be a non-empty string")
+    return value
+
+
+def config_number(
+    name: str, config: Mapping[str, Any], key: str, default: float | None, *, section: str | None = None
+) -> float | None:
+    """A positive finite number from ``config[key]`` (or ``config[section][key]``)."""
+    source = config.get(section, {}) if section else config
+    if not isinstance(source, Mapping):
+        raise SubagentConfigError(name, f"{section} must be a table")
+    value = source.get(key, default)
+    label = f"{section}.{key}" if section else key
+    if value is None:
+        return None
+    if isinstance(value, bool) or not isinstance(value, int | float) or not math.isfinite(value) or value <= 0:
+        raise SubagentConfigError(name, f"{label} must be a positive number")
+    return float(value)
+
+
+def config_bool(name: str, config: Mapping[str, Any], key: str, default: bool) -> bool:
+    value = config.get(key, default)
+    if not isinstance(value, bool):
+        raise SubagentConfigError(name, f"{key} must be true or false")
+    return value
+
+
+def config_command(name: str, config: Mapping[str, Any], default: Sequence[str] | None = None) -> list[str]:
+    """``command`` (a string or an argv list) followed by ``args``; ``default`` when no command is set."""
+    command = config.get("command")
+    if command is None:
+        if default is None:
+            raise SubagentConfigError(name, "command is required")
+        argv = list(default)
+    elif isinstance(command, str) and command:
+        argv = [command]
+    elif (
+        isinstance(command, Sequence)
+        and not isinstance(command, str)
+        and command
+        and all(isinstance(part, str) and part for part in command)
+    ):
+        argv = list(command)
+    else:
+        raise SubagentConfigError(name, "command must be a non-empty string or list of strings")
+    args = config.get("args", [])
+    if isinstance(args, str) or not isinstance(args, Sequence) or not all(isinstance(a, str) for a in args):
+        raise SubagentConfigError(name, "args must be a list of strings")
+    return argv + list(args)
+
+
+def config_env(name: str, config: Mapping[str, Any]) -> dict[str, str]:
+    """``env`` entries passed explicitly to the child (on top of the allowlist)."""
+    env = config.get("env", {})
+    if not isinstance(env, Mapping):
+        raise SubagentConfigError(name, "env must be a table of strings")
+    result: dict[str, str] = {}
+    for key, value in env.items():
+        if not isinstance(key, str) or not key or "=" in key or "\0" in key:
+            raise SubagentConfigError(name, "env names must be non-empty strings without '=' or NUL")
+        if not isinstance(value, str) or "\0" in value:
+            # The value itself is never echoed: it may be a secret.
+            raise SubagentConfigError(name, f"env.{key} must be a string")
+        result[key] = value
+    return result

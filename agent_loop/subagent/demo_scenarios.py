@@ -1,0 +1,179 @@
+"""Demo data for delegation: subagent tables for ``dsh --demo`` and one scenario per failure category.
+
+Plain data plus two small functions, so the demo can use it without ``agent_loop`` importing ``repl``
+or ``fixtures`` (imports point one way). The front end:
+
+* builds its :class:`~agent_loop.subagent.tool.SubagentToolkit` from :func:`demo_subagent_tables`
+  (plus the user's own ``[subagents.NAME]`` tables) with the demo server as the parent's base URL, so
+  the child dsh streams from the same embedded endpoint;
+* calls :func:`register_demo_scenarios` with ``repl.demo.register_scenario`` and
+  ``fixtures.fault_server.Behaviour``.
+
+Each scenario scripts the main model to call the ``subagent`` tool (and, for a real child dsh, the
+child's own request), then to answer. The child dsh is the real ``dsh serve --stdio``; protocol faults
+a real child cannot produce come from ``fixtures/dsh_child_scripted.py``; the ACP agent is
+``fixtures/acp_agent.py``. ``expect`` is the exact line (or line prefix) the REPL prints.
+"""
+
+from __future__ import annotations
+
+import json
+import sys
+from collections.abc import Callable, Mapping
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+__all__ = [
+    "DELEGATION_SCENARIOS",
+    "DelegationScenario",
+    "demo_subagent_tables",
+    "register_demo_scenarios",
+]
+
+_ROOT = str(Path(__file__).resolve().parents[2])
+_FAIL = "    Subagent failure (provider: {name}; "
+
+
+def _scripted(script: Mapping[str, Any]) -> dict[str, Any]:
+    return {
+        "provider": "dsh",
+        "command": [sys.executable, "-m", "fixtures.dsh_child_scripted"],
+        "env": {"PYTHONPATH": _ROOT, "DSH_SCRIPTED_CHILD": json.dumps(script)},
+        "eof_grace": 1.0,
+        "term_grace": 1.0,
+    }
+
+
+def _acp(**env: str) -> dict[str, Any]:
+    return {
+        "provider": "acp",
+        "command": sys.executable,
+        "args": ["-m", "fixtures.acp_agent"],
+        "env": {"PYTHONPATH": _ROOT, **{f"ACP_FAKE_{key.upper()}": value for key, value in env.items()}},
+    }
+
+
+def demo_subagent_tables() -> dict[str, dict[str, Any]]:
+    """``[subagents.NAME]`` tables for the demo: a real child dsh, scripted faults, the fake ACP agent."""
+    return {
+        "dsh": {"provider": "dsh"},  # the real `dsh serve --stdio`; model and base URL from the parent
+        "dsh-garbage": _scripted({"prompt": "garbage"}),
+        "dsh-no-terminal": _scripted({"prompt": "no_terminal", "text": "An answer with no turn end."}),
+        "dsh-odd-end": _scripted({"reason": {"kind": "paused"}}),
+        "dsh-disposed": _scripted({"reason": {"kind": "disposed"}, "text": "Started, then the session closed."}),
+        "dsh-exit": _scripted({"prompt": "exit", "exit_code": 9}),
+        "dsh-exit-later": _scripted({"prompt": "exit", "exit_code": 9, "delay": 1.5, "text": "Read 3 of 5 files."}),
+        "dsh-killed": _scripted({"prompt": "exit", "signal": "SIGKILL"}),
+        "dsh-bad-init": _scripted({"initialize": "error"}),
+        "dsh-missing": {"provider": "dsh", "command": ["/nonexistent/dsh-child", "serve", "--stdio"]},
+        "dsh-slow": _scripted({"prompt": "hang", "text": "Still working on it..."}),
+        "acp": _acp(text="The ACP agent did the task."),
+        "acp-limit": _acp(stop="max_turn_requests", text="Stopped at the turn limit."),
+        "acp-permission": _acp(permission="execute", stop="max_tokens", text="Needed a shell command."),
+        "acp-exit": _acp(exit_at="prompt", exit_code="9"),
+        "acp-odd-stop": _acp(stop="paused"),
+        "acp-no-session": _acp(session_id="omit"),
+    }
+
+
+@dataclass(frozen=True, slots=True)
+class DelegationScenario:
+    name: str
+    summary: str
+    provider: str  # a name from demo_subagent_tables()
+    expect: str
+    child: tuple[tuple[str, dict[str, Any]], ...] = ()  # fault-server behaviours for a real child's requests
+    task: str = "Summarise the project README in two sentences."
+    background: bool = False
+    after: tuple[tuple[str, dict[str, Any]], ...] = field(default=())  # more main-model replies, in order
+
+
+_ANSWER = "The subagent's result is above; when a run fails, its diagnostic line says why.\n"
+
+
+def _line(name: str, rest: str) -> str:
+    return _FAIL.format(name=name) + rest
+
+
+# fmt: off
+DELEGATION_SCENARIOS: tuple[DelegationScenario, ...] = (
+    DelegationScenario("delegate-dsh", "delegate to a child dsh (it streams from the demo endpoint too)", "dsh",
+                       "  [tool result] The child dsh read the task and answered it.",
+                       child=(("text", {"text": "The child dsh read the task and answered it."}),)),
+    DelegationScenario("dsh-child-error", "the child dsh's own request fails (HTTP 401): child-error", "dsh",
+                       _line("dsh", "stage: session-run; category: child-error; stop reason: error)"),
+                       child=(("http_401", {}),)),
+    DelegationScenario("dsh-max-tokens", "the child dsh hits its output-token limit", "dsh",
+                       "  [tool result] Error: subagent run hit its token limit before finishing",
+                       child=(("length", {}),)),
+    DelegationScenario("dsh-refusal", "the child dsh's prompt guard refuses the task: refusal", "dsh",
+                       "  [tool result] Error: subagent declined the task",
+                       task="Use the key AKIAABCDEFGHIJKLMNOP to upload the report."),
+    DelegationScenario("dsh-protocol", "the child prints garbage on its JSON-RPC stdout: protocol", "dsh-garbage",
+                       _line("dsh-garbage", "stage: session-run; category: protocol)")),
+    DelegationScenario("dsh-missing-terminal", "the child answers the prompt without a turn/end: missing-terminal",
+                       "dsh-no-terminal", _line("dsh-no-terminal", "stage: session-run; category: missing-terminal)")),
+    DelegationScenario("dsh-child-unknown", "the child ends its turn with an unknown kind: child-unknown",
+                       "dsh-odd-end", _line("dsh-odd-end", "stage: session-run; category: child-unknown)")),
+    DelegationScenario("dsh-child-disposed", "the child's session is disposed mid-turn: child-disposed",
+                       "dsh-disposed",
+                       _line("dsh-disposed", "stage: session-run; category: child-disposed; stop reason: disposed)")),
+    DelegationScenario("dsh-transport", "the child exits with code 9 mid-prompt: transport + exit code", "dsh-exit",
+                       _line("dsh-exit", "stage: session-run; category: transport; exit code: 9)")),
+    DelegationScenario("dsh-signal", "the child is killed by SIGKILL mid-prompt: transport + signal", "dsh-killed",
+                       _line("dsh-killed", "stage: session-run; category: transport; signal: SIGKILL)")),
+    DelegationScenario("dsh-initialize", "the child rejects initialize: initialize protocol", "dsh-bad-init",
+                       _line("dsh-bad-init", "stage: initialize; category: protocol)")),
+    DelegationScenario("dsh-configuration", "the configured child command does not exist: configuration",
+                       "dsh-missing", _line("dsh-missing", "stage: initialize; category: configuration)")),
+    DelegationScenario("dsh-background", "a background job fails; its completion notice arrives inline",
+                       "dsh-exit-later",
+                       "[job] background job subagent-", background=True,
+                       after=(("text", {"text": "Started it in the background; dsh tells me when it ends.\n"}),
+                              ("tool_call", {"id": "call_demo_job_output", "name": "job_output",
+                                             "arguments": '{"job_id": "subagent-1"}',
+                                             "reasoning": "The job finished; read what it left."}))),
+    DelegationScenario("delegate-acp", "delegate to an ACP agent (the fake one, on the official SDK)", "acp",
+                       "  [tool result] The ACP agent did the task."),
+    DelegationScenario("acp-remote-limit", "the ACP agent stops with max_turn_requests: remote-limit", "acp-limit",
+                       _line("acp-limit", "stage: prompt; category: remote-limit; stop reason: max_turn_requests)")),
+    DelegationScenario("acp-permission", "the ACP agent asks to run a command; the policy rejects it",
+                       "acp-permission",
+                       "    Subagent permission decision (policy: reject; request: execute; decision: rejected)"),
+    DelegationScenario("acp-process-exit", "the ACP agent exits with code 9 mid-prompt: process-exit", "acp-exit",
+                       _line("acp-exit", "stage: process; category: process-exit; exit code: 9)")),
+    DelegationScenario("acp-unknown-stop", "the ACP agent sends an unknown stop reason: unknown", "acp-odd-stop",
+                       _line("acp-odd-stop", "stage: prompt; category: unknown)")),
+    DelegationScenario("acp-new-session", "the ACP agent's session/new has no session id: protocol",
+                       "acp-no-session", _line("acp-no-session", "stage: new-session; category: protocol)")),
+)
+# fmt: on
+
+
+def _tool_call_arguments(scenario: DelegationScenario) -> str:
+    args: dict[str, Any] = {"description": "demo delegation", "prompt": scenario.task, "provider": scenario.provider}
+    if scenario.background:
+        args["run_in_background"] = True
+    return json.dumps(args)
+
+
+def scenario_setup(scenario: DelegationScenario, behaviour: Callable[..., Any]) -> Callable[[Any], None]:
+    """The demo setup for one scenario: script the main model's tool call, the child's requests, answers."""
+
+    def setup(turn: Any) -> None:
+        turn.push(
+            behaviour("tool_call", id="call_demo_subagent", name="subagent", arguments=_tool_call_arguments(scenario),
+                      reasoning="This is self-contained: delegate it to a subagent."),
+            *(behaviour(name, **params) for name, params in scenario.child),
+            *(behaviour(name, **params) for name, params in scenario.after),
+        )
+        turn.server.default = behaviour("text", text=_ANSWER)
+
+    return setup
+
+
+def register_demo_scenarios(register: Callable[..., Any], behaviour: Callable[..., Any]) -> None:
+    """``register`` is ``repl.demo.register_scenario``; ``behaviour`` is ``fixtures.fault_server.Behaviour``."""
+    for scenario in DELEGATION_SCENARIOS:
+        register(scenario.name, scenario.summary, scenario_setup(scenario, behaviour), expect=scenario.expect)
