@@ -1,0 +1,185 @@
+"""What the two product providers (Claude Code, Codex) share: the one-shot run and config helpers.
+
+A product run is one delegated task: spawn the product, hand it the prompt, wait for its terminal
+message, tear it down. :class:`OneShotRun` drives all of that inside the first :meth:`result` call, in
+the caller's task, so every resource it opens (task groups, the JSON-RPC connection, the child process)
+is entered and left in one task. :meth:`cancel` and :meth:`dispose` may come from other tasks: they
+only signal, and ``dispose`` then waits for the run to settle.
+"""
+
+from __future__ import annotations
+
+import logging
+import os
+import signal
+from collections.abc import Mapping, Sequence
+from typing import Any
+
+import anyio
+
+from agent_loop.subagent import SubagentConfigError
+from agent_loop.subagent.result import SubagentRequest, SubagentResult
+
+__all__ = [
+    "ABORTED",
+    "OneShotRun",
+    "SettledRun",
+    "config_names",
+    "descendants",
+    "explicit_env",
+    "kill_survivors",
+    "log_failure",
+    "reject_unknown_keys",
+]
+
+ABORTED = SubagentResult(output="", stop_reason="aborted", diagnostic=None)
+
+
+class OneShotRun:
+    """Runs :meth:`_execute` once, on the first :meth:`result` call; later calls get the same result.
+
+    Subclasses implement ``_execute`` and watch :attr:`cancel_requested` (an ``anyio.Event``) to stop
+    early; a locally cancelled run settles as ``aborted`` with no diagnostic.
+    """
+
+    def __init__(self) -> None:
+        self.cancel_requested = anyio.Event()
+        self._settled = anyio.Event()
+        self._result: SubagentResult | None = None
+        self._running = False
+        self._disposed = False
+
+    async def _execute(self) -> SubagentResult:  # pragma: no cover - abstract
+        raise NotImplementedError
+
+    async def result(self) -> SubagentResult:
+        if self._result is not None:
+            return self._result
+        if self._running:
+            await self._settled.wait()
+            return self._result if self._result is not None else ABORTED
+        if self._disposed or self.cancel_requested.is_set():
+            self._result = ABORTED
+            return ABORTED
+        self._running = True
+        try:
+            self._result = await self._execute()
+        finally:
+            self._running = False
+            self._settled.set()
+        return self._result
+
+    async def cancel(self) -> None:
+        self.cancel_requested.set()
+
+    async def dispose(self) -> None:
+        """Idempotent: stop a run in progress and wait until its child is gone."""
+        self._disposed = True
+        self.cancel_requested.set()
+        if self._running:
+            await self._settled.wait()
+
+
+class SettledRun(OneShotRun):
+    """A run that never starts a child: its result is fixed (e.g. an unusable configuration)."""
+
+    def __init__(self, result: SubagentResult) -> None:
+        super().__init__()
+        self._fixed = result
+
+    async def _execute(self) -> SubagentResult:
+        return self._fixed
+
+
+# -- config helpers -------------------------------------------------------------------------------
+# The scalar ones are the registry's (``agent_loop.subagent.config_*``, raising SubagentConfigError that
+# names the table and key only); these cover what the product tables add.
+
+
+def config_names(name: str, config: Mapping[str, Any], key: str) -> tuple[str, ...]:
+    """A list of names (``pass_env``, ``setting_sources``); empty when absent."""
+    value = config.get(key, [])
+    if isinstance(value, str) or not isinstance(value, Sequence) or not all(isinstance(v, str) and v for v in value):
+        raise SubagentConfigError(name, f"{key} must be a list of strings")
+    return tuple(value)
+
+
+def reject_unknown_keys(name: str, config: Mapping[str, Any], known: frozenset[str]) -> None:
+    unknown = sorted(str(key) for key in config if key not in known)
+    if unknown:
+        raise SubagentConfigError(name, f"unknown keys: {', '.join(unknown)}")
+
+
+def explicit_env(env: Mapping[str, str], pass_env: Sequence[str], request: SubagentRequest) -> dict[str, str]:
+    """The explicit entries for the child: config ``env``, named parent variables, the request's env.
+
+    ``ManagedProcess`` adds these to its allowlist; nothing else of the parent reaches the child.
+    """
+    merged = dict(env)
+    for name in pass_env:
+        if name in os.environ:
+            merged[name] = os.environ[name]
+    merged.update(request.env)
+    return merged
+
+
+# -- escapees ------------------------------------------------------------------------------------
+# The products start helpers in sessions of their own (Codex's shell-snapshot login shell, for one),
+# out of reach of the process-group kill. Teardown therefore notes every descendant while the leader
+# still lives and kills whatever of them outlives the ladder. Each is identified by pid *and* start
+# time, so a recycled pid is never hit.
+
+
+def _stat_fields(pid: int) -> list[bytes] | None:
+    try:
+        with open(f"/proc/{pid}/stat", "rb") as handle:
+            stat = handle.read()
+    except OSError:
+        return None
+    return stat[stat.rfind(b")") + 2 :].split()  # state ppid pgrp ... (field 3 onwards)
+
+
+def descendants(root: int) -> dict[int, bytes]:
+    """pid -> start time of every live process below ``root`` (Linux ``/proc``; empty elsewhere)."""
+    try:
+        entries = [int(e) for e in os.listdir("/proc") if e.isdigit()]
+    except OSError:
+        return {}
+    children: dict[int, list[int]] = {}
+    started: dict[int, bytes] = {}
+    for pid in entries:
+        fields = _stat_fields(pid)
+        if fields is None or len(fields) < 20 or fields[0] == b"Z":
+            continue
+        children.setdefault(int(fields[1]), []).append(pid)
+        started[pid] = fields[19]  # field 22: start time since boot
+    found: dict[int, bytes] = {}
+    stack = [root]
+    while stack:
+        for child in children.get(stack.pop(), []):
+            if child not in found:
+                found[child] = started[child]
+                stack.append(child)
+    return found
+
+
+def kill_survivors(noted: dict[int, bytes]) -> int:
+    """SIGKILL the noted processes that are still alive (same pid, same start time). Returns how many."""
+    killed = 0
+    for pid, start in noted.items():
+        fields = _stat_fields(pid)
+        if fields is None or len(fields) < 20 or fields[0] == b"Z" or fields[19] != start:
+            continue
+        try:
+            os.kill(pid, signal.SIGKILL)
+            killed += 1
+        except OSError:
+            pass
+    return killed
+
+
+def log_failure(log: logging.Logger, product: str, diagnostic: str | None, cause: BaseException | None) -> None:
+    """The host-log record of a failed run: the safe line plus the raw cause chain (host side only)."""
+    if diagnostic is None:
+        return
+    log.info("%s subagent run failed: %s", product, diagnostic.replace("\n", " | "), exc_info=cause)

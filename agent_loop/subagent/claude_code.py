@@ -1,0 +1,466 @@
+"""Claude Code as a subagent: the official ``claude-agent-sdk`` driving the ``claude`` CLI, unattended.
+
+Config (``[subagents.NAME]``, ``provider = "claude-code"``; the ``dsh[claude]`` extra installs the SDK,
+whose wheel bundles the CLI)::
+
+    cli_path = "/opt/claude/bin/claude"   # optional; "claude" means the one on PATH; default: bundled
+    model = "claude-sonnet-4-5"           # optional
+    permission_mode = "dontAsk"           # dontAsk (default) | acceptEdits | plan | bypassPermissions
+    max_turns = 20                        # optional
+    max_budget_usd = 1.0                  # optional
+    setting_sources = []                  # which Claude Code settings to load (default: none)
+    env = { ANTHROPIC_API_KEY = "..." }   # explicit child environment entries
+    pass_env = ["ANTHROPIC_API_KEY"]      # parent variables passed through by name
+
+Unattended means: no session persistence, the fixed permission mode, and a permission callback that
+denies with a fixed message (recorded as an unattended decision). The CLI's environment is the
+managed-process allowlist plus the explicit entries above — nothing else of the parent — and its stderr
+never reaches the terminal (see :mod:`agent_loop.subagent._claude_transport`).
+
+A run succeeds only for a ``result`` with subtype ``success``, ``is_error`` false and a non-blank
+``result``, followed by a normal end of the stream. Anything else is ``error`` with the line
+``Product subagent failure (product: Claude Code; stage: …; category: …[; exit code: …][; signal: …])``,
+built from closed facts only: the stage, the SDK's exact result subtype (or our own ``invalid-success``,
+``missing-result``, ``process-exit``, ``configuration``, ``unknown``), the typed exception class and
+the observed exit.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import importlib
+import logging
+import os
+import shutil
+from collections.abc import AsyncIterator, Mapping
+from dataclasses import dataclass, field
+from pathlib import Path
+from types import ModuleType
+from typing import Any
+
+import anyio
+
+from agent_loop.subagent import (
+    ParentContext,
+    SubagentConfigError,
+    config_command,
+    config_env,
+    config_number,
+    config_string,
+)
+from agent_loop.subagent._product_run import (
+    OneShotRun,
+    SettledRun,
+    config_names,
+    explicit_env,
+    log_failure,
+    reject_unknown_keys,
+)
+from agent_loop.subagent.diagnostics import join_lines, product_failure, unattended_decision
+from agent_loop.subagent.process import ExitStatus
+from agent_loop.subagent.result import SubagentRequest, SubagentResult
+
+__all__ = [
+    "DENY_MESSAGE",
+    "ERROR_SUBTYPES",
+    "PERMISSION_MODES",
+    "PRODUCT",
+    "ClaudeCodeConfig",
+    "ClaudeCodeProvider",
+    "ClaudeCodeRun",
+    "build_provider",
+    "from_config",
+]
+
+log = logging.getLogger(__name__)
+
+PRODUCT = "Claude Code"
+PERMISSION_MODES: frozenset[str] = frozenset({"dontAsk", "acceptEdits", "plan", "bypassPermissions"})
+ERROR_SUBTYPES: frozenset[str] = frozenset(
+    {"error_during_execution", "error_max_turns", "error_max_budget_usd", "error_max_structured_output_retries"}
+)
+SETTING_SOURCES: frozenset[str] = frozenset({"user", "project", "local"})
+DENY_MESSAGE = (
+    "Permission denied: this Claude Code subagent runs unattended and cannot ask for approval. "
+    "Continue without this tool call."
+)
+_EXIT_WAIT = 2.0  # a transport failure: how long to wait for the CLI's exit, which then classifies it
+
+
+@dataclass(frozen=True, slots=True)
+class ClaudeCodeConfig:
+    cli_path: str | None = None
+    command: tuple[str, ...] | None = None  # a whole argv prefix instead of cli_path (tests, wrappers)
+    model: str | None = None
+    permission_mode: str = "dontAsk"
+    max_turns: int | None = None
+    max_budget_usd: float | None = None
+    setting_sources: tuple[str, ...] = ()
+    env: dict[str, str] = field(default_factory=dict)
+    pass_env: tuple[str, ...] = ()
+    eof_grace: float = 3.0
+    term_grace: float = 2.0
+
+    @classmethod
+    def from_mapping(cls, name: str, config: Mapping[str, Any]) -> ClaudeCodeConfig:
+        """Raises :class:`SubagentConfigError` (naming the table and key only)."""
+        reject_unknown_keys(name, config, _CONFIG_KEYS)
+        mode = config_string(name, config, "permission_mode", "dontAsk")
+        if mode not in PERMISSION_MODES:
+            raise SubagentConfigError(name, f"permission_mode must be one of: {', '.join(sorted(PERMISSION_MODES))}")
+        sources = config_names(name, config, "setting_sources")
+        if not set(sources) <= SETTING_SOURCES:
+            raise SubagentConfigError(name, f"setting_sources may only name: {', '.join(sorted(SETTING_SOURCES))}")
+        max_turns = config.get("max_turns")
+        if max_turns is not None and (isinstance(max_turns, bool) or not isinstance(max_turns, int) or max_turns < 1):
+            raise SubagentConfigError(name, "max_turns must be a positive integer")
+        command = config_command(name, config, ()) if "command" in config else None
+        if command is not None and not command:
+            raise SubagentConfigError(name, "command must be a non-empty string or list of strings")
+        return cls(
+            cli_path=config_string(name, config, "cli_path"),
+            command=tuple(command) if command else None,
+            model=config_string(name, config, "model"),
+            permission_mode=mode or "dontAsk",
+            max_turns=max_turns,
+            max_budget_usd=config_number(name, config, "max_budget_usd", None),
+            setting_sources=sources,
+            env=config_env(name, config),
+            pass_env=config_names(name, config, "pass_env"),
+            eof_grace=config_number(name, config, "eof_grace", 3.0) or 3.0,
+            term_grace=config_number(name, config, "term_grace", 2.0) or 2.0,
+        )
+
+
+_CONFIG_KEYS = frozenset(
+    {"provider", "cli_path", "command", "args", "model", "permission_mode", "max_turns", "max_budget_usd",
+     "setting_sources", "env", "pass_env", "eof_grace", "term_grace"}
+)  # fmt: skip
+
+
+class ClaudeCodeProvider:
+    """``[subagents.NAME] provider = "claude-code"``."""
+
+    def __init__(self, name: str, config: ClaudeCodeConfig | None = None, *, problem: str | None = None) -> None:
+        self.name = name
+        self.config = config or ClaudeCodeConfig()
+        self.problem = problem  # host-only: why every run fails with ``configuration``
+
+    async def start(self, request: SubagentRequest) -> OneShotRun:
+        if self.problem is not None:
+            line = product_failure(PRODUCT, "query-start", "configuration")
+            return SettledRun(SubagentResult(output="", stop_reason="error", diagnostic=line))
+        return ClaudeCodeRun(self.config, request)
+
+
+def from_config(name: str, config: Mapping[str, Any], parent: ParentContext | None = None) -> ClaudeCodeProvider:
+    """``[subagents.NAME]`` with ``provider = "claude-code"``. Nothing is inherited from ``parent``.
+
+    Never raises: a bad table gives a provider whose runs fail with ``stage: query-start; category:
+    configuration`` (the problem, which names only the table and key, goes to the host log now).
+    """
+    try:
+        return ClaudeCodeProvider(name, ClaudeCodeConfig.from_mapping(name, config))
+    except SubagentConfigError as exc:
+        log.warning("%s", exc)
+        return ClaudeCodeProvider(name, problem=str(exc))
+
+
+build_provider = from_config
+
+
+# -- one run --------------------------------------------------------------------------------------
+
+
+@dataclass(slots=True)
+class _Failure:
+    stage: str
+    category: str
+    exit_status: ExitStatus | None = None
+    cause: BaseException | None = None
+
+    def line(self) -> str:
+        return product_failure(PRODUCT, self.stage, self.category, exit_status=self.exit_status)
+
+
+_ABORTED = "aborted"  # the outcome of a local cancellation
+
+
+@dataclass(slots=True)
+class _Observed:
+    """What the message stream told us, kept as typed values only."""
+
+    texts: list[str] = field(default_factory=list)
+    result: Any = None  # the latest ResultMessage
+    denied: bool = False
+
+    def partial_output(self) -> str:
+        return "\n\n".join(self.texts)
+
+
+class ClaudeCodeRun(OneShotRun):
+    def __init__(self, config: ClaudeCodeConfig, request: SubagentRequest) -> None:
+        super().__init__()
+        self._config = config
+        self._request = request
+        self._observed = _Observed()
+        self.transport: Any = None  # the ManagedCLITransport once built (tests read its pid)
+        self.started = anyio.Event()  # set once the CLI is up and initialized
+
+    async def _execute(self) -> SubagentResult:
+        client: Any = None
+        outcome: _Failure | str | None
+        try:
+            sdk, transport_module = _load_sdk()
+        except ImportError as exc:  # the dsh[claude] extra is not installed
+            return self._settle(_Failure("query-start", "configuration", cause=exc), None)
+        try:
+            if not os.path.isdir(self._request.cwd):
+                raise NotADirectoryError("the working directory does not exist")
+            argv = self._argv(sdk)
+            self.transport = transport_module.ManagedCLITransport(
+                argv,
+                env=self._child_env(sdk),
+                cwd=self._request.cwd,
+                eof_grace=self._config.eof_grace,
+                term_grace=self._config.term_grace,
+            )
+            client = sdk.ClaudeSDKClient(
+                options=sdk.ClaudeAgentOptions(can_use_tool=self._deny_tool), transport=self.transport
+            )
+        except (sdk.CLINotFoundError, NotADirectoryError) as exc:
+            outcome = _Failure("query-start", "configuration", cause=exc)
+        except Exception as exc:  # e.g. an environment entry the OS cannot take
+            outcome = _Failure("query-start", "unknown", cause=exc)
+        else:
+            outcome = None
+        teardown: _Failure | None = None
+        try:
+            if outcome is None:
+                outcome = await self._drive(sdk, client)
+        finally:
+            with anyio.CancelScope(shield=True):
+                teardown = await self._teardown(client)
+        return self._settle(outcome, teardown)
+
+    # -- start and run ----------------------------------------------------------------------------
+
+    async def _drive(self, sdk: ModuleType, client: Any) -> _Failure | str | None:
+        stage = "query-start"
+        error: Exception | None = None
+        cancelled = False
+        async with anyio.create_task_group() as tg:
+
+            async def watch_cancel() -> None:
+                nonlocal cancelled
+                await self.cancel_requested.wait()
+                cancelled = True
+                tg.cancel_scope.cancel()
+
+            async def bound_linger() -> None:
+                # After its result the CLI gets stdin EOF and exits; one that lingers is left to teardown.
+                await result_seen.wait()
+                await anyio.sleep(self._config.eof_grace)
+                tg.cancel_scope.cancel()
+
+            result_seen = anyio.Event()
+            tg.start_soon(watch_cancel)
+            tg.start_soon(bound_linger)
+            try:
+                await client.connect(self._prompt_stream())
+                stage = "query-run"
+                self.started.set()
+                async with contextlib.aclosing(client.receive_messages()) as messages:
+                    async for message in messages:
+                        self._observe(sdk, message)
+                        if isinstance(message, sdk.ResultMessage):
+                            result_seen.set()
+            except Exception as exc:
+                error = exc
+            tg.cancel_scope.cancel()
+        if cancelled:
+            return _ABORTED
+        if error is not None:
+            return await self._classify(sdk, stage, error)
+        return self._judge_result(sdk)
+
+    async def _prompt_stream(self) -> AsyncIterator[dict[str, Any]]:
+        yield {
+            "type": "user",
+            "message": {"role": "user", "content": self._request.prompt},
+            "parent_tool_use_id": None,
+            "session_id": "",
+        }
+
+    async def _deny_tool(self, tool_name: str, tool_input: dict[str, Any], context: Any) -> Any:
+        sdk, _ = _load_sdk()
+        self._observed.denied = True
+        return sdk.PermissionResultDeny(message=DENY_MESSAGE)
+
+    def _observe(self, sdk: ModuleType, message: Any) -> None:
+        if isinstance(message, sdk.AssistantMessage):
+            # A synthetic message carrying an API error is the product's error prose, not the agent's work.
+            if message.error is None and message.parent_tool_use_id is None:
+                text = "".join(block.text for block in message.content if isinstance(block, sdk.TextBlock))
+                if text.strip():
+                    self._observed.texts.append(text)
+        elif isinstance(message, sdk.ResultMessage):
+            self._observed.result = message
+            if isinstance(message.permission_denials, list) and message.permission_denials:
+                self._observed.denied = True
+
+    def _judge_result(self, sdk: ModuleType) -> _Failure | None:
+        """The stream ended normally: is its last ``result`` a real success?"""
+        exit_status = self._exit_status()
+        result = self._observed.result
+        if result is None:
+            return _Failure("query-run", "missing-result", exit_status)
+        subtype = result.subtype
+        if subtype == "success":
+            if result.is_error is False and isinstance(result.result, str) and result.result.strip():
+                return None
+            return _Failure("query-run", "invalid-success", exit_status)
+        if subtype in ERROR_SUBTYPES:
+            return _Failure("query-run", subtype, exit_status)
+        return _Failure("query-run", "unknown", exit_status)
+
+    async def _classify(self, sdk: ModuleType, stage: str, exc: Exception) -> _Failure:
+        """A typed SDK failure -> closed facts. By type only; the message is never read."""
+        if isinstance(exc, sdk.ResultError):
+            subtype = exc.subtype
+            if subtype in ERROR_SUBTYPES:
+                category = subtype
+            elif subtype == "success":
+                category = "invalid-success"  # an is_error "success": an API failure the CLI reported
+            else:
+                category = "unknown"
+            return _Failure(stage, category, self._exit_status(), exc)
+        if isinstance(exc, sdk.ProcessError):
+            # The CLI ended before a terminal result (or after a result, abnormally).
+            return _Failure("process" if stage == "query-run" else stage, "process-exit", self._exit_status(), exc)
+        if isinstance(exc, sdk.CLINotFoundError):  # the configured CLI cannot be executed
+            return _Failure(stage, "configuration", None, exc)
+        if isinstance(exc, sdk.CLIConnectionError):
+            # A write to a child that is dying: the observed exit classifies it, not the transport error.
+            status = await self._wait_exit()
+            if status is not None and status != ExitStatus(0, None):
+                return _Failure("process" if stage == "query-run" else stage, "process-exit", status, exc)
+            return _Failure(stage, "unknown", status, exc)
+        # CLIJSONDecodeError, MessageParseError, a control-request timeout, anything else.
+        return _Failure(stage, "unknown", self._exit_status(), exc)
+
+    def _exit_status(self) -> ExitStatus | None:
+        """The CLI's own exit, if it happened before anyone (we or the SDK's rollback) tore it down."""
+        transport = self.transport
+        if transport is None:
+            return None
+        return transport.exit_before_close if transport.closing else transport.process.exit_status
+
+    async def _wait_exit(self) -> ExitStatus | None:
+        transport = self.transport
+        if transport is None or not transport.process.started:
+            return None
+        if not transport.closing:
+            await transport.process.wait_exit(_EXIT_WAIT)
+        return self._exit_status()
+
+    # -- teardown and settlement ------------------------------------------------------------------
+
+    async def _teardown(self, client: Any) -> _Failure | None:
+        error: BaseException | None = None
+        if client is not None:
+            try:
+                await client.disconnect()
+            except Exception as exc:
+                error = exc
+        if self.transport is None or not self.transport.process.started:
+            return _Failure("teardown", "unknown", cause=error) if error is not None else None
+        teardown = await self.transport.process.terminate(
+            eof_grace=self._config.eof_grace, term_grace=self._config.term_grace
+        )
+        log.debug("Claude Code teardown: %s (stderr tail kept host-side: %d bytes)", teardown.tier,
+                  self.transport.process.stderr_bytes_seen)  # fmt: skip
+        if error is not None or teardown.tier in ("sigkill", "unreaped"):
+            return _Failure("teardown", "unknown", teardown.exit_status, error)
+        return None
+
+    def _settle(self, outcome: _Failure | str | None, teardown: _Failure | None) -> SubagentResult:
+        observed = self._observed
+        if outcome == _ABORTED:
+            return SubagentResult(output=observed.partial_output(), stop_reason="aborted")
+        if outcome is None and teardown is None:
+            return SubagentResult(output=observed.result.result, stop_reason="completed")
+        failure = outcome if isinstance(outcome, _Failure) else None
+        # When only the teardown failed, the answer is still the best partial output.
+        output = observed.result.result if failure is None else observed.partial_output()
+        decision = (
+            unattended_decision(PRODUCT, self._config.permission_mode, "tool permission", "denied")
+            if observed.denied
+            else None
+        )
+        diagnostic = join_lines(failure.line() if failure else None, teardown.line() if teardown else None, decision)
+        cause = (failure.cause if failure else None) or (teardown.cause if teardown else None)
+        log_failure(log, PRODUCT, diagnostic, cause)
+        return SubagentResult(output=output, stop_reason="error", diagnostic=diagnostic)
+
+    # -- the child ------------------------------------------------------------------------------
+
+    def _argv(self, sdk: ModuleType) -> list[str]:
+        config = self._config
+        argv = [*config.command] if config.command else [_resolve_cli(sdk, config.cli_path)]
+        argv += ["--output-format", "stream-json", "--verbose"]
+        if config.model:
+            argv += ["--model", config.model]
+        if config.max_turns:
+            argv += ["--max-turns", str(config.max_turns)]
+        if config.max_budget_usd is not None:
+            argv += ["--max-budget-usd", str(config.max_budget_usd)]
+        argv += [
+            "--permission-mode", config.permission_mode,
+            # Permission prompts come to our can_use_tool callback over the control protocol.
+            "--permission-prompt-tool", "stdio",
+            f"--setting-sources={','.join(config.setting_sources)}",
+            "--no-session-persistence",
+            "--input-format", "stream-json",
+        ]  # fmt: skip
+        return argv
+
+    def _child_env(self, sdk: ModuleType) -> dict[str, str]:
+        env = {
+            # What the SDK's own transport tells the CLI about its host.
+            "CLAUDE_CODE_ENTRYPOINT": "sdk-py",
+            # The CLI then reports session state, which the SDK needs to close stdin at the right time.
+            "CLAUDE_CODE_SDK_READS_SESSION_STATE": "1",
+        }
+        env.update(explicit_env(self._config.env, self._config.pass_env, self._request))
+        env["CLAUDE_AGENT_SDK_VERSION"] = sdk.__version__
+        env["PWD"] = self._request.cwd
+        return env
+
+
+def _load_sdk() -> tuple[ModuleType, ModuleType]:
+    """Import the SDK lazily (the ``dsh[claude]`` extra); silence its logger's last-resort stderr output."""
+    sdk = importlib.import_module("claude_agent_sdk")
+    sdk_log = logging.getLogger("claude_agent_sdk")
+    if not any(isinstance(h, logging.NullHandler) for h in sdk_log.handlers):
+        # Without a handler, logging's last resort prints the SDK's errors over the REPL; with one,
+        # records still propagate to whatever host log is configured.
+        sdk_log.addHandler(logging.NullHandler())
+    transport = importlib.import_module("agent_loop.subagent._claude_transport")
+    return sdk, transport
+
+
+def _resolve_cli(sdk: ModuleType, cli_path: str | None) -> str:
+    """Configured ``cli_path`` (a bare name is looked up on PATH), else the bundled CLI, else PATH."""
+    if cli_path:
+        found = shutil.which(cli_path) if os.sep not in cli_path else cli_path
+        if found and os.path.isfile(found) and os.access(found, os.X_OK):
+            return found
+        raise sdk.CLINotFoundError("Claude Code not found")
+    bundled = Path(sdk.__file__).parent / "_bundled" / "claude"
+    if bundled.is_file() and os.access(bundled, os.X_OK):
+        return str(bundled)
+    found = shutil.which("claude")
+    if found:
+        return found
+    raise sdk.CLINotFoundError("Claude Code not found")

@@ -1,0 +1,652 @@
+"""Codex as a subagent: our own client of ``codex app-server`` over stdio.
+
+Config (``[subagents.NAME]``, ``provider = "codex"``; the ``dsh[codex]`` extra installs the
+``openai-codex-cli-bin`` wheel with the real binary)::
+
+    command = ["/usr/local/bin/codex"]     # optional argv prefix; default: the wheel's binary, else PATH
+    model = "gpt-5-codex"                  # optional
+    sandbox = "read-only"                  # read-only (default) | workspace-write
+    turn_timeout = 600                     # seconds; then turn/interrupt and settle
+    config = { model_reasoning_effort = "low" }   # `codex -c key=value` overrides
+    env = { CODEX_HOME = "/home/me/.codex-sub" }  # explicit child environment entries
+    pass_env = ["OPENAI_API_KEY"]          # parent variables passed through by name
+
+The wire format is newline-delimited JSON-RPC *without* the ``jsonrpc`` member. One run is
+``initialize`` -> ``initialized`` -> ``thread/start {cwd, ephemeral: true, approvalPolicy: "never",
+sandbox}`` -> ``turn/start`` -> notifications until ``turn/completed``. Approval requests are answered
+unattended (decline, no authority granted) and recorded. A turn deadline guards against Codex's own
+retry loop (a refused upstream makes it retry for minutes): on expiry we send ``turn/interrupt`` and
+settle.
+
+Failures are ``Product subagent failure (product: Codex; stage: …; category: …[; HTTP status: …]
+[; exit code: …][; signal: …])``: the ``codexErrorInfo`` variant name verbatim (string variants and the
+known object variants; the four connection/stream variants add an integer ``httpStatusCode``), our own
+closed facts (``process-exit``, ``timeout``, ``configuration``) or ``unknown`` — never the product's message text.
+``contextWindowExceeded`` is the stop reason ``max-tokens``; everything else is ``error``.
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+import os
+import shutil
+from collections.abc import Awaitable, Callable, Mapping
+from dataclasses import dataclass, field
+from typing import Any
+
+import anyio
+
+from agent_loop.jsonrpc import METHOD_NOT_FOUND, JsonRpcConnection, ProtocolError, TransportClosed
+from agent_loop.subagent import (
+    ParentContext,
+    SubagentConfigError,
+    config_command,
+    config_env,
+    config_number,
+    config_string,
+)
+from agent_loop.subagent._product_run import (
+    OneShotRun,
+    SettledRun,
+    config_names,
+    descendants,
+    explicit_env,
+    kill_survivors,
+    log_failure,
+    reject_unknown_keys,
+)
+from agent_loop.subagent.diagnostics import join_lines, product_failure, unattended_decision
+from agent_loop.subagent.process import ExitStatus, ManagedProcess, ProcessStartError
+from agent_loop.subagent.result import SubagentRequest, SubagentResult
+
+__all__ = [
+    "APPROVAL_POLICY",
+    "OBJECT_VARIANTS",
+    "PRODUCT",
+    "STATUS_VARIANTS",
+    "STRING_VARIANTS",
+    "CodexConfig",
+    "CodexProvider",
+    "CodexRun",
+    "build_provider",
+    "classify_error_info",
+    "from_config",
+]
+
+log = logging.getLogger(__name__)
+
+PRODUCT = "Codex"
+APPROVAL_POLICY = "never"
+SANDBOXES: frozenset[str] = frozenset({"read-only", "workspace-write"})
+
+# codexErrorInfo of app-server 0.163.0 (v2 schema): unit variants are bare strings, struct variants
+# single-key objects.
+STRING_VARIANTS: frozenset[str] = frozenset(
+    {
+        "contextWindowExceeded", "sessionBudgetExceeded", "usageLimitExceeded", "rateLimitExceeded",
+        "flexUnavailable", "serverOverloaded", "cyberPolicy", "misalignmentPolicyViolation",
+        "tooManyDenials", "internalServerError", "unauthorized", "badRequest", "threadRollbackFailed",
+        "sandboxError", "other",
+    }
+)  # fmt: skip
+STATUS_VARIANTS: frozenset[str] = frozenset(
+    {"httpConnectionFailed", "responseStreamConnectionFailed", "responseStreamDisconnected",
+     "responseTooManyFailedAttempts"}
+)  # fmt: skip
+OBJECT_VARIANTS: frozenset[str] = STATUS_VARIANTS | {"activeTurnNotSteerable"}
+
+_HANDSHAKE_STAGES = frozenset({"initialize", "thread-start"})
+_EXIT_WAIT = 2.0  # the wire broke: how long to wait for the app-server's exit, which then classifies it
+_DRAIN_AFTER_EXIT = 0.5  # the app-server exited: how long its last frames may still trickle in
+
+# Server -> client requests answered unattended: (request kind, decision, reply granting nothing).
+_UNATTENDED_REPLIES: dict[str, tuple[str, str, dict[str, Any]]] = {
+    "item/commandExecution/requestApproval": ("command execution", "declined", {"decision": "decline"}),
+    "item/fileChange/requestApproval": ("file change", "declined", {"decision": "decline"}),
+    "item/permissions/requestApproval": ("permissions", "declined", {"permissions": {}, "scope": "turn"}),
+    "item/tool/requestUserInput": ("user input", "declined", {"answers": {}}),
+    "mcpServer/elicitation/request": ("elicitation", "declined", {"action": "decline"}),
+    "item/tool/call": ("dynamic tool call", "declined", {"contentItems": [], "success": False}),
+    # v1 names, still in the 0.163.0 schema
+    "execCommandApproval": ("command execution", "denied", {"decision": "denied"}),
+    "applyPatchApproval": ("file change", "denied", {"decision": "denied"}),
+}
+
+
+def classify_error_info(info: object) -> tuple[str, int | None]:
+    """A ``codexErrorInfo`` value -> (category, HTTP status). Only declared variants pass; else unknown."""
+    if isinstance(info, str):
+        return (info, None) if info in STRING_VARIANTS else ("unknown", None)
+    if not isinstance(info, dict) or len(info) != 1:
+        return "unknown", None  # malformed, or an object naming more than one variant
+    ((name, body),) = info.items()
+    if name not in OBJECT_VARIANTS or not isinstance(body, dict):
+        return "unknown", None
+    if name in STATUS_VARIANTS:
+        status = body.get("httpStatusCode")
+        if isinstance(status, int) and not isinstance(status, bool):
+            return name, status
+        return name, None
+    return name, None  # activeTurnNotSteerable: its turn kind is not exposed
+
+
+@dataclass(frozen=True, slots=True)
+class CodexConfig:
+    command: tuple[str, ...] | None = None
+    model: str | None = None
+    sandbox: str = "read-only"
+    turn_timeout: float = 600.0
+    startup_timeout: float = 60.0
+    overrides: tuple[tuple[str, str], ...] = ()  # (key, TOML value) for `-c key=value`
+    env: dict[str, str] = field(default_factory=dict)
+    pass_env: tuple[str, ...] = ()
+    interrupt_grace: float = 5.0  # after turn/interrupt: how long the turn may take to report it
+    eof_grace: float = 2.0
+    term_grace: float = 2.0
+
+    @classmethod
+    def from_mapping(cls, name: str, config: Mapping[str, Any]) -> CodexConfig:
+        """Raises :class:`SubagentConfigError` (naming the table and key only)."""
+        reject_unknown_keys(name, config, _CONFIG_KEYS)
+        sandbox = config_string(name, config, "sandbox", "read-only")
+        if sandbox not in SANDBOXES:
+            raise SubagentConfigError(name, f"sandbox must be one of: {', '.join(sorted(SANDBOXES))}")
+        command = config_command(name, config, ()) if "command" in config else None
+        if command is not None and not command:
+            raise SubagentConfigError(name, "command must be a non-empty string or list of strings")
+
+        def seconds(key: str, default: float) -> float:
+            return config_number(name, config, key, default) or default
+
+        return cls(
+            command=tuple(command) if command else None,
+            model=config_string(name, config, "model"),
+            sandbox=sandbox or "read-only",
+            turn_timeout=seconds("turn_timeout", 600.0),
+            startup_timeout=seconds("startup_timeout", 60.0),
+            overrides=_overrides(name, config.get("config", {})),
+            env=config_env(name, config),
+            pass_env=config_names(name, config, "pass_env"),
+            interrupt_grace=seconds("interrupt_grace", 5.0),
+            eof_grace=seconds("eof_grace", 2.0),
+            term_grace=seconds("term_grace", 2.0),
+        )
+
+
+_CONFIG_KEYS = frozenset(
+    {"provider", "command", "args", "model", "sandbox", "turn_timeout", "startup_timeout", "config", "env",
+     "pass_env", "interrupt_grace", "eof_grace", "term_grace"}
+)  # fmt: skip
+
+
+def _overrides(name: str, table: object) -> tuple[tuple[str, str], ...]:
+    if not isinstance(table, Mapping):
+        raise SubagentConfigError(name, "config must be a table")
+    pairs: list[tuple[str, str]] = []
+    for key, value in table.items():
+        if not isinstance(key, str) or not key or any(ch.isspace() or ch == "=" for ch in key):
+            raise SubagentConfigError(name, "config keys must be non-empty names without spaces or '='")
+        if isinstance(value, bool):
+            text = "true" if value else "false"
+        elif isinstance(value, int | float):
+            text = repr(value)
+        elif isinstance(value, str):
+            text = json.dumps(value)  # a JSON string is a valid TOML basic string
+        else:
+            raise SubagentConfigError(name, f"config.{key} must be a string, number or boolean")
+        pairs.append((key, text))
+    return tuple(pairs)
+
+
+class CodexProvider:
+    """``[subagents.NAME] provider = "codex"``."""
+
+    def __init__(self, name: str, config: CodexConfig | None = None, *, problem: str | None = None) -> None:
+        self.name = name
+        self.config = config or CodexConfig()
+        self.problem = problem  # host-only: why every run fails with ``configuration``
+
+    async def start(self, request: SubagentRequest) -> OneShotRun:
+        if self.problem is not None:
+            line = product_failure(PRODUCT, "initialize", "configuration")
+            return SettledRun(SubagentResult(output="", stop_reason="error", diagnostic=line))
+        return CodexRun(self.config, request)
+
+
+def from_config(name: str, config: Mapping[str, Any], parent: ParentContext | None = None) -> CodexProvider:
+    """``[subagents.NAME]`` with ``provider = "codex"``. Nothing is inherited from ``parent``.
+
+    Never raises: a bad table gives a provider whose runs fail with ``stage: initialize; category:
+    configuration`` (the problem, which names only the table and key, goes to the host log now).
+    """
+    try:
+        return CodexProvider(name, CodexConfig.from_mapping(name, config))
+    except SubagentConfigError as exc:
+        log.warning("%s", exc)
+        return CodexProvider(name, problem=str(exc))
+
+
+build_provider = from_config
+
+
+# -- one run --------------------------------------------------------------------------------------
+
+
+@dataclass(slots=True)
+class _Failure:
+    stage: str
+    category: str
+    http_status: int | None = None
+    exit_status: ExitStatus | None = None
+    cause: BaseException | None = None
+    stop_reason: str = "error"
+
+    def line(self) -> str:
+        return product_failure(PRODUCT, self.stage, self.category, self.http_status, self.exit_status)
+
+
+class _BinaryNotFound(Exception):
+    pass
+
+
+class _BadResponse(Exception):
+    """A response that does not have the shape the protocol promises (its content stays host-side)."""
+
+
+_ABORTED = "aborted"
+_NO_ERROR_INFO = object()
+
+
+@dataclass(slots=True)
+class _AgentMessage:
+    item_id: str
+    text: str
+    phase: str | None
+
+
+@dataclass(slots=True)
+class _TurnState:
+    """What the notifications told us, as typed values."""
+
+    messages: list[_AgentMessage] = field(default_factory=list)
+    deltas: dict[str, list[str]] = field(default_factory=dict)
+    last_error_info: object = _NO_ERROR_INFO
+    completed_turn: dict[str, Any] | None = None
+    completed: anyio.Event = field(default_factory=anyio.Event)
+
+    def record_message(self, item: dict[str, Any]) -> None:
+        item_id, text, phase = item.get("id"), item.get("text"), item.get("phase")
+        if not isinstance(item_id, str) or not isinstance(text, str):
+            return
+        if any(m.item_id == item_id for m in self.messages):
+            return
+        self.messages.append(_AgentMessage(item_id, text, phase if isinstance(phase, str) else None))
+
+    def answer(self) -> str | None:
+        """The latest final-answer agent message (phase ``final_answer``; a message without a phase is
+        a legacy final answer; a ``partial_answer`` is the last resort; commentary never is)."""
+        for wanted in ("final_answer", None, "partial_answer"):
+            for message in reversed(self.messages):
+                if message.phase == wanted and message.text.strip():
+                    return message.text
+        return None
+
+    def partial_output(self) -> str:
+        answer = self.answer()
+        if answer is not None:
+            return answer
+        for message in reversed(self.messages):
+            if message.text.strip():
+                return message.text
+        for pieces in reversed(list(self.deltas.values())):
+            text = "".join(pieces)
+            if text.strip():
+                return text
+        return ""
+
+
+class CodexRun(OneShotRun):
+    def __init__(self, config: CodexConfig, request: SubagentRequest) -> None:
+        super().__init__()
+        self._config = config
+        self._request = request
+        self._turn = _TurnState()
+        self._thread_id: str | None = None
+        self._turn_id: str | None = None
+        self._decision: tuple[str, str] | None = None  # latest unattended decision (request, decision)
+        self._interrupt_sent = False
+        self.process: ManagedProcess | None = None  # tests read its pid
+        self.turn_started = anyio.Event()
+
+    async def _execute(self) -> SubagentResult:
+        try:
+            argv, extra_path = self._argv()
+        except _BinaryNotFound as exc:
+            return self._settle(_Failure("initialize", "configuration", cause=exc), None)
+        self.process = ManagedProcess(argv, env=self._child_env(extra_path), cwd=self._request.cwd)
+        try:
+            await self.process.start()
+        except ProcessStartError as exc:  # the command or the working directory does not exist
+            return self._settle(_Failure("initialize", "configuration", cause=exc), None)
+        outcome: _Failure | str | None = None
+        try:
+            outcome = await self._drive(self.process)
+        finally:
+            with anyio.CancelScope(shield=True):
+                teardown = await self._teardown(self.process)
+        return self._settle(outcome, teardown)
+
+    # -- the conversation -----------------------------------------------------------------------
+
+    async def _drive(self, process: ManagedProcess) -> _Failure | str | None:
+        assert process.stdout is not None and process.stdin is not None
+        async with JsonRpcConnection(
+            process.stdout,
+            process.stdin,
+            on_request=self._on_request,
+            on_notification=self._on_notification,
+            include_jsonrpc=False,
+            name="codex",
+        ) as conn:
+            return await self._conversation(conn, process)
+
+    async def _conversation(self, conn: JsonRpcConnection, process: ManagedProcess) -> _Failure | str | None:
+        startup = self._config.startup_timeout
+        # initialize -> initialized
+        kind, value = await self._race(
+            lambda: conn.request("initialize", {"clientInfo": _client_info()}, timeout=startup), None
+        )
+        if kind != "done":
+            return await self._stage_failure("initialize", kind, value, process)
+        kind, value = await self._race(lambda: conn.notify("initialized"), None)
+        if kind != "done":
+            return await self._stage_failure("initialize", kind, value, process)
+        # thread/start
+        params: dict[str, Any] = {
+            "cwd": self._request.cwd,
+            "ephemeral": True,
+            "approvalPolicy": APPROVAL_POLICY,
+            "sandbox": self._config.sandbox,
+        }
+        if self._config.model:
+            params["model"] = self._config.model
+        kind, value = await self._race(lambda: self._start_thread(conn, params, startup), None)
+        if kind != "done":
+            return await self._stage_failure("thread-start", kind, value, process)
+        # turn/start, then the turn, both under the turn deadline
+        deadline = anyio.current_time() + self._config.turn_timeout
+        kind, value = await self._race(lambda: self._start_turn(conn), deadline)
+        if kind != "done":
+            if kind == "deadline" and self._turn.completed.is_set():
+                kind = "done"  # the turn ended before its own start was acknowledged: judge it
+            else:
+                return await self._stage_failure("turn-start", kind, value, process)
+        self.turn_started.set()
+        kind, value = await self._race(lambda: self._until_turn_end(conn), deadline)
+        if kind == "done":
+            return self._judge_turn()
+        if kind in ("cancel", "deadline"):
+            await self._interrupt(conn)
+            if kind == "cancel":
+                return _ABORTED
+            category, status = self._latest_error_category(default="timeout")
+            return _Failure("turn", category, status, cause=TimeoutError("turn deadline"))
+        return await self._stage_failure("turn", kind, value, process)
+
+    async def _start_thread(self, conn: JsonRpcConnection, params: dict[str, Any], timeout: float) -> None:
+        result = await conn.request("thread/start", params, timeout=timeout)
+        thread = result.get("thread") if isinstance(result, dict) else None
+        thread_id = thread.get("id") if isinstance(thread, dict) else None
+        if not isinstance(thread_id, str) or not thread_id:
+            raise _BadResponse("thread/start result has no thread id")
+        self._thread_id = thread_id
+
+    async def _start_turn(self, conn: JsonRpcConnection) -> None:
+        params = {"threadId": self._thread_id, "input": [{"type": "text", "text": self._request.prompt}]}
+        result = await conn.request("turn/start", params)
+        turn = result.get("turn") if isinstance(result, dict) else None
+        turn_id = turn.get("id") if isinstance(turn, dict) else None
+        if not isinstance(turn_id, str) or not turn_id:
+            raise _BadResponse("turn/start result has no turn id")
+        self._turn_id = turn_id
+
+    async def _until_turn_end(self, conn: JsonRpcConnection) -> None:
+        if self._turn.completed.is_set():
+            return
+        async with anyio.create_task_group() as tg:
+
+            async def connection_end() -> None:
+                await conn.wait_closed()
+                tg.cancel_scope.cancel()
+
+            tg.start_soon(connection_end)
+            await self._turn.completed.wait()
+            tg.cancel_scope.cancel()
+        if not self._turn.completed.is_set():
+            raise conn.failure or TransportClosed()
+
+    async def _interrupt(self, conn: JsonRpcConnection) -> None:
+        """``turn/interrupt`` and a bounded wait for the turn to report it: the run then settles."""
+        if self._turn_id is None or self._thread_id is None or conn.closed:
+            return
+        self._interrupt_sent = True
+        with anyio.move_on_after(self._config.interrupt_grace):
+            try:
+                await conn.request("turn/interrupt", {"threadId": self._thread_id, "turnId": self._turn_id})
+            except (ProtocolError, TransportClosed):
+                return
+            await self._until_turn_end(conn)
+
+    async def _race(self, work: Callable[[], Awaitable[Any]], deadline: float | None) -> tuple[str, Any]:
+        """Run ``work`` against local cancellation and an optional deadline.
+
+        Returns ``("done", value)``, ``("error", exception)``, ``("cancel", None)`` or
+        ``("deadline", None)``, whichever came first.
+        """
+        outcome: list[tuple[str, Any]] = []
+        async with anyio.create_task_group() as tg:
+
+            async def run_work() -> None:
+                try:
+                    outcome.append(("done", await work()))
+                except Exception as exc:  # classified by the caller, by type
+                    outcome.append(("error", exc))
+                tg.cancel_scope.cancel()
+
+            async def run_cancel() -> None:
+                await self.cancel_requested.wait()
+                outcome.append(("cancel", None))
+                tg.cancel_scope.cancel()
+
+            async def run_deadline() -> None:
+                assert deadline is not None
+                await anyio.sleep_until(deadline)
+                outcome.append(("deadline", None))
+                tg.cancel_scope.cancel()
+
+            async def run_exit() -> None:
+                # The app-server's exit ends the stage even if a grandchild keeps its stdout open; what
+                # it wrote just before exiting still gets a moment to arrive.
+                assert self.process is not None
+                await self.process.wait_exit()
+                await anyio.sleep(_DRAIN_AFTER_EXIT)
+                outcome.append(("error", TransportClosed("the app-server exited")))
+                tg.cancel_scope.cancel()
+
+            tg.start_soon(run_work)
+            tg.start_soon(run_cancel)
+            tg.start_soon(run_exit)
+            if deadline is not None:
+                tg.start_soon(run_deadline)
+        return outcome[0]
+
+    # -- incoming -------------------------------------------------------------------------------
+
+    def _on_notification(self, method: str, params: Any) -> None:
+        if not isinstance(params, dict):
+            return
+        thread_id = params.get("threadId")
+        if self._thread_id is None or (thread_id is not None and thread_id != self._thread_id):
+            return  # not about our thread (or before we have one)
+        turn = self._turn
+        if method == "item/completed":
+            item = params.get("item")
+            if isinstance(item, dict) and item.get("type") == "agentMessage":
+                turn.record_message(item)
+        elif method == "item/agentMessage/delta":
+            item_id, delta = params.get("itemId"), params.get("delta")
+            if isinstance(item_id, str) and isinstance(delta, str):
+                turn.deltas.setdefault(item_id, []).append(delta)
+        elif method == "error":
+            error = params.get("error")
+            if isinstance(error, dict):
+                turn.last_error_info = error.get("codexErrorInfo")
+        elif method == "turn/started":
+            started = params.get("turn")
+            if self._turn_id is None and isinstance(started, dict) and isinstance(started.get("id"), str):
+                self._turn_id = started["id"]
+        elif method == "turn/completed":
+            completed = params.get("turn")
+            turn.completed_turn = completed if isinstance(completed, dict) else {}
+            if self._turn_id is None and isinstance(turn.completed_turn.get("id"), str):
+                self._turn_id = turn.completed_turn["id"]
+            for item in turn.completed_turn.get("items") or []:
+                if isinstance(item, dict) and item.get("type") == "agentMessage":
+                    turn.record_message(item)
+            turn.completed.set()
+
+    async def _on_request(self, method: str, params: Any) -> Any:
+        reply = _UNATTENDED_REPLIES.get(method)
+        if reply is None:
+            raise ProtocolError("not supported by this client", code=METHOD_NOT_FOUND)
+        request_kind, decision, payload = reply
+        self._decision = (request_kind, decision)  # the latest decision wins
+        return dict(payload)
+
+    # -- judgement --------------------------------------------------------------------------------
+
+    def _judge_turn(self) -> _Failure | None:
+        turn = self._turn.completed_turn or {}
+        status = turn.get("status")
+        if status == "completed":
+            if self._turn.answer() is not None:
+                return None
+            return _Failure("turn", "unknown")  # completed without a final answer
+        if status in ("failed", "interrupted"):
+            category, http_status = self._turn_error_category(turn)
+            stop_reason = "max-tokens" if category == "contextWindowExceeded" else "error"
+            return _Failure("turn", category, http_status, stop_reason=stop_reason)
+        return _Failure("turn", "unknown")
+
+    def _turn_error_category(self, turn: dict[str, Any]) -> tuple[str, int | None]:
+        error = turn.get("error")
+        if isinstance(error, dict) and error.get("codexErrorInfo") is not None:
+            return classify_error_info(error.get("codexErrorInfo"))
+        return self._latest_error_category(default="unknown")
+
+    def _latest_error_category(self, *, default: str) -> tuple[str, int | None]:
+        info = self._turn.last_error_info
+        if info is _NO_ERROR_INFO or info is None:
+            return default, None
+        return classify_error_info(info)
+
+    async def _stage_failure(self, stage: str, kind: str, value: Any, process: ManagedProcess) -> _Failure | str:
+        if kind == "cancel":
+            return _ABORTED
+        if kind == "deadline":
+            return _Failure(stage, "timeout", cause=TimeoutError("turn deadline"))
+        exc: BaseException = value
+        if isinstance(exc, TransportClosed):
+            # The wire broke: a dying child is classified by its observed exit.
+            status = await process.wait_exit(_EXIT_WAIT)
+            if status is not None:
+                exit_stage = stage if stage in _HANDSHAKE_STAGES else "process"
+                return _Failure(exit_stage, "process-exit", exit_status=status, cause=exc)
+            return _Failure(stage, "unknown", cause=exc)
+        if (
+            isinstance(exc, ProtocolError)
+            and exc.code is not None
+            and isinstance(exc.data, dict)
+            and "codexErrorInfo" in exc.data
+        ):
+            category, http_status = classify_error_info(exc.data["codexErrorInfo"])
+            return _Failure(stage, category, http_status, process.exit_status, exc)
+        if isinstance(exc, TimeoutError):
+            return _Failure(stage, "timeout", exit_status=process.exit_status, cause=exc)
+        # a bad frame, an error response without structured info, a malformed result, anything else
+        return _Failure(stage, "unknown", exit_status=process.exit_status, cause=exc)
+
+    # -- teardown and settlement ------------------------------------------------------------------
+
+    async def _teardown(self, process: ManagedProcess) -> _Failure | None:
+        noted = descendants(process.pid) if process.pid is not None and not process.exited else {}
+        teardown = await process.terminate(eof_grace=self._config.eof_grace, term_grace=self._config.term_grace)
+        if kill_survivors(noted):
+            log.debug("codex teardown: killed helpers that left the app-server's process group")
+        if teardown.tier in ("sigkill", "unreaped"):
+            log.debug("codex stderr tail (host only): %s", process.stderr_tail()[-2000:])
+            return _Failure("teardown", "unknown", exit_status=teardown.exit_status)
+        return None
+
+    def _settle(self, outcome: _Failure | str | None, teardown: _Failure | None) -> SubagentResult:
+        turn = self._turn
+        if outcome == _ABORTED:
+            return SubagentResult(output=turn.partial_output(), stop_reason="aborted")
+        if outcome is None and teardown is None:
+            return SubagentResult(output=turn.answer() or "", stop_reason="completed")
+        failure = outcome if isinstance(outcome, _Failure) else None
+        decision = (
+            unattended_decision(PRODUCT, APPROVAL_POLICY, self._decision[0], self._decision[1])
+            if self._decision is not None
+            else None
+        )
+        diagnostic = join_lines(failure.line() if failure else None, teardown.line() if teardown else None, decision)
+        cause = (failure.cause if failure else None) or (teardown.cause if teardown else None)
+        log_failure(log, PRODUCT, diagnostic, cause)
+        stop_reason = failure.stop_reason if failure else "error"
+        return SubagentResult(output=turn.partial_output(), stop_reason=stop_reason, diagnostic=diagnostic)
+
+    # -- the child ------------------------------------------------------------------------------
+
+    def _argv(self) -> tuple[list[str], str | None]:
+        extra_path: str | None = None
+        if self._config.command:
+            argv = list(self._config.command)
+        else:
+            binary, extra_path = _find_codex()
+            argv = [binary]
+        for key, value in self._config.overrides:
+            argv += ["-c", f"{key}={value}"]
+        return [*argv, "app-server", "--listen", "stdio://"], extra_path
+
+    def _child_env(self, extra_path: str | None) -> dict[str, str]:
+        env = explicit_env(self._config.env, self._config.pass_env, self._request)
+        if extra_path and "PATH" not in env:
+            # The wheel ships helpers (rg) beside the binary; codex looks for them on PATH.
+            env["PATH"] = os.pathsep.join(p for p in (extra_path, os.environ.get("PATH", "")) if p)
+        return env
+
+
+def _find_codex() -> tuple[str, str | None]:
+    """The ``openai-codex-cli-bin`` binary (and its helper dir), else ``codex`` on PATH."""
+    try:
+        import codex_cli_bin  # the dsh[codex] extra
+
+        binary = str(codex_cli_bin.bundled_codex_path())
+        helpers = codex_cli_bin.bundled_path_dir()
+        return binary, str(helpers) if helpers is not None else None
+    except (ImportError, OSError):
+        pass
+    found = shutil.which("codex")
+    if found:
+        return found, None
+    raise _BinaryNotFound("codex not found")
+
+
+def _client_info() -> dict[str, str]:
+    try:
+        from repl import __version__ as version
+    except ImportError:  # pragma: no cover - the package is always importable in-tree
+        version = "0"
+    return {"name": "dsh", "title": "dsh", "version": version}
