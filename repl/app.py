@@ -1,0 +1,426 @@
+"""The interactive REPL: a prompt_toolkit prompt between turns, a small live view during a turn.
+
+Between turns ``PromptSession.prompt_async`` reads a line (history, completion, multiline, the
+toolbar). While a turn runs a second, tiny application owns the terminal: it shows the line that
+is still streaming and the toolbar (``waiting for first token 12s · keep-alive 2s ago``), binds
+Ctrl-C to cancel the turn and asks shell-command approvals inline. Complete lines are written
+above it, raw, through ``run_in_terminal``; the partial line lives in the view until its newline
+arrives, so the view is always drawn from column 0 and nothing is ever glued or overdrawn.
+
+Outside any application (the short gaps between them) the terminal is in cooked mode and Ctrl-C
+is a SIGINT, which a signal receiver turns into the same actions.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import os
+import signal
+import time
+from collections.abc import AsyncIterator, Iterable
+from pathlib import Path
+
+import anyio
+import anyio.abc
+from prompt_toolkit import PromptSession
+from prompt_toolkit.application import Application, get_app_or_none, run_in_terminal
+from prompt_toolkit.application.current import get_app_session
+from prompt_toolkit.completion import CompleteEvent, Completer, Completion
+from prompt_toolkit.document import Document
+from prompt_toolkit.filters import Condition
+from prompt_toolkit.formatted_text import ANSI, AnyFormattedText
+from prompt_toolkit.history import FileHistory
+from prompt_toolkit.key_binding import KeyBindings, KeyPressEvent
+from prompt_toolkit.layout import ConditionalContainer, HSplit, Layout, Window
+from prompt_toolkit.layout.controls import FormattedTextControl
+from prompt_toolkit.output import Output
+from prompt_toolkit.patch_stdout import patch_stdout
+
+from agent_loop.guard import secret_shape
+from repl import commands
+from repl.render import approval_answer, approval_question
+from repl.shell import Shell
+
+__all__ = ["InteractiveApp", "SafeHistory", "TerminalSink"]
+
+DOUBLE_CTRL_C_WINDOW = 2.0
+_WAKE = "\x00wake"  # what the prompt returns when a background job's notice wakes the idle owner
+EXIT_HINT = "(press Ctrl-C again to exit, or Ctrl-D)"
+_LIVE_LIMIT = 8000  # characters of an unfinished line shown in the live view (its tail)
+
+
+class TerminalSink:
+    """Receives rendered text; writes whole lines above any running application.
+
+    With no application running, text goes straight to the terminal. While one runs, complete
+    lines are batched per event-loop iteration and written through ``run_in_terminal`` (which
+    erases the application, writes, and redraws it below); an unfinished line is kept in
+    :attr:`partial` for the live view to show.
+    """
+
+    def __init__(self, output: Output) -> None:
+        self._output = output
+        self.partial = ""
+        self._pending: list[str] = []
+        self._scheduled = False
+        self._inflight: set[asyncio.Future[None]] = set()
+        self.view: Application[None] | None = None  # the turn view to refresh when partial changes
+
+    def _write_now(self, text: str) -> None:
+        try:
+            self._output.enable_autowrap()
+            self._output.write_raw(text)
+            self._output.flush()
+        except OSError:
+            pass  # a vanished terminal must not turn into a traceback
+
+    @staticmethod
+    def _app_running() -> bool:
+        app = get_app_or_none()
+        return app is not None and app.is_running
+
+    def write(self, text: str) -> None:
+        if not text:
+            return
+        if not self._app_running() and not (self._pending or self._inflight or self._scheduled):
+            self._write_now(self.partial + text)
+            self.partial = ""
+            return
+        head, newline, tail = (self.partial + text).rpartition("\n")
+        if newline:
+            self._commit(head + "\n")
+            self.partial = tail
+        else:
+            self.partial = tail
+        if self.view is not None and self.view.is_running:
+            self.view.invalidate()
+
+    def _commit(self, text: str) -> None:
+        self._pending.append(text)
+        if not self._scheduled:
+            self._scheduled = True
+            asyncio.get_running_loop().call_soon(self._flush)
+
+    def _flush(self) -> None:
+        self._scheduled = False
+        if not self._pending:
+            return
+        text = "".join(self._pending)
+        self._pending.clear()
+        future = run_in_terminal(lambda: self._write_now(text), in_executor=False)
+        task = asyncio.ensure_future(future)
+        self._inflight.add(task)
+        task.add_done_callback(self._inflight.discard)
+
+    async def settle(self) -> None:
+        """Wait until every committed line is on the screen."""
+        while self._scheduled or self._pending or self._inflight:
+            if self._scheduled or self._pending:
+                self._flush()
+            if self._inflight:
+                await asyncio.gather(*list(self._inflight), return_exceptions=True)
+
+    async def drain(self) -> None:
+        """After the live view closed: everything, the unfinished line included, to the screen."""
+        await self.settle()
+        if self.partial:
+            self._write_now(self.partial)
+            self.partial = ""
+
+    def live_text(self) -> str:
+        text = self.partial
+        return text if len(text) <= _LIVE_LIMIT else "…" + text[-_LIVE_LIMIT:]
+
+
+class SafeHistory(FileHistory):
+    """Persistent history that never stores a line shaped like a secret (the guard would refuse it)."""
+
+    def __init__(self, path: Path) -> None:
+        path.parent.mkdir(parents=True, exist_ok=True, mode=0o700)
+        if not path.exists():
+            with contextlib.suppress(OSError):
+                os.close(os.open(path, os.O_WRONLY | os.O_CREAT | os.O_APPEND, 0o600))
+        super().__init__(str(path))
+
+    def store_string(self, string: str) -> None:
+        if secret_shape(string) is None:
+            with contextlib.suppress(OSError):
+                super().store_string(string)
+
+
+class SlashCompleter(Completer):
+    """Completes ``/commands``, and the argument of ``/scenario`` and ``/resume``."""
+
+    def __init__(self, shell: Shell) -> None:
+        self.shell = shell
+
+    def get_completions(self, document: Document, complete_event: CompleteEvent) -> Iterable[Completion]:
+        text = document.text_before_cursor
+        if not text.startswith("/") or "\n" in text or text.startswith("//"):
+            return
+        name, space, arg = text[1:].partition(" ")
+        if not space:
+            for command in commands.COMMANDS.values():
+                if command.demo_only and self.shell.demo is None:
+                    continue
+                if command.name.startswith(name.lower()):
+                    yield Completion("/" + command.name, start_position=-len(text), display_meta=command.summary)
+            return
+        for value, meta in self._arguments(name.lower()):
+            if value.startswith(arg):
+                yield Completion(value, start_position=-len(arg), display_meta=meta)
+
+    def _arguments(self, name: str) -> list[tuple[str, str]]:
+        if name == "scenario" and self.shell.demo is not None:
+            from repl.demo import SCENARIOS
+
+            return [(s.name, s.summary) for s in SCENARIOS.values()]
+        if name == "resume":
+            from agent_loop.session_log import list_sessions
+
+            return [("last", "the most recent session")] + [
+                (info.id, info.title) for info in reversed(list_sessions(self.shell.root))
+            ]
+        return []
+
+
+class InteractiveApp:
+    """Prompt, turns, keys. ``run()`` returns the exit status."""
+
+    def __init__(self, shell: Shell, *, history: Path, banner: str) -> None:
+        self.shell = shell
+        self.banner = banner
+        self.history_path = history
+        self._output = get_app_session().output  # before patch_stdout replaces sys.stdout
+        self.sink = TerminalSink(self._output)
+        shell.sink = self.sink
+        shell.turn_scope = self._turn_view
+        shell.ask_approval = self._ask_approval
+        shell.on_idle_notice = self._wake_for_notice
+        self._session: PromptSession[str] | None = None
+        self._view: Application[None] | None = None
+        self._last_ctrl_c: float | None = None
+        self._exit_status: int | None = None
+        self._question: str | None = None
+        self._answer: str | None = None
+        self._answered: anyio.Event | None = None
+
+    # --- the loop ---------------------------------------------------------------------------------
+
+    async def run(self) -> int:
+        async with anyio.create_task_group() as tasks:
+            await tasks.start(self._watch_signals)
+            try:
+                with patch_stdout(raw=True):
+                    return await self._loop()
+            finally:
+                tasks.cancel_scope.cancel()
+
+    async def _loop(self) -> int:
+        self._session = self._build_prompt()
+        self.shell.say(self.banner)
+        while True:
+            line = await self._read_line()
+            if line is None:
+                break
+            if line != _WAKE:
+                await self.shell.handle_line(line)
+            # Notices that arrived while idle (or during a command) get a turn of their own.
+            await self.shell.deliver_notices()
+            if self.shell.exit_code is not None:
+                return self.shell.exit_code
+            if self._exit_status is not None:
+                break
+        await self.sink.drain()
+        return self._exit_status or 0
+
+    async def _read_line(self) -> str | None:
+        assert self._session is not None
+        default, self.shell.prefill = self.shell.prefill, ""
+        try:
+            return await self._session.prompt_async("> ", default=default, handle_sigint=False)
+        except EOFError:
+            return None
+        except KeyboardInterrupt:  # only if a binding we did not override raised it
+            return ""
+
+    # --- signals (only while no application owns the terminal, or sent by kill) -------------------
+
+    async def _watch_signals(self, *, task_status: anyio.abc.TaskStatus[None] = anyio.TASK_STATUS_IGNORED) -> None:
+        with anyio.open_signal_receiver(signal.SIGINT, signal.SIGTERM) as signals:
+            task_status.started()
+            async for signum in signals:
+                if signum == signal.SIGTERM:
+                    self._exit_status = 128 + signal.SIGTERM
+                    self.shell.cancel_turn()
+                    self._exit_prompt()
+                elif self.shell.turn_running:
+                    self.shell.cancel_turn()
+                elif self._session is not None and self._session.app.is_running:
+                    self._prompt_ctrl_c(self._session.app.current_buffer, self._session.app)
+
+    def _wake_for_notice(self) -> None:
+        """A background job settled while the user sits at an empty prompt: let the model see it now."""
+        app = self._session.app if self._session is not None else None
+        if app is None or not app.is_running or app.current_buffer.text:
+            return  # someone is typing: the notice rides along with their next prompt
+        if app.future is not None and not app.future.done():
+            app.exit(result=_WAKE)
+
+    def _exit_prompt(self) -> None:
+        app = self._session.app if self._session is not None else None
+        if app is not None and app.is_running and app.future is not None and not app.future.done():
+            app.exit(exception=EOFError())
+
+    # --- the prompt ----------------------------------------------------------------------------------
+
+    def _toolbar_base(self) -> str:
+        text = f" {self.shell.model} · {self.shell.endpoint}"
+        if self.shell.demo is not None:
+            text += f" · demo scenario: {self.shell.demo.scenario.name}"
+        return text
+
+    def _prompt_toolbar(self) -> AnyFormattedText:
+        return self._toolbar_base() + " · /help"
+
+    def _build_prompt(self) -> PromptSession[str]:
+        keys = KeyBindings()
+
+        @keys.add("c-c")
+        def _ctrl_c(event: KeyPressEvent) -> None:
+            self._prompt_ctrl_c(event.current_buffer, event.app)
+
+        @keys.add("enter")
+        def _enter(event: KeyPressEvent) -> None:
+            buffer = event.current_buffer
+            document = buffer.document
+            if document.is_cursor_at_the_end and document.text.endswith("\\"):
+                buffer.delete_before_cursor(1)
+                buffer.insert_text("\n")  # a trailing backslash continues the prompt
+                return
+            buffer.validate_and_handle()
+
+        @keys.add("escape", "enter")
+        def _newline(event: KeyPressEvent) -> None:
+            event.current_buffer.insert_text("\n")
+
+        return PromptSession(
+            history=SafeHistory(self.history_path),
+            completer=SlashCompleter(self.shell),
+            complete_while_typing=True,
+            key_bindings=keys,
+            multiline=True,
+            prompt_continuation=lambda width, line_number, soft_wrap: ". ".rjust(width),
+            bottom_toolbar=self._prompt_toolbar,
+            enable_history_search=False,
+            erase_when_done=False,
+        )
+
+    def _prompt_ctrl_c(self, buffer: object, app: Application[str]) -> None:
+        text = getattr(buffer, "text", "")
+        if text:
+            buffer.reset()  # type: ignore[attr-defined]
+            self._last_ctrl_c = None
+            return
+        now = time.monotonic()
+        if self._last_ctrl_c is not None and now - self._last_ctrl_c <= DOUBLE_CTRL_C_WINDOW:
+            if app.future is not None and not app.future.done():
+                app.exit(exception=EOFError())
+            return
+        self._last_ctrl_c = now
+        self.sink.write(self.shell.renderer.line(EXIT_HINT))
+
+    # --- the live view during a turn ---------------------------------------------------------------
+
+    def _turn_toolbar(self) -> AnyFormattedText:
+        activity = self.shell.activity.text(time.monotonic())
+        text = self._toolbar_base() + (f" · {activity}" if activity else "")
+        hint = "y / n / a" if self._question is not None else "Ctrl-C cancels"
+        return [("class:bottom-toolbar", f"{text} · {hint}")]
+
+    def _live(self) -> AnyFormattedText:
+        return ANSI(self.sink.live_text() + (self._question or ""))
+
+    def _build_view(self) -> Application[None]:
+        keys = KeyBindings()
+
+        @keys.add("<any>")
+        def _swallow(event: KeyPressEvent) -> None:
+            pass  # keys typed during a turn are not prompts
+
+        @keys.add("c-c")
+        def _cancel(event: KeyPressEvent) -> None:
+            self.shell.cancel_turn()
+
+        asking = Condition(lambda: self._question is not None)
+        for key, answer in (("y", "y"), ("Y", "y"), ("n", "n"), ("N", "n"), ("a", "a"), ("A", "a"),
+                            ("enter", "n"), ("escape", "n")):
+            keys.add(key, filter=asking)(self._answer_handler(answer))
+
+        live = Window(FormattedTextControl(self._live, show_cursor=False), wrap_lines=True,
+                      dont_extend_height=True, always_hide_cursor=True)
+        has_live = Condition(lambda: bool(self.sink.partial or self._question))
+        toolbar = Window(FormattedTextControl(self._turn_toolbar, show_cursor=False), height=1,
+                         style="class:bottom-toolbar", always_hide_cursor=True)
+        return Application(
+            layout=Layout(HSplit([ConditionalContainer(live, filter=has_live), toolbar])),
+            key_bindings=keys,
+            full_screen=False,
+            erase_when_done=True,
+            refresh_interval=1.0,
+            min_redraw_interval=0.03,
+            mouse_support=False,
+        )
+
+    def _answer_handler(self, answer: str):  # type: ignore[no-untyped-def]
+        def handle(event: KeyPressEvent) -> None:
+            if self._answered is not None and self._answer is None:
+                self._answer = answer
+                self._answered.set()
+
+        return handle
+
+    @contextlib.asynccontextmanager
+    async def _turn_view(self) -> AsyncIterator[None]:
+        view = self._build_view()
+        started = anyio.Event()
+
+        async def run_view() -> None:
+            try:
+                await view.run_async(pre_run=started.set, handle_sigint=False)
+            except Exception:
+                pass  # no live view (an odd terminal): the turn still runs, output goes straight out
+            finally:
+                started.set()
+
+        async with anyio.create_task_group() as tasks:
+            tasks.start_soon(run_view)
+            await started.wait()
+            self._view = self.sink.view = view
+            try:
+                yield
+            finally:
+                with anyio.CancelScope(shield=True):
+                    await self.sink.settle()
+                    self.sink.view = self._view = None
+                    if view.is_running and view.future is not None and not view.future.done():
+                        view.exit()
+        with anyio.CancelScope(shield=True):
+            await self.sink.drain()
+
+    async def _ask_approval(self, command: str) -> str | None:
+        """The shell tool's approver: ask inline in the live view, (y / n / a)."""
+        view = self._view
+        if view is None or not view.is_running:
+            return None
+        self._answer, self._answered = None, anyio.Event()
+        self._question = approval_question(command)
+        view.invalidate()
+        try:
+            await self._answered.wait()
+        finally:
+            question, self._question = self._question, None
+            answered, self._answered = self._answer, None
+        self.sink.write(self.shell.renderer.line(question + approval_answer(answered)))
+        return {"y": "yes", "n": "no", "a": "always"}.get(answered or "")

@@ -1,0 +1,411 @@
+"""``dsh``: flags, config, the three modes, and startup failures.
+
+Modes: interactive (stdin and stdout are terminals), piped (each stdin line is a turn; EOF waits for
+the running turn, then exits 0), and ``-p PROMPT`` (one turn; the exit status says how it ended).
+Nothing here prints a traceback unless ``DSH_DEBUG=1``.
+
+``dsh --version`` answers before anything heavy is imported (no prompt_toolkit, no httpx).
+"""
+
+from __future__ import annotations
+
+import os
+import sys
+
+from repl import __version__
+
+TYPE_CHECKING = False  # typing costs ~15 ms to import; --version must not pay for it
+if TYPE_CHECKING:
+    from collections.abc import Sequence
+    from typing import Any, NoReturn
+
+__all__ = ["main"]
+
+EXIT_USAGE = 2
+
+
+def main(argv: Sequence[str] | None = None) -> NoReturn:
+    args = list(sys.argv[1:] if argv is None else argv)
+    if args in (["--version"], ["-V"]):
+        sys.stdout.write(f"dsh {__version__}\n")
+        sys.stdout.flush()
+        raise SystemExit(0)
+    if args[:1] == ["serve"]:
+        raise SystemExit(_serve(args[1:]))
+    raise SystemExit(_guarded(args))
+
+
+def _debug() -> bool:
+    return os.environ.get("DSH_DEBUG", "") not in ("", "0")
+
+
+def _guarded(args: list[str]) -> int:
+    """Run, and turn anything unexpected into one line on stderr (a traceback only with DSH_DEBUG=1)."""
+    saved = _save_terminal()
+    try:
+        return _run(args)
+    except KeyboardInterrupt:
+        return 130
+    except SystemExit:
+        raise
+    except BaseException as exc:
+        if _debug():
+            raise
+        from llm import error_chain, redact_text
+
+        secrets = tuple(s for s in (os.environ.get("DEEPSEEK_API_KEY", ""),) if s)
+        _stderr(f"dsh: internal error: {redact_text(error_chain(exc), secrets)} (DSH_DEBUG=1 shows a traceback)")
+        return 1
+    finally:
+        _restore_terminal(saved)
+
+
+def _serve(args: list[str]) -> int:
+    """``dsh serve --stdio``: the child runtime lives in agent_loop.serve (subagent issue)."""
+    try:
+        from agent_loop import serve  # type: ignore[attr-defined]
+    except ImportError:
+        _stderr("dsh: failed to start: `dsh serve` is not available in this build")
+        return EXIT_USAGE
+    return int(serve.main(args) or 0)
+
+
+# --- terminal safety net -------------------------------------------------------------------------
+
+
+def _save_terminal() -> Any:
+    try:
+        import termios
+
+        if os.isatty(0):
+            return termios.tcgetattr(0)
+    except Exception:
+        pass
+    return None
+
+
+def _restore_terminal(saved: Any) -> None:
+    """Whatever happened, hand the terminal back the way we found it (echo, icanon ...)."""
+    if saved is None:
+        return
+    try:
+        import termios
+
+        termios.tcsetattr(0, termios.TCSADRAIN, saved)
+    except Exception:
+        pass
+
+
+def _stderr(line: str) -> None:
+    try:
+        sys.stderr.write(line + "\n")
+        sys.stderr.flush()
+    except (OSError, ValueError):
+        pass
+
+
+# --- flags -----------------------------------------------------------------------------------------
+
+
+def _parser():  # type: ignore[no-untyped-def]
+    import argparse
+
+    parser = argparse.ArgumentParser(
+        prog="dsh",
+        description="A terminal harness for LLM agents that never fails silently.",
+        epilog="Config: $XDG_CONFIG_HOME/dsh/config.toml. Environment: DEEPSEEK_API_KEY, DEEPSEEK_BASE_URL, "
+        "DSH_MODEL, NO_COLOR, DSH_DEBUG. Also: dsh serve --stdio (child runtime).",
+    )
+    parser.add_argument("-p", "--print", metavar="PROMPT", dest="print_prompt",
+                        help="run one turn and exit: 0 completed, 1 failed, 3 rejected, 4 output-token limit, "
+                        "130 aborted")
+    parser.add_argument("--resume", metavar="ID|last", help="continue a saved session")
+    parser.add_argument("--demo", action="store_true", help="no key, no network: an embedded scripted endpoint")
+    parser.add_argument("--scenario", metavar="NAME", help="demo scenario to start with (implies --demo)")
+    parser.add_argument("--model", help="model name (default deepseek-v4-flash)")
+    parser.add_argument("--base-url", dest="base_url", metavar="URL", help="API base URL")
+    parser.add_argument("--config", metavar="PATH", help="config file (default $XDG_CONFIG_HOME/dsh/config.toml)")
+    parser.add_argument("--max-tokens", dest="max_tokens", type=int, metavar="N", help="output-token cap per step")
+    parser.add_argument("--thinking", choices=("enabled", "disabled"), help="DeepSeek thinking mode")
+    parser.add_argument("--reasoning-effort", dest="reasoning_effort", choices=("low", "high", "max"))
+    parser.add_argument("--version", action="version", version=f"dsh {__version__}")
+    return parser
+
+
+def _mode(args: Any) -> str:
+    if args.print_prompt is not None:
+        return "print"
+    if sys.stdin.isatty() and sys.stdout.isatty():
+        return "interactive"
+    return "piped"
+
+
+# --- startup failures --------------------------------------------------------------------------------
+
+
+def _queued_stdin_lines(grace: float = 0.2, limit: int = 16 << 20) -> int:
+    """Lines already waiting on a piped stdin (read without blocking past ``grace`` of silence)."""
+    import select
+    import stat
+
+    try:
+        fd = sys.stdin.fileno()
+        regular = stat.S_ISREG(os.fstat(fd).st_mode)
+    except (OSError, ValueError):
+        return 0
+    data = b""
+    try:
+        while len(data) < limit:
+            if not regular:
+                ready, _, _ = select.select([fd], [], [], grace)
+                if not ready:
+                    break
+            chunk = os.read(fd, 65536)
+            if not chunk:
+                break
+            data += chunk
+    except OSError:
+        pass
+    return sum(1 for line in data.split(b"\n") if line.strip())
+
+
+def _startup_failure(exc: BaseException, *, mode: str, secrets: tuple[str, ...]) -> None:
+    from llm import error_chain, redact_text
+
+    chain = redact_text(error_chain(exc), secrets)
+    queued = _queued_stdin_lines() if mode == "piped" else 0
+    if queued:
+        _stderr(f"dsh: main agent failed to start; dropped queued stdin ({queued} line(s)): {chain}")
+    else:
+        _stderr(f"dsh: failed to start: {chain}")
+
+
+# --- running -------------------------------------------------------------------------------------------
+
+
+def _run(argv: list[str]) -> int:
+    parser = _parser()
+    args = parser.parse_args(argv)
+    mode = _mode(args)
+    if args.scenario:
+        args.demo = True
+    env = dict(os.environ)
+    env_secrets = tuple(s for s in (env.get("DEEPSEEK_API_KEY", "").strip(),) if s)
+
+    from pathlib import Path
+
+    from repl.config import ConfigError, load_config
+
+    flags = {
+        "model": args.model,
+        "base_url": args.base_url,
+        "max_tokens": args.max_tokens,
+        "thinking": args.thinking,
+        "reasoning_effort": args.reasoning_effort,
+    }
+    try:
+        config = load_config(
+            flags, env, require_key=not args.demo, config_path=Path(args.config) if args.config else None
+        )
+        if args.demo:
+            from repl.demo import SCENARIOS
+
+            if args.scenario and args.scenario not in SCENARIOS:
+                raise ConfigError(f"no demo scenario {args.scenario!r} (known: {', '.join(SCENARIOS)})")
+    except ConfigError as exc:
+        _startup_failure(exc, mode=mode, secrets=env_secrets)
+        return EXIT_USAGE
+    for warning in config.warnings:
+        _stderr(f"dsh: warning: {warning}")
+    _setup_logging(env, config.secrets)
+
+    import anyio
+
+    from repl.shell import StartupError
+
+    try:
+        return anyio.run(_async_main, args, config, env, mode)
+    except StartupError as exc:
+        cause = exc.__cause__ or exc
+        _startup_failure(cause, mode=mode, secrets=config.secrets + env_secrets)
+        return EXIT_USAGE if getattr(cause, "code", None) == "CONFIG" else 1
+
+
+def _setup_logging(env: dict[str, str], secrets: tuple[str, ...]) -> None:
+    """Warnings from the loop go to a host log file (never over the prompt), masked."""
+    import logging
+
+    from llm import RedactingFilter
+    from repl.config import state_dir
+
+    root = logging.getLogger()
+    if root.handlers:
+        return
+    try:
+        directory = state_dir(env)
+        directory.mkdir(parents=True, exist_ok=True, mode=0o700)
+        handler: logging.Handler = logging.FileHandler(directory / "dsh.log", delay=True, encoding="utf-8")
+    except OSError:
+        handler = logging.NullHandler()
+    handler.addFilter(RedactingFilter(secrets))
+    handler.setFormatter(logging.Formatter("%(asctime)s %(levelname)s %(name)s: %(message)s"))
+    root.addHandler(handler)
+    root.setLevel(logging.DEBUG if _debug() else logging.INFO)
+
+
+def _color(env: dict[str, str]) -> bool:
+    return sys.stdout.isatty() and not env.get("NO_COLOR") and env.get("TERM") != "dumb"
+
+
+async def _async_main(args: Any, config: Any, env: dict[str, str], mode: str) -> int:
+    import contextlib
+
+    from repl.shell import Shell, StartupError
+
+    async with contextlib.AsyncExitStack() as stack:
+        client = demo = retry = None
+        if args.demo:
+            try:
+                demo, client, retry = await _start_demo(stack, args.scenario or "text")
+            except Exception as exc:
+                raise StartupError(exc)
+        sink = StreamSink(sys.stdout)
+        shell = Shell(config, sink, color=_color(env), env=env, client=client, demo=demo, retry=retry,
+                      approvals=mode == "interactive")
+        stack.push_async_callback(shell.aclose)
+        await shell.start(resume=args.resume)
+        if mode == "print":
+            return await _run_print(shell, args.print_prompt)
+        if mode == "piped":
+            return await _run_piped(shell)
+        from repl.app import InteractiveApp
+        from repl.config import history_path
+
+        return await InteractiveApp(shell, history=history_path(env), banner=_banner(shell)).run()
+    return 1  # pragma: no cover - the exit stack does not swallow
+
+
+def _banner(shell: Any) -> str:
+    session = shell.session.id if shell.session is not None else "?"
+    if shell.demo is not None:
+        return (
+            f"dsh {__version__} demo · no key, no network: scripted endpoint {shell.endpoint} · "
+            f"scenario {shell.demo.scenario.name} · /scenario lists the failure kit · /help"
+        )
+    return f"dsh {__version__} · {shell.model} · {shell.endpoint} · session {session} · /help · Ctrl-D exits"
+
+
+async def _start_demo(stack: Any, scenario: str) -> tuple[Any, Any, Any]:
+    from fixtures.fault_server import FaultServer, closed_port
+    from repl.demo import Demo, DemoClient, demo_retry_policy
+
+    server = await stack.enter_async_context(FaultServer(default="text"))
+    refused_port = stack.enter_context(closed_port())
+    client = DemoClient(server.url, f"http://127.0.0.1:{refused_port}")
+    stack.push_async_callback(client.aclose)
+    retry = demo_retry_policy()
+    return Demo(server, client, retry, scenario), client, retry
+
+
+class StreamSink:
+    """Piped and ``-p`` output: plain writes, flushed per event; a closed pipe silences, not crashes."""
+
+    def __init__(self, stream: Any) -> None:
+        self.stream = stream
+        self.broken = False
+
+    def write(self, text: str) -> None:
+        if self.broken or not text:
+            return
+        try:
+            self.stream.write(text)
+            self.stream.flush()
+        except (BrokenPipeError, ValueError):
+            self.broken = True
+            try:  # keep the interpreter's final flush from complaining about the dead pipe
+                devnull = os.open(os.devnull, os.O_WRONLY)
+                os.dup2(devnull, self.stream.fileno())
+                os.close(devnull)
+            except (OSError, ValueError):
+                pass
+
+
+async def _signal_watch(shell: Any, on_idle: Any, *, task_status: Any) -> None:
+    """SIGINT/SIGTERM outside the interactive app: cancel the running turn, else stop reading."""
+    import signal
+
+    import anyio
+
+    with anyio.open_signal_receiver(signal.SIGINT, signal.SIGTERM) as signals:
+        task_status.started()  # installed before the first turn starts
+        async for _ in signals:
+            if shell.turn_running:
+                shell.cancel_turn()
+            on_idle()
+
+
+async def _run_print(shell: Any, prompt: str) -> int:
+    import anyio
+
+    from repl.shell import exit_code_for
+
+    async with anyio.create_task_group() as tasks:
+        await tasks.start(_signal_watch, shell, lambda: None)
+        reason = await shell.run_turn(prompt)
+        tasks.cancel_scope.cancel()
+    return exit_code_for(reason)
+
+
+async def _stdin_lines() -> Any:
+    """Lines of stdin, read without blocking the event loop (regular files are read directly)."""
+    import stat
+
+    import anyio
+
+    fd = sys.stdin.fileno()
+    regular = stat.S_ISREG(os.fstat(fd).st_mode)
+    pending = b""
+    while True:
+        if not regular:
+            await anyio.wait_readable(fd)
+        chunk = os.read(fd, 65536)
+        if not chunk:
+            break
+        pending += chunk
+        *lines, pending = pending.split(b"\n")
+        for line in lines:
+            yield line.decode("utf-8", "replace").rstrip("\r")
+    if pending:
+        yield pending.decode("utf-8", "replace").rstrip("\r")
+
+
+async def _run_piped(shell: Any) -> int:
+    import contextlib
+
+    import anyio
+
+    status = 0
+    stopped = False
+
+    def stop() -> None:
+        nonlocal stopped
+        stopped = True
+        reading.cancel()
+
+    async with anyio.create_task_group() as tasks:
+        await tasks.start(_signal_watch, shell, stop)
+        with anyio.CancelScope() as reading:
+            async with contextlib.aclosing(_stdin_lines()) as lines:
+                async for line in lines:
+                    with anyio.CancelScope(shield=True):  # a signal cancels the turn, not the loop
+                        await shell.handle_line(line)
+                        await shell.deliver_notices()
+                    if shell.exit_code is not None:
+                        status = shell.exit_code
+                        break
+                    if stopped:
+                        break
+        tasks.cancel_scope.cancel()
+    if stopped and shell.exit_code is None:
+        status = 130
+    return status

@@ -1,0 +1,206 @@
+"""Slash commands. Each is a small async function of the shell and its argument text.
+
+An unknown command is one clear line, and the typed text goes back into the prompt so nothing is
+lost. ``//text`` sends ``/text`` as a prompt.
+"""
+
+from __future__ import annotations
+
+import re
+from collections.abc import Awaitable, Callable
+from dataclasses import dataclass
+from typing import TYPE_CHECKING, Any
+
+from llm import HarnessError, chain_links, error_chain, redact_text
+
+if TYPE_CHECKING:
+    from llm import ChainLink
+    from repl.shell import Shell
+
+__all__ = ["COMMANDS", "Command", "dispatch", "help_text"]
+
+Handler = Callable[["Shell", str], Awaitable["dict[str, Any] | None"]]
+
+
+@dataclass(frozen=True, slots=True)
+class Command:
+    name: str
+    args: str
+    summary: str
+    run: Handler
+    demo_only: bool = False
+
+
+COMMANDS: dict[str, Command] = {}
+
+
+def _command(name: str, args: str, summary: str, *, demo_only: bool = False) -> Callable[[Handler], Handler]:
+    def register(handler: Handler) -> Handler:
+        COMMANDS[name] = Command(name, args, summary, handler, demo_only)
+        return handler
+
+    return register
+
+
+KEYS_HELP = (
+    "keys: Enter sends · Esc Enter or a trailing \\ adds a line · Ctrl-C cancels a turn or clears the line\n"
+    "      Ctrl-C twice on an empty line or Ctrl-D exits · Up/Down walk the history · Tab completes /commands"
+)
+
+
+def help_text(demo: bool) -> str:
+    lines = ["commands:"]
+    for command in COMMANDS.values():
+        if command.demo_only and not demo:
+            continue
+        usage = f"/{command.name}" + (f" {command.args}" if command.args else "")
+        lines.append(f"  {usage:<18} {command.summary}")
+    lines.append("  //text             send a prompt that starts with /")
+    lines.append(KEYS_HELP)
+    return "\n".join(lines)
+
+
+async def dispatch(shell: Shell, text: str) -> dict[str, Any] | None:
+    name, _, arg = text[1:].partition(" ")
+    command = COMMANDS.get(name.lower())
+    if command is None or (command.demo_only and shell.demo is None):
+        if command is not None:
+            shell.say(f"/{name} works in demo mode only (dsh --demo)")
+        else:
+            shown = redact_text(name[:40])
+            shell.say(f"unknown command /{shown} (/help lists the commands)")
+        shell.prefill = text
+        return None
+    try:
+        return await command.run(shell, arg.strip())
+    except HarnessError as exc:
+        shell.say(f"/{command.name} failed: {redact_text(error_chain(exc), shell.config.secrets)}")
+        return None
+
+
+@_command("help", "", "show commands and keys")
+async def _help(shell: Shell, arg: str) -> None:
+    shell.say(help_text(shell.demo is not None))
+
+
+@_command("exit", "", "leave dsh (exit status 0)")
+async def _exit(shell: Shell, arg: str) -> None:
+    shell.exit_code = 0
+
+
+@_command("new", "", "start a new conversation (new session log)")
+async def _new(shell: Shell, arg: str) -> None:
+    ident = await shell.new_session()
+    shell.say(f"new session {ident}")
+
+
+@_command("retry", "", "send the last prompt again")
+async def _retry(shell: Shell, arg: str) -> dict[str, Any] | None:
+    if not shell.last_prompt:
+        shell.say("nothing to retry yet")
+        return None
+    return await shell.run_turn(shell.last_prompt)
+
+
+_MODEL_NAME = re.compile(r"^[A-Za-z0-9][A-Za-z0-9._:/@+-]{0,127}$")
+
+
+@_command("model", "[name]", "show or switch the model (from the next turn)")
+async def _model(shell: Shell, arg: str) -> None:
+    if not arg:
+        shell.say(f"model: {shell.model}")
+        return
+    if not _MODEL_NAME.match(arg):
+        shell.say(f"not a model name: {arg[:60]!r}")
+        return
+    shell.model = arg
+    if shell.agent is not None:
+        shell.agent.model = arg
+    shell.say(f"model set to {arg} (from the next turn)")
+
+
+def _link_lines(links: list[ChainLink], depth: int, secrets: tuple[str, ...]) -> list[str]:
+    lines: list[str] = []
+    indent = "  " * depth
+    for link in links:
+        label = link.type_name or "…"
+        text = redact_text(link.text, secrets).replace("\n", " ")
+        lines.append(f"{indent}{label}: {text}" if link.type_name else f"{indent}{text}")
+        for number, member in enumerate(link.members, 1):
+            lines.append(f"{indent}  [{number}]")
+            lines.extend(_link_lines(member, depth + 2, secrets))
+    return lines
+
+
+@_command("why", "", "the last failure's full cause chain, one link per line")
+async def _why(shell: Shell, arg: str) -> None:
+    failure = shell.last_failure
+    if failure is None:
+        shell.say("no failure yet")
+        return
+    secrets = shell.config.secrets
+    head = "last failure"
+    code = getattr(failure, "code", None)
+    if isinstance(code, str):
+        head += f" ({code}"
+        status = getattr(failure, "status", None)
+        if isinstance(status, int):
+            head += f", HTTP {status}"
+        request_id = getattr(failure, "request_id", None)
+        if isinstance(request_id, str):
+            head += f", request id {redact_text(request_id, secrets)}"
+        head += ")"
+    shell.say("\n".join([head + ":", *(f"  {line}" for line in _link_lines(chain_links(failure), 0, secrets))]))
+
+
+@_command("sessions", "", "list saved sessions (newest last)")
+async def _sessions(shell: Shell, arg: str) -> None:
+    from agent_loop.session_log import list_sessions
+
+    sessions = list_sessions(shell.root)
+    if not sessions:
+        shell.say(f"no sessions in {shell.root}")
+        return
+    current = shell.session.id if shell.session is not None else None
+    lines = []
+    for info in sessions[-20:]:
+        mark = "*" if info.id == current else " "
+        turns = f"{info.turns} turn{'s' if info.turns != 1 else ''}"
+        title = redact_text(info.title, shell.config.secrets)
+        lines.append(f"{mark} {info.id}  {turns:<9} {title}".rstrip())
+    if len(sessions) > 20:
+        lines.insert(0, f"(last 20 of {len(sessions)})")
+    lines.append("resume one with /resume ID (or dsh --resume ID)")
+    shell.say("\n".join(lines))
+
+
+@_command("resume", "ID|last", "continue a saved session")
+async def _resume(shell: Shell, arg: str) -> None:
+    if not arg:
+        shell.say("usage: /resume ID|last (see /sessions)")
+        return
+    ident = await shell.resume(arg)
+    turns = shell.agent.turn_number if shell.agent is not None else 0
+    shell.say(f"resumed session {ident} ({turns} turn{'s' if turns != 1 else ''} so far)")
+
+
+@_command("jobs", "", "list background jobs")
+async def _jobs(shell: Shell, arg: str) -> None:
+    lines = await shell.list_jobs()
+    shell.say("\n".join(lines) if lines else "(no jobs)")
+
+
+@_command("scenario", "[name]", "list demo scenarios, or pick one", demo_only=True)
+async def _scenario(shell: Shell, arg: str) -> None:
+    demo = shell.demo
+    assert demo is not None
+    if not arg:
+        shell.say(demo.listing())
+        return
+    try:
+        scenario = demo.select(arg)
+    except KeyError:
+        shell.say(f"no scenario {arg[:40]!r} (/scenario lists them)")
+        shell.prefill = f"/scenario {arg}"
+        return
+    shell.say(f"scenario {scenario.name}: {scenario.summary}")

@@ -1,0 +1,253 @@
+"""Settings from flags, then the environment, then ``$XDG_CONFIG_HOME/dsh/config.toml``.
+
+Every problem is a :class:`ConfigError` (exit 2) whose message names the file and the key and
+never echoes a secret. Unknown keys are warnings, not errors, so that a newer config file still
+starts an older dsh.
+"""
+
+from __future__ import annotations
+
+import math
+import os
+import tomllib
+from collections.abc import Mapping
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+from urllib.parse import urlsplit
+
+from llm.errors import HarnessError
+from llm.redact import redact_url
+
+__all__ = [
+    "DEFAULT_BASE_URL",
+    "DEFAULT_MODEL",
+    "KNOWN_KEYS",
+    "Config",
+    "ConfigError",
+    "config_file_path",
+    "history_path",
+    "load_config",
+    "state_dir",
+]
+
+# Spelled here as well as in llm.deepseek so that importing the config does not import httpx.
+DEFAULT_BASE_URL = "https://api.deepseek.com"
+DEFAULT_MODEL = "deepseek-v4-flash"
+DEFAULT_STREAM_IDLE_TIMEOUT = 300.0
+DEFAULT_FIRST_TOKEN_TIMEOUT = 600.0
+REASONING_EFFORTS = ("low", "high", "max")
+
+KNOWN_KEYS = frozenset(
+    {
+        "api_key",
+        "base_url",
+        "model",
+        "max_tokens",
+        "thinking",
+        "reasoning_effort",
+        "stream_idle_timeout",
+        "first_token_timeout",
+        "prompt_hook",
+        "max_retries",
+        "subagents",
+    }
+)
+
+
+class ConfigError(HarnessError):
+    """A usage or configuration problem: the process exits 2 with one clear line."""
+
+    def __init__(self, message: str) -> None:
+        super().__init__(message, "CONFIG")
+
+
+@dataclass(frozen=True, slots=True)
+class Config:
+    api_key: str | None = None
+    base_url: str = DEFAULT_BASE_URL
+    model: str = DEFAULT_MODEL
+    max_tokens: int | None = None
+    thinking: bool | None = None
+    reasoning_effort: str | None = None
+    stream_idle_timeout: float = DEFAULT_STREAM_IDLE_TIMEOUT
+    first_token_timeout: float = DEFAULT_FIRST_TOKEN_TIMEOUT
+    prompt_hook: str | list[str] | None = None
+    max_retries: int | None = None  # retries of transient failures per request (default 5)
+    # ``[subagents.NAME]`` tables, passed through untouched for the subagent registry.
+    subagents: dict[str, dict[str, Any]] = field(default_factory=dict)
+    config_path: Path | None = None  # the file that was read, if any
+    warnings: tuple[str, ...] = ()
+
+    @property
+    def secrets(self) -> tuple[str, ...]:
+        return (self.api_key,) if self.api_key else ()
+
+
+def _xdg(env: Mapping[str, str], variable: str, fallback: str) -> Path:
+    value = env.get(variable, "")
+    # The XDG spec says relative values are invalid and must be ignored.
+    if value and os.path.isabs(value):
+        return Path(value)
+    return Path(env.get("HOME") or os.path.expanduser("~")) / fallback
+
+
+def config_file_path(env: Mapping[str, str]) -> Path:
+    return _xdg(env, "XDG_CONFIG_HOME", ".config") / "dsh" / "config.toml"
+
+
+def state_dir(env: Mapping[str, str]) -> Path:
+    return _xdg(env, "XDG_STATE_HOME", ".local/state") / "dsh"
+
+
+def history_path(env: Mapping[str, str]) -> Path:
+    return state_dir(env) / "history"
+
+
+# --- value checks (the messages name the key and never print a secret) ------------------------
+
+
+def _check_str(key: str, value: object, where: str) -> str:
+    if not isinstance(value, str) or not value.strip():
+        raise ConfigError(f"{where}: {key} must be a non-empty string")
+    return value.strip()
+
+
+def _check_url(key: str, value: object, where: str) -> str:
+    url = _check_str(key, value, where)
+    try:
+        parts = urlsplit(url)
+        ok = parts.scheme in ("http", "https") and bool(parts.hostname)
+        parts.port  # noqa: B018 - raises ValueError for a bad port
+    except ValueError:
+        ok = False
+    if not ok:
+        raise ConfigError(f"{where}: {key} must be an http:// or https:// URL, got {redact_url(url)!r}")
+    return url
+
+
+def _check_positive_int(key: str, value: object, where: str) -> int:
+    if isinstance(value, str) and value.strip().isdigit():
+        value = int(value.strip())
+    if isinstance(value, bool) or not isinstance(value, int) or value <= 0:
+        raise ConfigError(f"{where}: {key} must be a positive integer, got {value!r:.40}")
+    return value
+
+
+def _check_retries(key: str, value: object, where: str) -> int:
+    if isinstance(value, bool) or not isinstance(value, int) or not 0 <= value <= 10:
+        raise ConfigError(f"{where}: {key} must be an integer from 0 to 10, got {value!r:.40}")
+    return value
+
+
+def _check_seconds(key: str, value: object, where: str) -> float:
+    if isinstance(value, str):
+        try:
+            value = float(value)
+        except ValueError:
+            pass
+    if isinstance(value, bool) or not isinstance(value, int | float) or not math.isfinite(value) or value <= 0:
+        raise ConfigError(f"{where}: {key} must be a positive number of seconds, got {value!r:.40}")
+    return float(value)
+
+
+def _check_thinking(key: str, value: object, where: str) -> bool:
+    if isinstance(value, bool):
+        return value
+    if isinstance(value, str) and value.lower() in ("enabled", "disabled", "true", "false", "on", "off"):
+        return value.lower() in ("enabled", "true", "on")
+    raise ConfigError(f"{where}: {key} must be true/false (or enabled/disabled), got {value!r:.40}")
+
+
+def _check_effort(key: str, value: object, where: str) -> str:
+    if isinstance(value, str) and value in REASONING_EFFORTS:
+        return value
+    raise ConfigError(f"{where}: {key} must be one of {', '.join(REASONING_EFFORTS)}, got {value!r:.40}")
+
+
+def _check_hook(key: str, value: object, where: str) -> str | list[str]:
+    """A shell command string, or an argv list of strings."""
+    if isinstance(value, list) and value and all(isinstance(item, str) and item for item in value):
+        return list(value)
+    if isinstance(value, str) and value.strip():
+        return value.strip()
+    raise ConfigError(f"{where}: {key} must be a command string or a non-empty list of strings")
+
+
+def _check_subagents(key: str, value: object, where: str) -> dict[str, dict[str, Any]]:
+    if not isinstance(value, Mapping):
+        raise ConfigError(f"{where}: [{key}] must be a table of [{key}.NAME] tables")
+    tables: dict[str, dict[str, Any]] = {}
+    for name, table in value.items():
+        if not isinstance(table, Mapping):
+            raise ConfigError(f"{where}: [{key}.{name}] must be a table")
+        tables[str(name)] = dict(table)
+    return tables
+
+
+_CHECKS = {
+    "api_key": _check_str,
+    "base_url": _check_url,
+    "model": _check_str,
+    "max_tokens": _check_positive_int,
+    "thinking": _check_thinking,
+    "reasoning_effort": _check_effort,
+    "stream_idle_timeout": _check_seconds,
+    "first_token_timeout": _check_seconds,
+    "prompt_hook": _check_hook,
+    "max_retries": _check_retries,
+    "subagents": _check_subagents,
+}
+
+
+def _read_file(path: Path) -> dict[str, Any]:
+    try:
+        with path.open("rb") as handle:
+            return tomllib.load(handle)
+    except FileNotFoundError:
+        return {}
+    except tomllib.TOMLDecodeError as exc:
+        raise ConfigError(f"config file {path} is not valid TOML: {exc}")
+    except UnicodeDecodeError:
+        raise ConfigError(f"config file {path} is not valid UTF-8")
+    except OSError as exc:
+        raise ConfigError(f"config file {path} cannot be read: {exc.strerror or type(exc).__name__}")
+
+
+def load_config(
+    flags: Mapping[str, Any],
+    env: Mapping[str, str],
+    *,
+    require_key: bool = True,
+    config_path: Path | None = None,
+) -> Config:
+    """Merge flags > env > file > defaults. ``flags`` holds only the options the user gave."""
+    explicit_path = config_path is not None
+    path = config_path if config_path is not None else config_file_path(env)
+    if explicit_path and not path.exists():
+        raise ConfigError(f"config file {path} does not exist")
+    raw = _read_file(path)
+    where = f"config file {path}"
+    values: dict[str, Any] = {}
+    warnings: list[str] = []
+    for key, value in raw.items():
+        check = _CHECKS.get(key)
+        if check is None:
+            warnings.append(f"{where}: unknown key {key!r} ignored")
+            continue
+        values[key] = check(key, value, where)
+
+    for variable, key in (("DEEPSEEK_API_KEY", "api_key"), ("DEEPSEEK_BASE_URL", "base_url"), ("DSH_MODEL", "model")):
+        value = env.get(variable, "")
+        if value.strip():
+            values[key] = _CHECKS[key](variable, value, "environment")
+
+    for key, value in flags.items():
+        if value is not None and key in _CHECKS:
+            values[key] = _CHECKS[key](key, value, "command line")
+
+    if require_key and not values.get("api_key"):
+        raise ConfigError(
+            f"no DeepSeek API key: set DEEPSEEK_API_KEY (or api_key in {path}), or try `dsh --demo`"
+        )
+    return Config(**values, config_path=path if raw else None, warnings=tuple(warnings))

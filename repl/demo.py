@@ -1,0 +1,314 @@
+"""``dsh --demo``: no key, no network, every failure on demand.
+
+The fault server runs in-process on 127.0.0.1 and the real DeepSeek client talks to it over real
+sockets, so each scenario walks the same httpx path a real endpoint would. A scenario is a setup
+function run before every turn while it is selected: it scripts the server's next responses and
+may pick the endpoint (the server, or a closed loopback port), the client's deadlines, the retry
+budget, or alter the prompt. This list is also the manual failure-reproduction kit (README).
+
+Other packages add scenarios with :func:`register_scenario` (subagent failure categories, say).
+"""
+
+from __future__ import annotations
+
+import contextlib
+from collections.abc import AsyncIterator, Callable
+from dataclasses import dataclass, field, fields
+from typing import Any
+
+from agent_loop.retry import RetryPolicy
+from fixtures.fault_server import Behaviour, FaultServer
+from llm import ChatRequest, DeepSeekClient, StreamEvent
+
+__all__ = [
+    "CORE_SCENARIOS",
+    "DEMO_FIRST_TOKEN_TIMEOUT",
+    "SCENARIOS",
+    "Demo",
+    "DemoClient",
+    "DemoTurn",
+    "Scenario",
+    "demo_retry_policy",
+    "register_scenario",
+]
+
+DEMO_FIRST_TOKEN_TIMEOUT = 3.0  # the keep-alive stall scenario ends TIMEOUT after this
+DEMO_IDLE_TIMEOUT = 120.0  # long enough to practise Ctrl-C on a stalled stream
+# Backoff is shortened in the demo so that retried failures end in seconds, not half a minute.
+DEMO_RETRY = {"max_retries": 5, "base_delay": 0.1, "max_delay": 0.4, "jitter": 0.0}
+
+
+def demo_retry_policy() -> RetryPolicy:
+    return RetryPolicy(**DEMO_RETRY)
+
+
+@dataclass
+class DemoTurn:
+    """What a scenario's setup may change for the coming turn."""
+
+    prompt: str
+    server: FaultServer
+    endpoint: str = "server"  # "server", or "refused" (a closed loopback port)
+    first_token_timeout: float = DEMO_IDLE_TIMEOUT
+    stream_idle_timeout: float = DEMO_IDLE_TIMEOUT
+    retry: RetryPolicy = field(default_factory=demo_retry_policy)
+    extras: dict[str, Any] = field(default_factory=dict)  # free room for scenarios added by others
+
+    def push(self, *behaviours: Behaviour | str) -> None:
+        """Queue behaviours for the next requests (then the default answers)."""
+        self.server.push(*behaviours)
+
+    def script(self, *behaviours: Behaviour | str) -> None:
+        """The turn's requests get these behaviours in order; the last one answers every later request."""
+        *head, last = behaviours
+        self.server.default = Behaviour.coerce(last)
+        self.push(*head)
+
+
+Setup = Callable[[DemoTurn], None]
+
+
+@dataclass(frozen=True, slots=True)
+class Scenario:
+    name: str
+    summary: str
+    setup: Setup
+    expect: str | None = None  # a line (or line prefix) the scenario prints: pinned by the e2e tests
+    cancel: bool = False  # the scenario waits for Ctrl-C
+
+
+SCENARIOS: dict[str, Scenario] = {}
+CORE_SCENARIOS: tuple[str, ...] = ()  # the ones this module defines (others add theirs at import)
+
+
+def register_scenario(
+    name: str, summary: str, setup: Setup, *, expect: str | None = None, cancel: bool = False
+) -> Scenario:
+    """Add (or replace) a scenario; ``name`` is what ``/scenario NAME`` takes."""
+    scenario = Scenario(name, summary, setup, expect, cancel)
+    SCENARIOS[name] = scenario
+    return scenario
+
+
+class DemoClient:
+    """Streams through a real :class:`DeepSeekClient` for the endpoint the scenario picked."""
+
+    def __init__(self, server_url: str, refused_url: str) -> None:
+        self.urls = {"server": server_url, "refused": refused_url}
+        self.turn: DemoTurn | None = None
+        self._clients: dict[tuple[str, float, float], DeepSeekClient] = {}
+
+    @property
+    def base_url_display(self) -> str:
+        return self._client().base_url_display
+
+    def _client(self) -> DeepSeekClient:
+        turn = self.turn
+        key = (
+            self.urls.get(turn.endpoint if turn else "server", self.urls["server"]),
+            turn.first_token_timeout if turn else DEMO_IDLE_TIMEOUT,
+            turn.stream_idle_timeout if turn else DEMO_IDLE_TIMEOUT,
+        )
+        client = self._clients.get(key)
+        if client is None:
+            client = DeepSeekClient(
+                base_url=key[0], api_key=None, first_token_timeout=key[1], stream_idle_timeout=key[2],
+                connect_timeout=5.0,
+            )
+            self._clients[key] = client
+        return client
+
+    async def stream(self, request: ChatRequest) -> AsyncIterator[StreamEvent]:
+        async with contextlib.aclosing(self._client().stream(request)) as events:
+            async for event in events:
+                yield event
+
+    async def aclose(self) -> None:
+        for client in self._clients.values():
+            await client.aclose()
+        self._clients.clear()
+
+
+class Demo:
+    """The selected scenario, applied before each turn."""
+
+    def __init__(self, server: FaultServer, client: DemoClient, retry: RetryPolicy, scenario: str = "text") -> None:
+        self.server = server
+        self.client = client
+        self.retry = retry  # the policy object the agent holds; reset and adjusted per turn
+        self.scenario = self.select(scenario)
+
+    def select(self, name: str) -> Scenario:
+        scenario = SCENARIOS.get(name.strip().lower())
+        if scenario is None:
+            raise KeyError(name)
+        self.scenario = scenario
+        return scenario
+
+    @staticmethod
+    def subagent_tables() -> dict[str, dict[str, Any]]:
+        """The demo's ``[subagents.NAME]`` tables (a real child dsh, scripted faults, fake agents)."""
+        tables: dict[str, dict[str, Any]] = {}
+        try:
+            from agent_loop.subagent.demo_scenarios import demo_subagent_tables
+
+            tables.update(demo_subagent_tables())
+            from agent_loop.subagent.product_demo import product_demo_tables
+
+            tables.update(product_demo_tables())
+        except ImportError:  # pragma: no cover - a build without the subagent package
+            pass
+        return tables
+
+    def listing(self) -> str:
+        width = max(len(name) for name in SCENARIOS)
+        lines = [f"{'*' if s is self.scenario else ' '} {s.name:<{width}}  {s.summary}" for s in SCENARIOS.values()]
+        lines.append("pick one with /scenario NAME; it applies to every turn until you pick another")
+        return "\n".join(lines)
+
+    def before_turn(self, prompt: str) -> str:
+        """Reset the server script and the retry budget, run the scenario's setup; the prompt to send."""
+        self.server._script.clear()  # leftovers of a cancelled multi-request scenario must not leak
+        self.server.default = Behaviour("text")
+        turn = DemoTurn(prompt=prompt, server=self.server)
+        self.scenario.setup(turn)
+        for item in fields(RetryPolicy):
+            if item.name in DEMO_RETRY:
+                setattr(self.retry, item.name, getattr(turn.retry, item.name))
+        self.client.turn = turn
+        return turn.prompt
+
+
+# --- the catalogue ----------------------------------------------------------------------------------
+
+
+def _default(*behaviours: Behaviour | str) -> Setup:
+    """Every request of the turn gets these behaviours in order, the last one repeating."""
+
+    def setup(turn: DemoTurn) -> None:
+        turn.script(*behaviours)
+
+    return setup
+
+
+_HELLO = "Hello from the dsh demo! This text streamed from a real HTTP server on 127.0.0.1.\n"
+
+
+def _text(turn: DemoTurn) -> None:
+    turn.server.default = Behaviour("slow_text", text=_HELLO, delay=0.01)
+
+
+def _reasoning(turn: DemoTurn) -> None:
+    turn.server.default = Behaviour(
+        "reasoning",
+        reasoning="The user wants to see reasoning. It streams first, dim on a terminal.",
+        text="And this is the answer, in normal type.\n",
+    )
+
+
+def _tool_call(turn: DemoTurn) -> None:
+    turn.push(Behaviour("tool_call", id="call_demo_1", name="list_dir", arguments='{"path": "."}',
+                        reasoning="Let me look at the working directory."))
+    turn.server.default = Behaviour(
+        "text", text="That was a real tool round trip: the model asked for list_dir, dsh ran it, "
+        "and the result went back in the next request.\n"
+    )
+
+
+def _shell_approval(turn: DemoTurn) -> None:
+    turn.push(Behaviour("tool_call", id="call_demo_2", name="run_shell",
+                        arguments='{"command": "echo hello from run_shell"}', reasoning="Run a harmless command."))
+    turn.server.default = Behaviour("text", text="The shell tool asked you first; your answer went to the model.\n")
+
+
+def _refused(turn: DemoTurn) -> None:
+    turn.endpoint = "refused"
+
+
+def _keepalive_stall(turn: DemoTurn) -> None:
+    turn.server.default = Behaviour("keepalive_only", interval=0.5)
+    turn.first_token_timeout = DEMO_FIRST_TOKEN_TIMEOUT
+    turn.retry.max_retries = 0  # one deadline is enough to see it
+
+
+def _prompt_rejected(turn: DemoTurn) -> None:
+    # A fake key (not a real one) appended to the prompt: the built-in guard refuses to send it.
+    turn.prompt = f"{turn.prompt} sk-demoNotARealKey0123456789abcdef"
+
+
+def _retry_then_success(turn: DemoTurn) -> None:
+    turn.push("http_503")
+    turn.server.default = Behaviour("text", text="This answer came on the second attempt.\n")
+
+
+def _register_catalogue() -> None:
+    add = register_scenario
+    add("text", "plain streamed text", _text, expect="Hello from the dsh demo!")
+    add("reasoning", "reasoning (dim on a terminal), then the answer", _reasoning,
+        expect="And this is the answer, in normal type.")
+    add("tool-call", "the model calls list_dir, dsh runs it, the model answers", _tool_call,
+        expect='  [tool call] list_dir({"path": "."})')
+    add("shell-approval", "the model wants to run a shell command: you answer (y / n / a)", _shell_approval,
+        expect='  [tool call] run_shell({"command": "echo hello from run_shell"})')
+    add("retry-then-success", "HTTP 503 once, then an answer (one retry line)", _retry_then_success,
+        expect="[retry 1/5 in 0.1s] SERVER: Server Overloaded, please try again later")
+    add("http-400", "HTTP 400 invalid request (not retried)", _default("http_400"),
+        expect="[turn failed INVALID_REQUEST] The `reasoning_content` in the thinking mode must be passed "
+        "back to the API.")
+    add("http-400-context", "HTTP 400 context window exceeded", _default("http_400_context"),
+        expect="[turn failed CONTEXT_WINDOW_EXCEEDED] This model's maximum context length is 131072 tokens.")
+    add("http-401", "HTTP 401 bad API key, with the fix line", _default("http_401"),
+        expect="[turn failed AUTH] Authentication Fails, Your api key: ****abcd is invalid")
+    add("http-402", "HTTP 402 insufficient balance, with the fix line", _default("http_402"),
+        expect="[turn failed QUOTA] Insufficient Balance")
+    add("http-403", "HTTP 403 permission denied", _default("http_403"),
+        expect="[turn failed AUTH] Permission denied: this API key may not use this model")
+    add("http-413", "HTTP 413 request too large", _default("http_413"),
+        expect="[turn failed INVALID_REQUEST] Request body too large")
+    add("http-422", "HTTP 422 invalid parameters (an unmapped status)", _default("http_422"),
+        expect="[turn failed HTTP_422] Invalid Parameters: temperature must be between 0 and 2")
+    add("http-429", "HTTP 429 rate limit with Retry-After: 1 (5 retries, then the fix line)",
+        _default(Behaviour("http_429", retry_after="1")), expect="[turn failed RATE_LIMIT] Rate Limit Reached")
+    add("http-500", "HTTP 500 (retried, then the fix line)", _default("http_500"),
+        expect="[turn failed SERVER] Internal Server Error")
+    add("http-502", "HTTP 502 with an HTML body from a proxy", _default("http_502_html"),
+        expect="[turn failed SERVER] DeepSeek API error (HTTP 502)")
+    add("http-503", "HTTP 503 server overloaded (retried, then the fix line)", _default("http_503"),
+        expect="[turn failed SERVER] Server Overloaded, please try again later")
+    add("refused", "connection refused: a closed loopback port (retried)", _refused,
+        expect="[turn failed TRANSPORT] DeepSeek API request to http://127.0.0.1:")
+    add("keepalive-stall", f"keep-alives but no token; first-token deadline {DEMO_FIRST_TOKEN_TIMEOUT:g}s, "
+        "no retry", _keepalive_stall,
+        expect=f"[turn failed TIMEOUT] DeepSeek stream idle timeout after {DEMO_FIRST_TOKEN_TIMEOUT:g}s")
+    add("stall", "headers, then silence: press Ctrl-C to cancel", _default("stall_after_headers"),
+        expect="[turn aborted] cancelled", cancel=True)
+    add("mid-stream-drop", "connection reset mid-stream (retried)", _default("reset_mid_stream"),
+        expect="[turn failed TRANSPORT] DeepSeek API stream from http://127.0.0.1:")
+    add("stream-closed", "the stream ends without [DONE]", _default("no_done"),
+        expect="[turn failed STREAM_CLOSED] SSE stream ended without [DONE]")
+    add("malformed", "a payload that is not JSON", _default("malformed_json"),
+        expect="[turn failed MALFORMED_RESPONSE] malformed SSE payload: ")
+    add("content-filter", "finish_reason content_filter", _default("content_filter"),
+        expect='[turn failed CONTENT_FILTER] DeepSeek stream finished with finish_reason "content_filter"')
+    add("max-tokens", "finish_reason length: the output-token limit", _default("length"),
+        expect="[turn hit the output-token limit]")
+    add("prompt-rejected", "a key-shaped string in the prompt: the guard refuses to send it", _prompt_rejected,
+        expect="[turn rejected] prompt contains what looks like a secret (sk-…); not sent")
+
+
+def _register_delegation() -> None:
+    """One scenario per subagent failure category, from the subagent packages' own catalogues."""
+    try:
+        from agent_loop.subagent.demo_scenarios import register_demo_scenarios
+
+        register_demo_scenarios(register_scenario, Behaviour)
+        from agent_loop.subagent.product_demo import register_product_demo_scenarios
+
+        register_product_demo_scenarios(register_scenario, Behaviour)
+    except ImportError:  # pragma: no cover - a build without the subagent package
+        pass
+
+
+_register_catalogue()
+CORE_SCENARIOS = tuple(SCENARIOS)
+_register_delegation()

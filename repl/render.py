@@ -1,0 +1,348 @@
+"""Events -> terminal text (DESIGN §6). Pure: no I/O, no clock, no terminal queries.
+
+The app feeds every agent event to :meth:`Renderer.render` and writes what comes back. The
+renderer remembers only where the cursor is on the current line, so a status line never glues
+onto streamed text. :class:`TurnActivity` is the toolbar's view of a running turn; the caller
+passes the clock in, which keeps it testable too.
+"""
+
+from __future__ import annotations
+
+import math
+import re
+from collections.abc import Callable, Mapping, Sequence
+from typing import Any, Protocol
+
+from llm.redact import redact_text
+
+__all__ = [
+    "DIM",
+    "FIX_AUTH",
+    "FIX_QUOTA",
+    "FIX_RATE_LIMIT",
+    "FIX_SERVER",
+    "HIGHLIGHT",
+    "RESET",
+    "Renderer",
+    "TurnActivity",
+    "approval_answer",
+    "approval_question",
+    "fix_line",
+    "sanitize",
+    "turn_end_line",
+]
+
+DIM = "\x1b[2m"
+HIGHLIGHT = "\x1b[1;33m"
+RESET = "\x1b[0m"
+
+# DeepSeek's documented remedies for the errors a user can act on, one short fixed line each.
+FIX_AUTH = "  fix: check your API key (DEEPSEEK_API_KEY, or api_key in config.toml)"
+FIX_QUOTA = "  fix: your DeepSeek balance has run out; top up at https://platform.deepseek.com/top_up"
+FIX_RATE_LIMIT = "  fix: requests are arriving too fast; back off and try again shortly"
+FIX_SERVER = "  fix: the DeepSeek server is having trouble; retry later"
+
+_TOOL_RESULT_WIDTH = 240
+_TOOL_ARGS_WIDTH = 400
+_TOOL_PREVIEW_LINES = 3
+_ELLIPSIS = "…"
+
+# C0 controls except TAB and LF, DEL, and C1 controls: model or tool text must not drive the terminal.
+_CONTROL = re.compile(r"[\x00-\x08\x0b-\x1f\x7f-\x9f]")
+_SPACE_RUN = re.compile(r"\s*\n\s*")
+
+
+class EventLike(Protocol):
+    type: str
+    data: Mapping[str, Any]
+
+
+def _control_picture(match: re.Match[str]) -> str:
+    code = ord(match.group(0))
+    if code < 0x20:
+        return chr(0x2400 + code)  # ␛ for ESC, ␇ for BEL ...
+    if code == 0x7F:
+        return "\u2421"
+    return "\ufffd"
+
+
+def sanitize(text: str) -> str:
+    """Make untrusted text inert on a terminal: CRLF -> LF, other controls -> visible pictures."""
+    text = text.replace("\r\n", "\n")
+    return _CONTROL.sub(_control_picture, text)
+
+
+def _one_line(text: str) -> str:
+    return sanitize(_SPACE_RUN.sub(" ", text))
+
+
+def _clip(text: str, width: int) -> str:
+    return text if len(text) <= width else text[: width - 1] + _ELLIPSIS
+
+
+def _text_field(data: Mapping[str, Any], key: str) -> str:
+    value = data.get(key)
+    return value if isinstance(value, str) else ""
+
+
+def turn_end_line(reason: Mapping[str, Any], secrets: Sequence[str] = ()) -> str | None:
+    """The exact DESIGN §6 line for a turn-end reason; ``None`` for completed, disposed, unknown."""
+    kind = reason.get("kind")
+    if kind == "error":
+        code = _one_line(_text_field(reason, "code"))
+        message = _one_line(redact_text(_text_field(reason, "message"), secrets))
+        head = f"[turn failed {code}]" if code else "[turn failed]"
+        return f"{head} {message}" if message else head
+    if kind == "aborted":
+        why = _one_line(_text_field(reason, "reason"))
+        return f"[turn aborted] {why}" if why else "[turn aborted]"
+    if kind == "rejected":
+        why = _one_line(redact_text(_text_field(reason, "reason"), secrets))
+        return f"[turn rejected] {why}" if why else "[turn rejected]"
+    if kind == "max-tokens":
+        return "[turn hit the output-token limit]"
+    if kind == "interrupted":
+        return "[turn interrupted by a previous process exit]"
+    return None
+
+
+def fix_line(reason: Mapping[str, Any]) -> str | None:
+    """DeepSeek's one-line remedy for 401/402/429/5xx failures (by status, else by code)."""
+    if reason.get("kind") != "error":
+        return None
+    status = reason.get("status")
+    if isinstance(status, int) and not isinstance(status, bool):
+        if status == 401:
+            return FIX_AUTH
+        if status == 402:
+            return FIX_QUOTA
+        if status == 429:
+            return FIX_RATE_LIMIT
+        if 500 <= status <= 599:
+            return FIX_SERVER
+        return None
+    return {"AUTH": FIX_AUTH, "QUOTA": FIX_QUOTA, "RATE_LIMIT": FIX_RATE_LIMIT, "SERVER": FIX_SERVER}.get(
+        _text_field(reason, "code")
+    )
+
+
+# Where the cursor stands on the current screen line.
+_START = "start"  # column 0
+_HEADER = "header"  # just after "[main turn N] ": a status line may follow on the same line
+_MID = "mid"  # after streamed text that did not end its line
+
+
+class Renderer:
+    """Turns agent events into text. Holds only cursor-position state; never writes anywhere."""
+
+    def __init__(self, *, color: bool, label: str = "main", secrets: Sequence[str] = ()) -> None:
+        self.color = color
+        self.label = label
+        self.secrets = tuple(secret for secret in secrets if secret)
+        self._column = _START
+        self._stream: str | None = None  # "text" or "reasoning": which kind of delta came last
+        self._handlers: dict[str, Callable[[Mapping[str, Any]], str]] = {
+            "text/delta": self._text_delta,
+            "reasoning/delta": self._reasoning_delta,
+            "tool/call": self._tool_call,
+            "tool/result": self._tool_result,
+            "llm/retry": self._retry,
+            "turn/end": self._turn_end,
+            "job/notice": self._job_notice,
+        }
+
+    @property
+    def at_line_start(self) -> bool:
+        return self._column == _START
+
+    # --- public entry points --------------------------------------------------------------
+
+    def render(self, event: EventLike) -> str:
+        data = event.data if isinstance(event.data, Mapping) else {}
+        if event.type == "turn/start":
+            turn = data.get("turn")
+            return self.header(turn if isinstance(turn, int) and not isinstance(turn, bool) else 0)
+        handler = self._handlers.get(event.type)
+        if handler is None:
+            return ""
+        return self._emit(handler(data))
+
+    def header(self, turn: int) -> str:
+        """``[main turn N] `` on a fresh line."""
+        self._stream = None
+        text = self._break_line() + f"[{self.label} turn {turn}] "
+        self._column = _HEADER
+        return text
+
+    def resume_notice(self, turn: int) -> str:
+        """What ``--resume`` reports first for a turn the log repair just closed."""
+        return self.header(turn) + self._emit(turn_end_line({"kind": "interrupted"}) + "\n")
+
+    def end_line(self) -> str:
+        """End a partial line (or a bare header) so that what follows starts at column 0."""
+        return self._emit(self._break_line())
+
+    def line(self, text: str) -> str:
+        """A free-standing message line (command output, hints) placed on its own line."""
+        return self._emit(self._break_line() + text + "\n")
+
+    # --- cursor bookkeeping -----------------------------------------------------------------
+
+    def _emit(self, text: str) -> str:
+        if text:
+            self._column = _START if text.endswith("\n") else _MID
+        return text
+
+    def _break_line(self) -> str:
+        """Newline needed before a line of its own (tool lines, notices)."""
+        return "" if self._column == _START else "\n"
+
+    def _status_break(self) -> str:
+        """Newline needed before a status line: none right after the turn header."""
+        return "\n" if self._column == _MID else ""
+
+    def _styled(self, text: str, style: str) -> str:
+        if not self.color or not text:
+            return text
+        # Style each line separately so a line never ends inside an open escape sequence.
+        return "\n".join(f"{style}{part}{RESET}" if part else part for part in text.split("\n"))
+
+    # --- handlers ----------------------------------------------------------------------------
+
+    def _stream_delta(self, kind: str, text: str) -> str:
+        if not text:
+            return ""
+        prefix = ""
+        if self._stream not in (None, kind) and self._column == _MID:
+            prefix = "\n"  # reasoning and answer each get their own lines
+        self._stream = kind
+        body = sanitize(text)
+        return prefix + (self._styled(body, DIM) if kind == "reasoning" else body)
+
+    def _text_delta(self, data: Mapping[str, Any]) -> str:
+        return self._stream_delta("text", _text_field(data, "text"))
+
+    def _reasoning_delta(self, data: Mapping[str, Any]) -> str:
+        return self._stream_delta("reasoning", _text_field(data, "text"))
+
+    def _tool_call(self, data: Mapping[str, Any]) -> str:
+        self._stream = None
+        name = _one_line(_text_field(data, "name")) or "?"
+        arguments = _clip(_one_line(_text_field(data, "arguments")), _TOOL_ARGS_WIDTH)
+        return self._break_line() + f"  [tool call] {name}({arguments})\n"
+
+    def _tool_result(self, data: Mapping[str, Any]) -> str:
+        self._stream = None
+        output = sanitize(_text_field(data, "output")).strip("\n")
+        lines = output.split("\n") if output else ["(no output)"]
+        diagnostic = data.get("diagnostic")
+        has_diagnostic = isinstance(diagnostic, str) and bool(diagnostic)
+        first = lines[0]
+        if data.get("is_error") and not first.lower().startswith("error"):
+            first = "Error: " + first
+        # With a diagnostic, the output's first line is the verdict and the diagnostic says why;
+        # otherwise a short preview of the output (the model sees all of it).
+        shown = [first] if has_diagnostic else [first, *lines[1:_TOOL_PREVIEW_LINES]]
+        text = self._break_line() + f"  [tool result] {_clip(shown[0], _TOOL_RESULT_WIDTH)}\n"
+        for line in shown[1:]:
+            text += f"    {_clip(line, _TOOL_RESULT_WIDTH)}\n"
+        hidden = len(lines) - len(shown)
+        if hidden > 0 and not has_diagnostic:
+            text += f"    … (+{hidden} more line{'s' if hidden != 1 else ''})\n"
+        if has_diagnostic:
+            assert isinstance(diagnostic, str)
+            for line in sanitize(diagnostic).split("\n"):
+                text += "    " + self._styled(line, HIGHLIGHT) + "\n"
+        return text
+
+    def _retry(self, data: Mapping[str, Any]) -> str:
+        attempt = data.get("attempt")
+        total = data.get("max_attempts")
+        delay = data.get("delay_s")
+        delay_s = float(delay) if isinstance(delay, int | float) and math.isfinite(delay) else 0.0
+        code = _one_line(_text_field(data, "code")) or "UNKNOWN"
+        message = _one_line(redact_text(_text_field(data, "message"), self.secrets))
+        self._stream = None
+        return self._status_break() + f"[retry {attempt}/{total} in {delay_s:.1f}s] {code}: {message}\n"
+
+    def _turn_end(self, data: Mapping[str, Any]) -> str:
+        self._stream = None
+        reason = data.get("reason")
+        reason = reason if isinstance(reason, Mapping) else {}
+        line = turn_end_line(reason, self.secrets)
+        if line is None:
+            return self._break_line()
+        text = self._status_break() + line + "\n"
+        fix = fix_line(reason)
+        if fix:
+            text += fix + "\n"
+        return text
+
+    def _job_notice(self, data: Mapping[str, Any]) -> str:
+        self._stream = None
+        return self._break_line() + f"[job] {_one_line(_text_field(data, 'text'))}\n"
+
+
+def approval_question(command: str) -> str:
+    """The inline question for a shell command (shown live; committed with its answer)."""
+    shown = sanitize(command).strip("\n").replace("\n", "\n      ")
+    return f"  [approve] run_shell: {shown}  (y / n / a) "
+
+
+def approval_answer(answer: str | None) -> str:
+    return {"y": "yes", "a": "always"}.get(answer or "", "no")
+
+
+# --- the toolbar's view of a running turn --------------------------------------------------------
+
+
+class TurnActivity:
+    """``waiting for first token 12s · keep-alive 2s ago`` and friends, from events and a clock."""
+
+    def __init__(self) -> None:
+        self._state = "idle"
+        self._since = 0.0
+        self._keepalive_at: float | None = None
+        self._detail = ""
+
+    @property
+    def busy(self) -> bool:
+        return self._state != "idle"
+
+    def _wait(self, now: float) -> None:
+        self._state, self._since, self._keepalive_at = "waiting", now, None
+
+    def on_event(self, event: EventLike, now: float) -> None:
+        kind = event.type
+        data = event.data if isinstance(event.data, Mapping) else {}
+        if kind in ("turn/start", "step/start"):
+            self._wait(now)
+        elif kind in ("text/delta", "reasoning/delta"):
+            self._state = "streaming"
+        elif kind == "stream/keepalive":
+            self._keepalive_at = now
+        elif kind == "tool/call":
+            self._state, self._detail = "tool", _one_line(_text_field(data, "name"))
+        elif kind == "llm/retry":
+            delay = data.get("delay_s")
+            delay_s = float(delay) if isinstance(delay, int | float) and math.isfinite(delay) else 0.0
+            self._state, self._since, self._keepalive_at = "retry", now + max(delay_s, 0.0), None
+            self._detail = f"{data.get('attempt')}/{data.get('max_attempts')}"
+        elif kind == "turn/end":
+            self._state = "idle"
+
+    def text(self, now: float) -> str:
+        if self._state == "retry" and now >= self._since:
+            self._state = "waiting"  # the backoff is over: the next request is out
+        if self._state == "waiting":
+            text = f"waiting for first token {max(0, int(now - self._since))}s"
+            if self._keepalive_at is not None:
+                text += f" · keep-alive {max(0, int(now - self._keepalive_at))}s ago"
+            return text
+        if self._state == "retry":
+            return f"retry {self._detail} in {math.ceil(self._since - now)}s"
+        if self._state == "streaming":
+            return "streaming"
+        if self._state == "tool":
+            return f"running {self._detail}" if self._detail else "running a tool"
+        return ""

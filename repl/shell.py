@@ -1,0 +1,365 @@
+"""The mode-independent core of the front end: one main agent, its renderer, turns and commands.
+
+The interactive app, piped stdin and ``-p`` all drive a :class:`Shell`; they differ only in the
+``sink`` that receives rendered text, the ``turn_scope`` wrapped around each turn (the interactive
+one shows the toolbar and binds Ctrl-C) and the ``ask_approval`` callback for shell commands.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import inspect
+import os
+import time
+from collections.abc import AsyncIterator, Awaitable, Callable, Mapping, Sequence
+from pathlib import Path
+from typing import TYPE_CHECKING, Any, Protocol
+
+from agent_loop.agent import Agent
+from agent_loop.events import Event
+from agent_loop.guard import PromptGuard
+from agent_loop.reasons import failure_from_exception
+from agent_loop.retry import RetryPolicy
+from agent_loop.session_log import SessionLog
+from agent_loop.tools import Tool, default_tools
+from llm import DeepSeekClient, HarnessError, LlmError, error_chain, redact_text
+from repl.config import Config, state_dir
+from repl.render import Renderer, TurnActivity
+
+if TYPE_CHECKING:
+    from repl.demo import Demo
+
+__all__ = [
+    "EXIT_CODES",
+    "Shell",
+    "Sink",
+    "StartupError",
+    "exit_code_for",
+    "register_jobs_lister",
+    "register_tool_factory",
+    "sessions_root",
+]
+
+# -p exit codes by turn-end kind (DESIGN §6); usage/config errors are 2, set by the CLI.
+EXIT_CODES: dict[str, int] = {
+    "completed": 0,
+    "error": 1,
+    "rejected": 3,
+    "max-tokens": 4,
+    "aborted": 130,
+    "interrupted": 1,
+    "disposed": 1,
+}
+
+
+def exit_code_for(reason: Mapping[str, Any] | None) -> int:
+    """Unknown kinds are ordinary ends (0); no turn at all is a failure (1)."""
+    if reason is None:
+        return 1
+    return EXIT_CODES.get(str(reason.get("kind")), 0)
+
+
+class StartupError(HarnessError):
+    """The main agent could not be built; ``__cause__`` holds why."""
+
+    def __init__(self, cause: BaseException) -> None:
+        super().__init__(error_chain(cause), getattr(cause, "code", "STARTUP"), cause=cause)
+
+
+class Sink(Protocol):
+    def write(self, text: str) -> None: ...
+
+
+Approval = str | None  # "yes" | "no" | "always" | None (denied)
+AskApproval = Callable[[str], Awaitable[Approval]]
+TurnScope = Callable[[], contextlib.AbstractAsyncContextManager[None]]
+
+# --- extension seams for other packages (subagents, jobs) ------------------------------------------
+
+ToolFactory = Callable[[Config, "Shell"], Sequence[Tool]]
+JobsLister = Callable[["Shell"], Sequence[str] | Awaitable[Sequence[str]]]
+_tool_factories: list[ToolFactory] = []
+_jobs_lister: list[JobsLister] = []
+
+
+def register_tool_factory(factory: ToolFactory) -> None:
+    """Add tools to every main agent (e.g. the ``subagent`` and job tools). Called per agent built."""
+    if factory not in _tool_factories:
+        _tool_factories.append(factory)
+
+
+def register_jobs_lister(lister: JobsLister | None) -> None:
+    """What ``/jobs`` prints: a function of the shell returning lines. ``None`` restores the default."""
+    _jobs_lister.clear()
+    if lister is not None:
+        _jobs_lister.append(lister)
+
+
+def sessions_root(env: Mapping[str, str]) -> Path:
+    return state_dir(env) / "sessions"
+
+
+@contextlib.asynccontextmanager
+async def _no_scope() -> AsyncIterator[None]:
+    yield
+
+
+class Shell:
+    """One main agent and everything the front end keeps about it."""
+
+    def __init__(
+        self,
+        config: Config,
+        sink: Sink,
+        *,
+        color: bool,
+        env: Mapping[str, str] | None = None,
+        client: Any = None,
+        demo: Demo | None = None,
+        retry: RetryPolicy | None = None,
+        approvals: bool = False,
+    ) -> None:
+        self.config = config
+        self.sink = sink
+        self.env = dict(os.environ if env is None else env)
+        self.demo = demo
+        if retry is None:
+            retry = RetryPolicy() if config.max_retries is None else RetryPolicy(max_retries=config.max_retries)
+        self.retry = retry
+        self.client = client
+        self.renderer = Renderer(color=color, secrets=config.secrets)
+        self.activity = TurnActivity()
+        self.turn_scope: TurnScope = _no_scope
+        self.ask_approval: AskApproval | None = None
+        self.approvals = approvals  # someone can answer (y / n / a): the interactive front end
+        self.agent: Agent | None = None
+        self.session: SessionLog | None = None
+        self.model = config.model
+        self.last_prompt: str | None = None
+        self.last_reason: dict[str, Any] | None = None
+        self.last_failure: BaseException | None = None
+        self.exit_code: int | None = None  # set by /exit
+        self.prefill = ""  # text handed back to the next prompt (an unknown command, say)
+        self.turn_running = False
+        self.toolkit: Any = None  # agent_loop.subagent.tool.SubagentToolkit, when subagents are configured
+        # Called when a background job settles while no turn runs (the front end wakes the owner).
+        self.on_idle_notice: Callable[[], None] | None = None
+        self._unsubscribe: Callable[[], None] | None = None
+
+    # --- lifecycle ---------------------------------------------------------------------------
+
+    @property
+    def root(self) -> Path:
+        return sessions_root(self.env)
+
+    @property
+    def endpoint(self) -> str:
+        display = getattr(self.client, "base_url_display", None)
+        return display if isinstance(display, str) else redact_text(self.config.base_url)
+
+    async def start(self, resume: str | None = None) -> None:
+        """Build the client, open or create the session log and the agent; StartupError on failure."""
+        try:
+            if self.client is None:
+                self.client = DeepSeekClient(
+                    base_url=self.config.base_url,
+                    api_key=self.config.api_key,
+                    stream_idle_timeout=self.config.stream_idle_timeout,
+                    first_token_timeout=self.config.first_token_timeout,
+                )
+            self.toolkit = self._build_toolkit()
+            if resume is not None:
+                session = SessionLog.open(resume, root=self.root)
+            else:
+                session = SessionLog.create(root=self.root, cwd=os.getcwd())
+            self._attach(session)
+        except Exception as exc:
+            raise StartupError(exc)
+        self.report_repair()
+
+    def _build_toolkit(self) -> Any:
+        """``[subagents.NAME]`` tables (plus the demo's own) -> the subagent and job tools, or None."""
+        tables: dict[str, dict[str, Any]] = {}
+        if self.demo is not None:
+            tables.update(self.demo.subagent_tables())
+        tables.update(self.config.subagents)
+        if not tables:
+            return None
+        from agent_loop.subagent import ParentContext
+        from agent_loop.subagent.tool import SubagentToolkit
+
+        base_url = self.demo.client.urls["server"] if self.demo is not None else self.config.base_url
+        parent = ParentContext(model=self.model, base_url=base_url, api_key=self.config.api_key, cwd=os.getcwd())
+        return SubagentToolkit.from_config(tables, parent=parent)
+
+    def _attach(self, session: SessionLog) -> None:
+        """Bind a fresh agent to ``session`` (the previous agent must already be closed)."""
+        self.session = session
+        # Without a terminal nobody can approve: the shell tool then says so instead of "denied".
+        tools = default_tools(self._approve if self.approvals else None)
+        if self.toolkit is not None:
+            for tool in self.toolkit.tools():
+                tools.add(tool, replace=True)
+        for factory in _tool_factories:
+            for tool in factory(self.config, self):
+                tools.add(tool, replace=True)
+        try:
+            agent = Agent(
+                self.client,
+                model=self.model,
+                tools=tools,
+                session=session,
+                label="main",
+                retry=self.retry,
+                guard=PromptGuard(hook_command=self.config.prompt_hook),
+                max_tokens=self.config.max_tokens,
+                thinking=self.config.thinking,
+                reasoning_effort=self.config.reasoning_effort,
+            )
+        except BaseException:
+            session.close()
+            raise
+        self.agent = agent
+        self._unsubscribe = agent.subscribe(self._on_event)
+
+    def report_repair(self) -> None:
+        """A turn the log repair just closed is reported before anything else (DESIGN §6)."""
+        turn = self.session.repaired_turn if self.session is not None else None
+        if turn is not None:
+            self.sink.write(self.renderer.resume_notice(turn))
+
+    async def _detach(self) -> None:
+        if self._unsubscribe is not None:
+            self._unsubscribe()
+            self._unsubscribe = None
+        agent, self.agent = self.agent, None
+        if agent is not None:
+            await agent.aclose()
+
+    async def aclose(self) -> None:
+        toolkit, self.toolkit = self.toolkit, None
+        if toolkit is not None:  # background jobs end with the session that owns them
+            with contextlib.suppress(Exception):
+                await toolkit.aclose()
+        await self._detach()
+        if self.session is not None and not self.session.closed:
+            self.session.close()
+        client = self.client
+        if client is not None and hasattr(client, "aclose"):
+            with contextlib.suppress(Exception):
+                await client.aclose()
+
+    async def new_session(self) -> str:
+        """``/new``: close this conversation and start an empty one in a new log."""
+        assert self.agent is not None
+        self.agent.new_session()
+        self.session = self.agent.session
+        self.last_failure = None
+        assert self.session is not None
+        return self.session.id
+
+    async def resume(self, ident: str) -> str:
+        """``/resume ID``: continue another session (its open turn, if any, is closed and reported)."""
+        session = SessionLog.open(ident, root=self.root)  # raises before we let go of the current one
+        await self._detach()
+        if self.session is not None and not self.session.closed:
+            self.session.close()
+        self._attach(session)
+        self.report_repair()
+        return session.id
+
+    # --- events and output ----------------------------------------------------------------------
+
+    def _on_event(self, event: Event) -> None:
+        self.activity.on_event(event, time.monotonic())
+        text = self.renderer.render(event)
+        if text:
+            self.sink.write(text)
+        if event.type == "job/notice" and not self.turn_running and self.on_idle_notice is not None:
+            self.on_idle_notice()
+
+    def say(self, text: str) -> None:
+        """Command output: whole lines, each on its own line."""
+        for line in text.split("\n"):
+            self.sink.write(self.renderer.line(line))
+
+    async def _approve(self, command: str) -> Approval:
+        ask = self.ask_approval
+        if ask is None:
+            return None
+        return await ask(command)
+
+    # --- turns -----------------------------------------------------------------------------------
+
+    def cancel_turn(self) -> None:
+        if self.agent is not None and self.turn_running:
+            self.agent.cancel("cancelled")
+
+    async def run_turn(self, prompt: str) -> dict[str, Any]:
+        """One turn, rendered as it streams. Returns the turn-end reason as a dict."""
+        assert self.agent is not None
+        sent = self.demo.before_turn(prompt) if self.demo is not None else prompt
+        self.last_prompt = prompt
+        self.turn_running = True
+        try:
+            async with self.turn_scope():
+                try:
+                    reason = (await self.agent.run_turn(sent)).to_dict()
+                except Exception as exc:  # the loop promises not to raise; if it does, still say why
+                    reason = failure_from_exception(exc, 0, self.config.secrets).to_dict()
+                    self.last_failure = exc
+                    self._on_event(Event("turn/end", {"turn": self.agent.turn_number, "reason": reason}, True))
+                else:
+                    if reason.get("kind") == "error":
+                        self.last_failure = getattr(self.agent, "last_failure", None) or _reason_error(reason)
+                self.sink.write(self.renderer.end_line())
+        finally:
+            self.turn_running = False
+        self.last_reason = reason
+        return reason
+
+    async def deliver_notices(self) -> dict[str, Any] | None:
+        """Run a turn for background-job notices the model has not seen (an idle owner is woken)."""
+        agent = self.agent
+        if agent is None or self.turn_running or not agent.pending_notices:
+            return None
+        self.turn_running = True
+        try:
+            async with self.turn_scope():
+                result = await agent.deliver_notices()
+                self.sink.write(self.renderer.end_line())
+        finally:
+            self.turn_running = False
+        if result is None:
+            return None
+        reason = result.to_dict()
+        if reason.get("kind") == "error":
+            self.last_failure = agent.last_failure or _reason_error(reason)
+        self.last_reason = reason
+        return reason
+
+    async def handle_line(self, line: str) -> dict[str, Any] | None:
+        """A slash command or a prompt. Returns the turn's reason, or None when no turn ran."""
+        from repl import commands
+
+        text = line.strip()
+        if not text:
+            return None
+        if text.startswith("//"):  # an escaped slash: send "/..." as a prompt
+            return await self.run_turn(line.lstrip()[1:])
+        if text.startswith("/"):
+            return await commands.dispatch(self, text)
+        return await self.run_turn(line)
+
+    async def list_jobs(self) -> list[str]:
+        if not _jobs_lister:
+            return list(self.toolkit.jobs_summary()) if self.toolkit is not None else []
+        lines = _jobs_lister[0](self)
+        if inspect.isawaitable(lines):
+            lines = await lines
+        return [str(line) for line in lines]
+
+
+def _reason_error(reason: Mapping[str, Any]) -> BaseException:
+    """A stand-in for /why when the loop kept no exception (e.g. a failure read back from a log)."""
+    return LlmError(str(reason.get("message") or "turn failed"), str(reason.get("code") or "UNKNOWN"))

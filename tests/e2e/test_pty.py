@@ -1,0 +1,463 @@
+"""dsh in a real pseudo-terminal (pexpect): keys, the live view, approval, history, terminal hygiene.
+
+``PROMPT_TOOLKIT_NO_CPR=1`` keeps prompt_toolkit from waiting on a cursor-position reply the pty
+never sends; every XDG directory is a fresh temp dir so no test sees another's history or sessions.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import re
+import sys
+import time
+from collections.abc import Iterator
+from pathlib import Path
+
+import pexpect
+import pytest
+from pty_screen import Screen
+
+from agent_loop import events as ev
+from agent_loop.session_log import SessionLog
+from fixtures.fault_server import closed_port
+
+REPO = Path(__file__).resolve().parents[2]
+KEY = "sk-ptyTestKey000000000000000000000"
+PROMPT = re.compile(r"\x1b\[0m>(?:\x1b|\s)")
+TIMEOUT = 10
+
+pytestmark = pytest.mark.timeout(60)
+
+
+@pytest.fixture
+def home(tmp_path: Path) -> Path:
+    for name in ("state", "config", "cache"):
+        (tmp_path / name).mkdir()
+    return tmp_path
+
+
+def pty_env(home: Path, **extra: str) -> dict[str, str]:
+    env = {
+        "PATH": os.environ.get("PATH", "/usr/bin:/bin"),
+        "HOME": str(home),
+        "TERM": "xterm",
+        "PROMPT_TOOLKIT_NO_CPR": "1",
+        "XDG_STATE_HOME": str(home / "state"),
+        "XDG_CONFIG_HOME": str(home / "config"),
+        "XDG_CACHE_HOME": str(home / "cache"),
+        "LANG": "C.UTF-8",
+    }
+    env.update(extra)
+    return env
+
+
+class Dsh:
+    """A spawned dsh: every byte it wrote (``raw``, also saved as a transcript) and the screen it drew.
+
+    ``expect*`` search the raw stream from where the last match ended (committed lines are written
+    raw, so they match byte for byte); ``wait_screen`` asks what the terminal shows, which is the
+    only way to read the live view and the toolbar that prompt_toolkit repaints by difference.
+    """
+
+    ROWS, COLS = 40, 200
+
+    def __init__(self, home: Path, *args: str, via_sh: str | None = None, **env: str) -> None:
+        self.transcript = home / f"pty-{time.monotonic_ns()}.log"
+        self._log = self.transcript.open("w", encoding="utf-8")
+        self.raw = ""
+        self.pos = 0
+        self.eof = False
+        self.screen = Screen(self.ROWS, self.COLS)
+        command = [sys.executable, "-m", "repl", *args]
+        if via_sh is not None:
+            # A Ctrl-C that lands while dsh writes in cooked mode is a SIGINT to the whole process
+            # group; a trap (reset to default in the child) keeps the wrapping sh alive to run the rest.
+            command = ["/bin/sh", "-c", "trap : INT; " + " ".join(_quote(part) for part in command) + via_sh]
+        self.child = pexpect.spawn(command[0], command[1:], cwd=str(REPO), env=pty_env(home, **env),
+                                   encoding="utf-8", timeout=TIMEOUT, dimensions=(self.ROWS, self.COLS))
+
+    def _pump(self, timeout: float) -> None:
+        if self.eof:
+            raise AssertionError(f"dsh exited; transcript {self.transcript}:\n{self.raw[-2000:]!r}")
+        try:
+            data = self.child.read_nonblocking(65536, timeout=timeout)
+        except pexpect.TIMEOUT:
+            return
+        except pexpect.EOF:
+            self.eof = True
+            return
+        self.raw += data
+        self.screen.feed(data)
+        self._log.write(data)
+        self._log.flush()
+
+    def _wait(self, found, what: str, timeout: float):  # type: ignore[no-untyped-def]
+        deadline = time.monotonic() + timeout
+        while True:
+            result = found()
+            if result:
+                return result
+            if time.monotonic() > deadline or self.eof:
+                why = "the process exited" if self.eof else "timed out"
+                raise AssertionError(
+                    f"{why} waiting for {what}; transcript {self.transcript}\n"
+                    f"screen:\n{self.screen.text()}\nraw tail: {self.raw[-600:]!r}"
+                )
+            self._pump(min(0.1, max(0.0, deadline - time.monotonic())))
+
+    def expect_exact(self, text: str, timeout: float = TIMEOUT) -> None:
+        def found() -> bool:
+            index = self.raw.find(text, self.pos)
+            if index < 0:
+                return False
+            self.pos = index + len(text)
+            return True
+
+        self._wait(found, repr(text), timeout)
+
+    def expect(self, pattern: str | re.Pattern[str], timeout: float = TIMEOUT) -> re.Match[str]:
+        regex = re.compile(pattern) if isinstance(pattern, str) else pattern
+
+        def found() -> re.Match[str] | None:
+            match = regex.search(self.raw, self.pos)
+            if match is not None:
+                self.pos = match.end()
+            return match
+
+        return self._wait(found, repr(regex.pattern), timeout)
+
+    def wait_screen(self, text: str, timeout: float = TIMEOUT) -> None:
+        self._wait(lambda: text in self.screen, f"{text!r} on the screen", timeout)
+
+    def prompt(self) -> None:
+        self.expect(PROMPT)
+
+    def send(self, line: str) -> None:
+        self.child.send(line + "\r")
+
+    def rest(self) -> str:
+        """Everything after the last match, once the process has exited."""
+        while not self.eof:
+            self._pump(0.2)
+        return self.raw[self.pos :]
+
+    def wait_exit(self, timeout: float = TIMEOUT) -> int:
+        deadline = time.monotonic() + timeout
+        while not self.eof and time.monotonic() < deadline:
+            self._pump(0.2)
+        assert self.eof, f"dsh did not exit; transcript {self.transcript}"
+        self.child.close()
+        self._log.close()
+        assert self.child.exitstatus is not None, self.child.signalstatus
+        return self.child.exitstatus
+
+    def close(self) -> None:
+        if self.child.isalive():
+            self.child.terminate(force=True)
+        self.child.close()
+        self._log.close()
+
+
+def _quote(part: str) -> str:
+    return "'" + part.replace("'", "'\\''") + "'"
+
+
+@pytest.fixture
+def spawn(home: Path) -> Iterator:
+    children: list[Dsh] = []
+
+    def start(*args: str, **kwargs: str) -> Dsh:
+        child = Dsh(home, *args, **kwargs)
+        children.append(child)
+        return child
+
+    yield start
+    for child in children:
+        child.close()
+
+
+def prompts_in_log(home: Path) -> list[str]:
+    prompts = []
+    for path in sorted((home / "state" / "dsh" / "sessions").glob("*.jsonl")):
+        for line in path.read_text().splitlines()[1:]:
+            record = json.loads(line)
+            if record["type"] == "turn/start":
+                prompts.append(record["data"]["prompt"])
+    return prompts
+
+
+# --- failures and cancellation -----------------------------------------------------------------------
+
+
+def test_refused_endpoint_prints_the_exact_transport_line_and_the_prompt_returns(home: Path, spawn) -> None:
+    (home / "config" / "dsh").mkdir()
+    (home / "config" / "dsh" / "config.toml").write_text("max_retries = 0\n")
+    with closed_port() as port:
+        dsh = spawn(DEEPSEEK_API_KEY=KEY, DEEPSEEK_BASE_URL=f"http://127.0.0.1:{port}")
+        dsh.prompt()
+        dsh.send("hello")
+        dsh.expect_exact(
+            f"[main turn 1] [turn failed TRANSPORT] DeepSeek API request to http://127.0.0.1:{port} failed: "
+            f"All connection attempts failed: [Errno 111] Connect call failed ('127.0.0.1', {port})\r\n"
+        )
+        dsh.prompt()
+        dsh.send("/why")
+        dsh.expect_exact(f"  ConnectionRefusedError: [Errno 111] Connect call failed ('127.0.0.1', {port})")
+        dsh.prompt()
+        dsh.child.sendeof()
+        assert dsh.wait_exit() == 0
+
+
+def test_ctrl_c_cancels_a_stalled_turn_and_the_next_prompt_works(spawn) -> None:
+    dsh = spawn("--demo", "--scenario", "stall")
+    dsh.prompt()
+    dsh.send("wait for it")
+    dsh.wait_screen("waiting for first token")
+    time.sleep(0.3)
+    started = time.monotonic()
+    dsh.child.sendintr()
+    dsh.expect_exact("[main turn 1] [turn aborted] cancelled\r\n")
+    latency = time.monotonic() - started
+    assert latency < 1.0  # in practice ~10 ms; the bound absorbs a loaded CI box
+    dsh.prompt()
+    dsh.send("/scenario text")
+    dsh.prompt()
+    dsh.send("again")
+    dsh.expect_exact("[main turn 2] Hello from the dsh demo!")
+    dsh.prompt()
+    dsh.child.sendeof()
+    assert dsh.wait_exit() == 0
+
+
+def test_keepalive_stall_shows_the_toolbar_then_times_out(spawn) -> None:
+    dsh = spawn("--demo", "--scenario", "keepalive-stall")
+    dsh.prompt()
+    dsh.send("stall")
+    dsh._wait(lambda: re.search(r"waiting for first token \d+s · keep-alive \d+s ago · Ctrl-C cancels",
+                                dsh.screen.text()), "the keep-alive toolbar", TIMEOUT)
+    dsh.expect_exact("[main turn 1] [turn failed TIMEOUT] DeepSeek stream idle timeout after 3s\r\n", timeout=15)
+    dsh.prompt()
+
+
+def test_http_error_shows_the_fix_line(spawn) -> None:
+    dsh = spawn("--demo", "--scenario", "http-402")
+    dsh.prompt()
+    dsh.send("pay")
+    dsh.expect_exact("[main turn 1] [turn failed QUOTA] Insufficient Balance\r\n"
+                     "  fix: your DeepSeek balance has run out; top up at https://platform.deepseek.com/top_up\r\n")
+    dsh.prompt()
+
+
+# --- terminal hygiene -----------------------------------------------------------------------------------
+
+
+def _stty_flags(text: str) -> set[str]:
+    return set(text.replace("\r", " ").replace("\n", " ").replace(";", " ").split())
+
+
+def test_ctrl_d_exits_0_and_the_terminal_is_restored(spawn) -> None:
+    dsh = spawn("--demo", "--scenario", "stall", via_sh="; echo EXIT=$?; stty -a")
+    dsh.prompt()
+    dsh.send("wait")
+    dsh.wait_screen("waiting for first token")
+    dsh.child.sendintr()
+    dsh.expect_exact("[turn aborted] cancelled")
+    dsh.prompt()
+    dsh.child.sendeof()
+    assert dsh.expect(r"EXIT=(\d+)").group(1) == "0"
+    flags = _stty_flags(dsh.rest())
+    for flag in ("echo", "icanon", "isig", "icrnl", "opost"):
+        assert flag in flags and f"-{flag}" not in flags, flag
+
+
+def test_double_ctrl_c_on_an_empty_prompt_exits(spawn) -> None:
+    dsh = spawn("--demo", via_sh="; echo EXIT=$?; stty -a")
+    dsh.prompt()
+    dsh.child.sendintr()
+    dsh.expect_exact("(press Ctrl-C again to exit, or Ctrl-D)")
+    dsh.child.sendintr()
+    assert dsh.expect(r"EXIT=(\d+)").group(1) == "0"
+    flags = _stty_flags(dsh.rest())
+    assert "echo" in flags and "icanon" in flags and "-echo" not in flags and "-icanon" not in flags
+
+
+def test_ctrl_c_clears_a_typed_line(home: Path, spawn) -> None:
+    dsh = spawn("--demo")
+    dsh.prompt()
+    dsh.child.send("discard me")
+    dsh.wait_screen("> discard me")
+    dsh.child.sendintr()
+    dsh.child.send("keep me\r")
+    dsh.expect_exact("[main turn 1] Hello from the dsh demo!")
+    dsh.prompt()
+    assert prompts_in_log(home) == ["keep me"]
+
+
+# --- rendering on a terminal ---------------------------------------------------------------------------------
+
+
+def test_reasoning_is_dim_on_a_tty(spawn) -> None:
+    dsh = spawn("--demo", "--scenario", "reasoning")
+    dsh.prompt()
+    dsh.send("think")
+    # The committed line is written raw: each reasoning delta wrapped in dim ... reset.
+    dsh.expect_exact("[main turn 1] \x1b[2mThe \x1b[0m\x1b[2muser \x1b[0m")
+    dsh.expect_exact("\x1b[2mterminal.\x1b[0m\r\nAnd this is the answer, in normal type.\r\n")
+    dsh.prompt()
+
+
+def test_no_color_keeps_reasoning_plain_on_a_tty(spawn) -> None:
+    dsh = spawn("--demo", "--scenario", "reasoning", NO_COLOR="1")
+    dsh.prompt()
+    dsh.send("think")
+    dsh.expect_exact("[main turn 1] The user wants to see reasoning. It streams first, dim on a terminal.\r\n"
+                     "And this is the answer, in normal type.\r\n")
+
+
+def test_tool_call_round_trip_and_inline_approval(home: Path, spawn) -> None:
+    dsh = spawn("--demo", "--scenario", "shell-approval")
+    dsh.prompt()
+    dsh.send("run something")
+    dsh.expect_exact('  [tool call] run_shell({"command": "echo hello from run_shell"})\r\n')
+    dsh.wait_screen("  [approve] run_shell: echo hello from run_shell  (y / n / a)")
+    dsh.child.send("y")
+    dsh.expect_exact("  [approve] run_shell: echo hello from run_shell  (y / n / a) yes\r\n")
+    dsh.expect_exact("  [tool result] hello from run_shell\r\n    [exit code: 0]\r\n")
+    dsh.expect_exact("The shell tool asked you first; your answer went to the model.\r\n")
+    dsh.prompt()
+    dsh.send("and again")
+    dsh.wait_screen("(y / n / a)")
+    dsh.child.send("n")
+    dsh.expect_exact("(y / n / a) no\r\n")
+    dsh.expect_exact("  [tool result] Error: the user denied this shell command\r\n")
+    dsh.prompt()
+
+
+def test_ctrl_c_while_asking_cancels_the_turn(spawn) -> None:
+    dsh = spawn("--demo", "--scenario", "shell-approval")
+    dsh.prompt()
+    dsh.send("run something")
+    dsh.wait_screen("(y / n / a)")
+    dsh.child.sendintr()
+    dsh.expect_exact("[turn aborted] cancelled\r\n")
+    dsh.prompt()
+
+
+# --- the prompt: history, multiline, commands -------------------------------------------------------------
+
+
+def test_history_survives_a_restart(home: Path, spawn) -> None:
+    first = spawn("--demo")
+    first.prompt()
+    first.send("remember this line")
+    first.expect_exact("Hello from the dsh demo!")
+    first.prompt()
+    first.child.sendeof()
+    assert first.wait_exit() == 0
+    assert "+remember this line" in (home / "state" / "dsh" / "history").read_text()
+
+    second = spawn("--demo")
+    second.prompt()
+    second.child.send("\x1b[A")  # Up
+    second.wait_screen("> remember this line")
+    second.child.send("\r")
+    second.expect_exact("[main turn 1] Hello from the dsh demo!")
+    second.prompt()
+    assert prompts_in_log(home) == ["remember this line", "remember this line"]
+
+
+def test_multiline_by_trailing_backslash_and_escape_enter(home: Path, spawn) -> None:
+    dsh = spawn("--demo")
+    dsh.prompt()
+    dsh.child.send("line one\\\r")
+    dsh.child.send("line two\r")
+    dsh.expect_exact("[main turn 1] ")
+    dsh.prompt()
+    dsh.child.send("alpha\x1b\r")
+    dsh.child.send("beta\r")
+    dsh.expect_exact("[main turn 2] ")
+    dsh.prompt()
+    assert prompts_in_log(home) == ["line one\nline two", "alpha\nbeta"]
+
+
+def test_unknown_command_is_reported_and_kept_in_the_prompt(spawn) -> None:
+    dsh = spawn("--demo")
+    dsh.prompt()
+    dsh.send("/bogus thing")
+    dsh.expect_exact("unknown command /bogus (/help lists the commands)\r\n")
+    dsh.wait_screen("> /bogus thing")  # handed back for editing
+
+
+def test_tab_completes_slash_commands(home: Path, spawn) -> None:
+    dsh = spawn("--demo")
+    dsh.prompt()
+    dsh.child.send("/scen")
+    dsh.wait_screen("list demo scenarios, or pick one")  # the completion menu, while typing
+    dsh.child.send("\t")
+    dsh.wait_screen("> /scenario")
+    dsh.child.send("\r")
+    dsh.expect(r"\* text +plain streamed text")
+    dsh.prompt()
+
+
+def test_resume_reports_the_interrupted_turn_first(home: Path, spawn) -> None:
+    log = SessionLog.create(root=home / "state" / "dsh" / "sessions", cwd=str(home))
+    log.append(ev.turn_start(1, "cut short"))
+    log.append(ev.step_start(1, 1))
+    log.close()
+    dsh = spawn("--demo", "--resume", "last")
+    match = dsh.expect(r"\[main turn 1\] \[turn interrupted by a previous process exit\]\r\n(.*)\r\n")
+    banner = re.sub(r"\x1b\[[0-9;?]*[A-Za-z]", "", match.group(1))
+    assert banner.startswith("dsh 0.1.0 demo")  # the notice comes before the banner, before anything else
+    dsh.prompt()
+    dsh.send("next")
+    dsh.expect_exact("[main turn 2] Hello from the dsh demo!")
+
+
+def test_startup_failure_on_a_terminal(home: Path, spawn) -> None:
+    dsh = spawn()
+    dsh.expect_exact("dsh: failed to start: no DeepSeek API key: set DEEPSEEK_API_KEY")
+    assert dsh.wait_exit() == 2
+
+
+def test_sigterm_cancels_and_exits(spawn) -> None:
+    dsh = spawn("--demo", "--scenario", "stall")
+    dsh.prompt()
+    dsh.send("wait")
+    dsh.wait_screen("waiting for first token")
+    dsh.child.kill(15)
+    dsh.expect_exact("[turn aborted] cancelled")
+    assert dsh.wait_exit() == 143
+
+
+# --- subagents: the diagnostic inline, and a background job waking an idle prompt ---------------------
+
+
+def test_subagent_diagnostic_on_its_own_highlighted_line(spawn) -> None:
+    dsh = spawn("--demo", "--scenario", "acp-remote-limit")
+    dsh.prompt()
+    dsh.send("delegate")
+    dsh.expect_exact(
+        "  [tool result] Error: subagent run failed\r\n"
+        "    \x1b[1;33mSubagent failure (provider: acp-limit; stage: prompt; category: remote-limit; "
+        "stop reason: max_turn_requests)\x1b[0m\r\n",
+        timeout=20,
+    )
+    dsh.prompt()
+
+
+def test_a_background_job_notice_wakes_the_idle_prompt(spawn) -> None:
+    dsh = spawn("--demo", "--scenario", "dsh-background")
+    dsh.prompt()
+    dsh.send("delegate in the background")
+    dsh.expect_exact("  [tool result] started background subagent job subagent-1\r\n", timeout=20)
+    dsh.prompt()  # idle now; nobody types
+    dsh.expect_exact("[job] background job subagent-1 (subagent: dsh-exit-later) finished [status: failed, error; "
+                     "diagnostic: Subagent failure (provider: dsh-exit-later; stage: session-run; category: "
+                     "transport; exit code: 9)]. Read its output with job_output.\r\n", timeout=20)
+    dsh.expect_exact("[main turn 2] ")  # the model got a turn for the notice without a new prompt
+    dsh.expect_exact('  [tool call] job_output({"job_id": "subagent-1"})\r\n')
+    dsh.prompt()
+    dsh.send("/jobs")
+    dsh.expect_exact("subagent-1 (subagent: dsh-exit-later) [status: failed, error; diagnostic: ")

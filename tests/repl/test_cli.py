@@ -1,0 +1,298 @@
+"""The `dsh` command as a user runs it: -p exit codes, piped stdin, startup failures, --version."""
+
+from __future__ import annotations
+
+import os
+import signal
+import subprocess
+import sys
+import time
+import tomllib
+from collections.abc import Iterator
+from pathlib import Path
+
+import pytest
+
+from agent_loop import events as ev
+from agent_loop.session_log import SessionLog
+from fixtures.fault_server import FaultServer, closed_port
+
+REPO = Path(__file__).resolve().parents[2]
+KEY = "sk-cliTestKey00000000000000000000"
+
+
+@pytest.fixture(scope="module")
+def server() -> Iterator[FaultServer]:
+    srv = FaultServer(default="text").start_in_thread()
+    try:
+        yield srv
+    finally:
+        srv.stop()
+
+
+@pytest.fixture
+def home(tmp_path: Path) -> Path:
+    (tmp_path / "state").mkdir()
+    (tmp_path / "config").mkdir()
+    return tmp_path
+
+
+def base_env(home: Path, **extra: str) -> dict[str, str]:
+    env = {
+        "PATH": os.environ.get("PATH", "/usr/bin:/bin"),
+        "HOME": str(home),
+        "XDG_STATE_HOME": str(home / "state"),
+        "XDG_CONFIG_HOME": str(home / "config"),
+        "LANG": "C.UTF-8",
+    }
+    env.update(extra)
+    return env
+
+
+def dsh(
+    home: Path, *args: str, stdin: str | None = None, timeout: float = 30, **env: str
+) -> subprocess.CompletedProcess[str]:
+    return subprocess.run(
+        [sys.executable, "-m", "repl", *args],
+        cwd=REPO,
+        env=base_env(home, **env),
+        input=stdin if stdin is not None else "",
+        capture_output=True,
+        text=True,
+        timeout=timeout,
+    )
+
+
+def write_config(home: Path, text: str) -> None:
+    path = home / "config" / "dsh" / "config.toml"
+    path.parent.mkdir(parents=True, exist_ok=True)
+    path.write_text(text)
+
+
+# --- --version --------------------------------------------------------------------------------------
+
+
+def test_version_is_fast_and_imports_nothing_heavy(home: Path) -> None:
+    result = subprocess.run(
+        [sys.executable, "-X", "importtime", "-m", "repl", "--version"],
+        cwd=REPO, env=base_env(home), capture_output=True, text=True, timeout=30,
+    )
+    assert result.returncode == 0 and result.stdout == "dsh 0.1.0\n"
+    imported = {line.split("|")[-1].strip() for line in result.stderr.splitlines() if "|" in line}
+    for heavy in ("prompt_toolkit", "httpx", "anyio", "llm", "agent_loop", "argparse"):
+        assert heavy not in imported, heavy
+    # Only the standard library's cheap corner and dsh's own entry modules: nothing a user waits for.
+    foreign = {name for name in imported if name.split(".")[0] not in sys.stdlib_module_names}
+    assert foreign <= {"repl", "repl.cli", "repl.__main__", "_distutils_hack", "sitecustomize", "usercustomize",
+                       "imported package"}, foreign  # the last one is importtime's own header
+    assert not {"typing", "asyncio", "ssl", "tomllib", "json", "socket"} & imported
+
+
+def test_versions_agree() -> None:
+    import llm
+    import repl
+
+    pyproject = tomllib.loads((REPO / "pyproject.toml").read_text())
+    assert repl.__version__ == llm.__version__ == pyproject["project"]["version"]
+
+
+# --- -p exit codes --------------------------------------------------------------------------------------
+
+
+@pytest.mark.parametrize(
+    ("scenario", "status", "line"),
+    [
+        ("text", 0, "[main turn 1] Hello from the dsh demo! This text streamed from a real HTTP server on 127.0.0.1."),
+        ("http-400", 1, "[main turn 1] [turn failed INVALID_REQUEST] The `reasoning_content` in the thinking mode "
+                        "must be passed back to the API."),
+        ("prompt-rejected", 3,
+         "[main turn 1] [turn rejected] prompt contains what looks like a secret (sk-…); not sent"),
+        ("max-tokens", 4, "[main turn 1] The answer is cut here"),
+    ],
+)
+def test_print_mode_exit_codes(home: Path, scenario: str, status: int, line: str) -> None:
+    result = dsh(home, "--demo", "--scenario", scenario, "-p", "hello")
+    assert result.returncode == status, result.stderr
+    assert result.stdout.splitlines()[0] == line
+    assert result.stderr == ""
+    if scenario == "max-tokens":
+        assert result.stdout.splitlines()[1] == "[turn hit the output-token limit]"
+
+
+def test_print_mode_aborted_by_sigint_exits_130(home: Path) -> None:
+    process = subprocess.Popen(
+        [sys.executable, "-m", "repl", "--demo", "--scenario", "stall", "-p", "wait"],
+        cwd=REPO, env=base_env(home), stdin=subprocess.DEVNULL, stdout=subprocess.PIPE, stderr=subprocess.PIPE,
+        text=True,
+    )
+    try:
+        assert process.stdout is not None
+        header = process.stdout.read(len("[main turn 1] "))
+        assert header == "[main turn 1] "
+        time.sleep(0.3)  # the request is in flight, stalled after the headers
+        process.send_signal(signal.SIGINT)
+        out, err = process.communicate(timeout=10)
+    finally:
+        process.kill()
+        process.wait()
+    assert process.returncode == 130
+    assert out == "[turn aborted] cancelled\n" and err == ""
+
+
+def test_print_mode_against_a_configured_endpoint(home: Path, server: FaultServer) -> None:
+    result = dsh(home, "-p", "hello", DEEPSEEK_API_KEY=KEY, DEEPSEEK_BASE_URL=server.url)
+    assert result.returncode == 0, result.stderr
+    assert result.stdout == "[main turn 1] Hello! How can I help you today?\n"
+
+
+def test_refused_endpoint_prints_the_exact_transport_line(home: Path) -> None:
+    write_config(home, "max_retries = 0\n")
+    with closed_port() as port:
+        result = dsh(home, "-p", "hello", DEEPSEEK_API_KEY=KEY, DEEPSEEK_BASE_URL=f"http://127.0.0.1:{port}")
+    assert result.returncode == 1
+    assert result.stdout == (
+        f"[main turn 1] [turn failed TRANSPORT] DeepSeek API request to http://127.0.0.1:{port} failed: "
+        f"All connection attempts failed: [Errno 111] Connect call failed ('127.0.0.1', {port})\n"
+    )
+
+
+def test_the_api_key_never_reaches_the_output(home: Path, server: FaultServer) -> None:
+    server.push("http_401")
+    result = dsh(home, "-p", f"echo {KEY[:8]}", DEEPSEEK_API_KEY=KEY, DEEPSEEK_BASE_URL=server.url)
+    assert result.returncode == 1
+    assert KEY not in result.stdout + result.stderr
+    assert result.stdout.splitlines()[1].startswith("  fix: check your API key")
+
+
+# --- piped stdin ---------------------------------------------------------------------------------------------
+
+
+def test_three_piped_lines_run_three_turns(home: Path, server: FaultServer) -> None:
+    result = dsh(home, stdin="one\ntwo\n\nthree\n", DEEPSEEK_API_KEY=KEY, DEEPSEEK_BASE_URL=server.url)
+    assert result.returncode == 0, result.stderr
+    assert result.stdout.splitlines() == [f"[main turn {n}] Hello! How can I help you today?" for n in (1, 2, 3)]
+
+
+def test_eof_waits_for_the_running_turn(home: Path) -> None:
+    # The last line has no newline and EOF follows at once; the slow stream still finishes.
+    result = dsh(home, "--demo", stdin="/scenario text\nhello")
+    assert result.returncode == 0
+    assert result.stdout.splitlines()[-1] == (
+        "[main turn 1] Hello from the dsh demo! This text streamed from a real HTTP server on 127.0.0.1."
+    )
+
+
+def test_piped_failure_then_success_and_exit_0(home: Path) -> None:
+    result = dsh(home, "--demo", stdin="/scenario stream-closed\nfirst\n/scenario text\nsecond\n")
+    assert result.returncode == 0
+    lines = result.stdout.splitlines()
+    assert "[turn failed STREAM_CLOSED] SSE stream ended without [DONE]" in lines
+    assert lines[-1].startswith("[main turn 2] Hello from the dsh demo!")
+
+
+def test_reasoning_is_plain_when_piped(home: Path) -> None:
+    result = dsh(home, "--demo", "--scenario", "reasoning", "-p", "think")
+    assert "\x1b" not in result.stdout
+    assert result.stdout.splitlines() == [
+        "[main turn 1] The user wants to see reasoning. It streams first, dim on a terminal.",
+        "And this is the answer, in normal type.",
+    ]
+
+
+def test_piped_exit_command(home: Path) -> None:
+    result = dsh(home, "--demo", stdin="/exit\nnever sent\n")
+    assert result.returncode == 0 and result.stdout == ""
+
+
+# --- startup failures ----------------------------------------------------------------------------------------
+
+
+def test_missing_key_print_mode(home: Path) -> None:
+    result = dsh(home, "-p", "hello")
+    assert result.returncode == 2 and result.stdout == ""
+    assert result.stderr == (
+        "dsh: failed to start: no DeepSeek API key: set DEEPSEEK_API_KEY "
+        f"(or api_key in {home}/config/dsh/config.toml), or try `dsh --demo`\n"
+    )
+
+
+def test_missing_key_with_queued_stdin(home: Path) -> None:
+    result = dsh(home, stdin="first\nsecond\n")
+    assert result.returncode == 2 and result.stdout == ""
+    assert result.stderr == (
+        "dsh: main agent failed to start; dropped queued stdin (2 line(s)): no DeepSeek API key: set "
+        f"DEEPSEEK_API_KEY (or api_key in {home}/config/dsh/config.toml), or try `dsh --demo`\n"
+    )
+
+
+def test_missing_key_piped_without_input_uses_the_plain_form(home: Path) -> None:
+    result = dsh(home, stdin="")
+    assert result.returncode == 2
+    assert result.stderr.startswith("dsh: failed to start: no DeepSeek API key")
+
+
+def test_bad_config_file_exits_2_with_one_line(home: Path) -> None:
+    write_config(home, "max_tokens = 'lots'\n")
+    result = dsh(home, "-p", "hello", DEEPSEEK_API_KEY=KEY)
+    assert result.returncode == 2
+    assert result.stderr == (
+        f"dsh: failed to start: config file {home}/config/dsh/config.toml: max_tokens must be a positive "
+        "integer, got 'lots'\n"
+    )
+
+
+def test_usage_errors_exit_2(home: Path) -> None:
+    assert dsh(home, "--no-such-flag").returncode == 2
+    result = dsh(home, "--demo", "--scenario", "nope", "-p", "x")
+    assert result.returncode == 2
+    assert result.stderr.startswith("dsh: failed to start: no demo scenario 'nope' (known: text, reasoning, ")
+
+
+def test_unusable_state_dir_is_a_startup_failure_not_a_traceback(home: Path) -> None:
+    blocker = home / "blocker"
+    blocker.write_text("a file where a directory should be")
+    result = dsh(home, "-p", "hello", DEEPSEEK_API_KEY=KEY, XDG_STATE_HOME=str(blocker))
+    assert result.returncode == 1
+    assert result.stderr.startswith(f"dsh: failed to start: cannot create the session directory {blocker}/dsh/")
+    assert "Traceback" not in result.stderr and result.stderr.count("\n") == 1
+
+
+def test_resume_unknown_session(home: Path) -> None:
+    result = dsh(home, "--resume", "nosuch", "-p", "x", DEEPSEEK_API_KEY=KEY)
+    assert result.returncode == 1
+    assert result.stderr == f"dsh: failed to start: no session 'nosuch' in {home}/state/dsh/sessions\n"
+
+
+def test_startup_failure_masks_the_key(home: Path) -> None:
+    result = dsh(home, "-p", "x", DEEPSEEK_API_KEY=KEY, DEEPSEEK_BASE_URL=f"ftp://u:{KEY}@h/")
+    assert result.returncode == 2
+    assert KEY not in result.stderr and "DEEPSEEK_BASE_URL must be an http:// or https:// URL" in result.stderr
+
+
+# --- resume reports the repaired turn first, in every mode ----------------------------------------------------
+
+
+def open_turn_session(home: Path) -> str:
+    log = SessionLog.create(root=home / "state" / "dsh" / "sessions", cwd=str(home))
+    log.append(ev.turn_start(1, "before the crash"))
+    log.append(ev.step_start(1, 1))
+    ident = log.id
+    log.close()
+    return ident
+
+
+def test_resume_print_mode_reports_interrupted_turn(home: Path) -> None:
+    ident = open_turn_session(home)
+    result = dsh(home, "--demo", "--resume", ident, "-p", "after")
+    assert result.returncode == 0, result.stderr
+    lines = result.stdout.splitlines()
+    assert lines[0] == "[main turn 1] [turn interrupted by a previous process exit]"
+    assert lines[1].startswith("[main turn 2] Hello from the dsh demo!")
+
+
+def test_resume_piped_reports_interrupted_turn(home: Path) -> None:
+    open_turn_session(home)
+    result = dsh(home, "--demo", "--resume", "last", stdin="after\n")
+    assert result.stdout.splitlines()[0] == "[main turn 1] [turn interrupted by a previous process exit]"
+    again = dsh(home, "--demo", "--resume", "last", stdin="")
+    assert again.stdout == ""  # repaired once; nothing to report the second time

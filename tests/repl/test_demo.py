@@ -1,0 +1,198 @@
+"""Every demo scenario prints its expected line, through the real DeepSeek client and real sockets.
+
+The scenarios run concurrently (one fault server, closed port and shell each) so the whole
+catalogue, retries included, costs a few seconds.
+"""
+
+from __future__ import annotations
+
+import contextlib
+from pathlib import Path
+
+import anyio
+import pytest
+
+from fixtures.fault_server import FaultServer, closed_port
+from repl.config import Config
+from repl.demo import CORE_SCENARIOS, SCENARIOS, Demo, DemoClient, demo_retry_policy, register_scenario
+from repl.shell import Shell
+
+pytestmark = pytest.mark.anyio
+
+
+class ListSink:
+    def __init__(self) -> None:
+        self.parts: list[str] = []
+
+    def write(self, text: str) -> None:
+        self.parts.append(text)
+
+    @property
+    def text(self) -> str:
+        return "".join(self.parts)
+
+
+@contextlib.asynccontextmanager
+async def demo_shell(tmp_path: Path, scenario: str):  # type: ignore[no-untyped-def]
+    env = {"HOME": str(tmp_path), "XDG_STATE_HOME": str(tmp_path / "state")}
+    async with FaultServer(default="text") as server:
+        with closed_port() as port:
+            client = DemoClient(server.url, f"http://127.0.0.1:{port}")
+            retry = demo_retry_policy()
+            demo = Demo(server, client, retry, scenario)
+            sink = ListSink()
+            shell = Shell(Config(), sink, color=False, env=env, client=client, demo=demo, retry=retry)
+            await shell.start()
+            try:
+                yield shell, sink, server
+            finally:
+                await shell.aclose()
+
+
+async def run_scenario(tmp_path: Path, name: str) -> tuple[dict | None, str]:
+    async with demo_shell(tmp_path, name) as (shell, sink, server):
+        scenario = SCENARIOS[name]
+        if not scenario.cancel:
+            with anyio.fail_after(20):
+                return await shell.handle_line("show me"), sink.text
+        result: list[dict | None] = []
+        async with anyio.create_task_group() as tasks:
+
+            async def run() -> None:
+                result.append(await shell.handle_line("show me"))
+
+            tasks.start_soon(run)
+            with anyio.fail_after(10):
+                while not server.requests:
+                    await anyio.sleep(0.01)
+            await anyio.sleep(0.1)
+            shell.cancel_turn()
+        return result[0], sink.text
+
+
+async def test_every_scenario_prints_its_expected_line(tmp_path: Path) -> None:
+    # The subagent scenarios registered by agent_loop.subagent are pinned by that package's tests.
+    names = [name for name in CORE_SCENARIOS if SCENARIOS[name].expect]
+    assert len(names) >= 20
+    outputs: dict[str, tuple[dict | None, str]] = {}
+
+    async def one(name: str) -> None:
+        directory = tmp_path / name
+        directory.mkdir()
+        outputs[name] = await run_scenario(directory, name)
+
+    async with anyio.create_task_group() as tasks:
+        for name in names:
+            tasks.start_soon(one, name)
+
+    for name in names:
+        reason, text = outputs[name]
+        expect = SCENARIOS[name].expect
+        assert expect is not None
+        lines = text.splitlines()
+        assert any(line.startswith(expect) or line.startswith("[main turn 1] " + expect) for line in lines), (
+            name, text
+        )
+        # exactly one turn-end status per failing scenario, and every turn ended
+        assert reason is not None, name
+
+
+async def test_expected_reasons(tmp_path: Path) -> None:
+    expected = {
+        "text": "completed",
+        "http-401": "error",
+        "prompt-rejected": "rejected",
+        "max-tokens": "max-tokens",
+        "keepalive-stall": "error",
+        "stream-closed": "error",
+    }
+    results: dict[str, dict | None] = {}
+
+    async def one(name: str) -> None:
+        directory = tmp_path / name
+        directory.mkdir()
+        results[name] = (await run_scenario(directory, name))[0]
+
+    async with anyio.create_task_group() as tasks:
+        for name in expected:
+            tasks.start_soon(one, name)
+    assert {name: (reason or {}).get("kind") for name, reason in results.items()} == expected
+
+
+async def test_refused_is_the_exact_transport_line_after_five_retries(tmp_path: Path) -> None:
+    async with demo_shell(tmp_path, "refused") as (shell, sink, _):
+        client = shell.client
+        port = int(client.urls["refused"].rsplit(":", 1)[1])
+        await shell.handle_line("hi")
+        lines = sink.text.splitlines()
+        root = f"DeepSeek API request to http://127.0.0.1:{port} failed: All connection attempts failed: " \
+               f"[Errno 111] Connect call failed ('127.0.0.1', {port})"
+        assert lines == [
+            f"[main turn 1] [retry 1/5 in 0.1s] TRANSPORT: {root}",
+            f"[retry 2/5 in 0.2s] TRANSPORT: {root}",
+            f"[retry 3/5 in 0.4s] TRANSPORT: {root}",
+            f"[retry 4/5 in 0.4s] TRANSPORT: {root}",
+            f"[retry 5/5 in 0.4s] TRANSPORT: {root}",
+            f"[turn failed TRANSPORT] {root}",
+        ]
+
+
+async def test_http_401_prints_the_fix_line(tmp_path: Path) -> None:
+    async with demo_shell(tmp_path, "http-401") as (shell, sink, _):
+        await shell.handle_line("hi")
+        assert sink.text == (
+            "[main turn 1] [turn failed AUTH] Authentication Fails, Your api key: ****abcd is invalid\n"
+            "  fix: check your API key (DEEPSEEK_API_KEY, or api_key in config.toml)\n"
+        )
+
+
+async def test_tool_call_is_a_real_round_trip(tmp_path: Path) -> None:
+    async with demo_shell(tmp_path, "tool-call") as (shell, sink, server):
+        (tmp_path / "marker-file.txt").write_text("x")
+        reason = await shell.handle_line("what is here?")
+        assert reason == {"kind": "completed"}
+        assert '  [tool call] list_dir({"path": "."})\n  [tool result] ' in sink.text
+        assert len(server.requests) == 2
+        tool_messages = [m for m in server.requests[1].json["messages"] if m["role"] == "tool"]
+        assert len(tool_messages) == 1 and tool_messages[0]["tool_call_id"] == "call_demo_1"
+
+
+async def test_scenario_selection_and_listing(tmp_path: Path) -> None:
+    async with demo_shell(tmp_path, "text") as (shell, sink, _):
+        await shell.handle_line("/scenario")
+        listing = sink.text.splitlines()
+        assert listing[0].startswith("* text ")
+        assert len(listing) == len(SCENARIOS) + 1
+        sink.parts.clear()
+        await shell.handle_line("/scenario http-402")
+        assert sink.text == "scenario http-402: HTTP 402 insufficient balance, with the fix line\n"
+        sink.parts.clear()
+        await shell.handle_line("hi")
+        assert sink.text == (
+            "[main turn 1] [turn failed QUOTA] Insufficient Balance\n"
+            "  fix: your DeepSeek balance has run out; top up at https://platform.deepseek.com/top_up\n"
+        )
+        sink.parts.clear()
+        await shell.handle_line("/scenario nope")
+        assert sink.text == "no scenario 'nope' (/scenario lists them)\n" and shell.prefill == "/scenario nope"
+
+
+async def test_a_cancelled_multi_request_scenario_does_not_leak_into_the_next_turn(tmp_path: Path) -> None:
+    async with demo_shell(tmp_path, "retry-then-success") as (shell, sink, server):
+        server.push("http_500", "http_500")  # leftovers, as if a previous turn was cut short
+        await shell.handle_line("/scenario text")
+        assert await shell.handle_line("hi") == {"kind": "completed"}
+        assert "Hello from the dsh demo!" in sink.text
+
+
+async def test_register_scenario_from_another_package(tmp_path: Path) -> None:
+    def setup(turn) -> None:  # type: ignore[no-untyped-def]
+        turn.script("http_413")
+
+    register_scenario("custom-413", "added by a test", setup, expect="[turn failed INVALID_REQUEST]")
+    try:
+        async with demo_shell(tmp_path, "custom-413") as (shell, sink, _):
+            await shell.handle_line("hi")
+            assert sink.text.startswith("[main turn 1] [turn failed INVALID_REQUEST] Request body too large")
+    finally:
+        del SCENARIOS["custom-413"]

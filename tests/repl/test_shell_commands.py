@@ -1,0 +1,366 @@
+"""The shell core and slash commands, in-process, against a real loopback fault server."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import anyio
+import pytest
+
+from agent_loop import events as ev
+from agent_loop.session_log import SessionLog
+from agent_loop.tools import Tool, ToolOutput
+from fixtures.fault_server import FaultServer, closed_port
+from repl import commands
+from repl import shell as shell_module
+from repl.config import Config
+from repl.shell import Shell, exit_code_for
+
+pytestmark = pytest.mark.anyio
+
+KEY = "sk-shellTestKey0000000000000000"
+
+
+class ListSink:
+    def __init__(self) -> None:
+        self.parts: list[str] = []
+
+    def write(self, text: str) -> None:
+        self.parts.append(text)
+
+    @property
+    def text(self) -> str:
+        return "".join(self.parts)
+
+    def take(self) -> str:
+        text = self.text
+        self.parts.clear()
+        return text
+
+
+@pytest.fixture
+def env(tmp_path: Path) -> dict[str, str]:
+    return {"HOME": str(tmp_path), "XDG_STATE_HOME": str(tmp_path / "state"), "XDG_CONFIG_HOME": str(tmp_path / "cfg")}
+
+
+@pytest.fixture
+async def server():
+    async with FaultServer(default="text") as srv:
+        yield srv
+
+
+async def make_shell(env: dict[str, str], base_url: str, **config: object) -> tuple[Shell, ListSink]:
+    sink = ListSink()
+    shell = Shell(Config(api_key=KEY, base_url=base_url, **config), sink, color=False, env=env)  # type: ignore[arg-type]
+    await shell.start()
+    return shell, sink
+
+
+def user_messages(body: dict) -> list[str]:
+    return [m["content"] for m in body["messages"] if m["role"] == "user"]
+
+
+async def test_a_turn_renders_and_returns_its_reason(env: dict[str, str], server: FaultServer) -> None:
+    shell, sink = await make_shell(env, server.url)
+    try:
+        reason = await shell.handle_line("hello")
+        assert reason == {"kind": "completed"} and exit_code_for(reason) == 0
+        assert sink.text == "[main turn 1] Hello! How can I help you today?\n"
+        assert server.requests[-1].headers["authorization"] == f"Bearer {KEY}"
+    finally:
+        await shell.aclose()
+
+
+async def test_help_lists_every_command(env: dict[str, str], server: FaultServer) -> None:
+    shell, sink = await make_shell(env, server.url)
+    try:
+        assert await shell.handle_line("/help") is None
+        text = sink.text
+        for name in ("help", "exit", "new", "retry", "model [name]", "why", "sessions", "resume ID|last", "jobs"):
+            assert f"  /{name} " in text
+        assert "/scenario" not in text  # demo only
+        assert "Esc Enter" in text and "Ctrl-D" in text
+        assert not server.requests
+    finally:
+        await shell.aclose()
+
+
+async def test_unknown_command_is_one_line_and_keeps_the_text(env: dict[str, str], server: FaultServer) -> None:
+    shell, sink = await make_shell(env, server.url)
+    try:
+        assert await shell.handle_line("/frobnicate now") is None
+        assert sink.text == "unknown command /frobnicate (/help lists the commands)\n"
+        assert shell.prefill == "/frobnicate now"
+        assert not server.requests
+        sink.take()
+        await shell.handle_line("/scenario text")
+        assert sink.text == "/scenario works in demo mode only (dsh --demo)\n"
+    finally:
+        await shell.aclose()
+
+
+async def test_double_slash_sends_a_slash_prompt(env: dict[str, str], server: FaultServer) -> None:
+    shell, _ = await make_shell(env, server.url)
+    try:
+        await shell.handle_line("//etc/hosts is a file?")
+        assert user_messages(server.requests[-1].json)[-1] == "/etc/hosts is a file?"
+    finally:
+        await shell.aclose()
+
+
+async def test_model_shows_and_switches(env: dict[str, str], server: FaultServer) -> None:
+    shell, sink = await make_shell(env, server.url)
+    try:
+        await shell.handle_line("/model")
+        assert sink.take() == "model: deepseek-v4-flash\n"
+        await shell.handle_line("/model deepseek-v4-pro")
+        assert sink.take() == "model set to deepseek-v4-pro (from the next turn)\n"
+        await shell.handle_line("/model bad name!")
+        assert sink.take() == "not a model name: 'bad name!'\n"
+        await shell.handle_line("hi")
+        assert server.requests[-1].json["model"] == "deepseek-v4-pro"
+    finally:
+        await shell.aclose()
+
+
+async def test_why_shows_the_full_chain_with_types(env: dict[str, str]) -> None:
+    with closed_port() as port:
+        shell, sink = await make_shell(env, f"http://127.0.0.1:{port}", max_retries=0)
+        try:
+            await shell.handle_line("/why")
+            assert sink.take() == "no failure yet\n"
+            reason = await shell.handle_line("hello")
+            assert reason is not None and reason["kind"] == "error" and exit_code_for(reason) == 1
+            line = sink.take()
+            assert line == (
+                f"[main turn 1] [turn failed TRANSPORT] DeepSeek API request to http://127.0.0.1:{port} failed: "
+                f"All connection attempts failed: [Errno 111] Connect call failed ('127.0.0.1', {port})\n"
+            )
+            await shell.handle_line("/why")
+            assert sink.take().splitlines() == [
+                "last failure (TRANSPORT):",
+                f"  llm.errors.LlmError: DeepSeek API request to http://127.0.0.1:{port} failed",
+                "  httpx.ConnectError: All connection attempts failed",
+                "  httpcore.ConnectError: All connection attempts failed",
+                "  OSError: All connection attempts failed",
+                f"  ConnectionRefusedError: [Errno 111] Connect call failed ('127.0.0.1', {port})",
+            ]
+        finally:
+            await shell.aclose()
+
+
+async def test_why_after_http_error_has_status_and_request_id(env: dict[str, str], server: FaultServer) -> None:
+    shell, sink = await make_shell(env, server.url)
+    try:
+        server.push("http_401")
+        await shell.handle_line("hello")
+        assert sink.take().splitlines() == [
+            "[main turn 1] [turn failed AUTH] Authentication Fails, Your api key: ****abcd is invalid",
+            "  fix: check your API key (DEEPSEEK_API_KEY, or api_key in config.toml)",
+        ]
+        await shell.handle_line("/why")
+        lines = sink.take().splitlines()
+        assert lines[0].startswith("last failure (AUTH, HTTP 401, request id ")
+        assert lines[1] == "  llm.errors.LlmError: Authentication Fails, Your api key: ****abcd is invalid"
+    finally:
+        await shell.aclose()
+
+
+async def test_new_sessions_and_resume(env: dict[str, str], server: FaultServer) -> None:
+    shell, sink = await make_shell(env, server.url)
+    try:
+        first = shell.session.id  # type: ignore[union-attr]
+        await shell.handle_line("first prompt")
+        await shell.handle_line("/new")
+        second = shell.session.id  # type: ignore[union-attr]
+        assert second != first and sink.text.endswith(f"new session {second}\n")
+        sink.take()
+        await shell.handle_line("again")
+        assert sink.take().startswith("[main turn 1] ")  # turn numbers restart in a new session
+        await shell.handle_line("/sessions")
+        listing = sink.take().splitlines()
+        assert listing[-1] == "resume one with /resume ID (or dsh --resume ID)"
+        assert listing[0].startswith(f"  {first}  1 turn") and listing[0].endswith("first prompt")
+        assert listing[1].startswith(f"* {second}  1 turn")
+        await shell.handle_line(f"/resume {first}")
+        assert sink.take() == f"resumed session {first} (1 turn so far)\n"
+        await shell.handle_line("continue")
+        assert sink.take().startswith("[main turn 2] ")
+        assert user_messages(server.requests[-1].json) == ["first prompt", "continue"]
+        await shell.handle_line("/resume no-such-session")
+        assert sink.take().startswith("/resume failed: no session 'no-such-session' in ")
+    finally:
+        await shell.aclose()
+
+
+async def test_resume_reports_the_repaired_turn_first(env: dict[str, str], server: FaultServer) -> None:
+    root = Path(env["XDG_STATE_HOME"]) / "dsh" / "sessions"
+    log = SessionLog.create(root=root, cwd="/")
+    log.append(ev.turn_start(1, "was running"))
+    log.append(ev.step_start(1, 1))
+    log.close()  # the process "died" mid-turn
+    sink = ListSink()
+    shell = Shell(Config(api_key=KEY, base_url=server.url), sink, color=False, env=env)
+    try:
+        await shell.start(resume="last")
+        assert sink.take() == "[main turn 1] [turn interrupted by a previous process exit]\n"
+        await shell.handle_line("next")
+        assert sink.take().startswith("[main turn 2] ")
+    finally:
+        await shell.aclose()
+
+
+async def test_retry_resends_the_last_prompt(env: dict[str, str], server: FaultServer) -> None:
+    shell, sink = await make_shell(env, server.url)
+    try:
+        await shell.handle_line("/retry")
+        assert sink.take() == "nothing to retry yet\n"
+        server.push("http_400")
+        await shell.handle_line("say it")
+        sink.take()
+        reason = await shell.handle_line("/retry")
+        assert reason == {"kind": "completed"}
+        assert sink.take() == "[main turn 2] Hello! How can I help you today?\n"
+        assert user_messages(server.requests[-1].json) == ["say it"]  # the failed turn left no trace
+    finally:
+        await shell.aclose()
+
+
+async def test_jobs_default_and_injected(env: dict[str, str], server: FaultServer) -> None:
+    shell, sink = await make_shell(env, server.url)
+    try:
+        await shell.handle_line("/jobs")
+        assert sink.take() == "(no jobs)\n"
+
+        async def lister(s: Shell) -> list[str]:
+            assert s is shell
+            return ["subagent-1  running   probe", "subagent-2  failed    probe"]
+
+        shell_module.register_jobs_lister(lister)
+        await shell.handle_line("/jobs")
+        assert sink.take() == "subagent-1  running   probe\nsubagent-2  failed    probe\n"
+    finally:
+        shell_module.register_jobs_lister(None)
+        await shell.aclose()
+
+
+async def test_exit_command(env: dict[str, str], server: FaultServer) -> None:
+    shell, _ = await make_shell(env, server.url)
+    try:
+        await shell.handle_line("/exit")
+        assert shell.exit_code == 0
+    finally:
+        await shell.aclose()
+
+
+async def test_tool_factories_add_tools(env: dict[str, str], server: FaultServer) -> None:
+    async def echo(args: dict, ctx: object) -> ToolOutput:
+        return ToolOutput("echoed")
+
+    def factory(config: Config, shell: Shell) -> list[Tool]:
+        return [Tool("echo", "echo back", {"type": "object", "properties": {}}, echo)]
+
+    shell_module.register_tool_factory(factory)
+    try:
+        shell, _ = await make_shell(env, server.url)
+        try:
+            await shell.handle_line("hi")
+            names = [tool["function"]["name"] for tool in server.requests[-1].json["tools"]]
+            assert names == ["read_file", "list_dir", "search_text", "run_shell", "echo"]
+        finally:
+            await shell.aclose()
+    finally:
+        shell_module._tool_factories.remove(factory)
+
+
+async def test_shell_approval_without_a_terminal_says_nobody_can_approve(
+    env: dict[str, str], server: FaultServer
+) -> None:
+    shell, sink = await make_shell(env, server.url)
+    try:
+        server.push(_shell_call())
+        await shell.handle_line("run it")
+        expected = "Error: shell commands need approval and no one is available to approve them here"
+        assert f"  [tool result] {expected}\n" in sink.text
+    finally:
+        await shell.aclose()
+
+
+async def test_shell_approval_answers_reach_the_tool(env: dict[str, str], server: FaultServer) -> None:
+    sink = ListSink()
+    shell = Shell(Config(api_key=KEY, base_url=server.url), sink, color=False, env=env, approvals=True)
+    asked: list[str] = []
+
+    async def ask(command: str) -> str:
+        asked.append(command)
+        return "yes"
+
+    shell.ask_approval = ask
+    await shell.start()
+    try:
+        server.push(_shell_call())
+        await shell.handle_line("run it")
+        assert asked == ["echo approved-output"]
+        assert "  [tool result] approved-output\n    [exit code: 0]\n" in sink.text
+    finally:
+        await shell.aclose()
+
+
+def _shell_call():  # type: ignore[no-untyped-def]
+    from fixtures.fault_server import Behaviour
+
+    return Behaviour("tool_call", name="run_shell", arguments=json.dumps({"command": "echo approved-output"}))
+
+
+async def test_cancel_turn_ends_aborted(env: dict[str, str], server: FaultServer) -> None:
+    shell, sink = await make_shell(env, server.url)
+    try:
+        server.push("stall_after_headers")
+        async with anyio.create_task_group() as tasks:
+            result: list[dict] = []
+
+            async def run() -> None:
+                reason = await shell.handle_line("wait")
+                assert reason is not None
+                result.append(reason)
+
+            tasks.start_soon(run)
+            with anyio.fail_after(5):
+                while not server.requests:
+                    await anyio.sleep(0.01)
+                await anyio.sleep(0.05)
+            shell.cancel_turn()
+        assert result == [{"kind": "aborted", "reason": "cancelled"}] and exit_code_for(result[0]) == 130
+        assert sink.text == "[main turn 1] [turn aborted] cancelled\n"
+    finally:
+        await shell.aclose()
+
+
+def test_exit_codes() -> None:
+    assert [exit_code_for({"kind": k}) for k in ("completed", "error", "rejected", "max-tokens", "aborted")] == [
+        0, 1, 3, 4, 130,
+    ]
+    assert exit_code_for({"kind": "future-kind"}) == 0 and exit_code_for(None) == 1
+
+
+def test_help_text_in_demo_lists_scenario() -> None:
+    assert "  /scenario [name]" in commands.help_text(demo=True)
+
+
+async def test_an_idle_notice_wakes_the_owner_for_a_turn(env: dict[str, str], server: FaultServer) -> None:
+    shell, sink = await make_shell(env, server.url)
+    woken: list[bool] = []
+    shell.on_idle_notice = lambda: woken.append(True)
+    try:
+        assert await shell.deliver_notices() is None  # nothing queued
+        notice = "background job subagent-1 (subagent: probe) finished [status: completed]. Read its output."
+        shell.agent.post_notice(notice, "subagent-1")  # type: ignore[union-attr]
+        assert woken == [True]
+        assert sink.take() == f"[job] {notice}\n"
+        reason = await shell.deliver_notices()
+        assert reason == {"kind": "completed"}
+        assert sink.take() == "[main turn 1] Hello! How can I help you today?\n"
+        assert user_messages(server.requests[-1].json)[-1] == notice
+    finally:
+        await shell.aclose()
