@@ -215,6 +215,11 @@ class JobManager:
         finally:
             ready.set()
 
+    async def wait_all(self) -> None:
+        """Wait until every job started so far has settled (piped mode waits for them at EOF)."""
+        for job in list(self._jobs.values()):
+            await job.wait()
+
     async def aclose(self) -> None:
         """Kill every running job (their runs are disposed), then stop. Idempotent; any task."""
         if self._closed and self._supervisor is None:

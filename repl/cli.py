@@ -405,6 +405,14 @@ async def _run_piped(shell: Any) -> int:
                         break
                     if stopped:
                         break
+                else:
+                    # EOF: background jobs still owe their completion notice; wait for them (a signal
+                    # still stops this), then let the owner read the notices in one more turn.
+                    toolkit = shell.toolkit
+                    if toolkit is not None:
+                        await toolkit.jobs.wait_all()
+                        with anyio.CancelScope(shield=True):
+                            await shell.deliver_notices()
         tasks.cancel_scope.cancel()
     if stopped and shell.exit_code is None:
         status = 130

@@ -168,7 +168,7 @@ class Demo:
 
     def before_turn(self, prompt: str) -> str:
         """Reset the server script and the retry budget, run the scenario's setup; the prompt to send."""
-        self.server._script.clear()  # leftovers of a cancelled multi-request scenario must not leak
+        self.server.clear_script()  # leftovers of a cancelled multi-request scenario must not leak
         self.server.default = Behaviour("text")
         turn = DemoTurn(prompt=prompt, server=self.server)
         self.scenario.setup(turn)

@@ -182,6 +182,20 @@ def test_eof_waits_for_the_running_turn(home: Path) -> None:
     )
 
 
+def test_eof_waits_for_background_jobs_and_shows_their_notice(home: Path) -> None:
+    result = dsh(home, "--demo", stdin="/scenario dsh-background\nstart a job\n", timeout=60)
+    assert result.returncode == 0
+    lines = result.stdout.splitlines()
+    notice = (
+        "[job] background job subagent-1 (subagent: dsh-exit-later) finished [status: failed, error; "
+        "diagnostic: Subagent failure (provider: dsh-exit-later; stage: session-run; category: transport; "
+        "exit code: 9)]. Read its output with job_output."
+    )
+    assert notice in lines
+    # The idle owner is woken for one more turn that reads the notice.
+    assert lines[lines.index(notice) + 1].startswith("[main turn 2] ")
+
+
 def test_piped_failure_then_success_and_exit_0(home: Path) -> None:
     result = dsh(home, "--demo", stdin="/scenario stream-closed\nfirst\n/scenario text\nsecond\n")
     assert result.returncode == 0
