@@ -22,10 +22,11 @@ from __future__ import annotations
 
 import importlib
 import inspect
+import logging
 import math
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
-from typing import Any
+from typing import Any, TypeVar
 
 from agent_loop.subagent.result import (
     DIAGNOSTIC_LIMIT_BYTES,
@@ -54,8 +55,12 @@ __all__ = [
     "config_command",
     "config_env",
     "config_number",
+    "config_positive_int",
+    "config_seconds",
     "config_string",
     "limit_diagnostic",
+    "provider_or_problem",
+    "reject_unknown_keys",
 ]
 
 PROVIDER_MODULES: dict[str, str] = {
@@ -132,7 +137,34 @@ def build_providers(
     return {name: build_provider(name, table, parent) for name, table in tables.items()}
 
 
+_Parsed = TypeVar("_Parsed")
+_Provider = TypeVar("_Provider")
+
+
+def provider_or_problem(
+    name: str, parse: Callable[[], _Parsed], provider: Callable[..., _Provider], log: logging.Logger
+) -> _Provider:
+    """The ``from_config`` policy of the dsh and product providers: a bad table never raises.
+
+    ``provider(name, parse())``; when ``parse`` raises :class:`SubagentConfigError` the problem (which
+    names only the table and key) goes to ``log`` as a warning now, and ``provider(name, problem=...)``
+    is returned instead: its runs fail with ``category: configuration``.
+    """
+    try:
+        parsed = parse()
+    except SubagentConfigError as exc:
+        log.warning("%s", exc)
+        return provider(name, problem=str(exc))
+    return provider(name, parsed)
+
+
 # -- shared parsing of table entries (providers use these so every table reads the same way) -------
+
+
+def reject_unknown_keys(name: str, config: Mapping[str, Any], known: frozenset[str]) -> None:
+    unknown = sorted(str(key) for key in config if key not in known)
+    if unknown:
+        raise SubagentConfigError(name, f"unknown keys: {', '.join(unknown)}")
 
 
 def config_string(name: str, config: Mapping[str, Any], key: str, default: str | None = None) -> str | None:
@@ -158,6 +190,20 @@ def config_number(
     if isinstance(value, bool) or not isinstance(value, int | float) or not math.isfinite(value) or value <= 0:
         raise SubagentConfigError(name, f"{label} must be a positive number")
     return float(value)
+
+
+def config_seconds(name: str, config: Mapping[str, Any], key: str, default: float) -> float:
+    """A duration: :func:`config_number` with a default, so never ``None``."""
+    value = config_number(name, config, key, default)
+    return default if value is None else value
+
+
+def config_positive_int(name: str, config: Mapping[str, Any], key: str) -> int | None:
+    """A positive integer (``max_turns``, ``max_tokens``); ``None`` when absent."""
+    value = config.get(key)
+    if value is not None and (isinstance(value, bool) or not isinstance(value, int) or value < 1):
+        raise SubagentConfigError(name, f"{key} must be a positive integer")
+    return value
 
 
 def config_bool(name: str, config: Mapping[str, Any], key: str, default: bool) -> bool:

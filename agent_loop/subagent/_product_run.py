@@ -18,6 +18,8 @@ from typing import Any
 import anyio
 
 from agent_loop.subagent import SubagentConfigError
+from agent_loop.subagent.diagnostics import product_failure
+from agent_loop.subagent.process import proc_stat_fields
 from agent_loop.subagent.result import SubagentRequest, SubagentResult
 
 __all__ = [
@@ -25,11 +27,11 @@ __all__ = [
     "OneShotRun",
     "SettledRun",
     "config_names",
+    "configuration_failure",
     "descendants",
     "explicit_env",
     "kill_survivors",
     "log_failure",
-    "reject_unknown_keys",
 ]
 
 ABORTED = SubagentResult(output="", stop_reason="aborted", diagnostic=None)
@@ -91,6 +93,12 @@ class SettledRun(OneShotRun):
         return self._fixed
 
 
+def configuration_failure(product: str, stage: str) -> SettledRun:
+    """The run of a provider whose table is unusable: ``error`` with ``category: configuration``."""
+    line = product_failure(product, stage, "configuration")
+    return SettledRun(SubagentResult(output="", stop_reason="error", diagnostic=line))
+
+
 # -- config helpers -------------------------------------------------------------------------------
 # The scalar ones are the registry's (``agent_loop.subagent.config_*``, raising SubagentConfigError that
 # names the table and key only); these cover what the product tables add.
@@ -102,12 +110,6 @@ def config_names(name: str, config: Mapping[str, Any], key: str) -> tuple[str, .
     if isinstance(value, str) or not isinstance(value, Sequence) or not all(isinstance(v, str) and v for v in value):
         raise SubagentConfigError(name, f"{key} must be a list of strings")
     return tuple(value)
-
-
-def reject_unknown_keys(name: str, config: Mapping[str, Any], known: frozenset[str]) -> None:
-    unknown = sorted(str(key) for key in config if key not in known)
-    if unknown:
-        raise SubagentConfigError(name, f"unknown keys: {', '.join(unknown)}")
 
 
 def explicit_env(env: Mapping[str, str], pass_env: Sequence[str], request: SubagentRequest) -> dict[str, str]:
@@ -130,15 +132,6 @@ def explicit_env(env: Mapping[str, str], pass_env: Sequence[str], request: Subag
 # time, so a recycled pid is never hit.
 
 
-def _stat_fields(pid: int) -> list[bytes] | None:
-    try:
-        with open(f"/proc/{pid}/stat", "rb") as handle:
-            stat = handle.read()
-    except OSError:
-        return None
-    return stat[stat.rfind(b")") + 2 :].split()  # state ppid pgrp ... (field 3 onwards)
-
-
 def descendants(root: int) -> dict[int, bytes]:
     """pid -> start time of every live process below ``root`` (Linux ``/proc``; empty elsewhere)."""
     try:
@@ -148,7 +141,7 @@ def descendants(root: int) -> dict[int, bytes]:
     children: dict[int, list[int]] = {}
     started: dict[int, bytes] = {}
     for pid in entries:
-        fields = _stat_fields(pid)
+        fields = proc_stat_fields(pid)
         if fields is None or len(fields) < 20 or fields[0] == b"Z":
             continue
         children.setdefault(int(fields[1]), []).append(pid)
@@ -167,7 +160,7 @@ def kill_survivors(noted: dict[int, bytes]) -> int:
     """SIGKILL the noted processes that are still alive (same pid, same start time). Returns how many."""
     killed = 0
     for pid, start in noted.items():
-        fields = _stat_fields(pid)
+        fields = proc_stat_fields(pid)
         if fields is None or len(fields) < 20 or fields[0] == b"Z" or fields[19] != start:
             continue
         try:

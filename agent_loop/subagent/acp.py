@@ -47,6 +47,7 @@ from agent_loop.subagent.process import (
     ManagedProcess,
     ProcessStartError,
     Teardown,
+    finish_shielded,
 )
 from agent_loop.subagent.result import SubagentRequest, SubagentResult
 from llm.errors import HarnessError, chain_links, error_chain
@@ -167,7 +168,7 @@ class AcpProvider:
         """Read a ``[subagents.NAME]`` table the way every provider does (``agent_loop.subagent``'s
         shared parsers). Never raises: a bad table gives runs that fail with ``initialize`` +
         ``configuration`` (the reason goes to the host log)."""
-        from agent_loop.subagent import config_command, config_env, config_number, config_string
+        from agent_loop.subagent import config_command, config_env, config_number, config_seconds, config_string
 
         try:
             if not isinstance(config, Mapping):
@@ -184,10 +185,10 @@ class AcpProvider:
                 argv[1:],
                 config_env(name, config),
                 config_string(name, config, "permission", "reject") or "reject",
-                config_number(name, config, "startup_timeout", DEFAULT_STARTUP_TIMEOUT) or DEFAULT_STARTUP_TIMEOUT,
+                config_seconds(name, config, "startup_timeout", DEFAULT_STARTUP_TIMEOUT),
                 config_number(name, config, "prompt_timeout", None),
-                eof_grace=config_number(name, config, "eof_grace", DEFAULT_EOF_GRACE) or DEFAULT_EOF_GRACE,
-                term_grace=config_number(name, config, "term_grace", DEFAULT_TERM_GRACE) or DEFAULT_TERM_GRACE,
+                eof_grace=config_seconds(name, config, "eof_grace", DEFAULT_EOF_GRACE),
+                term_grace=config_seconds(name, config, "term_grace", DEFAULT_TERM_GRACE),
             )
         except (HarnessError, ValueError, TypeError, AttributeError) as exc:
             provider = cls(name, "")
@@ -500,16 +501,7 @@ class _AcpRun:
     async def dispose(self) -> None:
         if self._dispose_task is None:
             self._dispose_task = asyncio.ensure_future(self._dispose())
-        task = self._dispose_task
-        cancelled = False
-        with anyio.CancelScope(shield=True):
-            while not task.done():
-                try:
-                    await asyncio.shield(task)
-                except asyncio.CancelledError:
-                    cancelled = True
-        if cancelled:
-            raise asyncio.CancelledError
+        await finish_shielded(self._dispose_task)
 
     async def _dispose(self) -> None:
         if not self._settled.done():

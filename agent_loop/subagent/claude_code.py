@@ -46,15 +46,18 @@ from agent_loop.subagent import (
     config_command,
     config_env,
     config_number,
+    config_positive_int,
+    config_seconds,
     config_string,
+    provider_or_problem,
+    reject_unknown_keys,
 )
 from agent_loop.subagent._product_run import (
     OneShotRun,
-    SettledRun,
     config_names,
+    configuration_failure,
     explicit_env,
     log_failure,
-    reject_unknown_keys,
 )
 from agent_loop.subagent.diagnostics import join_lines, product_failure, unattended_decision
 from agent_loop.subagent.process import ExitStatus
@@ -111,9 +114,7 @@ class ClaudeCodeConfig:
         sources = config_names(name, config, "setting_sources")
         if not set(sources) <= SETTING_SOURCES:
             raise SubagentConfigError(name, f"setting_sources may only name: {', '.join(sorted(SETTING_SOURCES))}")
-        max_turns = config.get("max_turns")
-        if max_turns is not None and (isinstance(max_turns, bool) or not isinstance(max_turns, int) or max_turns < 1):
-            raise SubagentConfigError(name, "max_turns must be a positive integer")
+        max_turns = config_positive_int(name, config, "max_turns")
         command = config_command(name, config, ()) if "command" in config else None
         if command is not None and not command:
             raise SubagentConfigError(name, "command must be a non-empty string or list of strings")
@@ -127,8 +128,8 @@ class ClaudeCodeConfig:
             setting_sources=sources,
             env=config_env(name, config),
             pass_env=config_names(name, config, "pass_env"),
-            eof_grace=config_number(name, config, "eof_grace", 3.0) or 3.0,
-            term_grace=config_number(name, config, "term_grace", 2.0) or 2.0,
+            eof_grace=config_seconds(name, config, "eof_grace", 3.0),
+            term_grace=config_seconds(name, config, "term_grace", 2.0),
         )
 
 
@@ -148,8 +149,7 @@ class ClaudeCodeProvider:
 
     async def start(self, request: SubagentRequest) -> OneShotRun:
         if self.problem is not None:
-            line = product_failure(PRODUCT, "query-start", "configuration")
-            return SettledRun(SubagentResult(output="", stop_reason="error", diagnostic=line))
+            return configuration_failure(PRODUCT, "query-start")
         return ClaudeCodeRun(self.config, request)
 
 
@@ -159,11 +159,7 @@ def from_config(name: str, config: Mapping[str, Any], parent: ParentContext | No
     Never raises: a bad table gives a provider whose runs fail with ``stage: query-start; category:
     configuration`` (the problem, which names only the table and key, goes to the host log now).
     """
-    try:
-        return ClaudeCodeProvider(name, ClaudeCodeConfig.from_mapping(name, config))
-    except SubagentConfigError as exc:
-        log.warning("%s", exc)
-        return ClaudeCodeProvider(name, problem=str(exc))
+    return provider_or_problem(name, lambda: ClaudeCodeConfig.from_mapping(name, config), ClaudeCodeProvider, log)
 
 
 build_provider = from_config

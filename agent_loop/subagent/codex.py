@@ -43,18 +43,19 @@ from agent_loop.subagent import (
     SubagentConfigError,
     config_command,
     config_env,
-    config_number,
+    config_seconds,
     config_string,
+    provider_or_problem,
+    reject_unknown_keys,
 )
 from agent_loop.subagent._product_run import (
     OneShotRun,
-    SettledRun,
     config_names,
+    configuration_failure,
     descendants,
     explicit_env,
     kill_survivors,
     log_failure,
-    reject_unknown_keys,
 )
 from agent_loop.subagent.diagnostics import join_lines, product_failure, unattended_decision
 from agent_loop.subagent.process import ExitStatus, ManagedProcess, ProcessStartError
@@ -157,7 +158,7 @@ class CodexConfig:
             raise SubagentConfigError(name, "command must be a non-empty string or list of strings")
 
         def seconds(key: str, default: float) -> float:
-            return config_number(name, config, key, default) or default
+            return config_seconds(name, config, key, default)
 
         return cls(
             command=tuple(command) if command else None,
@@ -209,8 +210,7 @@ class CodexProvider:
 
     async def start(self, request: SubagentRequest) -> OneShotRun:
         if self.problem is not None:
-            line = product_failure(PRODUCT, "initialize", "configuration")
-            return SettledRun(SubagentResult(output="", stop_reason="error", diagnostic=line))
+            return configuration_failure(PRODUCT, "initialize")
         return CodexRun(self.config, request)
 
 
@@ -220,11 +220,7 @@ def from_config(name: str, config: Mapping[str, Any], parent: ParentContext | No
     Never raises: a bad table gives a provider whose runs fail with ``stage: initialize; category:
     configuration`` (the problem, which names only the table and key, goes to the host log now).
     """
-    try:
-        return CodexProvider(name, CodexConfig.from_mapping(name, config))
-    except SubagentConfigError as exc:
-        log.warning("%s", exc)
-        return CodexProvider(name, problem=str(exc))
+    return provider_or_problem(name, lambda: CodexConfig.from_mapping(name, config), CodexProvider, log)
 
 
 build_provider = from_config

@@ -41,8 +41,11 @@ from agent_loop.subagent import (
     SubagentConfigError,
     config_command,
     config_env,
-    config_number,
+    config_positive_int,
+    config_seconds,
     config_string,
+    provider_or_problem,
+    reject_unknown_keys,
 )
 from agent_loop.subagent.diagnostics import join_lines, subagent_failure
 from agent_loop.subagent.process import ExitStatus, ManagedProcess, ProcessStartError
@@ -87,30 +90,19 @@ def from_config(name: str, config: Mapping[str, Any], parent: ParentContext | No
     Never raises: a bad table gives a provider whose runs fail with ``stage: initialize; category:
     configuration`` (the problem, which names only the key, goes to the host log now).
     """
-    try:
-        settings = _settings(name, config, parent or ParentContext())
-    except SubagentConfigError as exc:
-        log.warning("%s", exc)
-        return DshSdkProvider(name, problem=str(exc))
-    return DshSdkProvider(name, settings)
+    return provider_or_problem(name, lambda: _settings(name, config, parent or ParentContext()), DshSdkProvider, log)
 
 
 def _settings(name: str, config: Mapping[str, Any], parent: ParentContext) -> DshSettings:
-    unknown = sorted(key for key in config if key not in _CONFIG_KEYS)
-    if unknown:
-        raise SubagentConfigError(name, f"unknown keys: {', '.join(map(str, unknown))}")
+    reject_unknown_keys(name, config, _CONFIG_KEYS)
     permission = config.get("permission", "reject")
     if permission not in ("allow", "reject"):
         raise SubagentConfigError(name, 'permission must be "allow" or "reject"')
-    max_tokens = config.get("max_tokens")
-    if max_tokens is not None and (isinstance(max_tokens, bool) or not isinstance(max_tokens, int) or max_tokens < 1):
-        raise SubagentConfigError(name, "max_tokens must be a positive integer")
+    max_tokens = config_positive_int(name, config, "max_tokens")
     defaults = DshSettings()
 
     def seconds(key: str, default: float) -> float:
-        value = config_number(name, config, key, default)
-        assert value is not None
-        return value
+        return config_seconds(name, config, key, default)
 
     return DshSettings(
         command=tuple(config_command(name, config, DEFAULT_COMMAND)),

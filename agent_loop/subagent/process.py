@@ -25,7 +25,7 @@ import weakref
 from collections import deque
 from collections.abc import AsyncIterator, Mapping, Sequence
 from dataclasses import dataclass
-from typing import Literal
+from typing import Any, Literal
 
 import anyio
 import anyio.lowlevel
@@ -45,7 +45,10 @@ __all__ = [
     "Teardown",
     "TeardownTier",
     "child_env",
+    "finish_shielded",
     "iter_lines",
+    "live_group_members",
+    "proc_stat_fields",
     "read_line",
 ]
 
@@ -281,7 +284,7 @@ class ManagedProcess:
         """Live (non-zombie) processes still in the child's process group (Linux ``/proc``)."""
         if self.pid is None:
             return []
-        return _live_group_members(self.pid)
+        return live_group_members(self.pid)
 
     # -- teardown --------------------------------------------------------------------------------
 
@@ -303,16 +306,7 @@ class ManagedProcess:
                 )
             )
         task = self._teardown_task
-        cancelled = False
-        with anyio.CancelScope(shield=True):
-            while not task.done():
-                try:
-                    await asyncio.shield(task)
-                except asyncio.CancelledError:
-                    # A native asyncio cancel reaches us despite the anyio shield: finish first.
-                    cancelled = True
-        if cancelled:
-            raise asyncio.CancelledError
+        await finish_shielded(task)
         await anyio.lowlevel.checkpoint_if_cancelled()  # honour an anyio cancel that the shield held back
         return task.result()
 
@@ -369,6 +363,24 @@ class ManagedProcess:
                 await task
 
 
+async def finish_shielded(task: asyncio.Future[Any]) -> None:
+    """Await ``task`` to completion even if the caller is cancelled, then re-raise the cancellation.
+
+    For teardown work that must not be cut short: it runs in its own task, and a cancelled caller
+    still waits for it. The task's own exception, if it fails, propagates as usual.
+    """
+    cancelled = False
+    with anyio.CancelScope(shield=True):
+        while not task.done():
+            try:
+                await asyncio.shield(task)
+            except asyncio.CancelledError:
+                # A native asyncio cancel reaches us despite the anyio shield: finish first.
+                cancelled = True
+    if cancelled:
+        raise asyncio.CancelledError
+
+
 def _signal_group(pgid: int, sig: signal.Signals) -> None:
     with contextlib.suppress(ProcessLookupError, PermissionError):
         os.killpg(pgid, sig)
@@ -376,15 +388,27 @@ def _signal_group(pgid: int, sig: signal.Signals) -> None:
 
 async def _sweep_group(pgid: int) -> None:
     """The leader is gone; anything left in its group is an orphan of ours: no survivor allowed."""
-    if not _live_group_members(pgid):
+    if not live_group_members(pgid):
         return
     _signal_group(pgid, signal.SIGKILL)
     with anyio.move_on_after(_KILL_REAP_TIMEOUT):
-        while _live_group_members(pgid):  # SIGKILL is delivered asynchronously
+        while live_group_members(pgid):  # SIGKILL is delivered asynchronously
             await anyio.sleep(0.02)
 
 
-def _live_group_members(pgid: int) -> list[int]:
+def proc_stat_fields(pid: int) -> list[bytes] | None:
+    """The fields of ``/proc/PID/stat`` after the parenthesised command: state ppid pgrp ... (field 3
+    onwards); ``None`` when the process is gone (or there is no ``/proc``)."""
+    try:
+        with open(f"/proc/{pid}/stat", "rb") as handle:
+            stat = handle.read()
+    except OSError:
+        return None
+    return stat[stat.rfind(b")") + 2 :].split()
+
+
+def live_group_members(pgid: int) -> list[int]:
+    """Live (non-zombie) processes in process group ``pgid`` (Linux ``/proc``; empty elsewhere)."""
     members: list[int] = []
     try:
         entries = os.listdir("/proc")
@@ -393,13 +417,9 @@ def _live_group_members(pgid: int) -> list[int]:
     for entry in entries:
         if not entry.isdigit():
             continue
-        try:
-            with open(f"/proc/{entry}/stat", "rb") as handle:
-                stat = handle.read()
-        except OSError:
+        fields = proc_stat_fields(int(entry))
+        if fields is None:
             continue
-        # Fields after the parenthesised command: state ppid pgrp ...
-        fields = stat[stat.rfind(b")") + 2 :].split()
         if len(fields) >= 3 and int(fields[2]) == pgid and fields[0] != b"Z":
             members.append(int(entry))
     return members

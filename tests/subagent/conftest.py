@@ -20,6 +20,8 @@ from collections.abc import Iterator
 
 import pytest
 
+from agent_loop.subagent.process import proc_stat_fields
+
 _PR_SET_CHILD_SUBREAPER = 36
 _LEFTOVER_GRACE_S = 3.0
 
@@ -36,12 +38,9 @@ def _process_table() -> dict[int, tuple[str, int, int]]:
     for entry in os.listdir("/proc"):
         if not entry.isdigit():
             continue
-        try:
-            with open(f"/proc/{entry}/stat", "rb") as handle:
-                stat = handle.read()
-        except OSError:
+        fields = proc_stat_fields(int(entry))
+        if fields is None:
             continue
-        fields = stat[stat.rfind(b")") + 2 :].split()
         table[int(entry)] = (fields[0].decode(), int(fields[1]), int(fields[2]))
     return table
 

@@ -23,6 +23,7 @@ import pytest
 
 from agent_loop.subagent import ParentContext, build_provider
 from agent_loop.subagent.dsh_sdk import DshSdkRun, from_config
+from agent_loop.subagent.process import live_group_members
 from agent_loop.subagent.result import SubagentRequest, SubagentResult
 from fixtures.fault_server import Behaviour, FaultServer, RecordedRequest
 from tests import canaries
@@ -260,23 +261,7 @@ def test_no_process_survives_the_run(name: str, outcomes: tuple[dict[str, Outcom
         return  # never spawned (configuration)
     # the child's whole process group is gone (startup rollbacks included); zombies do not count: an
     # orphaned grandchild may have been adopted by this test process (a subreaper) and await its reaping
-    assert _live_group_members(pid) == []
-
-
-def _live_group_members(pgid: int) -> list[int]:
-    live = []
-    for entry in os.listdir("/proc"):
-        if not entry.isdigit():
-            continue
-        try:
-            with open(f"/proc/{entry}/stat", "rb") as handle:
-                stat = handle.read()
-        except OSError:
-            continue
-        fields = stat[stat.rfind(b")") + 2 :].split()
-        if int(fields[2]) == pgid and fields[0] != b"Z":
-            live.append(int(entry))
-    return live
+    assert live_group_members(pid) == []
 
 
 def test_no_canary_in_any_diagnostic_output_or_log_line(outcomes: tuple[dict[str, Outcome], list[str]]) -> None:

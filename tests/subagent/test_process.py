@@ -18,6 +18,7 @@ from agent_loop.subagent.process import (
     ProcessStartError,
     child_env,
     iter_lines,
+    proc_stat_fields,
     read_line,
 )
 
@@ -28,12 +29,8 @@ CANARY = "sk-canary-3f9a1c-DO-NOT-LEAK"
 
 
 def _alive(pid: int) -> bool:
-    try:
-        with open(f"/proc/{pid}/stat", "rb") as handle:
-            stat = handle.read()
-    except OSError:
-        return False
-    return stat[stat.rfind(b")") + 2 :].split()[0] != b"Z"
+    fields = proc_stat_fields(pid)
+    return fields is not None and fields[0] != b"Z"
 
 
 async def _line(proc: ManagedProcess, timeout: float = 5.0) -> bytes | None:
