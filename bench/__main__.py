@@ -1,0 +1,154 @@
+"""``python -m bench [--quick] [--only NAME[,NAME]] [--repeat N] [--json]``
+
+Runs each benchmark after a warm-up, several times, against streams from its own loopback server,
+and prints a table (median, min, max, target, verdict). ``--json`` prints one key per figure on
+stdout instead (the table then goes to stderr). A benchmark whose component is missing, or that
+fails, reports ``null`` with the reason instead of stopping the run.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import platform
+import sys
+import time
+from collections.abc import Awaitable, Callable
+from dataclasses import dataclass
+
+import anyio
+
+from bench.harness import BenchServer, Figure, Settings, unavailable
+from bench.report import render_table
+
+Runner = Callable[[Settings, BenchServer], Awaitable[list[Figure]]]
+
+
+@dataclass(frozen=True)
+class Benchmark:
+    name: str
+    figures: tuple[tuple[str, str, tuple[str, float] | None], ...]  # (key, unit, target)
+    module: str
+    function: str
+
+    @property
+    def keys(self) -> tuple[str, ...]:
+        return tuple(key for key, _, _ in self.figures)
+
+    def runner(self) -> Runner:
+        import importlib
+
+        return getattr(importlib.import_module(self.module), self.function)
+
+
+BENCHMARKS: tuple[Benchmark, ...] = (
+    Benchmark("stream", (("stream_vs_parse_floor", "x", ("<=", 1.3)), ("transport_floor", "x", None)),
+              "bench.stream", "stream_figures"),
+    Benchmark("openai", (("stream_vs_openai", "x", ("<=", 0.5)),), "bench.stream", "stream_vs_openai"),
+    Benchmark("ttft", (("ttft_overhead_ms", "ms", ("<", 1.0)),), "bench.stream", "ttft_overhead"),
+    Benchmark("loop", (("loop_vs_client", "x", None),), "bench.loop", "loop_vs_client"),
+    Benchmark("render", (("render_vs_loop", "x", None),), "bench.render", "render_vs_loop"),
+    Benchmark("scaling", (("scaling_10x", "x", ("<=", 10.5)),), "bench.loop", "scaling_10x"),
+    Benchmark("rss", (("peak_rss_mb", "MB", None),), "bench.rss", "peak_rss"),
+    Benchmark("resume", (("resume_100k_ms", "ms", ("<", 1000.0)),), "bench.loop", "resume_100k"),
+    Benchmark("startup", (("startup_ms", "ms", ("<", 250.0)),), "bench.startup", "startup"),
+    Benchmark("child_dsh", (("child_dsh_roundtrip_ms", "ms", ("<", 500.0)),), "bench.subagents",
+              "child_dsh_roundtrip"),
+    Benchmark("acp", (("acp_vs_raw_sdk", "x", ("<=", 1.1)),), "bench.subagents", "acp_vs_raw_sdk"),
+)
+
+
+def _select(only: str | None) -> list[Benchmark]:
+    if not only:
+        return list(BENCHMARKS)
+    wanted = {name.strip() for name in only.split(",") if name.strip()}
+    known = {b.name for b in BENCHMARKS} | {key for b in BENCHMARKS for key in b.keys}
+    unknown = sorted(wanted - known)
+    if unknown:
+        names = ", ".join(b.name for b in BENCHMARKS)
+        keys = ", ".join(key for b in BENCHMARKS for key in b.keys)
+        raise ValueError(f"unknown benchmark {', '.join(unknown)} (benchmarks: {names}; figures: {keys})")
+    return [b for b in BENCHMARKS if b.name in wanted or wanted & set(b.keys)]
+
+
+def _reason(exc: BaseException) -> str:
+    from llm import error_chain, redact_text
+
+    if isinstance(exc, ImportError):
+        missing = getattr(exc, "name", None) or error_chain(exc)
+        return f"component not available yet: {missing}"
+    return f"benchmark failed: {type(exc).__name__}: {redact_text(error_chain(exc))}"[:500]
+
+
+async def _run_one(benchmark: Benchmark, settings: Settings, server: BenchServer) -> list[Figure]:
+    try:
+        figures = await benchmark.runner()(settings, server)
+    except Exception as exc:
+        if os.environ.get("BENCH_DEBUG"):
+            raise
+        reason = _reason(exc)
+        return [unavailable(key, unit, reason, target) for key, unit, target in benchmark.figures]
+    produced = {figure.key for figure in figures}
+    figures += [unavailable(key, unit, "not produced", target)
+                for key, unit, target in benchmark.figures if key not in produced]
+    return figures
+
+
+async def _run_all(selected: list[Benchmark], settings: Settings) -> tuple[list[Figure], float]:
+    figures: list[Figure] = []
+    started = time.perf_counter()
+    with BenchServer() as server:
+        for benchmark in selected:
+            began = time.perf_counter()
+            _progress(f"bench: {benchmark.name} ...")
+            figures += await _run_one(benchmark, settings, server)
+            _progress(f"bench: {benchmark.name} done in {time.perf_counter() - began:.1f}s")
+    return figures, time.perf_counter() - started
+
+
+def _progress(line: str) -> None:
+    print(line, file=sys.stderr, flush=True)
+
+
+def _meta(settings: Settings, elapsed: float) -> dict[str, object]:
+    return {
+        "quick": settings.quick,
+        "repeat": settings.repeat,
+        "warmup": settings.warmup,
+        "python": platform.python_version(),
+        "cpus": os.cpu_count(),
+        "load_average": [round(x, 2) for x in os.getloadavg()],
+        "elapsed_s": round(elapsed, 1),
+    }
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(prog="python -m bench", description=__doc__.split("\n\n")[1].replace("``", ""))
+    parser.add_argument("--quick", action="store_true", help="fewer repetitions, smaller streams")
+    parser.add_argument("--only", metavar="NAME[,NAME]", help="benchmark names or figure keys to run")
+    parser.add_argument("--repeat", type=int, metavar="N", help="measured repetitions (default 5, quick 3)")
+    parser.add_argument("--json", action="store_true", help="print the figures as JSON on stdout")
+    args = parser.parse_args(argv)
+    try:
+        selected = _select(args.only)
+    except ValueError as exc:
+        parser.error(str(exc))
+    repeat = args.repeat or (3 if args.quick else 5)
+    if repeat < 1:
+        parser.error("--repeat must be at least 1")
+    settings = Settings(quick=args.quick, repeat=repeat)
+    figures, elapsed = anyio.run(_run_all, selected, settings)
+    table = render_table(figures, settings, elapsed)
+    if args.json:
+        print(table, file=sys.stderr)
+        payload: dict[str, object] = {figure.key: figure.as_json() for figure in figures}
+        payload["_meta"] = _meta(settings, elapsed)
+        print(json.dumps(payload, indent=2))
+    else:
+        print(table)
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())

@@ -1,0 +1,92 @@
+"""``startup_ms``: ``dsh --version`` and the time to the first prompt in a pty, minus ``python -c pass``."""
+
+from __future__ import annotations
+
+import statistics
+import subprocess
+import sys
+import time
+from collections.abc import Awaitable, Callable
+
+from bench.harness import REPO_ROOT, BenchServer, Figure, Settings, Stats, child_env, paired_async
+from bench.loop import temp_root
+from bench.render import interactive_env
+
+__all__ = ["startup"]
+
+
+def _process(argv: list[str], env: dict[str, str]) -> Callable[[], Awaitable[float]]:
+    async def run() -> float:
+        start = time.perf_counter()
+        subprocess.run(argv, env=env, cwd=REPO_ROOT, stdout=subprocess.DEVNULL, check=True)
+        return time.perf_counter() - start
+
+    return run
+
+
+def _first_prompt(env: dict[str, str]) -> Callable[[], Awaitable[float]]:
+    """Spawn the interactive REPL in a pty; seconds until its prompt is drawn (then Ctrl-D)."""
+    import pexpect
+
+    async def run() -> float:
+        start = time.perf_counter()
+        child = pexpect.spawn(sys.executable, ["-m", "repl"], env=env, cwd=str(REPO_ROOT), timeout=60)
+        try:
+            child.expect_exact(">")
+            elapsed = time.perf_counter() - start
+            child.sendeof()
+            child.expect(pexpect.EOF)
+        finally:
+            child.close(force=True)
+        return elapsed
+
+    return run
+
+
+def _pty_python_pass(env: dict[str, str]) -> Callable[[], Awaitable[float]]:
+    """The floor under the pty measurement: ``python -c pass`` spawned the same way, until EOF."""
+    import pexpect
+
+    async def run() -> float:
+        start = time.perf_counter()
+        child = pexpect.spawn(sys.executable, ["-c", "pass"], env=env, cwd=str(REPO_ROOT), timeout=60)
+        try:
+            child.expect(pexpect.EOF)
+            elapsed = time.perf_counter() - start
+        finally:
+            child.close(force=True)
+        return elapsed
+
+    return run
+
+
+def _differences_ms(samples: dict[str, list[float]], subject: str, floor: str) -> list[float]:
+    return [(a - b) * 1000 for a, b in zip(samples[subject], samples[floor], strict=True)]
+
+
+async def startup(settings: Settings, server: BenchServer) -> list[Figure]:
+    repeat = settings.size(10, 5)
+    parts: dict[str, Stats] = {}
+    details: dict[str, float] = {}
+    with temp_root("startup") as root:
+        env = child_env()
+        samples = await paired_async(
+            settings,
+            {"dsh": _process([sys.executable, "-m", "repl", "--version"], env),
+             "python": _process([sys.executable, "-c", "pass"], env)},
+            repeat=repeat,
+        )
+        parts["version"] = Stats.of(_differences_ms(samples, "dsh", "python"))
+        details["python_c_pass_ms"] = round(statistics.median(samples["python"]) * 1000, 1)
+        details["dsh_version_ms"] = round(statistics.median(samples["dsh"]) * 1000, 1)
+
+        pty_env = interactive_env(server, "text", root)
+        samples = await paired_async(
+            settings,
+            {"dsh": _first_prompt(pty_env), "python": _pty_python_pass(pty_env)},
+            repeat=repeat,
+        )
+        parts["first_prompt"] = Stats.of(_differences_ms(samples, "dsh", "python"))
+        details["pty_python_c_pass_ms"] = round(statistics.median(samples["python"]) * 1000, 1)
+        details["dsh_first_prompt_ms"] = round(statistics.median(samples["dsh"]) * 1000, 1)
+    return [Figure("startup_ms", "ms", target=("<", 250.0), parts=parts, details=details)]
