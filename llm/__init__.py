@@ -19,7 +19,7 @@ from llm.events import (
     ToolSpec,
     Usage,
 )
-from llm.redact import RedactingFilter, redact_text, redact_url
+from llm.redact import RedactingFilter, redact_text, redact_url, url_secrets
 from llm.reply import ReplyBuilder
 from llm.sse import SseComment, SseDecoder, SseEvent
 
@@ -51,4 +51,5 @@ __all__ = [
     "error_chain",
     "redact_text",
     "redact_url",
+    "url_secrets",
 ]

@@ -24,7 +24,7 @@ from llm.events import (
     ToolCallDelta,
     Usage,
 )
-from llm.redact import redact_text, redact_url
+from llm.redact import redact_text, redact_url, url_secrets
 from llm.sse import SseComment, SseDecoder, SseLineTooLong
 
 if TYPE_CHECKING:
@@ -350,8 +350,8 @@ class DeepSeekClient:
 
     @property
     def secrets(self) -> tuple[str, ...]:
-        """Values to mask wherever this client's errors are rendered (the configured key)."""
-        return (self._api_key,) if self._api_key else ()
+        """Values to mask wherever this client's errors are rendered: the key, base-URL credentials."""
+        return ((self._api_key,) if self._api_key else ()) + url_secrets(self._base_url)
 
     def _aborted(self, exc: BaseException) -> LlmError:
         error = LlmError("DeepSeek request aborted by caller", "ABORTED")
@@ -368,14 +368,15 @@ class DeepSeekClient:
     async def stream(self, request: ChatRequest) -> AsyncIterator[StreamEvent]:
         """POST the request and yield events as they arrive; ``Finish`` only after ``[DONE]``."""
         cancelled = anyio.get_cancelled_exc_class()
-        watchdog = _Watchdog(self.stream_idle_timeout, self.first_token_timeout)
         body = json.dumps(self.build_body(request), ensure_ascii=False).encode("utf-8")
 
         response: httpx.Response | None = None
         try:
+            http = self._client()
+            http_request = http.build_request("POST", self._endpoint(), content=body, headers=self._headers())
+            # The clock starts once the request is ready: the first call's lazy client setup is ours.
+            watchdog = _Watchdog(self.stream_idle_timeout, self.first_token_timeout)
             with anyio.CancelScope(deadline=watchdog.deadline()) as scope:
-                http = self._client()
-                http_request = http.build_request("POST", self._endpoint(), content=body, headers=self._headers())
                 response = await http.send(http_request, stream=True)
         except cancelled as exc:
             raise self._aborted(exc)

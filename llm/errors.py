@@ -119,8 +119,12 @@ def _beneath(value: object) -> object | None:
     try:
         if value.__cause__ is not None:
             return value.__cause__
-        if value.__context__ is not None:
-            return value.__context__
+        context = value.__context__
+        if context is not None:
+            # A task group re-raised while handling one of its own members: already shown in brackets.
+            if isinstance(value, BaseExceptionGroup) and any(context is member for member in value.exceptions):
+                return None
+            return context
         args = value.args
         if args and isinstance(args[0], BaseException):
             return args[0]

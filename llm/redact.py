@@ -5,9 +5,9 @@ from __future__ import annotations
 import logging
 import re
 from collections.abc import Iterable
-from urllib.parse import urlsplit, urlunsplit
+from urllib.parse import parse_qsl, unquote, urlsplit, urlunsplit
 
-__all__ = ["MASK", "RedactingFilter", "redact_text", "redact_url"]
+__all__ = ["MASK", "RedactingFilter", "redact_text", "redact_url", "url_secrets"]
 
 MASK = "***"
 
@@ -28,6 +28,20 @@ def redact_url(url: str) -> str:
     if "@" in netloc:
         netloc = MASK + "@" + netloc.rsplit("@", 1)[1]
     return urlunsplit((parts.scheme, netloc, parts.path, "", ""))
+
+
+def url_secrets(url: str) -> tuple[str, ...]:
+    """The credential-like parts of a URL (userinfo, query values), to mask even when echoed bare."""
+    try:
+        parts = urlsplit(url)
+    except ValueError:
+        return ()
+    values: list[str] = []
+    if "@" in parts.netloc:
+        userinfo = parts.netloc.rsplit("@", 1)[0]
+        values.extend(unquote(piece) for piece in userinfo.split(":", 1))
+    values.extend(value for _, value in parse_qsl(parts.query, keep_blank_values=False))
+    return tuple(value for value in values if len(value) >= 4)
 
 
 def redact_text(text: str, secrets: Iterable[str] = ()) -> str:

@@ -17,7 +17,7 @@ from typing import Any
 from urllib.parse import urlsplit
 
 from llm.errors import HarnessError
-from llm.redact import redact_url
+from llm.redact import redact_url, url_secrets
 
 __all__ = [
     "DEFAULT_BASE_URL",
@@ -81,7 +81,7 @@ class Config:
 
     @property
     def secrets(self) -> tuple[str, ...]:
-        return (self.api_key,) if self.api_key else ()
+        return ((self.api_key,) if self.api_key else ()) + url_secrets(self.base_url)
 
 
 def _xdg(env: Mapping[str, str], variable: str, fallback: str) -> Path:
@@ -118,11 +118,17 @@ def _check_url(key: str, value: object, where: str) -> str:
     try:
         parts = urlsplit(url)
         ok = parts.scheme in ("http", "https") and bool(parts.hostname)
-        parts.port  # noqa: B018 - raises ValueError for a bad port
     except ValueError:
         ok = False
     if not ok:
         raise ConfigError(f"{where}: {key} must be an http:// or https:// URL, got {redact_url(url)!r}")
+    try:
+        parts.port  # noqa: B018 - raises ValueError for a port outside 0-65535 or not a number
+        port_ok = True
+    except ValueError:
+        port_ok = False
+    if not port_ok:  # raised outside the handler, so the chain is this one line
+        raise ConfigError(f"{where}: {key} has an invalid port (use 1-65535), got {redact_url(url)!r}")
     return url
 
 

@@ -141,6 +141,7 @@ class Shell:
         self.exit_code: int | None = None  # set by /exit
         self.prefill = ""  # text handed back to the next prompt (an unknown command, say)
         self.turn_running = False
+        self._cancel_pending = False  # Ctrl-C arrived while a turn was being set up
         self.toolkit: Any = None  # agent_loop.subagent.tool.SubagentToolkit, when subagents are configured
         # Called when a background job settles while no turn runs (the front end wakes the owner).
         self.on_idle_notice: Callable[[], None] | None = None
@@ -271,6 +272,9 @@ class Shell:
     # --- events and output ----------------------------------------------------------------------
 
     def _on_event(self, event: Event) -> None:
+        if event.type == "turn/start" and self._cancel_pending and self.agent is not None:
+            self._cancel_pending = False
+            self.agent.cancel("cancelled")  # a Ctrl-C that came before the agent's turn existed
         self.activity.on_event(event, time.monotonic())
         text = self.renderer.render(event)
         if text:
@@ -292,8 +296,10 @@ class Shell:
     # --- turns -----------------------------------------------------------------------------------
 
     def cancel_turn(self) -> None:
-        if self.agent is not None and self.turn_running:
-            self.agent.cancel("cancelled")
+        if self.agent is not None and self.turn_running and not self.agent.cancel("cancelled"):
+            # The turn is being set up (live view, prompt guard) and the agent has no scope yet:
+            # cancel it as soon as it starts instead of losing the keypress.
+            self._cancel_pending = True
 
     async def run_turn(self, prompt: str) -> dict[str, Any]:
         """One turn, rendered as it streams. Returns the turn-end reason as a dict."""
@@ -301,6 +307,7 @@ class Shell:
         sent = self.demo.before_turn(prompt) if self.demo is not None else prompt
         self.last_prompt = prompt
         self.turn_running = True
+        self._cancel_pending = False
         try:
             async with self.turn_scope():
                 try:
@@ -315,6 +322,7 @@ class Shell:
                 self.sink.write(self.renderer.end_line())
         finally:
             self.turn_running = False
+            self._cancel_pending = False
         self.last_reason = reason
         return reason
 

@@ -204,3 +204,10 @@ def test_llm_error_fields() -> None:
     assert (error.code, error.status, error.retry_after_s, error.request_id) == ("RATE_LIMIT", 429, 2.0, "req-1")
     assert isinstance(error, HarnessError)
     assert str(error) == "slow down"
+
+
+def test_a_group_raised_while_handling_its_own_member_is_not_repeated() -> None:
+    member = RuntimeError("X")
+    group = ExceptionGroup("unhandled errors in a TaskGroup", [member])
+    group.__context__ = member
+    assert error_chain(group) == "unhandled errors in a TaskGroup [X]"

@@ -130,7 +130,7 @@ FAULTS: tuple[Fault, ...] = (
           "[turn failed TRANSPORT] DeepSeek API request to https://api.deepseek.invalid failed: " + _REFUSED,
           code="TRANSPORT", endpoint="proxy", fast=5, group="transport"),
     Fault("port_99999", "port 99999 in the base URL",
-          "dsh: failed to start: command line: base_url must be an http:// or https:// URL, "
+          "dsh: failed to start: command line: base_url has an invalid port (use 1-65535), "
           "got 'http://127.0.0.1:99999'", end="startup", endpoint="port99999", exit_code=2, group="transport"),
     # -- transport: the server breaks the connection ----------------------------------------------------
     Fault("read_timeout_before_headers", "read timeout before headers", f"[turn failed TIMEOUT] DeepSeek stream "

@@ -18,7 +18,6 @@ import time
 from pathlib import Path
 
 import pexpect
-import pytest
 from dsh_harness import COUNTS, REPO, Home, config_text, dsh_env, make_home, read_log, run_dsh
 
 from fixtures.fault_server import Behaviour, FaultServer, closed_port
@@ -238,10 +237,7 @@ def test_every_file_this_module_checked_is_also_under_the_session_scan(tmp_path_
     assert os.environ.get("DEEPSEEK_API_KEY") != canaries.API_KEY  # the parent suite never held it
 
 
-@pytest.mark.xfail(strict=True, reason="known gap: base-URL userinfo/query values are masked only in URL shape; "
-                   "an upstream that echoes them bare is shown as-is (they are not in the configured secrets)")
 def test_bare_echo_of_base_url_credentials_is_masked(tmp_path: Path) -> None:
-    # Not the strict canaries: while this gap is open the transcript holds these values.
     user, password, token = "bareEchoUser31", "bareEchoPass31", "bareEchoToken31"
     home = make_home(tmp_path, config_text())
     message = f"proxy auth for {user} with password {password} failed; token={token}"

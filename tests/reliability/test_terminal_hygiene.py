@@ -174,8 +174,6 @@ def test_a_crash_inside_a_turn_restores_the_terminal(tmp_path: Path) -> None:
     COUNTS["crashes inside a turn (terminal sane after)"] += 1
 
 
-@pytest.mark.xfail(strict=True, reason="known REPL race: a Ctrl-C that arrives before the agent has started the "
-                   "turn (typed right after Enter) is dropped, and the turn runs to completion")
 def test_ctrl_c_typed_right_after_enter_cancels_the_turn(tmp_path: Path) -> None:
     home = make_home(tmp_path, config_text())
     text = " ".join(f"w{n}" for n in range(30)) + " END-OF-ANSWER"

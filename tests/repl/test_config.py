@@ -171,3 +171,13 @@ def test_explicit_config_path_must_exist(tmp_path: Path) -> None:
     other = tmp_path / "other.toml"
     other.write_text('model = "other"\n')
     assert load_config({}, {"HOME": str(tmp_path)}, require_key=False, config_path=other).model == "other"
+
+
+def test_an_out_of_range_port_is_named_as_the_problem(tmp_path) -> None:
+    from repl.config import ConfigError, _check_url
+
+    with pytest.raises(ConfigError) as caught:
+        _check_url("base_url", "http://u:pw@127.0.0.1:99999/v1?k=secretvalue", "command line")
+    assert str(caught.value) == (
+        "command line: base_url has an invalid port (use 1-65535), got 'http://***@127.0.0.1:99999/v1'"
+    )
