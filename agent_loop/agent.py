@@ -23,7 +23,7 @@ from __future__ import annotations
 import contextlib
 import logging
 import os
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Any
@@ -33,6 +33,7 @@ import anyio.lowlevel
 
 from agent_loop import events as ev
 from agent_loop.events import Event
+from agent_loop.gc_pause import gc_paused
 from agent_loop.guard import PromptGuard, mask_secrets
 from agent_loop.reasons import (
     Aborted,
@@ -124,8 +125,11 @@ class Conversation:
         return list(self._notices)
 
     def apply(self, event: Event) -> None:
-        data = event.data
-        if event.type == ev.TURN_START:
+        self.apply_record(event.type, event.data)
+
+    def apply_record(self, kind: str, data: dict[str, Any]) -> None:
+        """Apply one durable event given as its type and data (read, never kept or changed)."""
+        if kind == ev.TURN_START:
             self._turn_mark = len(self.messages)
             self._turn_prompt = str(data.get("prompt", ""))
             self._turn_has_reply = False
@@ -135,7 +139,7 @@ class Conversation:
             if data.get("source") == NOTICE_SOURCE:
                 # A turn started to deliver the queued notices: its prompt is their text.
                 self._turn_notices, self._notices = self._notices, []
-        elif event.type == ev.STEP_START:
+        elif kind == ev.STEP_START:
             if self._first_step:
                 self._first_step = False
                 self._flush_notices()
@@ -143,22 +147,22 @@ class Conversation:
                     self.messages.append(Message("user", self._turn_prompt))
             else:
                 self._flush_notices()
-        elif event.type == ev.ASSISTANT_MESSAGE:
+        elif kind == ev.ASSISTANT_MESSAGE:
             message = _assistant_to_message(data)
             if message is not None:
                 self.messages.append(message)
                 self._turn_has_reply = True
                 self._open_calls = {call.id: call.name for call in message.tool_calls}
-        elif event.type == ev.TOOL_RESULT:
+        elif kind == ev.TOOL_RESULT:
             call_id = str(data.get("id"))
             if call_id in self._open_calls:
                 del self._open_calls[call_id]
                 self.messages.append(Message("tool", str(data.get("output", "")), tool_call_id=call_id))
-        elif event.type == ev.JOB_NOTICE:
+        elif kind == ev.JOB_NOTICE:
             text = data.get("text")
             if isinstance(text, str) and text:
                 self._notices.append(text)
-        elif event.type == ev.TURN_END:
+        elif kind == ev.TURN_END:
             for call_id in list(self._open_calls):  # defensive: the API rejects unanswered calls
                 self.messages.append(Message("tool", UNFINISHED_TOOL_OUTPUT, tool_call_id=call_id))
             self._open_calls = {}
@@ -256,7 +260,8 @@ class Agent:
         self.cwd = Path(cwd) if cwd is not None else Path.cwd()
         self.last_failure: BaseException | None = None
         self.session_state: dict[str, Any] = {}
-        self._subscribers: list[Callable[[Event], None]] = []
+        # A tuple, replaced on (un)subscribe: delivery iterates a snapshot without copying per event.
+        self._subscribers: tuple[Callable[[Event], None], ...] = ()
         self._running = False
         self._closed = False
         self._scope: anyio.CancelScope | None = None
@@ -277,8 +282,15 @@ class Agent:
         return cls(client, session=SessionLog.open(id_or_last, root), **kwargs)
 
     def _rebuild(self, session: SessionLog) -> None:
-        for event in session.events():
-            self._conversation.apply(event)
+        # The same as applying session.events(), without copying every record's data into an Event
+        # (the conversation only reads it); the collector is paused while 100 000s of messages build.
+        apply = self._conversation.apply_record
+        with gc_paused():
+            for record in session.records():
+                data = record.get("data")
+                if not isinstance(data, dict):
+                    data = dict(data) if isinstance(data, Mapping) else {}
+                apply(str(record.get("type", "")), data)
         self.turn_number = session.last_turn
 
     # --- public surface ------------------------------------------------------------------------
@@ -307,11 +319,13 @@ class Agent:
 
     def subscribe(self, callback: Callable[[Event], None]) -> Callable[[], None]:
         """Call ``callback(event)`` synchronously, in order, for every event; returns an unsubscribe."""
-        self._subscribers.append(callback)
+        self._subscribers = (*self._subscribers, callback)
 
         def unsubscribe() -> None:
+            remaining = list(self._subscribers)
             with contextlib.suppress(ValueError):
-                self._subscribers.remove(callback)
+                remaining.remove(callback)
+                self._subscribers = tuple(remaining)
 
         return unsubscribe
 
@@ -401,7 +415,7 @@ class Agent:
     def _deliver(self, event: Event) -> None:
         if event.durable:
             self._conversation.apply(event)
-        for callback in list(self._subscribers):
+        for callback in self._subscribers:
             try:
                 callback(event)
             except Exception as exc:  # a broken subscriber must not break the turn; say so
@@ -540,6 +554,8 @@ class Agent:
                 async with contextlib.aclosing(self.client.stream(self._chat_request())) as stream:
                     async for item in stream:
                         builder.feed(item)
+                        if not self._subscribers:
+                            continue  # live-only events with nobody to tell: not worth building
                         if isinstance(item, TextDelta):
                             if item.text:
                                 self._deliver(ev.text_delta(item.text))

@@ -48,13 +48,16 @@ DOUBLE_CTRL_C_WINDOW = 2.0
 _WAKE = "\x00wake"  # what the prompt returns when a background job's notice wakes the idle owner
 EXIT_HINT = "(press Ctrl-C again to exit, or Ctrl-D)"
 _LIVE_LIMIT = 8000  # characters of an unfinished line shown in the live view (its tail)
+# Complete lines are written above the live view at most this often: each write erases and redraws
+# the view, and a fast stream completes lines on every network read.
+_COMMIT_INTERVAL = 0.03
 
 
 class TerminalSink:
     """Receives rendered text; writes whole lines above any running application.
 
     With no application running, text goes straight to the terminal. While one runs, complete
-    lines are batched per event-loop iteration and written through ``run_in_terminal`` (which
+    lines are batched for up to ``_COMMIT_INTERVAL`` seconds and written through ``run_in_terminal`` (which
     erases the application, writes, and redraws it below); an unfinished line is kept in
     :attr:`partial` for the live view to show.
     """
@@ -64,6 +67,7 @@ class TerminalSink:
         self.partial = ""
         self._pending: list[str] = []
         self._scheduled = False
+        self._timer: asyncio.TimerHandle | None = None
         self._inflight: set[asyncio.Future[None]] = set()
         self.view: Application[None] | None = None  # the turn view to refresh when partial changes
 
@@ -100,10 +104,13 @@ class TerminalSink:
         self._pending.append(text)
         if not self._scheduled:
             self._scheduled = True
-            asyncio.get_running_loop().call_soon(self._flush)
+            self._timer = asyncio.get_running_loop().call_later(_COMMIT_INTERVAL, self._flush)
 
     def _flush(self) -> None:
         self._scheduled = False
+        timer, self._timer = self._timer, None
+        if timer is not None:
+            timer.cancel()  # when settle() flushes early
         if not self._pending:
             return
         text = "".join(self._pending)
@@ -414,6 +421,7 @@ class InteractiveApp:
         view = self._view
         if view is None or not view.is_running:
             return None
+        await self.sink.settle()  # every line before the question is on the screen above it
         self._answer, self._answered = None, anyio.Event()
         self._question = approval_question(command)
         view.invalidate()

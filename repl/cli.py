@@ -262,27 +262,31 @@ async def _async_main(args: Any, config: Any, env: dict[str, str], mode: str) ->
 
     from repl.shell import Shell, StartupError
 
-    async with contextlib.AsyncExitStack() as stack:
-        client = demo = retry = None
-        if args.demo:
-            try:
-                demo, client, retry = await _start_demo(stack, args.scenario or "text")
-            except Exception as exc:
-                raise StartupError(exc)
-        sink = StreamSink(sys.stdout)
-        shell = Shell(config, sink, color=_color(env), env=env, client=client, demo=demo, retry=retry,
-                      approvals=mode == "interactive")
-        stack.push_async_callback(shell.aclose)
-        await shell.start(resume=args.resume)
-        if mode == "print":
-            return await _run_print(shell, args.print_prompt)
-        if mode == "piped":
-            return await _run_piped(shell)
-        from repl.app import InteractiveApp
-        from repl.config import history_path
+    sink = StreamSink(sys.stdout)
+    try:
+        async with contextlib.AsyncExitStack() as stack:
+            client = demo = retry = None
+            if args.demo:
+                try:
+                    demo, client, retry = await _start_demo(stack, args.scenario or "text")
+                except Exception as exc:
+                    raise StartupError(exc)
+            shell = Shell(config, sink, color=_color(env), env=env, client=client, demo=demo, retry=retry,
+                          approvals=mode == "interactive")
+            stack.push_async_callback(shell.aclose)
+            await shell.start(resume=args.resume)
+            if mode == "print":
+                return await _run_print(shell, args.print_prompt)
+            if mode == "piped":
+                return await _run_piped(shell)
+            from repl.app import InteractiveApp
+            from repl.config import history_path
 
-        return await InteractiveApp(shell, history=history_path(env), banner=_banner(shell)).run()
-    return 1  # pragma: no cover - the exit stack does not swallow
+            sink.flush()  # what start-up said (a repaired turn), before the app's own writes
+            return await InteractiveApp(shell, history=history_path(env), banner=_banner(shell)).run()
+        return 1  # pragma: no cover - the exit stack does not swallow
+    finally:
+        sink.flush()  # nothing written, even while closing down, is left behind
 
 
 def _banner(shell: Any) -> str:
@@ -308,14 +312,48 @@ async def _start_demo(stack: Any, scenario: str) -> tuple[Any, Any, Any]:
 
 
 class StreamSink:
-    """Piped and ``-p`` output: plain writes, flushed per event; a closed pipe silences, not crashes."""
+    """Piped and ``-p`` output: plain writes; a closed pipe silences, not crashes.
+
+    Writes are collected and flushed once per event-loop iteration (a long turn streams 100 000s of
+    tiny deltas; one ``write(2)`` each costs a second on a terminal), so a reader still sees every
+    line as soon as the loop is free. :meth:`flush` writes out what is collected at once: the
+    front end calls it after a turn's end line and on the way out. Outside an event loop every
+    write is flushed at once.
+    """
 
     def __init__(self, stream: Any) -> None:
         self.stream = stream
         self.broken = False
+        self._pending: list[str] = []
+        self._scheduled = False
 
     def write(self, text: str) -> None:
         if self.broken or not text:
+            return
+        self._pending.append(text)
+        if self._scheduled:
+            return
+        import asyncio
+
+        try:
+            loop = asyncio.get_running_loop()
+        except RuntimeError:
+            self.flush()
+            return
+        self._scheduled = True
+        loop.call_soon(self._flush_soon)
+
+    def _flush_soon(self) -> None:
+        self._scheduled = False
+        self.flush()
+
+    def flush(self) -> None:
+        """Everything written so far, to the stream now."""
+        if not self._pending:
+            return
+        text = "".join(self._pending)
+        self._pending.clear()
+        if self.broken:
             return
         try:
             self.stream.write(text)
@@ -328,6 +366,12 @@ class StreamSink:
                 os.close(devnull)
             except (OSError, ValueError):
                 pass
+
+
+def _flush(shell: Any) -> None:
+    flush = getattr(shell.sink, "flush", None)
+    if flush is not None:
+        flush()
 
 
 async def _signal_watch(shell: Any, on_idle: Any, *, task_status: Any) -> None:
@@ -352,6 +396,7 @@ async def _run_print(shell: Any, prompt: str) -> int:
     async with anyio.create_task_group() as tasks:
         await tasks.start(_signal_watch, shell, lambda: None)
         reason = await shell.run_turn(prompt)
+        _flush(shell)
         tasks.cancel_scope.cancel()
     return exit_code_for(reason)
 
@@ -400,6 +445,7 @@ async def _run_piped(shell: Any) -> int:
                     with anyio.CancelScope(shield=True):  # a signal cancels the turn, not the loop
                         await shell.handle_line(line)
                         await shell.deliver_notices()
+                    _flush(shell)  # the turn's end line, before reading the next one
                     if shell.exit_code is not None:
                         status = shell.exit_code
                         break

@@ -10,6 +10,8 @@ import sys
 from pathlib import Path
 
 import pytest
+from hypothesis import HealthCheck, example, given, settings
+from hypothesis import strategies as st
 
 from agent_loop import (
     Aborted,
@@ -321,3 +323,65 @@ def test_a_partial_write_is_cut_back_so_the_file_stays_whole_lines(tmp_path):
     assert code_line == "SESSION_LOG True"
     _, records = read_log(Path(path_line))
     assert durable_types(records) == ["turn/start"]
+
+
+# --- the bulk parse and its line-by-line fallback read every log the same way --------------------
+
+_RECORD_LINES = [
+    b'{"type":"turn/start","seq":1,"time":"t","data":{"turn":1,"prompt":"p"}}',
+    b'{"type":"step/start","seq":2,"time":"t","data":{"turn":1,"step":1}}',
+    b'{"type":"turn/end","seq":3,"time":"t","data":{"turn":1,"reason":{"kind":"completed"}}}',
+    b'{"type":"job/notice","seq":4,"time":"t","data":{"id":"j","text":"done"}}',
+]
+_TWO_VALUES = b'{"type":"x","seq":1},{"type":"y","seq":2}'  # one line: unreadable, not two records
+_SPLIT_HEAD, _SPLIT_TAIL = b'{"type":"x","seq":2,"data":[1', b"2]}"  # one value over two lines: two unreadable
+_ODD_LINES = [
+    b"", b"   ", b"garbage", b"[1]", b'"text"', b"{}", b'{"type":7,"seq":5}', b'{"type":"x"}',
+    b'{"type":"x","seq":"9"}', b'{"type":"x","seq":9}', b'{"type":"x","seq":true}', b" " + _RECORD_LINES[0] + b" ",
+    _TWO_VALUES,
+    _SPLIT_HEAD, _SPLIT_TAIL,
+]
+
+
+@settings(max_examples=300, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])
+@given(
+    st.integers(0, len(_RECORD_LINES)),
+    st.lists(st.tuples(st.integers(0, len(_RECORD_LINES)), st.sampled_from(_ODD_LINES)), max_size=3),
+    st.booleans(),
+)
+@example(0, [(0, _TWO_VALUES)], False)
+@example(1, [(1, _SPLIT_HEAD), (2, _SPLIT_TAIL)], False)
+def test_the_bulk_parse_reads_every_log_as_the_line_by_line_reader(tmp_path, records, odd, torn):
+    from agent_loop.session_log import _parse, _parse_body_by_line
+
+    body = list(_RECORD_LINES[:records])  # a regular log ...
+    for position, line in odd:  # ... with irregular lines among its records
+        body.insert(position, line)
+    header = b'{"type":"session","version":1,"id":"s","createdAt":"t","cwd":"/"}'
+    raw = b"\n".join([header, *body]) + b"\n" + (b'{"type":"tur' if torn else b"")
+    path = tmp_path / "s.jsonl"
+    loaded = _parse(raw, path)
+    lines = raw.split(b"\n")[:-1]
+    expected_warnings = [f"ignored a torn last line (12 bytes) in {path}"] if torn else []
+    expected_records = _parse_body_by_line(lines, path, expected_warnings)
+    assert loaded.records == expected_records
+    assert loaded.warnings == expected_warnings
+
+
+def test_a_regular_log_takes_the_bulk_path_and_the_collector_is_restored(tmp_path):
+    import gc
+
+    from agent_loop import session_log
+
+    log = open_turn_log(tmp_path)
+    raw = log.path.read_bytes()
+    assert session_log._parse_clean_body(raw.split(b"\n")[:-1]) == read_log(log.path)[1]
+    assert gc.isenabled()
+    SessionLog.open(log.path).close()
+    assert gc.isenabled()
+    gc.disable()
+    try:
+        SessionLog.open(log.path).close()
+        assert not gc.isenabled()  # a caller's choice is kept
+    finally:
+        gc.enable()

@@ -10,6 +10,7 @@ import time
 import tomllib
 from collections.abc import Iterator
 from pathlib import Path
+from typing import Any
 
 import pytest
 
@@ -171,6 +172,99 @@ def test_three_piped_lines_run_three_turns(home: Path, server: FaultServer) -> N
     result = dsh(home, stdin="one\ntwo\n\nthree\n", DEEPSEEK_API_KEY=KEY, DEEPSEEK_BASE_URL=server.url)
     assert result.returncode == 0, result.stderr
     assert result.stdout.splitlines() == [f"[main turn {n}] Hello! How can I help you today?" for n in (1, 2, 3)]
+
+
+def test_a_piped_consumer_sees_each_turn_before_it_sends_the_next_line(home: Path, server: FaultServer) -> None:
+    # A program driving dsh through pipes waits for a turn's line before it writes the next prompt.
+    proc = subprocess.Popen(
+        [sys.executable, "-m", "repl"], cwd=REPO,
+        env=base_env(home, DEEPSEEK_API_KEY=KEY, DEEPSEEK_BASE_URL=server.url),
+        stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=subprocess.PIPE,
+    )
+    assert proc.stdin is not None and proc.stdout is not None
+    try:
+        for turn in (1, 2):
+            proc.stdin.write(b"hello\n")
+            proc.stdin.flush()
+            assert _read_line_within(proc.stdout, 20) == f"[main turn {turn}] Hello! How can I help you today?\n"
+        proc.stdin.close()
+        assert proc.wait(timeout=20) == 0
+        assert proc.stdout.read() == b""
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+        proc.wait()
+        proc.stdout.close()
+        assert proc.stderr is not None
+        proc.stderr.close()
+
+
+def _read_line_within(stream: Any, seconds: float) -> str:
+    import select
+
+    line = b""
+    deadline = time.monotonic() + seconds
+    while not line.endswith(b"\n"):
+        ready, _, _ = select.select([stream], [], [], max(0.0, deadline - time.monotonic()))
+        if not ready:
+            raise AssertionError(f"no complete line within {seconds}s (got {line!r})")
+        byte = os.read(stream.fileno(), 1)
+        if not byte:
+            raise AssertionError(f"stdout closed after {line!r}")
+        line += byte
+    return line.decode()
+
+
+class _RecordingStream:
+    def __init__(self, fail: bool = False) -> None:
+        self.writes: list[str] = []
+        self.flushes = 0
+        self.fail = fail
+
+    def write(self, text: str) -> None:
+        if self.fail:
+            raise BrokenPipeError
+        self.writes.append(text)
+
+    def flush(self) -> None:
+        self.flushes += 1
+
+    def fileno(self) -> int:
+        raise ValueError("no descriptor")
+
+
+@pytest.mark.anyio
+async def test_the_stream_sink_writes_once_per_event_loop_iteration_in_order() -> None:
+    import anyio
+
+    from repl.cli import StreamSink
+
+    stream = _RecordingStream()
+    sink = StreamSink(stream)
+    for n in range(1000):  # one network read's worth of deltas
+        sink.write(f"{n} ")
+    assert stream.writes == []
+    await anyio.sleep(0)
+    assert stream.writes == ["".join(f"{n} " for n in range(1000))] and stream.flushes == 1
+    sink.write("end\n")
+    sink.flush()  # at a turn's end: at once, not at the next iteration
+    assert stream.writes[-1] == "end\n" and stream.flushes == 2
+    await anyio.sleep(0)
+    assert stream.flushes == 2  # the scheduled flush found nothing left
+
+
+def test_the_stream_sink_outside_an_event_loop_writes_at_once_and_a_dead_pipe_silences() -> None:
+    from repl.cli import StreamSink
+
+    stream = _RecordingStream()
+    sink = StreamSink(stream)
+    sink.write("a\n")
+    assert stream.writes == ["a\n"] and stream.flushes == 1
+    dead = StreamSink(_RecordingStream(fail=True))
+    dead.write("lost\n")
+    assert dead.broken
+    dead.write("more\n")  # silently dropped, no exception
+    dead.flush()
 
 
 def test_eof_waits_for_the_running_turn(home: Path) -> None:
