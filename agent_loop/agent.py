@@ -23,6 +23,7 @@ from __future__ import annotations
 import contextlib
 import logging
 import os
+import sys
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
@@ -67,6 +68,7 @@ from llm import (
     ToolCall,
     error_chain,
     redact_text,
+    unwrap_group,
 )
 
 __all__ = ["DEFAULT_MAX_STEPS", "Agent", "Conversation"]
@@ -197,13 +199,6 @@ class _TurnState:
 
 def _usage_dict(builder: ReplyBuilder) -> dict[str, int] | None:
     return asdict(builder.usage) if builder.usage is not None else None
-
-
-def _unwrap(exc: BaseException) -> BaseException:
-    """The one real failure inside task-group wrappers (a tool batch wraps what its host code raises)."""
-    while isinstance(exc, BaseExceptionGroup) and len(exc.exceptions) == 1:
-        exc = exc.exceptions[0]
-    return exc
 
 
 def _unique_ids(calls: Sequence[ToolCall]) -> list[ToolCall]:
@@ -394,7 +389,8 @@ class Agent:
     # --- publishing ----------------------------------------------------------------------------
 
     def _publish(self, event: Event) -> None:
-        """Log (durable events), update the conversation, then tell subscribers. Log failures raise."""
+        """Log (durable events), update the conversation, then tell subscribers. Log failures raise,
+        after the event is still shown: the user sees what happened, e.g. the turn header."""
         if event.durable and self.session is not None:
             try:
                 self.session.append(event)
@@ -402,6 +398,7 @@ class Agent:
                 if self._state is not None and self._state.log_failure is None:
                     self._state.log_failure = exc
                 self.last_failure = exc
+                self._deliver(event)
                 raise
         self._deliver(event)
 
@@ -410,7 +407,7 @@ class Agent:
         try:
             self._publish(event)
         except HarnessError:
-            self._deliver(event)
+            pass  # recorded in _publish; the event was delivered
 
     def _deliver(self, event: Event) -> None:
         if event.durable:
@@ -451,7 +448,7 @@ class Agent:
                 with scope:
                     reason = await self._turn_body(state, prompt, source)
             except Exception as exc:
-                failure = _unwrap(exc)
+                failure = unwrap_group(exc)
                 if not scope.cancel_called:
                     # The adapter turns cancellation into LlmError("ABORTED"); if our caller cancelled
                     # us this re-raises the cancellation, which wins over what the adapter raised.
@@ -465,8 +462,13 @@ class Agent:
             elif failure is not None:
                 reason = failure_from_exception(failure, state.step, self._secrets())
                 self.last_failure = failure
-            elif reason is None:  # pragma: no cover - the body always returns or raises
-                reason = Failed("UNKNOWN", "turn ended without a reason", state.step)
+            elif reason is None:  # a BaseException (not cancellation) is propagating: say what it is
+                escaping = sys.exc_info()[1]
+                reason = (
+                    failure_from_exception(unwrap_group(escaping), state.step, self._secrets())
+                    if escaping is not None
+                    else Failed("UNKNOWN", "turn ended without a reason", state.step)
+                )
             # _close_turn is synchronous (log writes are plain write/fsync), so no cancellation can cut
             # it short; the shield keeps that true should it ever need to await.
             with anyio.CancelScope(shield=True):

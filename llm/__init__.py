@@ -5,7 +5,7 @@ A leaf package: it imports nothing else from dsh.
 
 from llm._version import __version__
 from llm.deepseek import DEFAULT_BASE_URL, DEFAULT_MODEL, DeepSeekClient
-from llm.errors import ChainLink, HarnessError, LlmError, chain_links, error_chain
+from llm.errors import ChainLink, HarnessError, LlmError, chain_links, error_chain, unwrap_group
 from llm.events import (
     ChatRequest,
     Finish,
@@ -51,5 +51,6 @@ __all__ = [
     "error_chain",
     "redact_text",
     "redact_url",
+    "unwrap_group",
     "url_secrets",
 ]

@@ -10,7 +10,7 @@ import math
 from collections.abc import Mapping
 from dataclasses import dataclass, field
 
-__all__ = ["ChainLink", "HarnessError", "LlmError", "chain_links", "error_chain"]
+__all__ = ["ChainLink", "HarnessError", "LlmError", "chain_links", "error_chain", "unwrap_group"]
 
 MAX_DEPTH = 64
 MAX_LENGTH = 16 * 1024
@@ -67,6 +67,13 @@ class LlmError(HarnessError):
         self.status = status
         self.retry_after_s = float(retry_after_s) if retry_after_s is not None else None
         self.request_id = request_id
+
+
+def unwrap_group(exc: BaseException) -> BaseException:
+    """The one real failure inside single-member task-group wrappers (anyio wraps what a task raises)."""
+    while isinstance(exc, BaseExceptionGroup) and len(exc.exceptions) == 1:
+        exc = exc.exceptions[0]
+    return exc
 
 
 @dataclass

@@ -51,10 +51,11 @@ def _guarded(args: list[str]) -> int:
     except BaseException as exc:
         if _debug():
             raise
-        from llm import error_chain, redact_text
+        from llm import error_chain, redact_text, unwrap_group
 
         secrets = tuple(s for s in (os.environ.get("DEEPSEEK_API_KEY", ""),) if s)
-        _stderr(f"dsh: internal error: {redact_text(error_chain(exc), secrets)} (DSH_DEBUG=1 shows a traceback)")
+        line = redact_text(error_chain(unwrap_group(exc)), secrets)
+        _stderr(f"dsh: internal error: {line} (DSH_DEBUG=1 shows a traceback)")
         return 1
     finally:
         _restore_terminal(saved)

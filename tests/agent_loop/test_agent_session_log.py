@@ -295,6 +295,8 @@ async def test_a_full_disk_ends_the_turn_with_a_session_log_error(server, make_a
     assert again.message.startswith(f"session log {log.path} is unusable after an earlier failure: ")
     assert log.path.read_bytes() == before
     assert len(server.requests) == 1  # nothing was sent while nothing could be recorded
+    # Each failed turn was still announced live, so the REPL prints its "[main turn N] " header.
+    assert [data["turn"] for data in seen.of("turn/start")] == [1, 2, 3]
 
 
 _PARTIAL_WRITE_CHILD = r"""
