@@ -263,9 +263,11 @@ def _limit_file_size(limit: int) -> Any:
 def _assert_clean_log_then_resume(home: Home, server_url: str, run_stdout: str, errno: int, text: str) -> None:
     path = home.only_session()
     shown = FULL.format(path=path, errno=errno, text=text)
-    lines = run_stdout.split("\n")
-    assert shown in lines, run_stdout[-800:]
-    assert run_stdout.count(shown) == 1  # the first failure says why; later turns say the log is unusable
+    # On its own line, or right after the turn header when the failure hit the turn's first record.
+    header = re.compile(r"(\[main turn \d+\] )?" + re.escape(shown))
+    matching = [line for line in run_stdout.split("\n") if header.fullmatch(line)]
+    assert len(matching) == 1, run_stdout[-800:]  # the first failure says why; later turns say the log is unusable
+    assert run_stdout.count(shown) == 1
     raw = path.read_bytes()
     records = _records(raw)  # whole lines only: the partial record was cut back off
     assert [r["seq"] for r in records] == list(range(1, len(records) + 1))
