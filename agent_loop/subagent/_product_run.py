@@ -13,25 +13,27 @@ import logging
 import os
 import signal
 from collections.abc import Mapping, Sequence
+from dataclasses import dataclass
 from typing import Any
 
 import anyio
 
 from agent_loop.subagent import SubagentConfigError
-from agent_loop.subagent.diagnostics import product_failure
-from agent_loop.subagent.process import proc_stat_fields
+from agent_loop.subagent.diagnostics import join_lines, product_failure
+from agent_loop.subagent.process import ExitStatus, proc_stat_fields
 from agent_loop.subagent.result import SubagentRequest, SubagentResult
 
 __all__ = [
     "ABORTED",
     "OneShotRun",
+    "ProductFailure",
     "SettledRun",
     "config_names",
     "configuration_failure",
     "descendants",
     "explicit_env",
+    "failure_diagnostic",
     "kill_survivors",
-    "log_failure",
 ]
 
 ABORTED = SubagentResult(output="", stop_reason="aborted", diagnostic=None)
@@ -171,8 +173,34 @@ def kill_survivors(noted: dict[int, bytes]) -> int:
     return killed
 
 
-def log_failure(log: logging.Logger, product: str, diagnostic: str | None, cause: BaseException | None) -> None:
-    """The host-log record of a failed run: the safe line plus the raw cause chain (host side only)."""
-    if diagnostic is None:
-        return
-    log.info("%s subagent run failed: %s", product, diagnostic.replace("\n", " | "), exc_info=cause)
+@dataclass(slots=True)
+class ProductFailure:
+    """Where and how a product run failed: closed facts for the line, the raw cause for the host log."""
+
+    stage: str
+    category: str
+    http_status: int | None = None
+    exit_status: ExitStatus | None = None
+    cause: BaseException | None = None
+    stop_reason: str = "error"
+
+    def line(self, product: str) -> str:
+        return product_failure(product, self.stage, self.category, self.http_status, self.exit_status)
+
+
+def failure_diagnostic(
+    log: logging.Logger,
+    product: str,
+    failure: ProductFailure | None,
+    teardown: ProductFailure | None,
+    decision: str | None,
+) -> str | None:
+    """The failure line, then the teardown line, then the unattended decision; logged host-side with
+    the raw cause chain (the diagnostic itself never holds it)."""
+    diagnostic = join_lines(
+        failure.line(product) if failure else None, teardown.line(product) if teardown else None, decision
+    )
+    cause = (failure.cause if failure else None) or (teardown.cause if teardown else None)
+    if diagnostic is not None:
+        log.info("%s subagent run failed: %s", product, diagnostic.replace("\n", " | "), exc_info=cause)
+    return diagnostic

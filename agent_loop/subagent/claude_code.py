@@ -54,12 +54,13 @@ from agent_loop.subagent import (
 )
 from agent_loop.subagent._product_run import (
     OneShotRun,
+    ProductFailure,
     config_names,
     configuration_failure,
     explicit_env,
-    log_failure,
+    failure_diagnostic,
 )
-from agent_loop.subagent.diagnostics import join_lines, product_failure, unattended_decision
+from agent_loop.subagent.diagnostics import unattended_decision
 from agent_loop.subagent.process import ExitStatus
 from agent_loop.subagent.result import SubagentRequest, SubagentResult
 
@@ -168,17 +169,6 @@ build_provider = from_config
 # -- one run --------------------------------------------------------------------------------------
 
 
-@dataclass(slots=True)
-class _Failure:
-    stage: str
-    category: str
-    exit_status: ExitStatus | None = None
-    cause: BaseException | None = None
-
-    def line(self) -> str:
-        return product_failure(PRODUCT, self.stage, self.category, exit_status=self.exit_status)
-
-
 _ABORTED = "aborted"  # the outcome of a local cancellation
 
 
@@ -205,11 +195,11 @@ class ClaudeCodeRun(OneShotRun):
 
     async def _execute(self) -> SubagentResult:
         client: Any = None
-        outcome: _Failure | str | None
+        outcome: ProductFailure | str | None
         try:
             sdk, transport_module = _load_sdk()
         except ImportError as exc:  # the dsh[claude] extra is not installed
-            return self._settle(_Failure("query-start", "configuration", cause=exc), None)
+            return self._settle(ProductFailure("query-start", "configuration", cause=exc), None)
         try:
             if not os.path.isdir(self._request.cwd):
                 raise NotADirectoryError("the working directory does not exist")
@@ -225,12 +215,12 @@ class ClaudeCodeRun(OneShotRun):
                 options=sdk.ClaudeAgentOptions(can_use_tool=self._deny_tool), transport=self.transport
             )
         except (sdk.CLINotFoundError, NotADirectoryError) as exc:
-            outcome = _Failure("query-start", "configuration", cause=exc)
+            outcome = ProductFailure("query-start", "configuration", cause=exc)
         except Exception as exc:  # e.g. an environment entry the OS cannot take
-            outcome = _Failure("query-start", "unknown", cause=exc)
+            outcome = ProductFailure("query-start", "unknown", cause=exc)
         else:
             outcome = None
-        teardown: _Failure | None = None
+        teardown: ProductFailure | None = None
         try:
             if outcome is None:
                 outcome = await self._drive(sdk, client)
@@ -241,7 +231,7 @@ class ClaudeCodeRun(OneShotRun):
 
     # -- start and run ----------------------------------------------------------------------------
 
-    async def _drive(self, sdk: ModuleType, client: Any) -> _Failure | str | None:
+    async def _drive(self, sdk: ModuleType, client: Any) -> ProductFailure | str | None:
         stage = "query-start"
         error: Exception | None = None
         cancelled = False
@@ -305,22 +295,22 @@ class ClaudeCodeRun(OneShotRun):
             if isinstance(message.permission_denials, list) and message.permission_denials:
                 self._observed.denied = True
 
-    def _judge_result(self, sdk: ModuleType) -> _Failure | None:
+    def _judge_result(self, sdk: ModuleType) -> ProductFailure | None:
         """The stream ended normally: is its last ``result`` a real success?"""
         exit_status = self._exit_status()
         result = self._observed.result
         if result is None:
-            return _Failure("query-run", "missing-result", exit_status)
+            return ProductFailure("query-run", "missing-result", exit_status=exit_status)
         subtype = result.subtype
         if subtype == "success":
             if result.is_error is False and isinstance(result.result, str) and result.result.strip():
                 return None
-            return _Failure("query-run", "invalid-success", exit_status)
+            return ProductFailure("query-run", "invalid-success", exit_status=exit_status)
         if subtype in ERROR_SUBTYPES:
-            return _Failure("query-run", subtype, exit_status)
-        return _Failure("query-run", "unknown", exit_status)
+            return ProductFailure("query-run", subtype, exit_status=exit_status)
+        return ProductFailure("query-run", "unknown", exit_status=exit_status)
 
-    async def _classify(self, sdk: ModuleType, stage: str, exc: Exception) -> _Failure:
+    async def _classify(self, sdk: ModuleType, stage: str, exc: Exception) -> ProductFailure:
         """A typed SDK failure -> closed facts. By type only; the message is never read."""
         if isinstance(exc, sdk.ResultError):
             subtype = exc.subtype
@@ -330,20 +320,24 @@ class ClaudeCodeRun(OneShotRun):
                 category = "invalid-success"  # an is_error "success": an API failure the CLI reported
             else:
                 category = "unknown"
-            return _Failure(stage, category, self._exit_status(), exc)
+            return ProductFailure(stage, category, exit_status=self._exit_status(), cause=exc)
         if isinstance(exc, sdk.ProcessError):
             # The CLI ended before a terminal result (or after a result, abnormally).
-            return _Failure("process" if stage == "query-run" else stage, "process-exit", self._exit_status(), exc)
+            return ProductFailure(
+                "process" if stage == "query-run" else stage, "process-exit", exit_status=self._exit_status(), cause=exc
+            )
         if isinstance(exc, sdk.CLINotFoundError):  # the configured CLI cannot be executed
-            return _Failure(stage, "configuration", None, exc)
+            return ProductFailure(stage, "configuration", cause=exc)
         if isinstance(exc, sdk.CLIConnectionError):
             # A write to a child that is dying: the observed exit classifies it, not the transport error.
             status = await self._wait_exit()
             if status is not None and status != ExitStatus(0, None):
-                return _Failure("process" if stage == "query-run" else stage, "process-exit", status, exc)
-            return _Failure(stage, "unknown", status, exc)
+                return ProductFailure(
+                    "process" if stage == "query-run" else stage, "process-exit", exit_status=status, cause=exc
+                )
+            return ProductFailure(stage, "unknown", exit_status=status, cause=exc)
         # CLIJSONDecodeError, MessageParseError, a control-request timeout, anything else.
-        return _Failure(stage, "unknown", self._exit_status(), exc)
+        return ProductFailure(stage, "unknown", exit_status=self._exit_status(), cause=exc)
 
     def _exit_status(self) -> ExitStatus | None:
         """The CLI's own exit, if it happened before anyone (we or the SDK's rollback) tore it down."""
@@ -362,7 +356,7 @@ class ClaudeCodeRun(OneShotRun):
 
     # -- teardown and settlement ------------------------------------------------------------------
 
-    async def _teardown(self, client: Any) -> _Failure | None:
+    async def _teardown(self, client: Any) -> ProductFailure | None:
         error: BaseException | None = None
         if client is not None:
             try:
@@ -370,23 +364,23 @@ class ClaudeCodeRun(OneShotRun):
             except Exception as exc:
                 error = exc
         if self.transport is None or not self.transport.process.started:
-            return _Failure("teardown", "unknown", cause=error) if error is not None else None
+            return ProductFailure("teardown", "unknown", cause=error) if error is not None else None
         teardown = await self.transport.process.terminate(
             eof_grace=self._config.eof_grace, term_grace=self._config.term_grace
         )
         log.debug("Claude Code teardown: %s (stderr tail kept host-side: %d bytes)", teardown.tier,
                   self.transport.process.stderr_bytes_seen)  # fmt: skip
         if error is not None or teardown.tier in ("sigkill", "unreaped"):
-            return _Failure("teardown", "unknown", teardown.exit_status, error)
+            return ProductFailure("teardown", "unknown", exit_status=teardown.exit_status, cause=error)
         return None
 
-    def _settle(self, outcome: _Failure | str | None, teardown: _Failure | None) -> SubagentResult:
+    def _settle(self, outcome: ProductFailure | str | None, teardown: ProductFailure | None) -> SubagentResult:
         observed = self._observed
         if outcome == _ABORTED:
             return SubagentResult(output=observed.partial_output(), stop_reason="aborted")
         if outcome is None and teardown is None:
             return SubagentResult(output=observed.result.result, stop_reason="completed")
-        failure = outcome if isinstance(outcome, _Failure) else None
+        failure = outcome if isinstance(outcome, ProductFailure) else None
         # When only the teardown failed, the answer is still the best partial output.
         output = observed.result.result if failure is None else observed.partial_output()
         decision = (
@@ -394,9 +388,7 @@ class ClaudeCodeRun(OneShotRun):
             if observed.denied
             else None
         )
-        diagnostic = join_lines(failure.line() if failure else None, teardown.line() if teardown else None, decision)
-        cause = (failure.cause if failure else None) or (teardown.cause if teardown else None)
-        log_failure(log, PRODUCT, diagnostic, cause)
+        diagnostic = failure_diagnostic(log, PRODUCT, failure, teardown, decision)
         return SubagentResult(output=output, stop_reason="error", diagnostic=diagnostic)
 
     # -- the child ------------------------------------------------------------------------------

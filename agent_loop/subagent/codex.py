@@ -50,15 +50,16 @@ from agent_loop.subagent import (
 )
 from agent_loop.subagent._product_run import (
     OneShotRun,
+    ProductFailure,
     config_names,
     configuration_failure,
     descendants,
     explicit_env,
+    failure_diagnostic,
     kill_survivors,
-    log_failure,
 )
-from agent_loop.subagent.diagnostics import join_lines, product_failure, unattended_decision
-from agent_loop.subagent.process import ExitStatus, ManagedProcess, ProcessStartError
+from agent_loop.subagent.diagnostics import unattended_decision
+from agent_loop.subagent.process import ManagedProcess, ProcessStartError
 from agent_loop.subagent.result import SubagentRequest, SubagentResult
 
 __all__ = [
@@ -229,19 +230,6 @@ build_provider = from_config
 # -- one run --------------------------------------------------------------------------------------
 
 
-@dataclass(slots=True)
-class _Failure:
-    stage: str
-    category: str
-    http_status: int | None = None
-    exit_status: ExitStatus | None = None
-    cause: BaseException | None = None
-    stop_reason: str = "error"
-
-    def line(self) -> str:
-        return product_failure(PRODUCT, self.stage, self.category, self.http_status, self.exit_status)
-
-
 class _BinaryNotFound(Exception):
     pass
 
@@ -319,13 +307,13 @@ class CodexRun(OneShotRun):
         try:
             argv, extra_path = self._argv()
         except _BinaryNotFound as exc:
-            return self._settle(_Failure("initialize", "configuration", cause=exc), None)
+            return self._settle(ProductFailure("initialize", "configuration", cause=exc), None)
         self.process = ManagedProcess(argv, env=self._child_env(extra_path), cwd=self._request.cwd)
         try:
             await self.process.start()
         except ProcessStartError as exc:  # the command or the working directory does not exist
-            return self._settle(_Failure("initialize", "configuration", cause=exc), None)
-        outcome: _Failure | str | None = None
+            return self._settle(ProductFailure("initialize", "configuration", cause=exc), None)
+        outcome: ProductFailure | str | None = None
         try:
             outcome = await self._drive(self.process)
         finally:
@@ -335,7 +323,7 @@ class CodexRun(OneShotRun):
 
     # -- the conversation -----------------------------------------------------------------------
 
-    async def _drive(self, process: ManagedProcess) -> _Failure | str | None:
+    async def _drive(self, process: ManagedProcess) -> ProductFailure | str | None:
         assert process.stdout is not None and process.stdin is not None
         async with JsonRpcConnection(
             process.stdout,
@@ -347,7 +335,7 @@ class CodexRun(OneShotRun):
         ) as conn:
             return await self._conversation(conn, process)
 
-    async def _conversation(self, conn: JsonRpcConnection, process: ManagedProcess) -> _Failure | str | None:
+    async def _conversation(self, conn: JsonRpcConnection, process: ManagedProcess) -> ProductFailure | str | None:
         startup = self._config.startup_timeout
         # initialize -> initialized
         kind, value = await self._race(
@@ -387,7 +375,7 @@ class CodexRun(OneShotRun):
             if kind == "cancel":
                 return _ABORTED
             category, status = self._latest_error_category(default="timeout")
-            return _Failure("turn", category, status, cause=TimeoutError("turn deadline"))
+            return ProductFailure("turn", category, http_status=status, cause=TimeoutError("turn deadline"))
         return await self._stage_failure("turn", kind, value, process)
 
     async def _start_thread(self, conn: JsonRpcConnection, params: dict[str, Any], timeout: float) -> None:
@@ -522,18 +510,18 @@ class CodexRun(OneShotRun):
 
     # -- judgement --------------------------------------------------------------------------------
 
-    def _judge_turn(self) -> _Failure | None:
+    def _judge_turn(self) -> ProductFailure | None:
         turn = self._turn.completed_turn or {}
         status = turn.get("status")
         if status == "completed":
             if self._turn.answer() is not None:
                 return None
-            return _Failure("turn", "unknown")  # completed without a final answer
+            return ProductFailure("turn", "unknown")  # completed without a final answer
         if status in ("failed", "interrupted"):
             category, http_status = self._turn_error_category(turn)
             stop_reason = "max-tokens" if category == "contextWindowExceeded" else "error"
-            return _Failure("turn", category, http_status, stop_reason=stop_reason)
-        return _Failure("turn", "unknown")
+            return ProductFailure("turn", category, http_status=http_status, stop_reason=stop_reason)
+        return ProductFailure("turn", "unknown")
 
     def _turn_error_category(self, turn: dict[str, Any]) -> tuple[str, int | None]:
         error = turn.get("error")
@@ -547,19 +535,19 @@ class CodexRun(OneShotRun):
             return default, None
         return classify_error_info(info)
 
-    async def _stage_failure(self, stage: str, kind: str, value: Any, process: ManagedProcess) -> _Failure | str:
+    async def _stage_failure(self, stage: str, kind: str, value: Any, process: ManagedProcess) -> ProductFailure | str:
         if kind == "cancel":
             return _ABORTED
         if kind == "deadline":
-            return _Failure(stage, "timeout", cause=TimeoutError("turn deadline"))
+            return ProductFailure(stage, "timeout", cause=TimeoutError("turn deadline"))
         exc: BaseException = value
         if isinstance(exc, TransportClosed):
             # The wire broke: a dying child is classified by its observed exit.
             status = await process.wait_exit(_EXIT_WAIT)
             if status is not None:
                 exit_stage = stage if stage in _HANDSHAKE_STAGES else "process"
-                return _Failure(exit_stage, "process-exit", exit_status=status, cause=exc)
-            return _Failure(stage, "unknown", cause=exc)
+                return ProductFailure(exit_stage, "process-exit", exit_status=status, cause=exc)
+            return ProductFailure(stage, "unknown", cause=exc)
         if (
             isinstance(exc, ProtocolError)
             and exc.code is not None
@@ -567,39 +555,37 @@ class CodexRun(OneShotRun):
             and "codexErrorInfo" in exc.data
         ):
             category, http_status = classify_error_info(exc.data["codexErrorInfo"])
-            return _Failure(stage, category, http_status, process.exit_status, exc)
+            return ProductFailure(stage, category, http_status=http_status, exit_status=process.exit_status, cause=exc)
         if isinstance(exc, TimeoutError):
-            return _Failure(stage, "timeout", exit_status=process.exit_status, cause=exc)
+            return ProductFailure(stage, "timeout", exit_status=process.exit_status, cause=exc)
         # a bad frame, an error response without structured info, a malformed result, anything else
-        return _Failure(stage, "unknown", exit_status=process.exit_status, cause=exc)
+        return ProductFailure(stage, "unknown", exit_status=process.exit_status, cause=exc)
 
     # -- teardown and settlement ------------------------------------------------------------------
 
-    async def _teardown(self, process: ManagedProcess) -> _Failure | None:
+    async def _teardown(self, process: ManagedProcess) -> ProductFailure | None:
         noted = descendants(process.pid) if process.pid is not None and not process.exited else {}
         teardown = await process.terminate(eof_grace=self._config.eof_grace, term_grace=self._config.term_grace)
         if kill_survivors(noted):
             log.debug("codex teardown: killed helpers that left the app-server's process group")
         if teardown.tier in ("sigkill", "unreaped"):
             log.debug("codex stderr tail (host only): %s", process.stderr_tail()[-2000:])
-            return _Failure("teardown", "unknown", exit_status=teardown.exit_status)
+            return ProductFailure("teardown", "unknown", exit_status=teardown.exit_status)
         return None
 
-    def _settle(self, outcome: _Failure | str | None, teardown: _Failure | None) -> SubagentResult:
+    def _settle(self, outcome: ProductFailure | str | None, teardown: ProductFailure | None) -> SubagentResult:
         turn = self._turn
         if outcome == _ABORTED:
             return SubagentResult(output=turn.partial_output(), stop_reason="aborted")
         if outcome is None and teardown is None:
             return SubagentResult(output=turn.answer() or "", stop_reason="completed")
-        failure = outcome if isinstance(outcome, _Failure) else None
+        failure = outcome if isinstance(outcome, ProductFailure) else None
         decision = (
             unattended_decision(PRODUCT, APPROVAL_POLICY, self._decision[0], self._decision[1])
             if self._decision is not None
             else None
         )
-        diagnostic = join_lines(failure.line() if failure else None, teardown.line() if teardown else None, decision)
-        cause = (failure.cause if failure else None) or (teardown.cause if teardown else None)
-        log_failure(log, PRODUCT, diagnostic, cause)
+        diagnostic = failure_diagnostic(log, PRODUCT, failure, teardown, decision)
         stop_reason = failure.stop_reason if failure else "error"
         return SubagentResult(output=turn.partial_output(), stop_reason=stop_reason, diagnostic=diagnostic)
 
