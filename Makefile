@@ -1,28 +1,41 @@
-# Every target creates .venv on first use with only python3 and pip.
+# Every target creates .venv on first use with only python3 and pip, and installs only what it needs:
+# `make demo` the product alone; `make test` adds the test tools and every provider's SDK; `make bench`
+# adds the baselines (the openai SDK).
 PYTHON ?= python3
 VENV := .venv
 BIN := $(VENV)/bin
-STAMP := $(VENV)/.installed
+PIP := $(BIN)/python -m pip install -q --disable-pip-version-check
 
 .PHONY: demo test lint bench clean
 
-$(STAMP): pyproject.toml
+$(BIN)/python:
 	$(PYTHON) -m venv $(VENV)
-	$(BIN)/python -m pip install -q --upgrade pip
-	$(BIN)/python -m pip install -q -e '.[test,bench]'
-	touch $(STAMP)
 
-demo: $(STAMP)
+$(VENV)/.demo: pyproject.toml | $(BIN)/python
+	$(PIP) -e .
+	touch $@
+
+$(VENV)/.test: pyproject.toml | $(BIN)/python
+	$(PIP) -e '.[test]'
+	touch $@
+
+$(VENV)/.bench: pyproject.toml | $(BIN)/python
+	$(PIP) -e '.[test,bench]'
+	touch $@
+
+demo: $(VENV)/.demo
 	$(BIN)/dsh --demo
 
-test: $(STAMP)
+test: $(VENV)/.test
 	$(BIN)/ruff check .
+	$(BIN)/lint-imports
 	$(BIN)/python -m pytest -q -p no:cacheprovider $(PYTEST_ARGS)
 
-lint: $(STAMP)
+lint: $(VENV)/.test
 	$(BIN)/ruff check .
+	$(BIN)/lint-imports
 
-bench: $(STAMP)
+bench: $(VENV)/.bench
 	$(BIN)/python -m bench $(BENCH_ARGS)
 
 clean:

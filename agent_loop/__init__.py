@@ -3,10 +3,10 @@
 Imports point one way: ``repl -> agent_loop -> llm``.
 """
 
-from agent_loop.agent import DEFAULT_MAX_STEPS, Agent, Conversation
-from agent_loop.events import DURABLE_TYPES, Event
-from agent_loop.guard import PromptGuard, mask_secrets, secret_shape
-from agent_loop.reasons import (
+from dsh.agent_loop.agent import DEFAULT_MAX_STEPS, Agent, Conversation
+from dsh.agent_loop.events import DURABLE_TYPES, Event
+from dsh.agent_loop.guard import PromptGuard, mask_secrets, secret_shape
+from dsh.agent_loop.reasons import (
     Aborted,
     Completed,
     Disposed,
@@ -17,8 +17,8 @@ from agent_loop.reasons import (
     Rejected,
     TurnEnd,
 )
-from agent_loop.retry import NEVER_RETRIED, RETRYABLE_CODES, RetryPolicy
-from agent_loop.session_log import (
+from dsh.agent_loop.retry import NEVER_RETRIED, RETRYABLE_CODES, RetryPolicy
+from dsh.agent_loop.session_log import (
     SessionInfo,
     SessionLog,
     default_root,
@@ -26,7 +26,7 @@ from agent_loop.session_log import (
     load_session_file,
     resolve_session,
 )
-from agent_loop.tools import (
+from dsh.agent_loop.tools import (
     Approval,
     Approver,
     Tool,

@@ -32,11 +32,11 @@ from typing import Any
 import anyio
 import anyio.lowlevel
 
-from agent_loop import events as ev
-from agent_loop.events import Event
-from agent_loop.gc_pause import gc_paused
-from agent_loop.guard import PromptGuard, mask_secrets
-from agent_loop.reasons import (
+from dsh.agent_loop import events as ev
+from dsh.agent_loop.events import Event
+from dsh.agent_loop.gc_pause import gc_paused
+from dsh.agent_loop.guard import PromptGuard, mask_secrets
+from dsh.agent_loop.reasons import (
     Aborted,
     Completed,
     Disposed,
@@ -46,9 +46,9 @@ from agent_loop.reasons import (
     TurnEnd,
     failure_from_exception,
 )
-from agent_loop.retry import RetryPolicy
-from agent_loop.session_log import SessionLog
-from agent_loop.tools import (
+from dsh.agent_loop.retry import RetryPolicy
+from dsh.agent_loop.session_log import SessionLog
+from dsh.agent_loop.tools import (
     Approver,
     ToolContext,
     ToolOutput,
@@ -56,7 +56,7 @@ from agent_loop.tools import (
     plan_batches,
     run_tool_call,
 )
-from llm import (
+from dsh.llm import (
     DEFAULT_MODEL,
     ChatRequest,
     HarnessError,
@@ -79,7 +79,7 @@ DISPOSED_TOOL_OUTPUT = "Error: tool call cancelled: the agent was closed"
 UNFINISHED_TOOL_OUTPUT = "Error: tool call did not complete: the turn ended"
 NOTICE_SOURCE = "notice"
 
-_log = logging.getLogger("agent_loop")
+_log = logging.getLogger("dsh.agent_loop")
 
 
 # --- the conversation, derived from durable events -------------------------------------------

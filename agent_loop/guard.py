@@ -19,8 +19,8 @@ import re
 from collections.abc import Sequence
 from dataclasses import dataclass
 
-from agent_loop.tools import child_env, run_command
-from llm import redact_text
+from dsh.agent_loop.tools import child_env, run_command
+from dsh.llm import redact_text
 
 __all__ = [
     "HOOK_FAILED",

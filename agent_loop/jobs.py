@@ -29,9 +29,9 @@ from typing import Any, Literal, Protocol
 import anyio
 import anyio.abc
 
-from agent_loop.subagent.diagnostics import join_lines, safe_token, subagent_failure
-from agent_loop.subagent.result import SubagentProvider, SubagentRequest, SubagentResult, SubagentRun
-from agent_loop.tools import Tool, ToolContext, ToolOutput
+from dsh.agent_loop.subagent.diagnostics import join_lines, safe_token, subagent_failure
+from dsh.agent_loop.subagent.result import SubagentProvider, SubagentRequest, SubagentResult, SubagentRun
+from dsh.agent_loop.tools import Tool, ToolContext, ToolOutput
 
 __all__ = [
     "DEFAULT_WAIT_MS",

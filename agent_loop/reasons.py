@@ -11,7 +11,7 @@ from collections.abc import Mapping
 from dataclasses import dataclass, field
 from typing import Any, ClassVar
 
-from llm import HarnessError, LlmError, error_chain, redact_text
+from dsh.llm import HarnessError, LlmError, error_chain, redact_text
 
 __all__ = [
     "Aborted",

@@ -1,6 +1,6 @@
 """``dsh serve --stdio``: the child dsh runtime — one agent session served over JSON-RPC on stdin/stdout.
 
-Newline-delimited JSON-RPC 2.0 (see :mod:`agent_loop.jsonrpc`). Requests from the parent:
+Newline-delimited JSON-RPC 2.0 (see :mod:`dsh.agent_loop.jsonrpc`). Requests from the parent:
 
 ``initialize {model?, base_url?, max_tokens?, cwd, permission?}``
     Build the session. The API key comes from ``$DEEPSEEK_API_KEY`` (the parent passes it explicitly;
@@ -36,11 +36,11 @@ from typing import Any
 import anyio
 import anyio.to_thread
 
-from agent_loop.agent import Agent
-from agent_loop.events import Event
-from agent_loop.jsonrpc import INVALID_PARAMS, JsonRpcConnection, ProtocolError, TransportClosed
-from agent_loop.tools import default_tools
-from llm import DEFAULT_BASE_URL, DEFAULT_MODEL, DeepSeekClient, RedactingFilter, __version__
+from dsh.agent_loop.agent import Agent
+from dsh.agent_loop.events import Event
+from dsh.agent_loop.jsonrpc import INVALID_PARAMS, JsonRpcConnection, ProtocolError, TransportClosed
+from dsh.agent_loop.tools import default_tools
+from dsh.llm import DEFAULT_BASE_URL, DEFAULT_MODEL, DeepSeekClient, RedactingFilter, __version__
 
 __all__ = ["PROTOCOL_VERSION", "ChildSession", "main", "serve_stdio", "serve_streams"]
 

@@ -30,11 +30,11 @@ from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
 
-from agent_loop import events as ev
-from agent_loop.events import Event
-from agent_loop.gc_pause import gc_paused
-from agent_loop.reasons import Interrupted
-from llm import HarnessError
+from dsh.agent_loop import events as ev
+from dsh.agent_loop.events import Event
+from dsh.agent_loop.gc_pause import gc_paused
+from dsh.agent_loop.reasons import Interrupted
+from dsh.llm import HarnessError
 
 __all__ = [
     "INTERRUPTED_TOOL_OUTPUT",

@@ -30,8 +30,8 @@ import anyio
 import anyio.abc
 import anyio.to_thread
 
-from agent_loop.events import Event
-from llm import ToolCall, ToolSpec, error_chain
+from dsh.agent_loop.events import Event
+from dsh.llm import ToolCall, ToolSpec, error_chain
 
 __all__ = [
     "DEFAULT_MAX_PARALLEL",

@@ -73,7 +73,7 @@ def _select(only: str | None) -> list[Benchmark]:
 
 
 def _reason(exc: BaseException) -> str:
-    from llm import error_chain, redact_text
+    from dsh.llm import error_chain, redact_text
 
     if isinstance(exc, ImportError):
         missing = getattr(exc, "name", None) or error_chain(exc)

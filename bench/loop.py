@@ -33,8 +33,8 @@ def agent_turn(
     stack: contextlib.AsyncExitStack, base_url: str, root: Path, *, tools: bool = False
 ) -> Callable[[], Awaitable[float]]:
     """One full turn of a fresh agent with its own session log; times ``run_turn`` only."""
-    from agent_loop import Agent, SessionLog, ToolRegistry, default_tools
-    from llm import DeepSeekClient
+    from dsh.agent_loop import Agent, SessionLog, ToolRegistry, default_tools
+    from dsh.llm import DeepSeekClient
 
     client = DeepSeekClient(base_url=base_url, api_key=subjects.BENCH_KEY)
     stack.push_async_callback(client.aclose)
@@ -131,8 +131,8 @@ def _write_log(path: Path, events: int) -> int:
     Records are built with the loop's own event builders and written in the log's line format;
     going through ``SessionLog.append`` would fsync every turn boundary (minutes for 100 000).
     """
-    from agent_loop import events as ev
-    from agent_loop.session_log import _dumps  # the log's exact line encoding
+    from dsh.agent_loop import events as ev
+    from dsh.agent_loop.session_log import _dumps  # the log's exact line encoding
 
     lines = [_dumps({"type": "session", "version": 1, "id": path.stem, "createdAt": "2026-01-01T00:00:00.000Z",
                      "cwd": str(path.parent)})]
@@ -182,8 +182,8 @@ def _write_log(path: Path, events: int) -> int:
 
 async def resume_100k(settings: Settings, server: BenchServer) -> list[Figure]:
     """Open (lock, parse, repair the open last turn) and resume a 100 000-event session log."""
-    from agent_loop import Agent, SessionLog
-    from llm import DeepSeekClient
+    from dsh.agent_loop import Agent, SessionLog
+    from dsh.llm import DeepSeekClient
 
     count = 100_000
     with temp_root("resume") as root:

@@ -2,7 +2,7 @@
 
 Two parts, each paired with the bare loop (a fresh agent running the same turn in this process):
 
-``pty_sink``     in process: the REPL's :class:`~repl.shell.Shell` (renderer, colour on) writing
+``pty_sink``     in process: the REPL's :class:`~dsh.repl.shell.Shell` (renderer, colour on) writing
                  through the ``-p``/piped sink to a real pty whose other end a ``cat`` child drains.
 ``interactive``  the real interactive ``dsh`` (prompt_toolkit, live view, toolbar) in a pty driven by
                  pexpect: time from Enter to the next prompt.
@@ -53,10 +53,10 @@ def _drained_pty() -> Iterator[Any]:
 def _shell_turn(
     stack: contextlib.AsyncExitStack, base_url: str, root: Path, tty: Any
 ) -> Callable[[], Awaitable[float]]:
-    from llm import DeepSeekClient
-    from repl.cli import StreamSink
-    from repl.config import Config
-    from repl.shell import Shell
+    from dsh.llm import DeepSeekClient
+    from dsh.repl.cli import StreamSink
+    from dsh.repl.config import Config
+    from dsh.repl.shell import Shell
 
     client = DeepSeekClient(base_url=base_url, api_key=subjects.BENCH_KEY)
     config = Config(api_key=subjects.BENCH_KEY, base_url=base_url)
@@ -99,7 +99,7 @@ class _InteractiveRepl:
         import pexpect
 
         self._child = pexpect.spawn(
-            sys.executable, ["-m", "repl"], env=env, cwd=str(REPO_ROOT), maxread=65536,
+            sys.executable, ["-m", "dsh.repl"], env=env, cwd=str(REPO_ROOT), maxread=65536,
             dimensions=(40, 120), timeout=120,
         )
         self._child.expect_exact(">")

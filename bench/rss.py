@@ -32,9 +32,9 @@ def _status_mb(field: str) -> float:
 
 
 async def _one_turn(base_url: str, root: Path) -> dict[str, float]:
-    from agent_loop import Agent, SessionLog, ToolRegistry
     from bench.subjects import BENCH_KEY
-    from llm import DeepSeekClient
+    from dsh.agent_loop import Agent, SessionLog, ToolRegistry
+    from dsh.llm import DeepSeekClient
 
     async with DeepSeekClient(base_url=base_url, api_key=BENCH_KEY) as client:
         agent = Agent(client, session=SessionLog.create(root, cwd=root), tools=ToolRegistry(), cwd=root)

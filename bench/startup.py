@@ -30,7 +30,7 @@ def _first_prompt(env: dict[str, str]) -> Callable[[], Awaitable[float]]:
 
     async def run() -> float:
         start = time.perf_counter()
-        child = pexpect.spawn(sys.executable, ["-m", "repl"], env=env, cwd=str(REPO_ROOT), timeout=60)
+        child = pexpect.spawn(sys.executable, ["-m", "dsh.repl"], env=env, cwd=str(REPO_ROOT), timeout=60)
         try:
             child.expect_exact(">")
             elapsed = time.perf_counter() - start
@@ -72,7 +72,7 @@ async def startup(settings: Settings, server: BenchServer) -> list[Figure]:
         env = child_env()
         samples = await paired_async(
             settings,
-            {"dsh": _process([sys.executable, "-m", "repl", "--version"], env),
+            {"dsh": _process([sys.executable, "-m", "dsh.repl", "--version"], env),
              "python": _process([sys.executable, "-c", "pass"], env)},
             repeat=repeat,
         )

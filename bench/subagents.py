@@ -1,9 +1,9 @@
 """Subagent round trips: the child dsh provider, and the ACP provider against the raw ACP SDK.
 
-``child_dsh_roundtrip_ms``  spawn of ``python -m agent_loop.serve --stdio`` to its answer (one turn
+``child_dsh_roundtrip_ms``  spawn of ``python -m dsh.agent_loop.serve --stdio`` to its answer (one turn
                             against the bench server), through the ``dsh`` provider.
 ``acp_vs_raw_sdk``          spawn -> initialize -> session/new -> prompt -> child reaped, against
-                            ``fixtures/acp_agent.py``: dsh's ACP provider over the SDK's own
+                            ``repl/demo/acp_agent.py``: dsh's ACP provider over the SDK's own
                             ``spawn_agent_process`` doing the same, side by side.
 """
 
@@ -17,18 +17,19 @@ from pathlib import Path
 from typing import Any
 
 from bench import subjects
-from bench.harness import REPO_ROOT, BenchServer, Figure, Settings, Stats, paired_async, ratios
+from bench.harness import BenchServer, Figure, Settings, Stats, paired_async, ratios
 from bench.loop import temp_root
+from dsh.repl import demo
 
 __all__ = ["acp_vs_raw_sdk", "child_dsh_roundtrip"]
 
-ACP_AGENT = REPO_ROOT / "fixtures" / "acp_agent.py"
+ACP_AGENT = Path(demo.__file__).with_name("acp_agent.py")
 TASK = "Say hello."
 
 
 async def child_dsh_roundtrip(settings: Settings, server: BenchServer) -> list[Figure]:
-    from agent_loop.subagent import SubagentRequest
-    from agent_loop.subagent.dsh_sdk import DshSdkProvider, DshSettings
+    from dsh.agent_loop.subagent import SubagentRequest
+    from dsh.agent_loop.subagent.dsh_sdk import DshSdkProvider, DshSettings
 
     answers: list[float] = []
     teardowns: list[float] = []
@@ -105,8 +106,8 @@ def _raw_sdk(cwd: Path) -> Callable[[], Awaitable[float]]:
 
 
 def _provider(cwd: Path) -> Callable[[], Awaitable[float]]:
-    from agent_loop.subagent import SubagentRequest
-    from agent_loop.subagent.acp import AcpProvider
+    from dsh.agent_loop.subagent import SubagentRequest
+    from dsh.agent_loop.subagent.acp import AcpProvider
 
     provider = AcpProvider("bench", sys.executable, [str(ACP_AGENT)])
 

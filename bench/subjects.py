@@ -14,7 +14,7 @@ from typing import Any
 
 import httpx
 
-from llm import ChatRequest, DeepSeekClient, Message
+from dsh.llm import ChatRequest, DeepSeekClient, Message
 
 __all__ = [
     "BENCH_KEY",
@@ -128,7 +128,7 @@ def openai_sdk(stack: contextlib.AsyncExitStack, base_url: str, counter: list[in
 
 def dsh_first_text(stack: contextlib.AsyncExitStack, base_url: str) -> Callable[[], Awaitable[float]]:
     """Seconds from calling ``stream()`` to the first ``TextDelta`` (the rest is drained, untimed)."""
-    from llm import TextDelta
+    from dsh.llm import TextDelta
 
     client = DeepSeekClient(base_url=base_url, api_key=BENCH_KEY)
     stack.push_async_callback(client.aclose)

@@ -1,27 +1,68 @@
 """dsh's model layer: errors and their one-line cause chain, redaction, SSE, the DeepSeek client.
 
-A leaf package: it imports nothing else from dsh.
+A leaf package: it imports nothing else from dsh. The public names are re-exported here and loaded on
+first use, so ``import dsh.llm._version`` (``dsh --version``) does not pay for httpx.
 """
 
-from llm._version import __version__
-from llm.deepseek import DEFAULT_BASE_URL, DEFAULT_MODEL, DeepSeekClient
-from llm.errors import ChainLink, HarnessError, LlmError, chain_links, error_chain, unwrap_group
-from llm.events import (
-    ChatRequest,
-    Finish,
-    KeepAlive,
-    Message,
-    ReasoningDelta,
-    StreamEvent,
-    TextDelta,
-    ToolCall,
-    ToolCallDelta,
-    ToolSpec,
-    Usage,
-)
-from llm.redact import RedactingFilter, redact_text, redact_url, url_secrets
-from llm.reply import ReplyBuilder
-from llm.sse import SseComment, SseDecoder, SseEvent
+from __future__ import annotations
+
+import importlib
+
+from dsh.llm._version import __version__
+
+TYPE_CHECKING = False  # not typing.TYPE_CHECKING: `typing` alone costs ``dsh --version`` a few ms
+if TYPE_CHECKING:
+    from typing import Any
+
+    from dsh.llm.deepseek import DEFAULT_BASE_URL, DEFAULT_MODEL, DeepSeekClient
+    from dsh.llm.errors import ChainLink, HarnessError, LlmError, chain_links, error_chain, unwrap_group
+    from dsh.llm.events import (
+        ChatRequest,
+        Finish,
+        KeepAlive,
+        Message,
+        ReasoningDelta,
+        StreamEvent,
+        TextDelta,
+        ToolCall,
+        ToolCallDelta,
+        ToolSpec,
+        Usage,
+    )
+    from dsh.llm.redact import RedactingFilter, redact_text, redact_url, url_secrets
+    from dsh.llm.reply import ReplyBuilder
+    from dsh.llm.sse import SseComment, SseDecoder, SseEvent
+
+_EXPORTS: dict[str, str] = {
+    "DEFAULT_BASE_URL": "dsh.llm.deepseek",
+    "DEFAULT_MODEL": "dsh.llm.deepseek",
+    "DeepSeekClient": "dsh.llm.deepseek",
+    "ChainLink": "dsh.llm.errors",
+    "HarnessError": "dsh.llm.errors",
+    "LlmError": "dsh.llm.errors",
+    "chain_links": "dsh.llm.errors",
+    "error_chain": "dsh.llm.errors",
+    "unwrap_group": "dsh.llm.errors",
+    "ChatRequest": "dsh.llm.events",
+    "Finish": "dsh.llm.events",
+    "KeepAlive": "dsh.llm.events",
+    "Message": "dsh.llm.events",
+    "ReasoningDelta": "dsh.llm.events",
+    "StreamEvent": "dsh.llm.events",
+    "TextDelta": "dsh.llm.events",
+    "ToolCall": "dsh.llm.events",
+    "ToolCallDelta": "dsh.llm.events",
+    "ToolSpec": "dsh.llm.events",
+    "Usage": "dsh.llm.events",
+    "RedactingFilter": "dsh.llm.redact",
+    "redact_text": "dsh.llm.redact",
+    "redact_url": "dsh.llm.redact",
+    "url_secrets": "dsh.llm.redact",
+    "ReplyBuilder": "dsh.llm.reply",
+    "SseComment": "dsh.llm.sse",
+    "SseDecoder": "dsh.llm.sse",
+    "SseEvent": "dsh.llm.sse",
+}
 
 __all__ = [
     "DEFAULT_BASE_URL",
@@ -54,3 +95,12 @@ __all__ = [
     "unwrap_group",
     "url_secrets",
 ]
+
+
+def __getattr__(name: str) -> Any:
+    module = _EXPORTS.get(name)
+    if module is None:
+        raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
+    value = getattr(importlib.import_module(module), name)
+    globals()[name] = value
+    return value

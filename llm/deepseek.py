@@ -11,9 +11,9 @@ from typing import TYPE_CHECKING, Any
 
 import anyio
 
-from llm._version import __version__
-from llm.errors import LlmError
-from llm.events import (
+from dsh.llm._version import __version__
+from dsh.llm.errors import LlmError
+from dsh.llm.events import (
     ChatRequest,
     Finish,
     KeepAlive,
@@ -24,8 +24,8 @@ from llm.events import (
     ToolCallDelta,
     Usage,
 )
-from llm.redact import redact_text, redact_url, url_secrets
-from llm.sse import SseComment, SseDecoder, SseLineTooLong
+from dsh.llm.redact import redact_text, redact_url, url_secrets
+from dsh.llm.sse import SseComment, SseDecoder, SseLineTooLong
 
 if TYPE_CHECKING:
     # httpx is imported when the first request is made: its import and the client's SSL context
@@ -259,7 +259,7 @@ class _Watchdog:
 
 
 class DeepSeekClient:
-    """Streams chat completions; every failure is an :class:`~llm.errors.LlmError` with a code."""
+    """Streams chat completions; every failure is an :class:`~dsh.llm.errors.LlmError` with a code."""
 
     def __init__(
         self,

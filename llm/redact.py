@@ -71,7 +71,7 @@ class RedactingFilter(logging.Filter):
         record.msg = redact_text(message, self.secrets)
         record.args = None
         if record.exc_info and record.exc_info[1] is not None:
-            from llm.errors import error_chain
+            from dsh.llm.errors import error_chain
 
             record.msg += " | " + redact_text(error_chain(record.exc_info[1]), self.secrets)
             record.exc_info = None

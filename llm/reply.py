@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 
-from llm.events import Finish, Message, ReasoningDelta, StreamEvent, TextDelta, ToolCall, ToolCallDelta, Usage
+from dsh.llm.events import Finish, Message, ReasoningDelta, StreamEvent, TextDelta, ToolCall, ToolCallDelta, Usage
 
 __all__ = ["ReplyBuilder"]
 

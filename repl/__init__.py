@@ -3,4 +3,6 @@
 Deliberately import-free: ``dsh --version`` must not pay for prompt_toolkit or httpx.
 """
 
-__version__ = "0.1.0"  # kept equal to llm.__version__ and pyproject by tests/repl/test_cli.py
+from dsh.llm._version import __version__
+
+__all__ = ["__version__"]

@@ -1,6 +1,6 @@
 """``python -m repl`` is ``dsh``."""
 
-from repl.cli import main
+from dsh.repl.cli import main
 
 if __name__ == "__main__":
     main()

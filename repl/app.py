@@ -37,10 +37,10 @@ from prompt_toolkit.layout.controls import FormattedTextControl
 from prompt_toolkit.output import Output
 from prompt_toolkit.patch_stdout import patch_stdout
 
-from agent_loop.guard import secret_shape
-from repl import commands
-from repl.render import approval_answer, approval_question
-from repl.shell import Shell
+from dsh.agent_loop.guard import secret_shape
+from dsh.repl import commands
+from dsh.repl.render import approval_answer, approval_question
+from dsh.repl.shell import Shell
 
 __all__ = ["InteractiveApp", "SafeHistory", "TerminalSink"]
 
@@ -180,11 +180,11 @@ class SlashCompleter(Completer):
 
     def _arguments(self, name: str) -> list[tuple[str, str]]:
         if name == "scenario" and self.shell.demo is not None:
-            from repl.demo import SCENARIOS
+            from dsh.repl.demo.catalogue import SCENARIOS
 
             return [(s.name, s.summary) for s in SCENARIOS.values()]
         if name == "resume":
-            from agent_loop.session_log import list_sessions
+            from dsh.agent_loop.session_log import list_sessions
 
             return [("last", "the most recent session")] + [
                 (info.id, info.title) for info in reversed(list_sessions(self.shell.root))

@@ -12,7 +12,7 @@ from __future__ import annotations
 import os
 import sys
 
-from repl import __version__
+from dsh.repl import __version__
 
 TYPE_CHECKING = False  # typing costs ~15 ms to import; --version must not pay for it
 if TYPE_CHECKING:
@@ -51,7 +51,7 @@ def _guarded(args: list[str]) -> int:
     except BaseException as exc:
         if _debug():
             raise
-        from llm import error_chain, redact_text, unwrap_group
+        from dsh.llm import error_chain, redact_text, unwrap_group
 
         secrets = tuple(s for s in (os.environ.get("DEEPSEEK_API_KEY", ""),) if s)
         line = redact_text(error_chain(unwrap_group(exc)), secrets)
@@ -62,9 +62,9 @@ def _guarded(args: list[str]) -> int:
 
 
 def _serve(args: list[str]) -> int:
-    """``dsh serve --stdio``: the child runtime lives in agent_loop.serve (subagent issue)."""
+    """``dsh serve --stdio``: the child runtime lives in dsh.agent_loop.serve (subagent issue)."""
     try:
-        from agent_loop import serve  # type: ignore[attr-defined]
+        from dsh.agent_loop import serve  # type: ignore[attr-defined]
     except ImportError:
         _stderr("dsh: failed to start: `dsh serve` is not available in this build")
         return EXIT_USAGE
@@ -171,7 +171,7 @@ def _queued_stdin_lines(grace: float = 0.2, limit: int = 16 << 20) -> int:
 
 
 def _startup_failure(exc: BaseException, *, mode: str, secrets: tuple[str, ...]) -> None:
-    from llm import error_chain, redact_text
+    from dsh.llm import error_chain, redact_text
 
     chain = redact_text(error_chain(exc), secrets)
     queued = _queued_stdin_lines() if mode == "piped" else 0
@@ -195,7 +195,7 @@ def _run(argv: list[str]) -> int:
 
     from pathlib import Path
 
-    from repl.config import ConfigError, load_config
+    from dsh.repl.config import ConfigError, load_config
 
     flags = {
         "model": args.model,
@@ -209,7 +209,7 @@ def _run(argv: list[str]) -> int:
             flags, env, require_key=not args.demo, config_path=Path(args.config) if args.config else None
         )
         if args.demo:
-            from repl.demo import SCENARIOS
+            from dsh.repl.demo.catalogue import SCENARIOS
 
             if args.scenario and args.scenario not in SCENARIOS:
                 raise ConfigError(f"no demo scenario {args.scenario!r} (known: {', '.join(SCENARIOS)})")
@@ -222,7 +222,7 @@ def _run(argv: list[str]) -> int:
 
     import anyio
 
-    from repl.shell import StartupError
+    from dsh.repl.shell import StartupError
 
     try:
         return anyio.run(_async_main, args, config, env, mode)
@@ -236,8 +236,8 @@ def _setup_logging(env: dict[str, str], secrets: tuple[str, ...]) -> None:
     """Warnings from the loop go to a host log file (never over the prompt), masked."""
     import logging
 
-    from llm import RedactingFilter
-    from repl.config import state_dir
+    from dsh.llm import RedactingFilter
+    from dsh.repl.config import state_dir
 
     root = logging.getLogger()
     if root.handlers:
@@ -261,7 +261,7 @@ def _color(env: dict[str, str]) -> bool:
 async def _async_main(args: Any, config: Any, env: dict[str, str], mode: str) -> int:
     import contextlib
 
-    from repl.shell import Shell, StartupError
+    from dsh.repl.shell import Shell, StartupError
 
     sink = StreamSink(sys.stdout)
     try:
@@ -280,8 +280,8 @@ async def _async_main(args: Any, config: Any, env: dict[str, str], mode: str) ->
                 return await _run_print(shell, args.print_prompt)
             if mode == "piped":
                 return await _run_piped(shell)
-            from repl.app import InteractiveApp
-            from repl.config import history_path
+            from dsh.repl.app import InteractiveApp
+            from dsh.repl.config import history_path
 
             sink.flush()  # what start-up said (a repaired turn), before the app's own writes
             return await InteractiveApp(shell, history=history_path(env), banner=_banner(shell)).run()
@@ -301,8 +301,8 @@ def _banner(shell: Any) -> str:
 
 
 async def _start_demo(stack: Any, scenario: str) -> tuple[Any, Any, Any]:
-    from fixtures.fault_server import FaultServer, closed_port
-    from repl.demo import Demo, DemoClient, demo_retry_policy
+    from dsh.repl.demo.catalogue import Demo, DemoClient, demo_retry_policy
+    from dsh.repl.demo.fault_server import FaultServer, closed_port
 
     server = await stack.enter_async_context(FaultServer(default="text"))
     refused_port = stack.enter_context(closed_port())
@@ -392,7 +392,7 @@ async def _signal_watch(shell: Any, on_idle: Any, *, task_status: Any) -> None:
 async def _run_print(shell: Any, prompt: str) -> int:
     import anyio
 
-    from repl.shell import exit_code_for
+    from dsh.repl.shell import exit_code_for
 
     async with anyio.create_task_group() as tasks:
         await tasks.start(_signal_watch, shell, lambda: None)

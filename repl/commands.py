@@ -11,11 +11,11 @@ from collections.abc import Awaitable, Callable
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
-from llm import HarnessError, chain_links, error_chain, redact_text
+from dsh.llm import HarnessError, chain_links, error_chain, redact_text
 
 if TYPE_CHECKING:
-    from llm import ChainLink
-    from repl.shell import Shell
+    from dsh.llm import ChainLink
+    from dsh.repl.shell import Shell
 
 __all__ = ["COMMANDS", "Command", "dispatch", "help_text"]
 
@@ -155,7 +155,7 @@ async def _why(shell: Shell, arg: str) -> None:
 
 @_command("sessions", "", "list saved sessions (newest last)")
 async def _sessions(shell: Shell, arg: str) -> None:
-    from agent_loop.session_log import list_sessions
+    from dsh.agent_loop.session_log import list_sessions
 
     sessions = list_sessions(shell.root)
     if not sessions:

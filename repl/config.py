@@ -16,8 +16,8 @@ from pathlib import Path
 from typing import Any
 from urllib.parse import urlsplit
 
-from llm.errors import HarnessError
-from llm.redact import redact_url, url_secrets
+from dsh.llm.errors import HarnessError
+from dsh.llm.redact import redact_url, url_secrets
 
 __all__ = [
     "DEFAULT_BASE_URL",
@@ -31,7 +31,7 @@ __all__ = [
     "state_dir",
 ]
 
-# Spelled here as well as in llm.deepseek so that importing the config does not import httpx.
+# Spelled here as well as in dsh.llm.deepseek so that importing the config does not import httpx.
 DEFAULT_BASE_URL = "https://api.deepseek.com"
 DEFAULT_MODEL = "deepseek-v4-flash"
 DEFAULT_STREAM_IDLE_TIMEOUT = 300.0

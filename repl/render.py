@@ -13,7 +13,7 @@ import re
 from collections.abc import Callable, Mapping, Sequence
 from typing import Any, Protocol
 
-from llm.redact import redact_text
+from dsh.llm.redact import redact_text
 
 __all__ = [
     "DIM",

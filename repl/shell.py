@@ -15,19 +15,19 @@ from collections.abc import AsyncIterator, Awaitable, Callable, Mapping, Sequenc
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, Protocol
 
-from agent_loop.agent import Agent
-from agent_loop.events import Event
-from agent_loop.guard import PromptGuard
-from agent_loop.reasons import failure_from_exception
-from agent_loop.retry import RetryPolicy
-from agent_loop.session_log import SessionLog
-from agent_loop.tools import Tool, default_tools
-from llm import DeepSeekClient, HarnessError, LlmError, error_chain, redact_text
-from repl.config import Config, state_dir
-from repl.render import Renderer, TurnActivity
+from dsh.agent_loop.agent import Agent
+from dsh.agent_loop.events import Event
+from dsh.agent_loop.guard import PromptGuard
+from dsh.agent_loop.reasons import failure_from_exception
+from dsh.agent_loop.retry import RetryPolicy
+from dsh.agent_loop.session_log import SessionLog
+from dsh.agent_loop.tools import Tool, default_tools
+from dsh.llm import DeepSeekClient, HarnessError, LlmError, error_chain, redact_text
+from dsh.repl.config import Config, state_dir
+from dsh.repl.render import Renderer, TurnActivity
 
 if TYPE_CHECKING:
-    from repl.demo import Demo
+    from dsh.repl.demo.catalogue import Demo
 
 __all__ = [
     "EXIT_CODES",
@@ -142,7 +142,7 @@ class Shell:
         self.prefill = ""  # text handed back to the next prompt (an unknown command, say)
         self.turn_running = False
         self._cancel_pending = False  # Ctrl-C arrived while a turn was being set up
-        self.toolkit: Any = None  # agent_loop.subagent.tool.SubagentToolkit, when subagents are configured
+        self.toolkit: Any = None  # dsh.agent_loop.subagent.tool.SubagentToolkit, when subagents are configured
         # Called when a background job settles while no turn runs (the front end wakes the owner).
         self.on_idle_notice: Callable[[], None] | None = None
         self._unsubscribe: Callable[[], None] | None = None
@@ -186,8 +186,8 @@ class Shell:
         tables.update(self.config.subagents)
         if not tables:
             return None
-        from agent_loop.subagent import ParentContext
-        from agent_loop.subagent.tool import SubagentToolkit
+        from dsh.agent_loop.subagent import ParentContext
+        from dsh.agent_loop.subagent.tool import SubagentToolkit
 
         base_url = self.demo.client.urls["server"] if self.demo is not None else self.config.base_url
         parent = ParentContext(model=self.model, base_url=base_url, api_key=self.config.api_key, cwd=os.getcwd())
@@ -348,7 +348,7 @@ class Shell:
 
     async def handle_line(self, line: str) -> dict[str, Any] | None:
         """A slash command or a prompt. Returns the turn's reason, or None when no turn ran."""
-        from repl import commands
+        from dsh.repl import commands
 
         text = line.strip()
         if not text:

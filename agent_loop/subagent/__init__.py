@@ -6,10 +6,10 @@ A ``[subagents.NAME]`` table in the config file is a dict; :func:`build_provider
 =================  ==========================================  ==================================
 ``provider``       module (imported only when built)           child
 =================  ==========================================  ==================================
-``dsh``            ``agent_loop.subagent.dsh_sdk``              ``dsh serve --stdio`` (JSON-RPC)
-``acp``            ``agent_loop.subagent.acp``                  any ACP agent over stdio
-``claude-code``    ``agent_loop.subagent.claude_code``          Claude Code (claude-agent-sdk)
-``codex``          ``agent_loop.subagent.codex``                ``codex app-server``
+``dsh``            ``dsh.agent_loop.subagent.dsh_sdk``              ``dsh serve --stdio`` (JSON-RPC)
+``acp``            ``dsh.agent_loop.subagent.acp``                  any ACP agent over stdio
+``claude-code``    ``dsh.agent_loop.subagent.claude_code``          Claude Code (claude-agent-sdk)
+``codex``          ``dsh.agent_loop.subagent.codex``                ``codex app-server``
 =================  ==========================================  ==================================
 
 Provider module convention: each module exposes
@@ -28,7 +28,7 @@ from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any, TypeVar
 
-from agent_loop.subagent.result import (
+from dsh.agent_loop.subagent.result import (
     DIAGNOSTIC_LIMIT_BYTES,
     STOP_REASONS,
     SubagentProvider,
@@ -37,7 +37,7 @@ from agent_loop.subagent.result import (
     SubagentRun,
     limit_diagnostic,
 )
-from llm import HarnessError
+from dsh.llm import HarnessError
 
 __all__ = [
     "DIAGNOSTIC_LIMIT_BYTES",
@@ -64,11 +64,11 @@ __all__ = [
 ]
 
 PROVIDER_MODULES: dict[str, str] = {
-    "dsh": "agent_loop.subagent.dsh_sdk",
-    "dsh-sdk": "agent_loop.subagent.dsh_sdk",
-    "acp": "agent_loop.subagent.acp",
-    "claude-code": "agent_loop.subagent.claude_code",
-    "codex": "agent_loop.subagent.codex",
+    "dsh": "dsh.agent_loop.subagent.dsh_sdk",
+    "dsh-sdk": "dsh.agent_loop.subagent.dsh_sdk",
+    "acp": "dsh.agent_loop.subagent.acp",
+    "claude-code": "dsh.agent_loop.subagent.claude_code",
+    "codex": "dsh.agent_loop.subagent.codex",
 }
 
 

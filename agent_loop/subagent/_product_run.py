@@ -18,10 +18,10 @@ from typing import Any
 
 import anyio
 
-from agent_loop.subagent import SubagentConfigError
-from agent_loop.subagent.diagnostics import join_lines, product_failure
-from agent_loop.subagent.process import ExitStatus, proc_stat_fields
-from agent_loop.subagent.result import SubagentRequest, SubagentResult
+from dsh.agent_loop.subagent import SubagentConfigError
+from dsh.agent_loop.subagent.diagnostics import join_lines, product_failure
+from dsh.agent_loop.subagent.process import ExitStatus, proc_stat_fields
+from dsh.agent_loop.subagent.result import SubagentRequest, SubagentResult
 
 __all__ = [
     "ABORTED",
@@ -102,7 +102,7 @@ def configuration_failure(product: str, stage: str) -> SettledRun:
 
 
 # -- config helpers -------------------------------------------------------------------------------
-# The scalar ones are the registry's (``agent_loop.subagent.config_*``, raising SubagentConfigError that
+# The scalar ones are the registry's (``dsh.agent_loop.subagent.config_*``, raising SubagentConfigError that
 # names the table and key only); these cover what the product tables add.
 
 

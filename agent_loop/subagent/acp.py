@@ -39,8 +39,8 @@ from typing import Any, Literal
 
 import anyio
 
-from agent_loop.subagent.diagnostics import join_lines, permission_line, safe_token, subagent_failure
-from agent_loop.subagent.process import (
+from dsh.agent_loop.subagent.diagnostics import join_lines, permission_line, safe_token, subagent_failure
+from dsh.agent_loop.subagent.process import (
     DEFAULT_EOF_GRACE,
     DEFAULT_TERM_GRACE,
     ExitStatus,
@@ -49,8 +49,8 @@ from agent_loop.subagent.process import (
     Teardown,
     finish_shielded,
 )
-from agent_loop.subagent.result import SubagentRequest, SubagentResult
-from llm.errors import HarnessError, chain_links, error_chain
+from dsh.agent_loop.subagent.result import SubagentRequest, SubagentResult
+from dsh.llm.errors import HarnessError, chain_links, error_chain
 
 __all__ = [
     "DEFAULT_STARTUP_TIMEOUT",
@@ -165,10 +165,10 @@ class AcpProvider:
 
     @classmethod
     def from_config(cls, name: str, config: Mapping[str, Any]) -> AcpProvider:
-        """Read a ``[subagents.NAME]`` table the way every provider does (``agent_loop.subagent``'s
+        """Read a ``[subagents.NAME]`` table the way every provider does (``dsh.agent_loop.subagent``'s
         shared parsers). Never raises: a bad table gives runs that fail with ``initialize`` +
         ``configuration`` (the reason goes to the host log)."""
-        from agent_loop.subagent import config_command, config_env, config_number, config_seconds, config_string
+        from dsh.agent_loop.subagent import config_command, config_env, config_number, config_seconds, config_string
 
         try:
             if not isinstance(config, Mapping):

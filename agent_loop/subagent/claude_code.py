@@ -15,7 +15,7 @@ whose wheel bundles the CLI)::
 Unattended means: no session persistence, the fixed permission mode, and a permission callback that
 denies with a fixed message (recorded as an unattended decision). The CLI's environment is the
 managed-process allowlist plus the explicit entries above — nothing else of the parent — and its stderr
-never reaches the terminal (see :mod:`agent_loop.subagent._claude_transport`).
+never reaches the terminal (see :mod:`dsh.agent_loop.subagent._claude_transport`).
 
 A run succeeds only for a ``result`` with subtype ``success``, ``is_error`` false and a non-blank
 ``result``, followed by a normal end of the stream. Anything else is ``error`` with the line
@@ -40,7 +40,7 @@ from typing import Any
 
 import anyio
 
-from agent_loop.subagent import (
+from dsh.agent_loop.subagent import (
     ParentContext,
     SubagentConfigError,
     config_command,
@@ -52,7 +52,7 @@ from agent_loop.subagent import (
     provider_or_problem,
     reject_unknown_keys,
 )
-from agent_loop.subagent._product_run import (
+from dsh.agent_loop.subagent._product_run import (
     OneShotRun,
     ProductFailure,
     config_names,
@@ -60,9 +60,9 @@ from agent_loop.subagent._product_run import (
     explicit_env,
     failure_diagnostic,
 )
-from agent_loop.subagent.diagnostics import unattended_decision
-from agent_loop.subagent.process import ExitStatus
-from agent_loop.subagent.result import SubagentRequest, SubagentResult
+from dsh.agent_loop.subagent.diagnostics import unattended_decision
+from dsh.agent_loop.subagent.process import ExitStatus
+from dsh.agent_loop.subagent.result import SubagentRequest, SubagentResult
 
 __all__ = [
     "DENY_MESSAGE",
@@ -434,7 +434,7 @@ def _load_sdk() -> tuple[ModuleType, ModuleType]:
         # Without a handler, logging's last resort prints the SDK's errors over the REPL; with one,
         # records still propagate to whatever host log is configured.
         sdk_log.addHandler(logging.NullHandler())
-    transport = importlib.import_module("agent_loop.subagent._claude_transport")
+    transport = importlib.import_module("dsh.agent_loop.subagent._claude_transport")
     return sdk, transport
 
 

@@ -37,8 +37,8 @@ from typing import Any
 
 import anyio
 
-from agent_loop.jsonrpc import METHOD_NOT_FOUND, JsonRpcConnection, ProtocolError, TransportClosed
-from agent_loop.subagent import (
+from dsh.agent_loop.jsonrpc import METHOD_NOT_FOUND, JsonRpcConnection, ProtocolError, TransportClosed
+from dsh.agent_loop.subagent import (
     ParentContext,
     SubagentConfigError,
     config_command,
@@ -48,7 +48,7 @@ from agent_loop.subagent import (
     provider_or_problem,
     reject_unknown_keys,
 )
-from agent_loop.subagent._product_run import (
+from dsh.agent_loop.subagent._product_run import (
     OneShotRun,
     ProductFailure,
     config_names,
@@ -58,9 +58,10 @@ from agent_loop.subagent._product_run import (
     failure_diagnostic,
     kill_survivors,
 )
-from agent_loop.subagent.diagnostics import unattended_decision
-from agent_loop.subagent.process import ManagedProcess, ProcessStartError
-from agent_loop.subagent.result import SubagentRequest, SubagentResult
+from dsh.agent_loop.subagent.diagnostics import unattended_decision
+from dsh.agent_loop.subagent.process import ManagedProcess, ProcessStartError
+from dsh.agent_loop.subagent.result import SubagentRequest, SubagentResult
+from dsh.llm._version import __version__
 
 __all__ = [
     "APPROVAL_POLICY",
@@ -627,8 +628,4 @@ def _find_codex() -> tuple[str, str | None]:
 
 
 def _client_info() -> dict[str, str]:
-    try:
-        from repl import __version__ as version
-    except ImportError:  # pragma: no cover - the package is always importable in-tree
-        version = "0"
-    return {"name": "dsh", "title": "dsh", "version": version}
+    return {"name": "dsh", "title": "dsh", "version": __version__}

@@ -30,13 +30,12 @@ import os
 import sys
 from collections.abc import Mapping
 from dataclasses import dataclass, field
-from pathlib import Path
 from typing import Any
 
 import anyio
 
-from agent_loop.jsonrpc import JsonRpcConnection, ProtocolError, TransportClosed
-from agent_loop.subagent import (
+from dsh.agent_loop.jsonrpc import JsonRpcConnection, ProtocolError, TransportClosed
+from dsh.agent_loop.subagent import (
     ParentContext,
     SubagentConfigError,
     config_command,
@@ -47,19 +46,18 @@ from agent_loop.subagent import (
     provider_or_problem,
     reject_unknown_keys,
 )
-from agent_loop.subagent.diagnostics import join_lines, subagent_failure
-from agent_loop.subagent.process import ExitStatus, ManagedProcess, ProcessStartError
-from agent_loop.subagent.result import SubagentRequest, SubagentResult
+from dsh.agent_loop.subagent.diagnostics import join_lines, subagent_failure
+from dsh.agent_loop.subagent.process import ExitStatus, ManagedProcess, ProcessStartError
+from dsh.agent_loop.subagent.result import SubagentRequest, SubagentResult
 
 __all__ = ["DEFAULT_COMMAND", "DshSdkProvider", "DshSdkRun", "DshSettings", "from_config"]
 
 log = logging.getLogger(__name__)
 
-DEFAULT_COMMAND: tuple[str, ...] = (sys.executable, "-m", "agent_loop.serve", "--stdio")
+DEFAULT_COMMAND: tuple[str, ...] = (sys.executable, "-m", "dsh.agent_loop.serve", "--stdio")
 API_KEY_ENV = "DEEPSEEK_API_KEY"
 _CANCEL_NOTIFY_TIMEOUT = 0.5
 _MAX_OUTPUT_CHARS = 1_000_000  # a runaway child cannot grow the parent's memory without bound
-_PACKAGE_ROOT = str(Path(__file__).resolve().parents[2])  # the directory holding agent_loop/
 
 
 @dataclass(frozen=True, slots=True)
@@ -221,8 +219,6 @@ class DshSdkRun:
             self._log("initialize", "configuration")
             return self._failure("initialize", "configuration")
         env = {**settings.env, **self._request.env}
-        if settings.command == DEFAULT_COMMAND and "PYTHONPATH" not in env:
-            env["PYTHONPATH"] = _PACKAGE_ROOT  # `-m agent_loop.serve` from any cwd, installed or not
         if settings.api_key:
             env[API_KEY_ENV] = settings.api_key
         try:

@@ -30,7 +30,7 @@ from typing import Any, Literal
 import anyio
 import anyio.lowlevel
 
-from llm.errors import HarnessError
+from dsh.llm.errors import HarnessError
 
 __all__ = [
     "DEFAULT_EOF_GRACE",

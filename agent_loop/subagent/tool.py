@@ -12,9 +12,9 @@ Foreground results (DESIGN §7, exact):
   ``\\nPartial output before the run ended:\\n<text>`` when there is any. The same diagnostic is also
   the tool result's ``diagnostic`` field, which the REPL draws on its own highlighted line.
 
-Background: ``started background subagent job subagent-1``; see :mod:`agent_loop.jobs`.
+Background: ``started background subagent job subagent-1``; see :mod:`dsh.agent_loop.jobs`.
 
-:class:`SubagentToolkit` bundles the configured providers, one :class:`~agent_loop.jobs.JobManager`
+:class:`SubagentToolkit` bundles the configured providers, one :class:`~dsh.agent_loop.jobs.JobManager`
 and the four tools (``subagent``, ``job_output``, ``job_list``, ``job_kill``) for a front end.
 """
 
@@ -24,10 +24,10 @@ import logging
 from collections.abc import Mapping
 from typing import Any
 
-from agent_loop.jobs import JobManager, job_tools, run_subagent
-from agent_loop.subagent import ParentContext, build_provider
-from agent_loop.subagent.result import SubagentProvider, SubagentRequest, SubagentResult
-from agent_loop.tools import Tool, ToolContext, ToolOutput
+from dsh.agent_loop.jobs import JobManager, job_tools, run_subagent
+from dsh.agent_loop.subagent import ParentContext, build_provider
+from dsh.agent_loop.subagent.result import SubagentProvider, SubagentRequest, SubagentResult
+from dsh.agent_loop.tools import Tool, ToolContext, ToolOutput
 
 __all__ = [
     "FAILURE_HEADLINES",

@@ -14,8 +14,8 @@ sys.path.insert(0, sys.argv[1])
 
 import anyio
 
-from agent_loop import Agent, RetryPolicy, SessionLog, Tool, ToolRegistry
-from llm import DeepSeekClient
+from dsh.agent_loop import Agent, RetryPolicy, SessionLog, Tool, ToolRegistry
+from dsh.llm import DeepSeekClient
 
 
 async def main(url: str, root: str, mode: str) -> None:

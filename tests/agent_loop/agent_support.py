@@ -7,8 +7,8 @@ from collections.abc import AsyncIterator, Sequence
 from pathlib import Path
 from typing import Any
 
-from agent_loop import Event, Tool, ToolOutput
-from llm import ChatRequest, StreamEvent
+from dsh.agent_loop import Event, Tool, ToolOutput
+from dsh.llm import ChatRequest, StreamEvent
 
 
 class Recorder:

@@ -8,9 +8,9 @@ from typing import Any
 
 import pytest
 
-from agent_loop import Agent, RetryPolicy, SessionLog, ToolRegistry
-from fixtures.fault_server import FaultServer
-from llm import DeepSeekClient
+from dsh.agent_loop import Agent, RetryPolicy, SessionLog, ToolRegistry
+from dsh.llm import DeepSeekClient
+from dsh.repl.demo.fault_server import FaultServer
 from tests import canaries
 from tests.agent_loop.agent_support import Recorder
 

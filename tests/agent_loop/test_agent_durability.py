@@ -10,9 +10,9 @@ from pathlib import Path
 import anyio
 import pytest
 
-from agent_loop import SessionLog
-from agent_loop.session_log import INTERRUPTED_TOOL_OUTPUT
-from fixtures.fault_server import Behaviour, FaultServer
+from dsh.agent_loop import SessionLog
+from dsh.agent_loop.session_log import INTERRUPTED_TOOL_OUTPUT
+from dsh.repl.demo.fault_server import Behaviour, FaultServer
 from tests.agent_loop.agent_support import assert_well_formed, durable_types, read_log
 
 pytestmark = pytest.mark.anyio

@@ -7,8 +7,8 @@ import sys
 import anyio
 import pytest
 
-from agent_loop import PromptGuard, mask_secrets, secret_shape
-from agent_loop.guard import HOOK_FAILED, HOOK_TIMED_OUT
+from dsh.agent_loop import PromptGuard, mask_secrets, secret_shape
+from dsh.agent_loop.guard import HOOK_FAILED, HOOK_TIMED_OUT
 from tests import canaries
 
 pytestmark = pytest.mark.anyio

@@ -13,9 +13,9 @@ import anyio
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from agent_loop import Agent, RetryPolicy, SessionLog, ToolRegistry
-from fixtures.fault_server import Behaviour, FaultServer
-from llm import DeepSeekClient
+from dsh.agent_loop import Agent, RetryPolicy, SessionLog, ToolRegistry
+from dsh.llm import DeepSeekClient
+from dsh.repl.demo.fault_server import Behaviour, FaultServer
 from tests.agent_loop.agent_support import Recorder, assert_well_formed, echo_tool, read_log
 
 BEHAVIOURS = [

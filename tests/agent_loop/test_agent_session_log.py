@@ -13,7 +13,7 @@ import pytest
 from hypothesis import HealthCheck, example, given, settings
 from hypothesis import strategies as st
 
-from agent_loop import (
+from dsh.agent_loop import (
     Aborted,
     Agent,
     Completed,
@@ -31,10 +31,10 @@ from agent_loop import (
     load_session_file,
     resolve_session,
 )
-from agent_loop import events as ev
-from agent_loop.session_log import INTERRUPTED_TOOL_OUTPUT
-from fixtures.fault_server import Behaviour
-from llm import HarnessError
+from dsh.agent_loop import events as ev
+from dsh.agent_loop.session_log import INTERRUPTED_TOOL_OUTPUT
+from dsh.llm import HarnessError
+from dsh.repl.demo.fault_server import Behaviour
 from tests.agent_loop.agent_support import assert_well_formed, durable_types, echo_tool, read_log
 
 REPO = Path(__file__).resolve().parents[2]
@@ -257,7 +257,7 @@ async def test_resume_rebuilds_the_conversation_and_continues_turn_numbers(serve
 @pytest.mark.anyio
 async def test_agent_resume_repairs_and_reports_the_interrupted_turn(server, session_root):
     open_turn_log(session_root, answered=1)
-    from llm import DeepSeekClient
+    from dsh.llm import DeepSeekClient
 
     async with DeepSeekClient(base_url=server.url, api_key=None) as client:
         agent = Agent.resume(client, "last", root=session_root, tools=ToolRegistry(), cwd=session_root)
@@ -302,8 +302,8 @@ async def test_a_full_disk_ends_the_turn_with_a_session_log_error(server, make_a
 _PARTIAL_WRITE_CHILD = r"""
 import resource, signal, sys
 sys.path.insert(0, sys.argv[1])
-from agent_loop import SessionLog, events as ev
-from llm import HarnessError
+from dsh.agent_loop import SessionLog, events as ev
+from dsh.llm import HarnessError
 signal.signal(signal.SIGXFSZ, signal.SIG_IGN)
 log = SessionLog.create(sys.argv[2])
 log.append(ev.turn_start(1, "small"))
@@ -354,7 +354,7 @@ _ODD_LINES = [
 @example(0, [(0, _TWO_VALUES)], False)
 @example(1, [(1, _SPLIT_HEAD), (2, _SPLIT_TAIL)], False)
 def test_the_bulk_parse_reads_every_log_as_the_line_by_line_reader(tmp_path, records, odd, torn):
-    from agent_loop.session_log import _parse, _parse_body_by_line
+    from dsh.agent_loop.session_log import _parse, _parse_body_by_line
 
     body = list(_RECORD_LINES[:records])  # a regular log ...
     for position, line in odd:  # ... with irregular lines among its records
@@ -373,7 +373,7 @@ def test_the_bulk_parse_reads_every_log_as_the_line_by_line_reader(tmp_path, rec
 def test_a_regular_log_takes_the_bulk_path_and_the_collector_is_restored(tmp_path):
     import gc
 
-    from agent_loop import session_log
+    from dsh.agent_loop import session_log
 
     log = open_turn_log(tmp_path)
     raw = log.path.read_bytes()

@@ -10,8 +10,8 @@ import anyio
 import anyio.lowlevel
 import pytest
 
-from agent_loop import Aborted, Completed, Tool, ToolContext, ToolOutput, ToolRegistry, default_tools
-from agent_loop.tools import (
+from dsh.agent_loop import Aborted, Completed, Tool, ToolContext, ToolOutput, ToolRegistry, default_tools
+from dsh.agent_loop.tools import (
     SHELL_DENIED,
     SHELL_NO_APPROVER,
     plan_batches,
@@ -19,8 +19,8 @@ from agent_loop.tools import (
     run_shell_tool,
     run_tool_call,
 )
-from fixtures.fault_server import Behaviour
-from llm import ToolCall
+from dsh.llm import ToolCall
+from dsh.repl.demo.fault_server import Behaviour
 from tests import canaries
 from tests.agent_loop.agent_support import assert_well_formed, echo_tool, read_log
 

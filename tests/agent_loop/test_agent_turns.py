@@ -9,7 +9,7 @@ from __future__ import annotations
 import anyio
 import pytest
 
-from agent_loop import (
+from dsh.agent_loop import (
     Aborted,
     Agent,
     Completed,
@@ -22,9 +22,9 @@ from agent_loop import (
     ToolOutput,
     ToolRegistry,
 )
-from fixtures import streams
-from fixtures.fault_server import BEHAVIOURS, Behaviour, closed_port
-from llm import Finish, TextDelta
+from dsh.llm import Finish, TextDelta
+from dsh.repl.demo import streams
+from dsh.repl.demo.fault_server import BEHAVIOURS, Behaviour, closed_port
 from tests import canaries
 from tests.agent_loop.agent_support import (
     ScriptedClient,

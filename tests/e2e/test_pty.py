@@ -18,9 +18,9 @@ import pexpect
 import pytest
 from pty_screen import Screen
 
-from agent_loop import events as ev
-from agent_loop.session_log import SessionLog
-from fixtures.fault_server import closed_port
+from dsh.agent_loop import events as ev
+from dsh.agent_loop.session_log import SessionLog
+from dsh.repl.demo.fault_server import closed_port
 
 REPO = Path(__file__).resolve().parents[2]
 KEY = "sk-ptyTestKey000000000000000000000"
@@ -69,7 +69,7 @@ class Dsh:
         self.pos = 0
         self.eof = False
         self.screen = Screen(self.ROWS, self.COLS)
-        command = [sys.executable, "-m", "repl", *args]
+        command = [sys.executable, "-m", "dsh.repl", *args]
         if via_sh is not None:
             # A Ctrl-C that lands while dsh writes in cooked mode is a SIGINT to the whole process
             # group; a trap (reset to default in the child) keeps the wrapping sh alive to run the rest.

@@ -9,8 +9,8 @@ from typing import Any
 
 import pytest
 
-from fixtures.fault_server import FaultServer
-from llm import ChatRequest, DeepSeekClient, LlmError, Message, StreamEvent
+from dsh.llm import ChatRequest, DeepSeekClient, LlmError, Message, StreamEvent
+from dsh.repl.demo.fault_server import FaultServer
 from tests import canaries
 
 PROXY_VARIABLES = ("HTTP_PROXY", "HTTPS_PROXY", "ALL_PROXY", "NO_PROXY")

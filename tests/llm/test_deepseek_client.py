@@ -13,10 +13,8 @@ import time
 import anyio
 import pytest
 
-import llm
-from fixtures import streams
-from fixtures.fault_server import Behaviour, FaultServer
-from llm import (
+import dsh.llm
+from dsh.llm import (
     ChatRequest,
     Finish,
     KeepAlive,
@@ -31,6 +29,8 @@ from llm import (
     Usage,
     error_chain,
 )
+from dsh.repl.demo import streams
+from dsh.repl.demo.fault_server import Behaviour, FaultServer
 from tests import canaries
 
 pytestmark = pytest.mark.anyio
@@ -130,7 +130,7 @@ async def test_slow_text_streams_each_chunk_as_it_arrives(fault_server, make_cli
     client = make_client(fault_server.url)
     arrivals: list[float] = []
     start = time.monotonic()
-    async for event in client.stream(llm.ChatRequest("m", (Message("user", "x"),))):
+    async for event in client.stream(dsh.llm.ChatRequest("m", (Message("user", "x"),))):
         if isinstance(event, TextDelta):
             arrivals.append(time.monotonic() - start)
     assert len(arrivals) == 7
@@ -312,7 +312,7 @@ async def test_cancellation_raises_aborted(fault_server, make_client, behaviour,
         if cancel_after_events is None:
             scope.deadline = anyio.current_time() + 0.2
         try:
-            async for event in client.stream(llm.ChatRequest("m", (Message("user", "x"),))):
+            async for event in client.stream(dsh.llm.ChatRequest("m", (Message("user", "x"),))):
                 seen.append(event)
                 if len(seen) == cancel_after_events:
                     scope.cancel()
@@ -330,7 +330,7 @@ async def test_cancellation_raises_aborted(fault_server, make_client, behaviour,
 
 async def _one_text(client) -> str:
     reply = ReplyBuilder()
-    async for event in client.stream(llm.ChatRequest("m", (Message("user", "x"),))):
+    async for event in client.stream(dsh.llm.ChatRequest("m", (Message("user", "x"),))):
         reply.feed(event)
     return reply.text
 
@@ -460,7 +460,7 @@ async def test_request_headers(fault_server, make_client, stream_outcome):
     request = fault_server.requests[0]
     assert (request.method, request.path) == ("POST", "/chat/completions")
     assert_bearer_key(request.headers.get("authorization"))
-    assert request.headers["user-agent"] == f"dsh/{llm.__version__}"
+    assert request.headers["user-agent"] == f"dsh/{dsh.llm.__version__}"
     assert request.headers["content-type"] == "application/json"
     assert request.headers["accept"] == "text/event-stream"
 
@@ -532,7 +532,7 @@ async def test_full_body_thinking_tools_and_reasoning_passback(fault_server, mak
         "thinking": {"type": "enabled"},
         "reasoning_effort": "high",
     }
-    assert llm.DeepSeekClient.build_body(request) == fault_server.requests[0].json
+    assert dsh.llm.DeepSeekClient.build_body(request) == fault_server.requests[0].json
 
 
 @pytest.mark.parametrize(("thinking", "effort", "extra"), [
@@ -575,7 +575,7 @@ def assert_bearer_key(header: str | None) -> None:
 
 
 async def test_canaries_never_reach_a_transport_error(make_client, stream_outcome):
-    from fixtures.fault_server import closed_port
+    from dsh.repl.demo.fault_server import closed_port
 
     with closed_port() as port:
         client = make_client("http://" + CANARY_BASE.format(port=port))

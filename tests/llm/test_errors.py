@@ -5,7 +5,7 @@ from __future__ import annotations
 import httpx
 import pytest
 
-from llm import HarnessError, LlmError, chain_links, error_chain
+from dsh.llm import HarnessError, LlmError, chain_links, error_chain
 
 
 def test_wrap_message_then_root_cause() -> None:
@@ -173,7 +173,7 @@ def test_chain_links_keep_types_for_why() -> None:
     top = LlmError("request failed", "TRANSPORT", cause=root)
     links = chain_links(top)
     assert [(link.type_name, link.text) for link in links] == [
-        ("llm.errors.LlmError", "request failed"),
+        ("dsh.llm.errors.LlmError", "request failed"),
         ("ConnectionRefusedError", "refused"),
     ]
 

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import logging
 
-from llm import RedactingFilter, redact_text, redact_url
+from dsh.llm import RedactingFilter, redact_text, redact_url
 
 CANARY_USER = "canaryuser7731"
 CANARY_PASSWORD = "canarypw9912"

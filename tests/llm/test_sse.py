@@ -5,7 +5,7 @@ from __future__ import annotations
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from llm import SseComment, SseDecoder, SseEvent
+from dsh.llm import SseComment, SseDecoder, SseEvent
 
 RECORDED = (
     "\ufeff: keep-alive\r\n\r\n"

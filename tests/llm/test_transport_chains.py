@@ -16,8 +16,8 @@ from collections.abc import Iterator
 import httpx
 import pytest
 
-from fixtures.fault_server import FullBacklogListener, closed_port
-from llm import error_chain
+from dsh.llm import error_chain
+from dsh.repl.demo.fault_server import FullBacklogListener, closed_port
 from tests import canaries
 
 pytestmark = pytest.mark.anyio

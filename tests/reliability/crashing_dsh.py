@@ -15,7 +15,7 @@ from typing import Any
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[2]))
 
-from repl import shell
+from dsh.repl import shell
 
 
 class InjectedCrash(BaseException):
@@ -33,6 +33,6 @@ def _crashing_on_event(self: Any, event: Any) -> None:
 
 if __name__ == "__main__":
     shell.Shell._on_event = _crashing_on_event  # type: ignore[method-assign]
-    from repl.cli import main
+    from dsh.repl.cli import main
 
     main(sys.argv[1:])

@@ -146,7 +146,7 @@ def save_transcript(home: Home, label: str, args: Sequence[str], stdout: str, st
     return path
 
 
-def dsh_command(args: Sequence[str], launcher: Sequence[str] = ("-m", "repl")) -> list[str]:
+def dsh_command(args: Sequence[str], launcher: Sequence[str] = ("-m", "dsh.repl")) -> list[str]:
     return [sys.executable, *launcher, *args]
 
 
@@ -159,7 +159,7 @@ def run_dsh(
     key: str | None = TEST_KEY,
     timeout: float = 60.0,
     label: str = "run",
-    launcher: Sequence[str] = ("-m", "repl"),
+    launcher: Sequence[str] = ("-m", "dsh.repl"),
     preexec_fn: Callable[[], None] | None = None,
 ) -> Run:
     """Run dsh to completion (piped stdin: each line a turn); the transcript lands in ``home``."""

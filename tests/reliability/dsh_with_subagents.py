@@ -1,8 +1,8 @@
 """``dsh`` with the ``subagent`` tool wired in, the way the REPL's extension seam is meant to be used.
 
 ``python tests/reliability/dsh_with_subagents.py ARGS...`` is ``python -m repl ARGS...`` plus a tool factory
-(``repl.shell.register_tool_factory``) that builds the ``[subagents.NAME]`` tables of the config into the
-``subagent`` and job tools (``agent_loop.subagent.tool.SubagentToolkit``). The reliability suite uses it to
+(``dsh.repl.shell.register_tool_factory``) that builds the ``[subagents.NAME]`` tables of the config into the
+``subagent`` and job tools (``dsh.agent_loop.subagent.tool.SubagentToolkit``). The reliability suite uses it to
 drive real subagent runs through the real REPL while the REPL's own wiring is being finished; once the REPL
 registers the toolkit itself, this registration simply replaces its tools with equal ones.
 """
@@ -15,9 +15,9 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[2]))
 
-from agent_loop.subagent import ParentContext
-from agent_loop.subagent.tool import SubagentToolkit
-from repl.shell import register_tool_factory
+from dsh.agent_loop.subagent import ParentContext
+from dsh.agent_loop.subagent.tool import SubagentToolkit
+from dsh.repl.shell import register_tool_factory
 
 
 def _subagent_tools(config, shell):  # type: ignore[no-untyped-def]
@@ -29,6 +29,6 @@ def _subagent_tools(config, shell):  # type: ignore[no-untyped-def]
 
 if __name__ == "__main__":
     register_tool_factory(_subagent_tools)
-    from repl.cli import main
+    from dsh.repl.cli import main
 
     main(sys.argv[1:])

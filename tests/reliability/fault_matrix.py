@@ -52,15 +52,15 @@ from dsh_harness import (
     turn_ends,
 )
 
-from fixtures import streams
-from fixtures.fault_server import (
+from dsh.repl.demo import streams
+from dsh.repl.demo.fault_server import (
     Behaviour,
     FaultServer,
     FullBacklogListener,
     RecordedRequest,
     closed_port,
 )
-from repl.render import sanitize
+from dsh.repl.render import sanitize
 
 HELLO = "Hello! How can I help you today?"
 IDLE, FIRST = 2, 3  # timeout rows: stream_idle_timeout / first_token_timeout (seconds)

@@ -2,7 +2,7 @@
 
 For the reliability suite: the JSON-RPC fuzz of the ACP reader (garbage frames, then an exit) and the
 50-concurrent-runs load test, where 50 SDK agents would cost a minute of CPU. The frames it writes are the
-ones the SDK fixture (fixtures/acp_agent.py) writes; the parent side is the real provider and SDK client.
+ones the SDK fixture (repl/demo/acp_agent.py) writes; the parent side is the real provider and SDK client.
 
 Scripted by ``RAW_ACP`` (JSON)::
 

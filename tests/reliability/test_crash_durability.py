@@ -49,8 +49,8 @@ from dsh_harness import (
     stop_process,
 )
 
-from agent_loop.session_log import INTERRUPTED_TOOL_OUTPUT
-from fixtures.fault_server import Behaviour, FaultServer
+from dsh.agent_loop.session_log import INTERRUPTED_TOOL_OUTPUT
+from dsh.repl.demo.fault_server import Behaviour, FaultServer
 
 HELLO = "Hello! How can I help you today?"
 INTERRUPTED_NOTICE = "[turn interrupted by a previous process exit]"

@@ -23,8 +23,8 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 from jsonrpc_frames import FRAMES, wire
 
-from agent_loop.subagent.acp import provider_from_config
-from agent_loop.subagent.result import SubagentRequest, SubagentResult
+from dsh.agent_loop.subagent.acp import provider_from_config
+from dsh.agent_loop.subagent.result import SubagentRequest, SubagentResult
 
 AGENT = str(Path(__file__).with_name("raw_acp_agent.py"))
 NAME = "fuzz"

@@ -5,8 +5,8 @@ from __future__ import annotations
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from llm import error_chain
-from llm.errors import MAX_LENGTH
+from dsh.llm import error_chain
+from dsh.llm.errors import MAX_LENGTH
 
 
 class HostileStr(Exception):

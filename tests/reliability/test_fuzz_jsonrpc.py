@@ -21,7 +21,7 @@ import anyio
 from hypothesis import HealthCheck, given, settings
 from jsonrpc_frames import BAD, BENIGN, CUTS, FRAMES, MAX_LINE, UNKNOWN, wire
 
-from agent_loop.jsonrpc import JsonRpcConnection, ProtocolError, TransportClosed
+from dsh.agent_loop.jsonrpc import JsonRpcConnection, ProtocolError, TransportClosed
 
 # -- the peer's side of the pipe --------------------------------------------------------------------------
 

@@ -14,7 +14,7 @@ import httpx
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from llm import ChatRequest, DeepSeekClient, Finish, LlmError, Message
+from dsh.llm import ChatRequest, DeepSeekClient, Finish, LlmError, Message
 
 DOCUMENTED_STREAM_CODES = {
     "STREAM_CLOSED",

@@ -1,7 +1,7 @@
 """Load: 50 concurrent subagent runs, and a 1 000-turn soak of one Agent against the fault server.
 
 * 50 runs in flight at once, mixed providers and outcomes: the SDK-free ACP agent (raw_acp_agent.py),
-  the SDK ACP agent (fixtures/acp_agent.py), the real child ``dsh serve --stdio`` (each against its own
+  the SDK ACP agent (repl/demo/acp_agent.py), the real child ``dsh serve --stdio`` (each against its own
   fault server) and the scripted dsh child. Every run carries its own marker in its task and answer and
   its own provider name, so each result can be checked against exactly its own facts (isolation). No run
   is disposed until all 50 have settled, so all of them are alive together. Afterwards no process is left
@@ -27,17 +27,18 @@ import anyio
 import pytest
 from dsh_harness import COUNTS, FIGURES, REPO, fd_count, leak_check, live_descendants
 
-from agent_loop import Agent, SessionLog
-from agent_loop.retry import RetryPolicy
-from agent_loop.subagent import ParentContext, build_provider
-from agent_loop.subagent.result import SubagentRequest, SubagentResult
-from agent_loop.tools import default_tools
-from fixtures.fault_server import Behaviour, FaultServer
-from llm import DeepSeekClient
+from dsh.agent_loop import Agent, SessionLog
+from dsh.agent_loop.retry import RetryPolicy
+from dsh.agent_loop.subagent import ParentContext, build_provider
+from dsh.agent_loop.subagent.result import SubagentRequest, SubagentResult
+from dsh.agent_loop.tools import default_tools
+from dsh.llm import DeepSeekClient
+from dsh.repl import demo
+from dsh.repl.demo.fault_server import Behaviour, FaultServer
 from tests import canaries
 
 RAW_AGENT = str(Path(__file__).with_name("raw_acp_agent.py"))
-SDK_AGENT = str(REPO / "fixtures" / "acp_agent.py")
+SDK_AGENT = str(Path(demo.__file__).with_name("acp_agent.py"))
 FAST = {"eof_grace": 1.0, "term_grace": 1.0}
 
 
@@ -105,7 +106,7 @@ def _cases() -> list[Case]:
         if n >= 5:
             script = {"reason": {"kind": "completed"}, "text": f"scripted ok {n} marker-{n}"}
             expect = ("completed", None, script["text"])
-        table = {"provider": "dsh", "command": [sys.executable, "-m", "fixtures.dsh_child_scripted"],
+        table = {"provider": "dsh", "command": [sys.executable, "-m", "dsh.repl.demo.scripted_dsh_child"],
                  "env": {"PYTHONPATH": str(REPO), "DSH_SCRIPTED_CHILD": json.dumps(script)}, "startup_timeout": 120,
                  **FAST}
         cases.append(Case(name, table, *expect))

@@ -20,11 +20,12 @@ from pathlib import Path
 import pexpect
 from dsh_harness import COUNTS, REPO, Home, config_text, dsh_env, make_home, read_log, run_dsh
 
-from fixtures.fault_server import Behaviour, FaultServer, closed_port
+from dsh.repl import demo
+from dsh.repl.demo.fault_server import Behaviour, FaultServer, closed_port
 from tests import canaries
 
 STRICT = canaries.STRICT
-ACP_AGENT = str(REPO / "fixtures" / "acp_agent.py")
+ACP_AGENT = str(Path(demo.__file__).with_name("acp_agent.py"))
 SUBAGENT_LAUNCHER = (str(Path(__file__).with_name("dsh_with_subagents.py")),)
 _files_checked: set[str] = set()
 
@@ -81,7 +82,7 @@ def test_piped_session_against_an_upstream_that_echoes_secrets(tmp_path: Path) -
     assert "[turn failed SERVER] still failing for sk-***" in run.stdout
     assert '[turn failed MALFORMED_RESPONSE] malformed SSE payload: {"key": "***", "echo": "sk-***"' in run.stdout
     assert "[turn failed INVALID_REQUEST] no route for http://***@127.0.0.1/v1 (key sk-***)" in run.stdout
-    assert "  llm.errors.LlmError: Authentication Fails, Your api key: *** is invalid\n" in run.stdout  # /why
+    assert "  dsh.llm.errors.LlmError: Authentication Fails, Your api key: *** is invalid\n" in run.stdout  # /why
     assert_no_canaries(home, run.stdout, run.stderr)
 
 
@@ -146,7 +147,7 @@ env = {{ SECRET_SETTING = "{canaries.CHILD_ENV}" }}
 
 [subagents.dsh_scripted]
 provider = "dsh"
-command = ["{sys.executable}", "-m", "fixtures.dsh_child_scripted"]
+command = ["{sys.executable}", "-m", "dsh.repl.demo.scripted_dsh_child"]
 env = {{ PYTHONPATH = "{REPO}", DSH_SCRIPTED_CHILD = '{json.dumps({
     "stderr": f"child stderr {canaries.CHILD_STDERR}", "prompt": "error",
     "error_message": f"boom {canaries.UPSTREAM_KEY} {canaries.CHILD_ENV}"})}' }}
@@ -204,7 +205,7 @@ def test_interactive_banner_toolbar_and_why_on_a_pty(tmp_path: Path) -> None:
     transcript = home.root / "transcript-pty.txt"
     with FaultServer(script=[Behaviour("http_401", message=f"bad {canaries.API_KEY}")]) as server:
         env = dsh_env(home, {"TERM": "xterm", "PROMPT_TOOLKIT_NO_CPR": "1", "DEEPSEEK_API_KEY": canaries.API_KEY})
-        child = pexpect.spawn(sys.executable, ["-m", "repl", "--base-url", _canary_url(server.port)],
+        child = pexpect.spawn(sys.executable, ["-m", "dsh.repl", "--base-url", _canary_url(server.port)],
                               cwd=str(home.workspace), env=env, encoding="utf-8", timeout=20, dimensions=(40, 200))
         seen = ""
         try:

@@ -23,7 +23,7 @@ import pexpect
 import pytest
 from dsh_harness import COUNTS, Home, assert_well_formed, config_text, dsh_env, make_home, read_log, turn_ends
 
-from fixtures.fault_server import Behaviour, FaultServer
+from dsh.repl.demo.fault_server import Behaviour, FaultServer
 
 pytestmark = pytest.mark.timeout(120)
 
@@ -96,7 +96,7 @@ def test_ctrl_c_at_random_moments_leaves_the_terminal_sane(tmp_path: Path, seed:
     for kind in kinds:
         script += SCENARIOS[kind]
     with FaultServer(script=script, default=Behaviour("slow_text", text=LONG_TEXT, delay=0.05)) as server:
-        child = _spawn(home, server.url, ["-m", "repl"])
+        child = _spawn(home, server.url, ["-m", "dsh.repl"])
         try:
             child.expect(PROMPT)
             cancelled = 0
@@ -156,7 +156,7 @@ def test_a_crash_inside_a_turn_restores_the_terminal(tmp_path: Path) -> None:
     _assert_sane(flags)
     # The next dsh opens the same session and carries on.
     with FaultServer(default="text") as server:
-        child = _spawn(home, server.url, ["-m", "repl", "--resume", "last"])
+        child = _spawn(home, server.url, ["-m", "dsh.repl", "--resume", "last"])
         try:
             child.expect(PROMPT)
             child.send("after the crash\r")
@@ -177,7 +177,7 @@ def test_ctrl_c_typed_right_after_enter_cancels_the_turn(tmp_path: Path) -> None
     home = make_home(tmp_path, config_text())
     text = " ".join(f"w{n}" for n in range(30)) + " END-OF-ANSWER"
     with FaultServer(default=Behaviour("slow_text", text=text, delay=0.03)) as server:
-        child = _spawn(home, server.url, ["-m", "repl"])
+        child = _spawn(home, server.url, ["-m", "dsh.repl"])
         try:
             child.expect(PROMPT)
             child.send("cancel me at once\r\x03")  # Enter and Ctrl-C in one read: typeahead

@@ -7,7 +7,7 @@ from pathlib import Path
 from prompt_toolkit.completion import CompleteEvent
 from prompt_toolkit.document import Document
 
-from repl.app import SafeHistory, SlashCompleter, TerminalSink
+from dsh.repl.app import SafeHistory, SlashCompleter, TerminalSink
 
 
 class RecordingOutput:

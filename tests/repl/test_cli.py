@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import importlib.metadata
 import os
 import signal
 import subprocess
@@ -14,9 +15,9 @@ from typing import Any
 
 import pytest
 
-from agent_loop import events as ev
-from agent_loop.session_log import SessionLog
-from fixtures.fault_server import FaultServer, closed_port
+from dsh.agent_loop import events as ev
+from dsh.agent_loop.session_log import SessionLog
+from dsh.repl.demo.fault_server import FaultServer, closed_port
 
 REPO = Path(__file__).resolve().parents[2]
 KEY = "sk-cliTestKey00000000000000000000"
@@ -54,7 +55,7 @@ def dsh(
     home: Path, *args: str, stdin: str | None = None, timeout: float = 30, **env: str
 ) -> subprocess.CompletedProcess[str]:
     return subprocess.run(
-        [sys.executable, "-m", "repl", *args],
+        [sys.executable, "-m", "dsh.repl", *args],
         cwd=REPO,
         env=base_env(home, **env),
         input=stdin if stdin is not None else "",
@@ -75,12 +76,12 @@ def write_config(home: Path, text: str) -> None:
 
 def test_version_is_fast_and_imports_nothing_heavy(home: Path) -> None:
     result = subprocess.run(
-        [sys.executable, "-X", "importtime", "-m", "repl", "--version"],
+        [sys.executable, "-X", "importtime", "-m", "dsh.repl", "--version"],
         cwd=REPO, env=base_env(home), capture_output=True, text=True, timeout=30,
     )
     assert result.returncode == 0 and result.stdout == "dsh 0.1.0\n"
     imported = {line.split("|")[-1].strip() for line in result.stderr.splitlines() if "|" in line}
-    for heavy in ("prompt_toolkit", "httpx", "anyio", "llm", "agent_loop", "argparse"):
+    for heavy in ("prompt_toolkit", "httpx", "anyio", "dsh.llm.deepseek", "dsh.agent_loop", "argparse"):
         assert heavy not in imported, heavy
     # Only the standard library's cheap corner and dsh's own entry modules: nothing a user waits for.
     foreign = {
@@ -88,17 +89,19 @@ def test_version_is_fast_and_imports_nothing_heavy(home: Path) -> None:
         for name in imported
         if name.split(".")[0] not in sys.stdlib_module_names and not name.startswith("__editable__")
     }  # (an editable install's path finder is pip's, not ours)
-    assert foreign <= {"repl", "repl.cli", "repl.__main__", "_distutils_hack", "sitecustomize", "usercustomize",
-                       "imported package"}, foreign  # the last one is importtime's own header
+    ours = {"dsh", "dsh.repl", "dsh.repl.cli", "dsh.repl.__main__", "dsh.llm", "dsh.llm._version"}
+    # ("imported package" is importtime's own header)
+    assert foreign <= ours | {"_distutils_hack", "sitecustomize", "usercustomize", "imported package"}, foreign
     assert not {"typing", "asyncio", "ssl", "tomllib", "json", "socket"} & imported
 
 
-def test_versions_agree() -> None:
-    import llm
-    import repl
-
+def test_version_is_defined_once() -> None:
     pyproject = tomllib.loads((REPO / "pyproject.toml").read_text())
-    assert repl.__version__ == llm.__version__ == pyproject["project"]["version"]
+    assert "version" not in pyproject["project"] and pyproject["project"]["dynamic"] == ["version"]
+    import dsh.llm
+    import dsh.repl
+
+    assert dsh.repl.__version__ is dsh.llm.__version__ == importlib.metadata.version("dsh")
 
 
 # --- -p exit codes --------------------------------------------------------------------------------------
@@ -126,7 +129,7 @@ def test_print_mode_exit_codes(home: Path, scenario: str, status: int, line: str
 
 def test_print_mode_aborted_by_sigint_exits_130(home: Path) -> None:
     process = subprocess.Popen(
-        [sys.executable, "-m", "repl", "--demo", "--scenario", "stall", "-p", "wait"],
+        [sys.executable, "-m", "dsh.repl", "--demo", "--scenario", "stall", "-p", "wait"],
         cwd=REPO, env=base_env(home), stdin=subprocess.DEVNULL, stdout=subprocess.PIPE, stderr=subprocess.PIPE,
         text=True,
     )
@@ -181,7 +184,7 @@ def test_three_piped_lines_run_three_turns(home: Path, server: FaultServer) -> N
 def test_a_piped_consumer_sees_each_turn_before_it_sends_the_next_line(home: Path, server: FaultServer) -> None:
     # A program driving dsh through pipes waits for a turn's line before it writes the next prompt.
     proc = subprocess.Popen(
-        [sys.executable, "-m", "repl"], cwd=REPO,
+        [sys.executable, "-m", "dsh.repl"], cwd=REPO,
         env=base_env(home, DEEPSEEK_API_KEY=KEY, DEEPSEEK_BASE_URL=server.url),
         stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=subprocess.PIPE,
     )
@@ -241,7 +244,7 @@ class _RecordingStream:
 async def test_the_stream_sink_writes_once_per_event_loop_iteration_in_order() -> None:
     import anyio
 
-    from repl.cli import StreamSink
+    from dsh.repl.cli import StreamSink
 
     stream = _RecordingStream()
     sink = StreamSink(stream)
@@ -258,7 +261,7 @@ async def test_the_stream_sink_writes_once_per_event_loop_iteration_in_order() -
 
 
 def test_the_stream_sink_outside_an_event_loop_writes_at_once_and_a_dead_pipe_silences() -> None:
-    from repl.cli import StreamSink
+    from dsh.repl.cli import StreamSink
 
     stream = _RecordingStream()
     sink = StreamSink(stream)

@@ -6,7 +6,7 @@ from pathlib import Path
 
 import pytest
 
-from repl.config import (
+from dsh.repl.config import (
     DEFAULT_BASE_URL,
     DEFAULT_MODEL,
     ConfigError,
@@ -64,7 +64,7 @@ max_retries = 0
 [subagents.probe]
 provider = "acp"
 command = "python"
-args = ["-m", "fixtures.acp_agent"]
+args = ["-m", "dsh.repl.demo.acp_agent"]
 env = { A = "1" }
 """,
     )
@@ -75,7 +75,7 @@ env = { A = "1" }
     assert (config.stream_idle_timeout, config.first_token_timeout) == (30.0, 60.5)
     assert config.prompt_hook == ["/bin/true"] and config.max_retries == 0
     assert config.subagents == {
-        "probe": {"provider": "acp", "command": "python", "args": ["-m", "fixtures.acp_agent"], "env": {"A": "1"}}
+        "probe": {"provider": "acp", "command": "python", "args": ["-m", "dsh.repl.demo.acp_agent"], "env": {"A": "1"}}
     }
     assert config.config_path == tmp_path / "config/dsh/config.toml"
 
@@ -174,7 +174,7 @@ def test_explicit_config_path_must_exist(tmp_path: Path) -> None:
 
 
 def test_an_out_of_range_port_is_named_as_the_problem(tmp_path) -> None:
-    from repl.config import ConfigError, _check_url
+    from dsh.repl.config import ConfigError, _check_url
 
     with pytest.raises(ConfigError) as caught:
         _check_url("base_url", "http://u:pw@127.0.0.1:99999/v1?k=secretvalue", "command line")

@@ -12,10 +12,10 @@ from pathlib import Path
 import anyio
 import pytest
 
-from fixtures.fault_server import FaultServer, closed_port
-from repl.config import Config
-from repl.demo import CORE_SCENARIOS, SCENARIOS, Demo, DemoClient, demo_retry_policy, register_scenario
-from repl.shell import Shell
+from dsh.repl.config import Config
+from dsh.repl.demo.catalogue import CORE_SCENARIOS, SCENARIOS, Demo, DemoClient, demo_retry_policy, register_scenario
+from dsh.repl.demo.fault_server import FaultServer, closed_port
+from dsh.repl.shell import Shell
 
 pytestmark = pytest.mark.anyio
 
@@ -71,7 +71,7 @@ async def run_scenario(tmp_path: Path, name: str) -> tuple[dict | None, str]:
 
 
 async def test_every_scenario_prints_its_expected_line(tmp_path: Path) -> None:
-    # The subagent scenarios registered by agent_loop.subagent are pinned by that package's tests.
+    # The subagent scenarios registered by dsh.agent_loop.subagent are pinned by that package's tests.
     names = [name for name in CORE_SCENARIOS if SCENARIOS[name].expect]
     assert len(names) >= 20
     outputs: dict[str, tuple[dict | None, str]] = {}

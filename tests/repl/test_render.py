@@ -1,12 +1,12 @@
-"""repl.render is pure: every turn-end line of DESIGN §6, pinned to the character."""
+"""dsh.repl.render is pure: every turn-end line of DESIGN §6, pinned to the character."""
 
 from __future__ import annotations
 
 import pytest
 
-from agent_loop import events as ev
-from agent_loop.reasons import Aborted, Completed, Disposed, Failed, Interrupted, MaxTokens, Rejected
-from repl.render import (
+from dsh.agent_loop import events as ev
+from dsh.agent_loop.reasons import Aborted, Completed, Disposed, Failed, Interrupted, MaxTokens, Rejected
+from dsh.repl.render import (
     DIM,
     FIX_AUTH,
     FIX_QUOTA,

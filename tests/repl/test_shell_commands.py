@@ -8,14 +8,14 @@ from pathlib import Path
 import anyio
 import pytest
 
-from agent_loop import events as ev
-from agent_loop.session_log import SessionLog
-from agent_loop.tools import Tool, ToolOutput
-from fixtures.fault_server import FaultServer, closed_port
-from repl import commands
-from repl import shell as shell_module
-from repl.config import Config
-from repl.shell import Shell, exit_code_for
+from dsh.agent_loop import events as ev
+from dsh.agent_loop.session_log import SessionLog
+from dsh.agent_loop.tools import Tool, ToolOutput
+from dsh.repl import commands
+from dsh.repl import shell as shell_module
+from dsh.repl.config import Config
+from dsh.repl.demo.fault_server import FaultServer, closed_port
+from dsh.repl.shell import Shell, exit_code_for
 
 pytestmark = pytest.mark.anyio
 
@@ -140,7 +140,7 @@ async def test_why_shows_the_full_chain_with_types(env: dict[str, str]) -> None:
             await shell.handle_line("/why")
             assert sink.take().splitlines() == [
                 "last failure (TRANSPORT):",
-                f"  llm.errors.LlmError: DeepSeek API request to http://127.0.0.1:{port} failed",
+                f"  dsh.llm.errors.LlmError: DeepSeek API request to http://127.0.0.1:{port} failed",
                 "  httpx.ConnectError: All connection attempts failed",
                 "  httpcore.ConnectError: All connection attempts failed",
                 "  OSError: All connection attempts failed",
@@ -162,7 +162,7 @@ async def test_why_after_http_error_has_status_and_request_id(env: dict[str, str
         await shell.handle_line("/why")
         lines = sink.take().splitlines()
         assert lines[0].startswith("last failure (AUTH, HTTP 401, request id ")
-        assert lines[1] == "  llm.errors.LlmError: Authentication Fails, Your api key: ****abcd is invalid"
+        assert lines[1] == "  dsh.llm.errors.LlmError: Authentication Fails, Your api key: ****abcd is invalid"
     finally:
         await shell.aclose()
 
@@ -308,7 +308,7 @@ async def test_shell_approval_answers_reach_the_tool(env: dict[str, str], server
 
 
 def _shell_call():  # type: ignore[no-untyped-def]
-    from fixtures.fault_server import Behaviour
+    from dsh.repl.demo.fault_server import Behaviour
 
     return Behaviour("tool_call", name="run_shell", arguments=json.dumps({"command": "echo approved-output"}))
 

@@ -1,4 +1,4 @@
-"""The ACP provider against a real ACP agent (fixtures/acp_agent.py, built on the official SDK).
+"""The ACP provider against a real ACP agent (repl/demo/acp_agent.py, built on the official SDK).
 
 Every spawned agent pays ~1 s of CPU for ``import acp``, so the scenario table runs once per module,
 concurrently (bounded), and the parametrized tests below assert one scenario each.
@@ -19,11 +19,12 @@ from typing import Any
 import anyio
 import pytest
 
-from agent_loop.subagent.acp import AcpProvider, provider_from_config
-from agent_loop.subagent.process import Teardown
-from agent_loop.subagent.result import SubagentRequest, SubagentResult
+from dsh.agent_loop.subagent.acp import AcpProvider, provider_from_config
+from dsh.agent_loop.subagent.process import Teardown
+from dsh.agent_loop.subagent.result import SubagentRequest, SubagentResult
+from dsh.repl import demo
 
-AGENT = str(Path(__file__).resolve().parents[2] / "fixtures" / "acp_agent.py")
+AGENT = str(Path(demo.__file__).with_name("acp_agent.py"))
 REPO = str(Path(__file__).resolve().parents[2])
 
 CANARY_TASK = "sk-canary-task-5b1e"
@@ -309,7 +310,7 @@ async def test_startup_rollback_with_a_grandchild_leaves_no_process(tmp_path: Pa
 async def test_failed_rollback_adds_the_teardown_fact(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     # A child whose exit cannot be observed even after SIGKILL is not reproducible on demand; pin the
     # mapping with the ladder's own outcome replaced (the real ladder still runs first).
-    from agent_loop.subagent import process
+    from dsh.agent_loop.subagent import process
 
     real = process.ManagedProcess.terminate
 
@@ -386,7 +387,7 @@ def test_constructor_matches_the_config_shape() -> None:
 
 @pytest.mark.usefixtures("no_leftover_processes")
 def test_importing_the_provider_does_not_import_the_sdk() -> None:
-    code = "import sys, agent_loop.subagent.acp; print('acp' in sys.modules, 'pydantic' in sys.modules)"
+    code = "import sys, dsh.agent_loop.subagent.acp; print('acp' in sys.modules, 'pydantic' in sys.modules)"
     out = subprocess.run([sys.executable, "-c", code], cwd=REPO, capture_output=True, text=True, check=True)
     assert out.stdout.split() == ["False", "False"]
 
@@ -418,7 +419,7 @@ async def test_echo_cwd_and_host_log_hygiene(tmp_path: Path, caplog: pytest.LogC
 def test_sdk_log_guard_sanitizes_only_sdk_records() -> None:
     import acp
 
-    from agent_loop.subagent.acp import _SdkLogGuard
+    from dsh.agent_loop.subagent.acp import _SdkLogGuard
 
     sdk_dir = os.path.dirname(acp.__file__) + os.sep
     guard = _SdkLogGuard(sdk_dir)
@@ -440,7 +441,7 @@ def test_sdk_log_guard_sanitizes_only_sdk_records() -> None:
 async def test_permission_requests_after_a_local_cancel_are_answered_cancelled() -> None:
     from acp.schema import PermissionOption, ToolCallUpdate
 
-    from agent_loop.subagent.acp import _PermissionClient
+    from dsh.agent_loop.subagent.acp import _PermissionClient
 
     options = [
         PermissionOption(option_id="a", name="Allow", kind="allow_once"),
@@ -457,7 +458,7 @@ async def test_permission_requests_after_a_local_cancel_are_answered_cancelled()
 
 
 def test_the_registry_builds_the_acp_provider() -> None:
-    from agent_loop.subagent import build_provider
+    from dsh.agent_loop.subagent import build_provider
 
     provider = build_provider("probe", {"provider": "acp", "command": sys.executable, "args": [AGENT]})
     assert isinstance(provider, AcpProvider) and provider.name == "probe"

@@ -2,7 +2,7 @@
 
 Real-product tests run the bundled ``claude`` against ``fixtures/fake_anthropic.py`` on loopback, with
 an isolated config dir, retries off and non-essential traffic off (~1 s each). The scripted fake
-(``fixtures/fake_claude_cli.py``, via the provider's ``command``) covers every remaining category and
+(``repl/demo/fake_claude_cli.py``, via the provider's ``command``) covers every remaining category and
 stage. Every test checks that no process survives it.
 """
 
@@ -19,21 +19,22 @@ from typing import Any
 import anyio
 import pytest
 
-from agent_loop.subagent import SubagentConfigError, build_provider
-from agent_loop.subagent.claude_code import (
+from dsh.agent_loop.subagent import SubagentConfigError, build_provider
+from dsh.agent_loop.subagent.claude_code import (
     DENY_MESSAGE,
     ClaudeCodeConfig,
     ClaudeCodeProvider,
     ClaudeCodeRun,
     from_config,
 )
-from agent_loop.subagent.result import SubagentRequest, SubagentResult
+from dsh.agent_loop.subagent.result import SubagentRequest, SubagentResult
+from dsh.repl import demo
 from fixtures.fake_anthropic import FakeAnthropic
 
 pytestmark = [pytest.mark.anyio, pytest.mark.usefixtures("no_leftover_processes")]
 
 ROOT = Path(__file__).resolve().parents[2]
-FAKE_CLI = str(ROOT / "fixtures" / "fake_claude_cli.py")
+FAKE_CLI = str(Path(demo.__file__).with_name("fake_claude_cli.py"))
 PROMPT_CANARY = "PROMPT-CANARY-7f3a"
 STDERR_CANARY = "STDERR-CANARY-91bc"
 UPSTREAM_CANARY = "UPSTREAM-CANARY-c0de"
@@ -464,7 +465,7 @@ async def test_real_cli_two_concurrent_runs_stay_isolated(tmp_path: Path) -> Non
 
 
 def _demo_cases(product: str) -> list[Any]:
-    from agent_loop.subagent.product_demo import PRODUCT_SCENARIOS, product_demo_tables
+    from dsh.repl.demo.product_delegation import PRODUCT_SCENARIOS, product_demo_tables
 
     tables = product_demo_tables()
     return [

@@ -2,7 +2,7 @@
 
 Real-product tests run the binary from ``openai-codex-cli-bin`` with an isolated ``CODEX_HOME`` and a
 custom model provider pointed at ``fixtures/fake_responses.py`` on loopback (retries off; ~0.3-1 s
-each). The scripted fake (``fixtures/fake_codex_app_server.py``, via ``command``) covers every
+each). The scripted fake (``repl/demo/fake_codex_app_server.py``, via ``command``) covers every
 ``codexErrorInfo`` variant, every stage, approvals, deadlines and teardown failures.
 """
 
@@ -19,8 +19,8 @@ from typing import Any
 import anyio
 import pytest
 
-from agent_loop.subagent import SubagentConfigError, build_provider
-from agent_loop.subagent.codex import (
+from dsh.agent_loop.subagent import SubagentConfigError, build_provider
+from dsh.agent_loop.subagent.codex import (
     STATUS_VARIANTS,
     STRING_VARIANTS,
     CodexConfig,
@@ -29,13 +29,14 @@ from agent_loop.subagent.codex import (
     classify_error_info,
     from_config,
 )
-from agent_loop.subagent.result import SubagentRequest, SubagentResult
+from dsh.agent_loop.subagent.result import SubagentRequest, SubagentResult
+from dsh.repl import demo
 from fixtures.fake_responses import FakeResponses, closed_port
 
 pytestmark = [pytest.mark.anyio, pytest.mark.usefixtures("no_leftover_processes")]
 
 ROOT = Path(__file__).resolve().parents[2]
-FAKE_SERVER = str(ROOT / "fixtures" / "fake_codex_app_server.py")
+FAKE_SERVER = str(Path(demo.__file__).with_name("fake_codex_app_server.py"))
 PROMPT_CANARY = "PROMPT-CANARY-4b1d"
 STDERR_CANARY = "STDERR-CANARY-77aa"
 UPSTREAM_CANARY = "UPSTREAM-CANARY-e9e9"
@@ -546,7 +547,7 @@ async def test_real_codex_two_concurrent_runs_stay_isolated(tmp_path: Path) -> N
 
 
 def _demo_cases(product: str) -> list[Any]:
-    from agent_loop.subagent.product_demo import PRODUCT_SCENARIOS, product_demo_tables
+    from dsh.repl.demo.product_delegation import PRODUCT_SCENARIOS, product_demo_tables
 
     tables = product_demo_tables()
     return [

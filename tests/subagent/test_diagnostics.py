@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import pytest
 
-from agent_loop.subagent.diagnostics import (
+from dsh.agent_loop.subagent.diagnostics import (
     join_lines,
     permission_line,
     product_failure,
@@ -12,8 +12,8 @@ from agent_loop.subagent.diagnostics import (
     subagent_failure,
     unattended_decision,
 )
-from agent_loop.subagent.process import ExitStatus
-from agent_loop.subagent.result import SubagentResult, limit_diagnostic
+from dsh.agent_loop.subagent.process import ExitStatus
+from dsh.agent_loop.subagent.result import SubagentResult, limit_diagnostic
 
 CANARY = "sk-canary-77d1-DO-NOT-LEAK"
 

@@ -1,5 +1,5 @@
 """The dsh-sdk provider against real child processes: ``dsh serve --stdio`` talking to the real fault
-server, and the scripted child (fixtures/dsh_child_scripted.py) for protocol faults a real child
+server, and the scripted child (repl/demo/scripted_dsh_child.py) for protocol faults a real child
 cannot produce. Every row of seed 002's "DSH SDK facts" table is pinned here.
 
 Children cost CPU to start, so the scenario table runs once per module, concurrently (bounded), with a
@@ -21,15 +21,15 @@ from typing import Any
 import anyio
 import pytest
 
-from agent_loop.subagent import ParentContext, build_provider
-from agent_loop.subagent.dsh_sdk import DshSdkRun, from_config
-from agent_loop.subagent.process import live_group_members
-from agent_loop.subagent.result import SubagentRequest, SubagentResult
-from fixtures.fault_server import Behaviour, FaultServer, RecordedRequest
+from dsh.agent_loop.subagent import ParentContext, build_provider
+from dsh.agent_loop.subagent.dsh_sdk import DshSdkRun, from_config
+from dsh.agent_loop.subagent.process import live_group_members
+from dsh.agent_loop.subagent.result import SubagentRequest, SubagentResult
+from dsh.repl.demo.fault_server import Behaviour, FaultServer, RecordedRequest
 from tests import canaries
 
 REPO = str(Path(__file__).resolve().parents[2])
-SCRIPTED = [sys.executable, "-m", "fixtures.dsh_child_scripted"]
+SCRIPTED = [sys.executable, "-m", "dsh.repl.demo.scripted_dsh_child"]
 FAIL = "Subagent failure (provider: probe; "
 TASK = f"please summarise the notes {canaries.TASK_TEXT}"
 DESCRIPTION = f"summarise {canaries.TOOL_INPUT}"
@@ -404,7 +404,7 @@ def test_building_the_dsh_provider_imports_no_heavy_sdk() -> None:
     import subprocess
 
     code = (
-        "import sys; from agent_loop.subagent import build_provider; "
+        "import sys; from dsh.agent_loop.subagent import build_provider; "
         "build_provider('x', {'provider': 'dsh'}); "
         "print(sorted(m for m in ('acp', 'claude_agent_sdk', 'openai') if m in sys.modules))"
     )

@@ -1,4 +1,4 @@
-"""agent_loop.jsonrpc over real sockets: framing, concurrency, typed failures, bounded lines."""
+"""dsh.agent_loop.jsonrpc over real sockets: framing, concurrency, typed failures, bounded lines."""
 
 from __future__ import annotations
 
@@ -12,7 +12,7 @@ from typing import Any
 import anyio
 import pytest
 
-from agent_loop.jsonrpc import (
+from dsh.agent_loop.jsonrpc import (
     INTERNAL_ERROR,
     METHOD_NOT_FOUND,
     PARSE_ERROR,

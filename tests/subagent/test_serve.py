@@ -13,16 +13,16 @@ from typing import Any
 import anyio
 import pytest
 
-from agent_loop.jsonrpc import JsonRpcConnection, ProtocolError
-from agent_loop.serve import main as serve_main
-from agent_loop.subagent.process import ManagedProcess
-from fixtures.fault_server import Behaviour, FaultServer
+from dsh.agent_loop.jsonrpc import JsonRpcConnection, ProtocolError
+from dsh.agent_loop.serve import main as serve_main
+from dsh.agent_loop.subagent.process import ManagedProcess
+from dsh.repl.demo.fault_server import Behaviour, FaultServer
 from tests import canaries
 
 pytestmark = [pytest.mark.anyio, pytest.mark.usefixtures("no_leftover_processes")]
 
 REPO = str(Path(__file__).resolve().parents[2])
-SERVE = [sys.executable, "-m", "agent_loop.serve", "--stdio"]
+SERVE = [sys.executable, "-m", "dsh.agent_loop.serve", "--stdio"]
 
 
 class _Child:
@@ -235,7 +235,7 @@ async def test_shutdown_during_a_turn_answers_the_turn_then_exits() -> None:
 
 
 async def test_the_dsh_cli_dispatches_serve() -> None:
-    async with FaultServer() as server, _serve([sys.executable, "-m", "repl", "serve", "--stdio"]) as child:
+    async with FaultServer() as server, _serve([sys.executable, "-m", "dsh.repl", "serve", "--stdio"]) as child:
         info = await child.initialize(server.url)
         assert info["serverInfo"]["name"] == "dsh"
         await child.conn.request("shutdown")
@@ -253,7 +253,7 @@ def test_serve_module_is_importable_without_side_effects() -> None:
     import subprocess
 
     result = subprocess.run(
-        [sys.executable, "-c", "import agent_loop.serve"],
+        [sys.executable, "-c", "import dsh.agent_loop.serve"],
         capture_output=True,
         cwd=REPO,
         env={**os.environ, "PYTHONPATH": REPO},

@@ -13,21 +13,21 @@ from typing import Any
 import anyio
 import pytest
 
-from agent_loop import Agent, RetryPolicy, ToolContext, ToolOutput, ToolRegistry
-from agent_loop.events import Event
-from agent_loop.jobs import JobManager, job_tools, notice_text, run_subagent, status_line
-from agent_loop.subagent import ParentContext, SubagentConfigError, build_provider
-from agent_loop.subagent.demo_scenarios import DELEGATION_SCENARIOS, demo_subagent_tables, scenario_setup
-from agent_loop.subagent.result import SubagentRequest, SubagentResult
-from agent_loop.subagent.tool import SubagentToolkit, foreground_output, subagent_tool
-from fixtures.fault_server import Behaviour, FaultServer
-from llm import DeepSeekClient
-from repl.demo import DemoTurn
-from repl.render import Renderer
+from dsh.agent_loop import Agent, RetryPolicy, ToolContext, ToolOutput, ToolRegistry
+from dsh.agent_loop.events import Event
+from dsh.agent_loop.jobs import JobManager, job_tools, notice_text, run_subagent, status_line
+from dsh.agent_loop.subagent import ParentContext, SubagentConfigError, build_provider
+from dsh.agent_loop.subagent.result import SubagentRequest, SubagentResult
+from dsh.agent_loop.subagent.tool import SubagentToolkit, foreground_output, subagent_tool
+from dsh.llm import DeepSeekClient
+from dsh.repl.demo.catalogue import DemoTurn
+from dsh.repl.demo.delegation import DELEGATION_SCENARIOS, demo_subagent_tables, scenario_setup
+from dsh.repl.demo.fault_server import Behaviour, FaultServer
+from dsh.repl.render import Renderer
 from tests import canaries
 
 REPO = str(Path(__file__).resolve().parents[2])
-SCRIPTED = [sys.executable, "-m", "fixtures.dsh_child_scripted"]
+SCRIPTED = [sys.executable, "-m", "dsh.repl.demo.scripted_dsh_child"]
 FAST = {"exit_wait": 1.0, "eof_grace": 1.0, "term_grace": 1.0}
 CHILD_ERROR = "Subagent failure (provider: dsh; stage: session-run; category: child-error; stop reason: error)"
 TASK = f"Summarise the notes {canaries.TASK_TEXT}"

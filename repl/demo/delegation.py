@@ -3,16 +3,16 @@
 Plain data plus two small functions, so the demo can use it without ``agent_loop`` importing ``repl``
 or ``fixtures`` (imports point one way). The front end:
 
-* builds its :class:`~agent_loop.subagent.tool.SubagentToolkit` from :func:`demo_subagent_tables`
+* builds its :class:`~dsh.agent_loop.subagent.tool.SubagentToolkit` from :func:`demo_subagent_tables`
   (plus the user's own ``[subagents.NAME]`` tables) with the demo server as the parent's base URL, so
   the child dsh streams from the same embedded endpoint;
-* calls :func:`register_demo_scenarios` with ``repl.demo.register_scenario`` and
-  ``fixtures.fault_server.Behaviour``.
+* calls :func:`register_demo_scenarios` with ``dsh.repl.demo.catalogue.register_scenario`` and
+  ``dsh.repl.demo.fault_server.Behaviour``.
 
 Each scenario scripts the main model to call the ``subagent`` tool (and, for a real child dsh, the
 child's own request), then to answer. The child dsh is the real ``dsh serve --stdio``; protocol faults
-a real child cannot produce come from ``fixtures/dsh_child_scripted.py``; the ACP agent is
-``fixtures/acp_agent.py``. ``expect`` is the exact line (or line prefix) the REPL prints.
+a real child cannot produce come from ``repl/demo/scripted_dsh_child.py``; the ACP agent is
+``repl/demo/acp_agent.py``. ``expect`` is the exact line (or line prefix) the REPL prints.
 """
 
 from __future__ import annotations
@@ -21,7 +21,6 @@ import json
 import sys
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
-from pathlib import Path
 from typing import Any
 
 __all__ = [
@@ -31,15 +30,14 @@ __all__ = [
     "register_demo_scenarios",
 ]
 
-_ROOT = str(Path(__file__).resolve().parents[2])
 _FAIL = "    Subagent failure (provider: {name}; "
 
 
 def _scripted(script: Mapping[str, Any]) -> dict[str, Any]:
     return {
         "provider": "dsh",
-        "command": [sys.executable, "-m", "fixtures.dsh_child_scripted"],
-        "env": {"PYTHONPATH": _ROOT, "DSH_SCRIPTED_CHILD": json.dumps(script)},
+        "command": [sys.executable, "-m", "dsh.repl.demo.scripted_dsh_child"],
+        "env": {"DSH_SCRIPTED_CHILD": json.dumps(script)},
         "eof_grace": 1.0,
         "term_grace": 1.0,
     }
@@ -49,8 +47,8 @@ def _acp(**env: str) -> dict[str, Any]:
     return {
         "provider": "acp",
         "command": sys.executable,
-        "args": ["-m", "fixtures.acp_agent"],
-        "env": {"PYTHONPATH": _ROOT, **{f"ACP_FAKE_{key.upper()}": value for key, value in env.items()}},
+        "args": ["-m", "dsh.repl.demo.acp_agent"],
+        "env": {**{f"ACP_FAKE_{key.upper()}": value for key, value in env.items()}},
     }
 
 
@@ -174,6 +172,6 @@ def scenario_setup(scenario: DelegationScenario, behaviour: Callable[..., Any]) 
 
 
 def register_demo_scenarios(register: Callable[..., Any], behaviour: Callable[..., Any]) -> None:
-    """``register`` is ``repl.demo.register_scenario``; ``behaviour`` is ``fixtures.fault_server.Behaviour``."""
+    """``register`` is the catalogue's ``register_scenario``; ``behaviour`` the fault server's ``Behaviour``."""
     for scenario in DELEGATION_SCENARIOS:
         register(scenario.name, scenario.summary, scenario_setup(scenario, behaviour), expect=scenario.expect)

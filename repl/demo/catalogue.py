@@ -16,9 +16,9 @@ from collections.abc import AsyncIterator, Callable
 from dataclasses import dataclass, field, fields
 from typing import Any
 
-from agent_loop.retry import RetryPolicy
-from fixtures.fault_server import Behaviour, FaultServer
-from llm import ChatRequest, DeepSeekClient, StreamEvent
+from dsh.agent_loop.retry import RetryPolicy
+from dsh.llm import ChatRequest, DeepSeekClient, StreamEvent
+from dsh.repl.demo.fault_server import Behaviour, FaultServer
 
 __all__ = [
     "CORE_SCENARIOS",
@@ -150,10 +150,10 @@ class Demo:
         """The demo's ``[subagents.NAME]`` tables (a real child dsh, scripted faults, fake agents)."""
         tables: dict[str, dict[str, Any]] = {}
         try:
-            from agent_loop.subagent.demo_scenarios import demo_subagent_tables
+            from dsh.repl.demo.delegation import demo_subagent_tables
 
             tables.update(demo_subagent_tables())
-            from agent_loop.subagent.product_demo import product_demo_tables
+            from dsh.repl.demo.product_delegation import product_demo_tables
 
             tables.update(product_demo_tables())
         except ImportError:  # pragma: no cover - a build without the subagent package
@@ -299,10 +299,10 @@ def _register_catalogue() -> None:
 def _register_delegation() -> None:
     """One scenario per subagent failure category, from the subagent packages' own catalogues."""
     try:
-        from agent_loop.subagent.demo_scenarios import register_demo_scenarios
+        from dsh.repl.demo.delegation import register_demo_scenarios
 
         register_demo_scenarios(register_scenario, Behaviour)
-        from agent_loop.subagent.product_demo import register_product_demo_scenarios
+        from dsh.repl.demo.product_delegation import register_product_demo_scenarios
 
         register_product_demo_scenarios(register_scenario, Behaviour)
     except ImportError:  # pragma: no cover - a build without the subagent package

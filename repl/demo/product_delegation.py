@@ -1,15 +1,15 @@
 """Demo data for the product subagents: one scenario per Claude Code and Codex failure category.
 
-Plain data, in the shape of :mod:`agent_loop.subagent.demo_scenarios`: ``[subagents.NAME]`` tables
+Plain data, in the shape of :mod:`dsh.repl.demo.delegation`: ``[subagents.NAME]`` tables
 (:func:`product_demo_tables`) and :class:`DelegationScenario` entries (:data:`PRODUCT_SCENARIOS`).
-Every table runs a scripted fake — ``fixtures/fake_claude_cli.py`` through the real
-``claude-agent-sdk``, or ``fixtures/fake_codex_app_server.py`` through our app-server client — so the
+Every table runs a scripted fake — ``repl/demo/fake_claude_cli.py`` through the real
+``claude-agent-sdk``, or ``repl/demo/fake_codex_app_server.py`` through our app-server client — so the
 demo stays offline, keyless and quick while the provider code on the path is the real one. ``expect``
 is the exact diagnostic line the REPL prints (indented like the other delegation scenarios).
 
 The front end adds :func:`product_demo_tables` to the demo's subagent tables and calls
-:func:`register_product_demo_scenarios` with ``repl.demo.register_scenario`` and
-``fixtures.fault_server.Behaviour``.
+:func:`register_product_demo_scenarios` with ``dsh.repl.demo.catalogue.register_scenario`` and
+``dsh.repl.demo.fault_server.Behaviour``.
 """
 
 from __future__ import annotations
@@ -20,13 +20,12 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
-from agent_loop.subagent.demo_scenarios import DelegationScenario, scenario_setup
+from dsh.repl.demo.delegation import DelegationScenario, scenario_setup
 
 __all__ = ["PRODUCT_SCENARIOS", "product_demo_tables", "register_product_demo_scenarios"]
 
-_FIXTURES = Path(__file__).resolve().parents[2] / "fixtures"
-_FAKE_CLAUDE = str(_FIXTURES / "fake_claude_cli.py")
-_FAKE_CODEX = str(_FIXTURES / "fake_codex_app_server.py")
+_FAKE_CLAUDE = str(Path(__file__).with_name("fake_claude_cli.py"))
+_FAKE_CODEX = str(Path(__file__).with_name("fake_codex_app_server.py"))
 _INDENT = "    "
 
 
@@ -206,6 +205,6 @@ PRODUCT_SCENARIOS: tuple[DelegationScenario, ...] = tuple(
 
 
 def register_product_demo_scenarios(register: Callable[..., Any], behaviour: Callable[..., Any]) -> None:
-    """``register`` is ``repl.demo.register_scenario``; ``behaviour`` is ``fixtures.fault_server.Behaviour``."""
+    """``register`` is the catalogue's ``register_scenario``; ``behaviour`` the fault server's ``Behaviour``."""
     for scenario in PRODUCT_SCENARIOS:
         register(scenario.name, scenario.summary, scenario_setup(scenario, behaviour), expect=scenario.expect)
