@@ -6,6 +6,7 @@ from pathlib import Path
 import pytest
 
 from tests import canaries
+from tests.leak_check import leak_checker, no_leftover_processes  # noqa: F401 (fixtures for every folder)
 
 CANARY_HITS: list[str] = []
 

@@ -6,8 +6,7 @@
 * ``dsh_harness.COUNTS`` / ``FIGURES`` (faults tried, kills survived, canaries checked, concurrent runs,
   soak RSS ...) are printed at the end of the run and written as JSON to ``$DSH_RELIABILITY_REPORT``
   when that is set.
-* ``no_leftover_processes`` / ``leak_checker`` are the subagent suite's fixtures
-  (tests/subagent/conftest.py), loaded from that file so both folders use one implementation.
+* ``no_leftover_processes`` / ``leak_checker`` come from tests/leak_check.py, via tests/conftest.py.
 """
 
 from __future__ import annotations
@@ -19,13 +18,10 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from dsh_harness import COUNTS, FIGURES, subagent_leak_tools
+from dsh_harness import COUNTS, FIGURES
 
 _HERE = Path(__file__).resolve().parent
 
-_leaks = subagent_leak_tools()
-no_leftover_processes = _leaks.no_leftover_processes
-leak_checker = _leaks.leak_checker
 
 
 def _count_examples(inner: Any, key: str) -> Any:

@@ -13,8 +13,6 @@ prints them at the end of the run.
 from __future__ import annotations
 
 import collections
-import functools
-import importlib.util
 import json
 import os
 import signal
@@ -25,6 +23,8 @@ from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
+
+from tests import leak_check as leak_check_module
 
 REPO = Path(__file__).resolve().parents[2]
 TEST_KEY = "sk-reliabilityTestKey00000000000000"
@@ -225,25 +225,13 @@ def assert_well_formed(records: Sequence[Mapping[str, Any]]) -> None:
 # --- processes ------------------------------------------------------------------------------------
 
 
-@functools.cache
-def subagent_leak_tools() -> Any:
-    """tests/subagent/conftest.py (the subagent suite's leak check), loaded by path: one implementation
-    for both folders (a conftest cannot be imported by name)."""
-    path = Path(__file__).resolve().parent.parent / "subagent" / "conftest.py"
-    spec = importlib.util.spec_from_file_location("_subagent_leak_tools", path)
-    assert spec is not None and spec.loader is not None
-    module = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(module)
-    return module
-
-
 def leak_check() -> Any:
     """Context manager: fail (after killing them) if processes started inside the block outlive it."""
-    return subagent_leak_tools().leak_check()
+    return leak_check_module.leak_check()
 
 
 def live_descendants() -> set[int]:
-    return subagent_leak_tools().live_descendants()
+    return leak_check_module.live_descendants()
 
 
 def fd_count() -> int:

@@ -35,7 +35,7 @@ from fixtures.fake_responses import FakeResponses, closed_port
 
 pytestmark = [pytest.mark.anyio, pytest.mark.usefixtures("no_leftover_processes")]
 
-ROOT = Path(__file__).resolve().parents[2]
+ROOT = Path(__file__).resolve().parents[3]
 FAKE_SERVER = str(Path(demo.__file__).with_name("fake_codex_app_server.py"))
 PROMPT_CANARY = "PROMPT-CANARY-4b1d"
 STDERR_CANARY = "STDERR-CANARY-77aa"

@@ -25,7 +25,7 @@ from dsh.agent_loop.subagent.result import SubagentRequest, SubagentResult
 from dsh.repl import demo
 
 AGENT = str(Path(demo.__file__).with_name("acp_agent.py"))
-REPO = str(Path(__file__).resolve().parents[2])
+REPO = str(Path(__file__).resolve().parents[3])
 
 CANARY_TASK = "sk-canary-task-5b1e"
 CANARY_STDERR = "sk-canary-stderr-77aa"

@@ -1,4 +1,4 @@
-"""Shared fixtures for subagent tests: a "no leftover processes" check that any test may use.
+"""The "no leftover processes" check that any test may use (registered as fixtures by tests/conftest.py).
 
 ``no_leftover_processes`` makes the test process a child subreaper (Linux ``PR_SET_CHILD_SUBREAPER``)
 so that an orphaned grandchild is re-parented to us instead of to init — then "every live process

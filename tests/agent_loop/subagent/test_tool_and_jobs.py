@@ -26,7 +26,7 @@ from dsh.repl.demo.fault_server import Behaviour, FaultServer
 from dsh.repl.render import Renderer
 from tests import canaries
 
-REPO = str(Path(__file__).resolve().parents[2])
+REPO = str(Path(__file__).resolve().parents[3])
 SCRIPTED = [sys.executable, "-m", "dsh.repl.demo.scripted_dsh_child"]
 FAST = {"exit_wait": 1.0, "eof_grace": 1.0, "term_grace": 1.0}
 CHILD_ERROR = "Subagent failure (provider: dsh; stage: session-run; category: child-error; stop reason: error)"

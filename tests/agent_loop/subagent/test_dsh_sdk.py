@@ -28,7 +28,7 @@ from dsh.agent_loop.subagent.result import SubagentRequest, SubagentResult
 from dsh.repl.demo.fault_server import Behaviour, FaultServer, RecordedRequest
 from tests import canaries
 
-REPO = str(Path(__file__).resolve().parents[2])
+REPO = str(Path(__file__).resolve().parents[3])
 SCRIPTED = [sys.executable, "-m", "dsh.repl.demo.scripted_dsh_child"]
 FAIL = "Subagent failure (provider: probe; "
 TASK = f"please summarise the notes {canaries.TASK_TEXT}"

@@ -33,7 +33,7 @@ from fixtures.fake_anthropic import FakeAnthropic
 
 pytestmark = [pytest.mark.anyio, pytest.mark.usefixtures("no_leftover_processes")]
 
-ROOT = Path(__file__).resolve().parents[2]
+ROOT = Path(__file__).resolve().parents[3]
 FAKE_CLI = str(Path(demo.__file__).with_name("fake_claude_cli.py"))
 PROMPT_CANARY = "PROMPT-CANARY-7f3a"
 STDERR_CANARY = "STDERR-CANARY-91bc"
