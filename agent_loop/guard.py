@@ -19,7 +19,7 @@ import re
 from collections.abc import Sequence
 from dataclasses import dataclass
 
-from dsh.agent_loop.tools import child_env, run_command
+from dsh.agent_loop.tools import run_command
 from dsh.llm import redact_text
 
 __all__ = [
@@ -111,7 +111,6 @@ class PromptGuard:
                 timeout=self.hook_timeout,
                 output_limit=_HOOK_OUTPUT_LIMIT,
                 merge_stderr=False,
-                env=child_env(),
             )
         except OSError:
             return HOOK_FAILED

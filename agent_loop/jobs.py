@@ -1,10 +1,10 @@
 """One-shot background subagent jobs, and the ``job_output`` / ``job_list`` / ``job_kill`` tools.
 
-A :class:`JobManager` (the REPL creates one per process) runs each job in a task group hosted by its
-own supervisor task, so jobs outlive the tool call that started them and :meth:`JobManager.aclose`
-— callable from any task — cancels and disposes every run. Job ids are ``subagent-1``, ``subagent-2``…
+A :class:`JobManager` (the REPL holds one per session) is an async context manager: ``async with``
+holds the task group its jobs run in, so jobs outlive the tool call that started them but not the
+block, and leaving it kills and disposes every run still going. Job ids are ``subagent-1``, ``subagent-2``…
 
-Status (DESIGN §7): ``running``; ``completed``; ``killed`` = local cancellation (``job_kill`` or the
+Status: ``running``; ``completed``; ``killed`` = local cancellation (``job_kill`` or the
 manager closing); ``failed`` = anything else, shown with the stop reason and, when there is one, the
 same bounded diagnostic the foreground tool shows:
 
@@ -18,19 +18,19 @@ The label is the configured subagent name — never the model's description or p
 
 from __future__ import annotations
 
-import asyncio
 import itertools
 import logging
 import math
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
-from typing import Any, Literal, Protocol
+from typing import Any, Literal
 
 import anyio
 import anyio.abc
 
-from dsh.agent_loop.subagent.diagnostics import join_lines, safe_token, subagent_failure
-from dsh.agent_loop.subagent.result import SubagentProvider, SubagentRequest, SubagentResult, SubagentRun
+from dsh.agent_loop.subagent.diagnostics import safe_token
+from dsh.agent_loop.subagent.result import SubagentRequest, SubagentResult
+from dsh.agent_loop.subagent.run import Provider, Run
 from dsh.agent_loop.tools import Tool, ToolContext, ToolOutput
 
 __all__ = [
@@ -53,57 +53,20 @@ NO_NEW_OUTPUT = "(no new output)"
 _KILL_GRACE = 5.0  # how long job_kill lets a cancelled run settle before cancelling its task
 
 
-class _PartialOutput(Protocol):
-    def partial_output(self) -> str: ...
-
-
 # -- running one subagent to completion (shared with the foreground tool) --------------------------
 
 
-def _provider_name(provider: SubagentProvider) -> str:
-    return safe_token(getattr(provider, "name", None))
-
-
-def _unexpected(provider: SubagentProvider) -> SubagentResult:
-    # A provider broke its contract (raised instead of returning a failed result): fixed facts only.
-    return SubagentResult("", "error", subagent_failure(_provider_name(provider), "unknown", "unknown"))
-
-
 async def run_subagent(
-    provider: SubagentProvider,
+    provider: Provider,
     request: SubagentRequest,
     *,
-    on_started: Callable[[SubagentRun], None] | None = None,
+    on_started: Callable[[Run], None] | None = None,
 ) -> SubagentResult:
-    """start -> result -> dispose (always, shielded). Never raises for a child failure.
-
-    A safe teardown/shutdown fact returned by ``dispose()`` joins the diagnostic of a failed result
-    (success and diagnostic-free cancellation stay without one; the fact is host-logged by the provider).
-    """
-    try:
-        run = await provider.start(request)
-    except Exception:
-        log.exception("subagent %s: start raised", _provider_name(provider))
-        return _unexpected(provider)
-    note: object = None
-    try:
+    """One run, start to dispose, in a task group held here. Never raises for a child failure."""
+    async with provider.run(request) as run:
         if on_started is not None:
             on_started(run)
-        try:
-            result = await run.result()
-        except Exception:
-            log.exception("subagent %s: result raised", _provider_name(provider))
-            result = _unexpected(provider)
-    finally:
-        with anyio.CancelScope(shield=True):
-            try:
-                note = await run.dispose()
-            except Exception:
-                log.exception("subagent %s: dispose raised", _provider_name(provider))
-    quiet = result.stop_reason in ("completed", "aborted") and result.diagnostic is None
-    if isinstance(note, str) and note and not quiet:
-        result = SubagentResult(result.output, result.stop_reason, join_lines(result.diagnostic, note))
-    return result
+        return await run.result()
 
 
 # -- status texts ----------------------------------------------------------------------------------
@@ -135,7 +98,7 @@ class Job:
     status: JobStatus = "running"
     result: SubagentResult | None = None
     kill_requested: bool = False
-    _run: SubagentRun | None = None
+    _run: Run | None = None
     _scope: anyio.CancelScope | None = None
     _settled: anyio.Event = field(default_factory=anyio.Event)
     _returned: str = ""  # output already handed out by job_output
@@ -151,14 +114,7 @@ class Job:
     def output_so_far(self) -> str:
         if self.result is not None:
             return self.result.output
-        partial = getattr(self._run, "partial_output", None)
-        if callable(partial):
-            try:
-                text = partial()
-            except Exception:
-                return ""
-            return text if isinstance(text, str) else ""
-        return ""
+        return self._run.output_so_far() if self._run is not None else ""
 
     def take_new_output(self) -> str:
         """Output not yet handed out (everything, if the provider's text was rewritten meanwhile)."""
@@ -179,41 +135,36 @@ class Job:
 
 
 class JobManager:
-    """Background subagent jobs of one REPL process. Use ``async with`` or ``aclose()``."""
+    """Background subagent jobs of one session. ``async with`` it: the block holds the jobs' task group."""
 
     def __init__(self) -> None:
         self._jobs: dict[str, Job] = {}
         self._ids = itertools.count(1)
         self._tg: anyio.abc.TaskGroup | None = None
-        self._supervisor: asyncio.Task[None] | None = None
-        self._stop: anyio.Event | None = None  # made on first use: the manager may be built before a loop runs
         self._closed = False
 
     # -- lifecycle -------------------------------------------------------------------------------
 
-    async def _ensure_started(self) -> anyio.abc.TaskGroup:
-        if self._closed:
-            raise RuntimeError("the job manager is closed")
-        if self._tg is None:
-            ready = anyio.Event()
-            self._stop = anyio.Event()
-            self._supervisor = asyncio.get_running_loop().create_task(self._supervise(ready), name="jobs")
-            await ready.wait()
-        assert self._tg is not None
-        return self._tg
+    async def __aenter__(self) -> JobManager:
+        if self._tg is not None or self._closed:
+            raise RuntimeError("a job manager is entered once")
+        group = anyio.create_task_group()
+        await group.__aenter__()
+        self._tg = group
+        return self
 
-    async def _supervise(self, ready: anyio.Event) -> None:
-        assert self._stop is not None
+    async def __aexit__(self, *exc_info: object) -> None:
         try:
-            async with anyio.create_task_group() as tg:
-                self._tg = tg
-                ready.set()
-                await self._stop.wait()
-                tg.cancel_scope.cancel()
-        except BaseException:  # a job body never raises; this keeps a bug off the event loop
-            log.exception("job supervisor failed")
+            await self.aclose()
         finally:
-            ready.set()
+            group, self._tg = self._tg, None
+            if group is not None:
+                await group.__aexit__(None, None, None)  # every job has settled: nothing left to wait for
+
+    @property
+    def available(self) -> bool:
+        """True while the manager can start jobs (inside its ``async with`` block)."""
+        return self._tg is not None and not self._closed
 
     async def wait_all(self) -> None:
         """Wait until every job started so far has settled (piped mode waits for them at EOF)."""
@@ -221,9 +172,7 @@ class JobManager:
             await job.wait()
 
     async def aclose(self) -> None:
-        """Kill every running job (their runs are disposed), then stop. Idempotent; any task."""
-        if self._closed and self._supervisor is None:
-            return
+        """Kill every running job (their runs are disposed) and start no more. Idempotent; any task."""
         self._closed = True
         with anyio.CancelScope(shield=True):
             running = [job for job in self._jobs.values() if not job.settled]
@@ -233,17 +182,6 @@ class JobManager:
                     job._scope.cancel()
             for job in running:
                 await job.wait()
-            if self._stop is not None:
-                self._stop.set()
-            supervisor, self._supervisor = self._supervisor, None
-            if supervisor is not None:
-                await asyncio.wait({supervisor})
-
-    async def __aenter__(self) -> JobManager:
-        return self
-
-    async def __aexit__(self, *exc_info: object) -> None:
-        await self.aclose()
 
     # -- jobs ------------------------------------------------------------------------------------
 
@@ -256,14 +194,16 @@ class JobManager:
 
     async def spawn(
         self,
-        provider: SubagentProvider,
+        provider: Provider,
         request: SubagentRequest,
         *,
         post_notice: Callable[[str, str], None] | None = None,
     ) -> Job:
         """Start a background run; returns at once with the running job."""
-        tg = await self._ensure_started()
-        job = Job(id=f"subagent-{next(self._ids)}", label=_provider_name(provider))
+        tg = self._tg
+        if tg is None or self._closed:
+            raise RuntimeError("the job manager is not open (use `async with`)")
+        job = Job(id=f"subagent-{next(self._ids)}", label=safe_token(provider.name))
         self._jobs[job.id] = job
         tg.start_soon(self._run_job, job, provider, request, post_notice, name=job.id)
         return job
@@ -271,13 +211,13 @@ class JobManager:
     async def _run_job(
         self,
         job: Job,
-        provider: SubagentProvider,
+        provider: Provider,
         request: SubagentRequest,
         post_notice: Callable[[str, str], None] | None,
     ) -> None:
         result: SubagentResult | None = None
 
-        def attach(run: SubagentRun) -> None:
+        def attach(run: Run) -> None:
             job._run = run
 
         try:
@@ -288,7 +228,7 @@ class JobManager:
                 result = await run_subagent(provider, request, on_started=attach)
         except Exception:  # run_subagent promises not to raise; stay safe anyway
             log.exception("background job %s failed unexpectedly", job.id)
-            result = _unexpected(provider)
+            result = SubagentResult("", "error")
         finally:
             job._scope = None
         locally_cancelled = job.kill_requested and (
@@ -316,10 +256,7 @@ class JobManager:
         job.kill_requested = True
         run = job._run
         if run is not None:
-            try:
-                await run.cancel()
-            except Exception:
-                log.exception("cancelling background job %s failed", job.id)
+            await run.cancel()
         settled_by_cancel = run is not None and await job.wait(_KILL_GRACE)
         if not settled_by_cancel and job._scope is not None:
             job._scope.cancel()

@@ -31,12 +31,11 @@ never crashes the reader: lines are read in bounded chunks and an oversized one 
 ``include_jsonrpc=False`` omits the ``"jsonrpc": "2.0"`` member on the wire (the codex app-server
 format); incoming frames are accepted with or without it (but a present value must be ``"2.0"``).
 
-Leaving the ``async with`` block (or :meth:`JsonRpcConnection.aclose`, callable from any task) cancels
-the reader and any running request handlers and fails pending requests with :class:`TransportClosed`.
-The reader and handlers run in a task group hosted by the connection's own supervisor task, which
-``aclose`` always awaits — so a connection opened in one task may be closed from another (a provider
-run is started by one caller and disposed by another). It does not close the streams: their owner
-(e.g. the managed child process) does.
+The reader and the request handlers run in a task group the caller provides, trio style:
+``async with`` holds one for the block, or ``await conn.start(tg)`` runs them in the caller's own.
+Leaving the block (or :meth:`JsonRpcConnection.aclose`, callable from any task) cancels the reader and
+any running request handlers, fails pending requests with :class:`TransportClosed`, and waits until
+they are gone. It does not close the streams: their owner (e.g. the managed child process) does.
 """
 
 from __future__ import annotations
@@ -161,7 +160,9 @@ class JsonRpcConnection:
         self._pending: dict[int, asyncio.Future[Any]] = {}
         self._write_lock = anyio.Lock()
         self._tg: anyio.abc.TaskGroup | None = None
-        self._supervisor: asyncio.Task[None] | None = None
+        self._own_group: anyio.abc.TaskGroup | None = None
+        self._started = False
+        self._finished = anyio.Event()
         self._close_requested = anyio.Event()
         self._handlers_running = 0
         self._handlers_idle = anyio.Event()
@@ -171,14 +172,12 @@ class JsonRpcConnection:
 
     # -- lifecycle -------------------------------------------------------------------------------
 
-    async def start(self) -> JsonRpcConnection:
-        """Start reading. The reader and request handlers run in a task group hosted by the
-        connection's own supervisor task, so :meth:`aclose` works from any task."""
-        if self._supervisor is not None:
+    async def start(self, tg: anyio.abc.TaskGroup) -> JsonRpcConnection:
+        """Start reading: the reader and request handlers run in ``tg``, the caller's task group."""
+        if self._started:
             raise RuntimeError("JsonRpcConnection already started")
-        ready = anyio.Event()
-        self._supervisor = asyncio.get_running_loop().create_task(self._supervise(ready), name=self._name)
-        await ready.wait()
+        self._started = True
+        await tg.start(self._serve, name=self._name)
         return self
 
     async def aclose(self) -> None:
@@ -186,31 +185,43 @@ class JsonRpcConnection:
         :class:`TransportClosed`, and wait for all of it (shielded from the caller's cancellation)."""
         self._stop(TransportClosed("JSON-RPC connection closed"))
         self._close_requested.set()
-        supervisor = self._supervisor
-        if supervisor is None:
+        if not self._started:
             return
         with anyio.CancelScope(shield=True):
-            await asyncio.wait({supervisor})
+            await self._finished.wait()
 
     async def __aenter__(self) -> JsonRpcConnection:
-        return await self.start()
+        group = anyio.create_task_group()
+        await group.__aenter__()
+        self._own_group = group
+        try:
+            return await self.start(group)
+        except BaseException:
+            self._own_group = None
+            await group.__aexit__(None, None, None)
+            raise
 
     async def __aexit__(self, *exc_info: Any) -> None:
-        await self.aclose()
+        try:
+            await self.aclose()
+        finally:
+            group, self._own_group = self._own_group, None
+            if group is not None:
+                await group.__aexit__(None, None, None)  # everything in it has ended: nothing to re-raise
 
-    async def _supervise(self, ready: anyio.Event) -> None:
+    async def _serve(self, *, task_status: anyio.abc.TaskStatus[None] = anyio.TASK_STATUS_IGNORED) -> None:
         try:
             async with anyio.create_task_group() as tg:
                 self._tg = tg
                 tg.start_soon(self._read_loop, name=f"{self._name} reader")
-                ready.set()
+                task_status.started()
                 await self._close_requested.wait()
                 tg.cancel_scope.cancel()
-        except BaseException:  # nothing in the group raises; this only keeps a bug off the event loop
-            log.exception("%s: supervisor failed", self._name)
+        except Exception:  # nothing in the group raises; this only keeps a bug out of the caller's group
+            log.exception("%s: connection failed", self._name)
             self._stop(ProtocolError("JSON-RPC connection failed"))
         finally:
-            ready.set()
+            self._finished.set()
 
     @property
     def closed(self) -> bool:
@@ -265,8 +276,8 @@ class JsonRpcConnection:
         await self._send(self._frame(method=method, params=params))
 
     def _raise_if_stopped(self) -> None:
-        if self._supervisor is None:
-            raise RuntimeError("JsonRpcConnection not started (use `async with` or start())")
+        if not self._started:
+            raise RuntimeError("JsonRpcConnection not started (use `async with` or start(tg))")
         if self._failure is not None:
             raise _copy_failure(self._failure)
 

@@ -18,8 +18,6 @@ import contextlib
 import json
 import os
 import re
-import signal
-import subprocess
 import threading
 from collections.abc import Awaitable, Callable, Iterator, Mapping, Sequence
 from dataclasses import dataclass, field
@@ -31,6 +29,7 @@ import anyio.abc
 import anyio.to_thread
 
 from dsh.agent_loop.events import Event
+from dsh.agent_loop.process import ManagedProcess, ProcessStartError
 from dsh.llm import ToolCall, ToolSpec, error_chain
 
 __all__ = [
@@ -42,7 +41,6 @@ __all__ = [
     "ToolContext",
     "ToolOutput",
     "ToolRegistry",
-    "child_env",
     "default_tools",
     "list_dir_tool",
     "plan_batches",
@@ -214,21 +212,6 @@ def _is_safe(registry: ToolRegistry, call: ToolCall) -> bool:
 
 # --- child processes ---------------------------------------------------------------------------
 
-_SECRET_ENV = re.compile(r"(?i)(API_?KEY|SECRET|TOKEN|PASSWORD|PASSWD|CREDENTIAL)")
-
-
-def child_env(extra: Mapping[str, str] | None = None) -> dict[str, str]:
-    """This process's environment minus anything named like a credential, plus ``extra``.
-
-    Shell commands and prompt hooks are the user's own, so they get the user's environment -- but
-    not ``DEEPSEEK_API_KEY`` and friends: their output lands in the model's context and the log.
-    """
-    env = {name: value for name, value in os.environ.items() if not _SECRET_ENV.search(name)}
-    if extra:
-        env.update(extra)
-    return env
-
-
 class _HeadTail:
     """Keeps the first and last ``limit // 2`` bytes of a stream and counts what it dropped."""
 
@@ -268,11 +251,6 @@ class CommandResult:
     timed_out: bool
 
 
-def _signal_group(pid: int, sig: signal.Signals) -> None:
-    with contextlib.suppress(ProcessLookupError, PermissionError):
-        os.killpg(pid, sig)
-
-
 async def run_command(
     argv: Sequence[str],
     *,
@@ -285,45 +263,45 @@ async def run_command(
     exit_grace: float = 0.5,
     kill_grace: float = 0.5,
 ) -> CommandResult:
-    """Run a child in its own process group and collect its bounded output.
+    """Run a :class:`~dsh.agent_loop.process.ManagedProcess` and collect its bounded output.
 
-    On timeout or cancellation the whole group gets SIGTERM, then SIGKILL after ``kill_grace``, and the
-    child is reaped before this returns (or re-raises the cancellation). When the child exits but
-    something it left in its group still holds the pipe, output is collected for ``exit_grace`` more
-    and the group is then killed, so a stray background job cannot hang the call.
+    The environment is the one child policy (:func:`~dsh.agent_loop.process.child_env`: the
+    allowlist) plus ``env``. On timeout or cancellation the whole group gets SIGTERM, then SIGKILL
+    after ``kill_grace``, and the child is reaped before this returns (or re-raises the cancellation).
+    When the child exits but something it left in its group still holds the pipe, output is collected
+    for ``exit_grace`` more and the group is then killed, so a stray background job cannot hang the
+    call. Raises ``OSError`` when the command cannot be started.
     """
-    # Shielded: a cancel that lands while asyncio is still wiring up the pipes would otherwise
-    # leave a started child that nobody owns (asyncio kills only the direct child, and does not wait
-    # for it inside a cancelled scope). Once we hold the handle, the finally below owns the cleanup.
+    process = ManagedProcess(
+        argv, env=env, cwd=cwd, merge_stderr=merge_stderr, stdin=input is not None, eof_grace=0, term_grace=kill_grace
+    )
+    # Shielded: a cancel that lands while asyncio is still wiring up the pipes would otherwise leave a
+    # started child that nobody owns. Once we hold the handle, the finally below owns the cleanup.
     with anyio.CancelScope(shield=True):
-        process = await anyio.open_process(
-            list(argv),
-            stdin=subprocess.PIPE if input is not None else subprocess.DEVNULL,
-            stdout=subprocess.PIPE,
-            stderr=subprocess.STDOUT if merge_stderr else subprocess.DEVNULL,
-            cwd=cwd,
-            env=dict(env) if env is not None else None,
-            start_new_session=True,
-        )
+        try:
+            await process.start()
+        except ProcessStartError as exc:
+            raise exc.__cause__ or OSError("could not start the command") from None
     buffer = _HeadTail(output_limit)
     reader_done = anyio.Event()
 
     async def read_output() -> None:
         assert process.stdout is not None
         try:
-            async for chunk in process.stdout:
+            while chunk := await process.stdout.read(_READ_CHUNK):
                 buffer.add(chunk)
-        except (anyio.BrokenResourceError, anyio.ClosedResourceError):
+        except OSError:
             pass
         finally:
             reader_done.set()
 
     async def feed_input() -> None:
         assert process.stdin is not None and input is not None
-        with contextlib.suppress(anyio.BrokenResourceError, anyio.ClosedResourceError, OSError):
-            await process.stdin.send(input)
-        with contextlib.suppress(anyio.BrokenResourceError, anyio.ClosedResourceError, OSError):
-            await process.stdin.aclose()
+        with contextlib.suppress(OSError, RuntimeError):
+            process.stdin.write(input)
+            await process.stdin.drain()
+        with contextlib.suppress(OSError, RuntimeError):
+            process.stdin.close()
 
     timed_out = False
     try:
@@ -332,43 +310,22 @@ async def run_command(
                 group.start_soon(read_output)
                 if input is not None:
                     group.start_soon(feed_input)
-                await process.wait()
+                await process.wait_exit()
                 with anyio.move_on_after(exit_grace):
                     await reader_done.wait()
                 group.cancel_scope.cancel()
         timed_out = deadline.cancelled_caught
     finally:
-        with anyio.CancelScope(shield=True):
-            await _stop_group(process, kill_grace)
-    code = process.returncode
-    if code is not None and code < 0:
-        try:
-            name = signal.Signals(-code).name
-        except ValueError:
-            name = f"signal {-code}"
-        return CommandResult(None, name, buffer.text(), buffer.dropped, timed_out)
-    return CommandResult(code, None, buffer.text(), buffer.dropped, timed_out)
+        # Even after a clean exit, a background job the command left behind shares the group: the
+        # ladder's sweep kills it.
+        teardown = await process.terminate()
+    status = teardown.exit_status or process.exit_status
+    exit_code = status.exit_code if status is not None else None
+    signal_name = status.signal if status is not None else None
+    return CommandResult(exit_code, signal_name, buffer.text(), buffer.dropped, timed_out)
 
 
-async def _stop_group(process: anyio.abc.Process, kill_grace: float) -> None:
-    """SIGTERM -> grace -> SIGKILL to the child's group, then reap it; leftovers in the group die too."""
-    if process.returncode is None:
-        _signal_group(process.pid, signal.SIGTERM)
-        with anyio.move_on_after(kill_grace):
-            await process.wait()
-    # Even after a clean exit, a background job the command left behind shares the group.
-    _signal_group(process.pid, signal.SIGKILL)
-    await process.wait()
-    if process.stdout is not None:
-        # Read the pipe to EOF (now that the group is dead) so its transport closes on this loop,
-        # not later from a garbage collector after the loop is gone.
-        with anyio.move_on_after(kill_grace), contextlib.suppress(Exception):
-            async for _ in process.stdout:
-                pass
-    for stream in (process.stdin, process.stdout):
-        if stream is not None:
-            with contextlib.suppress(Exception):
-                await stream.aclose()
+_READ_CHUNK = 64 * 1024
 
 
 # --- built-in tools ----------------------------------------------------------------------------
@@ -628,7 +585,6 @@ def run_shell_tool(approver: Approver | None = None, *, shell: str = "/bin/sh") 
             cwd=ctx.cwd,
             timeout=timeout,
             output_limit=SHELL_OUTPUT_LIMIT,
-            env=child_env(),
         )
         return _format_command(result, timeout)
 

@@ -28,26 +28,24 @@ TASK = "Say hello."
 
 
 async def child_dsh_roundtrip(settings: Settings, server: BenchServer) -> list[Figure]:
-    from dsh.agent_loop.subagent import SubagentRequest
-    from dsh.agent_loop.subagent.dsh_sdk import DshSdkProvider, DshSettings
+    from dsh.agent_loop.subagent import Provider, SubagentRequest
+    from dsh.agent_loop.subagent.dsh_sdk import DshSdkRun, DshSettings
 
     answers: list[float] = []
     teardowns: list[float] = []
     with temp_root("child") as root:
-        provider = DshSdkProvider(
+        provider = Provider(
             "bench",
+            DshSdkRun,
             DshSettings(model="deepseek-v4-flash", base_url=server.base_url("text"), api_key=subjects.BENCH_KEY,
                         env={"XDG_STATE_HOME": str(root / "state")}),
         )
 
         async def run() -> float:
             start = time.perf_counter()
-            child = await provider.start(SubagentRequest("bench", TASK, cwd=str(root)))
-            try:
+            async with provider.run(SubagentRequest("bench", TASK, cwd=str(root))) as child:
                 result = await child.result()
                 answered = time.perf_counter() - start
-            finally:
-                await child.dispose()
             teardowns.append(time.perf_counter() - start - answered)
             if result.stop_reason != "completed" or "Hello" not in result.output:
                 raise RuntimeError(f"the child dsh run ended {result.stop_reason}: {result.diagnostic}")
@@ -107,17 +105,14 @@ def _raw_sdk(cwd: Path) -> Callable[[], Awaitable[float]]:
 
 def _provider(cwd: Path) -> Callable[[], Awaitable[float]]:
     from dsh.agent_loop.subagent import SubagentRequest
-    from dsh.agent_loop.subagent.acp import AcpProvider
+    from dsh.agent_loop.subagent.acp import from_config
 
-    provider = AcpProvider("bench", sys.executable, [str(ACP_AGENT)])
+    provider = from_config("bench", {"provider": "acp", "command": [sys.executable, str(ACP_AGENT)]})
 
     async def run() -> float:
         start = time.perf_counter()
-        child = await provider.start(SubagentRequest("bench", TASK, cwd=str(cwd)))
-        try:
+        async with provider.run(SubagentRequest("bench", TASK, cwd=str(cwd))) as child:
             result = await child.result()
-        finally:
-            await child.dispose()
         elapsed = time.perf_counter() - start
         if result.stop_reason != "completed" or TASK not in result.output:
             raise RuntimeError(f"the ACP provider run ended {result.stop_reason}: {result.diagnostic}")

@@ -143,6 +143,7 @@ class Shell:
         self.turn_running = False
         self._cancel_pending = False  # Ctrl-C arrived while a turn was being set up
         self.toolkit: Any = None  # dsh.agent_loop.subagent.tool.SubagentToolkit, when subagents are configured
+        self._toolkit_scope = contextlib.AsyncExitStack()
         # Called when a background job settles while no turn runs (the front end wakes the owner).
         self.on_idle_notice: Callable[[], None] | None = None
         self._unsubscribe: Callable[[], None] | None = None
@@ -169,6 +170,10 @@ class Shell:
                     first_token_timeout=self.config.first_token_timeout,
                 )
             self.toolkit = self._build_toolkit()
+            if self.toolkit is not None:  # its block holds the background jobs until aclose()
+                await self._toolkit_scope.enter_async_context(self.toolkit)
+                for hint in self.toolkit.hints:
+                    self.sink.write(self.renderer.line(hint))
             if resume is not None:
                 session = SessionLog.open(resume, root=self.root)
             else:
@@ -238,10 +243,9 @@ class Shell:
             await agent.aclose()
 
     async def aclose(self) -> None:
-        toolkit, self.toolkit = self.toolkit, None
-        if toolkit is not None:  # background jobs end with the session that owns them
-            with contextlib.suppress(Exception):
-                await toolkit.aclose()
+        self.toolkit = None
+        with contextlib.suppress(Exception):  # background jobs end with the session that owns them
+            await self._toolkit_scope.aclose()
         await self._detach()
         if self.session is not None and not self.session.closed:
             self.session.close()

@@ -20,7 +20,7 @@ from collections.abc import Iterator
 
 import pytest
 
-from dsh.agent_loop.subagent.process import proc_stat_fields
+from dsh.agent_loop.process import proc_stat_fields
 
 _PR_SET_CHILD_SUBREAPER = 36
 _LEFTOVER_GRACE_S = 3.0

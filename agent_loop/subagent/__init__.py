@@ -1,54 +1,54 @@
 """Subagents: the provider-neutral seam, and the registry that builds providers from configuration.
 
 A ``[subagents.NAME]`` table in the config file is a dict; :func:`build_provider` turns it into a
-:class:`SubagentProvider` by its ``provider`` key:
+:class:`~dsh.agent_loop.subagent.run.Provider` by its ``provider`` key, through the module registered
+for that kind in :data:`PROVIDER_MODULES` (imported only when a table names it, so heavy SDKs stay
+unimported until then). Every provider module exposes exactly one factory,
+``from_config(name: str, table: Mapping[str, Any], parent: ParentContext | None) -> Provider``.
 
-=================  ==========================================  ==================================
-``provider``       module (imported only when built)           child
-=================  ==========================================  ==================================
-``dsh``            ``dsh.agent_loop.subagent.dsh_sdk``              ``dsh serve --stdio`` (JSON-RPC)
-``acp``            ``dsh.agent_loop.subagent.acp``                  any ACP agent over stdio
-``claude-code``    ``dsh.agent_loop.subagent.claude_code``          Claude Code (claude-agent-sdk)
-``codex``          ``dsh.agent_loop.subagent.codex``                ``codex app-server``
-=================  ==========================================  ==================================
+=================  ==============================================  ==================================
+``provider``       module                                          child
+=================  ==============================================  ==================================
+``dsh``            ``dsh.agent_loop.subagent.dsh_sdk``             ``dsh serve --stdio`` (JSON-RPC)
+``acp``            ``dsh.agent_loop.subagent.acp``                 any ACP agent over stdio
+``claude-code``    ``dsh.agent_loop.subagent.claude_code``         Claude Code (claude-agent-sdk)
+``codex``          ``dsh.agent_loop.subagent.codex``               ``codex app-server``
+=================  ==============================================  ==================================
 
-Provider module convention: each module exposes
-``from_config(name: str, config: Mapping[str, Any], parent: ParentContext | None) -> SubagentProvider``
-(``provider_from_config(name, config)`` / ``build_provider(name, config)`` are accepted too). Heavy
-SDKs stay unimported until then.
+Adding a provider is one module and one line here: see ``docs/adding-a-provider.md``.
 """
 
 from __future__ import annotations
 
+import dataclasses
 import importlib
-import inspect
-import logging
 import math
-from collections.abc import Callable, Mapping, Sequence
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
-from typing import Any, TypeVar
+from typing import Any
 
+from dsh.agent_loop.subagent.extras import missing_extra_hint
 from dsh.agent_loop.subagent.result import (
     DIAGNOSTIC_LIMIT_BYTES,
     STOP_REASONS,
-    SubagentProvider,
     SubagentRequest,
     SubagentResult,
-    SubagentRun,
     limit_diagnostic,
 )
+from dsh.agent_loop.subagent.run import Outcome, Provider, Run
 from dsh.llm import HarnessError
 
 __all__ = [
     "DIAGNOSTIC_LIMIT_BYTES",
     "PROVIDER_MODULES",
     "STOP_REASONS",
+    "Outcome",
     "ParentContext",
+    "Provider",
+    "Run",
     "SubagentConfigError",
-    "SubagentProvider",
     "SubagentRequest",
     "SubagentResult",
-    "SubagentRun",
     "build_provider",
     "build_providers",
     "config_bool",
@@ -59,10 +59,10 @@ __all__ = [
     "config_seconds",
     "config_string",
     "limit_diagnostic",
-    "provider_or_problem",
     "reject_unknown_keys",
 ]
 
+# The registry: provider kind -> the module whose ``from_config`` builds it. One line per provider.
 PROVIDER_MODULES: dict[str, str] = {
     "dsh": "dsh.agent_loop.subagent.dsh_sdk",
     "dsh-sdk": "dsh.agent_loop.subagent.dsh_sdk",
@@ -70,6 +70,7 @@ PROVIDER_MODULES: dict[str, str] = {
     "claude-code": "dsh.agent_loop.subagent.claude_code",
     "codex": "dsh.agent_loop.subagent.codex",
 }
+_ALIASES = frozenset({"dsh-sdk"})  # accepted, not advertised
 
 
 @dataclass(frozen=True, slots=True)
@@ -90,12 +91,13 @@ class SubagentConfigError(HarnessError):
         self.subagent = name
 
 
-def build_provider(name: str, config: Mapping[str, Any], parent: ParentContext | None = None) -> SubagentProvider:
+def build_provider(name: str, config: Mapping[str, Any], parent: ParentContext | None = None) -> Provider:
     """The provider for one ``[subagents.NAME]`` table (its module is imported only now).
 
     Raises :class:`SubagentConfigError` for a bad name or an unknown ``provider``; problems inside a
-    table are the provider's to report (the ones here answer with ``stage: initialize; category:
-    configuration`` when a run starts, so one typo does not keep the REPL from starting).
+    table are the provider's to report (its runs then fail with ``category: configuration``, so one
+    typo does not keep the REPL from starting). A provider whose optional SDK is missing carries the
+    one-line install hint in :attr:`Provider.hint`.
     """
     if not isinstance(name, str) or not name or not all(ch.isalnum() or ch in "_.-" for ch in name):
         raise SubagentConfigError(str(name)[:40], "the subagent name must be letters, digits, '_', '.' or '-'")
@@ -104,58 +106,18 @@ def build_provider(name: str, config: Mapping[str, Any], parent: ParentContext |
     kind = config.get("provider")
     module_name = PROVIDER_MODULES.get(kind) if isinstance(kind, str) else None
     if module_name is None:
-        known = ", ".join(sorted(set(PROVIDER_MODULES) - {"dsh-sdk"}))
+        known = ", ".join(sorted(set(PROVIDER_MODULES) - _ALIASES))
         raise SubagentConfigError(name, f"provider must be one of: {known}")
-    module = importlib.import_module(module_name)
-    for entry in _ENTRY_POINTS:
-        factory = getattr(module, entry, None)
-        if callable(factory):
-            if _accepts_parent(factory):
-                return factory(name, config, parent)
-            return factory(name, config)
-    raise SubagentConfigError(name, f"provider {kind} is not available in this build")
-
-
-# Module-level factories, in order of preference: ``from_config(name, config, parent)`` is the
-# convention; the others are what some provider modules expose with ``(name, config)``.
-_ENTRY_POINTS = ("from_config", "provider_from_config", "build_provider")
-
-
-def _accepts_parent(factory: Any) -> bool:
-    try:
-        parameters = inspect.signature(factory).parameters.values()
-    except (TypeError, ValueError):
-        return False
-    positional = [p for p in parameters if p.kind in (p.POSITIONAL_ONLY, p.POSITIONAL_OR_KEYWORD)]
-    return len(positional) >= 3 or any(p.kind is p.VAR_POSITIONAL for p in parameters)
+    provider: Provider = importlib.import_module(module_name).from_config(name, config, parent)
+    hint = missing_extra_hint(name, kind, config)
+    return dataclasses.replace(provider, hint=hint) if hint else provider
 
 
 def build_providers(
     tables: Mapping[str, Mapping[str, Any]], parent: ParentContext | None = None
-) -> dict[str, SubagentProvider]:
+) -> dict[str, Provider]:
     """Every configured subagent, by name, in table order."""
     return {name: build_provider(name, table, parent) for name, table in tables.items()}
-
-
-_Parsed = TypeVar("_Parsed")
-_Provider = TypeVar("_Provider")
-
-
-def provider_or_problem(
-    name: str, parse: Callable[[], _Parsed], provider: Callable[..., _Provider], log: logging.Logger
-) -> _Provider:
-    """The ``from_config`` policy of the dsh and product providers: a bad table never raises.
-
-    ``provider(name, parse())``; when ``parse`` raises :class:`SubagentConfigError` the problem (which
-    names only the table and key) goes to ``log`` as a warning now, and ``provider(name, problem=...)``
-    is returned instead: its runs fail with ``category: configuration``.
-    """
-    try:
-        parsed = parse()
-    except SubagentConfigError as exc:
-        log.warning("%s", exc)
-        return provider(name, problem=str(exc))
-    return provider(name, parsed)
 
 
 # -- shared parsing of table entries (providers use these so every table reads the same way) -------

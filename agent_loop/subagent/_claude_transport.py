@@ -25,8 +25,8 @@ from typing import Any
 import anyio
 from claude_agent_sdk import CLIConnectionError, CLIJSONDecodeError, CLINotFoundError, ProcessError, Transport
 
-from dsh.agent_loop.subagent._product_run import descendants, kill_survivors
-from dsh.agent_loop.subagent.process import ExitStatus, LineTooLong, ManagedProcess, ProcessStartError, read_line
+from dsh.agent_loop.process import ExitStatus, LineTooLong, ManagedProcess, ProcessStartError, read_line
+from dsh.agent_loop.subagent._product import descendants, kill_survivors
 
 __all__ = ["ManagedCLITransport"]
 

@@ -7,7 +7,7 @@ only when a run starts. (We do not use ``acp.spawn_agent_process``: it hands the
 parent environment and never drains stderr.)
 
 Failures never raise: they settle ``error`` (or keep the shared stop reason) with a fixed diagnostic
-built only from closed facts (DESIGN §7, seed 002):
+built only from closed facts (the :class:`Stage` and :class:`Category` enums):
 
 ==============  =========================================================================
 stage           categories
@@ -29,35 +29,40 @@ records are sanitized the same way (:func:`install_sdk_log_guard`).
 
 from __future__ import annotations
 
-import asyncio
 import contextlib
 import logging
 import math
 import os
-from collections.abc import Awaitable, Mapping, Sequence
-from typing import Any, Literal
+from collections.abc import Awaitable, Callable, Mapping
+from dataclasses import dataclass, field, replace
+from typing import Any
 
 import anyio
 
-from dsh.agent_loop.subagent.diagnostics import join_lines, permission_line, safe_token, subagent_failure
-from dsh.agent_loop.subagent.process import (
-    DEFAULT_EOF_GRACE,
-    DEFAULT_TERM_GRACE,
-    ExitStatus,
-    ManagedProcess,
-    ProcessStartError,
-    Teardown,
-    finish_shielded,
+from dsh.agent_loop.process import DEFAULT_EOF_GRACE, DEFAULT_TERM_GRACE, ManagedProcess, ProcessStartError
+from dsh.agent_loop.subagent import (
+    ParentContext,
+    SubagentConfigError,
+    config_command,
+    config_env,
+    config_number,
+    config_seconds,
+    config_string,
+    diagnostics,
+    reject_unknown_keys,
 )
-from dsh.agent_loop.subagent.result import SubagentRequest, SubagentResult
-from dsh.llm.errors import HarnessError, chain_links, error_chain
+from dsh.agent_loop.subagent.diagnostics import Failure, permission_line
+from dsh.agent_loop.subagent.run import Outcome, Provider, Run, configured
 
 __all__ = [
     "DEFAULT_STARTUP_TIMEOUT",
     "PERMISSION_POLICIES",
-    "AcpProvider",
+    "AcpRun",
+    "AcpSettings",
+    "Category",
+    "Stage",
+    "from_config",
     "install_sdk_log_guard",
-    "provider_from_config",
 ]
 
 log = logging.getLogger(__name__)
@@ -69,249 +74,248 @@ _ANSWER_AFTER_EXIT_GRACE = 0.5  # a response written just before exit is still i
 _NOTIFY_TIMEOUT = 1.0
 _CLOSE_TIMEOUT = 1.0
 
+
+class Stage(diagnostics.Stage):
+    INITIALIZE = "initialize"
+    NEW_SESSION = "new-session"
+    PROMPT = "prompt"
+    PROCESS = "process"
+    TEARDOWN = "teardown"
+
+
+class Category(diagnostics.Category):
+    CONFIGURATION = "configuration"
+    TRANSPORT = "transport"
+    PROTOCOL = "protocol"
+    PROCESS_START = "process-start"
+    PROCESS_EXIT = "process-exit"
+    REMOTE_LIMIT = "remote-limit"
+    TIMEOUT = "timeout"
+    UNKNOWN = "unknown"
+    PROCESS_UNREAPED = "process-unreaped"
+
+
 # ACP stop reason -> shared stop reason. ``max_turn_requests`` and unknown values are errors.
 _STOP_REASONS = {"end_turn": "completed", "max_tokens": "max-tokens", "refusal": "refusal", "cancelled": "aborted"}
 
-_Stage = Literal["initialize", "new-session", "prompt"]
-_Fault = Literal["error-answer", "malformed", "closed", "timeout"]
-# What each kind of fault means at each stage (seed 002's closed categories, plus ``timeout``).
-_CATEGORY: dict[str, dict[str, str]] = {
-    "initialize": {"error-answer": "transport", "malformed": "transport", "closed": "transport", "timeout": "timeout"},
-    "new-session": {"error-answer": "protocol", "malformed": "protocol", "closed": "transport", "timeout": "timeout"},
-    "prompt": {"error-answer": "unknown", "malformed": "unknown", "closed": "transport", "timeout": "timeout"},
-}
+# What each kind of fault means at each stage (the closed categories, plus ``timeout``).
+_CATEGORY: dict[Stage, dict[str, Category]] = {
+    Stage.INITIALIZE: {"error-answer": Category.TRANSPORT, "malformed": Category.TRANSPORT,
+                       "closed": Category.TRANSPORT, "timeout": Category.TIMEOUT},
+    Stage.NEW_SESSION: {"error-answer": Category.PROTOCOL, "malformed": Category.PROTOCOL,
+                        "closed": Category.TRANSPORT, "timeout": Category.TIMEOUT},
+    Stage.PROMPT: {"error-answer": Category.UNKNOWN, "malformed": Category.UNKNOWN,
+                   "closed": Category.TRANSPORT, "timeout": Category.TIMEOUT},
+}  # fmt: skip
 # Where a child death during a request is reported: the handshake stages own theirs; after it, ``process``.
-_EXIT_STAGE = {"initialize": "initialize", "new-session": "new-session", "prompt": "process"}
+_EXIT_STAGE = {Stage.INITIALIZE: Stage.INITIALIZE, Stage.NEW_SESSION: Stage.NEW_SESSION, Stage.PROMPT: Stage.PROCESS}
 
 _CONFIG_KEYS = frozenset(
     {"provider", "command", "args", "env", "permission", "startup_timeout", "prompt_timeout",
-     "eof_grace", "term_grace", "description", "label"}
+     "eof_grace", "term_grace", "exit_wait", "description", "label"}
 )  # fmt: skip
-
-
-class _Failure(Exception):
-    """A classified failure: only closed facts. The raw cause is chained for the host log."""
-
-    def __init__(
-        self, stage: str, category: str, *, stop_reason: str | None = None, exit_status: ExitStatus | None = None
-    ) -> None:
-        super().__init__(f"{stage}: {category}")
-        self.stage = stage
-        self.category = category
-        self.stop_reason = stop_reason
-        self.exit_status = exit_status
-
-    def line(self, provider: str) -> str:
-        return subagent_failure(provider, self.stage, self.category, self.stop_reason, self.exit_status)
 
 
 # -- configuration ----------------------------------------------------------------------------------
 
 
-def _seconds(value: object) -> float:
-    if isinstance(value, bool) or not isinstance(value, int | float) or not math.isfinite(value) or value <= 0:
-        raise ValueError("timeouts must be positive numbers of seconds")
-    return float(value)
+@dataclass(frozen=True, slots=True)
+class AcpSettings:
+    command: tuple[str, ...]
+    env: Mapping[str, str] = field(default_factory=dict)
+    permission: str = "reject"
+    startup_timeout: float = DEFAULT_STARTUP_TIMEOUT
+    prompt_timeout: float | None = None
+    eof_grace: float = DEFAULT_EOF_GRACE
+    term_grace: float = DEFAULT_TERM_GRACE
+    exit_wait: float = DEFAULT_EXIT_WAIT
 
 
-def provider_from_config(name: str, config: Mapping[str, Any]) -> AcpProvider:
-    """``[subagents.NAME]`` with ``provider = "acp"`` -> provider. Never raises: a bad table yields a
-    provider whose runs fail with ``stage: initialize; category: configuration``."""
-    return AcpProvider.from_config(name, config)
+def from_config(name: str, config: Mapping[str, Any], parent: ParentContext | None = None) -> Provider:
+    """``[subagents.NAME]`` with ``provider = "acp"``. Nothing is inherited from ``parent``.
+
+    Never raises: a bad table gives runs that fail with ``stage: initialize; category:
+    configuration`` (the problem, which names only the table and key, goes to the host log now).
+    """
+    return configured(name, AcpRun, lambda: _settings(name, config))
 
 
-class AcpProvider:
-    """Runs a configured ACP agent command once per request."""
+def _settings(name: str, config: Mapping[str, Any]) -> AcpSettings:
+    if config.get("provider", "acp") != "acp":
+        raise SubagentConfigError(name, "provider must be acp")
+    reject_unknown_keys(name, config, _CONFIG_KEYS)
+    permission = config_string(name, config, "permission", "reject")
+    if permission not in PERMISSION_POLICIES:
+        raise SubagentConfigError(name, 'permission must be "allow" or "reject"')
 
-    def __init__(
-        self,
-        name: str,
-        command: str,
-        args: Sequence[str] = (),
-        env: Mapping[str, str] | None = None,
-        permission: str = "reject",
-        startup_timeout: float = DEFAULT_STARTUP_TIMEOUT,
-        prompt_timeout: float | None = None,
-        *,
-        eof_grace: float = DEFAULT_EOF_GRACE,
-        term_grace: float = DEFAULT_TERM_GRACE,
-        exit_wait: float = DEFAULT_EXIT_WAIT,
-    ) -> None:
-        self.name = name
-        self._problem: str | None = None  # host-only reason why every run fails with configuration
-        self._command, self._args, self._env, self.permission = "", [], {}, "reject"
-        self._startup_timeout: float = DEFAULT_STARTUP_TIMEOUT
-        self._prompt_timeout: float | None = None
-        self._eof_grace, self._term_grace = DEFAULT_EOF_GRACE, DEFAULT_TERM_GRACE
-        self._exit_wait = DEFAULT_EXIT_WAIT
-        try:
-            if not isinstance(command, str) or not command.strip():
-                raise ValueError("command must be a non-empty string")
-            if isinstance(args, str | bytes) or not all(isinstance(arg, str) for arg in args):
-                raise ValueError("args must be a list of strings")
-            env = dict(env or {})
-            if not all(isinstance(k, str) and isinstance(v, str) for k, v in env.items()):
-                raise ValueError("env must map strings to strings")
-            if permission not in PERMISSION_POLICIES:
-                raise ValueError("permission must be 'allow' or 'reject'")
-            self._startup_timeout = _seconds(startup_timeout)
-            self._prompt_timeout = None if prompt_timeout is None else _seconds(prompt_timeout)
-            self._eof_grace, self._term_grace = _seconds(eof_grace), _seconds(term_grace)
-            self._exit_wait = _seconds(exit_wait)
-        except (ValueError, TypeError) as exc:
-            self._problem = str(exc)
-            return
-        self._command, self._args, self._env, self.permission = command, list(args), env, permission
+    def seconds(key: str, default: float) -> float:
+        return config_seconds(name, config, key, default)
 
-    @classmethod
-    def from_config(cls, name: str, config: Mapping[str, Any]) -> AcpProvider:
-        """Read a ``[subagents.NAME]`` table the way every provider does (``dsh.agent_loop.subagent``'s
-        shared parsers). Never raises: a bad table gives runs that fail with ``initialize`` +
-        ``configuration`` (the reason goes to the host log)."""
-        from dsh.agent_loop.subagent import config_command, config_env, config_number, config_seconds, config_string
+    return AcpSettings(
+        command=tuple(config_command(name, config)),
+        env=config_env(name, config),
+        permission=permission,
+        startup_timeout=seconds("startup_timeout", DEFAULT_STARTUP_TIMEOUT),
+        prompt_timeout=config_number(name, config, "prompt_timeout", None),
+        eof_grace=seconds("eof_grace", DEFAULT_EOF_GRACE),
+        term_grace=seconds("term_grace", DEFAULT_TERM_GRACE),
+        exit_wait=seconds("exit_wait", DEFAULT_EXIT_WAIT),
+    )
 
-        try:
-            if not isinstance(config, Mapping):
-                raise ValueError("the subagent table must be a table")
-            if config.get("provider", "acp") != "acp":
-                raise ValueError("provider must be 'acp'")
-            unknown = set(config) - _CONFIG_KEYS
-            if unknown:
-                raise ValueError(f"unknown keys: {sorted(unknown)}")
-            argv = config_command(name, config)
-            provider = cls(
-                name,
-                argv[0],
-                argv[1:],
-                config_env(name, config),
-                config_string(name, config, "permission", "reject") or "reject",
-                config_seconds(name, config, "startup_timeout", DEFAULT_STARTUP_TIMEOUT),
-                config_number(name, config, "prompt_timeout", None),
-                eof_grace=config_seconds(name, config, "eof_grace", DEFAULT_EOF_GRACE),
-                term_grace=config_seconds(name, config, "term_grace", DEFAULT_TERM_GRACE),
-            )
-        except (HarnessError, ValueError, TypeError, AttributeError) as exc:
-            provider = cls(name, "")
-            provider._problem = str(exc)
-        return provider
 
-    # -- start ----------------------------------------------------------------------------------
+# -- one run ------------------------------------------------------------------------------------------
 
-    async def start(self, request: SubagentRequest) -> _AcpRun | _SettledRun:
-        """Spawn and handshake. A startup failure returns an already-settled ``error`` run, with the
-        child rolled back to quiescence first; a cancelled caller gets the cancellation (after rollback)."""
-        if self._problem is not None:
-            log.info("acp subagent %s: configuration problem: %s", safe_token(self.name), self._problem)
-            return self._failed(_Failure("initialize", "configuration"))
+
+class AcpRun(Run):
+    """Spawn, ``initialize``, ``session/new``, one ``session/prompt``; then the teardown ladder."""
+
+    configuration = Failure(Stage.INITIALIZE, Category.CONFIGURATION)
+    settings: AcpSettings
+
+    def __init__(self, provider: Provider, request: Any) -> None:
+        super().__init__(provider, request)
+        self._client = _PermissionClient(self.settings.permission if self.settings else "reject")
+
+    def partial_output(self) -> str:
+        return "".join(self._client.chunks)
+
+    async def execute(self) -> Outcome:
         try:
             import acp  # the SDK is heavy: only when an ACP run really starts
         except ImportError as exc:
-            log.info("acp subagent %s: the agent-client-protocol package is missing: %s", safe_token(self.name), exc)
-            return self._failed(_Failure("initialize", "configuration"))
+            return Outcome("error", failure=replace(self.configuration, cause=exc))
         install_sdk_log_guard()
-        cwd = _resolve_workspace(request.cwd)
+        cwd = _resolve_workspace(self.request.cwd)
         if cwd is None:
-            log.info("acp subagent %s: the workspace is not a directory", safe_token(self.name))
-            return self._failed(_Failure("initialize", "configuration"))
+            return Outcome("error", failure=self.configuration)
+        settings = self.settings
         try:
             proc = ManagedProcess(
-                [self._command, *self._args],
-                env={**self._env, **(request.env or {})},
+                settings.command,
+                env={**settings.env, **(self.request.env or {})},
                 cwd=cwd,
-                eof_grace=self._eof_grace,
-                term_grace=self._term_grace,
+                eof_grace=settings.eof_grace,
+                term_grace=settings.term_grace,
             )
         except ValueError as exc:
-            log.info("acp subagent %s: bad child environment: %s", safe_token(self.name), exc)
-            return self._failed(_Failure("initialize", "configuration"))
+            return Outcome("error", failure=replace(self.configuration, cause=exc))
         try:
             await proc.start()
         except ProcessStartError as exc:
-            log.info("acp subagent %s: %s", safe_token(self.name), error_chain(exc))
-            return self._failed(_Failure("process", "process-start"))
-
-        client = _PermissionClient(self.permission)
+            return Outcome("error", failure=Failure(Stage.PROCESS, Category.PROCESS_START, cause=exc))
         conn: Any = None
         try:
-            conn = acp.connect_to_agent(client, proc.stdin, proc.stdout)
-            await self._call(
-                proc,
-                conn.initialize(
-                    protocol_version=acp.PROTOCOL_VERSION,
-                    client_capabilities=acp.schema.ClientCapabilities(),
-                    client_info=acp.schema.Implementation(name="dsh", version="0.1.0"),
-                ),
-                "initialize",
-                self._startup_timeout,
-            )
-            session = await self._call(
-                proc, conn.new_session(cwd=cwd, mcp_servers=[]), "new-session", self._startup_timeout
-            )
-            session_id = session.session_id
-            if not isinstance(session_id, str) or not session_id.strip():
-                raise _Failure("new-session", "protocol")
-        except _Failure as failure:
-            self._log_failure(failure, proc)
-            teardown = await _rollback(proc, conn)
-            lines = [failure.line(self.name)]
-            if teardown.tier == "unreaped":
-                lines.append(subagent_failure(self.name, "teardown", "process-unreaped"))
-            return _SettledRun(SubagentResult("", "error", join_lines(*lines)))
-        except BaseException:
-            await _rollback(proc, conn)  # cancelled (or a bug): never leave the child behind
-            raise
-        client.session_id = session_id
-        run = _AcpRun(self, proc, conn, client, session_id)
-        run.begin(acp.text_block(request.prompt))
-        return run
-
-    def _failed(self, failure: _Failure) -> _SettledRun:
-        return _SettledRun(SubagentResult("", "error", failure.line(self.name)))
-
-    def _log_failure(self, failure: _Failure, proc: ManagedProcess) -> None:
-        # Only type names: the messages (and stderr) can carry child-controlled text.
-        log.info(
-            "acp subagent %s: %s/%s (cause: %s; exit: %s; %d stderr bytes seen)",
-            safe_token(self.name),
-            failure.stage,
-            failure.category,
-            _cause_types(failure.__cause__),
-            proc.exit_status,
-            proc.stderr_bytes_seen,
-        )
-
-    async def _call(self, proc: ManagedProcess, request: Awaitable[Any], stage: _Stage, timeout: float | None) -> Any:
-        """Await one SDK request while watching the child; classify every way it can go wrong."""
-        task: asyncio.Future[Any] = asyncio.ensure_future(request)
-        exited = asyncio.ensure_future(proc.wait_exit())
-        try:
-            with anyio.move_on_after(timeout if timeout is not None else math.inf):
-                await asyncio.wait({task, exited}, return_when=asyncio.FIRST_COMPLETED)
-            if not task.done() and exited.done():
-                # The child is gone; an answer it wrote just before dying may still be in the pipe.
-                await asyncio.wait({task}, timeout=_ANSWER_AFTER_EXIT_GRACE)
-            if task.done() and not task.cancelled() and task.exception() is None:
-                return task.result()
-            cause: BaseException | None = None
-            fault: _Fault = "timeout"  # no answer: the deadline passed, or the child died without one
-            if task.done() and not task.cancelled():
-                cause = task.exception()
-                fault = _fault_of(cause)
-            if fault == "closed" or proc.exited:
-                # Classify by the observed exit, not by the transport error that usually arrives first.
-                status = proc.exit_status or await proc.wait_exit(self._exit_wait)
-                if status is not None:
-                    raise _Failure(_EXIT_STAGE[stage], "process-exit", exit_status=status) from cause
-            raise _Failure(stage, _CATEGORY[stage][fault]) from cause
+            conn = acp.connect_to_agent(self._client, proc.stdin, proc.stdout)
+            outcome = await self._session(acp, proc, conn, cwd)
         finally:
-            for pending in (task, exited):
-                if not pending.done():
-                    pending.cancel()
             with anyio.CancelScope(shield=True):
-                await asyncio.gather(task, exited, return_exceptions=True)
+                teardown = await proc.terminate()
+                await _close_connection(conn)
+            log.info("acp subagent %s: teardown tier %s, exit %s",
+                     diagnostics.safe_token(self.name), teardown.tier, teardown.exit_status)  # fmt: skip
+        if teardown.tier == "unreaped" and outcome.failure is not None:
+            outcome = replace(outcome, teardown=Failure(Stage.TEARDOWN, Category.PROCESS_UNREAPED))
+        return outcome
+
+    async def _session(self, acp: Any, proc: ManagedProcess, conn: Any, cwd: str) -> Outcome:
+        settings, client = self.settings, self._client
+        answer = await self._call(
+            proc,
+            lambda: conn.initialize(
+                protocol_version=acp.PROTOCOL_VERSION,
+                client_capabilities=acp.schema.ClientCapabilities(),
+                client_info=acp.schema.Implementation(name="dsh", version="0.1.0"),
+            ),
+            Stage.INITIALIZE,
+            settings.startup_timeout,
+        )
+        if isinstance(answer, Failure):
+            return Outcome("error", failure=answer)
+        session = await self._call(
+            proc, lambda: conn.new_session(cwd=cwd, mcp_servers=[]), Stage.NEW_SESSION, settings.startup_timeout
+        )
+        if isinstance(session, Failure):
+            return Outcome("error", failure=session)
+        session_id = getattr(session, "session_id", None)
+        if not isinstance(session_id, str) or not session_id.strip():
+            return Outcome("error", failure=Failure(Stage.NEW_SESSION, Category.PROTOCOL))
+        client.session_id = session_id
+        try:
+            response = await self._call(
+                proc,
+                lambda: conn.prompt(session_id=session_id, prompt=[acp.text_block(self.request.prompt)]),
+                Stage.PROMPT,
+                settings.prompt_timeout,
+            )
+        except anyio.get_cancelled_exc_class():
+            # Local cancellation: answer any further permission request "cancelled", tell the agent.
+            client.cancelling = client.frozen = True
+            with anyio.CancelScope(shield=True):
+                await _notify_cancel(conn, session_id)
+            raise
+        except Exception as exc:  # a bug of ours or the SDK's: still a settled, safe result
+            response = Failure(Stage.PROMPT, Category.UNKNOWN, cause=exc)
+        client.frozen = True
+        if isinstance(response, Failure):
+            if response.category is Category.TIMEOUT:
+                await _notify_cancel(conn, session_id)
+            return Outcome("error", self.partial_output(), response, note=client.permission_fact())
+        return self._from_stop_reason(getattr(response, "stop_reason", None))
+
+    def _from_stop_reason(self, stop_reason: object) -> Outcome:
+        output, permission = self.partial_output(), self._client.permission_fact()
+        shared = _STOP_REASONS.get(stop_reason) if isinstance(stop_reason, str) else None
+        if shared == "completed":
+            return Outcome("completed", output)
+        if shared is not None:  # max-tokens, refusal, remote aborted: the stop reason says it all
+            return Outcome(shared, output, note=permission)
+        if stop_reason == "max_turn_requests":
+            failure = Failure(Stage.PROMPT, Category.REMOTE_LIMIT, stop_reason="max_turn_requests")
+            return Outcome("error", output, failure, note=permission)
+        return Outcome("error", output, Failure(Stage.PROMPT, Category.UNKNOWN), note=permission)
+
+    async def _call(
+        self, proc: ManagedProcess, request: Callable[[], Awaitable[Any]], stage: Stage, timeout: float | None
+    ) -> Any:
+        """One SDK request while watching the child: its answer, or the :class:`Failure` it came to."""
+        answers: list[tuple[bool, Any]] = []  # (answered, value or exception)
+        with anyio.move_on_after(math.inf if timeout is None else timeout):
+            async with anyio.create_task_group() as tg:
+
+                async def ask() -> None:
+                    try:
+                        answers.append((True, await request()))
+                    except Exception as exc:  # classified below, by type
+                        answers.append((False, exc))
+                    tg.cancel_scope.cancel()
+
+                async def watch_exit() -> None:
+                    await proc.wait_exit()
+                    # The child is gone; an answer it wrote just before dying may still be in the pipe.
+                    await anyio.sleep(_ANSWER_AFTER_EXIT_GRACE)
+                    tg.cancel_scope.cancel()
+
+                tg.start_soon(ask)
+                tg.start_soon(watch_exit)
+        if answers and answers[0][0]:
+            return answers[0][1]
+        cause: BaseException | None = answers[0][1] if answers else None
+        # No answer: the deadline passed, or the child died without one.
+        fault = _fault_of(cause) if cause is not None else "timeout"
+        if fault == "closed" or proc.exited:
+            # Classify by the observed exit, not by the transport error that usually arrives first.
+            status = proc.exit_status or await proc.wait_exit(self.settings.exit_wait)
+            if status is not None:
+                return Failure(_EXIT_STAGE[stage], Category.PROCESS_EXIT, exit_status=status, cause=cause)
+        return Failure(stage, _CATEGORY[stage][fault], cause=cause)
 
 
-def _fault_of(exc: BaseException | None) -> _Fault:
+async def _notify_cancel(conn: Any, session_id: str) -> None:
+    with anyio.move_on_after(_NOTIFY_TIMEOUT), contextlib.suppress(Exception):
+        await conn.cancel(session_id=session_id)
+
+
+def _fault_of(exc: BaseException) -> str:
     import acp
     import pydantic
 
@@ -319,16 +323,9 @@ def _fault_of(exc: BaseException | None) -> _Fault:
         return "error-answer"
     if isinstance(exc, pydantic.ValidationError | TypeError | KeyError | AttributeError):
         return "malformed"
-    if isinstance(exc, ConnectionError | OSError | EOFError | asyncio.IncompleteReadError):
+    if isinstance(exc, ConnectionError | OSError | EOFError):
         return "closed"
     return "malformed"
-
-
-def _cause_types(exc: BaseException | None) -> str:
-    """``ConnectionError <- OSError``: the type names of a cause chain, never its messages."""
-    if exc is None:
-        return "none"
-    return " <- ".join(link.type_name for link in chain_links(exc))
 
 
 class _SdkLogGuard(logging.Filter):
@@ -375,13 +372,6 @@ def _resolve_workspace(cwd: object) -> str | None:
     return path if os.path.isdir(path) else None
 
 
-async def _rollback(proc: ManagedProcess, conn: Any) -> Teardown:
-    with anyio.CancelScope(shield=True):
-        teardown = await proc.terminate()
-        await _close_connection(conn)
-    return teardown
-
-
 async def _close_connection(conn: Any) -> None:
     if conn is None:
         return
@@ -389,7 +379,7 @@ async def _close_connection(conn: Any) -> None:
         try:
             await conn.close()
         except Exception as exc:  # the SDK's own cleanup: host log only
-            log.debug("acp connection close failed: %s", _cause_types(exc))
+            log.debug("acp connection close failed: %s", type(exc).__name__)
 
 
 # -- the permission client ------------------------------------------------------------------------
@@ -446,116 +436,3 @@ class _PermissionClient:
             return None
         kind, decision = self.last_decision
         return permission_line(self.policy, kind, decision)
-
-
-# -- runs -----------------------------------------------------------------------------------------
-
-
-class _SettledRun:
-    """A run that failed before it was published: its result is fixed and it owns nothing."""
-
-    def __init__(self, result: SubagentResult) -> None:
-        self._result = result
-
-    async def result(self) -> SubagentResult:
-        return self._result
-
-    async def cancel(self) -> None:
-        return None
-
-    async def dispose(self) -> None:
-        return None
-
-
-class _AcpRun:
-    """A published run: one prompt in flight on a live session."""
-
-    def __init__(
-        self, provider: AcpProvider, proc: ManagedProcess, conn: Any, client: _PermissionClient, session_id: str
-    ) -> None:
-        self._provider = provider
-        self._name = provider.name
-        self._proc = proc
-        self._conn = conn
-        self._client = client
-        self._session_id = session_id
-        self._settled: asyncio.Future[SubagentResult] = asyncio.get_running_loop().create_future()
-        self._driver: asyncio.Task[None] | None = None
-        self._dispose_task: asyncio.Task[None] | None = None
-
-    def begin(self, prompt_block: Any) -> None:
-        self._driver = asyncio.ensure_future(self._drive(prompt_block))
-
-    async def result(self) -> SubagentResult:
-        return await asyncio.shield(self._settled)
-
-    async def cancel(self) -> None:
-        """Local cancellation: settle ``aborted`` now (no diagnostic), then tell the agent."""
-        if self._settled.done():
-            return
-        self._client.cancelling = True
-        self._settle("aborted", None)
-        with anyio.move_on_after(_NOTIFY_TIMEOUT), contextlib.suppress(Exception):
-            await self._conn.cancel(session_id=self._session_id)
-
-    async def dispose(self) -> None:
-        if self._dispose_task is None:
-            self._dispose_task = asyncio.ensure_future(self._dispose())
-        await finish_shielded(self._dispose_task)
-
-    async def _dispose(self) -> None:
-        if not self._settled.done():
-            self._client.cancelling = True
-            self._settle("aborted", None)  # disposed before it finished: a local end
-        if self._driver is not None and not self._driver.done():
-            self._driver.cancel()
-            await asyncio.gather(self._driver, return_exceptions=True)
-        teardown = await self._proc.terminate()
-        await _close_connection(self._conn)
-        # Fixed teardown facts for the host; the settled result is not changed after the fact.
-        log.info(
-            "acp subagent %s: teardown tier %s, exit %s", safe_token(self._name), teardown.tier, teardown.exit_status
-        )
-
-    def _settle(self, stop_reason: str, diagnostic: str | None) -> None:
-        if self._settled.done():
-            return
-        self._client.frozen = True
-        self._settled.set_result(SubagentResult("".join(self._client.chunks), stop_reason, diagnostic))
-
-    async def _drive(self, prompt_block: Any) -> None:
-        provider = self._provider
-        try:
-            response = await provider._call(
-                self._proc,
-                self._conn.prompt(session_id=self._session_id, prompt=[prompt_block]),
-                "prompt",
-                provider._prompt_timeout,
-            )
-        except _Failure as failure:
-            if self._settled.done():
-                return  # locally cancelled meanwhile: the agent's reaction does not matter
-            provider._log_failure(failure, self._proc)
-            if failure.category == "timeout":
-                with anyio.move_on_after(_NOTIFY_TIMEOUT), contextlib.suppress(Exception):
-                    await self._conn.cancel(session_id=self._session_id)
-            self._settle("error", join_lines(failure.line(self._name), self._client.permission_fact()))
-            return
-        except Exception as exc:  # a bug of ours or the SDK's: still a settled, safe result
-            log.info("acp subagent %s: prompt failed unexpectedly: %s", safe_token(self._name), _cause_types(exc))
-            self._settle("error", subagent_failure(self._name, "prompt", "unknown"))
-            return
-        self._settle_stop_reason(getattr(response, "stop_reason", None))
-
-    def _settle_stop_reason(self, stop_reason: object) -> None:
-        permission = self._client.permission_fact()
-        shared = _STOP_REASONS.get(stop_reason) if isinstance(stop_reason, str) else None
-        if shared == "completed":
-            self._settle("completed", None)
-        elif shared is not None:  # max-tokens, refusal, remote aborted: the stop reason says it all
-            self._settle(shared, permission)
-        elif stop_reason == "max_turn_requests":
-            line = subagent_failure(self._name, "prompt", "remote-limit", stop_reason="max_turn_requests")
-            self._settle("error", join_lines(line, permission))
-        else:
-            self._settle("error", join_lines(subagent_failure(self._name, "prompt", "unknown"), permission))

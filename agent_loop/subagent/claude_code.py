@@ -40,6 +40,7 @@ from typing import Any
 
 import anyio
 
+from dsh.agent_loop.process import ExitStatus
 from dsh.agent_loop.subagent import (
     ParentContext,
     SubagentConfigError,
@@ -49,30 +50,22 @@ from dsh.agent_loop.subagent import (
     config_positive_int,
     config_seconds,
     config_string,
-    provider_or_problem,
+    diagnostics,
     reject_unknown_keys,
 )
-from dsh.agent_loop.subagent._product_run import (
-    OneShotRun,
-    ProductFailure,
-    config_names,
-    configuration_failure,
-    explicit_env,
-    failure_diagnostic,
-)
-from dsh.agent_loop.subagent.diagnostics import unattended_decision
-from dsh.agent_loop.subagent.process import ExitStatus
-from dsh.agent_loop.subagent.result import SubagentRequest, SubagentResult
+from dsh.agent_loop.subagent._product import config_names, explicit_env
+from dsh.agent_loop.subagent.diagnostics import Failure, unattended_decision
+from dsh.agent_loop.subagent.run import Outcome, Provider, Run, configured
 
 __all__ = [
     "DENY_MESSAGE",
     "ERROR_SUBTYPES",
     "PERMISSION_MODES",
     "PRODUCT",
+    "Category",
     "ClaudeCodeConfig",
-    "ClaudeCodeProvider",
     "ClaudeCodeRun",
-    "build_provider",
+    "Stage",
     "from_config",
 ]
 
@@ -89,6 +82,27 @@ DENY_MESSAGE = (
     "Continue without this tool call."
 )
 _EXIT_WAIT = 2.0  # a transport failure: how long to wait for the CLI's exit, which then classifies it
+
+
+class Stage(diagnostics.Stage):
+    QUERY_START = "query-start"
+    QUERY_RUN = "query-run"
+    PROCESS = "process"
+    TEARDOWN = "teardown"
+
+
+class Category(diagnostics.Category):
+    # the SDK's result subtypes, verbatim
+    ERROR_DURING_EXECUTION = "error_during_execution"
+    ERROR_MAX_TURNS = "error_max_turns"
+    ERROR_MAX_BUDGET_USD = "error_max_budget_usd"
+    ERROR_MAX_STRUCTURED_OUTPUT_RETRIES = "error_max_structured_output_retries"
+    # our own facts
+    INVALID_SUCCESS = "invalid-success"
+    MISSING_RESULT = "missing-result"
+    PROCESS_EXIT = "process-exit"
+    CONFIGURATION = "configuration"
+    UNKNOWN = "unknown"
 
 
 @dataclass(frozen=True, slots=True)
@@ -140,36 +154,16 @@ _CONFIG_KEYS = frozenset(
 )  # fmt: skip
 
 
-class ClaudeCodeProvider:
-    """``[subagents.NAME] provider = "claude-code"``."""
-
-    def __init__(self, name: str, config: ClaudeCodeConfig | None = None, *, problem: str | None = None) -> None:
-        self.name = name
-        self.config = config or ClaudeCodeConfig()
-        self.problem = problem  # host-only: why every run fails with ``configuration``
-
-    async def start(self, request: SubagentRequest) -> OneShotRun:
-        if self.problem is not None:
-            return configuration_failure(PRODUCT, "query-start")
-        return ClaudeCodeRun(self.config, request)
-
-
-def from_config(name: str, config: Mapping[str, Any], parent: ParentContext | None = None) -> ClaudeCodeProvider:
+def from_config(name: str, config: Mapping[str, Any], parent: ParentContext | None = None) -> Provider:
     """``[subagents.NAME]`` with ``provider = "claude-code"``. Nothing is inherited from ``parent``.
 
-    Never raises: a bad table gives a provider whose runs fail with ``stage: query-start; category:
+    Never raises: a bad table gives runs that fail with ``stage: query-start; category:
     configuration`` (the problem, which names only the table and key, goes to the host log now).
     """
-    return provider_or_problem(name, lambda: ClaudeCodeConfig.from_mapping(name, config), ClaudeCodeProvider, log)
-
-
-build_provider = from_config
+    return configured(name, ClaudeCodeRun, lambda: ClaudeCodeConfig.from_mapping(name, config))
 
 
 # -- one run --------------------------------------------------------------------------------------
-
-
-_ABORTED = "aborted"  # the outcome of a local cancellation
 
 
 @dataclass(slots=True)
@@ -184,30 +178,36 @@ class _Observed:
         return "\n\n".join(self.texts)
 
 
-class ClaudeCodeRun(OneShotRun):
-    def __init__(self, config: ClaudeCodeConfig, request: SubagentRequest) -> None:
-        super().__init__()
-        self._config = config
-        self._request = request
+class ClaudeCodeRun(Run):
+    product = PRODUCT
+    configuration = Failure(Stage.QUERY_START, Category.CONFIGURATION)
+    settings: ClaudeCodeConfig
+
+    def __init__(self, provider: Provider, request: Any) -> None:
+        super().__init__(provider, request)
+        self._config = self.settings
         self._observed = _Observed()
         self.transport: Any = None  # the ManagedCLITransport once built (tests read its pid)
         self.started = anyio.Event()  # set once the CLI is up and initialized
 
-    async def _execute(self) -> SubagentResult:
+    def partial_output(self) -> str:
+        return self._observed.partial_output()
+
+    async def execute(self) -> Outcome:
         client: Any = None
-        outcome: ProductFailure | str | None
+        failure: Failure | None
         try:
             sdk, transport_module = _load_sdk()
         except ImportError as exc:  # the dsh[claude] extra is not installed
-            return self._settle(ProductFailure("query-start", "configuration", cause=exc), None)
+            return self._outcome(Failure(Stage.QUERY_START, Category.CONFIGURATION, cause=exc), None)
         try:
-            if not os.path.isdir(self._request.cwd):
+            if not os.path.isdir(self.request.cwd):
                 raise NotADirectoryError("the working directory does not exist")
             argv = self._argv(sdk)
             self.transport = transport_module.ManagedCLITransport(
                 argv,
                 env=self._child_env(sdk),
-                cwd=self._request.cwd,
+                cwd=self.request.cwd,
                 eof_grace=self._config.eof_grace,
                 term_grace=self._config.term_grace,
             )
@@ -215,33 +215,26 @@ class ClaudeCodeRun(OneShotRun):
                 options=sdk.ClaudeAgentOptions(can_use_tool=self._deny_tool), transport=self.transport
             )
         except (sdk.CLINotFoundError, NotADirectoryError) as exc:
-            outcome = ProductFailure("query-start", "configuration", cause=exc)
+            failure = Failure(Stage.QUERY_START, Category.CONFIGURATION, cause=exc)
         except Exception as exc:  # e.g. an environment entry the OS cannot take
-            outcome = ProductFailure("query-start", "unknown", cause=exc)
+            failure = Failure(Stage.QUERY_START, Category.UNKNOWN, cause=exc)
         else:
-            outcome = None
-        teardown: ProductFailure | None = None
+            failure = None
+        teardown: Failure | None = None
         try:
-            if outcome is None:
-                outcome = await self._drive(sdk, client)
+            if client is not None and failure is None:
+                failure = await self._drive(sdk, client)
         finally:
             with anyio.CancelScope(shield=True):
                 teardown = await self._teardown(client)
-        return self._settle(outcome, teardown)
+        return self._outcome(failure, teardown)
 
     # -- start and run ----------------------------------------------------------------------------
 
-    async def _drive(self, sdk: ModuleType, client: Any) -> ProductFailure | str | None:
-        stage = "query-start"
+    async def _drive(self, sdk: ModuleType, client: Any) -> Failure | None:
+        stage = Stage.QUERY_START
         error: Exception | None = None
-        cancelled = False
         async with anyio.create_task_group() as tg:
-
-            async def watch_cancel() -> None:
-                nonlocal cancelled
-                await self.cancel_requested.wait()
-                cancelled = True
-                tg.cancel_scope.cancel()
 
             async def bound_linger() -> None:
                 # After its result the CLI gets stdin EOF and exits; one that lingers is left to teardown.
@@ -250,11 +243,10 @@ class ClaudeCodeRun(OneShotRun):
                 tg.cancel_scope.cancel()
 
             result_seen = anyio.Event()
-            tg.start_soon(watch_cancel)
             tg.start_soon(bound_linger)
             try:
                 await client.connect(self._prompt_stream())
-                stage = "query-run"
+                stage = Stage.QUERY_RUN
                 self.started.set()
                 async with contextlib.aclosing(client.receive_messages()) as messages:
                     async for message in messages:
@@ -264,8 +256,6 @@ class ClaudeCodeRun(OneShotRun):
             except Exception as exc:
                 error = exc
             tg.cancel_scope.cancel()
-        if cancelled:
-            return _ABORTED
         if error is not None:
             return await self._classify(sdk, stage, error)
         return self._judge_result(sdk)
@@ -273,7 +263,7 @@ class ClaudeCodeRun(OneShotRun):
     async def _prompt_stream(self) -> AsyncIterator[dict[str, Any]]:
         yield {
             "type": "user",
-            "message": {"role": "user", "content": self._request.prompt},
+            "message": {"role": "user", "content": self.request.prompt},
             "parent_tool_use_id": None,
             "session_id": "",
         }
@@ -295,49 +285,40 @@ class ClaudeCodeRun(OneShotRun):
             if isinstance(message.permission_denials, list) and message.permission_denials:
                 self._observed.denied = True
 
-    def _judge_result(self, sdk: ModuleType) -> ProductFailure | None:
+    def _judge_result(self, sdk: ModuleType) -> Failure | None:
         """The stream ended normally: is its last ``result`` a real success?"""
         exit_status = self._exit_status()
         result = self._observed.result
         if result is None:
-            return ProductFailure("query-run", "missing-result", exit_status=exit_status)
+            return Failure(Stage.QUERY_RUN, Category.MISSING_RESULT, exit_status=exit_status)
         subtype = result.subtype
         if subtype == "success":
             if result.is_error is False and isinstance(result.result, str) and result.result.strip():
                 return None
-            return ProductFailure("query-run", "invalid-success", exit_status=exit_status)
-        if subtype in ERROR_SUBTYPES:
-            return ProductFailure("query-run", subtype, exit_status=exit_status)
-        return ProductFailure("query-run", "unknown", exit_status=exit_status)
+            return Failure(Stage.QUERY_RUN, Category.INVALID_SUCCESS, exit_status=exit_status)
+        return Failure(Stage.QUERY_RUN, _subtype_category(subtype), exit_status=exit_status)
 
-    async def _classify(self, sdk: ModuleType, stage: str, exc: Exception) -> ProductFailure:
+    async def _classify(self, sdk: ModuleType, stage: Stage, exc: Exception) -> Failure:
         """A typed SDK failure -> closed facts. By type only; the message is never read."""
+        exit_stage = Stage.PROCESS if stage is Stage.QUERY_RUN else stage
         if isinstance(exc, sdk.ResultError):
             subtype = exc.subtype
-            if subtype in ERROR_SUBTYPES:
-                category = subtype
-            elif subtype == "success":
-                category = "invalid-success"  # an is_error "success": an API failure the CLI reported
-            else:
-                category = "unknown"
-            return ProductFailure(stage, category, exit_status=self._exit_status(), cause=exc)
+            # an is_error "success": an API failure the CLI reported
+            category = Category.INVALID_SUCCESS if subtype == "success" else _subtype_category(subtype)
+            return Failure(stage, category, exit_status=self._exit_status(), cause=exc)
         if isinstance(exc, sdk.ProcessError):
             # The CLI ended before a terminal result (or after a result, abnormally).
-            return ProductFailure(
-                "process" if stage == "query-run" else stage, "process-exit", exit_status=self._exit_status(), cause=exc
-            )
+            return Failure(exit_stage, Category.PROCESS_EXIT, exit_status=self._exit_status(), cause=exc)
         if isinstance(exc, sdk.CLINotFoundError):  # the configured CLI cannot be executed
-            return ProductFailure(stage, "configuration", cause=exc)
+            return Failure(stage, Category.CONFIGURATION, cause=exc)
         if isinstance(exc, sdk.CLIConnectionError):
             # A write to a child that is dying: the observed exit classifies it, not the transport error.
             status = await self._wait_exit()
             if status is not None and status != ExitStatus(0, None):
-                return ProductFailure(
-                    "process" if stage == "query-run" else stage, "process-exit", exit_status=status, cause=exc
-                )
-            return ProductFailure(stage, "unknown", exit_status=status, cause=exc)
+                return Failure(exit_stage, Category.PROCESS_EXIT, exit_status=status, cause=exc)
+            return Failure(stage, Category.UNKNOWN, exit_status=status, cause=exc)
         # CLIJSONDecodeError, MessageParseError, a control-request timeout, anything else.
-        return ProductFailure(stage, "unknown", exit_status=self._exit_status(), cause=exc)
+        return Failure(stage, Category.UNKNOWN, exit_status=self._exit_status(), cause=exc)
 
     def _exit_status(self) -> ExitStatus | None:
         """The CLI's own exit, if it happened before anyone (we or the SDK's rollback) tore it down."""
@@ -356,7 +337,7 @@ class ClaudeCodeRun(OneShotRun):
 
     # -- teardown and settlement ------------------------------------------------------------------
 
-    async def _teardown(self, client: Any) -> ProductFailure | None:
+    async def _teardown(self, client: Any) -> Failure | None:
         error: BaseException | None = None
         if client is not None:
             try:
@@ -364,23 +345,20 @@ class ClaudeCodeRun(OneShotRun):
             except Exception as exc:
                 error = exc
         if self.transport is None or not self.transport.process.started:
-            return ProductFailure("teardown", "unknown", cause=error) if error is not None else None
+            return Failure(Stage.TEARDOWN, Category.UNKNOWN, cause=error) if error is not None else None
         teardown = await self.transport.process.terminate(
             eof_grace=self._config.eof_grace, term_grace=self._config.term_grace
         )
         log.debug("Claude Code teardown: %s (stderr tail kept host-side: %d bytes)", teardown.tier,
                   self.transport.process.stderr_bytes_seen)  # fmt: skip
         if error is not None or teardown.tier in ("sigkill", "unreaped"):
-            return ProductFailure("teardown", "unknown", exit_status=teardown.exit_status, cause=error)
+            return Failure(Stage.TEARDOWN, Category.UNKNOWN, exit_status=teardown.exit_status, cause=error)
         return None
 
-    def _settle(self, outcome: ProductFailure | str | None, teardown: ProductFailure | None) -> SubagentResult:
+    def _outcome(self, failure: Failure | None, teardown: Failure | None) -> Outcome:
         observed = self._observed
-        if outcome == _ABORTED:
-            return SubagentResult(output=observed.partial_output(), stop_reason="aborted")
-        if outcome is None and teardown is None:
-            return SubagentResult(output=observed.result.result, stop_reason="completed")
-        failure = outcome if isinstance(outcome, ProductFailure) else None
+        if failure is None and teardown is None:
+            return Outcome("completed", observed.result.result)
         # When only the teardown failed, the answer is still the best partial output.
         output = observed.result.result if failure is None else observed.partial_output()
         decision = (
@@ -388,8 +366,7 @@ class ClaudeCodeRun(OneShotRun):
             if observed.denied
             else None
         )
-        diagnostic = failure_diagnostic(log, PRODUCT, failure, teardown, decision)
-        return SubagentResult(output=output, stop_reason="error", diagnostic=diagnostic)
+        return Outcome("error", output, failure, teardown, decision)
 
     # -- the child ------------------------------------------------------------------------------
 
@@ -420,10 +397,14 @@ class ClaudeCodeRun(OneShotRun):
             # The CLI then reports session state, which the SDK needs to close stdin at the right time.
             "CLAUDE_CODE_SDK_READS_SESSION_STATE": "1",
         }
-        env.update(explicit_env(self._config.env, self._config.pass_env, self._request))
+        env.update(explicit_env(self._config.env, self._config.pass_env, self.request))
         env["CLAUDE_AGENT_SDK_VERSION"] = sdk.__version__
-        env["PWD"] = self._request.cwd
+        env["PWD"] = self.request.cwd
         return env
+
+
+def _subtype_category(subtype: object) -> Category:
+    return Category(subtype) if isinstance(subtype, str) and subtype in ERROR_SUBTYPES else Category.UNKNOWN
 
 
 def _load_sdk() -> tuple[ModuleType, ModuleType]:

@@ -38,6 +38,7 @@ from typing import Any
 import anyio
 
 from dsh.agent_loop.jsonrpc import METHOD_NOT_FOUND, JsonRpcConnection, ProtocolError, TransportClosed
+from dsh.agent_loop.process import ManagedProcess, ProcessStartError
 from dsh.agent_loop.subagent import (
     ParentContext,
     SubagentConfigError,
@@ -45,22 +46,12 @@ from dsh.agent_loop.subagent import (
     config_env,
     config_seconds,
     config_string,
-    provider_or_problem,
+    diagnostics,
     reject_unknown_keys,
 )
-from dsh.agent_loop.subagent._product_run import (
-    OneShotRun,
-    ProductFailure,
-    config_names,
-    configuration_failure,
-    descendants,
-    explicit_env,
-    failure_diagnostic,
-    kill_survivors,
-)
-from dsh.agent_loop.subagent.diagnostics import unattended_decision
-from dsh.agent_loop.subagent.process import ManagedProcess, ProcessStartError
-from dsh.agent_loop.subagent.result import SubagentRequest, SubagentResult
+from dsh.agent_loop.subagent._product import config_names, descendants, explicit_env, kill_survivors
+from dsh.agent_loop.subagent.diagnostics import Failure, unattended_decision
+from dsh.agent_loop.subagent.run import Outcome, Provider, Run, configured
 from dsh.llm._version import __version__
 
 __all__ = [
@@ -69,10 +60,10 @@ __all__ = [
     "PRODUCT",
     "STATUS_VARIANTS",
     "STRING_VARIANTS",
+    "Category",
     "CodexConfig",
-    "CodexProvider",
     "CodexRun",
-    "build_provider",
+    "Stage",
     "classify_error_info",
     "from_config",
 ]
@@ -99,7 +90,26 @@ STATUS_VARIANTS: frozenset[str] = frozenset(
 )  # fmt: skip
 OBJECT_VARIANTS: frozenset[str] = STATUS_VARIANTS | {"activeTurnNotSteerable"}
 
-_HANDSHAKE_STAGES = frozenset({"initialize", "thread-start"})
+
+class Stage(diagnostics.Stage):
+    INITIALIZE = "initialize"
+    THREAD_START = "thread-start"
+    TURN_START = "turn-start"
+    TURN = "turn"
+    PROCESS = "process"
+    TEARDOWN = "teardown"
+
+
+# The codexErrorInfo variant names, verbatim, then our own facts.
+Category = diagnostics.Category(  # type: ignore[call-overload]
+    "Category",
+    [(name, name) for name in sorted(STRING_VARIANTS | OBJECT_VARIANTS)]
+    + [("PROCESS_EXIT", "process-exit"), ("TIMEOUT", "timeout"), ("CONFIGURATION", "configuration"),
+       ("UNKNOWN", "unknown")],
+    module=__name__,
+)  # fmt: skip
+
+_HANDSHAKE_STAGES = frozenset({Stage.INITIALIZE, Stage.THREAD_START})
 _EXIT_WAIT = 2.0  # the wire broke: how long to wait for the app-server's exit, which then classifies it
 _DRAIN_AFTER_EXIT = 0.5  # the app-server exited: how long its last frames may still trickle in
 
@@ -117,21 +127,21 @@ _UNATTENDED_REPLIES: dict[str, tuple[str, str, dict[str, Any]]] = {
 }
 
 
-def classify_error_info(info: object) -> tuple[str, int | None]:
+def classify_error_info(info: object) -> tuple[Category, int | None]:
     """A ``codexErrorInfo`` value -> (category, HTTP status). Only declared variants pass; else unknown."""
     if isinstance(info, str):
-        return (info, None) if info in STRING_VARIANTS else ("unknown", None)
+        return (Category(info), None) if info in STRING_VARIANTS else (Category.UNKNOWN, None)
     if not isinstance(info, dict) or len(info) != 1:
-        return "unknown", None  # malformed, or an object naming more than one variant
+        return Category.UNKNOWN, None  # malformed, or an object naming more than one variant
     ((name, body),) = info.items()
     if name not in OBJECT_VARIANTS or not isinstance(body, dict):
-        return "unknown", None
+        return Category.UNKNOWN, None
     if name in STATUS_VARIANTS:
         status = body.get("httpStatusCode")
         if isinstance(status, int) and not isinstance(status, bool):
-            return name, status
-        return name, None
-    return name, None  # activeTurnNotSteerable: its turn kind is not exposed
+            return Category(name), status
+        return Category(name), None
+    return Category(name), None  # activeTurnNotSteerable: its turn kind is not exposed
 
 
 @dataclass(frozen=True, slots=True)
@@ -202,30 +212,13 @@ def _overrides(name: str, table: object) -> tuple[tuple[str, str], ...]:
     return tuple(pairs)
 
 
-class CodexProvider:
-    """``[subagents.NAME] provider = "codex"``."""
-
-    def __init__(self, name: str, config: CodexConfig | None = None, *, problem: str | None = None) -> None:
-        self.name = name
-        self.config = config or CodexConfig()
-        self.problem = problem  # host-only: why every run fails with ``configuration``
-
-    async def start(self, request: SubagentRequest) -> OneShotRun:
-        if self.problem is not None:
-            return configuration_failure(PRODUCT, "initialize")
-        return CodexRun(self.config, request)
-
-
-def from_config(name: str, config: Mapping[str, Any], parent: ParentContext | None = None) -> CodexProvider:
+def from_config(name: str, config: Mapping[str, Any], parent: ParentContext | None = None) -> Provider:
     """``[subagents.NAME]`` with ``provider = "codex"``. Nothing is inherited from ``parent``.
 
-    Never raises: a bad table gives a provider whose runs fail with ``stage: initialize; category:
+    Never raises: a bad table gives runs that fail with ``stage: initialize; category:
     configuration`` (the problem, which names only the table and key, goes to the host log now).
     """
-    return provider_or_problem(name, lambda: CodexConfig.from_mapping(name, config), CodexProvider, log)
-
-
-build_provider = from_config
+    return configured(name, CodexRun, lambda: CodexConfig.from_mapping(name, config))
 
 
 # -- one run --------------------------------------------------------------------------------------
@@ -239,7 +232,6 @@ class _BadResponse(Exception):
     """A response that does not have the shape the protocol promises (its content stays host-side)."""
 
 
-_ABORTED = "aborted"
 _NO_ERROR_INFO = object()
 
 
@@ -291,40 +283,46 @@ class _TurnState:
         return ""
 
 
-class CodexRun(OneShotRun):
-    def __init__(self, config: CodexConfig, request: SubagentRequest) -> None:
-        super().__init__()
-        self._config = config
-        self._request = request
+class CodexRun(Run):
+    product = PRODUCT
+    configuration = Failure(Stage.INITIALIZE, Category.CONFIGURATION)
+    settings: CodexConfig
+
+    def __init__(self, provider: Provider, request: Any) -> None:
+        super().__init__(provider, request)
+        self._config = self.settings
         self._turn = _TurnState()
         self._thread_id: str | None = None
         self._turn_id: str | None = None
         self._decision: tuple[str, str] | None = None  # latest unattended decision (request, decision)
         self._interrupt_sent = False
+        self._stop_reason = "error"  # of a failed turn: contextWindowExceeded makes it max-tokens
         self.process: ManagedProcess | None = None  # tests read its pid
         self.turn_started = anyio.Event()
 
-    async def _execute(self) -> SubagentResult:
+    def partial_output(self) -> str:
+        return self._turn.partial_output()
+
+    async def execute(self) -> Outcome:
         try:
             argv, extra_path = self._argv()
         except _BinaryNotFound as exc:
-            return self._settle(ProductFailure("initialize", "configuration", cause=exc), None)
-        self.process = ManagedProcess(argv, env=self._child_env(extra_path), cwd=self._request.cwd)
+            return self._outcome(Failure(Stage.INITIALIZE, Category.CONFIGURATION, cause=exc), None)
+        self.process = ManagedProcess(argv, env=self._child_env(extra_path), cwd=self.request.cwd)
         try:
             await self.process.start()
         except ProcessStartError as exc:  # the command or the working directory does not exist
-            return self._settle(ProductFailure("initialize", "configuration", cause=exc), None)
-        outcome: ProductFailure | str | None = None
+            return self._outcome(Failure(Stage.INITIALIZE, Category.CONFIGURATION, cause=exc), None)
         try:
-            outcome = await self._drive(self.process)
+            failure = await self._drive(self.process)
         finally:
             with anyio.CancelScope(shield=True):
                 teardown = await self._teardown(self.process)
-        return self._settle(outcome, teardown)
+        return self._outcome(failure, teardown)
 
     # -- the conversation -----------------------------------------------------------------------
 
-    async def _drive(self, process: ManagedProcess) -> ProductFailure | str | None:
+    async def _drive(self, process: ManagedProcess) -> Failure | None:
         assert process.stdout is not None and process.stdin is not None
         async with JsonRpcConnection(
             process.stdout,
@@ -336,20 +334,20 @@ class CodexRun(OneShotRun):
         ) as conn:
             return await self._conversation(conn, process)
 
-    async def _conversation(self, conn: JsonRpcConnection, process: ManagedProcess) -> ProductFailure | str | None:
+    async def _conversation(self, conn: JsonRpcConnection, process: ManagedProcess) -> Failure | None:
         startup = self._config.startup_timeout
         # initialize -> initialized
         kind, value = await self._race(
             lambda: conn.request("initialize", {"clientInfo": _client_info()}, timeout=startup), None
         )
         if kind != "done":
-            return await self._stage_failure("initialize", kind, value, process)
+            return await self._stage_failure(Stage.INITIALIZE, kind, value, process)
         kind, value = await self._race(lambda: conn.notify("initialized"), None)
         if kind != "done":
-            return await self._stage_failure("initialize", kind, value, process)
+            return await self._stage_failure(Stage.INITIALIZE, kind, value, process)
         # thread/start
         params: dict[str, Any] = {
-            "cwd": self._request.cwd,
+            "cwd": self.request.cwd,
             "ephemeral": True,
             "approvalPolicy": APPROVAL_POLICY,
             "sandbox": self._config.sandbox,
@@ -358,26 +356,32 @@ class CodexRun(OneShotRun):
             params["model"] = self._config.model
         kind, value = await self._race(lambda: self._start_thread(conn, params, startup), None)
         if kind != "done":
-            return await self._stage_failure("thread-start", kind, value, process)
-        # turn/start, then the turn, both under the turn deadline
+            return await self._stage_failure(Stage.THREAD_START, kind, value, process)
+        try:
+            return await self._turn_of(conn, process)
+        except anyio.get_cancelled_exc_class():
+            with anyio.CancelScope(shield=True):  # local cancellation: stop the turn, then go
+                await self._interrupt(conn)
+            raise
+
+    async def _turn_of(self, conn: JsonRpcConnection, process: ManagedProcess) -> Failure | None:
+        """turn/start, then the turn, both under the turn deadline."""
         deadline = anyio.current_time() + self._config.turn_timeout
         kind, value = await self._race(lambda: self._start_turn(conn), deadline)
         if kind != "done":
             if kind == "deadline" and self._turn.completed.is_set():
                 kind = "done"  # the turn ended before its own start was acknowledged: judge it
             else:
-                return await self._stage_failure("turn-start", kind, value, process)
+                return await self._stage_failure(Stage.TURN_START, kind, value, process)
         self.turn_started.set()
         kind, value = await self._race(lambda: self._until_turn_end(conn), deadline)
         if kind == "done":
             return self._judge_turn()
-        if kind in ("cancel", "deadline"):
+        if kind == "deadline":
             await self._interrupt(conn)
-            if kind == "cancel":
-                return _ABORTED
-            category, status = self._latest_error_category(default="timeout")
-            return ProductFailure("turn", category, http_status=status, cause=TimeoutError("turn deadline"))
-        return await self._stage_failure("turn", kind, value, process)
+            category, status = self._latest_error_category(default=Category.TIMEOUT)
+            return Failure(Stage.TURN, category, http_status=status, cause=TimeoutError("turn deadline"))
+        return await self._stage_failure(Stage.TURN, kind, value, process)
 
     async def _start_thread(self, conn: JsonRpcConnection, params: dict[str, Any], timeout: float) -> None:
         result = await conn.request("thread/start", params, timeout=timeout)
@@ -388,7 +392,7 @@ class CodexRun(OneShotRun):
         self._thread_id = thread_id
 
     async def _start_turn(self, conn: JsonRpcConnection) -> None:
-        params = {"threadId": self._thread_id, "input": [{"type": "text", "text": self._request.prompt}]}
+        params = {"threadId": self._thread_id, "input": [{"type": "text", "text": self.request.prompt}]}
         result = await conn.request("turn/start", params)
         turn = result.get("turn") if isinstance(result, dict) else None
         turn_id = turn.get("id") if isinstance(turn, dict) else None
@@ -424,10 +428,10 @@ class CodexRun(OneShotRun):
             await self._until_turn_end(conn)
 
     async def _race(self, work: Callable[[], Awaitable[Any]], deadline: float | None) -> tuple[str, Any]:
-        """Run ``work`` against local cancellation and an optional deadline.
+        """Run ``work`` against the app-server's exit and an optional deadline.
 
-        Returns ``("done", value)``, ``("error", exception)``, ``("cancel", None)`` or
-        ``("deadline", None)``, whichever came first.
+        Returns ``("done", value)``, ``("error", exception)`` or ``("deadline", None)``, whichever
+        came first (local cancellation simply cancels it).
         """
         outcome: list[tuple[str, Any]] = []
         async with anyio.create_task_group() as tg:
@@ -437,11 +441,6 @@ class CodexRun(OneShotRun):
                     outcome.append(("done", await work()))
                 except Exception as exc:  # classified by the caller, by type
                     outcome.append(("error", exc))
-                tg.cancel_scope.cancel()
-
-            async def run_cancel() -> None:
-                await self.cancel_requested.wait()
-                outcome.append(("cancel", None))
                 tg.cancel_scope.cancel()
 
             async def run_deadline() -> None:
@@ -460,7 +459,6 @@ class CodexRun(OneShotRun):
                 tg.cancel_scope.cancel()
 
             tg.start_soon(run_work)
-            tg.start_soon(run_cancel)
             tg.start_soon(run_exit)
             if deadline is not None:
                 tg.start_soon(run_deadline)
@@ -511,44 +509,43 @@ class CodexRun(OneShotRun):
 
     # -- judgement --------------------------------------------------------------------------------
 
-    def _judge_turn(self) -> ProductFailure | None:
+    def _judge_turn(self) -> Failure | None:
         turn = self._turn.completed_turn or {}
         status = turn.get("status")
         if status == "completed":
             if self._turn.answer() is not None:
                 return None
-            return ProductFailure("turn", "unknown")  # completed without a final answer
+            return Failure(Stage.TURN, Category.UNKNOWN)  # completed without a final answer
         if status in ("failed", "interrupted"):
             category, http_status = self._turn_error_category(turn)
-            stop_reason = "max-tokens" if category == "contextWindowExceeded" else "error"
-            return ProductFailure("turn", category, http_status=http_status, stop_reason=stop_reason)
-        return ProductFailure("turn", "unknown")
+            if category is Category.contextWindowExceeded:
+                self._stop_reason = "max-tokens"
+            return Failure(Stage.TURN, category, http_status=http_status)
+        return Failure(Stage.TURN, Category.UNKNOWN)
 
-    def _turn_error_category(self, turn: dict[str, Any]) -> tuple[str, int | None]:
+    def _turn_error_category(self, turn: dict[str, Any]) -> tuple[Category, int | None]:
         error = turn.get("error")
         if isinstance(error, dict) and error.get("codexErrorInfo") is not None:
             return classify_error_info(error.get("codexErrorInfo"))
-        return self._latest_error_category(default="unknown")
+        return self._latest_error_category(default=Category.UNKNOWN)
 
-    def _latest_error_category(self, *, default: str) -> tuple[str, int | None]:
+    def _latest_error_category(self, *, default: Category) -> tuple[Category, int | None]:
         info = self._turn.last_error_info
         if info is _NO_ERROR_INFO or info is None:
             return default, None
         return classify_error_info(info)
 
-    async def _stage_failure(self, stage: str, kind: str, value: Any, process: ManagedProcess) -> ProductFailure | str:
-        if kind == "cancel":
-            return _ABORTED
+    async def _stage_failure(self, stage: Stage, kind: str, value: Any, process: ManagedProcess) -> Failure:
         if kind == "deadline":
-            return ProductFailure(stage, "timeout", cause=TimeoutError("turn deadline"))
+            return Failure(stage, Category.TIMEOUT, cause=TimeoutError("turn deadline"))
         exc: BaseException = value
         if isinstance(exc, TransportClosed):
             # The wire broke: a dying child is classified by its observed exit.
             status = await process.wait_exit(_EXIT_WAIT)
             if status is not None:
-                exit_stage = stage if stage in _HANDSHAKE_STAGES else "process"
-                return ProductFailure(exit_stage, "process-exit", exit_status=status, cause=exc)
-            return ProductFailure(stage, "unknown", cause=exc)
+                exit_stage = stage if stage in _HANDSHAKE_STAGES else Stage.PROCESS
+                return Failure(exit_stage, Category.PROCESS_EXIT, exit_status=status, cause=exc)
+            return Failure(stage, Category.UNKNOWN, cause=exc)
         if (
             isinstance(exc, ProtocolError)
             and exc.code is not None
@@ -556,39 +553,35 @@ class CodexRun(OneShotRun):
             and "codexErrorInfo" in exc.data
         ):
             category, http_status = classify_error_info(exc.data["codexErrorInfo"])
-            return ProductFailure(stage, category, http_status=http_status, exit_status=process.exit_status, cause=exc)
+            return Failure(stage, category, http_status=http_status, exit_status=process.exit_status, cause=exc)
         if isinstance(exc, TimeoutError):
-            return ProductFailure(stage, "timeout", exit_status=process.exit_status, cause=exc)
+            return Failure(stage, Category.TIMEOUT, exit_status=process.exit_status, cause=exc)
         # a bad frame, an error response without structured info, a malformed result, anything else
-        return ProductFailure(stage, "unknown", exit_status=process.exit_status, cause=exc)
+        return Failure(stage, Category.UNKNOWN, exit_status=process.exit_status, cause=exc)
 
-    # -- teardown and settlement ------------------------------------------------------------------
+    # -- teardown and the outcome -----------------------------------------------------------------
 
-    async def _teardown(self, process: ManagedProcess) -> ProductFailure | None:
+    async def _teardown(self, process: ManagedProcess) -> Failure | None:
         noted = descendants(process.pid) if process.pid is not None and not process.exited else {}
         teardown = await process.terminate(eof_grace=self._config.eof_grace, term_grace=self._config.term_grace)
         if kill_survivors(noted):
             log.debug("codex teardown: killed helpers that left the app-server's process group")
         if teardown.tier in ("sigkill", "unreaped"):
             log.debug("codex stderr tail (host only): %s", process.stderr_tail()[-2000:])
-            return ProductFailure("teardown", "unknown", exit_status=teardown.exit_status)
+            return Failure(Stage.TEARDOWN, Category.UNKNOWN, exit_status=teardown.exit_status)
         return None
 
-    def _settle(self, outcome: ProductFailure | str | None, teardown: ProductFailure | None) -> SubagentResult:
+    def _outcome(self, failure: Failure | None, teardown: Failure | None) -> Outcome:
         turn = self._turn
-        if outcome == _ABORTED:
-            return SubagentResult(output=turn.partial_output(), stop_reason="aborted")
-        if outcome is None and teardown is None:
-            return SubagentResult(output=turn.answer() or "", stop_reason="completed")
-        failure = outcome if isinstance(outcome, ProductFailure) else None
+        if failure is None and teardown is None:
+            return Outcome("completed", turn.answer() or "")
         decision = (
             unattended_decision(PRODUCT, APPROVAL_POLICY, self._decision[0], self._decision[1])
             if self._decision is not None
             else None
         )
-        diagnostic = failure_diagnostic(log, PRODUCT, failure, teardown, decision)
-        stop_reason = failure.stop_reason if failure else "error"
-        return SubagentResult(output=turn.partial_output(), stop_reason=stop_reason, diagnostic=diagnostic)
+        stop_reason = self._stop_reason if failure is not None else "error"
+        return Outcome(stop_reason, turn.partial_output(), failure, teardown, decision)
 
     # -- the child ------------------------------------------------------------------------------
 
@@ -604,7 +597,7 @@ class CodexRun(OneShotRun):
         return [*argv, "app-server", "--listen", "stdio://"], extra_path
 
     def _child_env(self, extra_path: str | None) -> dict[str, str]:
-        env = explicit_env(self._config.env, self._config.pass_env, self._request)
+        env = explicit_env(self._config.env, self._config.pass_env, self.request)
         if extra_path and "PATH" not in env:
             # The wheel ships helpers (rg) beside the binary; codex looks for them on PATH.
             env["PATH"] = os.pathsep.join(p for p in (extra_path, os.environ.get("PATH", "")) if p)

@@ -1,15 +1,28 @@
-"""Builders for the fixed, safe diagnostic lines of out-of-process subagents (DESIGN §7, seed 002).
+"""The one failure record of every subagent run, and the fixed, safe lines built from it.
 
-Every field is checked against a closed vocabulary or the safe pattern ``[A-Za-z0-9_.-]+``;
-anything else becomes ``unknown`` (or, for an optional fact, is omitted), so child-controlled text —
-exception messages, stderr, task text, tool input, payload values — can never pass through. The
-result is display text: consumers show it, they never parse it. The 4096-byte bound is applied by
-``SubagentResult`` (``limit_diagnostic``), not here.
+A provider declares where its runs can fail and how as two enums, subclasses of :class:`Stage` and
+:class:`Category` (``class Stage(diagnostics.Stage): INITIALIZE = "initialize"``); a :class:`Failure`
+holds one member of each plus the closed facts (the child's protocol stop reason, an HTTP status, the
+observed exit). :func:`failure_line` renders it:
+
+* ``Subagent failure (provider: <name>; stage: …; category: …; stop reason: …; exit code: …; signal: …)``
+  for the out-of-process providers (ACP, child dsh), ``provider`` being the configured name;
+* ``Product subagent failure (product: <Claude Code|Codex>; stage: …; category: …; HTTP status: …;
+  exit code: …; signal: …)`` for the products.
+
+Only enum members pass as stage and category, every other field is checked against a closed
+vocabulary or the safe pattern ``[A-Za-z0-9_.-]+``; anything else becomes ``unknown`` (or, for an
+optional fact, is omitted), so child-controlled text — exception messages, stderr, task text, tool
+input, payload values — can never pass through. The raw cause rides along in :attr:`Failure.cause`
+for the host log only. The result is display text: consumers show it, they never parse it. The
+4096-byte bound is applied by ``SubagentResult`` (``limit_diagnostic``), not here.
 """
 
 from __future__ import annotations
 
 import re
+from dataclasses import dataclass, field
+from enum import StrEnum
 from typing import Protocol
 
 __all__ = [
@@ -18,19 +31,17 @@ __all__ = [
     "PERMISSION_DECISIONS",
     "PERMISSION_POLICIES",
     "PRODUCTS",
-    "PRODUCT_CATEGORIES",
-    "PRODUCT_STAGES",
-    "SUBAGENT_CATEGORIES",
-    "SUBAGENT_STAGES",
     "SUBAGENT_STOP_REASONS",
     "UNATTENDED_DECISIONS",
     "UNATTENDED_REQUESTS",
     "UNKNOWN",
+    "Category",
+    "Failure",
+    "Stage",
+    "failure_line",
     "join_lines",
     "permission_line",
-    "product_failure",
     "safe_token",
-    "subagent_failure",
     "unattended_decision",
 ]
 
@@ -38,30 +49,42 @@ UNKNOWN = "unknown"
 _SAFE_TOKEN = re.compile(r"[A-Za-z0-9_.-]{1,64}")
 _SIGNAL_NAME = re.compile(r"SIG[A-Z0-9]{1,12}")
 
-# -- out-of-process subagents (ACP, child dsh) ----------------------------------------------------
 
-SUBAGENT_STAGES: frozenset[str] = frozenset(
-    {
-        # ACP
-        "initialize", "new-session", "prompt", "process", "teardown",
-        # child dsh (dsh-sdk)
-        "session-run", "shutdown",
-    }
-)  # fmt: skip
+class Stage(StrEnum):
+    """Where a run failed. Each provider subclasses it with its closed stages."""
 
-SUBAGENT_CATEGORIES: frozenset[str] = frozenset(
-    {
-        "configuration", "transport", "protocol", "process-start", "process-exit",
-        "remote-limit", "timeout", "unknown",
-        # teardown facts (the ladder tier that a cleanup failure reached)
-        "process-terminated", "process-killed", "process-unreaped",
-        # child dsh
-        "child-error", "child-disposed", "child-unknown", "missing-terminal",
-    }
-)  # fmt: skip
+
+class Category(StrEnum):
+    """How a run failed. Each provider subclasses it with its closed categories."""
+
+
+class _ExitFacts(Protocol):
+    @property
+    def exit_code(self) -> int | None: ...
+
+    @property
+    def signal(self) -> str | None: ...
+
+
+@dataclass(frozen=True, slots=True)
+class Failure:
+    """Where and how a run failed: closed facts for the line, the raw cause for the host log.
+
+    ``stop_reason`` is the child's own closed protocol value (the generic line shows it);
+    ``http_status`` an upstream status a product reported (the product line shows it). A ``None``
+    stage or category (a provider that broke its contract) renders as ``unknown``.
+    """
+
+    stage: Stage | None
+    category: Category | None
+    stop_reason: str | None = None
+    http_status: int | None = None
+    exit_status: _ExitFacts | None = None
+    cause: BaseException | None = field(default=None, compare=False, repr=False)
+
 
 ACP_STOP_REASONS: frozenset[str] = frozenset({"end_turn", "max_tokens", "max_turn_requests", "refusal", "cancelled"})
-# The child dsh ``turn/end`` kinds (agent_loop reasons) and seed 002's ``blocked``.
+# The child dsh ``turn/end`` kinds (agent_loop reasons, and ``blocked``).
 _DSH_TURN_END_KINDS: frozenset[str] = frozenset(
     {"completed", "error", "aborted", "rejected", "max-tokens", "interrupted", "disposed", "blocked"}
 )
@@ -73,36 +96,7 @@ ACP_TOOL_KINDS: frozenset[str] = frozenset(
 PERMISSION_POLICIES: frozenset[str] = frozenset({"allow", "reject"})
 PERMISSION_DECISIONS: frozenset[str] = frozenset({"allowed", "rejected", "cancelled"})
 
-# -- product subagents (Claude Code, Codex) -------------------------------------------------------
-
 PRODUCTS: frozenset[str] = frozenset({"Claude Code", "Codex"})
-
-PRODUCT_STAGES: frozenset[str] = frozenset(
-    {
-        # Claude Code
-        "query-start", "query-run", "process", "teardown",
-        # Codex
-        "initialize", "thread-start", "turn-start", "turn",
-    }
-)  # fmt: skip
-
-PRODUCT_CATEGORIES: frozenset[str] = frozenset(
-    {
-        # Claude Code result subtypes (verbatim) and our own facts
-        "error_during_execution", "error_max_turns", "error_max_budget_usd",
-        "error_max_structured_output_retries", "invalid-success", "missing-result",
-        # Codex codexErrorInfo names (verbatim, 0.163.0), string and object variants
-        "contextWindowExceeded", "sessionBudgetExceeded", "usageLimitExceeded", "rateLimitExceeded",
-        "flexUnavailable", "serverOverloaded", "cyberPolicy", "misalignmentPolicyViolation",
-        "tooManyDenials", "internalServerError", "unauthorized", "badRequest", "threadRollbackFailed",
-        "sandboxError", "other", "httpConnectionFailed", "responseStreamConnectionFailed",
-        "responseStreamDisconnected", "responseTooManyFailedAttempts", "activeTurnNotSteerable",
-        "modelCap",
-        # shared process / protocol facts
-        "process-start", "process-exit", "protocol", "transport", "timeout", "configuration",
-        "process-terminated", "process-killed", "process-unreaped", "unknown",
-    }
-)  # fmt: skip
 
 UNATTENDED_REQUESTS: frozenset[str] = frozenset(
     {
@@ -114,14 +108,6 @@ UNATTENDED_DECISIONS: frozenset[str] = frozenset({"allowed", "denied", "approved
 _UNATTENDED_SUFFIX = "the provider does not request human approval"
 
 
-class _ExitFacts(Protocol):
-    @property
-    def exit_code(self) -> int | None: ...
-
-    @property
-    def signal(self) -> str | None: ...
-
-
 def safe_token(value: object) -> str:
     """``value`` if it is a short ``[A-Za-z0-9_.-]+`` string, else ``unknown``."""
     if isinstance(value, str) and _SAFE_TOKEN.fullmatch(value):
@@ -131,6 +117,10 @@ def safe_token(value: object) -> str:
 
 def _closed(value: object, allowed: frozenset[str]) -> str:
     return value if isinstance(value, str) and value in allowed else UNKNOWN
+
+
+def _member(value: object, kind: type[StrEnum]) -> str:
+    return value.value if isinstance(value, kind) else UNKNOWN
 
 
 def _exit_fields(exit_status: _ExitFacts | None) -> list[str]:
@@ -146,26 +136,25 @@ def _exit_fields(exit_status: _ExitFacts | None) -> list[str]:
     return fields
 
 
-def subagent_failure(
-    provider: str,
-    stage: str,
-    category: str,
-    stop_reason: str | None = None,
-    exit_status: _ExitFacts | None = None,
-) -> str:
-    """``Subagent failure (provider: …; stage: …; category: …; stop reason: …; exit code: …; signal: …)``.
+def failure_line(failure: Failure, *, provider: str, product: str | None = None) -> str:
+    """The line for ``failure``: the product line when ``product`` is given, else the generic one.
 
-    ``stop_reason`` is shown only when it is a known closed protocol value; exit code and signal only
-    when given (i.e. the managed child's exit was observed).
+    Generic: ``stop reason`` only when it is a known closed protocol value. Both: exit code and
+    signal only when given (i.e. the managed child's exit was observed).
     """
-    fields = [
-        f"provider: {safe_token(provider)}",
-        f"stage: {_closed(stage, SUBAGENT_STAGES)}",
-        f"category: {_closed(category, SUBAGENT_CATEGORIES)}",
-    ]
-    if isinstance(stop_reason, str) and stop_reason in SUBAGENT_STOP_REASONS:
-        fields.append(f"stop reason: {stop_reason}")
-    fields += _exit_fields(exit_status)
+    stage, category = _member(failure.stage, Stage), _member(failure.category, Category)
+    if product is not None:
+        fields = [f"product: {_closed(product, PRODUCTS)}", f"stage: {stage}", f"category: {category}"]
+        status = failure.http_status
+        if isinstance(status, int) and not isinstance(status, bool) and 100 <= status <= 599:
+            fields.append(f"HTTP status: {status}")
+        fields += _exit_fields(failure.exit_status)
+        return f"Product subagent failure ({'; '.join(fields)})"
+    fields = [f"provider: {safe_token(provider)}", f"stage: {stage}", f"category: {category}"]
+    reason = failure.stop_reason
+    if isinstance(reason, str) and reason in SUBAGENT_STOP_REASONS:
+        fields.append(f"stop reason: {reason}")
+    fields += _exit_fields(failure.exit_status)
     return f"Subagent failure ({'; '.join(fields)})"
 
 
@@ -177,25 +166,6 @@ def permission_line(policy: str, request_kind: str | None, decision: str) -> str
         f"request: {_closed(request_kind, ACP_TOOL_KINDS)}; "
         f"decision: {_closed(decision, PERMISSION_DECISIONS)})"
     )
-
-
-def product_failure(
-    product: str,
-    stage: str,
-    category: str,
-    http_status: int | None = None,
-    exit_status: _ExitFacts | None = None,
-) -> str:
-    """``Product subagent failure (product: …; stage: …; category: …; HTTP status: …; exit code: …; signal: …)``."""
-    fields = [
-        f"product: {_closed(product, PRODUCTS)}",
-        f"stage: {_closed(stage, PRODUCT_STAGES)}",
-        f"category: {_closed(category, PRODUCT_CATEGORIES)}",
-    ]
-    if isinstance(http_status, int) and not isinstance(http_status, bool) and 100 <= http_status <= 599:
-        fields.append(f"HTTP status: {http_status}")
-    fields += _exit_fields(exit_status)
-    return f"Product subagent failure ({'; '.join(fields)})"
 
 
 def unattended_decision(product: str, mode: str, request: str, decision: str) -> str:

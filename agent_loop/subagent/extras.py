@@ -9,6 +9,9 @@ shows :func:`missing_extra_hint` on screen and the run ends with a configuration
 from __future__ import annotations
 
 import importlib.util
+import shutil
+from collections.abc import Mapping
+from typing import Any
 
 __all__ = ["PROVIDER_EXTRAS", "missing_extra", "missing_extra_hint"]
 
@@ -20,10 +23,15 @@ PROVIDER_EXTRAS: dict[str, tuple[str, str]] = {
 }
 
 
-def missing_extra(kind: str) -> str | None:
-    """The extra to install for provider ``kind`` when its SDK is not importable, else None."""
+def missing_extra(kind: str, table: Mapping[str, Any] | None = None) -> str | None:
+    """The extra to install for provider ``kind`` when its SDK is not importable, else None.
+
+    Codex needs its wheel only for the binary: a configured ``command`` or a ``codex`` on PATH does.
+    """
     entry = PROVIDER_EXTRAS.get(kind)
     if entry is None:
+        return None
+    if kind == "codex" and ((table or {}).get("command") or shutil.which("codex")):
         return None
     extra, module = entry
     try:
@@ -33,9 +41,9 @@ def missing_extra(kind: str) -> str | None:
     return None if found else extra
 
 
-def missing_extra_hint(name: str, kind: str) -> str | None:
-    """``subagent NAME needs the acp extra: pip install 'dsh[acp]'``, or None when nothing is missing."""
-    extra = missing_extra(kind)
+def missing_extra_hint(name: str, kind: str, table: Mapping[str, Any] | None = None) -> str | None:
+    """``subagent NAME (KIND) needs the acp extra: pip install 'dsh[acp]'``, or None when nothing is missing."""
+    extra = missing_extra(kind, table)
     if extra is None:
         return None
     return f"subagent {name} ({kind}) needs the {extra} extra: pip install 'dsh[{extra}]'"

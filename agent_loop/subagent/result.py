@@ -1,17 +1,15 @@
-"""The provider-neutral subagent seam: request, run, result, and the one diagnostic choke point."""
+"""What goes into a subagent run and what comes out: request, result, and the one diagnostic choke point."""
 
 from __future__ import annotations
 
 from dataclasses import dataclass, field
-from typing import Literal, Protocol
+from typing import Literal
 
 __all__ = [
     "DIAGNOSTIC_LIMIT_BYTES",
     "STOP_REASONS",
-    "SubagentProvider",
     "SubagentRequest",
     "SubagentResult",
-    "SubagentRun",
     "limit_diagnostic",
 ]
 
@@ -58,19 +56,3 @@ class SubagentRequest:
     prompt: str
     cwd: str
     env: dict[str, str] = field(default_factory=dict)
-
-
-class SubagentRun(Protocol):
-    """A started run. ``result()`` never raises for child-level failures; ``dispose()`` is idempotent."""
-
-    async def result(self) -> SubagentResult: ...
-
-    async def cancel(self) -> None: ...
-
-    async def dispose(self) -> None: ...
-
-
-class SubagentProvider(Protocol):
-    name: str  # the configured subagent name ([subagents.NAME])
-
-    async def start(self, request: SubagentRequest) -> SubagentRun: ...

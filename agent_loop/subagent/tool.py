@@ -3,7 +3,7 @@
 Arguments ``{description, prompt, provider?, run_in_background?}``. ``provider`` is a configured
 subagent name (``[subagents.NAME]``); without it the first configured one is used.
 
-Foreground results (DESIGN §7, exact):
+Foreground results (exact):
 
 * completed: the subagent's output;
 * otherwise an error result whose text is one of ``subagent run failed`` / ``subagent run was
@@ -15,7 +15,8 @@ Foreground results (DESIGN §7, exact):
 Background: ``started background subagent job subagent-1``; see :mod:`dsh.agent_loop.jobs`.
 
 :class:`SubagentToolkit` bundles the configured providers, one :class:`~dsh.agent_loop.jobs.JobManager`
-and the four tools (``subagent``, ``job_output``, ``job_list``, ``job_kill``) for a front end.
+and the four tools (``subagent``, ``job_output``, ``job_list``, ``job_kill``) for a front end; ``async
+with`` it for the session (background jobs live in that block), and show its :attr:`~SubagentToolkit.hints`.
 """
 
 from __future__ import annotations
@@ -25,8 +26,9 @@ from collections.abc import Mapping
 from typing import Any
 
 from dsh.agent_loop.jobs import JobManager, job_tools, run_subagent
-from dsh.agent_loop.subagent import ParentContext, build_provider
-from dsh.agent_loop.subagent.result import SubagentProvider, SubagentRequest, SubagentResult
+from dsh.agent_loop.subagent import ParentContext, build_providers
+from dsh.agent_loop.subagent.result import SubagentRequest, SubagentResult
+from dsh.agent_loop.subagent.run import Provider
 from dsh.agent_loop.tools import Tool, ToolContext, ToolOutput
 
 __all__ = [
@@ -63,7 +65,7 @@ def _error(text: str) -> ToolOutput:
     return ToolOutput(text, is_error=True)
 
 
-def subagent_tool(providers: Mapping[str, SubagentProvider], jobs: JobManager | None = None) -> Tool:
+def subagent_tool(providers: Mapping[str, Provider], jobs: JobManager | None = None) -> Tool:
     """The ``subagent`` tool over ``providers`` (by configured name); background runs need ``jobs``."""
     names = list(providers)
 
@@ -85,7 +87,7 @@ def subagent_tool(providers: Mapping[str, SubagentProvider], jobs: JobManager | 
             return _error("subagent: run_in_background must be true or false")
         request = SubagentRequest(description=description, prompt=prompt, cwd=str(ctx.cwd))
         if background:
-            if jobs is None:
+            if jobs is None or not jobs.available:
                 return _error("subagent: background jobs are not available here")
             job = await jobs.spawn(provider, request, post_notice=ctx.post_notice)
             return ToolOutput(f"started background subagent job {job.id}")
@@ -122,9 +124,9 @@ def subagent_tool(providers: Mapping[str, SubagentProvider], jobs: JobManager | 
 
 
 class SubagentToolkit:
-    """Configured providers + a job manager + the tools, for one front end. Close it on exit."""
+    """Configured providers + a job manager + the tools, for one front end. ``async with`` it."""
 
-    def __init__(self, providers: Mapping[str, SubagentProvider], jobs: JobManager | None = None) -> None:
+    def __init__(self, providers: Mapping[str, Provider], jobs: JobManager | None = None) -> None:
         self.providers = dict(providers)
         self.jobs = jobs if jobs is not None else JobManager()
 
@@ -134,7 +136,12 @@ class SubagentToolkit:
     ) -> SubagentToolkit:
         """Build every ``[subagents.NAME]`` table. Raises :class:`SubagentConfigError` (a usage error:
         the message names the table) for a bad name or unknown ``provider``."""
-        return cls({name: build_provider(name, table, parent) for name, table in tables.items()})
+        return cls(build_providers(tables, parent))
+
+    @property
+    def hints(self) -> list[str]:
+        """One line per configured provider whose optional SDK is missing (the REPL shows them)."""
+        return [provider.hint for provider in self.providers.values() if provider.hint]
 
     def tools(self) -> list[Tool]:
         """``subagent`` plus the job tools; empty when no subagent is configured."""
@@ -145,5 +152,9 @@ class SubagentToolkit:
     def jobs_summary(self) -> list[str]:
         return self.jobs.jobs_summary()
 
-    async def aclose(self) -> None:
-        await self.jobs.aclose()
+    async def __aenter__(self) -> SubagentToolkit:
+        await self.jobs.__aenter__()
+        return self
+
+    async def __aexit__(self, *exc_info: object) -> None:
+        await self.jobs.__aexit__(*exc_info)

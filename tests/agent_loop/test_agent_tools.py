@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import os
 from pathlib import Path
 from typing import Any
 
@@ -225,8 +226,9 @@ async def test_shell_runs_in_the_working_directory_with_stderr_merged(tmp_path):
 async def test_shell_does_not_pass_api_keys_to_commands(tmp_path, monkeypatch):
     monkeypatch.setenv("DEEPSEEK_API_KEY", canaries.API_KEY)
     monkeypatch.setenv("DSH_TEST_PLAIN", "visible")
-    out = await run_shell(tmp_path, 'echo "key=$DEEPSEEK_API_KEY plain=$DSH_TEST_PLAIN"')
-    assert out.text == "key= plain=visible\n[exit code: 0]"
+    out = await run_shell(tmp_path, 'echo "key=$DEEPSEEK_API_KEY plain=$DSH_TEST_PLAIN home=$HOME"')
+    # One environment policy for every child: the allowlist (HOME, PATH, ...), nothing else.
+    assert out.text == f"key= plain= home={os.environ['HOME']}\n[exit code: 0]"
 
 
 async def test_shell_timeout_kills_the_command(tmp_path):

@@ -394,14 +394,21 @@ async def test_write_to_a_gone_peer_is_transport_closed() -> None:
                 await conn.request("x")
 
 
-async def test_a_connection_opened_in_one_task_can_be_closed_from_another() -> None:
+async def test_a_connection_runs_in_the_callers_task_group_and_closes_from_another_task() -> None:
     async with _socket_pair() as (lr, lw, _rr, _rw):
         conn = JsonRpcConnection(lr, lw)
         async with anyio.create_task_group() as tg:
-            tg.start_soon(conn.start)
-        assert not conn.closed
-        async with anyio.create_task_group() as tg:
-            tg.start_soon(conn.aclose)
+            await conn.start(tg)
+            assert not conn.closed
+            async with anyio.create_task_group() as other:
+                other.start_soon(conn.aclose)
+        # the caller's group ended because the connection's reader did: nothing was left running
         assert isinstance(conn.failure, TransportClosed)
         with pytest.raises(TransportClosed):
             await conn.notify("x")
+
+
+async def test_using_a_connection_before_it_started_is_a_bug() -> None:
+    async with _socket_pair() as (lr, lw, _rr, _rw):
+        with pytest.raises(RuntimeError, match="not started"):
+            await JsonRpcConnection(lr, lw).request("x")

@@ -14,8 +14,8 @@ import anyio
 import pytest
 
 from dsh.agent_loop.jsonrpc import JsonRpcConnection, ProtocolError
+from dsh.agent_loop.process import ManagedProcess
 from dsh.agent_loop.serve import main as serve_main
-from dsh.agent_loop.subagent.process import ManagedProcess
 from dsh.repl.demo.fault_server import Behaviour, FaultServer
 from tests import canaries
 

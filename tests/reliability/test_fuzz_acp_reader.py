@@ -23,7 +23,7 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 from jsonrpc_frames import FRAMES, wire
 
-from dsh.agent_loop.subagent.acp import provider_from_config
+from dsh.agent_loop.subagent.acp import from_config
 from dsh.agent_loop.subagent.result import SubagentRequest, SubagentResult
 
 AGENT = str(Path(__file__).with_name("raw_acp_agent.py"))
@@ -43,16 +43,13 @@ def expected_diagnostic(answered: int, code: int | None, sig: str | None) -> str
 
 
 async def run_agent(script: dict[str, object], workspace: str, prompt: str = "do the task") -> SubagentResult:
-    provider = provider_from_config(NAME, {
+    provider = from_config(NAME, {
         "provider": "acp", "command": sys.executable, "args": [AGENT], "env": {"RAW_ACP": json.dumps(script)},
         "startup_timeout": 60, "prompt_timeout": 60, "eof_grace": 1.0, "term_grace": 1.0,
     })  # fmt: skip
-    run = await provider.start(SubagentRequest(description="fuzz", prompt=prompt, cwd=workspace))
-    try:
+    async with provider.run(SubagentRequest(description="fuzz", prompt=prompt, cwd=workspace)) as run:
         with anyio.fail_after(90):
             return await run.result()
-    finally:
-        await run.dispose()
 
 
 _EXITS = st.one_of(st.tuples(st.integers(0, 125), st.none()), st.tuples(st.none(), st.sampled_from(

@@ -131,7 +131,9 @@ async def _run_all(workspace: str) -> tuple[dict[str, SubagentResult], int, int]
                 parent = ParentContext(model="load-model", base_url=server.url, api_key=canaries.API_KEY)
             provider = build_provider(case.name, case.table, parent)
             prompt = f"task for {case.name} {canaries.TASK_TEXT}"
-            run = await provider.start(SubagentRequest(description=case.name, prompt=prompt, cwd=workspace))
+            run = await stack.enter_async_context(
+                provider.run(SubagentRequest(description=case.name, prompt=prompt, cwd=workspace))
+            )
             in_flight[0] += 1
             in_flight[1] = max(in_flight)
             try:

@@ -1,7 +1,6 @@
 """The ACP provider against a real ACP agent (repl/demo/acp_agent.py, built on the official SDK).
 
-Every spawned agent pays ~1 s of CPU for ``import acp``, so the scenario table runs once per module,
-concurrently (bounded), and the parametrized tests below assert one scenario each.
+Each row of the scenario table is its own test; one more test runs twenty of them at once.
 """
 
 from __future__ import annotations
@@ -11,7 +10,7 @@ import os
 import subprocess
 import sys
 import time
-from collections.abc import Callable, Iterator
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -19,8 +18,9 @@ from typing import Any
 import anyio
 import pytest
 
-from dsh.agent_loop.subagent.acp import AcpProvider, provider_from_config
-from dsh.agent_loop.subagent.process import Teardown
+from dsh.agent_loop.process import Teardown
+from dsh.agent_loop.subagent import Provider
+from dsh.agent_loop.subagent.acp import AcpRun, AcpSettings, from_config
 from dsh.agent_loop.subagent.result import SubagentRequest, SubagentResult
 from dsh.repl import demo
 
@@ -168,57 +168,27 @@ SCENARIOS: dict[str, Scenario] = {
 # fmt: on
 
 
-def _provider(name: str, env: dict[str, str], config: dict[str, Any]) -> AcpProvider:
-    # A generous startup bound: on a loaded 2-core box 30+ agents importing the SDK at once are slow.
+def _provider(name: str, env: dict[str, str], config: dict[str, Any]) -> Provider:
+    # A generous startup bound: on a loaded 2-core box many agents importing the SDK at once are slow.
     table: dict[str, Any] = {
         "provider": "acp", "command": sys.executable, "args": [AGENT], "env": env, "startup_timeout": 120,
     }  # fmt: skip
     table.update(config)
-    return provider_from_config(name, table)
+    return from_config(name, table)
 
 
-async def _run(provider: AcpProvider, prompt: str, cwd: str) -> SubagentResult:
-    run = await provider.start(SubagentRequest(description="test", prompt=prompt, cwd=cwd))
-    try:
+async def _run(provider: Provider, prompt: str, cwd: str) -> SubagentResult:
+    async with provider.run(SubagentRequest(description="test", prompt=prompt, cwd=cwd)) as run:
         return await run.result()
-    finally:
-        await run.dispose()
 
 
-@pytest.fixture(scope="module")
-def outcomes(leak_checker: Any, tmp_path_factory: pytest.TempPathFactory) -> Iterator[dict[str, Any]]:
-    """Run the whole table at once: every scenario's run is in flight concurrently with the others."""
-    cwd = str(tmp_path_factory.mktemp("acp-workspace"))
-    results: dict[str, Any] = {}
-    in_flight = [0, 0]  # current, peak
-    os.environ["DSH_PARENT_SECRET"] = CANARY_ENV  # must never reach a child
-    try:
-
-        async def one(key: str, scenario: Scenario) -> None:
-            in_flight[0] += 1
-            in_flight[1] = max(in_flight)
-            try:
-                results[key] = await _run(_provider("probe", scenario.env, scenario.config), scenario.prompt, cwd)
-            finally:
-                in_flight[0] -= 1
-
-        async def main() -> None:
-            async with anyio.create_task_group() as tg:
-                for key, scenario in SCENARIOS.items():
-                    tg.start_soon(one, key, scenario)
-
-        with leak_checker():
-            anyio.run(main)
-        results["peak_in_flight"] = in_flight[1]
-        yield results
-    finally:
-        os.environ.pop("DSH_PARENT_SECRET", None)
+@pytest.fixture
+def parent_secret(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setenv("DSH_PARENT_SECRET", CANARY_ENV)  # must never reach a child
 
 
-@pytest.mark.parametrize("key", list(SCENARIOS))
-def test_scenario(outcomes: dict[str, Any], key: str) -> None:
+def _check(key: str, result: SubagentResult) -> None:
     scenario = SCENARIOS[key]
-    result: SubagentResult = outcomes[key]
     assert (result.stop_reason, result.diagnostic) == (scenario.stop_reason, scenario.diagnostic)
     if callable(scenario.output):
         assert scenario.output(result.output), result.output
@@ -226,11 +196,6 @@ def test_scenario(outcomes: dict[str, Any], key: str) -> None:
         assert result.output == scenario.output
     if scenario.diagnostic is not None:
         assert len(scenario.diagnostic.encode()) <= 4096
-
-
-@pytest.mark.parametrize("key", list(SCENARIOS))
-def test_no_canary_in_any_diagnostic_or_output(outcomes: dict[str, Any], key: str) -> None:
-    result: SubagentResult = outcomes[key]
     for canary in ALL_CANARIES:
         assert canary not in (result.diagnostic or "")
     for canary in (CANARY_STDERR, CANARY_ENV, CANARY_VALUE):  # the task itself may be echoed as output
@@ -238,11 +203,44 @@ def test_no_canary_in_any_diagnostic_or_output(outcomes: dict[str, Any], key: st
     assert "Traceback" not in (result.diagnostic or "")
 
 
-def test_twenty_and_more_concurrent_runs_keep_their_diagnostics_apart(outcomes: dict[str, Any]) -> None:
-    # Every scenario above ran while all the others were in flight; each got exactly its own facts.
-    assert outcomes["peak_in_flight"] >= 20
-    diagnostics = [outcomes[key].diagnostic for key in SCENARIOS if SCENARIOS[key].diagnostic]
-    assert len(set(diagnostics)) >= 20
+@pytest.mark.anyio
+@pytest.mark.usefixtures("parent_secret", "no_leftover_processes")
+@pytest.mark.parametrize("key", list(SCENARIOS))
+async def test_scenario(key: str, tmp_path: Path) -> None:
+    scenario = SCENARIOS[key]
+    _check(key, await _run(_provider("probe", scenario.env, scenario.config), scenario.prompt, str(tmp_path)))
+
+
+# Twenty rows with distinct diagnostics, all in flight at once.
+CONCURRENT = [key for key in SCENARIOS if SCENARIOS[key].diagnostic and "timeout" not in key][:20]
+
+
+@pytest.mark.anyio
+@pytest.mark.usefixtures("parent_secret", "no_leftover_processes")
+async def test_twenty_concurrent_runs_keep_their_diagnostics_apart(tmp_path: Path) -> None:
+    results: dict[str, SubagentResult] = {}
+    in_flight = [0, 0]  # current, peak
+    everyone_started = anyio.Event()
+
+    async def one(key: str) -> None:
+        scenario = SCENARIOS[key]
+        provider = _provider("probe", scenario.env, scenario.config)
+        async with provider.run(SubagentRequest("test", scenario.prompt, str(tmp_path))) as run:
+            in_flight[0] += 1
+            in_flight[1] = max(in_flight)
+            if in_flight[0] == len(CONCURRENT):
+                everyone_started.set()
+            results[key] = await run.result()
+            await everyone_started.wait()  # nobody is disposed before every run was started
+        in_flight[0] -= 1
+
+    async with anyio.create_task_group() as tg:
+        for key in CONCURRENT:
+            tg.start_soon(one, key)
+    assert len(CONCURRENT) == 20 and in_flight[1] == 20
+    for key in CONCURRENT:
+        _check(key, results[key])
+    assert len({results[key].diagnostic for key in CONCURRENT}) >= 15
 
 
 # -- local cancellation and disposal ---------------------------------------------------------------
@@ -253,10 +251,10 @@ def test_twenty_and_more_concurrent_runs_keep_their_diagnostics_apart(outcomes: 
 @pytest.mark.parametrize("ignore_cancel", ["0", "1"])
 async def test_local_cancel_settles_aborted_at_once_without_diagnostic(tmp_path: Path, ignore_cancel: str) -> None:
     provider = _provider("probe", {"ACP_FAKE_HANG": "prompt", "ACP_FAKE_IGNORE_CANCEL": ignore_cancel}, {})
-    run = await provider.start(SubagentRequest("d", "wait", str(tmp_path)))
-    try:
-        with anyio.move_on_after(0.5):
-            await run.result()  # still running
+    async with provider.run(SubagentRequest("d", "wait", str(tmp_path))) as run:
+        with anyio.fail_after(60):
+            while not run.partial_output():  # the prompt is in flight: the agent streamed its first words
+                await anyio.sleep(0.02)
         started = time.monotonic()
         await run.cancel()
         with anyio.fail_after(1):
@@ -265,7 +263,6 @@ async def test_local_cancel_settles_aborted_at_once_without_diagnostic(tmp_path:
         assert result.stop_reason == "aborted"
         assert result.diagnostic is None
         await run.cancel()  # idempotent
-    finally:
         await run.dispose()
         await run.dispose()
     assert (await run.result()) == result
@@ -275,9 +272,9 @@ async def test_local_cancel_settles_aborted_at_once_without_diagnostic(tmp_path:
 @pytest.mark.usefixtures("no_leftover_processes")
 async def test_dispose_without_result_tears_down_and_settles(tmp_path: Path) -> None:
     provider = _provider("probe", {"ACP_FAKE_HANG": "prompt"}, {})
-    run = await provider.start(SubagentRequest("d", "wait", str(tmp_path)))
-    await run.dispose()
-    result = await run.result()
+    async with provider.run(SubagentRequest("d", "wait", str(tmp_path))) as run:
+        await run.dispose()
+        result = await run.result()
     assert (result.stop_reason, result.diagnostic) == ("aborted", None)
 
 
@@ -290,7 +287,7 @@ async def test_cancelled_start_rolls_the_child_back(tmp_path: Path) -> None:
         {"eof_grace": 0.2, "term_grace": 0.2},
     )
     with anyio.move_on_after(0.5) as scope:
-        await provider.start(SubagentRequest("d", "x", str(tmp_path)))
+        await _run(provider, "x", str(tmp_path))
     assert scope.cancelled_caught  # the no_leftover_processes check proves the rollback
 
 
@@ -300,17 +297,15 @@ async def test_startup_rollback_with_a_grandchild_leaves_no_process(tmp_path: Pa
     provider = _provider(
         "probe", {"ACP_FAKE_EXIT_AT": "new-session", "ACP_FAKE_EXIT_CODE": "2", "ACP_FAKE_GRANDCHILD": "1"}, {}
     )
-    run = await provider.start(SubagentRequest("d", "x", str(tmp_path)))
-    result = await run.result()
+    result = await _run(provider, "x", str(tmp_path))
     assert result.diagnostic == FAIL + "stage: new-session; category: process-exit; exit code: 2)"
-    await run.dispose()
 
 
 @pytest.mark.anyio
 async def test_failed_rollback_adds_the_teardown_fact(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     # A child whose exit cannot be observed even after SIGKILL is not reproducible on demand; pin the
     # mapping with the ladder's own outcome replaced (the real ladder still runs first).
-    from dsh.agent_loop.subagent import process
+    from dsh.agent_loop import process
 
     real = process.ManagedProcess.terminate
 
@@ -320,8 +315,7 @@ async def test_failed_rollback_adds_the_teardown_fact(tmp_path: Path, monkeypatc
 
     monkeypatch.setattr(process.ManagedProcess, "terminate", unreaped)
     provider = _provider("probe", {"ACP_FAKE_SESSION_ID": "blank"}, {})
-    run = await provider.start(SubagentRequest("d", "x", str(tmp_path)))
-    assert (await run.result()).diagnostic == (
+    assert (await _run(provider, "x", str(tmp_path))).diagnostic == (
         FAIL + "stage: new-session; category: protocol)\n" + FAIL + "stage: teardown; category: process-unreaped)"
     )
 
@@ -349,40 +343,38 @@ async def test_failed_rollback_adds_the_teardown_fact(tmp_path: Path, monkeypatc
     ],
 )
 async def test_invalid_configuration_is_initialize_configuration(table: dict[str, Any], tmp_path: Path) -> None:
-    provider = provider_from_config("probe", table)
-    run = await provider.start(SubagentRequest("d", "x", str(tmp_path)))
-    result = await run.result()
+    result = await _run(from_config("probe", table), "x", str(tmp_path))
     assert (result.stop_reason, result.diagnostic, result.output) == (
         "error",
         FAIL + "stage: initialize; category: configuration)",
         "",
     )
-    await run.dispose()
 
 
 @pytest.mark.anyio
 @pytest.mark.parametrize("cwd", ["", "relative/missing", "/nonexistent/workspace"])
 async def test_unresolvable_workspace_is_initialize_configuration(cwd: str) -> None:
-    run = await _provider("probe", {}, {}).start(SubagentRequest("d", "x", cwd))
-    assert (await run.result()).diagnostic == FAIL + "stage: initialize; category: configuration)"
+    result = await _run(_provider("probe", {}, {}), "x", cwd)
+    assert result.diagnostic == FAIL + "stage: initialize; category: configuration)"
 
 
 @pytest.mark.anyio
 async def test_unsafe_provider_name_is_not_copied(tmp_path: Path) -> None:
-    run = await provider_from_config(f"x {CANARY_VALUE})", {"provider": "acp"}).start(
-        SubagentRequest("d", "x", str(tmp_path))
-    )
-    assert (await run.result()).diagnostic == (
+    result = await _run(from_config(f"x {CANARY_VALUE})", {"provider": "acp"}), "x", str(tmp_path))
+    assert result.diagnostic == (
         "Subagent failure (provider: unknown; stage: initialize; category: configuration)"
     )
 
 
-def test_constructor_matches_the_config_shape() -> None:
-    provider = AcpProvider(
-        "probe", sys.executable, [AGENT], env={"A": "b"}, permission="allow", startup_timeout=5, prompt_timeout=60
+def test_the_table_becomes_settings() -> None:
+    table = {"provider": "acp", "command": [sys.executable, AGENT], "env": {"A": "b"}, "permission": "allow",
+             "startup_timeout": 5, "prompt_timeout": 60}  # fmt: skip
+    provider = from_config("probe", table)
+    assert (provider.name, provider.run_type, provider.problem) == ("probe", AcpRun, None)
+    assert provider.settings == AcpSettings(
+        command=(sys.executable, AGENT), env={"A": "b"}, permission="allow", startup_timeout=5.0, prompt_timeout=60.0
     )
-    assert provider.name == "probe" and provider.permission == "allow"
-    assert provider_from_config("probe", {"provider": "acp", "command": "agent"}).permission == "reject"
+    assert from_config("probe", {"provider": "acp", "command": "agent"}).settings.permission == "reject"
 
 
 @pytest.mark.usefixtures("no_leftover_processes")
@@ -461,4 +453,4 @@ def test_the_registry_builds_the_acp_provider() -> None:
     from dsh.agent_loop.subagent import build_provider
 
     provider = build_provider("probe", {"provider": "acp", "command": sys.executable, "args": [AGENT]})
-    assert isinstance(provider, AcpProvider) and provider.name == "probe"
+    assert provider.run_type is AcpRun and provider.name == "probe"

@@ -19,14 +19,8 @@ from typing import Any
 import anyio
 import pytest
 
-from dsh.agent_loop.subagent import SubagentConfigError, build_provider
-from dsh.agent_loop.subagent.claude_code import (
-    DENY_MESSAGE,
-    ClaudeCodeConfig,
-    ClaudeCodeProvider,
-    ClaudeCodeRun,
-    from_config,
-)
+from dsh.agent_loop.subagent import Provider, SubagentConfigError, build_provider
+from dsh.agent_loop.subagent.claude_code import DENY_MESSAGE, ClaudeCodeConfig, ClaudeCodeRun, from_config
 from dsh.agent_loop.subagent.result import SubagentRequest, SubagentResult
 from dsh.repl import demo
 from fixtures.fake_anthropic import FakeAnthropic
@@ -56,7 +50,7 @@ def assert_no_canary(result: SubagentResult) -> None:
         assert canary not in (result.diagnostic or "")
 
 
-def fake_provider(scenario: str, **config: Any) -> ClaudeCodeProvider:
+def fake_provider(scenario: str, **config: Any) -> Provider:
     env = {"FAKE_CLAUDE_SCENARIO": scenario, "FAKE_CLAUDE_STDERR": STDERR_CANARY, **config.pop("env", {})}
     settings = {"command": [sys.executable, FAKE_CLI], "env": env, "eof_grace": 0.5, "term_grace": 0.5}
     settings.update(config)
@@ -67,12 +61,9 @@ def request(tmp_path: Path, prompt: str = f"do the task {PROMPT_CANARY}") -> Sub
     return SubagentRequest(description="task", prompt=prompt, cwd=str(tmp_path))
 
 
-async def run_once(provider: ClaudeCodeProvider, req: SubagentRequest) -> SubagentResult:
-    run = await provider.start(req)
-    try:
+async def run_once(provider: Provider, req: SubagentRequest) -> SubagentResult:
+    async with provider.run(req) as run:
         return await run.result()
-    finally:
-        await run.dispose()
 
 
 # -- scripted fake CLI: every category and stage -----------------------------------------------------
@@ -185,39 +176,26 @@ async def test_argv_env_and_cwd_of_the_child(tmp_path: Path, monkeypatch: pytest
 
 
 async def test_the_child_leads_its_own_process_group(tmp_path: Path) -> None:
-    provider = fake_provider("hang")
-    run = await provider.start(request(tmp_path))
-    assert isinstance(run, ClaudeCodeRun)
-    async with anyio.create_task_group() as tg:
-        tg.start_soon(run.result)
+    async with fake_provider("hang").run(request(tmp_path)) as run:
+        assert isinstance(run, ClaudeCodeRun)
         await run.started.wait()
         pid = run.transport.process.pid
         assert os.getpgid(pid) == pid != os.getpgid(0)
         await run.cancel()
-    await run.dispose()
 
 
 async def test_local_cancel_settles_aborted_without_diagnostic(tmp_path: Path) -> None:
-    run = await fake_provider("hang").start(request(tmp_path))
-    results: list[SubagentResult] = []
-    async with anyio.create_task_group() as tg:
-
-        async def wait() -> None:
-            results.append(await run.result())
-
-        tg.start_soon(wait)
+    async with fake_provider("hang").run(request(tmp_path)) as run:
         await run.started.wait()
         await run.cancel()
-    await run.dispose()
-    (result,) = results
+        result = await run.result()
     assert (result.stop_reason, result.diagnostic) == ("aborted", None)
     assert result.output in ("", "partial work")  # whatever arrived before the cancel
 
 
 async def test_dispose_during_a_run_stops_it_and_is_idempotent(tmp_path: Path) -> None:
-    run = await fake_provider("hang").start(request(tmp_path))
     results: list[SubagentResult] = []
-    async with anyio.create_task_group() as tg:
+    async with fake_provider("hang").run(request(tmp_path)) as run, anyio.create_task_group() as tg:
 
         async def wait() -> None:
             results.append(await run.result())
@@ -226,12 +204,13 @@ async def test_dispose_during_a_run_stops_it_and_is_idempotent(tmp_path: Path) -
         await run.started.wait()
         await run.dispose()
         await run.dispose()
+        assert run.transport.process.exited  # dispose returned only once the child was gone
     assert results[0].stop_reason == "aborted" and results[0].diagnostic is None
     assert await run.result() is results[0]
 
 
-async def test_dispose_before_result_starts_nothing(tmp_path: Path) -> None:
-    run = await fake_provider("success").start(request(tmp_path))
+async def test_dispose_before_start_starts_nothing(tmp_path: Path) -> None:
+    run = fake_provider("success").run(request(tmp_path))
     await run.dispose()
     result = await run.result()
     assert (result.stop_reason, result.diagnostic) == ("aborted", None)
@@ -239,20 +218,20 @@ async def test_dispose_before_result_starts_nothing(tmp_path: Path) -> None:
 
 
 async def test_result_is_computed_once(tmp_path: Path) -> None:
-    run = await fake_provider("success").start(request(tmp_path))
-    first = await run.result()
-    assert await run.result() is first
-    await run.dispose()
+    async with fake_provider("success").run(request(tmp_path)) as run:
+        first = await run.result()
+        assert await run.result() is first
 
 
 async def test_caller_cancellation_still_tears_the_child_down(tmp_path: Path) -> None:
-    run = await fake_provider("hang").start(request(tmp_path))
+    run = fake_provider("hang").run(request(tmp_path))
     with anyio.move_on_after(30):
         async with anyio.create_task_group() as tg:
-            tg.start_soon(run.result)
+            run.start(tg)
             await run.started.wait()
             tg.cancel_scope.cancel()
     assert run.transport.process.exited
+    assert (await run.result()).stop_reason == "aborted"
     await run.dispose()
 
 
@@ -317,7 +296,7 @@ def test_invalid_config_names_the_table_and_key(config: dict[str, Any]) -> None:
 @pytest.mark.parametrize("config", BAD_TABLES[:3])
 async def test_invalid_config_fails_each_run_without_starting_anything(tmp_path: Path, config: dict[str, Any]) -> None:
     provider = build_provider("probe", {"provider": "claude-code", **config})
-    assert isinstance(provider, ClaudeCodeProvider) and provider.problem is not None
+    assert provider.run_type is ClaudeCodeRun and provider.problem is not None
     result = await run_once(provider, request(tmp_path))
     assert (result.stop_reason, result.diagnostic) == ("error", failure("query-start", "configuration"))
 
@@ -337,7 +316,7 @@ def _bundled_cli() -> Path:
     return path
 
 
-def real_provider(api: FakeAnthropic, config_dir: Path, **config: Any) -> ClaudeCodeProvider:
+def real_provider(api: FakeAnthropic, config_dir: Path, **config: Any) -> Provider:
     _bundled_cli()
     env = {
         "ANTHROPIC_BASE_URL": api.url,
@@ -413,20 +392,14 @@ async def test_real_cli_api_500_is_an_invalid_success(config_dir: Path, workdir:
 @pytest.mark.real_product
 async def test_real_cli_killed_mid_run_is_a_process_exit_with_its_signal(config_dir: Path, workdir: Path) -> None:
     with FakeAnthropic("hang") as api:
-        run = await real_provider(api, config_dir).start(request(workdir))
-        assert isinstance(run, ClaudeCodeRun)
         results: list[SubagentResult] = []
-        async with anyio.create_task_group() as tg:
-
-            async def wait() -> None:
-                results.append(await run.result())
-
-            tg.start_soon(wait)
+        async with real_provider(api, config_dir).run(request(workdir)) as run:
+            assert isinstance(run, ClaudeCodeRun)
             with anyio.fail_after(60):
                 while not api.message_requests:  # the CLI is mid-request
                     await anyio.sleep(0.05)
             os.kill(run.transport.process.pid, signal.SIGKILL)
-        await run.dispose()
+            results.append(await run.result())
     assert results[0].stop_reason == "error"
     assert results[0].diagnostic == failure("process", "process-exit", "; signal: SIGKILL")
 

@@ -19,12 +19,11 @@ from typing import Any
 import anyio
 import pytest
 
-from dsh.agent_loop.subagent import SubagentConfigError, build_provider
+from dsh.agent_loop.subagent import Provider, SubagentConfigError, build_provider
 from dsh.agent_loop.subagent.codex import (
     STATUS_VARIANTS,
     STRING_VARIANTS,
     CodexConfig,
-    CodexProvider,
     CodexRun,
     classify_error_info,
     from_config,
@@ -60,7 +59,7 @@ def assert_no_canary(result: SubagentResult) -> None:
         assert canary not in (result.diagnostic or "")
 
 
-def fake_provider(scenario: str, error_info: Any = None, **config: Any) -> CodexProvider:
+def fake_provider(scenario: str, error_info: Any = None, **config: Any) -> Provider:
     env = {"FAKE_CODEX_SCENARIO": scenario, "FAKE_CODEX_STDERR": STDERR_CANARY, **config.pop("env", {})}
     if error_info is not None:
         env["FAKE_CODEX_ERROR_INFO"] = json.dumps(error_info)
@@ -79,12 +78,9 @@ def request(tmp_path: Path, prompt: str = f"do the task {PROMPT_CANARY}") -> Sub
     return SubagentRequest(description="task", prompt=prompt, cwd=str(tmp_path))
 
 
-async def run_once(provider: CodexProvider, req: SubagentRequest) -> SubagentResult:
-    run = await provider.start(req)
-    try:
+async def run_once(provider: Provider, req: SubagentRequest) -> SubagentResult:
+    async with provider.run(req) as run:
         return await run.result()
-    finally:
-        await run.dispose()
 
 
 # -- codexErrorInfo: every variant --------------------------------------------------------------------
@@ -257,29 +253,20 @@ async def test_deadline_settles_even_when_the_interrupt_is_ignored(tmp_path: Pat
 
 async def test_local_cancel_interrupts_and_settles_aborted(tmp_path: Path) -> None:
     record = tmp_path / "record.json"
-    run = await fake_provider("hang_turn", env={"FAKE_CODEX_RECORD": str(record)}).start(request(tmp_path))
-    assert isinstance(run, CodexRun)
-    results: list[SubagentResult] = []
-    async with anyio.create_task_group() as tg:
-
-        async def wait() -> None:
-            results.append(await run.result())
-
-        tg.start_soon(wait)
+    async with fake_provider("hang_turn", env={"FAKE_CODEX_RECORD": str(record)}).run(request(tmp_path)) as run:
+        assert isinstance(run, CodexRun)
         await run.turn_started.wait()
         await run.cancel()
-    await run.dispose()
-    (result,) = results
+        result = await run.result()
     assert (result.stop_reason, result.diagnostic) == ("aborted", None)
     sent = [frame.get("method") for frame in json.loads(record.read_text())["received"]]
     assert "turn/interrupt" in sent
 
 
 async def test_dispose_mid_turn_stops_the_run_and_is_idempotent(tmp_path: Path) -> None:
-    run = await fake_provider("hang_turn").start(request(tmp_path))
-    assert isinstance(run, CodexRun)
     results: list[SubagentResult] = []
-    async with anyio.create_task_group() as tg:
+    async with fake_provider("hang_turn").run(request(tmp_path)) as run, anyio.create_task_group() as tg:
+        assert isinstance(run, CodexRun)
 
         async def wait() -> None:
             results.append(await run.result())
@@ -288,18 +275,19 @@ async def test_dispose_mid_turn_stops_the_run_and_is_idempotent(tmp_path: Path) 
         await run.turn_started.wait()
         await run.dispose()
         await run.dispose()
+        assert run.process is not None and run.process.exited  # dispose returned once the child was gone
     assert results[0].stop_reason == "aborted"
-    assert run.process is not None and run.process.exited
 
 
 async def test_caller_cancellation_still_tears_the_child_down(tmp_path: Path) -> None:
-    run = await fake_provider("hang_turn").start(request(tmp_path))
+    run = fake_provider("hang_turn").run(request(tmp_path))
     assert isinstance(run, CodexRun)
     async with anyio.create_task_group() as tg:
-        tg.start_soon(run.result)
+        run.start(tg)
         await run.turn_started.wait()
         tg.cancel_scope.cancel()
     assert run.process is not None and run.process.exited
+    assert (await run.result()).stop_reason == "aborted"
     await run.dispose()
 
 
@@ -346,15 +334,12 @@ async def test_wire_argv_env_and_thread_parameters(tmp_path: Path, monkeypatch: 
 
 
 async def test_the_child_leads_its_own_process_group(tmp_path: Path) -> None:
-    run = await fake_provider("hang_turn").start(request(tmp_path))
-    assert isinstance(run, CodexRun)
-    async with anyio.create_task_group() as tg:
-        tg.start_soon(run.result)
+    async with fake_provider("hang_turn").run(request(tmp_path)) as run:
+        assert isinstance(run, CodexRun)
         await run.turn_started.wait()
         assert run.process is not None and run.process.pid is not None
         assert os.getpgid(run.process.pid) == run.process.pid != os.getpgid(0)
         await run.cancel()
-    await run.dispose()
 
 
 async def test_child_stderr_never_reaches_our_terminal(tmp_path: Path, capfd: pytest.CaptureFixture[str]) -> None:
@@ -398,7 +383,7 @@ def test_invalid_config_names_the_table(config: dict[str, Any]) -> None:
 
 async def test_invalid_config_fails_each_run_without_starting_anything(tmp_path: Path) -> None:
     provider = build_provider("codex", {"provider": "codex", "sandbox": "danger-full-access"})
-    assert isinstance(provider, CodexProvider) and provider.problem is not None
+    assert provider.run_type is CodexRun and provider.problem is not None
     result = await run_once(provider, request(tmp_path))
     assert (result.stop_reason, result.diagnostic) == ("error", failure("initialize", "configuration"))
 
@@ -414,7 +399,7 @@ def _real_codex() -> str:
         pytest.skip("openai-codex-cli-bin without its binary")
 
 
-def real_provider(base_url: str, codex_home: Path, **config: Any) -> CodexProvider:
+def real_provider(base_url: str, codex_home: Path, **config: Any) -> Provider:
     _real_codex()
     overrides = {
         "model_provider": "local",
@@ -506,21 +491,15 @@ async def test_real_codex_refused_upstream_hits_the_deadline_and_settles(codex_h
 @pytest.mark.real_product
 async def test_real_codex_killed_mid_turn_is_a_process_exit(codex_home: Path, workdir: Path) -> None:
     with FakeResponses("hang") as api:
-        run = await real_provider(api.url, codex_home).start(request(workdir))
-        assert isinstance(run, CodexRun)
         results: list[SubagentResult] = []
-        async with anyio.create_task_group() as tg:
-
-            async def wait() -> None:
-                results.append(await run.result())
-
-            tg.start_soon(wait)
+        async with real_provider(api.url, codex_home).run(request(workdir)) as run:
+            assert isinstance(run, CodexRun)
             with anyio.fail_after(30):
                 while not api.response_requests:
                     await anyio.sleep(0.05)
             assert run.process is not None and run.process.pid is not None
             os.kill(run.process.pid, signal.SIGKILL)
-        await run.dispose()
+            results.append(await run.result())
     assert results[0].diagnostic == failure("process", "process-exit", "; signal: SIGKILL")
 
 

@@ -1,44 +1,59 @@
-"""The fixed diagnostic lines: exact texts, field order, omission, and closed-value validation."""
+"""The failure record and its fixed lines: exact texts, field order, omission, and closed-value validation."""
 
 from __future__ import annotations
 
 import pytest
 
+from dsh.agent_loop.process import ExitStatus
+from dsh.agent_loop.subagent import acp, claude_code, codex, dsh_sdk
 from dsh.agent_loop.subagent.diagnostics import (
+    Category,
+    Failure,
+    Stage,
+    failure_line,
     join_lines,
     permission_line,
-    product_failure,
     safe_token,
-    subagent_failure,
     unattended_decision,
 )
-from dsh.agent_loop.subagent.process import ExitStatus
 from dsh.agent_loop.subagent.result import SubagentResult, limit_diagnostic
 
 CANARY = "sk-canary-77d1-DO-NOT-LEAK"
 
 
-# -- subagent_failure -----------------------------------------------------------------------------
+# -- the generic line ------------------------------------------------------------------------------
+
+
+def subagent_failure(provider: object, stage: object, category: object, **facts: object) -> str:
+    return failure_line(Failure(stage, category, **facts), provider=provider)  # type: ignore[arg-type]
+
+
+def product_failure(product: object, stage: object, category: object, **facts: object) -> str:
+    return failure_line(Failure(stage, category, **facts), provider="x", product=product)  # type: ignore[arg-type]
 
 
 def test_design_examples_exactly() -> None:
     assert (
-        subagent_failure("probe", "prompt", "remote-limit", stop_reason="max_turn_requests")
+        subagent_failure("probe", acp.Stage.PROMPT, acp.Category.REMOTE_LIMIT, stop_reason="max_turn_requests")
         == "Subagent failure (provider: probe; stage: prompt; category: remote-limit; stop reason: max_turn_requests)"
     )
     assert (
-        subagent_failure("probe", "initialize", "process-exit", exit_status=ExitStatus(9, None))
+        subagent_failure("probe", acp.Stage.INITIALIZE, acp.Category.PROCESS_EXIT, exit_status=ExitStatus(9, None))
         == "Subagent failure (provider: probe; stage: initialize; category: process-exit; exit code: 9)"
     )
     assert (
-        subagent_failure("probe", "process", "process-exit", exit_status=ExitStatus(None, "SIGKILL"))
+        subagent_failure("probe", acp.Stage.PROCESS, acp.Category.PROCESS_EXIT, exit_status=ExitStatus(None, "SIGKILL"))
         == "Subagent failure (provider: probe; stage: process; category: process-exit; signal: SIGKILL)"
     )
 
 
 def test_all_fields_in_fixed_order() -> None:
     line = subagent_failure(
-        "child.dsh-1", "session-run", "child-error", stop_reason="error", exit_status=ExitStatus(1, "SIGTERM")
+        "child.dsh-1",
+        dsh_sdk.Stage.SESSION_RUN,
+        dsh_sdk.Category.CHILD_ERROR,
+        stop_reason="error",
+        exit_status=ExitStatus(1, "SIGTERM"),
     )
     assert line == (
         "Subagent failure (provider: child.dsh-1; stage: session-run; category: child-error; "
@@ -47,19 +62,19 @@ def test_all_fields_in_fixed_order() -> None:
 
 
 def test_exit_code_zero_is_shown() -> None:
-    assert subagent_failure("p", "process", "process-exit", exit_status=ExitStatus(0, None)).endswith(
-        "category: process-exit; exit code: 0)"
-    )
+    line = subagent_failure("p", acp.Stage.PROCESS, acp.Category.PROCESS_EXIT, exit_status=ExitStatus(0, None))
+    assert line.endswith("category: process-exit; exit code: 0)")
 
 
 @pytest.mark.parametrize("reason", ["end_turn", "max_tokens", "max_turn_requests", "refusal", "cancelled"])
 def test_acp_stop_reasons_are_known(reason: str) -> None:
-    assert f"stop reason: {reason})" in subagent_failure("p", "prompt", "unknown", stop_reason=reason)
+    line = subagent_failure("p", acp.Stage.PROMPT, acp.Category.UNKNOWN, stop_reason=reason)
+    assert f"stop reason: {reason})" in line
 
 
 @pytest.mark.parametrize("reason", ["mystery", CANARY, "end_turn; signal: SIGKILL", "", 7])
 def test_unknown_stop_reason_is_omitted_not_copied(reason: object) -> None:
-    line = subagent_failure("p", "prompt", "unknown", stop_reason=reason)  # type: ignore[arg-type]
+    line = subagent_failure("p", acp.Stage.PROMPT, acp.Category.UNKNOWN, stop_reason=reason)
     assert line == "Subagent failure (provider: p; stage: prompt; category: unknown)"
 
 
@@ -68,18 +83,29 @@ def test_unknown_stop_reason_is_omitted_not_copied(reason: object) -> None:
     [CANARY + " ; x", "a b", "name)", "x" * 65, "", "ünïcode", "line\nbreak", None, 3],
 )
 def test_child_text_never_passes_through_any_field(hostile: object) -> None:
-    line = subagent_failure(hostile, hostile, hostile, exit_status=None)  # type: ignore[arg-type]
+    line = subagent_failure(hostile, hostile, hostile, exit_status=None)
     assert line == "Subagent failure (provider: unknown; stage: unknown; category: unknown)"
     assert permission_line(hostile, hostile, hostile) == (  # type: ignore[arg-type]
         "Subagent permission decision (policy: unknown; request: unknown; decision: unknown)"
     )
 
 
-def test_stage_and_category_are_closed_sets() -> None:
-    # A safe-looking word is still not a stage or category unless it is in the vocabulary.
-    assert subagent_failure("p", "warmup", "oops") == (
+def test_stage_and_category_are_enum_members_only() -> None:
+    # A string, even one that spells a real stage, is not a stage: only a provider's declared members pass.
+    assert subagent_failure("p", "prompt", "unknown") == (
         "Subagent failure (provider: p; stage: unknown; category: unknown)"
     )
+    assert subagent_failure("p", acp.Category.TIMEOUT, acp.Stage.PROMPT) == (  # swapped: neither passes
+        "Subagent failure (provider: p; stage: unknown; category: unknown)"
+    )
+
+
+@pytest.mark.parametrize("module", [acp, dsh_sdk, claude_code, codex])
+def test_every_provider_declares_closed_stages_and_categories(module: object) -> None:
+    stages, categories = module.Stage, module.Category  # type: ignore[attr-defined]
+    assert issubclass(stages, Stage) and issubclass(categories, Category)
+    assert all(safe_token(member.value) == member.value for member in [*stages, *categories])
+    assert "configuration" in set(categories)
 
 
 def test_bogus_exit_facts_are_dropped() -> None:
@@ -87,7 +113,7 @@ def test_bogus_exit_facts_are_dropped() -> None:
         exit_code = True  # a bool is not an exit code
         signal = "SIGKILL; provider: evil"
 
-    assert subagent_failure("p", "process", "process-exit", exit_status=Weird()) == (
+    assert subagent_failure("p", acp.Stage.PROCESS, acp.Category.PROCESS_EXIT, exit_status=Weird()) == (
         "Subagent failure (provider: p; stage: process; category: process-exit)"
     )
 
@@ -122,26 +148,32 @@ def test_permission_line_all_acp_tool_kinds() -> None:
 
 
 def test_product_failure_fields() -> None:
-    assert product_failure("Codex", "turn", "httpConnectionFailed", http_status=401) == (
+    assert product_failure("Codex", codex.Stage.TURN, codex.Category.httpConnectionFailed, http_status=401) == (
         "Product subagent failure (product: Codex; stage: turn; category: httpConnectionFailed; HTTP status: 401)"
     )
+    line = product_failure(
+        "Claude Code",
+        claude_code.Stage.PROCESS,
+        claude_code.Category.PROCESS_EXIT,
+        exit_status=ExitStatus(None, "SIGKILL"),
+    )
     assert (
-        product_failure("Claude Code", "process", "process-exit", exit_status=ExitStatus(None, "SIGKILL"))
+        line
         == "Product subagent failure (product: Claude Code; stage: process; category: process-exit; signal: SIGKILL)"
     )
-    assert product_failure("Claude Code", "query-run", "error_max_turns", http_status=None) == (
+    assert product_failure("Claude Code", claude_code.Stage.QUERY_RUN, claude_code.Category.ERROR_MAX_TURNS) == (
         "Product subagent failure (product: Claude Code; stage: query-run; category: error_max_turns)"
     )
 
 
 @pytest.mark.parametrize("status", [99, 600, True, "500", None])
 def test_product_failure_drops_impossible_http_status(status: object) -> None:
-    line = product_failure("Codex", "turn", "other", http_status=status)  # type: ignore[arg-type]
+    line = product_failure("Codex", codex.Stage.TURN, codex.Category.other, http_status=status)
     assert line == "Product subagent failure (product: Codex; stage: turn; category: other)"
 
 
 def test_product_failure_unknown_values() -> None:
-    assert product_failure("Gemini", "turn", "totallyNewKind") == (
+    assert product_failure("Gemini", codex.Stage.TURN, "totallyNewKind") == (
         "Product subagent failure (product: unknown; stage: turn; category: unknown)"
     )
 

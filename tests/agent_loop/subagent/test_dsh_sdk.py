@@ -1,9 +1,8 @@
 """The dsh-sdk provider against real child processes: ``dsh serve --stdio`` talking to the real fault
 server, and the scripted child (repl/demo/scripted_dsh_child.py) for protocol faults a real child
-cannot produce. Every row of seed 002's "DSH SDK facts" table is pinned here.
+cannot produce. Every fact the provider can report is pinned here.
 
-Children cost CPU to start, so the scenario table runs once per module, concurrently (bounded), with a
-fault server of its own for each real-child scenario; the parametrized tests assert one row each.
+Each row of the table is its own test, with a fault server of its own for a real-child row.
 """
 
 from __future__ import annotations
@@ -13,7 +12,6 @@ import logging
 import os
 import sys
 import time
-from collections.abc import Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -21,9 +19,9 @@ from typing import Any
 import anyio
 import pytest
 
+from dsh.agent_loop.process import live_group_members
 from dsh.agent_loop.subagent import ParentContext, build_provider
 from dsh.agent_loop.subagent.dsh_sdk import DshSdkRun, from_config
-from dsh.agent_loop.subagent.process import live_group_members
 from dsh.agent_loop.subagent.result import SubagentRequest, SubagentResult
 from dsh.repl.demo.fault_server import Behaviour, FaultServer, RecordedRequest
 from tests import canaries
@@ -55,15 +53,13 @@ class Case:
     table: dict[str, Any] = field(default_factory=dict)
     cwd: str = REPO
     cancel_on_output: bool = False  # local cancel once the first output arrived
-    note: str | None = None  # what dispose() reports
+    shutdown_fails: bool = False  # the host log says so; a completed run still has no diagnostic
 
 
 def _scripted(**script: Any) -> dict[str, Any]:
     return {"stderr": f"child stderr {canaries.CHILD_STDERR}", "error_message": f"boom {canaries.UPSTREAM_KEY}",
             **script}
 
-
-SHUTDOWN_NOTE = FAIL + "stage: shutdown; category: unknown)"
 
 # fmt: off
 CASES: dict[str, Case] = {
@@ -144,10 +140,10 @@ CASES: dict[str, Case] = {
     "initialize_bad_table": Case("error", FAIL + "stage: initialize; category: configuration)",
                                  table={"permission": "sometimes"}),
     # -- shutdown -----------------------------------------------------------------------------------
-    "shutdown_error": Case("completed", None, script=_scripted(shutdown="error"), note=SHUTDOWN_NOTE),
-    "shutdown_timeout": Case("completed", None, script=_scripted(shutdown="hang"), note=SHUTDOWN_NOTE,
+    "shutdown_error": Case("completed", None, script=_scripted(shutdown="error"), shutdown_fails=True),
+    "shutdown_timeout": Case("completed", None, script=_scripted(shutdown="hang"), shutdown_fails=True,
                              table={"shutdown_timeout": 0.5}),
-    "stubborn_child": Case("completed", None, note=SHUTDOWN_NOTE, table={"shutdown_timeout": 0.5},
+    "stubborn_child": Case("completed", None, shutdown_fails=True, table={"shutdown_timeout": 0.5},
                            script=_scripted(shutdown="hang", ignore_eof=True, trap_sigterm=True)),
     "stderr_flood": Case("completed", None, script=_scripted(stderr_flood=2_000_000)),
     # -- local cancellation of the scripted child ------------------------------------------------------
@@ -162,10 +158,10 @@ CASES: dict[str, Case] = {
 @dataclass
 class Outcome:
     result: SubagentResult
-    note: str | None
     pid: int | None
     requests: list[RecordedRequest]
     seconds: float
+    log_lines: list[str]
 
 
 class _Collect(logging.Handler):
@@ -187,124 +183,106 @@ def _table(case: Case) -> dict[str, Any]:
 
 
 async def _drive(case: Case) -> Outcome:
-    async with FaultServer(script=case.upstream) as server:
-        parent = ParentContext(model="probe-model", base_url=server.url, api_key=canaries.API_KEY)
-        provider = build_provider("probe", _table(case), parent)
-        started = time.monotonic()
-        run = await provider.start(SubagentRequest(DESCRIPTION, case.prompt, case.cwd))
-        assert isinstance(run, DshSdkRun)
-        pid = run._process.pid if run._process is not None else None
-        try:
-            with anyio.fail_after(60):
-                if case.cancel_on_output:
-                    async with anyio.create_task_group() as tg:
-
-                        async def cancel_soon() -> None:
-                            while not run.partial_output():
-                                await anyio.sleep(0.02)
-                            await run.cancel()
-
-                        tg.start_soon(cancel_soon)
-                        result = await run.result()
-                        tg.cancel_scope.cancel()
-                else:
-                    result = await run.result()
-        finally:
-            note = await run.dispose()
-        assert await run.result() is result  # settled once
-        assert await run.dispose() == note  # idempotent
-        return Outcome(result, note, pid, list(server.requests), time.monotonic() - started)
-
-
-@pytest.fixture(scope="module")
-def outcomes() -> Iterator[tuple[dict[str, Outcome], list[str]]]:
     collector = _Collect()
     root = logging.getLogger()
     old_level = root.level
     root.addHandler(collector)
     root.setLevel(logging.DEBUG)
-    results: dict[str, Outcome] = {}
-
-    async def run_all() -> None:
-        limiter = anyio.CapacityLimiter(6)
-
-        async def one(name: str, case: Case) -> None:
-            async with limiter:
-                results[name] = await _drive(case)
-
-        async with anyio.create_task_group() as tg:
-            for name, case in CASES.items():
-                tg.start_soon(one, name, case)
-
     try:
-        anyio.run(run_all)
+        async with FaultServer(script=case.upstream) as server:
+            parent = ParentContext(model="probe-model", base_url=server.url, api_key=canaries.API_KEY)
+            provider = build_provider("probe", _table(case), parent)
+            started = time.monotonic()
+            async with provider.run(SubagentRequest(DESCRIPTION, case.prompt, case.cwd)) as run:
+                assert isinstance(run, DshSdkRun)
+                with anyio.fail_after(60):
+                    if case.cancel_on_output:
+                        while not run.partial_output():
+                            await anyio.sleep(0.02)
+                        await run.cancel()
+                    result = await run.result()
+                    pid = run.process.pid if run.process is not None else None
+            assert await run.result() is result  # settled once
+            await run.dispose()  # idempotent
+            return Outcome(result, pid, list(server.requests), time.monotonic() - started, collector.lines)
     finally:
         root.removeHandler(collector)
         root.setLevel(old_level)
-    yield results, collector.lines
 
 
-@pytest.mark.parametrize("name", list(CASES))
-def test_stop_reason_and_diagnostic(name: str, outcomes: tuple[dict[str, Outcome], list[str]]) -> None:
-    case, outcome = CASES[name], outcomes[0][name]
-    assert outcome.result.stop_reason == case.stop_reason
-    assert outcome.result.diagnostic == case.diagnostic
-    if case.output is not None:
-        assert outcome.result.output == case.output
-    assert outcome.note == case.note
-
-
-@pytest.mark.parametrize("name", list(CASES))
-def test_no_process_survives_the_run(name: str, outcomes: tuple[dict[str, Outcome], list[str]]) -> None:
-    pid = outcomes[0][name].pid
-    if pid is None:
-        return  # never spawned (configuration)
-    # the child's whole process group is gone (startup rollbacks included); zombies do not count: an
-    # orphaned grandchild may have been adopted by this test process (a subreaper) and await its reaping
-    assert live_group_members(pid) == []
-
-
-def test_no_canary_in_any_diagnostic_output_or_log_line(outcomes: tuple[dict[str, Outcome], list[str]]) -> None:
-    results, log_lines = outcomes
-    assert log_lines, "the provider logs its failures host-side"
-    for name, outcome in results.items():
-        for text in (outcome.result.diagnostic or "", outcome.note or ""):
-            for canary in CANARIES:
-                assert canary not in text, (name, canary)
-    for line in log_lines:
-        for canary in CANARIES:
-            assert canary not in line, line
-
-
-def test_exit_code_and_signal_are_independent(outcomes: tuple[dict[str, Outcome], list[str]]) -> None:
-    results = outcomes[0]
-    for name in ("prompt_exit_code", "prompt_exit_code_zero", "initialize_exit_code"):
-        diagnostic = results[name].result.diagnostic or ""
-        assert "exit code: " in diagnostic and "signal: " not in diagnostic
-    for name in ("prompt_signal", "prompt_signal_term", "initialize_signal"):
-        diagnostic = results[name].result.diagnostic or ""
-        assert "signal: SIG" in diagnostic and "exit code" not in diagnostic
-
-
-def test_the_real_child_inherits_model_base_url_and_key(outcomes: tuple[dict[str, Outcome], list[str]]) -> None:
-    (request,) = outcomes[0]["completed"].requests
+def _inherits_model_base_url_and_key(outcome: Outcome) -> None:
+    (request,) = outcome.requests
     assert request.json["model"] == "probe-model"
     assert request.headers["authorization"] == f"Bearer {canaries.API_KEY}"
-    (overridden,) = outcomes[0]["table_overrides_model"].requests
-    assert overridden.json["model"] == "table-model"
     # the task text reached the child as its prompt (it is the child's work, not a diagnostic)
     assert request.json["messages"][-1]["content"] == TASK
 
 
-def test_refusal_never_reached_the_model(outcomes: tuple[dict[str, Outcome], list[str]]) -> None:
-    assert outcomes[0]["rejected_is_refusal"].requests == []
+def _table_model_wins(outcome: Outcome) -> None:
+    (overridden,) = outcome.requests
+    assert overridden.json["model"] == "table-model"
 
 
-def test_local_cancel_keeps_a_prefix_and_settles_at_once(outcomes: tuple[dict[str, Outcome], list[str]]) -> None:
-    real = outcomes[0]["local_cancel"]
-    assert real.result.output and "a b c d e f g h i j k l m n o p".startswith(real.result.output)
-    ignored = outcomes[0]["local_cancel_ignored_by_child"]
-    assert ignored.seconds < 10  # a child that ignores session/cancel does not hold the parent
+def _refusal_never_reached_the_model(outcome: Outcome) -> None:
+    assert outcome.requests == []
+
+
+def _cancel_keeps_a_prefix(outcome: Outcome) -> None:
+    assert outcome.result.output and "a b c d e f g h i j k l m n o p".startswith(outcome.result.output)
+
+
+def _cancel_does_not_wait_for_the_child(outcome: Outcome) -> None:
+    assert outcome.seconds < 10  # a child that ignores session/cancel does not hold the parent
+
+
+def _exit_code_only(outcome: Outcome) -> None:
+    diagnostic = outcome.result.diagnostic or ""
+    assert "exit code: " in diagnostic and "signal: " not in diagnostic
+
+
+def _signal_only(outcome: Outcome) -> None:
+    diagnostic = outcome.result.diagnostic or ""
+    assert "signal: SIG" in diagnostic and "exit code" not in diagnostic
+
+
+EXTRA_CHECKS = {
+    "completed": _inherits_model_base_url_and_key,
+    "table_overrides_model": _table_model_wins,
+    "rejected_is_refusal": _refusal_never_reached_the_model,
+    "local_cancel": _cancel_keeps_a_prefix,
+    "local_cancel_ignored_by_child": _cancel_does_not_wait_for_the_child,
+    "prompt_exit_code": _exit_code_only,
+    "prompt_exit_code_zero": _exit_code_only,
+    "initialize_exit_code": _exit_code_only,
+    "prompt_signal": _signal_only,
+    "prompt_signal_term": _signal_only,
+    "initialize_signal": _signal_only,
+}
+
+
+@pytest.mark.anyio
+@pytest.mark.parametrize("name", list(CASES))
+async def test_case(name: str) -> None:
+    case = CASES[name]
+    outcome = await _drive(case)
+    assert outcome.result.stop_reason == case.stop_reason
+    assert outcome.result.diagnostic == case.diagnostic
+    if case.output is not None:
+        assert outcome.result.output == case.output
+    assert any("shutdown failed" in line for line in outcome.log_lines) == case.shutdown_fails
+    # The child's whole process group is gone (startup rollbacks included); zombies do not count: an
+    # orphaned grandchild may have been adopted by this test process (a subreaper) and await its reaping.
+    if outcome.pid is not None:
+        assert live_group_members(outcome.pid) == []
+    for canary in CANARIES:
+        assert canary not in (outcome.result.diagnostic or ""), canary
+        for line in outcome.log_lines:
+            assert canary not in line, line
+    if case.diagnostic is not None:
+        assert outcome.log_lines, "the provider logs its failures host-side"
+    check = EXTRA_CHECKS.get(name)
+    if check is not None:
+        check(outcome)
 
 
 # -- behaviours outside the table ------------------------------------------------------------------
@@ -320,21 +298,19 @@ def _scripted_provider(name: str, **script: Any) -> Any:
 @pytest.mark.anyio
 @pytest.mark.usefixtures("no_leftover_processes")
 async def test_cancel_before_result_settles_aborted_without_diagnostic() -> None:
-    run = await _scripted_provider("probe", prompt="hang").start(SubagentRequest("d", "p", REPO))
-    try:
+    async with _scripted_provider("probe", prompt="hang").run(SubagentRequest("d", "p", REPO)) as run:
         await run.cancel()
         result = await run.result()
-    finally:
-        await run.dispose()
     assert result == SubagentResult("", "aborted", None)
 
 
 @pytest.mark.anyio
 @pytest.mark.usefixtures("no_leftover_processes")
 async def test_dispose_while_the_prompt_runs_is_a_local_cancel() -> None:
-    run = await _scripted_provider("probe", prompt="hang", text="partial").start(SubagentRequest("d", "p", REPO))
+    run = _scripted_provider("probe", prompt="hang", text="partial").run(SubagentRequest("d", "p", REPO))
     results: list[SubagentResult] = []
     async with anyio.create_task_group() as tg:
+        run.start(tg)
 
         async def wait_result() -> None:
             results.append(await run.result())
@@ -352,20 +328,18 @@ async def test_dispose_while_the_prompt_runs_is_a_local_cancel() -> None:
 async def test_a_cancelled_caller_rolls_back_startup() -> None:
     provider = _scripted_provider("probe", initialize="hang")
     with anyio.move_on_after(0.5) as scope:
-        await provider.start(SubagentRequest("d", "p", REPO))
+        async with provider.run(SubagentRequest("d", "p", REPO)) as run:
+            await run.result()
     assert scope.cancelled_caught  # the no_leftover_processes fixture proves the child is gone
 
 
 @pytest.mark.anyio
 @pytest.mark.usefixtures("no_leftover_processes")
 async def test_a_cancelled_caller_tells_the_child_and_leaves_nothing_behind() -> None:
-    run = await _scripted_provider("probe", prompt="hang", text="x").start(SubagentRequest("d", "p", REPO))
-    try:
+    async with _scripted_provider("probe", prompt="hang", text="x").run(SubagentRequest("d", "p", REPO)) as run:
         with anyio.move_on_after(0.5) as scope:
             await run.result()
         assert scope.cancelled_caught
-    finally:
-        await run.dispose()
 
 
 KINDS = [
@@ -387,11 +361,8 @@ async def test_twenty_concurrent_runs_keep_their_diagnostics_apart() -> None:
         script, tail = KINDS[index % len(KINDS)]
         name = f"probe-{index}"
         expected[name] = f"Subagent failure (provider: {name}; {tail}"
-        run = await _scripted_provider(name, **script).start(SubagentRequest("d", f"task {index}", REPO))
-        try:
+        async with _scripted_provider(name, **script).run(SubagentRequest("d", f"task {index}", REPO)) as run:
             got[name] = (await run.result()).diagnostic
-        finally:
-            await run.dispose()
 
     with anyio.fail_after(90):
         async with anyio.create_task_group() as tg:

@@ -1,15 +1,19 @@
 """A managed child process: own process group, drained stderr, allowlisted env, a teardown ladder.
 
-Every out-of-process subagent provider spawns its child through :class:`ManagedProcess`:
+Every child dsh starts goes through :class:`ManagedProcess`: the subagents, the shell tool
+(:func:`dsh.agent_loop.tools.run_command`) and the prompt hook. What it guarantees:
 
 * the child leads its own session/process group, so teardown reaches its grandchildren too;
 * stdin/stdout are asyncio streams (the ACP SDK and our JSON-RPC client speak over them);
-* stderr is drained continuously into a bounded host-side ring — the pipe never fills and the text
-  never reaches the screen; :meth:`ManagedProcess.stderr_tail` is for host logs only, never for a
-  model-visible diagnostic;
+* stderr is drained continuously into a bounded host-side ring by the pipe protocol itself (no task
+  to own) — the pipe never fills and the text never reaches the screen;
+  :meth:`ManagedProcess.stderr_tail` is for host logs only, never for a model-visible diagnostic.
+  ``merge_stderr=True`` sends it to stdout instead (the shell tool shows both);
 * the environment is :func:`child_env`: an allowlist of the parent's variables plus explicit entries;
 * :meth:`ManagedProcess.terminate` runs close-stdin -> grace -> SIGTERM group -> grace -> SIGKILL
   group -> reap, shielded from cancellation so a cancelled caller never leaves a child behind.
+
+Nothing here starts a task: the caller's task runs the ladder, and ``async with`` bounds the child's life.
 
 The leader's exit is observed as soon as the kernel reports it, not when its pipes close: a grandchild
 holding stdout open must not hide the exit (asyncio's ``Process.wait()`` waits for the pipes too).
@@ -25,7 +29,7 @@ import weakref
 from collections import deque
 from collections.abc import AsyncIterator, Mapping, Sequence
 from dataclasses import dataclass
-from typing import Any, Literal
+from typing import Literal
 
 import anyio
 import anyio.lowlevel
@@ -45,11 +49,11 @@ __all__ = [
     "Teardown",
     "TeardownTier",
     "child_env",
-    "finish_shielded",
     "iter_lines",
     "live_group_members",
     "proc_stat_fields",
     "read_line",
+    "signal_group",
 ]
 
 ENV_ALLOWLIST: tuple[str, ...] = ("PATH", "HOME", "LANG", "TERM", "TMPDIR", "USER", "SHELL")
@@ -61,7 +65,6 @@ DEFAULT_EOF_GRACE = 2.0
 DEFAULT_TERM_GRACE = 2.0
 _KILL_REAP_TIMEOUT = 5.0  # SIGKILL cannot be ignored; this only bounds a stuck kernel
 _STDERR_DRAIN_AFTER_EXIT = 1.0
-_READ_CHUNK = 64 * 1024
 
 TeardownTier = Literal["exited", "eof", "sigterm", "sigkill", "unreaped"]
 
@@ -69,8 +72,9 @@ TeardownTier = Literal["exited", "eof", "sigterm", "sigkill", "unreaped"]
 def child_env(extra: Mapping[str, str] | None = None, *, base: Mapping[str, str] | None = None) -> dict[str, str]:
     """The child's environment: allowlisted variables of ``base`` (default ``os.environ``) plus ``extra``.
 
-    Nothing else of the parent leaks (API keys, tokens, proxies). Raises ``ValueError`` for an entry
-    that cannot be an environment variable.
+    The one policy for every child: nothing else of the parent leaks (API keys, tokens, proxies,
+    whatever a user exported). Explicit entries come from configuration (``[subagents.NAME] env``).
+    Raises ``ValueError`` for an entry that cannot be an environment variable.
     """
     source = os.environ if base is None else base
     env = {key: value for key, value in source.items() if key in ENV_ALLOWLIST or key.startswith(_ENV_ALLOWED_PREFIX)}
@@ -154,12 +158,29 @@ class _StderrRing:
         return b"".join(self._chunks).decode("utf-8", "replace")
 
 
-class _ExitObservingProtocol(asyncio.subprocess.SubprocessStreamProtocol):
-    """Stream protocol that also signals the moment the kernel reports the leader's exit."""
+class _ChildProtocol(asyncio.subprocess.SubprocessStreamProtocol):
+    """Stream protocol that drains stderr into the ring as it arrives and signals the leader's exit.
 
-    def __init__(self, limit: int, loop: asyncio.AbstractEventLoop) -> None:
+    Draining in the protocol callback (not in a reader task) means nothing has to own a task: the
+    bytes are consumed by the event loop the moment the pipe has them.
+    """
+
+    def __init__(self, limit: int, loop: asyncio.AbstractEventLoop, ring: _StderrRing) -> None:
         super().__init__(limit=limit, loop=loop)
         self.exited = asyncio.Event()
+        self.stderr_closed = asyncio.Event()
+        self._ring = ring
+
+    def pipe_data_received(self, fd: int, data: bytes | bytearray) -> None:  # type: ignore[override]
+        if fd == 2:
+            self._ring.append(bytes(data))
+            return
+        super().pipe_data_received(fd, data)
+
+    def pipe_connection_lost(self, fd: int, exc: Exception | None) -> None:
+        if fd == 2:
+            self.stderr_closed.set()
+        super().pipe_connection_lost(fd, exc)
 
     def process_exited(self) -> None:
         super().process_exited()
@@ -186,6 +207,8 @@ class ManagedProcess:
         base_env: Mapping[str, str] | None = None,
         eof_grace: float = DEFAULT_EOF_GRACE,
         term_grace: float = DEFAULT_TERM_GRACE,
+        merge_stderr: bool = False,
+        stdin: bool = True,
     ) -> None:
         if not argv or not all(isinstance(part, str) for part in argv):
             raise ValueError("argv must be a non-empty sequence of strings")
@@ -196,10 +219,12 @@ class ManagedProcess:
         self._stdout_limit = stdout_limit
         self._eof_grace = eof_grace
         self._term_grace = term_grace
+        self._merge_stderr = merge_stderr
+        self._pipe_stdin = stdin
         self._transport: asyncio.SubprocessTransport | None = None
-        self._protocol: _ExitObservingProtocol | None = None
-        self._drain_task: asyncio.Task[None] | None = None
-        self._teardown_task: asyncio.Task[Teardown] | None = None
+        self._protocol: _ChildProtocol | None = None
+        self._ladder_lock = anyio.Lock()
+        self._teardown: Teardown | None = None
         self._finalizer: weakref.finalize | None = None
         self.pid: int | None = None
         self.stdin: asyncio.StreamWriter | None = None
@@ -212,14 +237,14 @@ class ManagedProcess:
         if self._transport is not None:
             raise RuntimeError("ManagedProcess already started")
         loop = asyncio.get_running_loop()
-        limit = self._stdout_limit
+        limit, ring = self._stdout_limit, self._stderr
         try:
             transport, protocol = await loop.subprocess_exec(
-                lambda: _ExitObservingProtocol(limit, loop),
+                lambda: _ChildProtocol(limit, loop, ring),
                 *self._argv,
-                stdin=asyncio.subprocess.PIPE,
+                stdin=asyncio.subprocess.PIPE if self._pipe_stdin else asyncio.subprocess.DEVNULL,
                 stdout=asyncio.subprocess.PIPE,
-                stderr=asyncio.subprocess.PIPE,
+                stderr=asyncio.subprocess.STDOUT if self._merge_stderr else asyncio.subprocess.PIPE,
                 env=self._env,
                 cwd=self._cwd,
                 start_new_session=True,  # own session => own process group, pgid == pid
@@ -233,8 +258,6 @@ class ManagedProcess:
         self.stdin = protocol.stdin
         self.stdout = protocol.stdout
         self._finalizer = weakref.finalize(self, _kill_group_quietly, self.pid)
-        assert protocol.stderr is not None
-        self._drain_task = asyncio.ensure_future(self._drain_stderr(protocol.stderr))
         return self
 
     async def __aenter__(self) -> ManagedProcess:
@@ -293,22 +316,26 @@ class ManagedProcess:
 
         The graces default to the ones given to the constructor (2 s each unless set there).
 
-        Idempotent (later calls return the first outcome). The ladder runs in its own task and is
-        awaited to completion even if the caller is cancelled; the cancellation is re-raised after.
+        Idempotent: later (or concurrent) calls return the first outcome. The ladder runs shielded in
+        a child task of a task group held right here, so a cancelled caller (an anyio cancel, or a
+        native asyncio one, which ignores shields) still waits for it; the cancellation comes after.
         """
         if self._transport is None:
             return Teardown(tier="exited", exit_status=None)
-        if self._teardown_task is None:
-            self._teardown_task = asyncio.ensure_future(
-                self._ladder(
-                    self._eof_grace if eof_grace is None else eof_grace,
-                    self._term_grace if term_grace is None else term_grace,
-                )
-            )
-        task = self._teardown_task
-        await finish_shielded(task)
-        await anyio.lowlevel.checkpoint_if_cancelled()  # honour an anyio cancel that the shield held back
-        return task.result()
+        graces = (
+            self._eof_grace if eof_grace is None else eof_grace,
+            self._term_grace if term_grace is None else term_grace,
+        )
+        async with anyio.create_task_group() as tg:
+            tg.start_soon(self._run_ladder, *graces)
+        assert self._teardown is not None
+        return self._teardown
+
+    async def _run_ladder(self, eof_grace: float, term_grace: float) -> None:
+        with anyio.CancelScope(shield=True):
+            async with self._ladder_lock:
+                if self._teardown is None:
+                    self._teardown = await self._ladder(eof_grace, term_grace)
 
     async def _ladder(self, eof_grace: float, term_grace: float) -> Teardown:
         assert self._transport is not None and self._protocol is not None and self.pid is not None
@@ -321,11 +348,11 @@ class ManagedProcess:
             if await self.wait_exit(eof_grace) is not None:
                 tier = "eof"
             else:
-                _signal_group(pgid, signal.SIGTERM)
+                signal_group(pgid, signal.SIGTERM)
                 if await self.wait_exit(term_grace) is not None:
                     tier = "sigterm"
                 else:
-                    _signal_group(pgid, signal.SIGKILL)
+                    signal_group(pgid, signal.SIGKILL)
                     reaped = await self.wait_exit(_KILL_REAP_TIMEOUT) is not None
                     tier = "sigkill" if reaped else "unreaped"
         await _sweep_group(pgid)
@@ -345,43 +372,16 @@ class ManagedProcess:
         with contextlib.suppress(OSError, RuntimeError), anyio.move_on_after(0.5):
             await writer.wait_closed()
 
-    async def _drain_stderr(self, reader: asyncio.StreamReader) -> None:
-        with contextlib.suppress(OSError, asyncio.CancelledError):
-            while chunk := await reader.read(_READ_CHUNK):
-                self._stderr.append(chunk)
-
     async def _finish_stderr(self) -> None:
-        task = self._drain_task
-        if task is None:
-            return
         # After the group is gone the pipe reaches EOF quickly; don't wait forever on an escapee.
+        if self._protocol is None or self._merge_stderr:
+            return
         with anyio.move_on_after(_STDERR_DRAIN_AFTER_EXIT):
-            await asyncio.wait({task})
-        if not task.done():
-            task.cancel()
-            with contextlib.suppress(asyncio.CancelledError):
-                await task
+            await self._protocol.stderr_closed.wait()
 
 
-async def finish_shielded(task: asyncio.Future[Any]) -> None:
-    """Await ``task`` to completion even if the caller is cancelled, then re-raise the cancellation.
-
-    For teardown work that must not be cut short: it runs in its own task, and a cancelled caller
-    still waits for it. The task's own exception, if it fails, propagates as usual.
-    """
-    cancelled = False
-    with anyio.CancelScope(shield=True):
-        while not task.done():
-            try:
-                await asyncio.shield(task)
-            except asyncio.CancelledError:
-                # A native asyncio cancel reaches us despite the anyio shield: finish first.
-                cancelled = True
-    if cancelled:
-        raise asyncio.CancelledError
-
-
-def _signal_group(pgid: int, sig: signal.Signals) -> None:
+def signal_group(pgid: int, sig: signal.Signals) -> None:
+    """Send ``sig`` to process group ``pgid``; a group that is already gone is not an error."""
     with contextlib.suppress(ProcessLookupError, PermissionError):
         os.killpg(pgid, sig)
 
@@ -390,7 +390,7 @@ async def _sweep_group(pgid: int) -> None:
     """The leader is gone; anything left in its group is an orphan of ours: no survivor allowed."""
     if not live_group_members(pgid):
         return
-    _signal_group(pgid, signal.SIGKILL)
+    signal_group(pgid, signal.SIGKILL)
     with anyio.move_on_after(_KILL_REAP_TIMEOUT):
         while live_group_members(pgid):  # SIGKILL is delivered asynchronously
             await anyio.sleep(0.02)

@@ -10,7 +10,7 @@ import time
 import anyio
 import pytest
 
-from dsh.agent_loop.subagent.process import (
+from dsh.agent_loop.process import (
     ENV_ALLOWLIST,
     ExitStatus,
     LineTooLong,

@@ -1,0 +1,229 @@
+"""One subagent run, whatever the provider: :class:`Run`, its :class:`Outcome`, and the :class:`Provider`.
+
+A provider is a :class:`Run` subclass that implements :meth:`Run.execute` (the whole run: spawn the
+child, talk to it, tear it down) plus a module-level ``from_config(name, table, parent) -> Provider``.
+Everything else is here, once:
+
+* the run's body runs in a task group the caller owns — ``run.start(tg)``, or ``async with
+  provider.run(request) as run`` which holds one for the block — so nothing outlives its owner;
+* :meth:`Run.cancel` is local cancellation: the result settles ``aborted`` at once with no
+  diagnostic, then the body is cancelled and its own cleanup reaps the child;
+* :meth:`Run.dispose` is idempotent, always called, returns nothing, and returns only once the body
+  (and so every child it started) is gone;
+* the :class:`Outcome` of ``execute`` becomes the :class:`~dsh.agent_loop.subagent.result.SubagentResult`:
+  failure lines are built by :func:`~dsh.agent_loop.subagent.diagnostics.failure_line` from closed
+  facts only, and the host log gets the same facts plus the cause's exception *type names*.
+
+See ``docs/adding-a-provider.md`` for a worked example.
+"""
+
+from __future__ import annotations
+
+import logging
+from collections.abc import Callable
+from dataclasses import dataclass
+from typing import Any, ClassVar
+
+import anyio
+import anyio.abc
+
+from dsh.agent_loop.subagent.diagnostics import Failure, failure_line, join_lines, safe_token
+from dsh.agent_loop.subagent.result import SubagentRequest, SubagentResult
+from dsh.llm.errors import chain_links
+
+__all__ = ["Outcome", "Provider", "Run", "configured"]
+
+log = logging.getLogger(__name__)
+
+
+@dataclass(frozen=True, slots=True)
+class Outcome:
+    """What :meth:`Run.execute` ended with: closed facts only (the diagnostic is built from them).
+
+    ``failure`` is the run's failure line, ``teardown`` a failed cleanup after it, ``note`` one more
+    fixed line (a permission or unattended decision). Success and local cancellation carry none.
+    """
+
+    stop_reason: str
+    output: str = ""
+    failure: Failure | None = None
+    teardown: Failure | None = None
+    note: str | None = None
+
+
+class Run:
+    """One delegated task. Subclasses implement :meth:`execute` (and may override :meth:`partial_output`).
+
+    ``product`` names a product provider ("Claude Code", "Codex"): its failures use the product line.
+    ``configuration`` is the failure of a run whose table was unusable (its stage is the provider's).
+    """
+
+    product: ClassVar[str | None] = None
+    configuration: ClassVar[Failure]
+
+    def __init__(self, provider: Provider, request: SubagentRequest) -> None:
+        self.name = provider.name
+        self.settings: Any = provider.settings
+        self.request = request
+        self._problem = provider.problem
+        self._scope = anyio.CancelScope()
+        self._settled = anyio.Event()
+        self._finished = anyio.Event()
+        self._result: SubagentResult | None = None
+        self._started = False
+        self._own_group: anyio.abc.TaskGroup | None = None
+
+    # -- what a provider implements ----------------------------------------------------------------
+
+    async def execute(self) -> Outcome:  # pragma: no cover - abstract
+        """The run's body, in one task: everything it opens it also closes. Cancellable at any await."""
+        raise NotImplementedError
+
+    def partial_output(self) -> str:
+        """The child's text so far (a background job shows it while the run goes on)."""
+        return ""
+
+    # -- lifecycle -----------------------------------------------------------------------------------
+
+    def start(self, tg: anyio.abc.TaskGroup) -> Run:
+        """Run the body in ``tg`` (the caller's task group). Once per run."""
+        if self._started:
+            raise RuntimeError("a subagent run starts once")
+        self._started = True
+        tg.start_soon(self._body, name=f"subagent {safe_token(self.name)}")
+        return self
+
+    async def __aenter__(self) -> Run:
+        group = anyio.create_task_group()
+        await group.__aenter__()
+        self._own_group = group
+        return self.start(group)
+
+    async def __aexit__(self, *exc_info: Any) -> bool | None:
+        try:
+            await self.dispose()
+        finally:
+            group, self._own_group = self._own_group, None
+            assert group is not None
+            handled = await group.__aexit__(*exc_info)
+        return handled
+
+    async def result(self) -> SubagentResult:
+        """The settled result; never raises for a child-level failure."""
+        await self._settled.wait()
+        assert self._result is not None
+        return self._result
+
+    async def cancel(self) -> None:
+        """Local cancellation: settle ``aborted`` now (no diagnostic), then stop the body."""
+        self._settle(SubagentResult(self.output_so_far(), "aborted"))
+        self._scope.cancel()
+
+    async def dispose(self) -> None:
+        """Stop the run if it still runs and wait until its body (and every child) is gone. Idempotent."""
+        if not self._started:
+            self._started = True
+            self._settle(SubagentResult("", "aborted"))
+            self._finished.set()
+        elif not self._finished.is_set():
+            await self.cancel()
+        with anyio.CancelScope(shield=True):
+            await self._finished.wait()
+
+    # -- the body --------------------------------------------------------------------------------------
+
+    async def _body(self) -> None:
+        outcome: Outcome | None = None
+        try:
+            with self._scope:
+                if self._problem is not None:
+                    log.info("subagent %s: configuration problem: %s", safe_token(self.name), self._problem)
+                    outcome = Outcome("error", failure=self.configuration)
+                else:
+                    outcome = await self.execute()
+        except Exception as exc:  # a provider broke its contract: still a settled, safe result
+            log.exception("subagent %s: the run raised", safe_token(self.name))
+            outcome = Outcome("error", self.output_so_far(), Failure(None, None, cause=exc))
+        finally:
+            # No outcome: cancelled (locally, or by the caller's scope): a local end, no diagnostic.
+            self._settle(
+                self._to_result(outcome) if outcome is not None else SubagentResult(self.output_so_far(), "aborted")
+            )
+            self._finished.set()
+
+    def output_so_far(self) -> str:
+        """:meth:`partial_output`, never raising."""
+        try:
+            text = self.partial_output()
+        except Exception:
+            return ""
+        return text if isinstance(text, str) else ""
+
+    def _settle(self, result: SubagentResult) -> None:
+        if self._result is None:
+            self._result = result
+            self._settled.set()
+
+    def _to_result(self, outcome: Outcome) -> SubagentResult:
+        lines = [self._line(failure) for failure in (outcome.failure, outcome.teardown) if failure is not None]
+        quiet = outcome.stop_reason == "completed" or (
+            outcome.stop_reason == "aborted" and outcome.failure is None and outcome.note is None
+        )
+        if quiet:  # success and a plain abort carry no diagnostic (a failed cleanup is logged above)
+            return SubagentResult(outcome.output, outcome.stop_reason)
+        return SubagentResult(outcome.output, outcome.stop_reason, join_lines(*lines, outcome.note))
+
+    def _line(self, failure: Failure) -> str:
+        # Host log: the closed facts and the cause's type names; messages and stderr can carry child text.
+        log.info(
+            "subagent %s: %s/%s (cause: %s; exit: %s)",
+            safe_token(self.name),
+            failure.stage or "unknown",
+            failure.category or "unknown",
+            _cause_types(failure.cause),
+            failure.exit_status,
+        )
+        return failure_line(failure, provider=self.name, product=self.product)
+
+
+def _cause_types(exc: BaseException | None) -> str:
+    """``ConnectionError <- OSError``: the type names of a cause chain, never its messages."""
+    if exc is None:
+        return "none"
+    return " <- ".join(link.type_name for link in chain_links(exc))
+
+
+@dataclass(frozen=True, slots=True)
+class Provider:
+    """A configured subagent (``[subagents.NAME]``): its run class and parsed settings.
+
+    ``problem`` (host-only text) makes every run fail with the run class's ``configuration``
+    failure; ``hint`` is the one line the REPL shows when the provider's optional SDK is missing.
+    """
+
+    name: str
+    run_type: type[Run]
+    settings: Any = None
+    problem: str | None = None
+    hint: str | None = None
+
+    def run(self, request: SubagentRequest) -> Run:
+        """A new, not yet started run of ``request``."""
+        return self.run_type(self, request)
+
+
+def configured(name: str, run_type: type[Run], parse: Callable[[], Any]) -> Provider:
+    """The ``from_config`` policy of every provider: a bad table never raises.
+
+    ``parse()`` gives the settings; when it raises
+    :class:`~dsh.agent_loop.subagent.SubagentConfigError` the problem (which names only the table and
+    key) goes to the host log as a warning now, and every run fails with ``category: configuration``.
+    """
+    from dsh.agent_loop.subagent import SubagentConfigError
+
+    try:
+        settings = parse()
+    except SubagentConfigError as exc:
+        log.warning("%s", exc)
+        return Provider(name, run_type, problem=str(exc))
+    return Provider(name, run_type, settings)
