@@ -290,7 +290,9 @@ async def test_natively_cancelled_caller_still_completes_teardown() -> None:
     proc = await ManagedProcess([PY, "-c", _TERM_TRAP]).start()
     assert await _line(proc) == b"ready"
     task = asyncio.ensure_future(proc.terminate(eof_grace=0.2, term_grace=0.2))
-    await asyncio.sleep(0.1)
+    with anyio.fail_after(5):
+        while not (proc.stdin is not None and proc.stdin.is_closing()):  # the ladder is on its first rung
+            await anyio.sleep(0.005)
     task.cancel()
     with pytest.raises(asyncio.CancelledError):
         await task
