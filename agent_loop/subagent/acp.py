@@ -17,7 +17,7 @@ new-session     protocol (error answer, missing/blank session id), transport, ti
 prompt          remote-limit (``max_turn_requests``), unknown (unknown stop reason, error answer),
                 transport, timeout — or only the permission line
 process         process-start (spawn failed), process-exit (died before the prompt's answer)
-teardown        process-unreaped (startup rollback could not observe the child's exit)
+teardown        process-unreaped (after a failure, the ladder could not observe the child's exit)
 ==============  =========================================================================
 
 A child that dies while a request is in flight is classified by its observed exit (waited for,
@@ -52,6 +52,7 @@ from dsh.agent_loop.subagent import (
     reject_unknown_keys,
 )
 from dsh.agent_loop.subagent.diagnostics import Failure, permission_line
+from dsh.agent_loop.subagent.result import SubagentRequest
 from dsh.agent_loop.subagent.run import Outcome, Provider, Run, configured
 
 __all__ = [
@@ -172,7 +173,7 @@ class AcpRun(Run):
     configuration = Failure(Stage.INITIALIZE, Category.CONFIGURATION)
     settings: AcpSettings
 
-    def __init__(self, provider: Provider, request: Any) -> None:
+    def __init__(self, provider: Provider, request: SubagentRequest) -> None:
         super().__init__(provider, request)
         self._client = _PermissionClient(self.settings.permission if self.settings else "reject")
 

@@ -55,6 +55,7 @@ from dsh.agent_loop.subagent import (
 )
 from dsh.agent_loop.subagent._product import config_names, explicit_env
 from dsh.agent_loop.subagent.diagnostics import Failure, unattended_decision
+from dsh.agent_loop.subagent.result import SubagentRequest
 from dsh.agent_loop.subagent.run import Outcome, Provider, Run, configured
 
 __all__ = [
@@ -183,9 +184,8 @@ class ClaudeCodeRun(Run):
     configuration = Failure(Stage.QUERY_START, Category.CONFIGURATION)
     settings: ClaudeCodeConfig
 
-    def __init__(self, provider: Provider, request: Any) -> None:
+    def __init__(self, provider: Provider, request: SubagentRequest) -> None:
         super().__init__(provider, request)
-        self._config = self.settings
         self._observed = _Observed()
         self.transport: Any = None  # the ManagedCLITransport once built (tests read its pid)
         self.started = anyio.Event()  # set once the CLI is up and initialized
@@ -208,8 +208,8 @@ class ClaudeCodeRun(Run):
                 argv,
                 env=self._child_env(sdk),
                 cwd=self.request.cwd,
-                eof_grace=self._config.eof_grace,
-                term_grace=self._config.term_grace,
+                eof_grace=self.settings.eof_grace,
+                term_grace=self.settings.term_grace,
             )
             client = sdk.ClaudeSDKClient(
                 options=sdk.ClaudeAgentOptions(can_use_tool=self._deny_tool), transport=self.transport
@@ -239,7 +239,7 @@ class ClaudeCodeRun(Run):
             async def bound_linger() -> None:
                 # After its result the CLI gets stdin EOF and exits; one that lingers is left to teardown.
                 await result_seen.wait()
-                await anyio.sleep(self._config.eof_grace)
+                await anyio.sleep(self.settings.eof_grace)
                 tg.cancel_scope.cancel()
 
             result_seen = anyio.Event()
@@ -347,7 +347,7 @@ class ClaudeCodeRun(Run):
         if self.transport is None or not self.transport.process.started:
             return Failure(Stage.TEARDOWN, Category.UNKNOWN, cause=error) if error is not None else None
         teardown = await self.transport.process.terminate(
-            eof_grace=self._config.eof_grace, term_grace=self._config.term_grace
+            eof_grace=self.settings.eof_grace, term_grace=self.settings.term_grace
         )
         log.debug("Claude Code teardown: %s (stderr tail kept host-side: %d bytes)", teardown.tier,
                   self.transport.process.stderr_bytes_seen)  # fmt: skip
@@ -362,7 +362,7 @@ class ClaudeCodeRun(Run):
         # When only the teardown failed, the answer is still the best partial output.
         output = observed.result.result if failure is None else observed.partial_output()
         decision = (
-            unattended_decision(PRODUCT, self._config.permission_mode, "tool permission", "denied")
+            unattended_decision(PRODUCT, self.settings.permission_mode, "tool permission", "denied")
             if observed.denied
             else None
         )
@@ -371,7 +371,7 @@ class ClaudeCodeRun(Run):
     # -- the child ------------------------------------------------------------------------------
 
     def _argv(self, sdk: ModuleType) -> list[str]:
-        config = self._config
+        config = self.settings
         argv = [*config.command] if config.command else [_resolve_cli(sdk, config.cli_path)]
         argv += ["--output-format", "stream-json", "--verbose"]
         if config.model:
@@ -397,7 +397,7 @@ class ClaudeCodeRun(Run):
             # The CLI then reports session state, which the SDK needs to close stdin at the right time.
             "CLAUDE_CODE_SDK_READS_SESSION_STATE": "1",
         }
-        env.update(explicit_env(self._config.env, self._config.pass_env, self.request))
+        env.update(explicit_env(self.settings.env, self.settings.pass_env, self.request))
         env["CLAUDE_AGENT_SDK_VERSION"] = sdk.__version__
         env["PWD"] = self.request.cwd
         return env

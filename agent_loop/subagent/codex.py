@@ -51,6 +51,7 @@ from dsh.agent_loop.subagent import (
 )
 from dsh.agent_loop.subagent._product import config_names, descendants, explicit_env, kill_survivors
 from dsh.agent_loop.subagent.diagnostics import Failure, unattended_decision
+from dsh.agent_loop.subagent.result import SubagentRequest
 from dsh.agent_loop.subagent.run import Outcome, Provider, Run, configured
 from dsh.llm._version import __version__
 
@@ -288,9 +289,8 @@ class CodexRun(Run):
     configuration = Failure(Stage.INITIALIZE, Category.CONFIGURATION)
     settings: CodexConfig
 
-    def __init__(self, provider: Provider, request: Any) -> None:
+    def __init__(self, provider: Provider, request: SubagentRequest) -> None:
         super().__init__(provider, request)
-        self._config = self.settings
         self._turn = _TurnState()
         self._thread_id: str | None = None
         self._turn_id: str | None = None
@@ -335,7 +335,7 @@ class CodexRun(Run):
             return await self._conversation(conn, process)
 
     async def _conversation(self, conn: JsonRpcConnection, process: ManagedProcess) -> Failure | None:
-        startup = self._config.startup_timeout
+        startup = self.settings.startup_timeout
         # initialize -> initialized
         kind, value = await self._race(
             lambda: conn.request("initialize", {"clientInfo": _client_info()}, timeout=startup), None
@@ -350,10 +350,10 @@ class CodexRun(Run):
             "cwd": self.request.cwd,
             "ephemeral": True,
             "approvalPolicy": APPROVAL_POLICY,
-            "sandbox": self._config.sandbox,
+            "sandbox": self.settings.sandbox,
         }
-        if self._config.model:
-            params["model"] = self._config.model
+        if self.settings.model:
+            params["model"] = self.settings.model
         kind, value = await self._race(lambda: self._start_thread(conn, params, startup), None)
         if kind != "done":
             return await self._stage_failure(Stage.THREAD_START, kind, value, process)
@@ -366,7 +366,7 @@ class CodexRun(Run):
 
     async def _turn_of(self, conn: JsonRpcConnection, process: ManagedProcess) -> Failure | None:
         """turn/start, then the turn, both under the turn deadline."""
-        deadline = anyio.current_time() + self._config.turn_timeout
+        deadline = anyio.current_time() + self.settings.turn_timeout
         kind, value = await self._race(lambda: self._start_turn(conn), deadline)
         if kind != "done":
             if kind == "deadline" and self._turn.completed.is_set():
@@ -420,7 +420,7 @@ class CodexRun(Run):
         if self._turn_id is None or self._thread_id is None or conn.closed:
             return
         self._interrupt_sent = True
-        with anyio.move_on_after(self._config.interrupt_grace):
+        with anyio.move_on_after(self.settings.interrupt_grace):
             try:
                 await conn.request("turn/interrupt", {"threadId": self._thread_id, "turnId": self._turn_id})
             except (ProtocolError, TransportClosed):
@@ -563,7 +563,7 @@ class CodexRun(Run):
 
     async def _teardown(self, process: ManagedProcess) -> Failure | None:
         noted = descendants(process.pid) if process.pid is not None and not process.exited else {}
-        teardown = await process.terminate(eof_grace=self._config.eof_grace, term_grace=self._config.term_grace)
+        teardown = await process.terminate(eof_grace=self.settings.eof_grace, term_grace=self.settings.term_grace)
         if kill_survivors(noted):
             log.debug("codex teardown: killed helpers that left the app-server's process group")
         if teardown.tier in ("sigkill", "unreaped"):
@@ -587,17 +587,17 @@ class CodexRun(Run):
 
     def _argv(self) -> tuple[list[str], str | None]:
         extra_path: str | None = None
-        if self._config.command:
-            argv = list(self._config.command)
+        if self.settings.command:
+            argv = list(self.settings.command)
         else:
             binary, extra_path = _find_codex()
             argv = [binary]
-        for key, value in self._config.overrides:
+        for key, value in self.settings.overrides:
             argv += ["-c", f"{key}={value}"]
         return [*argv, "app-server", "--listen", "stdio://"], extra_path
 
     def _child_env(self, extra_path: str | None) -> dict[str, str]:
-        env = explicit_env(self._config.env, self._config.pass_env, self.request)
+        env = explicit_env(self.settings.env, self.settings.pass_env, self.request)
         if extra_path and "PATH" not in env:
             # The wheel ships helpers (rg) beside the binary; codex looks for them on PATH.
             env["PATH"] = os.pathsep.join(p for p in (extra_path, os.environ.get("PATH", "")) if p)

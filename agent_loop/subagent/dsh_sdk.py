@@ -49,6 +49,7 @@ from dsh.agent_loop.subagent import (
     reject_unknown_keys,
 )
 from dsh.agent_loop.subagent.diagnostics import Failure
+from dsh.agent_loop.subagent.result import SubagentRequest
 from dsh.agent_loop.subagent.run import Outcome, Provider, Run, configured
 
 __all__ = ["DEFAULT_COMMAND", "Category", "DshSdkRun", "DshSettings", "Stage", "from_config"]
@@ -145,7 +146,7 @@ class DshSdkRun(Run):
     configuration = Failure(Stage.INITIALIZE, Category.CONFIGURATION)
     settings: DshSettings
 
-    def __init__(self, provider: Provider, request: Any) -> None:
+    def __init__(self, provider: Provider, request: SubagentRequest) -> None:
         super().__init__(provider, request)
         self.process: ManagedProcess | None = None  # tests read its pid
         self._terminal: Mapping[str, Any] | None = None  # the child's turn/end reason

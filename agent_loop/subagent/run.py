@@ -99,14 +99,13 @@ class Run:
         self._own_group = group
         return self.start(group)
 
-    async def __aexit__(self, *exc_info: Any) -> bool | None:
+    async def __aexit__(self, *exc_info: Any) -> None:
         try:
             await self.dispose()
         finally:
             group, self._own_group = self._own_group, None
-            assert group is not None
-            handled = await group.__aexit__(*exc_info)
-        return handled
+            if group is not None:
+                await group.__aexit__(None, None, None)  # the body has ended: nothing in it to re-raise
 
     async def result(self) -> SubagentResult:
         """The settled result; never raises for a child-level failure."""
