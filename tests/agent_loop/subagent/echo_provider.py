@@ -39,7 +39,7 @@ class EchoSettings:
 def from_config(name: str, table: Mapping[str, Any], parent: ParentContext | None = None) -> Provider:
     def parse() -> EchoSettings:
         reject_unknown_keys(name, table, frozenset({"provider", "prefix"}))
-        return EchoSettings(prefix=config_string(name, table, "prefix", "") or "")
+        return EchoSettings(prefix=config_string(name, table, "prefix") or "")
 
     return configured(name, EchoRun, parse)
 

@@ -27,11 +27,17 @@ def registered() -> Iterator[None]:
 
 @pytest.mark.usefixtures("registered")
 async def test_the_echo_provider_runs_through_the_subagent_tool() -> None:
-    tables = {"echo": {"provider": "echo", "prefix": "echo: "}, "typo": {"provider": "echo", "prefix": 3}}
+    tables = {
+        "echo": {"provider": "echo", "prefix": "echo: "},
+        "plain": {"provider": "echo"},
+        "typo": {"provider": "echo", "prefix": 3},
+    }
     async with SubagentToolkit.from_config(tables) as kit:
         subagent, job_output, _job_list, _job_kill = kit.tools()
         ctx = context()
         assert await subagent.run({"description": "d", "prompt": "hello"}, ctx) == ToolOutput("echo: hello")
+        plain = await subagent.run({"description": "d", "prompt": "hello", "provider": "plain"}, ctx)
+        assert plain == ToolOutput("hello")
         failed = await subagent.run({"description": "d", "prompt": "exit"}, ctx)
         assert failed == ToolOutput(f"subagent run failed\nDiagnostic: {FAILED}", is_error=True, diagnostic=FAILED)
         typo = await subagent.run({"description": "d", "prompt": "hello", "provider": "typo"}, ctx)
