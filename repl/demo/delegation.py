@@ -32,6 +32,7 @@ from dsh.agent_loop.subagent.extras import missing_extra_hint
 __all__ = [
     "DELEGATION_SCENARIOS",
     "DelegationScenario",
+    "all_delegation_tables",
     "demo_subagent_tables",
     "missing_extra_line",
     "register_demo_scenarios",
@@ -75,10 +76,10 @@ def runnable_tables(tables: Mapping[str, dict[str, Any]]) -> dict[str, dict[str,
 
 def demo_subagent_tables() -> dict[str, dict[str, Any]]:
     """``[subagents.NAME]`` tables for the demo that can run as installed (see :func:`runnable_tables`)."""
-    return runnable_tables(_delegation_tables())
+    return runnable_tables(all_delegation_tables())
 
 
-def _delegation_tables() -> dict[str, dict[str, Any]]:
+def all_delegation_tables() -> dict[str, dict[str, Any]]:
     """Every delegation table: a real child dsh, scripted faults, the fake ACP agent."""
     return {
         "dsh": {"provider": "dsh"},  # the real `dsh serve --stdio`; model and base URL from the parent
@@ -192,7 +193,7 @@ def scenario_setup(
     """
 
     def setup(turn: Any) -> None:
-        own = table if table is not None else _delegation_tables()[scenario.provider]
+        own = table if table is not None else all_delegation_tables()[scenario.provider]
         hint = missing_extra_line(scenario.provider, own)
         if hint is not None:
             turn.server.default = behaviour("text", text=f"{hint}\n")
