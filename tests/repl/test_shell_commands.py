@@ -44,12 +44,6 @@ def env(tmp_path: Path) -> dict[str, str]:
     return {"HOME": str(tmp_path), "XDG_STATE_HOME": str(tmp_path / "state"), "XDG_CONFIG_HOME": str(tmp_path / "cfg")}
 
 
-@pytest.fixture
-async def server():
-    async with FaultServer(default="text") as srv:
-        yield srv
-
-
 async def make_shell(env: dict[str, str], base_url: str, **config: object) -> tuple[Shell, ListSink]:
     sink = ListSink()
     shell = Shell(Config(api_key=KEY, base_url=base_url, **config), sink, color=False, env=env)  # type: ignore[arg-type]
