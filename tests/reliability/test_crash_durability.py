@@ -135,7 +135,7 @@ def _live_one(home: Home, url: str, index: int, prompts: list[str], kill: _Kill 
             while alive and reader.line_count() < kill.after_lines and time.monotonic() < deadline:
                 alive = reader.pump(0.05)
             if alive:
-                time.sleep(kill.extra_delay)
+                time.sleep(kill.extra_delay)  # the kill lands at a chosen moment: the behaviour under test
                 process.send_signal(signal.SIGKILL)
         while reader.pump(0.2) and time.monotonic() < deadline:
             pass

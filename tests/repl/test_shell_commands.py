@@ -16,6 +16,7 @@ from dsh.repl import shell as shell_module
 from dsh.repl.config import Config
 from dsh.repl.demo.fault_server import FaultServer, closed_port
 from dsh.repl.shell import Shell, exit_code_for
+from tests.waiting import async_wait_until
 
 pytestmark = pytest.mark.anyio
 
@@ -320,10 +321,7 @@ async def test_cancel_turn_ends_aborted(env: dict[str, str], server: FaultServer
                 result.append(reason)
 
             tasks.start_soon(run)
-            with anyio.fail_after(5):
-                while not server.requests:
-                    await anyio.sleep(0.01)
-                await anyio.sleep(0.05)
+            await async_wait_until(lambda: server.requests, 5, "the stalled request")
             shell.cancel_turn()
         assert result == [{"kind": "aborted", "reason": "cancelled"}] and exit_code_for(result[0]) == 130
         assert sink.text == "[main turn 1] [turn aborted] cancelled\n"
