@@ -18,7 +18,6 @@ import subprocess
 import sys
 import tomllib
 import zipfile
-from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -247,13 +246,12 @@ def _session_started(home: Path) -> bool:
                for path in (home / "state").rglob("*.jsonl"))
 
 
-def _interrupted_run(venv: FreshVenv, name: str, cwd: Path) -> tuple[int, str, str]:
+def _interrupted_run(command: list[str], cwd: Path, env: dict[str, str]) -> tuple[int, str, str]:
     """`dsh -p` for a scenario that waits for Ctrl-C: SIGINT once its turn has started."""
-    process = subprocess.Popen([venv.bin("dsh"), "--demo", "--scenario", name, "-p", "hi"], cwd=cwd,
-                               env={**venv.env(), "HOME": str(cwd), "XDG_STATE_HOME": str(cwd / "state")},
-                               stdin=subprocess.DEVNULL, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    process = subprocess.Popen(command, cwd=cwd, env=env, stdin=subprocess.DEVNULL, stdout=subprocess.PIPE,
+                               stderr=subprocess.PIPE, text=True)
     try:
-        wait_until(lambda: _session_started(cwd), 30, f"{name}: the turn to start")
+        wait_until(lambda: _session_started(cwd), 30, "the turn to start")
         process.send_signal(signal.SIGINT)
         stdout, stderr = process.communicate(timeout=30)
     finally:
@@ -264,9 +262,10 @@ def _interrupted_run(venv: FreshVenv, name: str, cwd: Path) -> tuple[int, str, s
 
 
 @pytest.fixture
-def scenario_dir(fresh_venv: FreshVenv, tmp_path: Path) -> Iterator[Path]:
+def scenario_dir(tmp_path: Path) -> Path:
+    """The scenario's HOME and working directory, with its own session logs."""
     (tmp_path / "state").mkdir()
-    yield tmp_path
+    return tmp_path
 
 
 @pytest.mark.parametrize("name", list(SCENARIOS))
@@ -280,7 +279,7 @@ def test_each_demo_scenario_works_or_names_the_extra_to_install(
     env = {**fresh_venv.env(), "HOME": str(scenario_dir), "XDG_STATE_HOME": str(scenario_dir / "state")}
     command = [fresh_venv.bin("dsh"), "--demo", "--scenario", name]
     if scenario.cancel:
-        returncode, stdout, stderr = _interrupted_run(fresh_venv, name, scenario_dir)
+        returncode, stdout, stderr = _interrupted_run([*command, "-p", "hi"], scenario_dir, env)
     elif name in BACKGROUND:
         # `dsh -p` ends with its turn and does not wait for a background job; the piped REPL does, so
         # the job's completion notice (the scenario's line) arrives before it exits.
