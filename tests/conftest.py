@@ -1,19 +1,53 @@
+"""Fixtures for every folder: the anyio backend, a clean proxy environment, live fault servers, the leak
+check; and the suite-end canary scan."""
+
 from __future__ import annotations
 
 import os
+from collections.abc import AsyncIterator
 from pathlib import Path
 
 import pytest
 
+from dsh.repl.demo.fault_server import FaultServer
 from tests import canaries
 from tests.leak_check import leak_checker, no_leftover_processes  # noqa: F401 (fixtures for every folder)
 
 CANARY_HITS: list[str] = []
+PROXY_VARIABLES = ("HTTP_PROXY", "HTTPS_PROXY", "ALL_PROXY", "NO_PROXY")
 
 
 @pytest.fixture
 def anyio_backend() -> str:
     return "asyncio"
+
+
+@pytest.fixture(autouse=True)
+def _no_proxy_from_the_environment(monkeypatch: pytest.MonkeyPatch) -> None:
+    """httpx honours proxy variables (trust_env); a proxy set on the host must not reroute loopback."""
+    for name in PROXY_VARIABLES:
+        monkeypatch.delenv(name, raising=False)
+        monkeypatch.delenv(name.lower(), raising=False)
+
+
+@pytest.fixture
+async def fault_server(anyio_backend: str) -> AsyncIterator[FaultServer]:
+    """A live fault server on 127.0.0.1 (plain HTTP), answering ``text`` unless scripted."""
+    async with FaultServer() as server:
+        yield server
+
+
+@pytest.fixture
+def server(fault_server: FaultServer) -> FaultServer:
+    """The same server, under the name the agent-loop, subagent and shell tests use."""
+    return fault_server
+
+
+@pytest.fixture
+async def tls_fault_server(anyio_backend: str) -> AsyncIterator[FaultServer]:
+    """A live fault server speaking HTTPS with a self-signed certificate."""
+    async with FaultServer(tls=True) as server:
+        yield server
 
 
 def _scan_for_canaries(root: Path) -> list[str]:

@@ -9,6 +9,10 @@ or ``fixtures`` (imports point one way). The front end:
 * calls :func:`register_demo_scenarios` with ``dsh.repl.demo.catalogue.register_scenario`` and
   ``dsh.repl.demo.fault_server.Behaviour``.
 
+``pip install dsh`` alone has no ACP or Claude Code SDK: the tables that need a missing extra are left
+out of the demo's subagents (so the toolkit never builds them), and their scenarios answer with the one
+line :func:`~dsh.agent_loop.subagent.extras.missing_extra_hint` prints, naming the extra to install.
+
 Each scenario scripts the main model to call the ``subagent`` tool (and, for a real child dsh, the
 child's own request), then to answer. The child dsh is the real ``dsh serve --stdio``; protocol faults
 a real child cannot produce come from ``repl/demo/scripted_dsh_child.py``; the ACP agent is
@@ -23,11 +27,16 @@ from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
+from dsh.agent_loop.subagent.extras import missing_extra_hint
+
 __all__ = [
     "DELEGATION_SCENARIOS",
     "DelegationScenario",
+    "all_delegation_tables",
     "demo_subagent_tables",
+    "missing_extra_line",
     "register_demo_scenarios",
+    "runnable_tables",
 ]
 
 _FAIL = "    Subagent failure (provider: {name}; "
@@ -52,8 +61,26 @@ def _acp(**env: str) -> dict[str, Any]:
     }
 
 
+def missing_extra_line(name: str, table: Mapping[str, Any]) -> str | None:
+    """The install hint for subagent table ``name`` when its provider's extra is missing, else None."""
+    kind = str(table.get("provider", "dsh"))
+    if kind == "codex" and table.get("command"):
+        return None  # an explicit app-server command: the bundled binary (the codex extra) is not needed
+    return missing_extra_hint(name, kind)
+
+
+def runnable_tables(tables: Mapping[str, dict[str, Any]]) -> dict[str, dict[str, Any]]:
+    """The tables whose provider can run with what is installed."""
+    return {name: table for name, table in tables.items() if missing_extra_line(name, table) is None}
+
+
 def demo_subagent_tables() -> dict[str, dict[str, Any]]:
-    """``[subagents.NAME]`` tables for the demo: a real child dsh, scripted faults, the fake ACP agent."""
+    """``[subagents.NAME]`` tables for the demo that can run as installed (see :func:`runnable_tables`)."""
+    return runnable_tables(all_delegation_tables())
+
+
+def all_delegation_tables() -> dict[str, dict[str, Any]]:
+    """Every delegation table: a real child dsh, scripted faults, the fake ACP agent."""
     return {
         "dsh": {"provider": "dsh"},  # the real `dsh serve --stdio`; model and base URL from the parent
         "dsh-garbage": _scripted({"prompt": "garbage"}),
@@ -156,10 +183,21 @@ def _tool_call_arguments(scenario: DelegationScenario) -> str:
     return json.dumps(args)
 
 
-def scenario_setup(scenario: DelegationScenario, behaviour: Callable[..., Any]) -> Callable[[Any], None]:
-    """The demo setup for one scenario: script the main model's tool call, the child's requests, answers."""
+def scenario_setup(
+    scenario: DelegationScenario, behaviour: Callable[..., Any], table: Mapping[str, Any] | None = None
+) -> Callable[[Any], None]:
+    """The demo setup for one scenario: script the main model's tool call, the child's requests, answers.
+
+    ``table`` is the scenario's ``[subagents.NAME]`` table (default: the one in this module). When its
+    provider's extra is not installed, the turn answers with the one install hint line instead.
+    """
 
     def setup(turn: Any) -> None:
+        own = table if table is not None else all_delegation_tables()[scenario.provider]
+        hint = missing_extra_line(scenario.provider, own)
+        if hint is not None:
+            turn.server.default = behaviour("text", text=f"{hint}\n")
+            return
         turn.push(
             behaviour("tool_call", id="call_demo_subagent", name="subagent", arguments=_tool_call_arguments(scenario),
                       reasoning="This is self-contained: delegate it to a subagent."),

@@ -20,9 +20,9 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
-from dsh.repl.demo.delegation import DelegationScenario, scenario_setup
+from dsh.repl.demo.delegation import DelegationScenario, runnable_tables, scenario_setup
 
-__all__ = ["PRODUCT_SCENARIOS", "product_demo_tables", "register_product_demo_scenarios"]
+__all__ = ["PRODUCT_SCENARIOS", "all_product_tables", "product_demo_tables", "register_product_demo_scenarios"]
 
 _FAKE_CLAUDE = str(Path(__file__).with_name("fake_claude_cli.py"))
 _FAKE_CODEX = str(Path(__file__).with_name("fake_codex_app_server.py"))
@@ -190,7 +190,12 @@ def _entries() -> dict[str, tuple[dict[str, Any], str, str]]:
 
 
 def product_demo_tables() -> dict[str, dict[str, Any]]:
-    """``[subagents.NAME]`` tables for the product scenarios (one table per scenario)."""
+    """``[subagents.NAME]`` tables for the product scenarios (one per scenario) that can run as installed."""
+    return runnable_tables(all_product_tables())
+
+
+def all_product_tables() -> dict[str, dict[str, Any]]:
+    """Every product table, whether or not its extra is installed."""
     return {name: table for name, (table, _summary, _expect) in _entries().items()}
 
 
@@ -206,5 +211,7 @@ PRODUCT_SCENARIOS: tuple[DelegationScenario, ...] = tuple(
 
 def register_product_demo_scenarios(register: Callable[..., Any], behaviour: Callable[..., Any]) -> None:
     """``register`` is the catalogue's ``register_scenario``; ``behaviour`` the fault server's ``Behaviour``."""
+    tables = all_product_tables()
     for scenario in PRODUCT_SCENARIOS:
-        register(scenario.name, scenario.summary, scenario_setup(scenario, behaviour), expect=scenario.expect)
+        setup = scenario_setup(scenario, behaviour, tables[scenario.provider])
+        register(scenario.name, scenario.summary, setup, expect=scenario.expect)

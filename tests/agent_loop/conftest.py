@@ -1,4 +1,4 @@
-"""Fixtures for the agent-loop tests: a live fault server, agents pointed at it, session roots."""
+"""Fixtures for the agent-loop tests: agents pointed at a fault server (tests/conftest.py), session roots."""
 
 from __future__ import annotations
 
@@ -10,30 +10,13 @@ import pytest
 
 from dsh.agent_loop import Agent, RetryPolicy, SessionLog, ToolRegistry
 from dsh.llm import DeepSeekClient
-from dsh.repl.demo.fault_server import FaultServer
 from tests import canaries
 from tests.agent_loop.agent_support import Recorder
-
-PROXY_VARIABLES = ("HTTP_PROXY", "HTTPS_PROXY", "ALL_PROXY", "NO_PROXY")
-
-
-@pytest.fixture(autouse=True)
-def _no_proxy_from_the_environment(monkeypatch: pytest.MonkeyPatch) -> None:
-    """httpx honours proxy variables; a proxy set on the host must not reroute loopback."""
-    for name in PROXY_VARIABLES:
-        monkeypatch.delenv(name, raising=False)
-        monkeypatch.delenv(name.lower(), raising=False)
 
 
 @pytest.fixture
 def session_root(tmp_path: Path) -> Path:
     return tmp_path / "sessions"
-
-
-@pytest.fixture
-async def server(anyio_backend: str) -> AsyncIterator[FaultServer]:
-    async with FaultServer() as srv:
-        yield srv
 
 
 AgentFactory = Callable[..., tuple[Agent, Recorder]]

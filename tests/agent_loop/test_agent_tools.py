@@ -24,6 +24,7 @@ from dsh.llm import ToolCall
 from dsh.repl.demo.fault_server import Behaviour
 from tests import canaries
 from tests.agent_loop.agent_support import assert_well_formed, echo_tool, read_log
+from tests.waiting import async_wait_until
 
 pytestmark = pytest.mark.anyio
 
@@ -255,8 +256,7 @@ async def test_cancelling_a_shell_command_kills_and_reaps_its_process_group(tmp_
     with anyio.move_on_after(10) as guard, anyio.CancelScope() as scope:
         async with anyio.create_task_group() as group:
             group.start_soon(run_shell, tmp_path, command)
-            while not pids.exists() or len(pids.read_text().split()) < 2:
-                await anyio.sleep(0.01)
+            await async_wait_until(lambda: pids.exists() and len(pids.read_text().split()) == 2, 10, "both pids")
             scope.cancel()
     assert not guard.cancelled_caught
     shell_pid, sleep_pid = map(int, pids.read_text().split())

@@ -18,6 +18,7 @@ from dsh.agent_loop.process import ManagedProcess
 from dsh.agent_loop.serve import main as serve_main
 from dsh.repl.demo.fault_server import Behaviour, FaultServer
 from tests import canaries
+from tests.waiting import async_wait_until
 
 pytestmark = [pytest.mark.anyio, pytest.mark.usefixtures("no_leftover_processes")]
 
@@ -111,9 +112,7 @@ async def test_cancel_ends_the_turn_aborted_and_keeps_the_prefix() -> None:
                 answers.append(await child.conn.request("session/prompt", {"prompt": "count"}))
 
             tg.start_soon(prompt)
-            with anyio.fail_after(30):
-                while "text/delta" not in _types(child):
-                    await anyio.sleep(0.02)
+            await async_wait_until(lambda: "text/delta" in _types(child), 30, "the first text/delta")
             # a second prompt while one runs is refused
             with pytest.raises(ProtocolError) as busy:
                 await child.conn.request("session/prompt", {"prompt": "again"})
@@ -205,9 +204,7 @@ async def test_end_of_input_disposes_a_running_turn_and_exits_zero() -> None:
                     pass
 
             tg.start_soon(prompt)
-            with anyio.fail_after(30):
-                while len(server.requests) < 1:
-                    await anyio.sleep(0.02)
+            await async_wait_until(lambda: server.requests, 30, "the turn's request")
             assert child.process.stdin is not None
             child.process.stdin.close()
             status = await child.process.wait_exit(10)
@@ -225,9 +222,7 @@ async def test_shutdown_during_a_turn_answers_the_turn_then_exits() -> None:
                 answers.append(await child.conn.request("session/prompt", {"prompt": "stall"}))
 
             tg.start_soon(prompt)
-            with anyio.fail_after(30):
-                while len(server.requests) < 1:
-                    await anyio.sleep(0.02)
+            await async_wait_until(lambda: server.requests, 30, "the turn's request")
             assert await child.conn.request("shutdown") == {}
         assert answers == [{"reason": {"kind": "aborted", "reason": "cancelled"}}]
         status = await child.process.wait_exit(10)

@@ -1,4 +1,4 @@
-"""Shared pieces for the llm tests: a live fault server, clients pointed at it, stream outcomes."""
+"""Shared pieces for the llm tests: clients pointed at a fault server (tests/conftest.py), stream outcomes."""
 
 from __future__ import annotations
 
@@ -10,10 +10,7 @@ from typing import Any
 import pytest
 
 from dsh.llm import ChatRequest, DeepSeekClient, LlmError, Message, StreamEvent
-from dsh.repl.demo.fault_server import FaultServer
 from tests import canaries
-
-PROXY_VARIABLES = ("HTTP_PROXY", "HTTPS_PROXY", "ALL_PROXY", "NO_PROXY")
 
 SIMPLE_REQUEST = ChatRequest("deepseek-v4-flash", (Message("user", "Say hello."),))
 
@@ -40,26 +37,6 @@ async def run_stream(client: DeepSeekClient, request: ChatRequest = SIMPLE_REQUE
     except LlmError as exc:
         outcome.error = exc
     return outcome
-
-
-@pytest.fixture(autouse=True)
-def _no_proxy_from_the_environment(monkeypatch: pytest.MonkeyPatch) -> None:
-    """httpx honours proxy variables (trust_env); a proxy set on the host must not reroute loopback."""
-    for name in PROXY_VARIABLES:
-        monkeypatch.delenv(name, raising=False)
-        monkeypatch.delenv(name.lower(), raising=False)
-
-
-@pytest.fixture
-async def fault_server(anyio_backend: str) -> AsyncIterator[FaultServer]:
-    async with FaultServer() as server:
-        yield server
-
-
-@pytest.fixture
-async def tls_fault_server(anyio_backend: str) -> AsyncIterator[FaultServer]:
-    async with FaultServer(tls=True) as server:
-        yield server
 
 
 ClientFactory = Callable[..., DeepSeekClient]

@@ -32,6 +32,7 @@ from dsh.llm import (
 from dsh.repl.demo import streams
 from dsh.repl.demo.fault_server import Behaviour, FaultServer
 from tests import canaries
+from tests.waiting import async_wait_until
 
 pytestmark = pytest.mark.anyio
 
@@ -274,7 +275,7 @@ async def test_first_token_deadline_bounds_a_keepalive_only_server(fault_server,
     assert 0.75 <= elapsed < 4.0
     assert len(outcome.events) >= 5
     assert set(outcome.events) == {KeepAlive()}
-    await _wait_until(lambda: fault_server.connections_open == 0)  # the server saw the client leave
+    await async_wait_until(lambda: fault_server.connections_open == 0, 3, "the server to see the client leave")
 
 
 async def test_keepalives_after_content_do_not_rearm_the_idle_timer(fault_server, make_client, stream_outcome):
@@ -287,12 +288,6 @@ async def test_keepalives_after_content_do_not_rearm_the_idle_timer(fault_server
     assert outcome.events[0] == TextDelta("Started")
     assert KeepAlive() in outcome.events
     assert 0.25 <= elapsed < 3.0
-
-
-async def _wait_until(predicate, timeout: float = 3.0) -> None:
-    with anyio.fail_after(timeout):
-        while not predicate():
-            await anyio.sleep(0.01)
 
 
 # --- cancellation --------------------------------------------------------------------------
@@ -325,7 +320,7 @@ async def test_cancellation_raises_aborted(fault_server, make_client, behaviour,
     assert len(seen) == (cancel_after_events or 0)
     # The client is still usable and the server let go of the cancelled connection.
     assert (await _one_text(client)) == "".join(DEFAULT_TEXT)
-    await _wait_until(lambda: fault_server.connections_open <= 1)
+    await async_wait_until(lambda: fault_server.connections_open <= 1, 3, "the cancelled connection to close")
 
 
 async def _one_text(client) -> str:

@@ -13,7 +13,6 @@ prints them at the end of the run.
 from __future__ import annotations
 
 import collections
-import json
 import os
 import signal
 import subprocess
@@ -25,6 +24,7 @@ from pathlib import Path
 from typing import Any
 
 from tests import leak_check as leak_check_module
+from tests.session_log_invariants import assert_header, assert_well_formed, read_log  # noqa: F401 (re-exported)
 
 REPO = Path(__file__).resolve().parents[2]
 TEST_KEY = "sk-reliabilityTestKey00000000000000"
@@ -177,49 +177,12 @@ def run_dsh(
 # --- session logs -------------------------------------------------------------------------------
 
 
-def read_log(path: Path) -> tuple[dict[str, Any], list[dict[str, Any]]]:
-    """Header and records, with plain ``json``; every line must be complete JSON."""
-    raw = path.read_bytes()
-    assert not raw or raw.endswith(b"\n"), f"{path} ends with a torn line: {raw[-200:]!r}"
-    lines = raw.decode("utf-8").splitlines()
-    return json.loads(lines[0]), [json.loads(line) for line in lines[1:]]
-
-
 def turn_ends(records: Sequence[Mapping[str, Any]]) -> dict[int, list[dict[str, Any]]]:
     ends: dict[int, list[dict[str, Any]]] = collections.defaultdict(list)
     for record in records:
         if record["type"] == "turn/end":
             ends[record["data"]["turn"]].append(record["data"]["reason"])
     return ends
-
-
-def assert_well_formed(records: Sequence[Mapping[str, Any]]) -> None:
-    """seq contiguous from 1; turns strictly increasing, each closed exactly once; no record of a turn
-    after its end; every tool call answered before its turn ends."""
-    assert [record["seq"] for record in records] == list(range(1, len(records) + 1))
-    open_turn: int | None = None
-    pending: set[str] = set()
-    last = 0
-    for record in records:
-        kind, data = record["type"], record["data"]
-        if kind == "turn/start":
-            assert open_turn is None, f"turn {data['turn']} started inside turn {open_turn}"
-            assert data["turn"] > last, (data["turn"], last)
-            open_turn = last = data["turn"]
-            pending = set()
-        elif kind == "turn/end":
-            assert open_turn == data["turn"], (open_turn, data)
-            assert not pending, f"turn {open_turn} ended with unanswered tool calls {pending}"
-            open_turn = None
-        elif kind == "job/notice":
-            continue
-        else:
-            assert open_turn is not None and data.get("turn") == open_turn, (open_turn, record)
-            if kind == "tool/call":
-                pending.add(data["id"])
-            elif kind == "tool/result":
-                pending.discard(data["id"])
-    assert open_turn is None, f"turn {open_turn} was never closed"
 
 
 # --- processes ------------------------------------------------------------------------------------

@@ -39,7 +39,7 @@ def _leave() -> None:
     sig = _script.get("signal")
     if sig:
         os.kill(os.getpid(), getattr(signal, sig))
-        time.sleep(5)
+        time.sleep(5)  # the signal ends the process: it must not exit on its own first
     os._exit(int(_script.get("exit_code", 0)))
 
 

@@ -38,6 +38,7 @@ from dsh_harness import (
     FIGURES,
     Home,
     LineReader,
+    assert_header,
     assert_well_formed,
     config_text,
     dsh_command,
@@ -134,7 +135,7 @@ def _live_one(home: Home, url: str, index: int, prompts: list[str], kill: _Kill 
             while alive and reader.line_count() < kill.after_lines and time.monotonic() < deadline:
                 alive = reader.pump(0.05)
             if alive:
-                time.sleep(kill.extra_delay)
+                time.sleep(kill.extra_delay)  # the kill lands at a chosen moment: the behaviour under test
                 process.send_signal(signal.SIGKILL)
         while reader.pump(0.2) and time.monotonic() < deadline:
             pass
@@ -217,7 +218,7 @@ def _chain(tmp_path: Path, *, seed: int, target_turns: int, prompts_per_life: in
     interrupted = len(open_turns)
 
     header, records = read_log(home.only_session())
-    assert header["type"] == "session"
+    assert_header(header)
     assert_well_formed(records)
     ends = [r["data"] for r in records if r["type"] == "turn/end"]
     closers = [end for end in ends if end["reason"]["kind"] == "interrupted"]

@@ -242,7 +242,7 @@ async def _soak(root: Path) -> dict[str, Any]:
             if expected == "aborted":
                 async with anyio.create_task_group() as tg:
                     async def cancel_soon() -> None:
-                        await anyio.sleep(0.02)
+                        await anyio.sleep(0.02)  # a cancel 20 ms into the turn: the behaviour under test
                         agent.cancel("soak cancel")
 
                     tg.start_soon(cancel_soon)

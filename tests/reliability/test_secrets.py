@@ -14,7 +14,6 @@ import os
 import re
 import sys
 import tempfile
-import time
 from pathlib import Path
 
 import pexpect
@@ -218,7 +217,6 @@ def test_interactive_banner_toolbar_and_why_on_a_pty(tmp_path: Path) -> None:
                 child.send("/why\r")
                 child.expect_exact("AUTH")
                 child.expect(PROMPT)
-                time.sleep(0.3)  # let the toolbar repaint once more
                 child.sendeof()
                 child.expect(pexpect.EOF)
                 seen = child.before or ""

@@ -1,7 +1,6 @@
 """Every demo scenario prints its expected line, through the real DeepSeek client and real sockets.
 
-The scenarios run concurrently (one fault server, closed port and shell each) so the whole
-catalogue, retries included, costs a few seconds.
+Each scenario is its own test, with its own fault server, closed port and shell.
 """
 
 from __future__ import annotations
@@ -16,6 +15,7 @@ from dsh.repl.config import Config
 from dsh.repl.demo.catalogue import CORE_SCENARIOS, SCENARIOS, Demo, DemoClient, demo_retry_policy, register_scenario
 from dsh.repl.demo.fault_server import FaultServer, closed_port
 from dsh.repl.shell import Shell
+from tests.waiting import async_wait_until
 
 pytestmark = pytest.mark.anyio
 
@@ -62,61 +62,44 @@ async def run_scenario(tmp_path: Path, name: str) -> tuple[dict | None, str]:
                 result.append(await shell.handle_line("show me"))
 
             tasks.start_soon(run)
-            with anyio.fail_after(10):
-                while not server.requests:
-                    await anyio.sleep(0.01)
-            await anyio.sleep(0.1)
+            await async_wait_until(lambda: server.requests, 10, "the stalled request")
             shell.cancel_turn()
         return result[0], sink.text
 
 
-async def test_every_scenario_prints_its_expected_line(tmp_path: Path) -> None:
-    # The subagent scenarios registered by dsh.agent_loop.subagent are pinned by that package's tests.
-    names = [name for name in CORE_SCENARIOS if SCENARIOS[name].expect]
-    assert len(names) >= 20
-    outputs: dict[str, tuple[dict | None, str]] = {}
-
-    async def one(name: str) -> None:
-        directory = tmp_path / name
-        directory.mkdir()
-        outputs[name] = await run_scenario(directory, name)
-
-    async with anyio.create_task_group() as tasks:
-        for name in names:
-            tasks.start_soon(one, name)
-
-    for name in names:
-        reason, text = outputs[name]
-        expect = SCENARIOS[name].expect
-        assert expect is not None
-        lines = text.splitlines()
-        assert any(line.startswith(expect) or line.startswith("[main turn 1] " + expect) for line in lines), (
-            name, text
-        )
-        # exactly one turn-end status per failing scenario, and every turn ended
-        assert reason is not None, name
+# The subagent scenarios registered by dsh.agent_loop.subagent are pinned by that package's tests.
+PINNED = [name for name in CORE_SCENARIOS if SCENARIOS[name].expect]
 
 
-async def test_expected_reasons(tmp_path: Path) -> None:
-    expected = {
-        "text": "completed",
-        "http-401": "error",
-        "prompt-rejected": "rejected",
-        "max-tokens": "max-tokens",
-        "keepalive-stall": "error",
-        "stream-closed": "error",
-    }
-    results: dict[str, dict | None] = {}
+def test_the_core_catalogue_pins_a_line_for_every_failure() -> None:
+    assert len(PINNED) >= 20
 
-    async def one(name: str) -> None:
-        directory = tmp_path / name
-        directory.mkdir()
-        results[name] = (await run_scenario(directory, name))[0]
 
-    async with anyio.create_task_group() as tasks:
-        for name in expected:
-            tasks.start_soon(one, name)
-    assert {name: (reason or {}).get("kind") for name, reason in results.items()} == expected
+@pytest.mark.parametrize("name", PINNED)
+async def test_the_scenario_prints_its_expected_line(tmp_path: Path, name: str) -> None:
+    reason, text = await run_scenario(tmp_path, name)
+    expect = SCENARIOS[name].expect
+    assert expect is not None
+    lines = text.splitlines()
+    assert any(line.startswith(expect) or line.startswith("[main turn 1] " + expect) for line in lines), text
+    assert reason is not None  # the turn ended
+
+
+@pytest.mark.parametrize(
+    ("name", "kind"),
+    [
+        ("text", "completed"),
+        ("http-401", "error"),
+        ("prompt-rejected", "rejected"),
+        ("max-tokens", "max-tokens"),
+        ("keepalive-stall", "error"),
+        ("stream-closed", "error"),
+        ("stall", "aborted"),
+    ],
+)
+async def test_the_turn_ends_with_the_expected_reason(tmp_path: Path, name: str, kind: str) -> None:
+    reason, _ = await run_scenario(tmp_path, name)
+    assert (reason or {}).get("kind") == kind
 
 
 async def test_refused_is_the_exact_transport_line_after_five_retries(tmp_path: Path) -> None:

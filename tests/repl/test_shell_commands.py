@@ -16,6 +16,7 @@ from dsh.repl import shell as shell_module
 from dsh.repl.config import Config
 from dsh.repl.demo.fault_server import FaultServer, closed_port
 from dsh.repl.shell import Shell, exit_code_for
+from tests.waiting import async_wait_until
 
 pytestmark = pytest.mark.anyio
 
@@ -42,12 +43,6 @@ class ListSink:
 @pytest.fixture
 def env(tmp_path: Path) -> dict[str, str]:
     return {"HOME": str(tmp_path), "XDG_STATE_HOME": str(tmp_path / "state"), "XDG_CONFIG_HOME": str(tmp_path / "cfg")}
-
-
-@pytest.fixture
-async def server():
-    async with FaultServer(default="text") as srv:
-        yield srv
 
 
 async def make_shell(env: dict[str, str], base_url: str, **config: object) -> tuple[Shell, ListSink]:
@@ -326,10 +321,7 @@ async def test_cancel_turn_ends_aborted(env: dict[str, str], server: FaultServer
                 result.append(reason)
 
             tasks.start_soon(run)
-            with anyio.fail_after(5):
-                while not server.requests:
-                    await anyio.sleep(0.01)
-                await anyio.sleep(0.05)
+            await async_wait_until(lambda: server.requests, 5, "the stalled request")
             shell.cancel_turn()
         assert result == [{"kind": "aborted", "reason": "cancelled"}] and exit_code_for(result[0]) == 130
         assert sink.text == "[main turn 1] [turn aborted] cancelled\n"

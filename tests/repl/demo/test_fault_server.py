@@ -21,6 +21,7 @@ import pytest
 
 from dsh.repl.demo import streams
 from dsh.repl.demo.fault_server import BEHAVIOURS, Behaviour, FaultServer, FullBacklogListener
+from tests.waiting import async_wait_until
 
 REPO = Path(__file__).resolve().parents[3]
 URL_LINE = re.compile(r"fault server listening on (http://127\.0\.0\.1:\d+)")
@@ -216,9 +217,7 @@ async def test_keepalive_only_runs_until_the_client_leaves():
                 if seen.count(streams.KEEPALIVE) >= 5:
                     break
         assert set(seen.split(b"\n\n")) <= {b": keep-alive", b""}
-        with anyio.fail_after(3):
-            while server.connections_open:
-                await anyio.sleep(0.01)
+        await async_wait_until(lambda: server.connections_open == 0, 3, "the server to close the connection")
 
 
 @pytest.mark.anyio
@@ -245,9 +244,7 @@ async def test_stop_cancels_every_connection_without_leaks():
         async with anyio.create_task_group() as group:
             for _ in script:
                 group.start_soon(hang)
-            with anyio.fail_after(3):
-                while len(server.requests) < len(script):
-                    await anyio.sleep(0.01)
+            await async_wait_until(lambda: len(server.requests) >= len(script), 3, "every request to arrive")
             started = time.monotonic()
             await server.aclose()
             assert time.monotonic() - started < 2.0
