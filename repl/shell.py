@@ -23,6 +23,7 @@ from dsh.agent_loop.retry import RetryPolicy
 from dsh.agent_loop.session_log import SessionLog
 from dsh.agent_loop.tools import Tool, default_tools
 from dsh.llm import DeepSeekClient, HarnessError, LlmError, error_chain, redact_text
+from dsh.repl import commands
 from dsh.repl.config import Config, state_dir
 from dsh.repl.render import Renderer, TurnActivity
 
@@ -348,8 +349,6 @@ class Shell:
 
     async def handle_line(self, line: str) -> dict[str, Any] | None:
         """A slash command or a prompt. Returns the turn's reason, or None when no turn ran."""
-        from dsh.repl import commands
-
         text = line.strip()
         if not text:
             return None
