@@ -111,6 +111,8 @@ def _stderr(line: str) -> None:
 def _parser():  # type: ignore[no-untyped-def]
     import argparse
 
+    from dsh.llm.defaults import DEFAULT_MODEL
+
     parser = argparse.ArgumentParser(
         prog="dsh",
         description="A terminal harness for LLM agents that never fails silently.",
@@ -123,7 +125,7 @@ def _parser():  # type: ignore[no-untyped-def]
     parser.add_argument("--resume", metavar="ID|last", help="continue a saved session")
     parser.add_argument("--demo", action="store_true", help="no key, no network: an embedded scripted endpoint")
     parser.add_argument("--scenario", metavar="NAME", help="demo scenario to start with (implies --demo)")
-    parser.add_argument("--model", help="model name (default deepseek-v4-flash)")
+    parser.add_argument("--model", help=f"model name (default {DEFAULT_MODEL})")
     parser.add_argument("--base-url", dest="base_url", metavar="URL", help="API base URL")
     parser.add_argument("--config", metavar="PATH", help="config file (default $XDG_CONFIG_HOME/dsh/config.toml)")
     parser.add_argument("--max-tokens", dest="max_tokens", type=int, metavar="N", help="output-token cap per step")
