@@ -222,12 +222,14 @@ def _run(argv: list[str]) -> int:
         _stderr(f"dsh: warning: {warning}")
     _setup_logging(env, config.secrets)
 
-    import anyio
+    import asyncio
 
     from dsh.repl.shell import StartupError
 
     try:
-        return anyio.run(_async_main, args, config, env, mode)
+        # asyncio, prompt_toolkit's loop, with anyio inside it: anyio loads its backend on first use,
+        # which in the interactive mode comes after the first prompt is drawn.
+        return asyncio.run(_async_main(args, config, env, mode))
     except StartupError as exc:
         cause = exc.__cause__ or exc
         _startup_failure(cause, mode=mode, secrets=config.secrets + env_secrets)
@@ -277,7 +279,8 @@ async def _async_main(args: Any, config: Any, env: dict[str, str], mode: str) ->
             shell = Shell(config, sink, color=_color(env), env=env, client=client, demo=demo, retry=retry,
                           approvals=mode == "interactive")
             stack.push_async_callback(shell.aclose)
-            await shell.start(resume=args.resume)
+            # The interactive prompt is drawn first and the agent built behind it (the app sees to it).
+            await shell.start(resume=args.resume, defer_agent=mode == "interactive")
             if mode == "print":
                 return await _run_print(shell, args.print_prompt)
             if mode == "piped":

@@ -3,6 +3,10 @@
 The interactive app, piped stdin and ``-p`` all drive a :class:`Shell`; they differ only in the
 ``sink`` that receives rendered text, the ``turn_scope`` wrapped around each turn (the interactive
 one shows the toolbar and binds Ctrl-C) and the ``ask_approval`` callback for shell commands.
+
+The agent, its tools and the model client are imported when the agent is built, not with this
+module: the interactive front end draws its first prompt before it needs them (see
+:meth:`Shell.start`).
 """
 
 from __future__ import annotations
@@ -15,19 +19,17 @@ from collections.abc import AsyncIterator, Awaitable, Callable, Mapping, Sequenc
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, Protocol
 
-from dsh.agent_loop.agent import Agent
 from dsh.agent_loop.events import Event
-from dsh.agent_loop.guard import PromptGuard
-from dsh.agent_loop.reasons import failure_from_exception
 from dsh.agent_loop.retry import RetryPolicy
 from dsh.agent_loop.session_log import SessionLog
-from dsh.agent_loop.tools import Tool, default_tools
-from dsh.llm import DeepSeekClient, HarnessError, LlmError, error_chain, redact_text
+from dsh.llm import HarnessError, LlmError, error_chain, redact_text, redact_url
 from dsh.repl import commands
 from dsh.repl.config import Config, state_dir
 from dsh.repl.render import Renderer, TurnActivity
 
 if TYPE_CHECKING:
+    from dsh.agent_loop.agent import Agent
+    from dsh.agent_loop.tools import Tool
     from dsh.repl.demo.catalogue import Demo
 
 __all__ = [
@@ -77,7 +79,7 @@ TurnScope = Callable[[], contextlib.AbstractAsyncContextManager[None]]
 
 # --- extension seams for other packages (subagents, jobs) ------------------------------------------
 
-ToolFactory = Callable[[Config, "Shell"], Sequence[Tool]]
+ToolFactory = Callable[[Config, "Shell"], "Sequence[Tool]"]
 JobsLister = Callable[["Shell"], Sequence[str] | Awaitable[Sequence[str]]]
 _tool_factories: list[ToolFactory] = []
 _jobs_lister: list[JobsLister] = []
@@ -156,28 +158,52 @@ class Shell:
 
     @property
     def endpoint(self) -> str:
+        if self.client is None:  # not built yet: what DeepSeekClient.base_url_display will say
+            return redact_url(self.config.base_url.rstrip("/"))
         display = getattr(self.client, "base_url_display", None)
         return display if isinstance(display, str) else redact_text(self.config.base_url)
 
-    async def start(self, resume: str | None = None) -> None:
-        """Build the client, open or create the session log and the agent; StartupError on failure."""
+    async def start(self, resume: str | None = None, *, defer_agent: bool = False) -> None:
+        """Build the client, open or create the session log and the agent; StartupError on failure.
+
+        With ``defer_agent`` everything that can fail at start-up is still done here, but the client
+        and the agent are built by :meth:`ensure_agent`, called by the first turn at the latest.
+        """
         try:
-            if self.client is None:
-                self.client = DeepSeekClient(
-                    base_url=self.config.base_url,
-                    api_key=self.config.api_key,
-                    stream_idle_timeout=self.config.stream_idle_timeout,
-                    first_token_timeout=self.config.first_token_timeout,
-                )
             self.toolkit = self._build_toolkit()
             if resume is not None:
                 session = SessionLog.open(resume, root=self.root)
             else:
                 session = SessionLog.create(root=self.root, cwd=os.getcwd())
-            self._attach(session)
+            if defer_agent:
+                self.session = session
+            else:
+                self._attach(session)
         except Exception as exc:
             raise StartupError(exc)
         self.report_repair()
+
+    def _build_client(self) -> None:
+        if self.client is None:
+            from dsh.llm.deepseek import DeepSeekClient
+
+            self.client = DeepSeekClient(
+                base_url=self.config.base_url,
+                api_key=self.config.api_key,
+                stream_idle_timeout=self.config.stream_idle_timeout,
+                first_token_timeout=self.config.first_token_timeout,
+            )
+
+    def ensure_agent(self) -> Agent:
+        """The main agent, built now if :meth:`start` deferred it; StartupError if it cannot be."""
+        if self.agent is None:
+            assert self.session is not None and not self.session.closed, "start() first"
+            try:
+                self._attach(self.session)
+            except Exception as exc:
+                raise StartupError(exc)
+        assert self.agent is not None
+        return self.agent
 
     def _build_toolkit(self) -> Any:
         """``[subagents.NAME]`` tables (plus the demo's own) -> the subagent and job tools, or None."""
@@ -196,6 +222,11 @@ class Shell:
 
     def _attach(self, session: SessionLog) -> None:
         """Bind a fresh agent to ``session`` (the previous agent must already be closed)."""
+        from dsh.agent_loop.agent import Agent
+        from dsh.agent_loop.guard import PromptGuard
+        from dsh.agent_loop.tools import default_tools
+
+        self._build_client()
         self.session = session
         # Without a terminal nobody can approve: the shell tool then says so instead of "denied".
         tools = default_tools(self._approve if self.approvals else None)
@@ -253,8 +284,7 @@ class Shell:
 
     async def new_session(self) -> str:
         """``/new``: close this conversation and start an empty one in a new log."""
-        assert self.agent is not None
-        self.agent.new_session()
+        self.ensure_agent().new_session()
         self.session = self.agent.session
         self.last_failure = None
         assert self.session is not None
@@ -304,7 +334,7 @@ class Shell:
 
     async def run_turn(self, prompt: str) -> dict[str, Any]:
         """One turn, rendered as it streams. Returns the turn-end reason as a dict."""
-        assert self.agent is not None
+        self.ensure_agent()
         sent = self.demo.before_turn(prompt) if self.demo is not None else prompt
         self.last_prompt = prompt
         self.turn_running = True
@@ -314,6 +344,8 @@ class Shell:
                 try:
                     reason = (await self.agent.run_turn(sent)).to_dict()
                 except Exception as exc:  # the loop promises not to raise; if it does, still say why
+                    from dsh.agent_loop.reasons import failure_from_exception
+
                     reason = failure_from_exception(exc, 0, self.config.secrets).to_dict()
                     self.last_failure = exc
                     self._on_event(Event("turn/end", {"turn": self.agent.turn_number, "reason": reason}, True))
