@@ -296,7 +296,7 @@ async def _async_main(args: Any, config: Any, env: dict[str, str], mode: str) ->
 
 
 def _banner(shell: Any) -> str:
-    session = shell.session.id if shell.session is not None else "?"
+    session = shell.session_id or "?"
     if shell.demo is not None:
         return (
             f"dsh {__version__} demo · no key, no network: scripted endpoint {shell.endpoint} · "

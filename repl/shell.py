@@ -4,8 +4,8 @@ The interactive app, piped stdin and ``-p`` all drive a :class:`Shell`; they dif
 ``sink`` that receives rendered text, the ``turn_scope`` wrapped around each turn (the interactive
 one shows the toolbar and binds Ctrl-C) and the ``ask_approval`` callback for shell commands.
 
-The agent, its tools and the model client are imported when the agent is built, not with this
-module: the interactive front end draws its first prompt before it needs them (see
+The agent, its tools, the model client and the session log are imported when they are built, not
+with this module: the interactive front end draws its first prompt before it needs them (see
 :meth:`Shell.start`).
 """
 
@@ -21,7 +21,7 @@ from typing import TYPE_CHECKING, Any, Protocol
 
 from dsh.agent_loop.events import Event
 from dsh.agent_loop.retry import RetryPolicy
-from dsh.agent_loop.session_log import SessionLog
+from dsh.agent_loop.session_id import new_session_id
 from dsh.llm import HarnessError, LlmError, error_chain, redact_text, redact_url
 from dsh.repl import commands
 from dsh.repl.config import Config, state_dir
@@ -29,6 +29,7 @@ from dsh.repl.render import Renderer, TurnActivity
 
 if TYPE_CHECKING:
     from dsh.agent_loop.agent import Agent
+    from dsh.agent_loop.session_log import SessionLog
     from dsh.agent_loop.tools import Tool
     from dsh.repl.demo.catalogue import Demo
 
@@ -137,6 +138,7 @@ class Shell:
         self.approvals = approvals  # someone can answer (y / n / a): the interactive front end
         self.agent: Agent | None = None
         self.session: SessionLog | None = None
+        self._new_session_id: str | None = None  # named by start(defer_agent=True), created on first need
         self.model = config.model
         self.last_prompt: str | None = None
         self.last_reason: dict[str, Any] | None = None
@@ -166,22 +168,35 @@ class Shell:
     async def start(self, resume: str | None = None, *, defer_agent: bool = False) -> None:
         """Build the client, open or create the session log and the agent; StartupError on failure.
 
-        With ``defer_agent`` everything that can fail at start-up is still done here, but the client
-        and the agent are built by :meth:`ensure_agent`, called by the first turn at the latest.
+        With ``defer_agent`` the client, the agent and a new session's log are built by
+        :meth:`ensure_agent` instead, called by the first turn at the latest; the new session is
+        named now (:attr:`session_id`). A session to resume is still opened (and repaired) here.
         """
         try:
             self.toolkit = self._build_toolkit()
             if resume is not None:
-                session = SessionLog.open(resume, root=self.root)
+                from dsh.agent_loop.session_log import SessionLog
+
+                self.session = SessionLog.open(resume, root=self.root)
+            elif defer_agent:
+                self._new_session_id = new_session_id()
             else:
-                session = SessionLog.create(root=self.root, cwd=os.getcwd())
-            if defer_agent:
-                self.session = session
-            else:
-                self._attach(session)
+                self.session = self._create_session()
+            if not defer_agent:
+                self._attach(self.session)
         except Exception as exc:
             raise StartupError(exc)
         self.report_repair()
+
+    @property
+    def session_id(self) -> str | None:
+        """The current session's id, also while its log is still to be created."""
+        return self.session.id if self.session is not None else self._new_session_id
+
+    def _create_session(self) -> SessionLog:
+        from dsh.agent_loop.session_log import SessionLog
+
+        return SessionLog.create(root=self.root, cwd=os.getcwd(), session_id=self._new_session_id)
 
     def _build_client(self) -> None:
         if self.client is None:
@@ -197,9 +212,9 @@ class Shell:
     def ensure_agent(self) -> Agent:
         """The main agent, built now if :meth:`start` deferred it; StartupError if it cannot be."""
         if self.agent is None:
-            assert self.session is not None and not self.session.closed, "start() first"
+            assert self.session is not None or self._new_session_id is not None, "start() first"
             try:
-                self._attach(self.session)
+                self._attach(self.session if self.session is not None else self._create_session())
             except Exception as exc:
                 raise StartupError(exc)
         assert self.agent is not None
@@ -292,6 +307,8 @@ class Shell:
 
     async def resume(self, ident: str) -> str:
         """``/resume ID``: continue another session (its open turn, if any, is closed and reported)."""
+        from dsh.agent_loop.session_log import SessionLog
+
         session = SessionLog.open(ident, root=self.root)  # raises before we let go of the current one
         await self._detach()
         if self.session is not None and not self.session.closed:

@@ -1,4 +1,4 @@
-"""The first prompt is drawn with only what it needs: no HTTP client, no agent, no anyio backend.
+"""The first prompt is drawn with only what it needs: no HTTP client, no agent, no session log, no anyio backend.
 
 dsh runs in a real pty under a small wrapper that records ``sys.modules`` when prompt_toolkit first
 draws the prompt, and again when the process exits (by then the agent has been built behind the
@@ -55,6 +55,7 @@ NOT_BEFORE_THE_PROMPT = {
     "dsh.agent_loop.tools",
     "dsh.agent_loop.guard",
     "dsh.agent_loop.subagent",
+    "dsh.agent_loop.session_log",
 }
 
 
@@ -90,5 +91,6 @@ def test_the_first_prompt_is_drawn_before_the_client_and_the_agent_are_imported(
     assert "prompt_toolkit.shortcuts.prompt" in first and "dsh.repl.app" in first
     assert not NOT_BEFORE_THE_PROMPT & first, sorted(NOT_BEFORE_THE_PROMPT & first)
     # Behind the prompt the agent was built and anyio's backend loaded; the HTTP client waits for a request.
-    assert {"dsh.agent_loop.agent", "dsh.llm.deepseek", "anyio._backends._asyncio"} <= last
+    behind = {"dsh.agent_loop.agent", "dsh.agent_loop.session_log", "dsh.llm.deepseek", "anyio._backends._asyncio"}
+    assert behind <= last, sorted(behind - last)
     assert "httpx" not in last

@@ -1,4 +1,4 @@
-"""Shell.start(defer_agent=True): the session exists at once, the client and the agent on first need."""
+"""Shell.start(defer_agent=True): the session is named at once; its log, the client and the agent come on first need."""
 
 from __future__ import annotations
 
@@ -35,11 +35,15 @@ async def test_a_deferred_agent_is_built_by_the_first_turn(env: dict[str, str]) 
         shell = Shell(Config(api_key=KEY, base_url=server.url + "/"), sink, color=False, env=env)
         try:
             await shell.start(defer_agent=True)
-            assert shell.session is not None and shell.agent is None and shell.client is None
+            assert shell.session is None and shell.agent is None and shell.client is None
+            named = shell.session_id
+            assert named is not None and not list(shell.root.glob("*.jsonl"))
             # What the banner and toolbar show before the client exists is what the client will show.
             shown = shell.endpoint
             assert await shell.handle_line("hello") == {"kind": "completed"}
             assert shell.agent is not None and shell.agent.session is shell.session
+            assert shell.session is not None and shell.session.id == shell.session_id == named
+            assert [path.stem for path in shell.root.glob("*.jsonl")] == [named]
             assert shell.endpoint == shown == server.url
             assert shell.ensure_agent() is shell.agent
         finally:
