@@ -1,15 +1,23 @@
 """Which failed model requests are retried, and how long to wait first (DESIGN §5).
 
-Up to ``max_retries`` (5) retries for transient codes; backoff starts at ``base_delay`` (0.5 s) and
-doubles to ``max_delay`` (10 s), plus up to ``jitter`` (10 %) so that clients do not retry in lockstep
-(never above the cap). A server's ``Retry-After`` is used as-is when it is below the cap; a longer one
-is not honoured (the ordinary backoff applies) so a turn never hangs for minutes on one header.
+Up to ``max_retries`` retries for transient codes; backoff starts at ``base_delay`` and doubles to
+``max_delay``, plus up to ``jitter`` (a fraction) so that clients do not retry in lockstep (never above
+the cap). A server's ``Retry-After`` is used as-is when it is below the cap; a longer one is not
+honoured (the ordinary backoff applies) so a turn never hangs for minutes on one header. The default
+numbers live in :mod:`dsh.llm.defaults`.
 """
 
 from __future__ import annotations
 
 import random
 from dataclasses import dataclass, field
+
+from dsh.llm.defaults import (
+    DEFAULT_MAX_RETRIES,
+    DEFAULT_RETRY_BASE_DELAY,
+    DEFAULT_RETRY_JITTER,
+    DEFAULT_RETRY_MAX_DELAY,
+)
 
 __all__ = ["NEVER_RETRIED", "RETRYABLE_CODES", "RetryPolicy"]
 
@@ -22,10 +30,10 @@ NEVER_RETRIED: frozenset[str] = frozenset(
 
 @dataclass
 class RetryPolicy:
-    max_retries: int = 5
-    base_delay: float = 0.5
-    max_delay: float = 10.0
-    jitter: float = 0.1
+    max_retries: int = DEFAULT_MAX_RETRIES
+    base_delay: float = DEFAULT_RETRY_BASE_DELAY
+    max_delay: float = DEFAULT_RETRY_MAX_DELAY
+    jitter: float = DEFAULT_RETRY_JITTER
     rng: random.Random = field(default_factory=random.Random, repr=False)
 
     def should_retry(self, code: str, retries_done: int) -> bool:

@@ -22,8 +22,6 @@ import fcntl
 import json
 import os
 import re
-import secrets
-import time
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass
 from datetime import UTC, datetime
@@ -34,6 +32,7 @@ from dsh.agent_loop import events as ev
 from dsh.agent_loop.events import Event
 from dsh.agent_loop.gc_pause import gc_paused
 from dsh.agent_loop.reasons import Interrupted
+from dsh.agent_loop.session_id import new_session_id
 from dsh.llm import HarnessError
 
 __all__ = [
@@ -245,7 +244,7 @@ class SessionLog:
         except OSError as exc:
             raise _log_error(f"cannot create the session directory {directory}", exc)
         for _ in range(20):
-            ident = session_id or f"{time.strftime('%Y%m%d-%H%M%S')}-{secrets.token_hex(3)}"
+            ident = session_id or new_session_id()
             if not _SAFE_ID.match(ident):
                 raise _log_error(f"invalid session id {ident!r}")
             path = directory / (ident + SUFFIX)

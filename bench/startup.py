@@ -1,4 +1,9 @@
-"""``startup_ms``: ``dsh --version`` and the time to the first prompt in a pty, minus ``python -c pass``."""
+"""``startup_ms``: ``dsh --version`` and the time to the first prompt in a pty, minus ``python -c pass``.
+
+The children may write bytecode even when this process was told not to (``PYTHONDONTWRITEBYTECODE``):
+an installed dsh has its ``.pyc`` files (pip compiles them), so the warm-up run writes them here and
+the measured runs time start-up rather than compiling every module from source.
+"""
 
 from __future__ import annotations
 
@@ -13,6 +18,10 @@ from bench.loop import temp_root
 from bench.render import interactive_env
 
 __all__ = ["startup"]
+
+
+def _with_bytecode(env: dict[str, str]) -> dict[str, str]:
+    return {name: value for name, value in env.items() if name != "PYTHONDONTWRITEBYTECODE"}
 
 
 def _process(argv: list[str], env: dict[str, str]) -> Callable[[], Awaitable[float]]:
@@ -69,7 +78,7 @@ async def startup(settings: Settings, server: BenchServer) -> list[Figure]:
     parts: dict[str, Stats] = {}
     details: dict[str, float] = {}
     with temp_root("startup") as root:
-        env = child_env()
+        env = _with_bytecode(child_env())
         samples = await paired_async(
             settings,
             {"dsh": _process([sys.executable, "-m", "dsh.repl", "--version"], env),
@@ -80,7 +89,7 @@ async def startup(settings: Settings, server: BenchServer) -> list[Figure]:
         details["python_c_pass_ms"] = round(statistics.median(samples["python"]) * 1000, 1)
         details["dsh_version_ms"] = round(statistics.median(samples["dsh"]) * 1000, 1)
 
-        pty_env = interactive_env(server, "text", root)
+        pty_env = _with_bytecode(interactive_env(server, "text", root))
         samples = await paired_async(
             settings,
             {"dsh": _first_prompt(pty_env), "python": _pty_python_pass(pty_env)},
@@ -89,4 +98,4 @@ async def startup(settings: Settings, server: BenchServer) -> list[Figure]:
         parts["first_prompt"] = Stats.of(_differences_ms(samples, "dsh", "python"))
         details["pty_python_c_pass_ms"] = round(statistics.median(samples["python"]) * 1000, 1)
         details["dsh_first_prompt_ms"] = round(statistics.median(samples["dsh"]) * 1000, 1)
-    return [Figure("startup_ms", "ms", target=("<", 250.0), parts=parts, details=details)]
+    return [Figure("startup_ms", "ms", target=("<", 160.0), parts=parts, details=details)]

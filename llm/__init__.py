@@ -14,7 +14,8 @@ TYPE_CHECKING = False  # not typing.TYPE_CHECKING: `typing` alone costs ``dsh --
 if TYPE_CHECKING:
     from typing import Any
 
-    from dsh.llm.deepseek import DEFAULT_BASE_URL, DEFAULT_MODEL, DeepSeekClient
+    from dsh.llm.deepseek import DeepSeekClient
+    from dsh.llm.defaults import DEFAULT_BASE_URL, DEFAULT_MODEL
     from dsh.llm.errors import ChainLink, HarnessError, LlmError, chain_links, error_chain, unwrap_group
     from dsh.llm.events import (
         ChatRequest,
@@ -34,8 +35,8 @@ if TYPE_CHECKING:
     from dsh.llm.sse import SseComment, SseDecoder, SseEvent
 
 _EXPORTS: dict[str, str] = {
-    "DEFAULT_BASE_URL": "dsh.llm.deepseek",
-    "DEFAULT_MODEL": "dsh.llm.deepseek",
+    "DEFAULT_BASE_URL": "dsh.llm.defaults",
+    "DEFAULT_MODEL": "dsh.llm.defaults",
     "DeepSeekClient": "dsh.llm.deepseek",
     "ChainLink": "dsh.llm.errors",
     "HarnessError": "dsh.llm.errors",

@@ -12,6 +12,14 @@ from typing import TYPE_CHECKING, Any
 import anyio
 
 from dsh.llm._version import __version__
+from dsh.llm.defaults import (
+    DEFAULT_BASE_URL,
+    DEFAULT_CONNECT_TIMEOUT,
+    DEFAULT_FIRST_TOKEN_TIMEOUT,
+    DEFAULT_POOL_TIMEOUT,
+    DEFAULT_STREAM_IDLE_TIMEOUT,
+    DEFAULT_WRITE_TIMEOUT,
+)
 from dsh.llm.errors import LlmError
 from dsh.llm.events import (
     ChatRequest,
@@ -32,10 +40,7 @@ if TYPE_CHECKING:
     # cost ~100 ms, which the first prompt should not wait for.
     import httpx
 
-__all__ = ["DEFAULT_BASE_URL", "DEFAULT_MODEL", "DeepSeekClient"]
-
-DEFAULT_BASE_URL = "https://api.deepseek.com"
-DEFAULT_MODEL = "deepseek-v4-flash"
+__all__ = ["DeepSeekClient"]
 
 _ERROR_BODY_LIMIT = 64 * 1024
 _PAYLOAD_PREVIEW = 120
@@ -266,9 +271,9 @@ class DeepSeekClient:
         *,
         base_url: str = DEFAULT_BASE_URL,
         api_key: str | None = None,
-        stream_idle_timeout: float = 300.0,
-        first_token_timeout: float = 600.0,
-        connect_timeout: float = 30.0,
+        stream_idle_timeout: float = DEFAULT_STREAM_IDLE_TIMEOUT,
+        first_token_timeout: float = DEFAULT_FIRST_TOKEN_TIMEOUT,
+        connect_timeout: float = DEFAULT_CONNECT_TIMEOUT,
         http_client: httpx.AsyncClient | None = None,
     ) -> None:
         self._base_url = base_url.rstrip("/")
@@ -300,7 +305,10 @@ class DeepSeekClient:
                 raise RuntimeError("Cannot send a request, as the client has been closed.")
             self._http = httpx.AsyncClient(
                 timeout=httpx.Timeout(
-                    connect=self._connect_timeout, read=self.stream_idle_timeout, write=60.0, pool=60.0
+                    connect=self._connect_timeout,
+                    read=self.stream_idle_timeout,
+                    write=DEFAULT_WRITE_TIMEOUT,
+                    pool=DEFAULT_POOL_TIMEOUT,
                 )
             )
         return self._http

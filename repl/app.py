@@ -22,7 +22,6 @@ from collections.abc import AsyncIterator, Iterable
 from pathlib import Path
 
 import anyio
-import anyio.abc
 from prompt_toolkit import PromptSession
 from prompt_toolkit.application import Application, get_app_or_none, run_in_terminal
 from prompt_toolkit.application.current import get_app_session
@@ -37,14 +36,14 @@ from prompt_toolkit.layout.controls import FormattedTextControl
 from prompt_toolkit.output import Output
 from prompt_toolkit.patch_stdout import patch_stdout
 
-from dsh.agent_loop.guard import secret_shape
 from dsh.repl import commands
 from dsh.repl.render import approval_answer, approval_question
-from dsh.repl.shell import Shell
+from dsh.repl.shell import Shell, StartupError
 
 __all__ = ["InteractiveApp", "SafeHistory", "TerminalSink"]
 
 DOUBLE_CTRL_C_WINDOW = 2.0
+_SIGNALS = (signal.SIGINT, signal.SIGTERM)
 _WAKE = "\x00wake"  # what the prompt returns when a background job's notice wakes the idle owner
 EXIT_HINT = "(press Ctrl-C again to exit, or Ctrl-D)"
 _LIVE_LIMIT = 8000  # characters of an unfinished line shown in the live view (its tail)
@@ -151,6 +150,9 @@ class SafeHistory(FileHistory):
         super().__init__(str(path))
 
     def store_string(self, string: str) -> None:
+        # The guard comes with the agent's tools, which the first prompt is drawn without.
+        from dsh.agent_loop.guard import secret_shape
+
         if secret_shape(string) is None:
             with contextlib.suppress(OSError):
                 super().store_string(string)
@@ -212,23 +214,30 @@ class InteractiveApp:
         self._question: str | None = None
         self._answer: str | None = None
         self._answered: anyio.Event | None = None
+        self._startup_error: StartupError | None = None
 
     # --- the loop ---------------------------------------------------------------------------------
 
     async def run(self) -> int:
-        async with anyio.create_task_group() as tasks:
-            await tasks.start(self._watch_signals)
-            try:
-                with patch_stdout(raw=True):
-                    return await self._loop()
-            finally:
-                tasks.cancel_scope.cancel()
+        # Plain asyncio (prompt_toolkit's loop) until the first prompt is drawn: anyio's backend is
+        # loaded with the agent, just after (see _build_agent).
+        loop = asyncio.get_running_loop()
+        for signum in _SIGNALS:
+            loop.add_signal_handler(signum, self._on_signal, signum)
+        try:
+            with patch_stdout(raw=True):
+                return await self._loop()
+        finally:
+            for signum in _SIGNALS:
+                loop.remove_signal_handler(signum)
 
     async def _loop(self) -> int:
         self._session = self._build_prompt()
         self.shell.say(self.banner)
         while True:
             line = await self._read_line()
+            if self._startup_error is not None:
+                raise self._startup_error  # the CLI says why, once the prompt is gone
             if line is None:
                 break
             if line != _WAKE:
@@ -246,26 +255,41 @@ class InteractiveApp:
         assert self._session is not None
         default, self.shell.prefill = self.shell.prefill, ""
         try:
-            return await self._session.prompt_async("> ", default=default, handle_sigint=False)
+            return await self._session.prompt_async(
+                "> ", default=default, handle_sigint=False, pre_run=self._schedule_agent
+            )
         except EOFError:
             return None
         except KeyboardInterrupt:  # only if a binding we did not override raised it
             return ""
 
+    # --- the agent, built once the first prompt is on the screen ------------------------------------
+
+    def _schedule_agent(self) -> None:
+        """Runs before the prompt is drawn: build the agent right after, while the user reads it."""
+        if self.shell.agent is None and self._session is not None:
+            self._session.app.create_background_task(self._build_agent())
+
+    async def _build_agent(self) -> None:
+        try:
+            self.shell.ensure_agent()  # a line sent before this ran builds it itself (Shell.run_turn)
+        except StartupError as exc:
+            self._startup_error = exc
+            self._exit_prompt()
+            return
+        anyio.get_cancelled_exc_class()  # loads anyio's backend now rather than in the first turn
+
     # --- signals (only while no application owns the terminal, or sent by kill) -------------------
 
-    async def _watch_signals(self, *, task_status: anyio.abc.TaskStatus[None] = anyio.TASK_STATUS_IGNORED) -> None:
-        with anyio.open_signal_receiver(signal.SIGINT, signal.SIGTERM) as signals:
-            task_status.started()
-            async for signum in signals:
-                if signum == signal.SIGTERM:
-                    self._exit_status = 128 + signal.SIGTERM
-                    self.shell.cancel_turn()
-                    self._exit_prompt()
-                elif self.shell.turn_running:
-                    self.shell.cancel_turn()
-                elif self._session is not None and self._session.app.is_running:
-                    self._prompt_ctrl_c(self._session.app.current_buffer, self._session.app)
+    def _on_signal(self, signum: int) -> None:
+        if signum == signal.SIGTERM:
+            self._exit_status = 128 + signal.SIGTERM
+            self.shell.cancel_turn()
+            self._exit_prompt()
+        elif self.shell.turn_running:
+            self.shell.cancel_turn()
+        elif self._session is not None and self._session.app.is_running:
+            self._prompt_ctrl_c(self._session.app.current_buffer, self._session.app)
 
     def _wake_for_notice(self) -> None:
         """A background job settled while the user sits at an empty prompt: let the model see it now."""

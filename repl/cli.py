@@ -111,6 +111,8 @@ def _stderr(line: str) -> None:
 def _parser():  # type: ignore[no-untyped-def]
     import argparse
 
+    from dsh.llm.defaults import DEFAULT_MODEL
+
     parser = argparse.ArgumentParser(
         prog="dsh",
         description="A terminal harness for LLM agents that never fails silently.",
@@ -123,7 +125,7 @@ def _parser():  # type: ignore[no-untyped-def]
     parser.add_argument("--resume", metavar="ID|last", help="continue a saved session")
     parser.add_argument("--demo", action="store_true", help="no key, no network: an embedded scripted endpoint")
     parser.add_argument("--scenario", metavar="NAME", help="demo scenario to start with (implies --demo)")
-    parser.add_argument("--model", help="model name (default deepseek-v4-flash)")
+    parser.add_argument("--model", help=f"model name (default {DEFAULT_MODEL})")
     parser.add_argument("--base-url", dest="base_url", metavar="URL", help="API base URL")
     parser.add_argument("--config", metavar="PATH", help="config file (default $XDG_CONFIG_HOME/dsh/config.toml)")
     parser.add_argument("--max-tokens", dest="max_tokens", type=int, metavar="N", help="output-token cap per step")
@@ -220,12 +222,14 @@ def _run(argv: list[str]) -> int:
         _stderr(f"dsh: warning: {warning}")
     _setup_logging(env, config.secrets)
 
-    import anyio
+    import asyncio
 
     from dsh.repl.shell import StartupError
 
     try:
-        return anyio.run(_async_main, args, config, env, mode)
+        # asyncio, prompt_toolkit's loop, with anyio inside it: anyio loads its backend on first use,
+        # which in the interactive mode comes after the first prompt is drawn.
+        return asyncio.run(_async_main(args, config, env, mode))
     except StartupError as exc:
         cause = exc.__cause__ or exc
         _startup_failure(cause, mode=mode, secrets=config.secrets + env_secrets)
@@ -275,7 +279,8 @@ async def _async_main(args: Any, config: Any, env: dict[str, str], mode: str) ->
             shell = Shell(config, sink, color=_color(env), env=env, client=client, demo=demo, retry=retry,
                           approvals=mode == "interactive")
             stack.push_async_callback(shell.aclose)
-            await shell.start(resume=args.resume)
+            # The interactive prompt is drawn first and the agent built behind it (the app sees to it).
+            await shell.start(resume=args.resume, defer_agent=mode == "interactive")
             if mode == "print":
                 return await _run_print(shell, args.print_prompt)
             if mode == "piped":
@@ -291,7 +296,7 @@ async def _async_main(args: Any, config: Any, env: dict[str, str], mode: str) ->
 
 
 def _banner(shell: Any) -> str:
-    session = shell.session.id if shell.session is not None else "?"
+    session = shell.session_id or "?"
     if shell.demo is not None:
         return (
             f"dsh {__version__} demo · no key, no network: scripted endpoint {shell.endpoint} · "

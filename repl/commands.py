@@ -2,6 +2,9 @@
 
 An unknown command is one clear line, and the typed text goes back into the prompt so nothing is
 lost. ``//text`` sends ``/text`` as a prompt.
+
+The shell imports this module, never the other way round: a command sees the shell only through
+:class:`Host`, the few attributes and methods the commands use.
 """
 
 from __future__ import annotations
@@ -9,17 +12,50 @@ from __future__ import annotations
 import re
 from collections.abc import Awaitable, Callable
 from dataclasses import dataclass
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, Protocol
 
 from dsh.llm import HarnessError, chain_links, error_chain, redact_text
 
 if TYPE_CHECKING:
+    from pathlib import Path
+
+    from dsh.agent_loop.agent import Agent
+    from dsh.agent_loop.session_log import SessionLog
     from dsh.llm import ChainLink
-    from dsh.repl.shell import Shell
+    from dsh.repl.config import Config
+    from dsh.repl.demo.catalogue import Demo
 
-__all__ = ["COMMANDS", "Command", "dispatch", "help_text"]
+__all__ = ["COMMANDS", "Command", "Host", "dispatch", "help_text"]
 
-Handler = Callable[["Shell", str], Awaitable["dict[str, Any] | None"]]
+
+class Host(Protocol):
+    """What a command may use of the shell it runs in (:class:`dsh.repl.shell.Shell` is one)."""
+
+    config: Config
+    demo: Demo | None
+    agent: Agent | None
+    session: SessionLog | None
+    model: str
+    prefill: str  # text handed back to the next prompt
+    exit_code: int | None
+    last_prompt: str | None
+    last_failure: BaseException | None
+
+    @property
+    def root(self) -> Path: ...
+
+    def say(self, text: str) -> None: ...
+
+    async def run_turn(self, prompt: str) -> dict[str, Any]: ...
+
+    async def new_session(self) -> str: ...
+
+    async def resume(self, ident: str) -> str: ...
+
+    async def list_jobs(self) -> list[str]: ...
+
+
+Handler = Callable[[Host, str], Awaitable["dict[str, Any] | None"]]
 
 
 @dataclass(frozen=True, slots=True)
@@ -60,7 +96,7 @@ def help_text(demo: bool) -> str:
     return "\n".join(lines)
 
 
-async def dispatch(shell: Shell, text: str) -> dict[str, Any] | None:
+async def dispatch(shell: Host, text: str) -> dict[str, Any] | None:
     name, _, arg = text[1:].partition(" ")
     command = COMMANDS.get(name.lower())
     if command is None or (command.demo_only and shell.demo is None):
@@ -79,23 +115,23 @@ async def dispatch(shell: Shell, text: str) -> dict[str, Any] | None:
 
 
 @_command("help", "", "show commands and keys")
-async def _help(shell: Shell, arg: str) -> None:
+async def _help(shell: Host, arg: str) -> None:
     shell.say(help_text(shell.demo is not None))
 
 
 @_command("exit", "", "leave dsh (exit status 0)")
-async def _exit(shell: Shell, arg: str) -> None:
+async def _exit(shell: Host, arg: str) -> None:
     shell.exit_code = 0
 
 
 @_command("new", "", "start a new conversation (new session log)")
-async def _new(shell: Shell, arg: str) -> None:
+async def _new(shell: Host, arg: str) -> None:
     ident = await shell.new_session()
     shell.say(f"new session {ident}")
 
 
 @_command("retry", "", "send the last prompt again")
-async def _retry(shell: Shell, arg: str) -> dict[str, Any] | None:
+async def _retry(shell: Host, arg: str) -> dict[str, Any] | None:
     if not shell.last_prompt:
         shell.say("nothing to retry yet")
         return None
@@ -106,7 +142,7 @@ _MODEL_NAME = re.compile(r"^[A-Za-z0-9][A-Za-z0-9._:/@+-]{0,127}$")
 
 
 @_command("model", "[name]", "show or switch the model (from the next turn)")
-async def _model(shell: Shell, arg: str) -> None:
+async def _model(shell: Host, arg: str) -> None:
     if not arg:
         shell.say(f"model: {shell.model}")
         return
@@ -133,7 +169,7 @@ def _link_lines(links: list[ChainLink], depth: int, secrets: tuple[str, ...]) ->
 
 
 @_command("why", "", "the last failure's full cause chain, one link per line")
-async def _why(shell: Shell, arg: str) -> None:
+async def _why(shell: Host, arg: str) -> None:
     failure = shell.last_failure
     if failure is None:
         shell.say("no failure yet")
@@ -154,7 +190,7 @@ async def _why(shell: Shell, arg: str) -> None:
 
 
 @_command("sessions", "", "list saved sessions (newest last)")
-async def _sessions(shell: Shell, arg: str) -> None:
+async def _sessions(shell: Host, arg: str) -> None:
     from dsh.agent_loop.session_log import list_sessions
 
     sessions = list_sessions(shell.root)
@@ -175,7 +211,7 @@ async def _sessions(shell: Shell, arg: str) -> None:
 
 
 @_command("resume", "ID|last", "continue a saved session")
-async def _resume(shell: Shell, arg: str) -> None:
+async def _resume(shell: Host, arg: str) -> None:
     if not arg:
         shell.say("usage: /resume ID|last (see /sessions)")
         return
@@ -185,13 +221,13 @@ async def _resume(shell: Shell, arg: str) -> None:
 
 
 @_command("jobs", "", "list background jobs")
-async def _jobs(shell: Shell, arg: str) -> None:
+async def _jobs(shell: Host, arg: str) -> None:
     lines = await shell.list_jobs()
     shell.say("\n".join(lines) if lines else "(no jobs)")
 
 
 @_command("scenario", "[name]", "list demo scenarios, or pick one", demo_only=True)
-async def _scenario(shell: Shell, arg: str) -> None:
+async def _scenario(shell: Host, arg: str) -> None:
     demo = shell.demo
     assert demo is not None
     if not arg:

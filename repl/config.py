@@ -9,13 +9,18 @@ from __future__ import annotations
 
 import math
 import os
-import tomllib
 from collections.abc import Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 from urllib.parse import urlsplit
 
+from dsh.llm.defaults import (
+    DEFAULT_BASE_URL,
+    DEFAULT_FIRST_TOKEN_TIMEOUT,
+    DEFAULT_MODEL,
+    DEFAULT_STREAM_IDLE_TIMEOUT,
+)
 from dsh.llm.errors import HarnessError
 from dsh.llm.redact import redact_url, url_secrets
 
@@ -31,11 +36,6 @@ __all__ = [
     "state_dir",
 ]
 
-# Spelled here as well as in dsh.llm.deepseek so that importing the config does not import httpx.
-DEFAULT_BASE_URL = "https://api.deepseek.com"
-DEFAULT_MODEL = "deepseek-v4-flash"
-DEFAULT_STREAM_IDLE_TIMEOUT = 300.0
-DEFAULT_FIRST_TOKEN_TIMEOUT = 600.0
 REASONING_EFFORTS = ("low", "high", "max")
 
 KNOWN_KEYS = frozenset(
@@ -73,7 +73,7 @@ class Config:
     stream_idle_timeout: float = DEFAULT_STREAM_IDLE_TIMEOUT
     first_token_timeout: float = DEFAULT_FIRST_TOKEN_TIMEOUT
     prompt_hook: str | list[str] | None = None
-    max_retries: int | None = None  # retries of transient failures per request (default 5)
+    max_retries: int | None = None  # retries of transient failures per request (None: the policy's default)
     # ``[subagents.NAME]`` tables, passed through untouched for the subagent registry.
     subagents: dict[str, dict[str, Any]] = field(default_factory=dict)
     config_path: Path | None = None  # the file that was read, if any
@@ -208,10 +208,16 @@ _CHECKS = {
 
 def _read_file(path: Path) -> dict[str, Any]:
     try:
-        with path.open("rb") as handle:
-            return tomllib.load(handle)
+        handle = path.open("rb")
     except FileNotFoundError:
         return {}
+    except OSError as exc:
+        raise ConfigError(f"config file {path} cannot be read: {exc.strerror or type(exc).__name__}")
+    import tomllib  # only when there is a file: the parser costs start-up ~10 ms
+
+    try:
+        with handle:
+            return tomllib.load(handle)
     except tomllib.TOMLDecodeError as exc:
         raise ConfigError(f"config file {path} is not valid TOML: {exc}")
     except UnicodeDecodeError:

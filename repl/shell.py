@@ -3,6 +3,10 @@
 The interactive app, piped stdin and ``-p`` all drive a :class:`Shell`; they differ only in the
 ``sink`` that receives rendered text, the ``turn_scope`` wrapped around each turn (the interactive
 one shows the toolbar and binds Ctrl-C) and the ``ask_approval`` callback for shell commands.
+
+The agent, its tools, the model client and the session log are imported when they are built, not
+with this module: the interactive front end draws its first prompt before it needs them (see
+:meth:`Shell.start`).
 """
 
 from __future__ import annotations
@@ -15,18 +19,18 @@ from collections.abc import AsyncIterator, Awaitable, Callable, Mapping, Sequenc
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, Protocol
 
-from dsh.agent_loop.agent import Agent
 from dsh.agent_loop.events import Event
-from dsh.agent_loop.guard import PromptGuard
-from dsh.agent_loop.reasons import failure_from_exception
 from dsh.agent_loop.retry import RetryPolicy
-from dsh.agent_loop.session_log import SessionLog
-from dsh.agent_loop.tools import Tool, default_tools
-from dsh.llm import DeepSeekClient, HarnessError, LlmError, error_chain, redact_text
+from dsh.agent_loop.session_id import new_session_id
+from dsh.llm import HarnessError, LlmError, error_chain, redact_text, redact_url
+from dsh.repl import commands
 from dsh.repl.config import Config, state_dir
 from dsh.repl.render import Renderer, TurnActivity
 
 if TYPE_CHECKING:
+    from dsh.agent_loop.agent import Agent
+    from dsh.agent_loop.session_log import SessionLog
+    from dsh.agent_loop.tools import Tool
     from dsh.repl.demo.catalogue import Demo
 
 __all__ = [
@@ -76,7 +80,7 @@ TurnScope = Callable[[], contextlib.AbstractAsyncContextManager[None]]
 
 # --- extension seams for other packages (subagents, jobs) ------------------------------------------
 
-ToolFactory = Callable[[Config, "Shell"], Sequence[Tool]]
+ToolFactory = Callable[[Config, "Shell"], "Sequence[Tool]"]
 JobsLister = Callable[["Shell"], Sequence[str] | Awaitable[Sequence[str]]]
 _tool_factories: list[ToolFactory] = []
 _jobs_lister: list[JobsLister] = []
@@ -134,6 +138,7 @@ class Shell:
         self.approvals = approvals  # someone can answer (y / n / a): the interactive front end
         self.agent: Agent | None = None
         self.session: SessionLog | None = None
+        self._new_session_id: str | None = None  # named by start(defer_agent=True), created on first need
         self.model = config.model
         self.last_prompt: str | None = None
         self.last_reason: dict[str, Any] | None = None
@@ -156,32 +161,69 @@ class Shell:
 
     @property
     def endpoint(self) -> str:
+        if self.client is None:  # not built yet: what DeepSeekClient.base_url_display will say
+            return redact_url(self.config.base_url.rstrip("/"))
         display = getattr(self.client, "base_url_display", None)
         return display if isinstance(display, str) else redact_text(self.config.base_url)
 
-    async def start(self, resume: str | None = None) -> None:
-        """Build the client, open or create the session log and the agent; StartupError on failure."""
+    async def start(self, resume: str | None = None, *, defer_agent: bool = False) -> None:
+        """Build the client, open or create the session log and the agent; StartupError on failure.
+
+        With ``defer_agent`` the client, the agent and a new session's log are built by
+        :meth:`ensure_agent` instead, called by the first turn at the latest; the new session is
+        named now (:attr:`session_id`). A session to resume is still opened (and repaired) here.
+        """
         try:
-            if self.client is None:
-                self.client = DeepSeekClient(
-                    base_url=self.config.base_url,
-                    api_key=self.config.api_key,
-                    stream_idle_timeout=self.config.stream_idle_timeout,
-                    first_token_timeout=self.config.first_token_timeout,
-                )
             self.toolkit = self._build_toolkit()
             if self.toolkit is not None:  # its block holds the background jobs until aclose()
                 await self._toolkit_scope.enter_async_context(self.toolkit)
                 for hint in self.toolkit.hints:
                     self.sink.write(self.renderer.line(hint))
             if resume is not None:
-                session = SessionLog.open(resume, root=self.root)
+                from dsh.agent_loop.session_log import SessionLog
+
+                self.session = SessionLog.open(resume, root=self.root)
+            elif defer_agent:
+                self._new_session_id = new_session_id()
             else:
-                session = SessionLog.create(root=self.root, cwd=os.getcwd())
-            self._attach(session)
+                self.session = self._create_session()
+            if not defer_agent:
+                self._attach(self.session)
         except Exception as exc:
             raise StartupError(exc)
         self.report_repair()
+
+    @property
+    def session_id(self) -> str | None:
+        """The current session's id, also while its log is still to be created."""
+        return self.session.id if self.session is not None else self._new_session_id
+
+    def _create_session(self) -> SessionLog:
+        from dsh.agent_loop.session_log import SessionLog
+
+        return SessionLog.create(root=self.root, cwd=os.getcwd(), session_id=self._new_session_id)
+
+    def _build_client(self) -> None:
+        if self.client is None:
+            from dsh.llm.deepseek import DeepSeekClient
+
+            self.client = DeepSeekClient(
+                base_url=self.config.base_url,
+                api_key=self.config.api_key,
+                stream_idle_timeout=self.config.stream_idle_timeout,
+                first_token_timeout=self.config.first_token_timeout,
+            )
+
+    def ensure_agent(self) -> Agent:
+        """The main agent, built now if :meth:`start` deferred it; StartupError if it cannot be."""
+        if self.agent is None:
+            assert self.session is not None or self._new_session_id is not None, "start() first"
+            try:
+                self._attach(self.session if self.session is not None else self._create_session())
+            except Exception as exc:
+                raise StartupError(exc)
+        assert self.agent is not None
+        return self.agent
 
     def _build_toolkit(self) -> Any:
         """``[subagents.NAME]`` tables (plus the demo's own) -> the subagent and job tools, or None."""
@@ -200,6 +242,11 @@ class Shell:
 
     def _attach(self, session: SessionLog) -> None:
         """Bind a fresh agent to ``session`` (the previous agent must already be closed)."""
+        from dsh.agent_loop.agent import Agent
+        from dsh.agent_loop.guard import PromptGuard
+        from dsh.agent_loop.tools import default_tools
+
+        self._build_client()
         self.session = session
         # Without a terminal nobody can approve: the shell tool then says so instead of "denied".
         tools = default_tools(self._approve if self.approvals else None)
@@ -256,8 +303,7 @@ class Shell:
 
     async def new_session(self) -> str:
         """``/new``: close this conversation and start an empty one in a new log."""
-        assert self.agent is not None
-        self.agent.new_session()
+        self.ensure_agent().new_session()
         self.session = self.agent.session
         self.last_failure = None
         assert self.session is not None
@@ -265,6 +311,8 @@ class Shell:
 
     async def resume(self, ident: str) -> str:
         """``/resume ID``: continue another session (its open turn, if any, is closed and reported)."""
+        from dsh.agent_loop.session_log import SessionLog
+
         session = SessionLog.open(ident, root=self.root)  # raises before we let go of the current one
         await self._detach()
         if self.session is not None and not self.session.closed:
@@ -307,7 +355,7 @@ class Shell:
 
     async def run_turn(self, prompt: str) -> dict[str, Any]:
         """One turn, rendered as it streams. Returns the turn-end reason as a dict."""
-        assert self.agent is not None
+        self.ensure_agent()
         sent = self.demo.before_turn(prompt) if self.demo is not None else prompt
         self.last_prompt = prompt
         self.turn_running = True
@@ -317,6 +365,8 @@ class Shell:
                 try:
                     reason = (await self.agent.run_turn(sent)).to_dict()
                 except Exception as exc:  # the loop promises not to raise; if it does, still say why
+                    from dsh.agent_loop.reasons import failure_from_exception
+
                     reason = failure_from_exception(exc, 0, self.config.secrets).to_dict()
                     self.last_failure = exc
                     self._on_event(Event("turn/end", {"turn": self.agent.turn_number, "reason": reason}, True))
@@ -352,8 +402,6 @@ class Shell:
 
     async def handle_line(self, line: str) -> dict[str, Any] | None:
         """A slash command or a prompt. Returns the turn's reason, or None when no turn ran."""
-        from dsh.repl import commands
-
         text = line.strip()
         if not text:
             return None

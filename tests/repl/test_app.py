@@ -1,13 +1,21 @@
-"""Pieces of the interactive app that can be checked without a terminal: output sink, history, completion."""
+"""Pieces of the interactive app that can be checked without a terminal: output sink, history, completion,
+and when the agent is built."""
 
 from __future__ import annotations
 
 from pathlib import Path
 
+import pytest
+from prompt_toolkit.application import create_app_session
 from prompt_toolkit.completion import CompleteEvent
 from prompt_toolkit.document import Document
+from prompt_toolkit.input import create_pipe_input
+from prompt_toolkit.output import DummyOutput
 
-from dsh.repl.app import SafeHistory, SlashCompleter, TerminalSink
+from dsh.repl import shell as shell_module
+from dsh.repl.app import InteractiveApp, SafeHistory, SlashCompleter, TerminalSink
+from dsh.repl.config import Config
+from dsh.repl.shell import Shell, StartupError, register_tool_factory
 
 
 class RecordingOutput:
@@ -67,3 +75,46 @@ def test_slash_completion(tmp_path: Path) -> None:
     demo = FakeShell(True, tmp_path)
     assert complete(demo, "/sc") == ["/scenario"]
     assert complete(demo, "/scenario http-40") == ["http-400", "http-400-context", "http-401", "http-402", "http-403"]
+
+
+# --- the agent is built behind the first prompt ----------------------------------------------------
+
+
+def _deferred_shell(tmp_path: Path) -> Shell:
+    env = {"HOME": str(tmp_path), "XDG_STATE_HOME": str(tmp_path / "state"), "XDG_CONFIG_HOME": str(tmp_path / "cfg")}
+    config = Config(api_key="sk-appTestKey0000000000000000000", base_url="http://127.0.0.1:9")
+    return Shell(config, RecordingOutput(), color=False, env=env, approvals=True)  # type: ignore[arg-type]
+
+
+async def _run_app(shell: Shell, tmp_path: Path, keys: str) -> int:
+    await shell.start(defer_agent=True)
+    assert shell.agent is None
+    with create_pipe_input() as pipe, create_app_session(input=pipe, output=DummyOutput()):
+        app = InteractiveApp(shell, history=tmp_path / "history", banner="banner")
+        pipe.send_text(keys)
+        return await app.run()
+
+
+@pytest.mark.anyio
+async def test_the_agent_is_built_once_the_first_prompt_is_up(tmp_path: Path) -> None:
+    shell = _deferred_shell(tmp_path)
+    try:
+        assert await _run_app(shell, tmp_path, "\x04") == 0  # Ctrl-D at the first prompt
+        assert shell.agent is not None and shell.agent.session is shell.session
+    finally:
+        await shell.aclose()
+
+
+@pytest.mark.anyio
+async def test_an_agent_that_cannot_be_built_ends_the_app_with_a_startup_error(tmp_path: Path) -> None:
+    def broken(config: Config, shell: Shell) -> list[object]:
+        raise OSError("no tools today")
+
+    shell = _deferred_shell(tmp_path)
+    register_tool_factory(broken)  # type: ignore[arg-type]
+    try:
+        with pytest.raises(StartupError, match="no tools today"):
+            await _run_app(shell, tmp_path, "")  # no key at all: the prompt waits, the build fails
+    finally:
+        shell_module._tool_factories.remove(broken)  # type: ignore[arg-type]
+        await shell.aclose()

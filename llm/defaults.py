@@ -1,0 +1,37 @@
+"""Every default for talking to the model, defined once: endpoint, model, deadlines, retries.
+
+Plain constants with no imports, so the config, the command line and the child runtime read them
+without loading the HTTP client (``dsh.llm`` loads its other modules on first use).
+"""
+
+__all__ = [
+    "DEFAULT_BASE_URL",
+    "DEFAULT_CONNECT_TIMEOUT",
+    "DEFAULT_FIRST_TOKEN_TIMEOUT",
+    "DEFAULT_MAX_RETRIES",
+    "DEFAULT_MODEL",
+    "DEFAULT_POOL_TIMEOUT",
+    "DEFAULT_RETRY_BASE_DELAY",
+    "DEFAULT_RETRY_JITTER",
+    "DEFAULT_RETRY_MAX_DELAY",
+    "DEFAULT_STREAM_IDLE_TIMEOUT",
+    "DEFAULT_WRITE_TIMEOUT",
+]
+
+DEFAULT_BASE_URL = "https://api.deepseek.com"
+DEFAULT_MODEL = "deepseek-v4-flash"
+
+# Deadlines, in seconds. A stream that is silent (not even a keep-alive) for the idle timeout has
+# stalled; the first content token must come within the first-token timeout even while keep-alives flow.
+DEFAULT_FIRST_TOKEN_TIMEOUT = 600.0
+DEFAULT_STREAM_IDLE_TIMEOUT = 300.0
+DEFAULT_CONNECT_TIMEOUT = 30.0
+DEFAULT_WRITE_TIMEOUT = 60.0  # sending one request body
+DEFAULT_POOL_TIMEOUT = 60.0  # waiting for a free connection
+
+# Retries of a transient failure, per request: exponential backoff from the base delay, capped,
+# plus up to this fraction of random jitter so that clients do not retry in lockstep.
+DEFAULT_MAX_RETRIES = 5
+DEFAULT_RETRY_BASE_DELAY = 0.5
+DEFAULT_RETRY_MAX_DELAY = 10.0
+DEFAULT_RETRY_JITTER = 0.1

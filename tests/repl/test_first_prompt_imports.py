@@ -1,0 +1,96 @@
+"""The first prompt is drawn with only what it needs: no HTTP client, no agent, no session log, no anyio backend.
+
+dsh runs in a real pty under a small wrapper that records ``sys.modules`` when prompt_toolkit first
+draws the prompt, and again when the process exits (by then the agent has been built behind the
+prompt, so the check cannot pass by accident). This pins the import set loosely, not a time.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import sys
+from pathlib import Path
+
+import pexpect
+import pytest
+
+from dsh.repl.demo.fault_server import closed_port
+
+REPO = Path(__file__).resolve().parents[2]
+KEY = "sk-firstPromptKey0000000000000000"
+
+# Recorded at the first draw of the prompt (not its final "done" redraw), and at exit.
+WRAPPER = """
+import atexit, json, sys
+from prompt_toolkit.application import Application
+
+out = sys.argv.pop(1)
+seen = {}
+def record(when):
+    if when not in seen:
+        seen[when] = sorted(sys.modules)
+        with open(out, "w") as handle:
+            json.dump(seen, handle)
+draw = Application._redraw
+def redraw(self, render_as_done=False):
+    draw(self, render_as_done)
+    if not render_as_done:
+        record("first_prompt")
+Application._redraw = redraw
+atexit.register(record, "exit")
+sys.argv[0] = "dsh"
+from dsh.repl.cli import main
+main()
+"""
+
+# Only needed once a turn runs (or for a config file, of which there is none here).
+NOT_BEFORE_THE_PROMPT = {
+    "httpx",
+    "httpcore",
+    "tomllib",
+    "anyio._backends._asyncio",
+    "dsh.llm.deepseek",
+    "dsh.agent_loop.agent",
+    "dsh.agent_loop.tools",
+    "dsh.agent_loop.guard",
+    "dsh.agent_loop.subagent",
+    "dsh.agent_loop.session_log",
+}
+
+
+@pytest.mark.timeout(60)
+def test_the_first_prompt_is_drawn_before_the_client_and_the_agent_are_imported(tmp_path: Path) -> None:
+    record = tmp_path / "modules.json"
+    env = {
+        "PATH": os.environ.get("PATH", "/usr/bin:/bin"),
+        "HOME": str(tmp_path),
+        "TERM": "xterm",
+        "PROMPT_TOOLKIT_NO_CPR": "1",
+        "XDG_STATE_HOME": str(tmp_path / "state"),
+        "XDG_CONFIG_HOME": str(tmp_path / "config"),
+        "LANG": "C.UTF-8",
+        "DEEPSEEK_API_KEY": KEY,
+    }
+    with closed_port() as port:
+        env["DEEPSEEK_BASE_URL"] = f"http://127.0.0.1:{port}"
+        child = pexpect.spawn(
+            sys.executable, ["-c", WRAPPER, str(record)], env=env, cwd=str(REPO), timeout=20, dimensions=(24, 120)
+        )
+        try:
+            child.expect_exact("Ctrl-D exits")
+            child.expect_exact(">")
+            child.sendeof()
+            child.expect(pexpect.EOF)
+        finally:
+            child.close(force=True)
+    assert child.exitstatus == 0, child.before
+    seen = json.loads(record.read_text())
+    first, last = set(seen["first_prompt"]), set(seen["exit"])
+
+    assert "prompt_toolkit.shortcuts.prompt" in first and "dsh.repl.app" in first
+    assert not NOT_BEFORE_THE_PROMPT & first, sorted(NOT_BEFORE_THE_PROMPT & first)
+    # Behind the prompt the agent was built and anyio's backend loaded; the HTTP client waits for a request.
+    behind = {"dsh.agent_loop.agent", "dsh.agent_loop.session_log", "dsh.llm.deepseek", "anyio._backends._asyncio"}
+    assert behind <= last, sorted(behind - last)
+    assert "httpx" not in last
