@@ -20,6 +20,7 @@ import signal
 import time
 from collections.abc import AsyncIterator, Iterable
 from pathlib import Path
+from typing import cast
 
 import anyio
 from prompt_toolkit import PromptSession
@@ -114,10 +115,11 @@ class TerminalSink:
             return
         text = "".join(self._pending)
         self._pending.clear()
-        future = run_in_terminal(lambda: self._write_now(text), in_executor=False)
-        task = asyncio.ensure_future(future)
-        self._inflight.add(task)
-        task.add_done_callback(self._inflight.discard)
+        # prompt_toolkit schedules the write itself (run_in_terminal returns its future); settle()
+        # awaits every one of them, so none outlives the view that asked for it.
+        write = cast("asyncio.Future[None]", run_in_terminal(lambda: self._write_now(text), in_executor=False))
+        self._inflight.add(write)
+        write.add_done_callback(self._inflight.discard)
 
     async def settle(self) -> None:
         """Wait until every committed line is on the screen."""
