@@ -14,6 +14,7 @@ TYPE_CHECKING = False  # not typing.TYPE_CHECKING: `typing` alone costs ``dsh --
 if TYPE_CHECKING:
     from typing import Any
 
+    from dsh.llm.codes import ErrorCode
     from dsh.llm.deepseek import DEFAULT_BASE_URL, DEFAULT_MODEL, DeepSeekClient
     from dsh.llm.errors import ChainLink, HarnessError, LlmError, chain_links, error_chain, unwrap_group
     from dsh.llm.events import (
@@ -37,6 +38,7 @@ _EXPORTS: dict[str, str] = {
     "DEFAULT_BASE_URL": "dsh.llm.deepseek",
     "DEFAULT_MODEL": "dsh.llm.deepseek",
     "DeepSeekClient": "dsh.llm.deepseek",
+    "ErrorCode": "dsh.llm.codes",
     "ChainLink": "dsh.llm.errors",
     "HarnessError": "dsh.llm.errors",
     "LlmError": "dsh.llm.errors",
@@ -70,6 +72,7 @@ __all__ = [
     "ChainLink",
     "ChatRequest",
     "DeepSeekClient",
+    "ErrorCode",
     "Finish",
     "HarnessError",
     "KeepAlive",

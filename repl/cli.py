@@ -222,6 +222,7 @@ def _run(argv: list[str]) -> int:
 
     import anyio
 
+    from dsh.llm.codes import ErrorCode
     from dsh.repl.shell import StartupError
 
     try:
@@ -229,7 +230,7 @@ def _run(argv: list[str]) -> int:
     except StartupError as exc:
         cause = exc.__cause__ or exc
         _startup_failure(cause, mode=mode, secrets=config.secrets + env_secrets)
-        return EXIT_USAGE if getattr(cause, "code", None) == "CONFIG" else 1
+        return EXIT_USAGE if getattr(cause, "code", None) == ErrorCode.CONFIG else 1
 
 
 def _setup_logging(env: dict[str, str], secrets: tuple[str, ...]) -> None:

@@ -14,7 +14,7 @@ import anyio
 import pytest
 
 from dsh.agent_loop import Agent, RetryPolicy, ToolContext, ToolOutput, ToolRegistry
-from dsh.agent_loop.events import Event
+from dsh.agent_loop.events import Event, to_wire
 from dsh.agent_loop.jobs import JobManager, job_tools, notice_text, run_subagent, status_line
 from dsh.agent_loop.subagent import ParentContext, SubagentConfigError, build_provider
 from dsh.agent_loop.subagent.result import SubagentRequest, SubagentResult
@@ -69,7 +69,7 @@ class Screen:
         self.text += self.renderer.render(event)
 
     def of(self, kind: str) -> list[dict[str, Any]]:
-        return [event.data for event in self.events if event.type == kind]
+        return [to_wire(event)["data"] for event in self.events if event.type == kind]
 
 
 def agent_for(server: FaultServer, kit: SubagentToolkit) -> tuple[Agent, Screen]:
