@@ -1,4 +1,4 @@
-"""The agent: a conversation, a tool registry, a session log, and turns that always end (DESIGN §5).
+"""The agent: a conversation, a tool registry, a session log, and turns that always end.
 
 A turn is ``turn/start`` -> guard -> steps (request with retries, stream, assistant message, tool calls
 in model order) -> ``turn/end {reason}``. The ``turn/end`` is owed in a ``finally`` and written under a
@@ -24,26 +24,38 @@ import contextlib
 import logging
 import os
 import sys
-from collections.abc import Callable, Mapping, Sequence
-from dataclasses import asdict, dataclass, field
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
 import anyio
 import anyio.lowlevel
 
-from dsh.agent_loop import events as ev
-from dsh.agent_loop.events import Event
+from dsh.agent_loop import events as ev  # ev.TextDelta and ev.ReasoningDelta: dsh.llm has its own
+from dsh.agent_loop.events import (
+    AssistantMessage,
+    Event,
+    JobNotice,
+    LlmRetry,
+    StepStart,
+    StreamKeepAlive,
+    ToolCallStart,
+    ToolResult,
+    TurnEnd,
+    TurnStart,
+    from_wire,
+)
 from dsh.agent_loop.gc_pause import gc_paused
 from dsh.agent_loop.guard import PromptGuard, mask_secrets
 from dsh.agent_loop.reasons import (
     Aborted,
     Completed,
     Disposed,
+    EndReason,
     Failed,
     MaxTokens,
     Rejected,
-    TurnEnd,
     failure_from_exception,
 )
 from dsh.agent_loop.retry import RetryPolicy
@@ -59,6 +71,7 @@ from dsh.agent_loop.tools import (
 from dsh.llm import (
     DEFAULT_MODEL,
     ChatRequest,
+    ErrorCode,
     HarnessError,
     KeepAlive,
     Message,
@@ -80,26 +93,22 @@ UNFINISHED_TOOL_OUTPUT = "Error: tool call did not complete: the turn ended"
 NOTICE_SOURCE = "notice"
 
 _log = logging.getLogger("dsh.agent_loop")
+_KEEPALIVE = StreamKeepAlive()  # carries nothing: one instance serves every keep-alive
 
 
 # --- the conversation, derived from durable events -------------------------------------------
 
 
-def _assistant_to_message(data: dict[str, Any]) -> Message | None:
-    """The message sent back to the model for an ``assistant/message`` record, or None for nothing."""
-    calls = tuple(
-        ToolCall(str(call["id"]), str(call.get("name", "")), str(call.get("arguments", "")))
-        for call in data.get("tool_calls") or ()
-        if isinstance(call, dict) and isinstance(call.get("id"), str)
-    )
-    content = data.get("content") if isinstance(data.get("content"), str) else ""
-    if calls:
+def _assistant_to_message(event: AssistantMessage) -> Message | None:
+    """The message sent back to the model for an ``assistant/message``, or None for nothing."""
+    if event.tool_calls:
         # Thinking mode answers 400 unless tool-call messages carry their reasoning back, even "".
-        reasoning = data.get("reasoning_content")
-        return Message("assistant", content, reasoning_content=reasoning or "", tool_calls=calls)
-    if not content:
+        return Message(
+            "assistant", event.content, reasoning_content=event.reasoning_content or "", tool_calls=event.tool_calls
+        )
+    if not event.content:
         return None  # an empty or reasoning-only prefix: nothing the model needs back
-    return Message("assistant", content)
+    return Message("assistant", event.content)
 
 
 class Conversation:
@@ -127,21 +136,18 @@ class Conversation:
         return list(self._notices)
 
     def apply(self, event: Event) -> None:
-        self.apply_record(event.type, event.data)
-
-    def apply_record(self, kind: str, data: dict[str, Any]) -> None:
-        """Apply one durable event given as its type and data (read, never kept or changed)."""
-        if kind == ev.TURN_START:
+        """Apply one event; live-only and unknown ones change nothing."""
+        if isinstance(event, TurnStart):
             self._turn_mark = len(self.messages)
-            self._turn_prompt = str(data.get("prompt", ""))
+            self._turn_prompt = event.prompt
             self._turn_has_reply = False
             self._first_step = True
             self._open_calls = {}
             self._turn_notices = []
-            if data.get("source") == NOTICE_SOURCE:
+            if event.source == NOTICE_SOURCE:
                 # A turn started to deliver the queued notices: its prompt is their text.
                 self._turn_notices, self._notices = self._notices, []
-        elif kind == ev.STEP_START:
+        elif isinstance(event, StepStart):
             if self._first_step:
                 self._first_step = False
                 self._flush_notices()
@@ -149,22 +155,20 @@ class Conversation:
                     self.messages.append(Message("user", self._turn_prompt))
             else:
                 self._flush_notices()
-        elif kind == ev.ASSISTANT_MESSAGE:
-            message = _assistant_to_message(data)
+        elif isinstance(event, AssistantMessage):
+            message = _assistant_to_message(event)
             if message is not None:
                 self.messages.append(message)
                 self._turn_has_reply = True
                 self._open_calls = {call.id: call.name for call in message.tool_calls}
-        elif kind == ev.TOOL_RESULT:
-            call_id = str(data.get("id"))
-            if call_id in self._open_calls:
-                del self._open_calls[call_id]
-                self.messages.append(Message("tool", str(data.get("output", "")), tool_call_id=call_id))
-        elif kind == ev.JOB_NOTICE:
-            text = data.get("text")
-            if isinstance(text, str) and text:
-                self._notices.append(text)
-        elif kind == ev.TURN_END:
+        elif isinstance(event, ToolResult):
+            if event.id in self._open_calls:
+                del self._open_calls[event.id]
+                self.messages.append(Message("tool", event.output, tool_call_id=event.id))
+        elif isinstance(event, JobNotice):
+            if event.text:
+                self._notices.append(event.text)
+        elif isinstance(event, TurnEnd):
             for call_id in list(self._open_calls):  # defensive: the API rejects unanswered calls
                 self.messages.append(Message("tool", UNFINISHED_TOOL_OUTPUT, tool_call_id=call_id))
             self._open_calls = {}
@@ -195,10 +199,6 @@ class _TurnState:
     announced: set[str] = field(default_factory=set)  # call ids with a tool/call event
     finished: dict[str, ToolOutput] = field(default_factory=dict)  # outputs not yet committed
     log_failure: HarnessError | None = None
-
-
-def _usage_dict(builder: ReplyBuilder) -> dict[str, int] | None:
-    return asdict(builder.usage) if builder.usage is not None else None
 
 
 def _unique_ids(calls: Sequence[ToolCall]) -> list[ToolCall]:
@@ -277,15 +277,12 @@ class Agent:
         return cls(client, session=SessionLog.open(id_or_last, root), **kwargs)
 
     def _rebuild(self, session: SessionLog) -> None:
-        # The same as applying session.events(), without copying every record's data into an Event
-        # (the conversation only reads it); the collector is paused while 100 000s of messages build.
-        apply = self._conversation.apply_record
+        # The same as applying session.events(), one record at a time; the collector is paused while
+        # 100 000s of messages build.
+        apply = self._conversation.apply
         with gc_paused():
             for record in session.records():
-                data = record.get("data")
-                if not isinstance(data, dict):
-                    data = dict(data) if isinstance(data, Mapping) else {}
-                apply(str(record.get("type", "")), data)
+                apply(from_wire(record))
         self.turn_number = session.last_turn
 
     # --- public surface ------------------------------------------------------------------------
@@ -340,16 +337,16 @@ class Agent:
         owner decides when it sees them: ``await agent.deliver_notices()`` runs a turn for them.
         Call from the agent's event loop.
         """
-        self._publish_quietly(ev.job_notice(job_id, text))
+        self._publish_quietly(JobNotice(job_id, text))
 
-    async def deliver_notices(self) -> TurnEnd | None:
+    async def deliver_notices(self) -> EndReason | None:
         """Run a turn whose prompt is the queued notices; None when there are none or a turn is running."""
         notices = self._conversation.pending_notices
         if not notices or self._running:
             return None
         return await self._run("\n".join(notices), source=NOTICE_SOURCE)
 
-    async def run_turn(self, prompt: str) -> TurnEnd:
+    async def run_turn(self, prompt: str) -> EndReason:
         """Run one turn and return how it ended. Turn failures are reasons, never exceptions."""
         if not isinstance(prompt, str):
             raise TypeError("prompt must be a string")
@@ -358,7 +355,7 @@ class Agent:
     def new_session(self) -> None:
         """``/new``: a fresh conversation, approvals and turn numbers, and a new log in the same root."""
         if self._running:
-            raise HarnessError("cannot start a new session while a turn is running", "TURN_BUSY")
+            raise HarnessError("cannot start a new session while a turn is running", ErrorCode.TURN_BUSY)
         old = self.session
         if old is not None:
             self.session = SessionLog.create(old.root, cwd=self.cwd)
@@ -429,18 +426,18 @@ class Agent:
         secrets = getattr(self.client, "secrets", ())
         return tuple(s for s in secrets if isinstance(s, str)) if isinstance(secrets, tuple | list) else ()
 
-    async def _run(self, prompt: str, *, source: str | None) -> TurnEnd:
+    async def _run(self, prompt: str, *, source: str | None) -> EndReason:
         if self._closed:
-            raise HarnessError("the agent is closed", "AGENT_CLOSED")
+            raise HarnessError("the agent is closed", ErrorCode.AGENT_CLOSED)
         if self._running:
-            raise HarnessError("a turn is already running on this agent", "TURN_BUSY")
+            raise HarnessError("a turn is already running on this agent", ErrorCode.TURN_BUSY)
         self._running = True
         self._idle = anyio.Event()
         self._cancel_reason = None
         self.turn_number += 1
         state = self._state = _TurnState(self.turn_number)
         scope = self._scope = anyio.CancelScope()
-        reason: TurnEnd | None = None
+        reason: EndReason | None = None
         failure: BaseException | None = None
         cancelled_from_outside = False
         try:
@@ -450,7 +447,7 @@ class Agent:
             except Exception as exc:
                 failure = unwrap_group(exc)
                 if not scope.cancel_called:
-                    # The adapter turns cancellation into LlmError("ABORTED"); if our caller cancelled
+                    # The adapter turns cancellation into an ABORTED LlmError; if our caller cancelled
                     # us this re-raises the cancellation, which wins over what the adapter raised.
                     await anyio.lowlevel.checkpoint_if_cancelled()
         except anyio.get_cancelled_exc_class():
@@ -467,7 +464,7 @@ class Agent:
                 reason = (
                     failure_from_exception(unwrap_group(escaping), state.step, self._secrets())
                     if escaping is not None
-                    else Failed("UNKNOWN", "turn ended without a reason", state.step)
+                    else Failed(ErrorCode.UNKNOWN, "turn ended without a reason", state.step)
                 )
             # _close_turn is synchronous (log writes are plain write/fsync), so no cancellation can cut
             # it short; the shield keeps that true should it ever need to await.
@@ -480,21 +477,21 @@ class Agent:
             self._idle.set()
         return reason
 
-    def _close_turn(self, state: _TurnState, reason: TurnEnd) -> TurnEnd:
+    def _close_turn(self, state: _TurnState, reason: EndReason) -> EndReason:
         """Commit what the turn owes (interrupted prefix, results for pending calls) and the turn/end."""
         if state.builder is not None:
             builder, state.builder = state.builder, None
             if builder.text or builder.reasoning:
                 self._publish_quietly(
-                    ev.assistant_message(
+                    AssistantMessage(
                         state.turn,
                         state.step,
                         content=builder.text,
                         reasoning_content=builder.reasoning or None,
-                        tool_calls=[],  # half-streamed tool calls are dropped
+                        tool_calls=(),  # half-streamed tool calls are dropped
                         finish_reason=None,
                         interrupted=True,
-                        usage=_usage_dict(builder),
+                        usage=builder.usage,
                     )
                 )
         if state.pending:
@@ -511,20 +508,20 @@ class Agent:
         if state.log_failure is not None:
             # The session is no longer being recorded: that is the news, whatever else happened.
             reason = failure_from_exception(state.log_failure, state.step, self._secrets())
-        self._publish_quietly(ev.turn_end(state.turn, reason.to_dict()))
+        self._publish_quietly(TurnEnd(state.turn, reason))
         return reason
 
-    async def _turn_body(self, state: _TurnState, prompt: str, source: str | None) -> TurnEnd:
+    async def _turn_body(self, state: _TurnState, prompt: str, source: str | None) -> EndReason:
         guarded = source is None
         logged_prompt = mask_secrets(prompt) if guarded and self.guard.check_secrets else prompt
-        self._publish(ev.turn_start(state.turn, logged_prompt, source=source))
+        self._publish(TurnStart(state.turn, logged_prompt, source=source))
         if guarded:
             rejection = await self.guard.check(prompt, self.cwd)
             if rejection is not None:
                 return Rejected(rejection)
         for step in range(1, self.max_steps + 1):
             state.step = step
-            self._publish(ev.step_start(state.turn, step))
+            self._publish(StepStart(state.turn, step))
             builder = await self._request(state)
             calls = self._commit_reply(state, builder)
             if builder.finish_reason == "length":
@@ -534,7 +531,7 @@ class Agent:
             await self._run_tools(state, calls)
         raise HarnessError(
             f"turn stopped after {self.max_steps} steps (the max-steps guard); the model kept calling tools",
-            "MAX_STEPS",
+            ErrorCode.MAX_STEPS,
         )
 
     def _chat_request(self) -> ChatRequest:
@@ -560,18 +557,18 @@ class Agent:
                             continue  # live-only events with nobody to tell: not worth building
                         if isinstance(item, TextDelta):
                             if item.text:
-                                self._deliver(ev.text_delta(item.text))
+                                self._deliver(ev.TextDelta(item.text))
                         elif isinstance(item, ReasoningDelta):
                             if item.text:
-                                self._deliver(ev.reasoning_delta(item.text))
+                                self._deliver(ev.ReasoningDelta(item.text))
                         elif isinstance(item, KeepAlive):
-                            self._deliver(ev.keepalive())
+                            self._deliver(_KEEPALIVE)
                 return builder
             except Exception as exc:
                 if self._scope is not None and self._scope.cancel_called:
                     raise
                 await anyio.lowlevel.checkpoint_if_cancelled()
-                code = exc.code if isinstance(exc, HarnessError) else "UNKNOWN"
+                code = exc.code if isinstance(exc, HarnessError) else ErrorCode.UNKNOWN
                 # Content already on the user's screen is not streamed twice: such a failure ends the turn.
                 if builder.has_content or not self.retry.should_retry(code, retries):
                     raise
@@ -579,7 +576,7 @@ class Agent:
                 delay = self.retry.delay(retries, getattr(exc, "retry_after_s", None))
                 state.builder = None
                 self._publish(
-                    ev.llm_retry(
+                    LlmRetry(
                         state.turn,
                         state.step,
                         attempt=retries,
@@ -595,15 +592,15 @@ class Agent:
         calls = _unique_ids(builder.tool_calls)
         state.builder = None
         self._publish(
-            ev.assistant_message(
+            AssistantMessage(
                 state.turn,
                 state.step,
                 content=builder.text,
                 reasoning_content=builder.reasoning or None,
-                tool_calls=[{"id": c.id, "name": c.name, "arguments": c.arguments} for c in calls],
+                tool_calls=tuple(calls),
                 finish_reason=builder.finish_reason,
                 interrupted=False,
-                usage=_usage_dict(builder),
+                usage=builder.usage,
             )
         )
         state.pending = list(calls)
@@ -615,12 +612,12 @@ class Agent:
         if call.id in state.announced:
             return
         state.announced.add(call.id)
-        event = ev.tool_call(state.turn, call.id, call.name, call.arguments)
+        event = ToolCallStart(state.turn, call.id, call.name, call.arguments)
         self._publish_quietly(event) if quietly else self._publish(event)
 
     def _commit_result(self, state: _TurnState, call: ToolCall, output: ToolOutput, *, quietly: bool = False) -> None:
         self._announce(state, call, quietly=quietly)
-        event = ev.tool_result(
+        event = ToolResult(
             state.turn, call.id, call.name, output.text, is_error=output.is_error, diagnostic=output.diagnostic
         )
         self._publish_quietly(event) if quietly else self._publish(event)

@@ -19,7 +19,7 @@ Usage::
 Typed failures (classify by type, never by message):
 
 * :class:`ProtocolError` — a bad frame (not JSON, not an object, a line over ``max_line_bytes``, a
-  malformed message) or a JSON-RPC error response (``.code`` is then the peer's integer error code,
+  malformed message) or a JSON-RPC error response (``.rpc_code`` is then the peer's integer error code,
   ``.data`` its data). Its text is for host logs only.
 * :class:`TransportClosed` — the peer's stream ended, or writing to it failed, or the connection is closed.
 
@@ -53,6 +53,8 @@ from typing import Any, Protocol
 import anyio
 import anyio.abc
 
+from dsh.llm import ErrorCode, HarnessError
+
 __all__ = [
     "DEFAULT_MAX_LINE_BYTES",
     "INTERNAL_ERROR",
@@ -80,27 +82,23 @@ _READ_CHUNK = 64 * 1024
 _MAX_REMOTE_MESSAGE = 200  # how much of a peer's error message the host-log text keeps
 
 
-class ProtocolError(Exception):
-    """A bad frame, or a JSON-RPC error response (then ``code`` is the peer's error code).
+class ProtocolError(HarnessError):
+    """A bad frame, or a JSON-RPC error response (then ``rpc_code`` is the peer's integer error code).
 
-    Handlers of incoming requests may raise it to answer with that error (``code`` defaults to -32603).
+    Handlers of incoming requests may raise it to answer with that error (``rpc_code`` defaults to -32603).
     """
 
-    def __init__(self, message: str, *, code: int | None = None, data: Any = None) -> None:
-        super().__init__(message)
-        self.message = message
-        self.code = code
+    def __init__(self, message: str, *, rpc_code: int | None = None, data: Any = None) -> None:
+        super().__init__(message, ErrorCode.PROTOCOL)
+        self.rpc_code = rpc_code
         self.data = data
 
-    def __str__(self) -> str:
-        return self.message
 
-
-class TransportClosed(Exception):
+class TransportClosed(HarnessError):
     """The peer's stream ended, writing failed, or the connection was closed."""
 
     def __init__(self, message: str = "JSON-RPC transport closed") -> None:
-        super().__init__(message)
+        super().__init__(message, ErrorCode.TRANSPORT_CLOSED)
 
 
 RequestHandler = Callable[[str, Any], Awaitable[Any]]
@@ -364,7 +362,7 @@ class JsonRpcConnection:
         except _BadFrame as bad:
             log.warning("%s: bad frame from peer (%s)", self._name, bad.reason)
             if self._strict:
-                self._stop(ProtocolError(f"bad JSON-RPC frame from peer: {bad.reason}", code=bad.code))
+                self._stop(ProtocolError(f"bad JSON-RPC frame from peer: {bad.reason}", rpc_code=bad.code))
             elif bad.answerable:
                 await self._reply_error(bad.request_id, bad.code, _ERROR_TEXT[bad.code])
             return
@@ -427,7 +425,7 @@ class JsonRpcConnection:
             future.set_exception(
                 ProtocolError(
                     f"JSON-RPC error {error['code']} from peer: {remote_text}",
-                    code=error["code"],
+                    rpc_code=error["code"],
                     data=error.get("data"),
                 )
             )
@@ -460,7 +458,7 @@ class JsonRpcConnection:
         try:
             result = await self._on_request(method, params)
         except ProtocolError as exc:
-            await self._reply_error(request_id, exc.code or INTERNAL_ERROR, exc.message, exc.data)
+            await self._reply_error(request_id, exc.rpc_code or INTERNAL_ERROR, exc.message, exc.data)
             return
         except Exception:
             log.exception("%s: request handler failed", self._name)
@@ -503,7 +501,7 @@ _ERROR_TEXT = {
 def _copy_failure(failure: BaseException) -> BaseException:
     """A fresh exception of the same type per waiter (one instance raised in many tasks tangles tracebacks)."""
     if isinstance(failure, ProtocolError):
-        copy: BaseException = ProtocolError(failure.message, code=failure.code, data=failure.data)
+        copy: BaseException = ProtocolError(failure.message, rpc_code=failure.rpc_code, data=failure.data)
     else:
         copy = TransportClosed(str(failure))
     copy.__cause__ = failure.__cause__

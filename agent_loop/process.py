@@ -34,6 +34,7 @@ from typing import Literal
 import anyio
 import anyio.lowlevel
 
+from dsh.llm.codes import ErrorCode
 from dsh.llm.errors import HarnessError
 
 __all__ = [
@@ -120,12 +121,12 @@ class ProcessStartError(HarnessError):
     """The child could not be spawned; the ``OSError`` is the cause (host-side only)."""
 
     def __init__(self, cause: BaseException) -> None:
-        super().__init__("could not start the child process", "process-start", cause=cause)
+        super().__init__("could not start the child process", ErrorCode.PROCESS_START, cause=cause)
 
 
 class LineTooLong(HarnessError):
     def __init__(self) -> None:
-        super().__init__("a line from the child exceeded the stream limit", "line-too-long")
+        super().__init__("a line from the child exceeded the stream limit", ErrorCode.LINE_TOO_LONG)
 
 
 class _StderrRing:

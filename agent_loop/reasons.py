@@ -1,8 +1,8 @@
-"""Turn-end reasons (DESIGN §5): every turn ends with exactly one of these.
+"""Turn-end reasons: every turn ends with exactly one of these.
 
-Each reason is a small frozen dataclass with ``kind``, ``to_dict()`` and ``TurnEnd.from_dict()``.
-A kind this version does not know (read from a newer log) becomes :class:`OtherEnd` and is treated
-as an ordinary end.
+Each reason is a small frozen dataclass with ``kind``, ``to_dict()`` and ``EndReason.from_dict()``; the
+``turn/end`` event (:class:`dsh.agent_loop.events.TurnEnd`) carries one. A kind this version does not
+know (read from a newer log or child) becomes :class:`OtherEnd` and is treated as an ordinary end.
 """
 
 from __future__ import annotations
@@ -11,31 +11,31 @@ from collections.abc import Mapping
 from dataclasses import dataclass, field
 from typing import Any, ClassVar
 
-from dsh.llm import HarnessError, LlmError, error_chain, redact_text
+from dsh.llm import ErrorCode, HarnessError, LlmError, error_chain, redact_text
 
 __all__ = [
     "Aborted",
     "Completed",
     "Disposed",
+    "EndReason",
     "Failed",
     "Interrupted",
     "MaxTokens",
     "OtherEnd",
     "Rejected",
-    "TurnEnd",
     "failure_from_exception",
 ]
 
 
 @dataclass(frozen=True, slots=True)
-class TurnEnd:
+class EndReason:
     kind: ClassVar[str] = ""
 
     def to_dict(self) -> dict[str, Any]:
         return {"kind": self.kind}
 
     @staticmethod
-    def from_dict(data: Mapping[str, Any]) -> TurnEnd:
+    def from_dict(data: Mapping[str, Any]) -> EndReason:
         kind = data.get("kind")
         if kind == "completed":
             return Completed()
@@ -60,35 +60,35 @@ class TurnEnd:
                 status=status if isinstance(status, int) else None,
                 request_id=request_id if isinstance(request_id, str) else None,
             )
-        return OtherEnd(str(kind), dict(data))
+        return OtherEnd(kind if isinstance(kind, str) else "", dict(data))
 
 
 @dataclass(frozen=True, slots=True)
-class Completed(TurnEnd):
+class Completed(EndReason):
     kind: ClassVar[str] = "completed"
 
 
 @dataclass(frozen=True, slots=True)
-class MaxTokens(TurnEnd):
+class MaxTokens(EndReason):
     kind: ClassVar[str] = "max-tokens"
 
 
 @dataclass(frozen=True, slots=True)
-class Interrupted(TurnEnd):
+class Interrupted(EndReason):
     """Written only by log repair: the process that ran the turn exited before ending it."""
 
     kind: ClassVar[str] = "interrupted"
 
 
 @dataclass(frozen=True, slots=True)
-class Disposed(TurnEnd):
+class Disposed(EndReason):
     """The agent was closed while the turn ran."""
 
     kind: ClassVar[str] = "disposed"
 
 
 @dataclass(frozen=True, slots=True)
-class Aborted(TurnEnd):
+class Aborted(EndReason):
     kind: ClassVar[str] = "aborted"
     reason: str | None = "cancelled"
 
@@ -97,7 +97,7 @@ class Aborted(TurnEnd):
 
 
 @dataclass(frozen=True, slots=True)
-class Rejected(TurnEnd):
+class Rejected(EndReason):
     kind: ClassVar[str] = "rejected"
     reason: str = ""
 
@@ -106,11 +106,11 @@ class Rejected(TurnEnd):
 
 
 @dataclass(frozen=True, slots=True)
-class Failed(TurnEnd):
+class Failed(EndReason):
     """``error {code, message, step, status?, request_id?}``; ``message`` is the rendered cause chain."""
 
     kind: ClassVar[str] = "error"
-    code: str = "UNKNOWN"
+    code: str = ErrorCode.UNKNOWN
     message: str = ""
     step: int = 0
     status: int | None = None
@@ -126,7 +126,7 @@ class Failed(TurnEnd):
 
 
 @dataclass(frozen=True, slots=True)
-class OtherEnd(TurnEnd):
+class OtherEnd(EndReason):
     """A kind this version does not know; an ordinary end. ``data`` is the dict as read."""
 
     name: str = ""
@@ -137,12 +137,12 @@ class OtherEnd(TurnEnd):
         return self.name
 
     def to_dict(self) -> dict[str, Any]:
-        return dict(self.data) or {"kind": self.name}
+        return dict(self.data) or ({"kind": self.name} if self.name else {})
 
 
 def failure_from_exception(exc: BaseException, step: int, secrets: tuple[str, ...] = ()) -> Failed:
     """The ``error`` reason for a failure: the code routes, the message is the full chain."""
-    code = exc.code if isinstance(exc, HarnessError) else "UNKNOWN"
+    code = exc.code if isinstance(exc, HarnessError) else ErrorCode.UNKNOWN
     status = exc.status if isinstance(exc, LlmError) else None
     request_id = exc.request_id if isinstance(exc, LlmError) else None
     return Failed(

@@ -1,4 +1,4 @@
-"""Which failed model requests are retried, and how long to wait first (DESIGN §5).
+"""Which failed model requests are retried, and how long to wait first.
 
 Up to ``max_retries`` retries for transient codes; backoff starts at ``base_delay`` and doubles to
 ``max_delay``, plus up to ``jitter`` (a fraction) so that clients do not retry in lockstep (never above
@@ -12,6 +12,7 @@ from __future__ import annotations
 import random
 from dataclasses import dataclass, field
 
+from dsh.llm import ErrorCode
 from dsh.llm.defaults import (
     DEFAULT_MAX_RETRIES,
     DEFAULT_RETRY_BASE_DELAY,
@@ -21,10 +22,19 @@ from dsh.llm.defaults import (
 
 __all__ = ["NEVER_RETRIED", "RETRYABLE_CODES", "RetryPolicy"]
 
-RETRYABLE_CODES: frozenset[str] = frozenset({"RATE_LIMIT", "SERVER", "TIMEOUT", "TRANSPORT", "EMPTY_RESPONSE"})
+RETRYABLE_CODES: frozenset[str] = frozenset(
+    {ErrorCode.RATE_LIMIT, ErrorCode.SERVER, ErrorCode.TIMEOUT, ErrorCode.TRANSPORT, ErrorCode.EMPTY_RESPONSE}
+)
 # Listed for documentation and tests; anything not in RETRYABLE_CODES is not retried (HTTP_* included).
 NEVER_RETRIED: frozenset[str] = frozenset(
-    {"AUTH", "QUOTA", "INVALID_REQUEST", "CONTEXT_WINDOW_EXCEEDED", "STREAM_CLOSED", "MALFORMED_RESPONSE"}
+    {
+        ErrorCode.AUTH,
+        ErrorCode.QUOTA,
+        ErrorCode.INVALID_REQUEST,
+        ErrorCode.CONTEXT_WINDOW_EXCEEDED,
+        ErrorCode.STREAM_CLOSED,
+        ErrorCode.MALFORMED_RESPONSE,
+    }
 )
 
 

@@ -37,8 +37,8 @@ import anyio
 import anyio.to_thread
 
 from dsh.agent_loop.agent import Agent
-from dsh.agent_loop.events import Event
-from dsh.agent_loop.jsonrpc import INVALID_PARAMS, JsonRpcConnection, ProtocolError, TransportClosed
+from dsh.agent_loop.events import Event, to_wire
+from dsh.agent_loop.jsonrpc import INVALID_PARAMS, METHOD_NOT_FOUND, JsonRpcConnection, ProtocolError, TransportClosed
 from dsh.agent_loop.tools import default_tools
 from dsh.llm import DEFAULT_BASE_URL, DEFAULT_MODEL, DeepSeekClient, RedactingFilter, __version__
 
@@ -74,7 +74,7 @@ class ChildSession:
             return self._cancel()
         if method == "shutdown":
             return self._shutdown()
-        raise ProtocolError("Method not found", code=-32601)
+        raise ProtocolError("Method not found", rpc_code=METHOD_NOT_FOUND)
 
     def on_notification(self, method: str, params: Any) -> None:
         if method == "session/cancel":
@@ -86,26 +86,26 @@ class ChildSession:
 
     def _initialize(self, params: Any) -> dict[str, Any]:
         if self.agent is not None:
-            raise ProtocolError("already initialized", code=SERVER_STATE_ERROR)
+            raise ProtocolError("already initialized", rpc_code=SERVER_STATE_ERROR)
         if not isinstance(params, Mapping):
-            raise ProtocolError("initialize params must be an object", code=INVALID_PARAMS)
+            raise ProtocolError("initialize params must be an object", rpc_code=INVALID_PARAMS)
         model = params.get("model", DEFAULT_MODEL)
         base_url = params.get("base_url") or self._env.get("DEEPSEEK_BASE_URL") or DEFAULT_BASE_URL
         max_tokens = params.get("max_tokens")
         cwd = params.get("cwd")
         permission = params.get("permission", "reject")
         if not isinstance(model, str) or not model:
-            raise ProtocolError("initialize: model must be a non-empty string", code=INVALID_PARAMS)
+            raise ProtocolError("initialize: model must be a non-empty string", rpc_code=INVALID_PARAMS)
         if not isinstance(base_url, str) or not base_url.startswith(("http://", "https://")):
-            raise ProtocolError("initialize: base_url must be an http(s) URL", code=INVALID_PARAMS)
+            raise ProtocolError("initialize: base_url must be an http(s) URL", rpc_code=INVALID_PARAMS)
         if max_tokens is not None and (
             isinstance(max_tokens, bool) or not isinstance(max_tokens, int) or max_tokens < 1
         ):
-            raise ProtocolError("initialize: max_tokens must be a positive integer", code=INVALID_PARAMS)
+            raise ProtocolError("initialize: max_tokens must be a positive integer", rpc_code=INVALID_PARAMS)
         if not isinstance(cwd, str) or not os.path.isdir(cwd):
-            raise ProtocolError("initialize: cwd must be an existing directory", code=INVALID_PARAMS)
+            raise ProtocolError("initialize: cwd must be an existing directory", rpc_code=INVALID_PARAMS)
         if permission not in ("allow", "reject"):
-            raise ProtocolError('initialize: permission must be "allow" or "reject"', code=INVALID_PARAMS)
+            raise ProtocolError('initialize: permission must be "allow" or "reject"', rpc_code=INVALID_PARAMS)
         api_key = self._env.get("DEEPSEEK_API_KEY") or None
         self.client = DeepSeekClient(base_url=base_url, api_key=api_key)
         tools = default_tools(_allow_all if permission == "allow" else None)
@@ -120,12 +120,12 @@ class ChildSession:
     async def _prompt(self, params: Any) -> dict[str, Any]:
         agent = self.agent
         if agent is None:
-            raise ProtocolError("not initialized", code=SERVER_STATE_ERROR)
+            raise ProtocolError("not initialized", rpc_code=SERVER_STATE_ERROR)
         if self._turn_running or self.done.is_set():
-            raise ProtocolError("a turn is already running", code=SERVER_STATE_ERROR)
+            raise ProtocolError("a turn is already running", rpc_code=SERVER_STATE_ERROR)
         prompt = params.get("prompt") if isinstance(params, Mapping) else None
         if not isinstance(prompt, str):
-            raise ProtocolError("session/prompt: prompt must be a string", code=INVALID_PARAMS)
+            raise ProtocolError("session/prompt: prompt must be a string", rpc_code=INVALID_PARAMS)
         self._turn_running = True
         try:
             reason = await agent.run_turn(prompt)
@@ -152,7 +152,7 @@ class ChildSession:
             event = await self._events.get()
             try:
                 if self.conn is not None and not self.conn.closed:
-                    await self.conn.notify("session/event", {"event": {"type": event.type, "data": event.data}})
+                    await self.conn.notify("session/event", {"event": to_wire(event)})
             except TransportClosed:
                 pass  # the parent is gone; the run loop notices and ends the session
             except Exception:

@@ -1,4 +1,4 @@
-"""The durable session log: one JSONL file per session (DESIGN §5).
+"""The durable session log: one JSONL file per session.
 
 Line 1 is a header ``{"type":"session","version":1,"id","createdAt","cwd"}``; every later line is
 ``{"type","seq","time","data"}`` for one durable event, ``seq`` contiguous from 1. Each append is a
@@ -11,8 +11,12 @@ refused), cuts a torn tail, and -- if the last turn has no ``turn/end`` -- durab
 before anything else: a failed ``tool/result`` for every pending tool call, then
 ``turn/end {"kind":"interrupted"}``.
 
-A write failure (ENOSPC, EIO, ...) raises ``HarnessError(..., "SESSION_LOG")``; the partial line is cut
-back off, and the log refuses further appends rather than writing records out of order.
+A write failure (ENOSPC, EIO, ...) raises :class:`SessionLogError` (code ``SESSION_LOG``); the partial
+line is cut back off, and the log refuses further appends rather than writing records out of order.
+
+This is one of the two places where events become dicts and back (:func:`~dsh.agent_loop.events.to_wire`,
+:func:`~dsh.agent_loop.events.from_wire`); records are kept as read, so a record of a type this version
+does not know survives a resume untouched.
 """
 
 from __future__ import annotations
@@ -28,17 +32,25 @@ from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
 
-from dsh.agent_loop import events as ev
-from dsh.agent_loop.events import Event
+from dsh.agent_loop.events import (
+    AssistantMessage,
+    Event,
+    ToolResult,
+    TurnEnd,
+    TurnStart,
+    from_wire,
+    to_wire,
+)
 from dsh.agent_loop.gc_pause import gc_paused
 from dsh.agent_loop.reasons import Interrupted
 from dsh.agent_loop.session_id import new_session_id
-from dsh.llm import HarnessError
+from dsh.llm import ErrorCode, HarnessError
 
 __all__ = [
     "INTERRUPTED_TOOL_OUTPUT",
     "SessionInfo",
     "SessionLog",
+    "SessionLogError",
     "default_root",
     "list_sessions",
     "load_session_file",
@@ -49,7 +61,7 @@ VERSION = 1
 SUFFIX = ".jsonl"
 INTERRUPTED_TOOL_OUTPUT = "Error: tool call interrupted by a previous process exit"
 _SAFE_ID = re.compile(r"^[A-Za-z0-9][A-Za-z0-9._-]{0,127}$")
-_TURN_START_MARK = b'"type":"turn/start"'
+_TURN_START_MARK = b'"type":"%s"' % TurnStart.type.encode()
 _TITLE_LIMIT = 60
 
 
@@ -72,8 +84,15 @@ def _dumps(value: Mapping[str, Any]) -> bytes:
     )
 
 
-def _log_error(message: str, cause: BaseException | None = None) -> HarnessError:
-    return HarnessError(message, "SESSION_LOG", cause=cause)
+class SessionLogError(HarnessError):
+    """A session log that cannot be read, written, locked or found; ``code`` says which."""
+
+    def __init__(self, message: str, code: str = ErrorCode.SESSION_LOG, *, cause: BaseException | None = None) -> None:
+        super().__init__(message, code, cause=cause)
+
+
+def _log_error(message: str, cause: BaseException | None = None) -> SessionLogError:
+    return SessionLogError(message, cause=cause)
 
 
 @dataclass(frozen=True, slots=True)
@@ -167,41 +186,44 @@ def load_session_file(path: str | os.PathLike[str]) -> tuple[dict[str, Any], lis
     return loaded.header, loaded.records, loaded.warnings
 
 
-def _open_turn_closers(records: list[dict[str, Any]]) -> list[Event]:
-    """Closers for an open last turn: failed results for pending calls, then ``interrupted``."""
-    open_turn: int | None = None
-    pending: dict[str, str] = {}  # call id -> tool name, in model order
-    for record in records:
-        kind, data = record.get("type"), record.get("data")
-        if not isinstance(data, dict):
-            continue
-        if kind == ev.TURN_START:
-            turn = data.get("turn")
-            open_turn = turn if isinstance(turn, int) else None
-            pending = {}
-        elif kind == ev.TURN_END:
-            open_turn = None
-            pending = {}
-        elif kind == ev.ASSISTANT_MESSAGE and open_turn is not None:
-            for call in data.get("tool_calls") or ():
-                if isinstance(call, dict) and isinstance(call.get("id"), str):
-                    pending[call["id"]] = str(call.get("name", ""))
-        elif kind == ev.TOOL_RESULT and open_turn is not None:
-            pending.pop(str(data.get("id")), None)
-    if open_turn is None:
+_TURN_BOUNDARIES = frozenset({TurnStart.type, TurnEnd.type})
+
+
+def _open_turn_closers(records: list[dict[str, Any]]) -> list[ToolResult | TurnEnd]:
+    """Closers for an open last turn: failed results for pending calls, then ``interrupted``.
+
+    Only the records from the last turn boundary on are decoded: a 100 000-record log is scanned, not
+    rebuilt. A record whose ``data`` is not an object is ignored, as it always was.
+    """
+    start = len(records)
+    for index in range(len(records) - 1, -1, -1):
+        record = records[index]
+        if record.get("type") in _TURN_BOUNDARIES and isinstance(record.get("data"), dict):
+            start = index
+            break
+    tail = [from_wire(record) for record in records[start:] if isinstance(record.get("data"), dict)]
+    if not tail or not isinstance(tail[0], TurnStart) or not isinstance(records[start]["data"].get("turn"), int):
         return []
-    closers = [
-        ev.tool_result(open_turn, call_id, name, INTERRUPTED_TOOL_OUTPUT, is_error=True, diagnostic=None)
+    open_turn = tail[0].turn
+    pending: dict[str, str] = {}  # call id -> tool name, in model order
+    for event in tail[1:]:
+        if isinstance(event, AssistantMessage):
+            for call in event.tool_calls:
+                pending[call.id] = call.name
+        elif isinstance(event, ToolResult):
+            pending.pop(event.id, None)
+    closers: list[ToolResult | TurnEnd] = [
+        ToolResult(open_turn, call_id, name, INTERRUPTED_TOOL_OUTPUT, is_error=True)
         for call_id, name in pending.items()
     ]
-    closers.append(ev.turn_end(open_turn, Interrupted().to_dict()))
+    closers.append(TurnEnd(open_turn, Interrupted()))
     return closers
 
 
 def _last_turn(records: Iterable[dict[str, Any]]) -> int:
     last = 0
     for record in records:
-        if record.get("type") == ev.TURN_START:
+        if record.get("type") == TurnStart.type:
             turn = (record.get("data") or {}).get("turn")
             if isinstance(turn, int) and turn > last:
                 last = turn
@@ -224,7 +246,7 @@ class SessionLog:
         self._records = loaded.records
         self._size = loaded.good_size
         self._next_seq = 1 + max((r["seq"] for r in self._records if isinstance(r.get("seq"), int)), default=0)
-        self._failure: HarnessError | None = None
+        self._failure: SessionLogError | None = None
         self.last_turn = _last_turn(self._records)
 
     # --- construction ----------------------------------------------------------------------
@@ -301,7 +323,7 @@ class SessionLog:
                     for closer in closers:
                         log.append(closer, sync=False)
                     log.sync()
-                    log.repaired_turn = closers[-1].data["turn"]
+                    log.repaired_turn = closers[-1].turn
             except BaseException:
                 log.close()
                 raise
@@ -314,7 +336,8 @@ class SessionLog:
         return list(self._records)
 
     def events(self) -> list[Event]:
-        return [Event.from_record(record) for record in self._records]
+        """Every record as an event, in order."""
+        return [from_wire(record) for record in self._records]
 
     @property
     def closed(self) -> bool:
@@ -324,7 +347,8 @@ class SessionLog:
 
     def append(self, event: Event, *, sync: bool | None = None) -> dict[str, Any]:
         """Append one durable event as one line; fsync at turn boundaries (or when ``sync`` says)."""
-        record = {"type": event.type, "seq": self._next_seq, "time": _now(), "data": event.data}
+        wire = to_wire(event)
+        record = {"type": wire["type"], "seq": self._next_seq, "time": _now(), "data": wire["data"]}
         try:
             line = _dumps(record)
         except (TypeError, ValueError) as exc:
@@ -332,11 +356,9 @@ class SessionLog:
         self._write(line)
         self._next_seq += 1
         self._records.append(record)
-        if event.type == ev.TURN_START:
-            turn = event.data.get("turn")
-            if isinstance(turn, int) and turn > self.last_turn:
-                self.last_turn = turn
-        if sync if sync is not None else event.type in (ev.TURN_START, ev.TURN_END):
+        if isinstance(event, TurnStart) and event.turn > self.last_turn:
+            self.last_turn = event.turn
+        if sync if sync is not None else isinstance(event, TurnStart | TurnEnd):
             self.sync()
         return record
 
@@ -405,7 +427,7 @@ def _flock(fd: int, path: Path) -> None:
     try:
         fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
     except BlockingIOError:
-        raise HarnessError(f"session {path.stem} is open in another dsh process", "SESSION_LOCKED")
+        raise SessionLogError(f"session {path.stem} is open in another dsh process", ErrorCode.SESSION_LOCKED)
     except OSError:
         pass  # a filesystem without flock: carry on unlocked rather than refuse to work
 
@@ -503,15 +525,15 @@ def resolve_session(id_or_last: str | os.PathLike[str], root: str | os.PathLike[
     if text == "last":
         sessions = list_sessions(directory)
         if not sessions:
-            raise HarnessError(f"no sessions to resume in {directory}", "SESSION_NOT_FOUND")
+            raise SessionLogError(f"no sessions to resume in {directory}", ErrorCode.SESSION_NOT_FOUND)
         return sessions[-1].path
     if os.sep in text or text.endswith(SUFFIX):
         path = Path(text)
         if path.is_file():
             return path
-        raise HarnessError(f"no session log at {path}", "SESSION_NOT_FOUND")
+        raise SessionLogError(f"no session log at {path}", ErrorCode.SESSION_NOT_FOUND)
     if not _SAFE_ID.match(text):
-        raise HarnessError(f"invalid session id {text!r}", "SESSION_NOT_FOUND")
+        raise SessionLogError(f"invalid session id {text!r}", ErrorCode.SESSION_NOT_FOUND)
     exact = directory / (text + SUFFIX)
     if exact.is_file():
         return exact
@@ -519,5 +541,7 @@ def resolve_session(id_or_last: str | os.PathLike[str], root: str | os.PathLike[
     if len(matches) == 1:
         return matches[0]
     if matches:
-        raise HarnessError(f"session id {text!r} is ambiguous ({len(matches)} sessions match)", "SESSION_AMBIGUOUS")
-    raise HarnessError(f"no session {text!r} in {directory}", "SESSION_NOT_FOUND")
+        raise SessionLogError(
+            f"session id {text!r} is ambiguous ({len(matches)} sessions match)", ErrorCode.SESSION_AMBIGUOUS
+        )
+    raise SessionLogError(f"no session {text!r} in {directory}", ErrorCode.SESSION_NOT_FOUND)

@@ -132,7 +132,9 @@ def _write_log(path: Path, events: int) -> int:
     going through ``SessionLog.append`` would fsync every turn boundary (minutes for 100 000).
     """
     from dsh.agent_loop import events as ev
+    from dsh.agent_loop.reasons import Completed
     from dsh.agent_loop.session_log import _dumps  # the log's exact line encoding
+    from dsh.llm import ToolCall, Usage
 
     lines = [_dumps({"type": "session", "version": 1, "id": path.stem, "createdAt": "2026-01-01T00:00:00.000Z",
                      "cwd": str(path.parent)})]
@@ -145,17 +147,17 @@ def _write_log(path: Path, events: int) -> int:
         nonlocal seq
         seq += 1
         lines.append(_dumps({"type": event.type, "seq": seq, "time": "2026-01-01T00:00:00.000Z",
-                             "data": event.data}))
+                             "data": ev.to_wire(event)["data"]}))
 
     def open_step(turn: int, step: int) -> str:
         call_id = f"call_{turn}_{step}"
         arguments = f'{{"path": "src/file_{turn}.py"}}'
-        add(ev.step_start(turn, step))
-        add(ev.assistant_message(turn, step, content="", reasoning_content="I should read it first.",
-                                 tool_calls=[{"id": call_id, "name": "read_file", "arguments": arguments}],
-                                 finish_reason="tool_calls", interrupted=False,
-                                 usage={"prompt_tokens": 900, "completion_tokens": 30, "total_tokens": 930}))
-        add(ev.tool_call(turn, call_id, "read_file", arguments))
+        add(ev.StepStart(turn, step))
+        add(ev.AssistantMessage(turn, step, content="", reasoning_content="I should read it first.",
+                                tool_calls=(ToolCall(call_id, "read_file", arguments),),
+                                finish_reason="tool_calls", interrupted=False,
+                                usage=Usage(prompt_tokens=900, completion_tokens=30, total_tokens=930)))
+        add(ev.ToolCallStart(turn, call_id, "read_file", arguments))
         return call_id
 
     # Whole turns of 8 events, a few job notices to land on the exact count, then an open turn of 4:
@@ -163,18 +165,18 @@ def _write_log(path: Path, events: int) -> int:
     whole_turns, notices = divmod(events - 4, 8)
     for _ in range(whole_turns):
         turn += 1
-        add(ev.turn_start(turn, f"Please look at file number {turn} and summarise it."))
+        add(ev.TurnStart(turn, f"Please look at file number {turn} and summarise it."))
         call_id = open_step(turn, 1)
-        add(ev.tool_result(turn, call_id, "read_file", output, is_error=False, diagnostic=None))
-        add(ev.step_start(turn, 2))
-        add(ev.assistant_message(turn, 2, content=answer, reasoning_content=None, tool_calls=[],
-                                 finish_reason="stop", interrupted=False,
-                                 usage={"prompt_tokens": 1400, "completion_tokens": 60, "total_tokens": 1460}))
-        add(ev.turn_end(turn, {"kind": "completed"}))
+        add(ev.ToolResult(turn, call_id, "read_file", output, is_error=False, diagnostic=None))
+        add(ev.StepStart(turn, 2))
+        add(ev.AssistantMessage(turn, 2, content=answer, reasoning_content=None, tool_calls=(),
+                                finish_reason="stop", interrupted=False,
+                                usage=Usage(prompt_tokens=1400, completion_tokens=60, total_tokens=1460)))
+        add(ev.TurnEnd(turn, Completed()))
     for number in range(notices):
-        add(ev.job_notice(f"subagent-{number + 1}", f"background job subagent-{number + 1} finished"))
+        add(ev.JobNotice(f"subagent-{number + 1}", f"background job subagent-{number + 1} finished"))
     turn += 1
-    add(ev.turn_start(turn, "One more file, please."))
+    add(ev.TurnStart(turn, "One more file, please."))
     open_step(turn, 1)
     path.write_bytes(b"".join(lines))
     return seq

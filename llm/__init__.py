@@ -14,6 +14,7 @@ TYPE_CHECKING = False  # not typing.TYPE_CHECKING: `typing` alone costs ``dsh --
 if TYPE_CHECKING:
     from typing import Any
 
+    from dsh.llm.codes import ErrorCode
     from dsh.llm.deepseek import DeepSeekClient
     from dsh.llm.defaults import DEFAULT_BASE_URL, DEFAULT_MODEL
     from dsh.llm.errors import ChainLink, HarnessError, LlmError, chain_links, error_chain, unwrap_group
@@ -38,6 +39,7 @@ _EXPORTS: dict[str, str] = {
     "DEFAULT_BASE_URL": "dsh.llm.defaults",
     "DEFAULT_MODEL": "dsh.llm.defaults",
     "DeepSeekClient": "dsh.llm.deepseek",
+    "ErrorCode": "dsh.llm.codes",
     "ChainLink": "dsh.llm.errors",
     "HarnessError": "dsh.llm.errors",
     "LlmError": "dsh.llm.errors",
@@ -71,6 +73,7 @@ __all__ = [
     "ChainLink",
     "ChatRequest",
     "DeepSeekClient",
+    "ErrorCode",
     "Finish",
     "HarnessError",
     "KeepAlive",

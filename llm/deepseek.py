@@ -12,6 +12,7 @@ from typing import TYPE_CHECKING, Any
 import anyio
 
 from dsh.llm._version import __version__
+from dsh.llm.codes import ErrorCode
 from dsh.llm.defaults import (
     DEFAULT_BASE_URL,
     DEFAULT_CONNECT_TIMEOUT,
@@ -130,17 +131,17 @@ def _provider_message(body: bytes) -> str | None:
 def _status_code(status: int, message: str | None) -> str:
     text = message or ""
     if status in (401, 403):
-        return "AUTH"
+        return ErrorCode.AUTH
     if status == 402 or _QUOTA_WORDING.search(text):
-        return "QUOTA"
+        return ErrorCode.QUOTA
     if status == 429:
-        return "RATE_LIMIT"
+        return ErrorCode.RATE_LIMIT
     if status == 400 and _CONTEXT_WORDING.search(text):
-        return "CONTEXT_WINDOW_EXCEEDED"
+        return ErrorCode.CONTEXT_WINDOW_EXCEEDED
     if status in (400, 413):
-        return "INVALID_REQUEST"
+        return ErrorCode.INVALID_REQUEST
     if status >= 500:
-        return "SERVER"
+        return ErrorCode.SERVER
     return f"HTTP_{status}"
 
 
@@ -362,16 +363,16 @@ class DeepSeekClient:
         return ((self._api_key,) if self._api_key else ()) + url_secrets(self._base_url)
 
     def _aborted(self, exc: BaseException) -> LlmError:
-        error = LlmError("DeepSeek request aborted by caller", "ABORTED")
+        error = LlmError("DeepSeek request aborted by caller", ErrorCode.ABORTED)
         error.__cause__ = exc
         return error
 
     def _malformed(self, payload: str, request_id: str | None) -> LlmError:
         preview = redact_text(payload[:_PAYLOAD_PREVIEW], self.secrets)
-        return LlmError(f"malformed SSE payload: {preview}", "MALFORMED_RESPONSE", request_id=request_id)
+        return LlmError(f"malformed SSE payload: {preview}", ErrorCode.MALFORMED_RESPONSE, request_id=request_id)
 
     def _timeout(self, watchdog: _Watchdog) -> LlmError:
-        return LlmError(f"DeepSeek stream idle timeout after {watchdog.expired_limit():g}s", "TIMEOUT")
+        return LlmError(f"DeepSeek stream idle timeout after {watchdog.expired_limit():g}s", ErrorCode.TIMEOUT)
 
     async def stream(self, request: ChatRequest) -> AsyncIterator[StreamEvent]:
         """POST the request and yield events as they arrive; ``Finish`` only after ``[DONE]``."""
@@ -391,7 +392,7 @@ class DeepSeekClient:
         except Exception as exc:
             # Anything before a Response exists is transport: httpx errors, and the OSError or
             # ExceptionGroup that escapes anyio's connect (e.g. port 99999).
-            raise LlmError(f"DeepSeek API request to {self.base_url_display} failed", "TRANSPORT", cause=exc)
+            raise LlmError(f"DeepSeek API request to {self.base_url_display} failed", ErrorCode.TRANSPORT, cause=exc)
         if scope.cancelled_caught or response is None:
             raise self._timeout(watchdog)
 
@@ -457,7 +458,7 @@ class DeepSeekClient:
             except httpx.TransportError as exc:
                 raise LlmError(
                     f"DeepSeek API stream from {self.base_url_display} failed",
-                    "TRANSPORT",
+                    ErrorCode.TRANSPORT,
                     request_id=request_id,
                     cause=exc,
                 )
@@ -502,8 +503,8 @@ class DeepSeekClient:
                 yield [self._finish(parser, request_id)]
                 return
         if not saw_bytes:
-            raise LlmError("DeepSeek API returned no response body", "EMPTY_RESPONSE", request_id=request_id)
-        raise LlmError("SSE stream ended without [DONE]", "STREAM_CLOSED", request_id=request_id)
+            raise LlmError("DeepSeek API returned no response body", ErrorCode.EMPTY_RESPONSE, request_id=request_id)
+        raise LlmError("SSE stream ended without [DONE]", ErrorCode.STREAM_CLOSED, request_id=request_id)
 
     @staticmethod
     async def _drain(chunks: AsyncIterator[bytes]) -> None:
@@ -525,9 +526,9 @@ class DeepSeekClient:
         if reason not in _NORMAL_FINISH:
             raise LlmError(
                 f'DeepSeek stream finished with finish_reason "{reason}"',
-                re.sub(r"[^A-Z0-9]+", "_", reason.upper()).strip("_") or "UNKNOWN_FINISH",
+                re.sub(r"[^A-Z0-9]+", "_", reason.upper()).strip("_") or ErrorCode.UNKNOWN_FINISH,
                 request_id=request_id,
             )
         if reason == "stop" and not parser.has_content:
-            raise LlmError("DeepSeek API returned an empty completion", "EMPTY_RESPONSE", request_id=request_id)
+            raise LlmError("DeepSeek API returned an empty completion", ErrorCode.EMPTY_RESPONSE, request_id=request_id)
         return Finish(reason)  # type: ignore[arg-type]

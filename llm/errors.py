@@ -1,7 +1,27 @@
 """The project's exception hierarchy and the one-line cause-chain renderer.
 
-Route on ``code``, never on message text. Render with :func:`error_chain` at every
-diagnostic boundary (turn-end messages, log warnings, REPL lines, startup failures).
+Every dsh error is a :class:`HarnessError` whose ``code`` is an :class:`~dsh.llm.codes.ErrorCode`
+(or a computed ``HTTP_<status>`` / finish-reason code). Route on ``code``, never on message text.
+Render with :func:`error_chain` at every diagnostic boundary (turn-end messages, log warnings, REPL
+lines, startup failures). The hierarchy, with the module each class lives in and its codes::
+
+    HarnessError                    any code (dsh.llm.errors)
+    ├── LlmError                    a failed model request: TRANSPORT, TIMEOUT, AUTH, QUOTA, RATE_LIMIT,
+    │                               SERVER, ... HTTP_<status>; plus status, retry_after_s, request_id
+    ├── SessionLogError             SESSION_LOG, SESSION_LOCKED, SESSION_NOT_FOUND, SESSION_AMBIGUOUS
+    │                               (dsh.agent_loop.session_log)
+    ├── ProtocolError               PROTOCOL: a bad frame, or a JSON-RPC error response whose integer
+    │                               error code is ``rpc_code`` (dsh.agent_loop.jsonrpc)
+    ├── TransportClosed             TRANSPORT_CLOSED: a JSON-RPC peer's stream ended or broke
+    │                               (dsh.agent_loop.jsonrpc)
+    ├── SubagentConfigError         CONFIG: a ``[subagents.NAME]`` table (dsh.agent_loop.subagent)
+    ├── ProcessStartError           PROCESS_START (dsh.agent_loop.subagent.process)
+    ├── LineTooLong                 LINE_TOO_LONG (dsh.agent_loop.subagent.process)
+    ├── ConfigError                 CONFIG: usage or configuration, exit status 2 (dsh.repl.config)
+    └── StartupError                the cause's code, else STARTUP (dsh.repl.shell)
+
+The agent loop raises plain ``HarnessError`` for AGENT_CLOSED, TURN_BUSY and MAX_STEPS; a turn that
+fails with anything that is not a ``HarnessError`` ends with code UNKNOWN.
 """
 
 from __future__ import annotations
@@ -20,7 +40,7 @@ UNRENDERABLE = "<unrenderable value>"
 
 
 class HarnessError(Exception):
-    """Base of every dsh error. ``code`` is an open string that callers route on."""
+    """Base of every dsh error. ``code`` (an :class:`ErrorCode`, or a computed code) is what callers route on."""
 
     def __init__(self, message: str, code: str, *, cause: BaseException | None = None) -> None:
         if not isinstance(message, str) or not message:

@@ -224,6 +224,7 @@ def _run(argv: list[str]) -> int:
 
     import asyncio
 
+    from dsh.llm.codes import ErrorCode
     from dsh.repl.shell import StartupError
 
     try:
@@ -233,7 +234,7 @@ def _run(argv: list[str]) -> int:
     except StartupError as exc:
         cause = exc.__cause__ or exc
         _startup_failure(cause, mode=mode, secrets=config.secrets + env_secrets)
-        return EXIT_USAGE if getattr(cause, "code", None) == "CONFIG" else 1
+        return EXIT_USAGE if getattr(cause, "code", None) == ErrorCode.CONFIG else 1
 
 
 def _setup_logging(env: dict[str, str], secrets: tuple[str, ...]) -> None:

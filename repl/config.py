@@ -15,6 +15,7 @@ from pathlib import Path
 from typing import Any
 from urllib.parse import urlsplit
 
+from dsh.llm.codes import ErrorCode
 from dsh.llm.defaults import (
     DEFAULT_BASE_URL,
     DEFAULT_FIRST_TOKEN_TIMEOUT,
@@ -59,7 +60,7 @@ class ConfigError(HarnessError):
     """A usage or configuration problem: the process exits 2 with one clear line."""
 
     def __init__(self, message: str) -> None:
-        super().__init__(message, "CONFIG")
+        super().__init__(message, ErrorCode.CONFIG)
 
 
 @dataclass(frozen=True, slots=True)

@@ -1,4 +1,4 @@
-"""Events -> terminal text (DESIGN §6). Pure: no I/O, no clock, no terminal queries.
+"""Events -> terminal text. Pure: no I/O, no clock, no terminal queries.
 
 The app feeds every agent event to :meth:`Renderer.render` and writes what comes back. The
 renderer remembers only where the cursor is on the current line, so a status line never glues
@@ -10,9 +10,23 @@ from __future__ import annotations
 
 import math
 import re
-from collections.abc import Callable, Mapping, Sequence
-from typing import Any, Protocol
+from collections.abc import Sequence
 
+from dsh.agent_loop.events import (
+    Event,
+    JobNotice,
+    LlmRetry,
+    ReasoningDelta,
+    StepStart,
+    StreamKeepAlive,
+    TextDelta,
+    ToolCallStart,
+    ToolResult,
+    TurnEnd,
+    TurnStart,
+)
+from dsh.agent_loop.reasons import Aborted, EndReason, Failed, Interrupted, MaxTokens, Rejected
+from dsh.llm import ErrorCode
 from dsh.llm.redact import redact_text
 
 __all__ = [
@@ -52,11 +66,6 @@ _CONTROL = re.compile(r"[\x00-\x08\x0b-\x1f\x7f-\x9f]")
 _SPACE_RUN = re.compile(r"\s*\n\s*")
 
 
-class EventLike(Protocol):
-    type: str
-    data: Mapping[str, Any]
-
-
 def _control_picture(match: re.Match[str]) -> str:
     code = ord(match.group(0))
     if code < 0x20:
@@ -76,42 +85,49 @@ def _one_line(text: str) -> str:
     return sanitize(_SPACE_RUN.sub(" ", text))
 
 
+def _finite(value: float) -> float:
+    return value if math.isfinite(value) else 0.0
+
+
 def _clip(text: str, width: int) -> str:
     return text if len(text) <= width else text[: width - 1] + _ELLIPSIS
 
 
-def _text_field(data: Mapping[str, Any], key: str) -> str:
-    value = data.get(key)
-    return value if isinstance(value, str) else ""
-
-
-def turn_end_line(reason: Mapping[str, Any], secrets: Sequence[str] = ()) -> str | None:
-    """The exact DESIGN §6 line for a turn-end reason; ``None`` for completed, disposed, unknown."""
-    kind = reason.get("kind")
-    if kind == "error":
-        code = _one_line(_text_field(reason, "code"))
-        message = _one_line(redact_text(_text_field(reason, "message"), secrets))
-        head = f"[turn failed {code}]" if code else "[turn failed]"
-        return f"{head} {message}" if message else head
-    if kind == "aborted":
-        why = _one_line(_text_field(reason, "reason"))
-        return f"[turn aborted] {why}" if why else "[turn aborted]"
-    if kind == "rejected":
-        why = _one_line(redact_text(_text_field(reason, "reason"), secrets))
-        return f"[turn rejected] {why}" if why else "[turn rejected]"
-    if kind == "max-tokens":
-        return "[turn hit the output-token limit]"
-    if kind == "interrupted":
-        return "[turn interrupted by a previous process exit]"
+def turn_end_line(reason: EndReason, secrets: Sequence[str] = ()) -> str | None:
+    """The exact line for a turn-end reason; ``None`` for completed, disposed, unknown."""
+    match reason:
+        case Failed(code=code, message=message):
+            code = _one_line(code)
+            message = _one_line(redact_text(message, secrets))
+            head = f"[turn failed {code}]" if code else "[turn failed]"
+            return f"{head} {message}" if message else head
+        case Aborted(reason=why):
+            why = _one_line(why or "")
+            return f"[turn aborted] {why}" if why else "[turn aborted]"
+        case Rejected(reason=why):
+            why = _one_line(redact_text(why, secrets))
+            return f"[turn rejected] {why}" if why else "[turn rejected]"
+        case MaxTokens():
+            return "[turn hit the output-token limit]"
+        case Interrupted():
+            return "[turn interrupted by a previous process exit]"
     return None
 
 
-def fix_line(reason: Mapping[str, Any]) -> str | None:
+_FIX_BY_CODE = {
+    ErrorCode.AUTH: FIX_AUTH,
+    ErrorCode.QUOTA: FIX_QUOTA,
+    ErrorCode.RATE_LIMIT: FIX_RATE_LIMIT,
+    ErrorCode.SERVER: FIX_SERVER,
+}
+
+
+def fix_line(reason: EndReason) -> str | None:
     """DeepSeek's one-line remedy for 401/402/429/5xx failures (by status, else by code)."""
-    if reason.get("kind") != "error":
+    if not isinstance(reason, Failed):
         return None
-    status = reason.get("status")
-    if isinstance(status, int) and not isinstance(status, bool):
+    status = reason.status
+    if status is not None:
         if status == 401:
             return FIX_AUTH
         if status == 402:
@@ -121,9 +137,7 @@ def fix_line(reason: Mapping[str, Any]) -> str | None:
         if 500 <= status <= 599:
             return FIX_SERVER
         return None
-    return {"AUTH": FIX_AUTH, "QUOTA": FIX_QUOTA, "RATE_LIMIT": FIX_RATE_LIMIT, "SERVER": FIX_SERVER}.get(
-        _text_field(reason, "code")
-    )
+    return _FIX_BY_CODE.get(reason.code)
 
 
 # Where the cursor stands on the current screen line.
@@ -141,15 +155,6 @@ class Renderer:
         self.secrets = tuple(secret for secret in secrets if secret)
         self._column = _START
         self._stream: str | None = None  # "text" or "reasoning": which kind of delta came last
-        self._handlers: dict[str, Callable[[Mapping[str, Any]], str]] = {
-            "text/delta": self._text_delta,
-            "reasoning/delta": self._reasoning_delta,
-            "tool/call": self._tool_call,
-            "tool/result": self._tool_result,
-            "llm/retry": self._retry,
-            "turn/end": self._turn_end,
-            "job/notice": self._job_notice,
-        }
 
     @property
     def at_line_start(self) -> bool:
@@ -157,15 +162,26 @@ class Renderer:
 
     # --- public entry points --------------------------------------------------------------
 
-    def render(self, event: EventLike) -> str:
-        data = event.data if isinstance(event.data, Mapping) else {}
-        if event.type == "turn/start":
-            turn = data.get("turn")
-            return self.header(turn if isinstance(turn, int) and not isinstance(turn, bool) else 0)
-        handler = self._handlers.get(event.type)
-        if handler is None:
-            return ""
-        return self._emit(handler(data))
+    def render(self, event: Event) -> str:
+        # Deltas first: a turn streams 100 000s of them.
+        match event:
+            case TextDelta(text=text):
+                return self._emit(self._stream_delta("text", text))
+            case ReasoningDelta(text=text):
+                return self._emit(self._stream_delta("reasoning", text))
+            case TurnStart(turn=turn):
+                return self.header(turn)
+            case ToolCallStart():
+                return self._emit(self._tool_call(event))
+            case ToolResult():
+                return self._emit(self._tool_result(event))
+            case LlmRetry():
+                return self._emit(self._retry(event))
+            case TurnEnd(reason=reason):
+                return self._emit(self._turn_end(reason))
+            case JobNotice(text=text):
+                return self._emit(self._job_notice(text))
+        return ""  # step starts, assistant messages, keep-alives, unknown types: nothing to show
 
     def header(self, turn: int) -> str:
         """``[main turn N] `` on a fresh line."""
@@ -176,7 +192,7 @@ class Renderer:
 
     def resume_notice(self, turn: int) -> str:
         """What ``--resume`` reports first for a turn the log repair just closed."""
-        return self.header(turn) + self._emit(turn_end_line({"kind": "interrupted"}) + "\n")
+        return self.header(turn) + self._emit(f"{turn_end_line(Interrupted())}\n")
 
     def end_line(self) -> str:
         """End a partial line (or a bare header) so that what follows starts at column 0."""
@@ -219,26 +235,20 @@ class Renderer:
         body = sanitize(text)
         return prefix + (self._styled(body, DIM) if kind == "reasoning" else body)
 
-    def _text_delta(self, data: Mapping[str, Any]) -> str:
-        return self._stream_delta("text", _text_field(data, "text"))
-
-    def _reasoning_delta(self, data: Mapping[str, Any]) -> str:
-        return self._stream_delta("reasoning", _text_field(data, "text"))
-
-    def _tool_call(self, data: Mapping[str, Any]) -> str:
+    def _tool_call(self, event: ToolCallStart) -> str:
         self._stream = None
-        name = _one_line(_text_field(data, "name")) or "?"
-        arguments = _clip(_one_line(_text_field(data, "arguments")), _TOOL_ARGS_WIDTH)
+        name = _one_line(event.name) or "?"
+        arguments = _clip(_one_line(event.arguments), _TOOL_ARGS_WIDTH)
         return self._break_line() + f"  [tool call] {name}({arguments})\n"
 
-    def _tool_result(self, data: Mapping[str, Any]) -> str:
+    def _tool_result(self, event: ToolResult) -> str:
         self._stream = None
-        output = sanitize(_text_field(data, "output")).strip("\n")
+        output = sanitize(event.output).strip("\n")
         lines = output.split("\n") if output else ["(no output)"]
-        diagnostic = data.get("diagnostic")
-        has_diagnostic = isinstance(diagnostic, str) and bool(diagnostic)
+        diagnostic = event.diagnostic
+        has_diagnostic = bool(diagnostic)
         first = lines[0]
-        if data.get("is_error") and not first.lower().startswith("error"):
+        if event.is_error and not first.lower().startswith("error"):
             first = "Error: " + first
         # With a diagnostic, the output's first line is the verdict and the diagnostic says why;
         # otherwise a short preview of the output (the model sees all of it).
@@ -249,26 +259,22 @@ class Renderer:
         hidden = len(lines) - len(shown)
         if hidden > 0 and not has_diagnostic:
             text += f"    … (+{hidden} more line{'s' if hidden != 1 else ''})\n"
-        if has_diagnostic:
-            assert isinstance(diagnostic, str)
+        if diagnostic:
             for line in sanitize(diagnostic).split("\n"):
                 text += "    " + self._styled(line, HIGHLIGHT) + "\n"
         return text
 
-    def _retry(self, data: Mapping[str, Any]) -> str:
-        attempt = data.get("attempt")
-        total = data.get("max_attempts")
-        delay = data.get("delay_s")
-        delay_s = float(delay) if isinstance(delay, int | float) and math.isfinite(delay) else 0.0
-        code = _one_line(_text_field(data, "code")) or "UNKNOWN"
-        message = _one_line(redact_text(_text_field(data, "message"), self.secrets))
+    def _retry(self, event: LlmRetry) -> str:
+        delay_s = _finite(event.delay_s)
+        code = _one_line(event.code) or ErrorCode.UNKNOWN
+        message = _one_line(redact_text(event.message, self.secrets))
         self._stream = None
-        return self._status_break() + f"[retry {attempt}/{total} in {delay_s:.1f}s] {code}: {message}\n"
+        return (
+            self._status_break() + f"[retry {event.attempt}/{event.max_attempts} in {delay_s:.1f}s] {code}: {message}\n"
+        )
 
-    def _turn_end(self, data: Mapping[str, Any]) -> str:
+    def _turn_end(self, reason: EndReason) -> str:
         self._stream = None
-        reason = data.get("reason")
-        reason = reason if isinstance(reason, Mapping) else {}
         line = turn_end_line(reason, self.secrets)
         if line is None:
             return self._break_line()
@@ -278,9 +284,9 @@ class Renderer:
             text += fix + "\n"
         return text
 
-    def _job_notice(self, data: Mapping[str, Any]) -> str:
+    def _job_notice(self, text: str) -> str:
         self._stream = None
-        return self._break_line() + f"[job] {_one_line(_text_field(data, 'text'))}\n"
+        return self._break_line() + f"[job] {_one_line(text)}\n"
 
 
 def approval_question(command: str) -> str:
@@ -312,24 +318,21 @@ class TurnActivity:
     def _wait(self, now: float) -> None:
         self._state, self._since, self._keepalive_at = "waiting", now, None
 
-    def on_event(self, event: EventLike, now: float) -> None:
-        kind = event.type
-        data = event.data if isinstance(event.data, Mapping) else {}
-        if kind in ("turn/start", "step/start"):
-            self._wait(now)
-        elif kind in ("text/delta", "reasoning/delta"):
-            self._state = "streaming"
-        elif kind == "stream/keepalive":
-            self._keepalive_at = now
-        elif kind == "tool/call":
-            self._state, self._detail = "tool", _one_line(_text_field(data, "name"))
-        elif kind == "llm/retry":
-            delay = data.get("delay_s")
-            delay_s = float(delay) if isinstance(delay, int | float) and math.isfinite(delay) else 0.0
-            self._state, self._since, self._keepalive_at = "retry", now + max(delay_s, 0.0), None
-            self._detail = f"{data.get('attempt')}/{data.get('max_attempts')}"
-        elif kind == "turn/end":
-            self._state = "idle"
+    def on_event(self, event: Event, now: float) -> None:
+        match event:
+            case TextDelta() | ReasoningDelta():
+                self._state = "streaming"
+            case TurnStart() | StepStart():
+                self._wait(now)
+            case StreamKeepAlive():
+                self._keepalive_at = now
+            case ToolCallStart(name=name):
+                self._state, self._detail = "tool", _one_line(name)
+            case LlmRetry(attempt=attempt, max_attempts=total, delay_s=delay_s):
+                self._state, self._since, self._keepalive_at = "retry", now + max(_finite(delay_s), 0.0), None
+                self._detail = f"{attempt}/{total}"
+            case TurnEnd():
+                self._state = "idle"
 
     def text(self, now: float) -> str:
         if self._state == "retry" and now >= self._since:

@@ -19,16 +19,17 @@ from collections.abc import AsyncIterator, Awaitable, Callable, Mapping, Sequenc
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, Protocol
 
-from dsh.agent_loop.events import Event
+from dsh.agent_loop.events import Event, JobNotice, TurnEnd, TurnStart
 from dsh.agent_loop.retry import RetryPolicy
 from dsh.agent_loop.session_id import new_session_id
-from dsh.llm import HarnessError, LlmError, error_chain, redact_text, redact_url
+from dsh.llm import ErrorCode, HarnessError, LlmError, error_chain, redact_text, redact_url
 from dsh.repl import commands
 from dsh.repl.config import Config, state_dir
 from dsh.repl.render import Renderer, TurnActivity
 
 if TYPE_CHECKING:
     from dsh.agent_loop.agent import Agent
+    from dsh.agent_loop.reasons import EndReason, Failed
     from dsh.agent_loop.session_log import SessionLog
     from dsh.agent_loop.tools import Tool
     from dsh.repl.demo.catalogue import Demo
@@ -67,7 +68,7 @@ class StartupError(HarnessError):
     """The main agent could not be built; ``__cause__`` holds why."""
 
     def __init__(self, cause: BaseException) -> None:
-        super().__init__(error_chain(cause), getattr(cause, "code", "STARTUP"), cause=cause)
+        super().__init__(error_chain(cause), getattr(cause, "code", ErrorCode.STARTUP), cause=cause)
 
 
 class Sink(Protocol):
@@ -324,14 +325,14 @@ class Shell:
     # --- events and output ----------------------------------------------------------------------
 
     def _on_event(self, event: Event) -> None:
-        if event.type == "turn/start" and self._cancel_pending and self.agent is not None:
+        if isinstance(event, TurnStart) and self._cancel_pending and self.agent is not None:
             self._cancel_pending = False
             self.agent.cancel("cancelled")  # a Ctrl-C that came before the agent's turn existed
         self.activity.on_event(event, time.monotonic())
         text = self.renderer.render(event)
         if text:
             self.sink.write(text)
-        if event.type == "job/notice" and not self.turn_running and self.on_idle_notice is not None:
+        if isinstance(event, JobNotice) and not self.turn_running and self.on_idle_notice is not None:
             self.on_idle_notice()
 
     def say(self, text: str) -> None:
@@ -363,20 +364,23 @@ class Shell:
         try:
             async with self.turn_scope():
                 try:
-                    reason = (await self.agent.run_turn(sent)).to_dict()
+                    end: EndReason = await self.agent.run_turn(sent)
                 except Exception as exc:  # the loop promises not to raise; if it does, still say why
                     from dsh.agent_loop.reasons import failure_from_exception
 
-                    reason = failure_from_exception(exc, 0, self.config.secrets).to_dict()
+                    end = failure_from_exception(exc, 0, self.config.secrets)
                     self.last_failure = exc
-                    self._on_event(Event("turn/end", {"turn": self.agent.turn_number, "reason": reason}, True))
+                    self._on_event(TurnEnd(self.agent.turn_number, end))
                 else:
-                    if reason.get("kind") == "error":
-                        self.last_failure = getattr(self.agent, "last_failure", None) or _reason_error(reason)
+                    from dsh.agent_loop.reasons import Failed  # loaded with the agent already
+
+                    if isinstance(end, Failed):
+                        self.last_failure = getattr(self.agent, "last_failure", None) or _reason_error(end)
                 self.sink.write(self.renderer.end_line())
         finally:
             self.turn_running = False
             self._cancel_pending = False
+        reason = end.to_dict()
         self.last_reason = reason
         return reason
 
@@ -394,9 +398,11 @@ class Shell:
             self.turn_running = False
         if result is None:
             return None
+        from dsh.agent_loop.reasons import Failed  # loaded with the agent already
+
+        if isinstance(result, Failed):
+            self.last_failure = agent.last_failure or _reason_error(result)
         reason = result.to_dict()
-        if reason.get("kind") == "error":
-            self.last_failure = agent.last_failure or _reason_error(reason)
         self.last_reason = reason
         return reason
 
@@ -420,6 +426,6 @@ class Shell:
         return [str(line) for line in lines]
 
 
-def _reason_error(reason: Mapping[str, Any]) -> BaseException:
+def _reason_error(reason: Failed) -> BaseException:
     """A stand-in for /why when the loop kept no exception (e.g. a failure read back from a log)."""
-    return LlmError(str(reason.get("message") or "turn failed"), str(reason.get("code") or "UNKNOWN"))
+    return LlmError(reason.message or "turn failed", reason.code or ErrorCode.UNKNOWN)

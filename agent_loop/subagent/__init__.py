@@ -36,7 +36,7 @@ from dsh.agent_loop.subagent.result import (
     limit_diagnostic,
 )
 from dsh.agent_loop.subagent.run import Outcome, Provider, Run
-from dsh.llm import HarnessError
+from dsh.llm import ErrorCode, HarnessError
 
 __all__ = [
     "DIAGNOSTIC_LIMIT_BYTES",
@@ -87,7 +87,7 @@ class SubagentConfigError(HarnessError):
     """A ``[subagents.NAME]`` table that cannot be used. The message names the table and key only."""
 
     def __init__(self, name: str, message: str) -> None:
-        super().__init__(f"[subagents.{name}] {message}", "CONFIG")
+        super().__init__(f"[subagents.{name}] {message}", ErrorCode.CONFIG)
         self.subagent = name
 
 

@@ -502,7 +502,7 @@ class CodexRun(Run):
     async def _on_request(self, method: str, params: Any) -> Any:
         reply = _UNATTENDED_REPLIES.get(method)
         if reply is None:
-            raise ProtocolError("not supported by this client", code=METHOD_NOT_FOUND)
+            raise ProtocolError("not supported by this client", rpc_code=METHOD_NOT_FOUND)
         request_kind, decision, payload = reply
         self._decision = (request_kind, decision)  # the latest decision wins
         return dict(payload)
@@ -548,7 +548,7 @@ class CodexRun(Run):
             return Failure(stage, Category.UNKNOWN, cause=exc)
         if (
             isinstance(exc, ProtocolError)
-            and exc.code is not None
+            and exc.rpc_code is not None
             and isinstance(exc.data, dict)
             and "codexErrorInfo" in exc.data
         ):

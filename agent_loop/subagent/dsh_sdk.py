@@ -35,6 +35,7 @@ from typing import Any
 
 import anyio
 
+from dsh.agent_loop.events import AssistantMessage, LlmRetry, StepStart, TextDelta, TurnEnd, from_wire
 from dsh.agent_loop.jsonrpc import JsonRpcConnection, ProtocolError, TransportClosed
 from dsh.agent_loop.process import ManagedProcess, ProcessStartError
 from dsh.agent_loop.subagent import (
@@ -262,28 +263,23 @@ class DshSdkRun(Run):
     def _on_notification(self, method: str, params: Any) -> None:
         if method != "session/event" or not isinstance(params, Mapping):
             return
-        event = params.get("event")
-        if not isinstance(event, Mapping):
+        wire = params.get("event")
+        if not isinstance(wire, Mapping):
             return
-        kind, data = event.get("type"), event.get("data")
-        if not isinstance(data, Mapping):
-            data = {}
-        if kind == "text/delta":
-            text = data.get("text")
-            if isinstance(text, str) and self._output_room() > 0:
-                self._streaming.append(text[: self._output_room()])
+        event = from_wire(wire)
+        if isinstance(event, TextDelta):
+            if self._output_room() > 0:
+                self._streaming.append(event.text[: self._output_room()])
                 self._streaming_chars += len(self._streaming[-1])
-        elif kind in ("step/start", "llm/retry"):
+        elif isinstance(event, StepStart | LlmRetry):
             self._clear_streaming()  # a retried attempt streams its text again
-        elif kind == "assistant/message":
-            content = data.get("content")
+        elif isinstance(event, AssistantMessage):
             self._clear_streaming()
-            if isinstance(content, str) and content and self._output_room() > 0:
-                self._committed.append(content[: self._output_room()])
+            if event.content and self._output_room() > 0:
+                self._committed.append(event.content[: self._output_room()])
                 self._committed_chars += len(self._committed[-1])
-        elif kind == "turn/end" and self._prompt_sent and self._terminal is None:
-            reason = data.get("reason")
-            self._terminal = reason if isinstance(reason, Mapping) else {}
+        elif isinstance(event, TurnEnd) and self._prompt_sent and self._terminal is None:
+            self._terminal = event.reason.to_dict()
 
     def _output_room(self) -> int:
         return _MAX_OUTPUT_CHARS - self._committed_chars - self._streaming_chars

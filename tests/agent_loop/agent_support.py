@@ -6,7 +6,7 @@ import json
 from collections.abc import AsyncIterator, Sequence
 from typing import Any
 
-from dsh.agent_loop import Event, Tool, ToolOutput
+from dsh.agent_loop import Event, Tool, ToolOutput, to_wire
 from dsh.llm import ChatRequest, StreamEvent
 from tests.session_log_invariants import assert_well_formed, read_log
 
@@ -23,7 +23,7 @@ class Recorder:
         self.events.append(event)
 
     def of(self, kind: str) -> list[dict[str, Any]]:
-        return [event.data for event in self.events if event.type == kind]
+        return [to_wire(event)["data"] for event in self.events if event.type == kind]
 
     @property
     def types(self) -> list[str]:

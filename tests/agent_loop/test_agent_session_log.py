@@ -18,6 +18,7 @@ from dsh.agent_loop import (
     Agent,
     Completed,
     Disposed,
+    EndReason,
     Failed,
     Interrupted,
     MaxTokens,
@@ -25,7 +26,6 @@ from dsh.agent_loop import (
     Rejected,
     SessionLog,
     ToolRegistry,
-    TurnEnd,
     default_root,
     list_sessions,
     load_session_file,
@@ -33,7 +33,7 @@ from dsh.agent_loop import (
 )
 from dsh.agent_loop import events as ev
 from dsh.agent_loop.session_log import INTERRUPTED_TOOL_OUTPUT
-from dsh.llm import HarnessError
+from dsh.llm import HarnessError, ToolCall
 from dsh.repl.demo.fault_server import Behaviour
 from tests.agent_loop.agent_support import assert_well_formed, durable_types, echo_tool, read_log
 
@@ -43,19 +43,19 @@ REPO = Path(__file__).resolve().parents[2]
 def open_turn_log(root: Path, *, answered: int = 1) -> SessionLog:
     """A log whose last turn has an assistant message with two tool calls and ``answered`` results."""
     log = SessionLog.create(root, cwd="/work")
-    log.append(ev.turn_start(1, "first"))
-    log.append(ev.step_start(1, 1))
-    log.append(ev.assistant_message(1, 1, content="done", reasoning_content=None, tool_calls=[],
+    log.append(ev.TurnStart(1, "first"))
+    log.append(ev.StepStart(1, 1))
+    log.append(ev.AssistantMessage(1, 1, content="done", reasoning_content=None, tool_calls=(),
                                     finish_reason="stop", interrupted=False, usage=None))
-    log.append(ev.turn_end(1, {"kind": "completed"}))
-    log.append(ev.turn_start(2, "second"))
-    log.append(ev.step_start(2, 1))
-    calls = [{"id": "c1", "name": "read_file", "arguments": "{}"}, {"id": "c2", "name": "list_dir", "arguments": "{}"}]
-    log.append(ev.assistant_message(2, 1, content="", reasoning_content="think", tool_calls=calls,
+    log.append(ev.TurnEnd(1, Completed()))
+    log.append(ev.TurnStart(2, "second"))
+    log.append(ev.StepStart(2, 1))
+    calls = (ToolCall("c1", "read_file", "{}"), ToolCall("c2", "list_dir", "{}"))
+    log.append(ev.AssistantMessage(2, 1, content="", reasoning_content="think", tool_calls=calls,
                                     finish_reason="tool_calls", interrupted=False, usage=None))
     for call in calls[:answered]:
-        log.append(ev.tool_call(2, call["id"], call["name"], "{}"))
-        log.append(ev.tool_result(2, call["id"], call["name"], "ok", is_error=False, diagnostic=None))
+        log.append(ev.ToolCallStart(2, call.id, call.name, "{}"))
+        log.append(ev.ToolResult(2, call.id, call.name, "ok", is_error=False, diagnostic=None))
     log.close()
     return log
 
@@ -77,8 +77,8 @@ def test_create_writes_a_private_header_line(tmp_path):
 def test_records_have_contiguous_seq_and_one_line_each(tmp_path):
     log = SessionLog.create(tmp_path)
     for n in range(1, 4):
-        log.append(ev.turn_start(n, f"multi\nline {n}"))
-        log.append(ev.turn_end(n, {"kind": "completed"}))
+        log.append(ev.TurnStart(n, f"multi\nline {n}"))
+        log.append(ev.TurnEnd(n, Completed()))
     log.close()
     _, records = read_log(log.path)
     assert [r["seq"] for r in records] == list(range(1, 7))
@@ -128,13 +128,13 @@ def test_reopening_an_open_turn_appends_the_closers_once(tmp_path):
 
 def test_unknown_end_kinds_are_ordinary_ends(tmp_path):
     log = SessionLog.create(tmp_path)
-    log.append(ev.turn_start(1, "p"))
-    log.append(ev.turn_end(1, {"kind": "from-the-future", "detail": 1}))
+    log.append(ev.TurnStart(1, "p"))
+    log.append(ev.TurnEnd(1, EndReason.from_dict({"kind": "from-the-future", "detail": 1})))
     log.close()
     reopened = SessionLog.open(log.path)
     assert reopened.repaired_turn is None and reopened.last_turn == 1
     reopened.close()
-    reason = TurnEnd.from_dict({"kind": "from-the-future", "detail": 1})
+    reason = EndReason.from_dict({"kind": "from-the-future", "detail": 1})
     assert isinstance(reason, OtherEnd) and reason.kind == "from-the-future"
     assert reason.to_dict() == {"kind": "from-the-future", "detail": 1}
 
@@ -145,7 +145,7 @@ def test_unknown_end_kinds_are_ordinary_ends(tmp_path):
      Rejected("no"), Failed("AUTH", "bad key", 1, 401, "req-1"), Failed("UNKNOWN", "x", 0)],
 )
 def test_reasons_round_trip(reason):
-    assert TurnEnd.from_dict(json.loads(json.dumps(reason.to_dict()))) == reason
+    assert EndReason.from_dict(json.loads(json.dumps(reason.to_dict()))) == reason
 
 
 def test_reason_dicts_are_exact():
@@ -159,7 +159,7 @@ def test_reason_dicts_are_exact():
 
 def test_unreadable_middle_lines_are_skipped_and_reported(tmp_path):
     log = SessionLog.create(tmp_path)
-    log.append(ev.turn_start(1, "p"))
+    log.append(ev.TurnStart(1, "p"))
     log.close()
     with open(log.path, "ab") as file:
         file.write(b"garbage\n")
@@ -187,7 +187,7 @@ def test_a_session_is_locked_while_open(tmp_path):
 
 def test_list_and_resolve_sessions(tmp_path):
     logs = [SessionLog.create(tmp_path, session_id=name) for name in ("20260101-aaa", "20260102-bbb", "20260103-bbc")]
-    logs[0].append(ev.turn_start(1, "  fix   the\nbuild  "))
+    logs[0].append(ev.TurnStart(1, "  fix   the\nbuild  "))
     for n, log in enumerate(logs):
         log.close()
         os.utime(log.path, (1_700_000_000 + n, 1_700_000_000 + n))
@@ -302,15 +302,15 @@ async def test_a_full_disk_ends_the_turn_with_a_session_log_error(server, make_a
 _PARTIAL_WRITE_CHILD = r"""
 import resource, signal, sys
 sys.path.insert(0, sys.argv[1])
-from dsh.agent_loop import SessionLog, events as ev
+from dsh.agent_loop import Rejected, SessionLog, events as ev
 from dsh.llm import HarnessError
 signal.signal(signal.SIGXFSZ, signal.SIG_IGN)
 log = SessionLog.create(sys.argv[2])
-log.append(ev.turn_start(1, "small"))
+log.append(ev.TurnStart(1, "small"))
 size = log.path.stat().st_size
 resource.setrlimit(resource.RLIMIT_FSIZE, (size + 100, size + 100))
 try:
-    log.append(ev.turn_end(1, {"kind": "rejected", "reason": "x" * 5000}))
+    log.append(ev.TurnEnd(1, Rejected("x" * 5000)))
 except HarnessError as exc:
     print(exc.code, exc.__cause__.errno == 27)
 print(log.path)

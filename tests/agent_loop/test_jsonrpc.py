@@ -193,7 +193,7 @@ async def test_error_response_is_a_protocol_error_with_code_and_data() -> None:
         assert not conn.closed
     (exc,) = caught
     assert isinstance(exc, ProtocolError)
-    assert exc.code == -32001 and exc.data == [1]
+    assert exc.rpc_code == -32001 and exc.data == [1]
 
 
 async def test_handler_exception_answers_internal_error_without_its_text() -> None:
@@ -209,7 +209,7 @@ async def test_handler_exception_answers_internal_error_without_its_text() -> No
 
 async def test_handler_raising_protocol_error_chooses_the_error() -> None:
     async def picky(method: str, params: Any) -> Any:
-        raise ProtocolError("not initialized", code=-32002)
+        raise ProtocolError("not initialized", rpc_code=-32002)
 
     async with _client_and_raw_peer(on_request=picky) as (_conn, peer):
         await peer.send({"jsonrpc": "2.0", "id": 3, "method": "session/prompt"})
@@ -275,7 +275,7 @@ async def test_a_ten_megabyte_line_is_a_protocol_error_not_a_crash() -> None:
         blob = b'{"jsonrpc":"2.0","id":%d,"result":"' % frame["id"] + b"A" * (10 * 1024 * 1024) + b'"}\n'
         await peer.send(blob)
     assert len(caught) == 1 and type(caught[0]) is ProtocolError
-    assert caught[0].code == PARSE_ERROR
+    assert caught[0].rpc_code == PARSE_ERROR
 
 
 async def test_lenient_server_answers_bad_frames_and_keeps_serving() -> None:

@@ -198,7 +198,7 @@ async def test_exit_is_seen_although_a_grandchild_holds_the_pipes() -> None:
 async def test_missing_binary_is_a_start_error_with_the_cause_kept() -> None:
     with pytest.raises(ProcessStartError) as caught:
         await ManagedProcess(["/nonexistent/agent-binary"]).start()
-    assert caught.value.code == "process-start"
+    assert caught.value.code == "PROCESS_START"
     assert isinstance(caught.value.__cause__, FileNotFoundError)
     assert "/nonexistent" not in str(caught.value)  # the path stays in the cause chain
 

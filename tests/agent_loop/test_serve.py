@@ -116,7 +116,7 @@ async def test_cancel_ends_the_turn_aborted_and_keeps_the_prefix() -> None:
             # a second prompt while one runs is refused
             with pytest.raises(ProtocolError) as busy:
                 await child.conn.request("session/prompt", {"prompt": "again"})
-            assert busy.value.code == -32002
+            assert busy.value.rpc_code == -32002
             await child.conn.request("session/cancel")
         assert answers == [{"reason": {"kind": "aborted", "reason": "cancelled"}}]
         message = next(n["event"]["data"] for n in child.events if n["event"]["type"] == "assistant/message")
@@ -127,16 +127,16 @@ async def test_protocol_errors_are_answered_and_the_server_carries_on() -> None:
     async with FaultServer() as server, _serve() as child:
         with pytest.raises(ProtocolError) as early:
             await child.conn.request("session/prompt", {"prompt": "too early"})
-        assert early.value.code == -32002
+        assert early.value.rpc_code == -32002
         with pytest.raises(ProtocolError) as unknown:
             await child.conn.request("session/teleport")
-        assert unknown.value.code == -32601
+        assert unknown.value.rpc_code == -32601
         with pytest.raises(ProtocolError) as bad_cwd:
             await child.conn.request("initialize", {"cwd": "/nonexistent/dir", "base_url": server.url})
-        assert bad_cwd.value.code == -32602
+        assert bad_cwd.value.rpc_code == -32602
         with pytest.raises(ProtocolError) as bad_permission:
             await child.initialize(server.url, permission="sometimes")
-        assert bad_permission.value.code == -32602
+        assert bad_permission.value.rpc_code == -32602
         # garbage on its stdin gets a parse error (id null) on stdout, then normal service
         assert child.process.stdin is not None
         child.process.stdin.write(b"this is not json\n")
@@ -144,10 +144,10 @@ async def test_protocol_errors_are_answered_and_the_server_carries_on() -> None:
         await child.initialize(server.url)
         with pytest.raises(ProtocolError) as again:
             await child.initialize(server.url)
-        assert again.value.code == -32002
+        assert again.value.rpc_code == -32002
         with pytest.raises(ProtocolError) as bad_prompt:
             await child.conn.request("session/prompt", {"prompt": 5})
-        assert bad_prompt.value.code == -32602
+        assert bad_prompt.value.rpc_code == -32602
         await child.conn.request("shutdown")
         assert await child.process.wait_exit(5) is not None
 

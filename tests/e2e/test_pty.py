@@ -404,8 +404,8 @@ def test_tab_completes_slash_commands(home: Path, spawn) -> None:
 
 def test_resume_reports_the_interrupted_turn_first(home: Path, spawn) -> None:
     log = SessionLog.create(root=home / "state" / "dsh" / "sessions", cwd=str(home))
-    log.append(ev.turn_start(1, "cut short"))
-    log.append(ev.step_start(1, 1))
+    log.append(ev.TurnStart(1, "cut short"))
+    log.append(ev.StepStart(1, 1))
     log.close()
     dsh = spawn("--demo", "--resume", "last")
     match = dsh.expect(r"\[main turn 1\] \[turn interrupted by a previous process exit\]\r\n(.*)\r\n")

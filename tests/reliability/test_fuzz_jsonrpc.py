@@ -78,11 +78,11 @@ class _Reader:
 
 async def _on_request(method: str, params: Any) -> Any:
     if method == "fail":
-        raise ProtocolError("scripted failure", code=-32000)
+        raise ProtocolError("scripted failure", rpc_code=-32000)
     if method == "crash":
         raise RuntimeError("a handler bug")
     if method == "unknown/method":
-        raise ProtocolError("no such method", code=-32601)
+        raise ProtocolError("no such method", rpc_code=-32601)
     return {"echo": params}
 
 

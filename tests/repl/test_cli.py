@@ -388,8 +388,8 @@ def test_startup_failure_masks_the_key(home: Path) -> None:
 
 def open_turn_session(home: Path) -> str:
     log = SessionLog.create(root=home / "state" / "dsh" / "sessions", cwd=str(home))
-    log.append(ev.turn_start(1, "before the crash"))
-    log.append(ev.step_start(1, 1))
+    log.append(ev.TurnStart(1, "before the crash"))
+    log.append(ev.StepStart(1, 1))
     ident = log.id
     log.close()
     return ident

@@ -1,11 +1,11 @@
-"""dsh.repl.render is pure: every turn-end line of DESIGN §6, pinned to the character."""
+"""dsh.repl.render is pure: every turn-end line, pinned to the character."""
 
 from __future__ import annotations
 
 import pytest
 
 from dsh.agent_loop import events as ev
-from dsh.agent_loop.reasons import Aborted, Completed, Disposed, Failed, Interrupted, MaxTokens, Rejected
+from dsh.agent_loop.reasons import Aborted, Completed, Disposed, EndReason, Failed, Interrupted, MaxTokens, Rejected
 from dsh.repl.render import (
     DIM,
     FIX_AUTH,
@@ -34,7 +34,7 @@ def run(renderer: Renderer, *events: ev.Event) -> str:
 
 
 def end(turn: int, reason: dict) -> ev.Event:
-    return ev.turn_end(turn, reason)
+    return ev.TurnEnd(turn, EndReason.from_dict(reason))
 
 
 # --- the turn-end lines ----------------------------------------------------------------------------
@@ -59,7 +59,7 @@ def end(turn: int, reason: dict) -> ev.Event:
     ],
 )
 def test_turn_end_line(reason: dict, line: str | None) -> None:
-    assert turn_end_line(reason) == line
+    assert turn_end_line(EndReason.from_dict(reason)) == line
 
 
 @pytest.mark.parametrize(
@@ -78,7 +78,7 @@ def test_turn_end_line(reason: dict, line: str | None) -> None:
 )
 def test_a_status_right_after_the_header_shares_its_line(reason: dict, rendered: str) -> None:
     renderer = Renderer(color=False)
-    assert run(renderer, ev.turn_start(1, "hi"), end(1, reason)) == rendered
+    assert run(renderer, ev.TurnStart(1, "hi"), end(1, reason)) == rendered
     assert renderer.at_line_start
 
 
@@ -103,8 +103,8 @@ def test_a_status_right_after_the_header_shares_its_line(reason: dict, rendered:
 )
 def test_fix_line_follows_401_402_429_5xx(status: int | None, code: str, fix: str | None) -> None:
     reason = Failed(code, "msg", 1, status=status).to_dict()
-    assert fix_line(reason) == fix
-    text = run(Renderer(color=False), ev.turn_start(2, "x"), end(2, reason))
+    assert fix_line(EndReason.from_dict(reason)) == fix
+    text = run(Renderer(color=False), ev.TurnStart(2, "x"), end(2, reason))
     expected = f"[main turn 2] [turn failed {code}] msg\n" + (f"{fix}\n" if fix else "")
     assert text == expected
 
@@ -113,13 +113,13 @@ def test_fix_lines_are_short_and_fixed() -> None:
     for fix in (FIX_AUTH, FIX_QUOTA, FIX_RATE_LIMIT, FIX_SERVER):
         assert fix.startswith("  fix: ") and len(fix) <= 100
     assert "key" in FIX_AUTH and "top up" in FIX_QUOTA and "back off" in FIX_RATE_LIMIT and "retry later" in FIX_SERVER
-    assert fix_line(Completed().to_dict()) is None
+    assert fix_line(Completed()) is None
 
 
 def test_failure_message_is_masked_and_kept_on_one_line() -> None:
     key = "sk-thisIsAConfiguredKey0123456789"
     reason = Failed("AUTH", f"bad key {key}\nsecond line", 1, status=401).to_dict()
-    line = turn_end_line(reason, secrets=(key,))
+    line = turn_end_line(EndReason.from_dict(reason), secrets=(key,))
     assert line == "[turn failed AUTH] bad key *** second line"
 
 
@@ -130,10 +130,10 @@ def test_status_line_after_partial_text_starts_a_new_line() -> None:
     renderer = Renderer(color=False)
     text = run(
         renderer,
-        ev.turn_start(3, "x"),
-        ev.step_start(3, 1),
-        ev.text_delta("Half an"),
-        ev.text_delta(" answer"),
+        ev.TurnStart(3, "x"),
+        ev.StepStart(3, 1),
+        ev.TextDelta("Half an"),
+        ev.TextDelta(" answer"),
         end(3, Failed("TRANSPORT", "DeepSeek API stream from http://h failed", 1).to_dict()),
     )
     assert text == "[main turn 3] Half an answer\n[turn failed TRANSPORT] DeepSeek API stream from http://h failed\n"
@@ -141,13 +141,13 @@ def test_status_line_after_partial_text_starts_a_new_line() -> None:
 
 def test_text_that_ended_its_line_gets_no_blank_line() -> None:
     renderer = Renderer(color=False)
-    text = run(renderer, ev.turn_start(1, "x"), ev.text_delta("done.\n"), end(1, Aborted().to_dict()))
+    text = run(renderer, ev.TurnStart(1, "x"), ev.TextDelta("done.\n"), end(1, Aborted().to_dict()))
     assert text == "[main turn 1] done.\n[turn aborted] cancelled\n"
 
 
 def test_completed_turn_ends_a_partial_line() -> None:
     renderer = Renderer(color=False)
-    assert run(renderer, ev.turn_start(1, "x"), ev.text_delta("Hi"), end(1, Completed().to_dict())) == (
+    assert run(renderer, ev.TurnStart(1, "x"), ev.TextDelta("Hi"), end(1, Completed().to_dict())) == (
         "[main turn 1] Hi\n"
     )
     assert renderer.end_line() == ""
@@ -155,9 +155,9 @@ def test_completed_turn_ends_a_partial_line() -> None:
 
 def test_retry_lines_exact() -> None:
     renderer = Renderer(color=False)
-    retry = ev.llm_retry(1, 1, attempt=1, max_attempts=5, delay_s=0.5, code="SERVER", message="Server Overloaded")
-    retry2 = ev.llm_retry(1, 1, attempt=2, max_attempts=5, delay_s=1.04, code="SERVER", message="Server Overloaded")
-    text = run(renderer, ev.turn_start(1, "x"), retry, ev.text_delta("partial"), retry2)
+    retry = ev.LlmRetry(1, 1, attempt=1, max_attempts=5, delay_s=0.5, code="SERVER", message="Server Overloaded")
+    retry2 = ev.LlmRetry(1, 1, attempt=2, max_attempts=5, delay_s=1.04, code="SERVER", message="Server Overloaded")
+    text = run(renderer, ev.TurnStart(1, "x"), retry, ev.TextDelta("partial"), retry2)
     assert text == (
         "[main turn 1] [retry 1/5 in 0.5s] SERVER: Server Overloaded\n"
         "partial\n[retry 2/5 in 1.0s] SERVER: Server Overloaded\n"
@@ -166,12 +166,12 @@ def test_retry_lines_exact() -> None:
 
 def test_second_turn_header_starts_on_a_fresh_line() -> None:
     renderer = Renderer(color=False)
-    text = run(renderer, ev.turn_start(1, "x"), ev.text_delta("a"), ev.turn_start(2, "y"))
+    text = run(renderer, ev.TurnStart(1, "x"), ev.TextDelta("a"), ev.TurnStart(2, "y"))
     assert text == "[main turn 1] a\n[main turn 2] "
 
 
 def test_child_label() -> None:
-    assert Renderer(color=False, label="child-7").render(ev.turn_start(4, "x")) == "[child-7 turn 4] "
+    assert Renderer(color=False, label="child-7").render(ev.TurnStart(4, "x")) == "[child-7 turn 4] "
 
 
 def test_resume_notice() -> None:
@@ -182,7 +182,7 @@ def test_resume_notice() -> None:
 
 def test_line_helper_breaks_partial_lines() -> None:
     renderer = Renderer(color=False)
-    assert run(renderer, ev.text_delta("abc")) == "abc"
+    assert run(renderer, ev.TextDelta("abc")) == "abc"
     assert renderer.line("note") == "\nnote\n"
     assert renderer.line("again") == "again\n"
 
@@ -193,25 +193,25 @@ def test_line_helper_breaks_partial_lines() -> None:
 def test_text_deltas_are_verbatim() -> None:
     renderer = Renderer(color=True)
     pieces = ["Hel", "lo, ", "wörld — ", "ok\n", "  indented\tline"]
-    assert run(renderer, *(ev.text_delta(p) for p in pieces)) == "".join(pieces)
+    assert run(renderer, *(ev.TextDelta(p) for p in pieces)) == "".join(pieces)
 
 
 def test_reasoning_is_dim_on_a_terminal_and_each_line_closes_its_escape() -> None:
     renderer = Renderer(color=True)
-    text = run(renderer, ev.turn_start(1, "x"), ev.reasoning_delta("think\nmore"), ev.text_delta("Answer"))
+    text = run(renderer, ev.TurnStart(1, "x"), ev.ReasoningDelta("think\nmore"), ev.TextDelta("Answer"))
     assert text == f"[main turn 1] {DIM}think{RESET}\n{DIM}more{RESET}\nAnswer"
 
 
 def test_reasoning_is_plain_without_color() -> None:
     renderer = Renderer(color=False)
-    text = run(renderer, ev.turn_start(1, "x"), ev.reasoning_delta("think"), ev.text_delta("Answer"))
+    text = run(renderer, ev.TurnStart(1, "x"), ev.ReasoningDelta("think"), ev.TextDelta("Answer"))
     assert text == "[main turn 1] think\nAnswer"
     assert "\x1b" not in text
 
 
 def test_control_characters_cannot_drive_the_terminal() -> None:
     renderer = Renderer(color=False)
-    text = run(renderer, ev.text_delta("a\x1b[2Jb\r\nc\x07\rd\x7f\x9b"))
+    text = run(renderer, ev.TextDelta("a\x1b[2Jb\r\nc\x07\rd\x7f\x9b"))
     assert "\x1b" not in text and "\x07" not in text and "\r" not in text
     assert text == "a\u241b[2Jb\nc\u2407\u240dd\u2421\ufffd"
     assert sanitize("tab\tand\nnewline") == "tab\tand\nnewline"
@@ -224,9 +224,9 @@ def test_tool_call_and_result_lines() -> None:
     renderer = Renderer(color=False)
     text = run(
         renderer,
-        ev.turn_start(1, "x"),
-        ev.tool_call(1, "c1", "list_dir", '{"path": "."}'),
-        ev.tool_result(1, "c1", "list_dir", "a.txt\nb/\n", is_error=False, diagnostic=None),
+        ev.TurnStart(1, "x"),
+        ev.ToolCallStart(1, "c1", "list_dir", '{"path": "."}'),
+        ev.ToolResult(1, "c1", "list_dir", "a.txt\nb/\n", is_error=False, diagnostic=None),
     )
     assert text == '[main turn 1] \n  [tool call] list_dir({"path": "."})\n  [tool result] a.txt\n    b/\n'
 
@@ -234,14 +234,14 @@ def test_tool_call_and_result_lines() -> None:
 def test_long_tool_result_is_previewed() -> None:
     renderer = Renderer(color=False)
     output = "\n".join(f"line {n}" for n in range(10))
-    text = renderer.render(ev.tool_result(1, "c", "read_file", output, is_error=False, diagnostic=None))
+    text = renderer.render(ev.ToolResult(1, "c", "read_file", output, is_error=False, diagnostic=None))
     assert text == "  [tool result] line 0\n    line 1\n    line 2\n    … (+7 more lines)\n"
 
 
 def test_error_result_with_diagnostic_on_its_own_highlighted_line() -> None:
     diagnostic = "Subagent failure (provider: probe; stage: initialize; category: process-exit; exit code: 9)"
     output = f"subagent run failed\nDiagnostic: {diagnostic}\nPartial output before the run ended:\nhalf"
-    event = ev.tool_result(1, "c", "subagent", output, is_error=True, diagnostic=diagnostic)
+    event = ev.ToolResult(1, "c", "subagent", output, is_error=True, diagnostic=diagnostic)
     assert Renderer(color=False).render(event) == f"  [tool result] Error: subagent run failed\n    {diagnostic}\n"
     assert Renderer(color=True).render(event) == (
         f"  [tool result] Error: subagent run failed\n    {HIGHLIGHT}{diagnostic}{RESET}\n"
@@ -250,7 +250,7 @@ def test_error_result_with_diagnostic_on_its_own_highlighted_line() -> None:
 
 def test_multiline_diagnostic_keeps_each_line() -> None:
     diagnostic = "Subagent failure (provider: p; stage: prompt; category: unknown)\nSubagent permission decision (x)"
-    event = ev.tool_result(1, "c", "subagent", "subagent run failed", is_error=True, diagnostic=diagnostic)
+    event = ev.ToolResult(1, "c", "subagent", "subagent run failed", is_error=True, diagnostic=diagnostic)
     assert Renderer(color=False).render(event) == (
         "  [tool result] Error: subagent run failed\n"
         "    Subagent failure (provider: p; stage: prompt; category: unknown)\n"
@@ -259,18 +259,18 @@ def test_multiline_diagnostic_keeps_each_line() -> None:
 
 
 def test_error_result_already_saying_error_is_not_prefixed_twice() -> None:
-    event = ev.tool_result(1, "c", "nope", 'Error: unknown tool "nope"', is_error=True, diagnostic=None)
+    event = ev.ToolResult(1, "c", "nope", 'Error: unknown tool "nope"', is_error=True, diagnostic=None)
     assert Renderer(color=False).render(event) == '  [tool result] Error: unknown tool "nope"\n'
 
 
 def test_empty_tool_output() -> None:
-    event = ev.tool_result(1, "c", "x", "", is_error=False, diagnostic=None)
+    event = ev.ToolResult(1, "c", "x", "", is_error=False, diagnostic=None)
     assert Renderer(color=False).render(event) == "  [tool result] (no output)\n"
 
 
 def test_tool_call_arguments_stay_on_one_line_and_are_bounded() -> None:
     arguments = '{\n  "path": "' + "x" * 1000 + '"\n}'
-    line = Renderer(color=False).render(ev.tool_call(1, "c", "read_file", arguments))
+    line = Renderer(color=False).render(ev.ToolCallStart(1, "c", "read_file", arguments))
     assert line.count("\n") == 1 and line.startswith('  [tool call] read_file({ "path": "xxx')
     assert len(line) < 450 and line.endswith("…)\n")
 
@@ -280,23 +280,24 @@ def test_job_notice_inline_on_its_own_line() -> None:
     notice = (
         "background job subagent-1 (subagent: probe) finished [status: completed]. Read its output with job_output."
     )
-    text = run(renderer, ev.text_delta("typing"), ev.job_notice("subagent-1", notice))
+    text = run(renderer, ev.TextDelta("typing"), ev.JobNotice("subagent-1", notice))
     assert text == f"typing\n[job] {notice}\n"
 
 
 def test_unknown_and_live_only_events_render_nothing() -> None:
     renderer = Renderer(color=False)
-    assert run(renderer, ev.keepalive(), ev.Event("something/new", {"a": 1}, False)) == ""
-    assert renderer.render(ev.assistant_message(1, 1, content="x", reasoning_content=None, tool_calls=[],
+    assert run(renderer, ev.StreamKeepAlive(), ev.UnknownEvent("something/new", {"a": 1})) == ""
+    assert renderer.render(ev.AssistantMessage(1, 1, content="x", reasoning_content=None, tool_calls=(),
                                                 finish_reason="stop", interrupted=False, usage=None)) == ""
 
 
 def test_hostile_event_data_does_not_raise() -> None:
     renderer = Renderer(color=False)
-    assert renderer.render(ev.Event("turn/end", {"reason": "not a dict"}, True)) == ""
-    retry = renderer.render(ev.Event("llm/retry", {"delay_s": float("nan")}, True))
-    assert retry.startswith("[retry None/None in 0.0s]")
-    assert renderer.render(ev.Event("text/delta", {"text": 5}, False)) == ""
+    # Hostile data is made well-typed where it enters (from_wire); what is left must still render.
+    assert renderer.render(ev.from_wire({"type": "turn/end", "data": {"reason": "not a dict"}})) == ""
+    retry = renderer.render(ev.from_wire({"type": "llm/retry", "data": {"delay_s": float("nan")}}))
+    assert retry.startswith("[retry 0/0 in 0.0s]")
+    assert renderer.render(ev.from_wire({"type": "text/delta", "data": {"text": 5}})) == ""
 
 
 def test_approval_question_and_answer() -> None:
@@ -311,17 +312,17 @@ def test_approval_question_and_answer() -> None:
 def test_turn_activity_waiting_and_keepalive() -> None:
     activity = TurnActivity()
     assert activity.text(0.0) == "" and not activity.busy
-    activity.on_event(ev.turn_start(1, "x"), 100.0)
+    activity.on_event(ev.TurnStart(1, "x"), 100.0)
     assert activity.text(112.4) == "waiting for first token 12s"
-    activity.on_event(ev.keepalive(), 110.0)
+    activity.on_event(ev.StreamKeepAlive(), 110.0)
     assert activity.text(112.4) == "waiting for first token 12s · keep-alive 2s ago"
-    activity.on_event(ev.text_delta("a"), 113.0)
+    activity.on_event(ev.TextDelta("a"), 113.0)
     assert activity.text(114.0) == "streaming"
-    activity.on_event(ev.tool_call(1, "c", "list_dir", "{}"), 115.0)
+    activity.on_event(ev.ToolCallStart(1, "c", "list_dir", "{}"), 115.0)
     assert activity.text(116.0) == "running list_dir"
-    activity.on_event(ev.step_start(1, 2), 117.0)
+    activity.on_event(ev.StepStart(1, 2), 117.0)
     assert activity.text(118.0) == "waiting for first token 1s"  # a new step forgets old keep-alives
-    activity.on_event(ev.llm_retry(1, 2, attempt=1, max_attempts=5, delay_s=2.0, code="SERVER", message="m"), 120.0)
+    activity.on_event(ev.LlmRetry(1, 2, attempt=1, max_attempts=5, delay_s=2.0, code="SERVER", message="m"), 120.0)
     assert activity.text(120.5) == "retry 1/5 in 2s"
     assert activity.text(123.0) == "waiting for first token 1s"
     activity.on_event(end(1, Completed().to_dict()), 124.0)

@@ -192,8 +192,8 @@ async def test_new_sessions_and_resume(env: dict[str, str], server: FaultServer)
 async def test_resume_reports_the_repaired_turn_first(env: dict[str, str], server: FaultServer) -> None:
     root = Path(env["XDG_STATE_HOME"]) / "dsh" / "sessions"
     log = SessionLog.create(root=root, cwd="/")
-    log.append(ev.turn_start(1, "was running"))
-    log.append(ev.step_start(1, 1))
+    log.append(ev.TurnStart(1, "was running"))
+    log.append(ev.StepStart(1, 1))
     log.close()  # the process "died" mid-turn
     sink = ListSink()
     shell = Shell(Config(api_key=KEY, base_url=server.url), sink, color=False, env=env)

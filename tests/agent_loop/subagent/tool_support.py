@@ -8,7 +8,7 @@ from pathlib import Path
 from typing import Any
 
 from dsh.agent_loop import Agent, RetryPolicy, ToolContext, ToolRegistry
-from dsh.agent_loop.events import Event
+from dsh.agent_loop.events import Event, to_wire
 from dsh.agent_loop.subagent import ParentContext
 from dsh.agent_loop.subagent.tool import SubagentToolkit
 from dsh.llm import DeepSeekClient
@@ -63,7 +63,7 @@ class Screen:
         self.text += self.renderer.render(event)
 
     def of(self, kind: str) -> list[dict[str, Any]]:
-        return [event.data for event in self.events if event.type == kind]
+        return [to_wire(event)["data"] for event in self.events if event.type == kind]
 
 
 def agent_for(server: FaultServer, kit: SubagentToolkit) -> tuple[Agent, Screen]:
