@@ -5,6 +5,8 @@
     python docs/transcripts.py --write     # run everything, rewrite the marked regions in place
     python docs/transcripts.py --only session,scenarios --write
     python docs/transcripts.py --slow --write   # also the reliability fault table (about a minute more)
+    DSH_RELIABILITY_REPORT=/tmp/r.json python -m pytest -q    # then:
+    python docs/transcripts.py --write --only reliability-counts --reliability-report /tmp/r.json
 
 A generated region is marked in the Markdown source:
 
@@ -64,6 +66,7 @@ class Lab:
     def __init__(self, root: Path) -> None:
         self.root = root
         self.pool = ThreadPoolExecutor(WORKERS)
+        self.reliability_report: Path | None = None
         self.orchestrators = ThreadPoolExecutor(2)  # jobs that wait on runs in self.pool
         self._homes = 0
         self._cache: dict[str, Future] = {}
@@ -615,17 +618,51 @@ ERROR_CODES: list[tuple[str, str, str | None]] = [
 ]
 
 
+# Rows for codes that only some versions of the code declare (shown when dsh.llm.ErrorCode has them).
+DECLARED_ONLY: list[tuple[str, str, str | None]] = [
+    ("PROXY", "the proxy that carried the request failed it (`httpx.ProxyError`, HTTP 407, a proxy's 5xx)", None),
+    ("UNKNOWN_FINISH", "a finish reason with no letters or digits to name a code by", None),
+]
+
+# Codes that reach the user as a start-up, command or protocol line, never as a turn end (architecture.md
+# names them in prose).
+NOT_TURN_ENDS = {"CONFIG", "STARTUP", "SESSION_NOT_FOUND", "SESSION_AMBIGUOUS", "SESSION_LOCKED", "TURN_BUSY",
+                 "AGENT_CLOSED", "PROTOCOL", "TRANSPORT_CLOSED", "PROCESS_START", "LINE_TOO_LONG"}
+
+
+def _fix_line(fix_line: Callable[..., str | None], code: str) -> str | None:
+    """The renderer's fix line for a failure with ``code`` (it takes a reason dict, or a typed reason)."""
+    from dsh.agent_loop import reasons
+
+    reason = {"kind": "error", "code": code, "message": "example", "step": 1}
+    typed = getattr(reasons, "EndReason", None) or reasons.TurnEnd
+    try:
+        return fix_line(typed.from_dict(reason))
+    except (AttributeError, TypeError):
+        return fix_line(reason)
+
+
 def table_error_codes(lab: Lab) -> str:
+    import dsh.llm
     from dsh.agent_loop.retry import RetryPolicy
     from dsh.repl.render import fix_line
 
+    rows_in = list(ERROR_CODES)
+    declared = getattr(dsh.llm, "ErrorCode", None)  # one enum of every code, where the code has one
+    if declared is not None:
+        values = {str(member.value) for member in declared}
+        rows_in += [row for row in DECLARED_ONLY if row[0] in values]
+        described = {code for code, _, _ in rows_in} | NOT_TURN_ENDS
+        missing = sorted(str(member.value) for member in declared if str(member.value) not in described)
+        if missing:
+            raise RuntimeError(f"describe these error codes in ERROR_CODES (docs/transcripts.py): {missing}")
     turns = scenario_turns(lab)
     policy = RetryPolicy()
     rows = ["| code | when | retried | fix line | in the demo |", "|---|---|---|---|---|"]
-    for code, when, scenario in ERROR_CODES:
+    for code, when, scenario in rows_in:
         probe = "HTTP_422" if code == "HTTP_<status>" else code
         retried = "yes" if policy.should_retry(probe, 0) else "no"
-        fix = fix_line({"kind": "error", "code": probe})
+        fix = _fix_line(fix_line, probe)
         fix_cell = _code(fix.strip()) if fix else "–"
         demo = "–"
         if scenario is not None:
@@ -651,6 +688,28 @@ def table_fault_matrix(lab: Lab) -> str:
     if bad:
         raise RuntimeError(f"fault-matrix rows that did not produce their expected line: {', '.join(bad)}")
     return markdown_table(outcomes)
+
+
+# --- reliability counts (from a report) ---------------------------------------------------------------
+
+REPORT_ENV = "DSH_RELIABILITY_REPORT"
+
+
+def table_reliability_counts(lab: Lab) -> str:
+    """The counts a whole-suite run wrote to ``$DSH_RELIABILITY_REPORT`` (``--reliability-report PATH``)."""
+    path = lab.reliability_report
+    if path is None:
+        raise RuntimeError("pass --reliability-report PATH (a JSON file written by a run with "
+                           f"{REPORT_ENV}=PATH python -m pytest)")
+    report = json.loads(Path(path).read_text(encoding="utf-8"))
+    rows = ["| what | measured |", "|---|---|"]
+    for key, value in sorted(report.get("counts", {}).items()):
+        rows.append(f"| {key} | {value:,} |".replace(",", " "))
+    if report.get("fuzz_total"):
+        rows.append(f"| fuzz cases (total) | {report['fuzz_total']:,} |".replace(",", " "))
+    for key, value in sorted(report.get("figures", {}).items()):
+        rows.append(f"| {key} | {value} |")
+    return "\n".join(rows) + "\n"
 
 
 # --- the registry ---------------------------------------------------------------------------------------
@@ -680,8 +739,10 @@ GENERATORS: dict[str, Callable[[Lab], str]] = {
     "session-log": session_log,
     "error-codes": table_error_codes,
     "fault-matrix": table_fault_matrix,
+    "reliability-counts": table_reliability_counts,
 }
-SLOW = {"fault-matrix"}  # minutes, not seconds: only with --slow (test_fault_matrix checks the same rows)
+SLOW = {"fault-matrix"}  # a minute, not seconds: only with --slow (test_fault_matrix checks the same rows)
+MEASURED = {"reliability-counts"}  # vary from run to run: only from --reliability-report, never checked
 
 
 def documents() -> list[Path]:
@@ -692,10 +753,11 @@ def regions(path: Path) -> list[tuple[str, str]]:
     return [(match.group(3), match.group(4)) for match in REGION.finditer(path.read_text(encoding="utf-8"))]
 
 
-def generate(names: set[str]) -> dict[str, str | BaseException]:
+def generate(names: set[str], reliability_report: Path | None = None) -> dict[str, str | BaseException]:
     """Every named region's text, generated concurrently; a failed generator's exception instead."""
     with tempfile.TemporaryDirectory(prefix="dsh-docs-") as folder:
         lab = Lab(Path(os.path.realpath(folder)))
+        lab.reliability_report = reliability_report
         try:
             with ThreadPoolExecutor(len(names) or 1) as outer:  # generators mostly wait on lab.pool
                 futures = {name: outer.submit(GENERATORS[name], lab) for name in sorted(names)}
@@ -717,7 +779,10 @@ def main(argv: list[str] | None = None) -> int:
     mode.add_argument("--write", action="store_true", help="rewrite the marked regions in place")
     parser.add_argument("--only", default="", help="comma-separated region names")
     parser.add_argument("--slow", action="store_true", help=f"also the slow regions ({', '.join(sorted(SLOW))})")
+    parser.add_argument("--reliability-report", type=Path, metavar="PATH",
+                        help=f"also {', '.join(sorted(MEASURED))}, from this {REPORT_ENV} file (with --write)")
     args = parser.parse_args(argv)
+    report = args.reliability_report.resolve() if args.reliability_report else None
     os.chdir(REPO)  # the fault matrix runs dsh from the repository
 
     found = {path: regions(path) for path in documents()}
@@ -729,8 +794,10 @@ def main(argv: list[str] | None = None) -> int:
     wanted = set(args.only.split(",")) - {""} if args.only else used
     if not args.slow:
         wanted -= SLOW
+    if args.reliability_report is None or args.check:
+        wanted -= MEASURED
     started = time.monotonic()
-    results = generate(wanted & used)
+    results = generate(wanted & used, report)
     failures = {name: value for name, value in results.items() if isinstance(value, BaseException)}
     for name, exc in failures.items():
         print(f"{name}: {type(exc).__name__}: {exc}", file=sys.stderr)
