@@ -243,11 +243,7 @@ def scenario_turns(lab: Lab) -> dict[str, list[str]]:
             for chunk in _chunks(batched, WORKERS)
         ]
         futures += [lab.pool.submit(lab.dsh, ["--demo"], stdin=f"/scenario {n}\n{SCENARIO_PROMPT}\n") for n in alone]
-        cancelled = {
-            name: lab.pool.submit(lab.dsh, ["--demo", "--scenario", name, "-p", SCENARIO_PROMPT],
-                                  sigint_after="[main turn 1] ")
-            for name, _, cancel in catalogue if cancel
-        }
+        cancelled = {name: print_run(lab, name) for name, _, cancel in catalogue if cancel}
         turns: dict[str, list[str]] = {}
         for future in futures:
             turns.update(_split_by_scenario(future.result().output))
@@ -307,19 +303,26 @@ def scenario_session(name: str, prompt: str = SCENARIO_PROMPT, *, status: bool =
     return generate
 
 
-def scenario_print(name: str, prompt: str = SCENARIO_PROMPT) -> Callable[[Lab], str]:
+def scenario_print(name: str) -> Callable[[Lab], str]:
     """``dsh --demo --scenario NAME -p PROMPT``, and its exit status."""
 
     def generate(lab: Lab) -> str:
-        run = lab.once(f"print:{name}", lambda: lab.dsh(["--demo", "--scenario", name, "-p", prompt])).result()
-        return fence(session_text(run, status=True), "console")
+        return fence(session_text(print_run(lab, name).result(), status=True), "console")
 
     return generate
 
 
+def print_run(lab: Lab, name: str) -> Future:
+    """``dsh --demo --scenario NAME -p hello`` (Ctrl-C, as SIGINT, for a scenario that waits for it), once."""
+    from dsh.repl.demo.catalogue import SCENARIOS
+
+    sigint = "[main turn 1] " if SCENARIOS[name].cancel else None
+    return lab.once(f"print:{name}", lambda: lab.dsh(["--demo", "--scenario", name, "-p", SCENARIO_PROMPT],
+                                                     sigint_after=sigint))
+
+
 def stall_session(lab: Lab) -> str:
-    run = lab.once("stall", lambda: lab.dsh(["--demo", "--scenario", "stall", "-p", "wait for it"],
-                                            sigint_after="[main turn 1] ")).result()
+    run = print_run(lab, "stall").result()
     head, _, rest = run.output.partition("[main turn 1] ")
     text = "\n".join([f"$ {run.shown}", head + "[main turn 1] " + "^C" + rest.rstrip("\n"), "$ echo $?",
                       str(run.returncode)])
@@ -381,9 +384,7 @@ def table_turn_ends(lab: Lab) -> str:
     for _, name, _ in _ENDS:
         if name is None:
             continue
-        sigint = "[main turn 1] " if name == "stall" else None
-        runs[name] = lab.once(f"end:{name}", lambda n=name, s=sigint: lab.dsh(
-            ["--demo", "--scenario", n, "-p", SCENARIO_PROMPT], sigint_after=s))
+        runs[name] = print_run(lab, name)
     crashed = lab.once("resume-crashed", lambda: _resumed_after_crash(lab))
     rows = ["| how the turn ends | try it | the turn-end line (and fix line) | `-p` exit status |",
             "|---|---|---|---|"]
@@ -703,10 +704,13 @@ def table_reliability_counts(lab: Lab) -> str:
                            f"{REPORT_ENV}=PATH python -m pytest)")
     report = json.loads(Path(path).read_text(encoding="utf-8"))
     rows = ["| what | measured |", "|---|---|"]
+    def number(value: object) -> str:
+        return f"{value:,}".replace(",", " ") if isinstance(value, int) else str(value)
+
     for key, value in sorted(report.get("counts", {}).items()):
-        rows.append(f"| {key} | {value:,} |".replace(",", " "))
+        rows.append(f"| {key} | {number(value)} |")
     if report.get("fuzz_total"):
-        rows.append(f"| fuzz cases (total) | {report['fuzz_total']:,} |".replace(",", " "))
+        rows.append(f"| fuzz cases (total) | {number(report['fuzz_total'])} |")
     for key, value in sorted(report.get("figures", {}).items()):
         rows.append(f"| {key} | {value} |")
     return "\n".join(rows) + "\n"
