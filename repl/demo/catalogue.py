@@ -248,7 +248,8 @@ def _register_catalogue() -> None:
         expect="And this is the answer, in normal type.")
     add("tool-call", "the model calls list_dir, dsh runs it, the model answers", _tool_call,
         expect='  [tool call] list_dir({"path": "."})')
-    add("shell-approval", "the model wants to run a shell command: you answer (y / n / a)", _shell_approval,
+    add("shell-approval", "the model wants to run a shell command: you answer y / n / a "
+        "(piped, with no one to ask, it is denied)", _shell_approval,
         expect='  [tool call] run_shell({"command": "echo hello from run_shell"})')
     add("retry-then-success", "HTTP 503 once, then an answer (one retry line)", _retry_then_success,
         expect="[retry 1/5 in 0.1s] SERVER: Server Overloaded, please try again later")
@@ -267,11 +268,12 @@ def _register_catalogue() -> None:
         expect="[turn failed INVALID_REQUEST] Request body too large")
     add("http-422", "HTTP 422 invalid parameters (an unmapped status)", _default("http_422"),
         expect="[turn failed HTTP_422] Invalid Parameters: temperature must be between 0 and 2")
-    add("http-429", "HTTP 429 rate limit with Retry-After: 1 (5 retries, then the fix line)",
+    add("http-429", "HTTP 429 rate limit; its Retry-After: 1 is above the demo's 0.4 s backoff cap, "
+        "so dsh backs off 0.1-0.4 s instead (5 retries, then the fix line)",
         _default(Behaviour("http_429", retry_after="1")), expect="[turn failed RATE_LIMIT] Rate Limit Reached")
     add("http-500", "HTTP 500 (retried, then the fix line)", _default("http_500"),
         expect="[turn failed SERVER] Internal Server Error")
-    add("http-502", "HTTP 502 with an HTML body from a proxy", _default("http_502_html"),
+    add("http-502", "HTTP 502 with an HTML body from a proxy (retried, then the fix line)", _default("http_502_html"),
         expect="[turn failed SERVER] DeepSeek API error (HTTP 502)")
     add("http-503", "HTTP 503 server overloaded (retried, then the fix line)", _default("http_503"),
         expect="[turn failed SERVER] Server Overloaded, please try again later")
@@ -282,7 +284,8 @@ def _register_catalogue() -> None:
         expect=f"[turn failed TIMEOUT] DeepSeek stream idle timeout after {DEMO_FIRST_TOKEN_TIMEOUT:g}s")
     add("stall", "headers, then silence: press Ctrl-C to cancel", _default("stall_after_headers"),
         expect="[turn aborted] cancelled", cancel=True)
-    add("mid-stream-drop", "connection reset mid-stream (retried)", _default("reset_mid_stream"),
+    add("mid-stream-drop", "connection reset after some text (not retried: the text is already on screen)",
+        _default("reset_mid_stream"),
         expect="[turn failed TRANSPORT] DeepSeek API stream from http://127.0.0.1:")
     add("stream-closed", "the stream ends without [DONE]", _default("no_done"),
         expect="[turn failed STREAM_CLOSED] SSE stream ended without [DONE]")

@@ -141,7 +141,8 @@ DELEGATION_SCENARIOS: tuple[DelegationScenario, ...] = (
                        "dsh-no-terminal", _line("dsh-no-terminal", "stage: session-run; category: missing-terminal)")),
     DelegationScenario("dsh-child-unknown", "the child ends its turn with an unknown kind: child-unknown",
                        "dsh-odd-end", _line("dsh-odd-end", "stage: session-run; category: child-unknown)")),
-    DelegationScenario("dsh-child-disposed", "the child's session is disposed mid-turn: child-disposed",
+    DelegationScenario("dsh-child-disposed", "the child's session is disposed mid-turn: child-disposed "
+                       "(reported as cancelled)",
                        "dsh-disposed",
                        _line("dsh-disposed", "stage: session-run; category: child-disposed; stop reason: disposed)")),
     DelegationScenario("dsh-transport", "the child exits with code 9 mid-prompt: transport + exit code", "dsh-exit",
@@ -163,7 +164,8 @@ DELEGATION_SCENARIOS: tuple[DelegationScenario, ...] = (
                        "  [tool result] The ACP agent did the task."),
     DelegationScenario("acp-remote-limit", "the ACP agent stops with max_turn_requests: remote-limit", "acp-limit",
                        _line("acp-limit", "stage: prompt; category: remote-limit; stop reason: max_turn_requests)")),
-    DelegationScenario("acp-permission", "the ACP agent asks to run a command; the policy rejects it",
+    DelegationScenario("acp-permission", "the ACP agent asks to run a command, the policy rejects it, then the "
+                       "agent stops at max_tokens: the permission line is the diagnostic",
                        "acp-permission",
                        "    Subagent permission decision (policy: reject; request: execute; decision: rejected)"),
     DelegationScenario("acp-process-exit", "the ACP agent exits with code 9 mid-prompt: process-exit", "acp-exit",

@@ -110,10 +110,12 @@ _CLAUDE: dict[str, tuple[dict[str, Any], str, str]] = {
         _claude_line("stage: query-start; category: configuration)")),
     "claude-teardown": (
         _claude("linger_after_success", env={"FAKE_CLAUDE_STUBBORN": "1"}),
-        "the CLI answers, then ignores EOF and SIGTERM: teardown",
+        "the CLI answers, then ignores EOF and SIGTERM: the run fails at teardown (SIGKILL)",
         _claude_line("stage: teardown; category: unknown; signal: SIGKILL)")),
     "claude-permission": (
-        _claude("permission_then_error"), "the CLI asks for a tool permission; the unattended run denies it",
+        _claude("permission_then_error"),
+        "the CLI asks for a tool permission; the unattended run denies it and the CLI fails with "
+        "error_during_execution",
         f"{_INDENT}Claude Code unattended decision (mode: dontAsk; request: tool permission; decision: denied): "
         "the provider does not request human approval"),
 }  # fmt: skip
@@ -174,11 +176,14 @@ def _codex_entries() -> dict[str, tuple[dict[str, Any], str, str]]:
                                _codex_line("stage: process; category: process-exit; exit code: 4)")),
         "codex-killed": (_codex("kill_mid_turn"), "the app-server dies of SIGKILL mid-turn",
                          _codex_line("stage: process; category: process-exit; signal: SIGKILL)")),
-        "codex-deadline": (_codex("hang_turn", turn_timeout=1), "the turn outlives its 1 s deadline: turn/interrupt",
+        "codex-deadline": (_codex("hang_turn", turn_timeout=1),
+                           "the turn outlives its 1 s deadline: dsh sends turn/interrupt and reports the last error",
                            _codex_line("stage: turn; category: responseStreamDisconnected)")),
-        "codex-teardown": (_codex("stubborn_after_success"), "the app-server ignores EOF and SIGTERM: teardown",
+        "codex-teardown": (_codex("stubborn_after_success"), "the app-server answers, then ignores EOF and SIGTERM: "
+                           "the run fails at teardown (SIGKILL)",
                            _codex_line("stage: teardown; category: unknown; signal: SIGKILL)")),
-        "codex-approval": (_codex("approvals_then_fail"), "Codex asks for approvals; the unattended run declines",
+        "codex-approval": (_codex("approvals_then_fail"), "Codex asks for approvals; the unattended run denies them "
+                           "and the turn fails (sandboxError)",
                            f"{_INDENT}Codex unattended decision (mode: never; request: command execution; "
                            "decision: denied): the provider does not request human approval"),
     })  # fmt: skip

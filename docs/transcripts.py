@@ -1,0 +1,840 @@
+#!/usr/bin/env python3
+"""Every transcript and table in README.md and docs/*.md, produced by running the real dsh.
+
+    python docs/transcripts.py --check     # run everything, compare with the checked-in text, print a diff
+    python docs/transcripts.py --write     # run everything, rewrite the marked regions in place
+    python docs/transcripts.py --only session,scenarios --write
+    python docs/transcripts.py --slow --write   # also the reliability fault table (about a minute more)
+    DSH_RELIABILITY_REPORT=/tmp/r.json python -m pytest -q    # then:
+    python docs/transcripts.py --write --only reliability-counts --reliability-report /tmp/r.json
+
+A generated region is marked in the Markdown source:
+
+    <!-- transcript: NAME -->
+    ...  (written by this script: do not edit by hand)
+    <!-- /transcript -->
+
+(``table:`` instead of ``transcript:`` for tables.) NAME is one of :data:`GENERATORS`. Each generator runs
+``python -m dsh.repl`` (shown as ``dsh``) or the fault server in a subprocess, with ``NO_COLOR=1``, a fresh
+temporary ``HOME`` (so the config file, session logs and history are the defaults under it) and a small
+working directory holding ``notes.txt`` and ``src/``. The demo needs no key and no network.
+
+Only what really varies between runs is replaced, each with a named placeholder: loopback ports
+(``<port>``), session ids (``<session-id>``), timestamps in session logs (``<time>``), the temporary home
+(``~``) and working directory (``~/project``), and OpenSSL source lines (``_ssl.c:…``). Runs are
+independent, so they go through a small thread pool; ``tests/test_docs.py`` runs ``--check``.
+"""
+
+from __future__ import annotations
+
+import argparse
+import difflib
+import json
+import os
+import re
+import shlex
+import signal
+import subprocess
+import sys
+import tempfile
+import threading
+import time
+from collections.abc import Callable, Iterable
+from concurrent.futures import Future, ThreadPoolExecutor
+from dataclasses import dataclass
+from pathlib import Path
+
+REPO = Path(__file__).resolve().parents[1]
+PYTHON = sys.executable
+REGION = re.compile(r"(<!-- (transcript|table): ([\w-]+) -->\n)(.*?)(<!-- /\2 -->)", re.S)
+TIMEOUT = 120.0
+WORKERS = 4  # most runs wait on sockets, timers and child processes, not on the CPU
+
+# --- running dsh ------------------------------------------------------------------------------------
+
+
+@dataclass
+class Run:
+    shown: str  # the command as the reader would type it
+    returncode: int
+    output: str  # stdout and stderr, interleaved as written, normalised
+
+
+class Lab:
+    """Fresh homes under one temporary folder, a thread pool, and the normalisation of outputs."""
+
+    def __init__(self, root: Path) -> None:
+        self.root = root
+        self.pool = ThreadPoolExecutor(WORKERS)
+        self.reliability_report: Path | None = None
+        self.orchestrators = ThreadPoolExecutor(2)  # jobs that wait on runs in self.pool
+        self._homes = 0
+        self._cache: dict[str, Future] = {}
+        self._lock = threading.Lock()
+
+    def close(self) -> None:
+        self.orchestrators.shutdown(wait=True, cancel_futures=True)
+        self.pool.shutdown(wait=True, cancel_futures=True)
+
+    def once(self, key: str, job: Callable[[], object], *, waits: bool = False) -> Future:
+        """Run ``job`` once per key (several regions share one run); ``waits``: it submits runs itself."""
+        with self._lock:
+            if key not in self._cache:
+                self._cache[key] = (self.orchestrators if waits else self.pool).submit(job)
+            return self._cache[key]
+
+    def home(self, config: str | None = None) -> Path:
+        with self._lock:
+            self._homes += 1
+            home = self.root / f"home{self._homes}"
+        work = home / "project"
+        (work / "src").mkdir(parents=True)
+        (work / "notes.txt").write_text("remember the milk\n", encoding="utf-8")
+        if config is not None:
+            (home / ".config" / "dsh").mkdir(parents=True)
+            (home / ".config" / "dsh" / "config.toml").write_text(config, encoding="utf-8")
+        return home
+
+    @staticmethod
+    def env(home: Path, **extra: str) -> dict[str, str]:
+        env = {
+            "PATH": os.environ.get("PATH", "/usr/bin:/bin"),
+            "HOME": str(home),
+            "LANG": "C.UTF-8",
+            "TERM": "dumb",
+            "NO_COLOR": "1",
+            "COLUMNS": "100",
+            "PYTHONDONTWRITEBYTECODE": "1",
+        }
+        env.update(extra)
+        return env
+
+    def normalise(self, text: str, home: Path | None = None) -> str:
+        if home is not None:
+            text = text.replace(str(home / "project"), "~/project").replace(str(home), "~")
+        text = text.replace(str(self.root), "<tmp>")
+        text = re.sub(r"(127\.0\.0\.1|localhost|\[::1\]):\d{2,5}\b", r"\1:<port>", text)
+        text = re.sub(r"\('127\.0\.0\.1', \d+\)", "('127.0.0.1', <port>)", text)
+        text = re.sub(r"\b\d{8}-\d{6}-[0-9a-f]{6}\b", "<session-id>", text)
+        text = re.sub(r'"(time|createdAt)":"[^"]+"', r'"\1":"<time>"', text)
+        return re.sub(r"_ssl\.c:\d+", "_ssl.c:…", text)
+
+    def dsh(
+        self,
+        args: Iterable[str],
+        *,
+        stdin: str | None = None,
+        config: str | None = None,
+        home: Path | None = None,
+        sigint_after: str | None = None,
+        env: dict[str, str] | None = None,
+        shown_env: str = "",
+    ) -> Run:
+        """One real ``dsh`` process; ``sigint_after``: send SIGINT once the output contains that text."""
+        args = list(args)
+        home = home or self.home(config)
+        command = [PYTHON, "-m", "dsh.repl", *args]
+        shown = " ".join(shlex.quote(arg) for arg in ["dsh", *args])
+        if shown_env:
+            shown = f"{shown_env} {shown}"
+        child = subprocess.Popen(
+            command, cwd=home / "project", env=self.env(home, **(env or {})),
+            stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=subprocess.STDOUT,
+        )
+        assert child.stdin is not None and child.stdout is not None
+        if sigint_after is None:
+            out, _ = child.communicate(stdin.encode() if stdin is not None else b"", timeout=TIMEOUT)
+        else:
+            out = _read_until(child, sigint_after.encode())
+            time.sleep(0.5)  # the request is in flight: Ctrl-C now cancels the turn, not the start-up
+            child.send_signal(signal.SIGINT)
+            rest, _ = child.communicate(timeout=TIMEOUT)
+            out += rest
+        output = self.normalise(out.decode("utf-8", "replace"), home)
+        return Run(self.normalise(shown, home), child.returncode, output)
+
+
+def _read_until(child: subprocess.Popen, needle: bytes) -> bytes:
+    assert child.stdout is not None and child.stdin is not None
+    child.stdin.close()
+    child.stdin = None  # communicate() later must not flush it
+    os.set_blocking(child.stdout.fileno(), False)
+    data = b""
+    deadline = time.monotonic() + TIMEOUT
+    while needle not in data:
+        if time.monotonic() > deadline or child.poll() is not None:
+            raise RuntimeError(f"dsh never printed {needle!r}; got {data!r}")
+        data += child.stdout.read() or b""
+        time.sleep(0.02)
+    os.set_blocking(child.stdout.fileno(), True)
+    return data
+
+
+def fence(text: str, lang: str = "") -> str:
+    return f"```{lang}\n{text.rstrip()}\n```\n"
+
+
+def session_text(run: Run, stdin: str | None = None, *, status: bool = False) -> str:
+    """A run as a terminal shows it: the command (with its here-document), the output, ``$?``."""
+    lines = []
+    if stdin is not None and stdin.count("\n") > 1:
+        lines += [f"$ {run.shown} <<'EOF'", *stdin.rstrip("\n").split("\n"), "EOF"]
+    elif stdin is not None:
+        lines.append(f"$ echo {shlex.quote(stdin.strip())} | {run.shown}")
+    else:
+        lines.append(f"$ {run.shown}")
+    lines.append(run.output.rstrip("\n"))
+    if status:
+        lines += ["$ echo $?", str(run.returncode)]
+    return "\n".join(line for line in lines if line != "")
+
+
+def _code(text: str) -> str:
+    """A Markdown code span in a table cell; text holding a backtick needs a double-backtick fence."""
+    text = text.replace("|", "\\|")
+    return f"`` {text} ``" if "`" in text else f"`{text}`"
+
+
+def cell(lines: Iterable[str]) -> str:
+    return "<br>".join(_code(line) for line in lines) or "(nothing)"
+
+
+# --- the scenario catalogue ---------------------------------------------------------------------------
+
+_HEADER = re.compile(r"^\[main turn \d+\] ")
+_END = re.compile(r"^\[turn (failed|aborted|rejected|hit the output-token limit|interrupted)")
+_RETRY = re.compile(r"^\[retry \d+/\d+ in ([0-9.]+)s\] ")
+_DIAGNOSTIC = re.compile(r"^    (Subagent |Product subagent |Claude Code unattended |Codex unattended )")
+SCENARIO_PROMPT = "hello"
+
+
+def _catalogue() -> list[tuple[str, str, bool]]:
+    from dsh.repl.demo.catalogue import SCENARIOS
+
+    return [(s.name, s.summary, s.cancel) for s in SCENARIOS.values()]
+
+
+def _chunks(names: list[str], count: int) -> list[list[str]]:
+    return [names[i::count] for i in range(count) if names[i::count]]
+
+
+def _split_by_scenario(output: str) -> dict[str, list[str]]:
+    """A piped run of ``/scenario NAME`` + prompt pairs, cut at each ``scenario NAME: ...`` line."""
+    turns: dict[str, list[str]] = {}
+    current: list[str] | None = None
+    for line in output.split("\n"):
+        match = re.match(r"^scenario (\S+): ", line)
+        if match:
+            current = turns.setdefault(match.group(1), [])
+        elif current is not None and line:
+            current.append(_HEADER.sub("", line))
+    return turns
+
+
+def scenario_turns(lab: Lab) -> dict[str, list[str]]:
+    """Every scenario's turn, header stripped: piped runs of a few scenarios each, in parallel."""
+
+    def job() -> dict[str, list[str]]:
+        catalogue = _catalogue()
+        alone = {"dsh-background"}  # its job notice arrives after the turn: no neighbour may share the run
+        batched = [name for name, _, cancel in catalogue if not cancel and name not in alone]
+        futures = [
+            lab.pool.submit(lab.dsh, ["--demo"], stdin="".join(f"/scenario {n}\n{SCENARIO_PROMPT}\n" for n in chunk))
+            for chunk in _chunks(batched, WORKERS)
+        ]
+        futures += [lab.pool.submit(lab.dsh, ["--demo"], stdin=f"/scenario {n}\n{SCENARIO_PROMPT}\n") for n in alone]
+        cancelled = {name: print_run(lab, name) for name, _, cancel in catalogue if cancel}
+        turns: dict[str, list[str]] = {}
+        for future in futures:
+            turns.update(_split_by_scenario(future.result().output))
+        for name, future in cancelled.items():
+            turns[name] = [_HEADER.sub("", line) for line in future.result().output.split("\n") if line]
+        missing = [name for name, _, _ in catalogue if not turns.get(name)]
+        if missing:
+            raise RuntimeError(f"no output for scenarios: {', '.join(missing)}")
+        return turns
+
+    return lab.once("scenario-turns", job, waits=True).result()
+
+
+def result_lines(lines: list[str]) -> list[str]:
+    """The line that says how a scenario's turn ended (with the lines that belong to it)."""
+    for index, line in enumerate(lines):
+        if _END.match(line):
+            fix = lines[index + 1 : index + 2]
+            return [line, *[f for f in fix if f.startswith("  fix: ")]]
+    jobs = [line for line in lines if line.startswith("[job] ")]
+    if jobs:
+        return jobs[:1]
+    results = [i for i, line in enumerate(lines) if line.startswith("  [tool result] ")]
+    if results:
+        start = results[-1]
+        picked = [lines[start].strip()]
+        for line in lines[start + 1 :]:
+            if not _DIAGNOSTIC.match(line):
+                break
+            picked.append(line.strip())
+        return picked
+    return lines[-1:]
+
+
+def retry_waits(lines: list[str]) -> str:
+    waits = [match.group(1) for line in lines if (match := _RETRY.match(line))]
+    return ", ".join(waits) + " s" if waits else "–"
+
+
+def table_scenarios(lab: Lab) -> str:
+    turns = scenario_turns(lab)
+    rows = ["| scenario | what happens | retry waits | how the turn ends |",
+            "|---|---|---|---|"]
+    for name, summary, _ in _catalogue():
+        lines = turns[name]
+        what = summary.replace("|", "\\|")
+        rows.append(f"| `{name}` | {what} | {retry_waits(lines)} | {cell(result_lines(lines))} |")
+    return "\n".join(rows) + "\n"
+
+
+def scenario_session(name: str, prompt: str = SCENARIO_PROMPT, *, status: bool = False) -> Callable[[Lab], str]:
+    def generate(lab: Lab) -> str:
+        run = lab.once(f"scenario:{name}:{prompt}",
+                       lambda: lab.dsh(["--demo", "--scenario", name], stdin=prompt + "\n"))
+        return fence(session_text(run.result(), prompt + "\n", status=status), "console")
+
+    return generate
+
+
+def scenario_print(name: str) -> Callable[[Lab], str]:
+    """``dsh --demo --scenario NAME -p PROMPT``, and its exit status."""
+
+    def generate(lab: Lab) -> str:
+        return fence(session_text(print_run(lab, name).result(), status=True), "console")
+
+    return generate
+
+
+def print_run(lab: Lab, name: str) -> Future:
+    """``dsh --demo --scenario NAME -p hello`` (Ctrl-C, as SIGINT, for a scenario that waits for it), once."""
+    from dsh.repl.demo.catalogue import SCENARIOS
+
+    sigint = "[main turn 1] " if SCENARIOS[name].cancel else None
+    return lab.once(f"print:{name}", lambda: lab.dsh(["--demo", "--scenario", name, "-p", SCENARIO_PROMPT],
+                                                     sigint_after=sigint))
+
+
+def stall_session(lab: Lab) -> str:
+    run = print_run(lab, "stall").result()
+    head, _, rest = run.output.partition("[main turn 1] ")
+    text = "\n".join([f"$ {run.shown}", head + "[main turn 1] " + "^C" + rest.rstrip("\n"), "$ echo $?",
+                      str(run.returncode)])
+    return fence(text, "console")
+
+
+# --- README ---------------------------------------------------------------------------------------------
+
+SESSION_INPUT = "hello\n/scenario refused\nis anyone there?\n/why\n/scenario max-tokens\nwrite a long poem\n"
+
+
+def readme_session(lab: Lab) -> str:
+    run = lab.once("session", lambda: lab.dsh(["--demo"], stdin=SESSION_INPUT)).result()
+    return fence(session_text(run, SESSION_INPUT), "console")
+
+
+def readme_help(lab: Lab) -> str:
+    run = lab.once("help", lambda: lab.dsh(["--help"])).result()
+    return fence(session_text(run), "console")
+
+
+def readme_slash_help(lab: Lab) -> str:
+    run = lab.once("slash-help", lambda: lab.dsh(["--demo"], stdin="/help\n")).result()
+    return fence(session_text(run, "/help\n"), "console")
+
+
+_CRASHED_LOG = [
+    {"type": "session", "version": 1, "id": "20260101-000000-000000", "createdAt": "2026-01-01T00:00:00.000Z",
+     "cwd": "/"},
+    {"type": "turn/start", "seq": 1, "time": "2026-01-01T00:00:00.000Z", "data": {"turn": 1, "prompt": "hello"}},
+    {"type": "step/start", "seq": 2, "time": "2026-01-01T00:00:00.001Z", "data": {"turn": 1, "step": 1}},
+]
+
+
+def _resumed_after_crash(lab: Lab) -> Run:
+    """A session log whose last turn never ended (the process was killed), then ``dsh --resume last``."""
+    home = lab.home()
+    sessions = home / ".local" / "state" / "dsh" / "sessions"
+    sessions.mkdir(parents=True, mode=0o700)
+    log = sessions / "20260101-000000-000000.jsonl"
+    log.write_text("".join(json.dumps(record) + "\n" for record in _CRASHED_LOG), encoding="utf-8")
+    log.chmod(0o600)
+    return lab.dsh(["--demo", "--resume", "last"], stdin="hello again\n", home=home)
+
+
+# how it ends, the scenario that shows it, and whether -p runs it
+_ENDS = [
+    ("completed", "text", True),
+    ("failed", "http-401", True),
+    ("aborted (Ctrl-C)", "stall", True),
+    ("rejected", "prompt-rejected", True),
+    ("output-token limit", "max-tokens", True),
+    ("interrupted (shown first on `--resume`)", None, False),
+]
+
+
+def table_turn_ends(lab: Lab) -> str:
+    runs: dict[str, Future] = {}
+    for _, name, _ in _ENDS:
+        if name is None:
+            continue
+        runs[name] = print_run(lab, name)
+    crashed = lab.once("resume-crashed", lambda: _resumed_after_crash(lab))
+    rows = ["| how the turn ends | try it | the turn-end line (and fix line) | `-p` exit status |",
+            "|---|---|---|---|"]
+    for what, name, _ in _ENDS:
+        if name is None:
+            run = crashed.result()
+            first = _HEADER.sub("", run.output.split("\n")[0])
+            rows.append(f"| {what} | `--resume` a session whose dsh was killed mid-turn | {cell([first])} | – |")
+            continue
+        run = runs[name].result()
+        lines = [_HEADER.sub("", line) for line in run.output.split("\n") if line]
+        ends = [line for line in lines if _END.match(line) or line.startswith("  fix: ")]
+        rows.append(f"| {what} | `--scenario {name}` | {cell(ends)} | {run.returncode} |")
+    return "\n".join(rows) + "\n"
+
+
+def resume_session(lab: Lab) -> str:
+    run = lab.once("resume-crashed", lambda: _resumed_after_crash(lab)).result()
+    return fence(session_text(run, "hello again\n"), "console")
+
+
+# --- configuration --------------------------------------------------------------------------------------
+
+
+def config_errors(lab: Lab) -> str:
+    bad = lab.once("config-bad", lambda: lab.dsh(["-p", "hello"], config='max_tokens = "lots"\n',
+                                                 env={"DEEPSEEK_API_KEY": "sk-not-a-real-key"},
+                                                 shown_env="DEEPSEEK_API_KEY=sk-..."))
+    unknown = lab.once("config-unknown", lambda: lab.dsh(["--demo", "-p", "hello"], config="colour = true\n"))
+    nokey = lab.once("config-nokey", lambda: lab.dsh(["-p", "hello"]))
+    parts = []
+    for run, before in ((bad, ['$ cat ~/.config/dsh/config.toml', 'max_tokens = "lots"']),
+                        (unknown, ["$ cat ~/.config/dsh/config.toml", "colour = true"]),
+                        (nokey, ["$ rm ~/.config/dsh/config.toml; unset DEEPSEEK_API_KEY"])):
+        result = run.result()
+        parts += [*before, session_text(result, status=True)]
+    return fence("\n".join(parts), "console")
+
+
+def prompt_guard(lab: Lab) -> str:
+    prompt = "deploy with sk-live-0123456789abcdefghij"
+    run = lab.once("prompt-guard", lambda: lab.dsh(["--demo"], stdin=prompt + "\n")).result()
+    return fence(session_text(run, prompt + "\n"), "console")
+
+
+# --- subagents ------------------------------------------------------------------------------------------
+
+DELEGATE_PROMPT = "Summarise the README with a helper"
+
+# --- the fault server -----------------------------------------------------------------------------------
+
+FAULT_SCRIPT = "text,http_503,reset_mid_stream"
+FAULT_TURNS = "one\ntwo\nthree\n"
+
+
+def _fault_server_session(lab: Lab) -> tuple[str, Run, str]:
+    """The fault server by hand, and a dsh (no retries) whose three turns meet its three behaviours."""
+    home = lab.home("max_retries = 0\n")
+    argv = ["-m", "dsh.repl.demo.fault_server", "--port", "0", "--script", FAULT_SCRIPT]
+    server = subprocess.Popen([PYTHON, *argv], env=lab.env(home), stdout=subprocess.PIPE,
+                              stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL)
+    try:
+        assert server.stdout is not None
+        head = [server.stdout.readline().decode() for _ in range(3)]
+        url = re.search(r"listening on (\S+)", head[0])
+        if url is None:
+            raise RuntimeError(f"fault server did not start: {head!r}")
+        run = lab.dsh(["--base-url", url.group(1)], stdin=FAULT_TURNS, home=home,
+                      env={"DEEPSEEK_API_KEY": "any"}, shown_env="DEEPSEEK_API_KEY=any")
+        time.sleep(0.2)
+    finally:
+        server.send_signal(signal.SIGINT)
+        rest, _ = server.communicate(timeout=TIMEOUT)
+    log = "".join(head) + rest.decode()
+    log = log.replace("fault server stopping", "^Cfault server stopping")
+    shown = "python -m dsh.repl.demo.fault_server --port 0 --script " + FAULT_SCRIPT
+    return f"$ {shown}\n{lab.normalise(log, home)}", run, FAULT_TURNS
+
+
+def fault_server_log(lab: Lab) -> str:
+    log, _, _ = lab.once("fault-server", lambda: _fault_server_session(lab)).result()
+    return fence(log, "console")
+
+
+def fault_server_dsh(lab: Lab) -> str:
+    _, run, stdin = lab.once("fault-server", lambda: _fault_server_session(lab)).result()
+    return fence("$ cat ~/.config/dsh/config.toml\nmax_retries = 0\n" + session_text(run, stdin), "console")
+
+
+# What each behaviour does, in words (checked against repl/demo/fault_server.py); the table's last column
+# is what dsh printed against it. A behaviour missing here fails the run, so the table stays complete.
+BEHAVIOURS: dict[str, str] = {
+    "text": "a normal streamed answer (`text=` to choose it), usage, `[DONE]`",
+    "slow_text": "the same, with `delay=` seconds between chunks (default 0.05)",
+    "reasoning": "`reasoning_content` deltas first, then the answer",
+    "tool_call": "one tool call with fragmented arguments (`name=`, `arguments=`, `id=`, `fragments=`)",
+    "parallel_tool_calls": "two tool calls whose argument fragments interleave by `index`",
+    "length": "finish reason `length`: the output-token limit",
+    "content_filter": "finish reason `content_filter`",
+    "insufficient_system_resource": "finish reason `insufficient_system_resource`",
+    "empty": "finish `stop` with no content at all",
+    "empty_body": "200 with an empty body",
+    "no_done": "a whole stream, but no `data: [DONE]`",
+    "partial_eof": "the body ends cleanly in the middle of a `data:` line",
+    "malformed_json": "a `data:` payload that is not JSON (`payload=` to choose it)",
+    "malformed_shape": "valid JSON of the wrong shape",
+    "keepalive_then_text": "`count=` `: keep-alive` comments `interval=` apart, then an answer",
+    "keepalive_only": "only keep-alive comments until the client gives up (`text=` streams some text first)",
+    "stall_before_headers": "the request is read, then nothing comes back",
+    "stall_after_headers": "`200` and headers, then silence",
+    "stall_mid_stream": "some text, then silence",
+    "reset_before_headers": "TCP reset (RST) before any response byte",
+    "disconnect_before_response": "a clean close before any response byte",
+    "reset_mid_stream": "some text, then a TCP reset",
+    "fin_mid_stream": "some text, then a clean close inside the chunked body",
+    "huge_text": "`n=` deltas of one to three characters (default 200 000, `seed=` picks them), sent in 1 MiB writes",
+    "http_400": "400 with DeepSeek's thinking-mode wording",
+    "http_400_context": "400 with the context-overflow wording",
+    "http_401": "authentication failure",
+    "http_402": "insufficient balance",
+    "http_403": "permission failure",
+    "http_413": "request too large",
+    "http_422": "invalid parameters",
+    "http_429": "rate limit with `Retry-After: 2` (`retry_after=` to change it)",
+    "http_500": "server error",
+    "http_502_html": "502 with an nginx HTML page instead of JSON",
+    "http_503": "server overloaded",
+    "http_error": "any status: `status=`, `message=`, `body=` for a verbatim body (also spelled `http_NNN`)",
+}
+_FOLLOW_UP = {"tool_call": "text", "parallel_tool_calls": "text"}  # dsh runs the tools, then asks again
+_BEHAVIOUR_PARAMS = {"http_error": "http_error:status=418:message=I'm a Teapot", "huge_text": "huge_text:n=12"}
+_BEHAVIOUR_CONFIG = "max_retries = 0\nstream_idle_timeout = 1\nfirst_token_timeout = 1\n"
+
+
+def _behaviour_names(lab: Lab) -> list[str]:
+    listed = subprocess.run([PYTHON, "-m", "dsh.repl.demo.fault_server", "--list"], capture_output=True, text=True,
+                            env=lab.env(lab.root), timeout=TIMEOUT, check=True)
+    names = listed.stdout.split()
+    unknown = sorted(set(names) - set(BEHAVIOURS))
+    if unknown:
+        raise RuntimeError(f"describe these fault-server behaviours in docs/transcripts.py: {', '.join(unknown)}")
+    return names
+
+
+def _behaviour_run(lab: Lab, names: list[str]) -> dict[str, list[str]]:
+    """One fault server scripted with every behaviour in turn; one piped dsh turn per behaviour."""
+    home = lab.home(_BEHAVIOUR_CONFIG)
+    script = []
+    for name in names:
+        script.append(_BEHAVIOUR_PARAMS.get(name, name))
+        if name in _FOLLOW_UP:
+            script.append(_FOLLOW_UP[name])
+    argv = ["-m", "dsh.repl.demo.fault_server", "--port", "0", "--script", ",".join(script)]
+    server = subprocess.Popen([PYTHON, *argv], env=lab.env(home), stdout=subprocess.PIPE,
+                              stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL)
+    try:
+        assert server.stdout is not None
+        url = re.search(r"listening on (\S+)", server.stdout.readline().decode())
+        if url is None:
+            raise RuntimeError("fault server did not start")
+        run = lab.dsh(["--base-url", url.group(1)], stdin="".join(f"{name}\n" for name in names), home=home,
+                      env={"DEEPSEEK_API_KEY": "any"})
+    finally:
+        server.send_signal(signal.SIGINT)
+        log, _ = server.communicate(timeout=TIMEOUT)
+    served = re.findall(r"-> (\S+) \(fault-", log.decode())
+    expected = [item.split(":")[0] for item in script]
+    if served != expected:
+        raise RuntimeError(f"the turns did not meet the behaviours in order: {served} != {expected}")
+    turns: dict[int, list[str]] = {}
+    current: list[str] = []
+    for line in run.output.split("\n"):
+        match = re.match(r"^\[main turn (\d+)\] ", line)
+        if match:
+            current = turns.setdefault(int(match.group(1)), [])
+            line = line[match.end():]
+        if line:
+            current.append(line)
+    return {name: turns.get(number, []) for number, name in enumerate(names, 1)}
+
+
+def table_behaviours(lab: Lab) -> str:
+    names = lab.once("behaviour-names", lambda: _behaviour_names(lab)).result()
+    turns = lab.once("behaviours", lambda: _behaviour_run(lab, names)).result()
+    rows = ["| behaviour | what the server does | what dsh printed (`max_retries = 0`, 1 s deadlines) |",
+            "|---|---|---|"]
+    for name in names:
+        lines = turns[name]
+        shown = _BEHAVIOUR_PARAMS.get(name, name)
+        rows.append(f"| `{shown}` | {BEHAVIOURS[name]} | {cell(lines)} |")
+    return "\n".join(rows) + "\n"
+
+
+# --- architecture ---------------------------------------------------------------------------------------
+
+
+def session_log(lab: Lab) -> str:
+    def job() -> str:
+        home = lab.home()
+        lab.dsh(["--demo"], stdin="/scenario retry-then-success\nhello\n/scenario tool-call\nwhat is here?\n",
+                home=home)
+        logs = sorted((home / ".local" / "state" / "dsh" / "sessions").glob("*.jsonl"))
+        if len(logs) != 1:
+            raise RuntimeError(f"expected one session log, found {logs}")
+        return lab.normalise(logs[0].read_text(encoding="utf-8"), home)
+
+    text = lab.once("session-log", job).result()
+    return fence("$ cat ~/.local/state/dsh/sessions/<session-id>.jsonl\n" + text, "console")
+
+
+# What each code means, in words; retried or not and the fix line come from the code itself.
+ERROR_CODES: list[tuple[str, str, str | None]] = [
+    ("TRANSPORT", "connect, TLS, DNS, reset or close before or during the response", "mid-stream-drop"),
+    ("TIMEOUT", "no content within `stream_idle_timeout`, or only keep-alives until `first_token_timeout`",
+     "keepalive-stall"),
+    ("AUTH", "HTTP 401 or 403", "http-401"),
+    ("QUOTA", "HTTP 402, or the provider's balance wording", "http-402"),
+    ("RATE_LIMIT", "HTTP 429 (`Retry-After` is kept and honoured up to the backoff cap)", "http-429"),
+    ("SERVER", "HTTP 5xx", "http-503"),
+    ("INVALID_REQUEST", "HTTP 400 (other than context overflow) and 413", "http-400"),
+    ("CONTEXT_WINDOW_EXCEEDED", "HTTP 400 with the context-overflow wording", "http-400-context"),
+    ("HTTP_<status>", "any other HTTP status", "http-422"),
+    ("EMPTY_RESPONSE", "a 2xx with no body, or `stop` with no content at all", None),
+    ("STREAM_CLOSED", "the stream ended with neither `[DONE]` nor a finish reason", "stream-closed"),
+    ("MALFORMED_RESPONSE", "a payload that is not JSON, or JSON of the wrong shape", "malformed"),
+    ("CONTENT_FILTER", "finish reason `content_filter` (any unknown finish reason becomes its upper-case code)",
+     "content-filter"),
+    ("ABORTED", "the caller cancelled the request (the turn then ends `aborted`, not `error`)", None),
+    ("MAX_STEPS", "the model kept calling tools for 50 steps", None),
+    ("SESSION_LOG", "the session log could not be written (the turn stops; `/new` starts a fresh log)", None),
+    ("UNKNOWN", "a failure that is not a dsh error (a bug: `DSH_DEBUG=1` shows the traceback)", None),
+]
+
+
+# Rows for codes that only some versions of the code declare (shown when dsh.llm.ErrorCode has them).
+DECLARED_ONLY: list[tuple[str, str, str | None]] = [
+    ("PROXY", "the proxy that carried the request failed it (`httpx.ProxyError`, HTTP 407, a proxy's 5xx)", None),
+    ("UNKNOWN_FINISH", "a finish reason with no letters or digits to name a code by", None),
+]
+
+# Codes that reach the user as a start-up, command or protocol line, never as a turn end (architecture.md
+# names them in prose).
+NOT_TURN_ENDS = {"CONFIG", "STARTUP", "SESSION_NOT_FOUND", "SESSION_AMBIGUOUS", "SESSION_LOCKED", "TURN_BUSY",
+                 "AGENT_CLOSED", "PROTOCOL", "TRANSPORT_CLOSED", "PROCESS_START", "LINE_TOO_LONG"}
+
+
+def _fix_line(fix_line: Callable[..., str | None], code: str) -> str | None:
+    """The renderer's fix line for a failure with ``code`` (it takes a reason dict, or a typed reason)."""
+    from dsh.agent_loop import reasons
+
+    reason = {"kind": "error", "code": code, "message": "example", "step": 1}
+    typed = getattr(reasons, "EndReason", None) or reasons.TurnEnd
+    try:
+        return fix_line(typed.from_dict(reason))
+    except (AttributeError, TypeError):
+        return fix_line(reason)
+
+
+def table_error_codes(lab: Lab) -> str:
+    import dsh.llm
+    from dsh.agent_loop.retry import RetryPolicy
+    from dsh.repl.render import fix_line
+
+    rows_in = list(ERROR_CODES)
+    declared = getattr(dsh.llm, "ErrorCode", None)  # one enum of every code, where the code has one
+    if declared is not None:
+        values = {str(member.value) for member in declared}
+        rows_in += [row for row in DECLARED_ONLY if row[0] in values]
+        described = {code for code, _, _ in rows_in} | NOT_TURN_ENDS
+        missing = sorted(str(member.value) for member in declared if str(member.value) not in described)
+        if missing:
+            raise RuntimeError(f"describe these error codes in ERROR_CODES (docs/transcripts.py): {missing}")
+    turns = scenario_turns(lab)
+    policy = RetryPolicy()
+    rows = ["| code | when | retried | fix line | in the demo |", "|---|---|---|---|---|"]
+    for code, when, scenario in rows_in:
+        probe = "HTTP_422" if code == "HTTP_<status>" else code
+        retried = "yes" if policy.should_retry(probe, 0) else "no"
+        fix = _fix_line(fix_line, probe)
+        fix_cell = _code(fix.strip()) if fix else "–"
+        demo = "–"
+        if scenario is not None:
+            ends = [line for line in turns[scenario] if _END.match(line)]
+            if not ends or f"[turn failed {probe}]" not in ends[0]:
+                raise RuntimeError(f"scenario {scenario} did not end with {probe}: {ends}")
+            demo = f"`{scenario}`"
+        rows.append(f"| `{code}` | {when} | {retried} | {fix_cell} | {demo} |")
+    return "\n".join(rows) + "\n"
+
+
+# --- reliability (slow) ---------------------------------------------------------------------------------
+
+
+def table_fault_matrix(lab: Lab) -> str:
+    sys.path.insert(0, str(REPO / "tests" / "reliability"))
+    from fault_matrix import markdown_table, run_all  # type: ignore[import-not-found]
+
+    folder = lab.root / "fault-matrix"
+    folder.mkdir()
+    outcomes = run_all(folder)
+    bad = [outcome.fault.name for outcome in outcomes if not outcome.matches()]
+    if bad:
+        raise RuntimeError(f"fault-matrix rows that did not produce their expected line: {', '.join(bad)}")
+    return markdown_table(outcomes)
+
+
+# --- reliability counts (from a report) ---------------------------------------------------------------
+
+REPORT_ENV = "DSH_RELIABILITY_REPORT"
+
+
+def table_reliability_counts(lab: Lab) -> str:
+    """The counts a whole-suite run wrote to ``$DSH_RELIABILITY_REPORT`` (``--reliability-report PATH``)."""
+    path = lab.reliability_report
+    if path is None:
+        raise RuntimeError("pass --reliability-report PATH (a JSON file written by a run with "
+                           f"{REPORT_ENV}=PATH python -m pytest)")
+    report = json.loads(Path(path).read_text(encoding="utf-8"))
+    rows = ["| what | measured |", "|---|---|"]
+    def number(value: object) -> str:
+        return f"{value:,}".replace(",", " ") if isinstance(value, int) else str(value)
+
+    for key, value in sorted(report.get("counts", {}).items()):
+        rows.append(f"| {key} | {number(value)} |")
+    if report.get("fuzz_total"):
+        rows.append(f"| fuzz cases (total) | {number(report['fuzz_total'])} |")
+    for key, value in sorted(report.get("figures", {}).items()):
+        rows.append(f"| {key} | {value} |")
+    return "\n".join(rows) + "\n"
+
+
+# --- the registry ---------------------------------------------------------------------------------------
+
+GENERATORS: dict[str, Callable[[Lab], str]] = {
+    "front-failure": scenario_print("mid-stream-drop"),
+    "session": readme_session,
+    "help": readme_help,
+    "slash-help": readme_slash_help,
+    "turn-ends": table_turn_ends,
+    "scenarios": table_scenarios,
+    "stall": stall_session,
+    "http-429": scenario_session("http-429"),
+    "retry-then-success": scenario_session("retry-then-success"),
+    "resume": resume_session,
+    "config-errors": config_errors,
+    "prompt-guard": prompt_guard,
+    "dsh-child-error": scenario_session("dsh-child-error", DELEGATE_PROMPT),
+    "dsh-background": scenario_session("dsh-background", "Run the summary in the background"),
+    "acp-remote-limit": scenario_session("acp-remote-limit", DELEGATE_PROMPT),
+    "acp-permission": scenario_session("acp-permission", DELEGATE_PROMPT),
+    "claude-max-turns": scenario_session("claude-max-turns", DELEGATE_PROMPT),
+    "codex-approval": scenario_session("codex-approval", DELEGATE_PROMPT),
+    "fault-server-log": fault_server_log,
+    "fault-server-dsh": fault_server_dsh,
+    "behaviours": table_behaviours,
+    "session-log": session_log,
+    "error-codes": table_error_codes,
+    "fault-matrix": table_fault_matrix,
+    "reliability-counts": table_reliability_counts,
+}
+SLOW = {"fault-matrix"}  # a minute, not seconds: only with --slow (test_fault_matrix checks the same rows)
+MEASURED = {"reliability-counts"}  # vary from run to run: only from --reliability-report, never checked
+
+
+def documents() -> list[Path]:
+    return [REPO / "README.md", *sorted((REPO / "docs").glob("*.md"))]
+
+
+def regions(path: Path) -> list[tuple[str, str]]:
+    return [(match.group(3), match.group(4)) for match in REGION.finditer(path.read_text(encoding="utf-8"))]
+
+
+def generate(names: set[str], reliability_report: Path | None = None) -> dict[str, str | BaseException]:
+    """Every named region's text, generated concurrently; a failed generator's exception instead."""
+    with tempfile.TemporaryDirectory(prefix="dsh-docs-") as folder:
+        lab = Lab(Path(os.path.realpath(folder)))
+        lab.reliability_report = reliability_report
+        try:
+            with ThreadPoolExecutor(len(names) or 1) as outer:  # generators mostly wait on lab.pool
+                futures = {name: outer.submit(GENERATORS[name], lab) for name in sorted(names)}
+                results: dict[str, str | BaseException] = {}
+                for name, future in futures.items():
+                    try:
+                        results[name] = future.result()
+                    except Exception as exc:
+                        results[name] = exc
+                return results
+        finally:
+            lab.close()
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    mode = parser.add_mutually_exclusive_group(required=True)
+    mode.add_argument("--check", action="store_true", help="compare with the checked-in text; exit 1 on a diff")
+    mode.add_argument("--write", action="store_true", help="rewrite the marked regions in place")
+    parser.add_argument("--only", default="", help="comma-separated region names")
+    parser.add_argument("--slow", action="store_true", help=f"also the slow regions ({', '.join(sorted(SLOW))})")
+    parser.add_argument("--reliability-report", type=Path, metavar="PATH",
+                        help=f"also {', '.join(sorted(MEASURED))}, from this {REPORT_ENV} file (with --write)")
+    args = parser.parse_args(argv)
+    report = args.reliability_report.resolve() if args.reliability_report else None
+    os.chdir(REPO)  # the fault matrix runs dsh from the repository
+
+    found = {path: regions(path) for path in documents()}
+    used = {name for items in found.values() for name, _ in items}
+    unknown = sorted(used - set(GENERATORS))
+    if unknown:
+        print(f"unknown region names: {', '.join(unknown)}", file=sys.stderr)
+        return 2
+    wanted = set(args.only.split(",")) - {""} if args.only else used
+    if not args.slow:
+        wanted -= SLOW
+    if args.reliability_report is None or args.check:
+        wanted -= MEASURED
+    started = time.monotonic()
+    results = generate(wanted & used, report)
+    failures = {name: value for name, value in results.items() if isinstance(value, BaseException)}
+    for name, exc in failures.items():
+        print(f"{name}: {type(exc).__name__}: {exc}", file=sys.stderr)
+
+    diffs: list[str] = []
+    for path in found:
+        source = path.read_text(encoding="utf-8")
+
+        def replace(match: re.Match[str]) -> str:
+            value = results.get(match.group(3))
+            if not isinstance(value, str):
+                return match.group(0)
+            return match.group(1) + value + match.group(5)
+
+        updated = REGION.sub(replace, source)
+        if updated == source:
+            continue
+        relative = str(path.relative_to(REPO))
+        if args.write:
+            path.write_text(updated, encoding="utf-8")
+            print(f"wrote {relative}", file=sys.stderr)
+        else:
+            diffs.append("".join(difflib.unified_diff(
+                source.splitlines(keepends=True), updated.splitlines(keepends=True),
+                f"{relative} (checked in)", f"{relative} (what dsh prints now)")))
+    skipped = sorted(used - wanted)
+    print(f"{len(results)} region(s) generated in {time.monotonic() - started:.1f}s"
+          + (f"; skipped: {', '.join(skipped)}" if skipped else ""), file=sys.stderr)
+    if diffs:
+        sys.stdout.write("".join(diffs))
+        print("docs are out of date: run python docs/transcripts.py --write", file=sys.stderr)
+    return 1 if failures or diffs else 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
