@@ -1,4 +1,4 @@
-"""The DeepSeek ``/chat/completions`` streaming client and its error table (DESIGN §4)."""
+"""The DeepSeek ``/chat/completions`` streaming client and its error table (docs/architecture.md, "Errors")."""
 
 from __future__ import annotations
 

@@ -45,7 +45,7 @@ __all__ = [
     "sessions_root",
 ]
 
-# -p exit codes by turn-end kind (DESIGN §6); usage/config errors are 2, set by the CLI.
+# -p exit codes by turn-end kind (docs/architecture.md); usage/config errors are 2, set by the CLI.
 EXIT_CODES: dict[str, int] = {
     "completed": 0,
     "error": 1,
@@ -277,7 +277,7 @@ class Shell:
         self._unsubscribe = agent.subscribe(self._on_event)
 
     def report_repair(self) -> None:
-        """A turn the log repair just closed is reported before anything else (DESIGN §6)."""
+        """A turn the log repair just closed is reported before anything else."""
         turn = self.session.repaired_turn if self.session is not None else None
         if turn is not None:
             self.sink.write(self.renderer.resume_notice(turn))

@@ -138,6 +138,14 @@ def config_string(name: str, config: Mapping[str, Any], key: str, default: str |
     return value
 
 
+def config_choice(name: str, config: Mapping[str, Any], key: str, default: str, choices: frozenset[str]) -> str:
+    """``config[key]`` (or ``default``), which must be one of ``choices``."""
+    value = config_string(name, config, key, default)
+    if value is None or value not in choices:
+        raise SubagentConfigError(name, f"{key} must be one of: {', '.join(sorted(choices))}")
+    return value
+
+
 def config_number(
     name: str, config: Mapping[str, Any], key: str, default: float | None, *, section: str | None = None
 ) -> float | None:

@@ -44,6 +44,7 @@ from dsh.agent_loop.process import ExitStatus
 from dsh.agent_loop.subagent import (
     ParentContext,
     SubagentConfigError,
+    config_choice,
     config_command,
     config_env,
     config_number,
@@ -124,9 +125,7 @@ class ClaudeCodeConfig:
     def from_mapping(cls, name: str, config: Mapping[str, Any]) -> ClaudeCodeConfig:
         """Raises :class:`SubagentConfigError` (naming the table and key only)."""
         reject_unknown_keys(name, config, _CONFIG_KEYS)
-        mode = config_string(name, config, "permission_mode", "dontAsk")
-        if mode not in PERMISSION_MODES:
-            raise SubagentConfigError(name, f"permission_mode must be one of: {', '.join(sorted(PERMISSION_MODES))}")
+        mode = config_choice(name, config, "permission_mode", "dontAsk", PERMISSION_MODES)
         sources = config_names(name, config, "setting_sources")
         if not set(sources) <= SETTING_SOURCES:
             raise SubagentConfigError(name, f"setting_sources may only name: {', '.join(sorted(SETTING_SOURCES))}")

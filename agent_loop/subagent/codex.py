@@ -42,6 +42,7 @@ from dsh.agent_loop.process import ManagedProcess, ProcessStartError
 from dsh.agent_loop.subagent import (
     ParentContext,
     SubagentConfigError,
+    config_choice,
     config_command,
     config_env,
     config_seconds,
@@ -105,8 +106,7 @@ class Stage(diagnostics.Stage):
 Category = diagnostics.Category(  # type: ignore[call-overload]
     "Category",
     [(name, name) for name in sorted(STRING_VARIANTS | OBJECT_VARIANTS)]
-    + [("PROCESS_EXIT", "process-exit"), ("TIMEOUT", "timeout"), ("CONFIGURATION", "configuration"),
-       ("UNKNOWN", "unknown")],
+    + [(value.upper().replace("-", "_"), value) for value in ("process-exit", "timeout", "configuration", "unknown")],
     module=__name__,
 )  # fmt: skip
 
@@ -163,9 +163,7 @@ class CodexConfig:
     def from_mapping(cls, name: str, config: Mapping[str, Any]) -> CodexConfig:
         """Raises :class:`SubagentConfigError` (naming the table and key only)."""
         reject_unknown_keys(name, config, _CONFIG_KEYS)
-        sandbox = config_string(name, config, "sandbox", "read-only")
-        if sandbox not in SANDBOXES:
-            raise SubagentConfigError(name, f"sandbox must be one of: {', '.join(sorted(SANDBOXES))}")
+        sandbox = config_choice(name, config, "sandbox", "read-only", SANDBOXES)
         command = config_command(name, config, ()) if "command" in config else None
         if command is not None and not command:
             raise SubagentConfigError(name, "command must be a non-empty string or list of strings")

@@ -1,4 +1,4 @@
-"""DeepSeekClient against the real loopback fault server: every behaviour, every row of DESIGN §4.
+"""DeepSeekClient against the real loopback fault server: every behaviour, every row of the error table.
 
 Each test asserts what a caller relies on: the events that arrived before the end, then the error's
 code, exact message, status, retry_after_s and request_id.

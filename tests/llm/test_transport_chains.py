@@ -1,4 +1,4 @@
-"""``error_chain`` against the real httpx/httpcore/anyio chains (protocol-facts §2.2), raw and wrapped.
+"""``error_chain`` against the real httpx/httpcore/anyio chains, raw and wrapped.
 
 Each failure is produced for real on loopback: a closed port, a full accept backlog, a plain
 listener spoken to over TLS, a self-signed certificate, a server that stalls, resets or hangs up.
