@@ -570,7 +570,8 @@ class Agent:
                 await anyio.lowlevel.checkpoint_if_cancelled()
                 code = exc.code if isinstance(exc, HarnessError) else ErrorCode.UNKNOWN
                 # Content already on the user's screen is not streamed twice: such a failure ends the turn.
-                if builder.has_content or not self.retry.should_retry(code, retries):
+                limit = getattr(exc, "retry_limit", None)
+                if builder.has_content or not self.retry.should_retry(code, retries, limit):
                     raise
                 retries += 1
                 delay = self.retry.delay(retries, getattr(exc, "retry_after_s", None))
@@ -580,7 +581,7 @@ class Agent:
                         state.turn,
                         state.step,
                         attempt=retries,
-                        max_attempts=self.retry.max_retries,
+                        max_attempts=self.retry.attempts_for(limit),
                         delay_s=round(delay, 3),
                         code=code,
                         message=redact_text(error_chain(exc), self._secrets()),

@@ -2,7 +2,8 @@
 
 Up to ``max_retries`` retries for transient codes; backoff starts at ``base_delay`` and doubles to
 ``max_delay``, plus up to ``jitter`` (a fraction) so that clients do not retry in lockstep (never above
-the cap). A server's ``Retry-After`` is used as-is when it is below the cap; a longer one is not
+the cap). A failure may cap its own retries lower (``LlmError.retry_limit``: 0 for a permanent one).
+A server's ``Retry-After`` is used as-is when it is below the cap; a longer one is not
 honoured (the ordinary backoff applies) so a turn never hangs for minutes on one header. The default
 numbers live in :mod:`dsh.llm.defaults`.
 """
@@ -46,9 +47,13 @@ class RetryPolicy:
     jitter: float = DEFAULT_RETRY_JITTER
     rng: random.Random = field(default_factory=random.Random, repr=False)
 
-    def should_retry(self, code: str, retries_done: int) -> bool:
-        """Whether a failure with ``code`` gets another attempt after ``retries_done`` retries."""
-        return code in RETRYABLE_CODES and retries_done < self.max_retries
+    def attempts_for(self, limit: int | None = None) -> int:
+        """How many retries a failure gets: the policy's, or fewer when the failure caps them itself."""
+        return self.max_retries if limit is None else min(self.max_retries, limit)
+
+    def should_retry(self, code: str, retries_done: int, limit: int | None = None) -> bool:
+        """Whether a failure with ``code`` (capped at ``limit`` retries) gets another attempt."""
+        return code in RETRYABLE_CODES and retries_done < self.attempts_for(limit)
 
     def delay(self, attempt: int, retry_after_s: float | None = None) -> float:
         """Seconds to wait before retry number ``attempt`` (1-based)."""

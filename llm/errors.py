@@ -58,7 +58,11 @@ class HarnessError(Exception):
 
 
 class LlmError(HarnessError):
-    """A failed model request, with the HTTP facts that were available."""
+    """A failed model request, with the HTTP facts that were available.
+
+    ``retry_limit`` caps the retries this one failure deserves below the code's policy (see
+    :mod:`dsh.agent_loop.retry`).
+    """
 
     def __init__(
         self,
@@ -68,6 +72,7 @@ class LlmError(HarnessError):
         status: int | None = None,
         retry_after_s: float | None = None,
         request_id: str | None = None,
+        retry_limit: int | None = None,
         cause: BaseException | None = None,
     ) -> None:
         super().__init__(message, code, cause=cause)
@@ -84,9 +89,16 @@ class LlmError(HarnessError):
             raise ValueError(f"LlmError retry_after_s must be positive and finite, got {retry_after_s!r}")
         if request_id is not None and (not isinstance(request_id, str) or not request_id):
             raise ValueError("LlmError request_id must be a non-empty string")
+        if retry_limit is not None and (
+            isinstance(retry_limit, bool) or not isinstance(retry_limit, int) or retry_limit < 0
+        ):
+            raise ValueError(f"LlmError retry_limit must be a non-negative int, got {retry_limit!r}")
         self.status = status
         self.retry_after_s = float(retry_after_s) if retry_after_s is not None else None
         self.request_id = request_id
+        # At most this many retries, whatever the code's policy: 0 for a permanent failure (a name that
+        # does not exist, an untrusted certificate), 1 for a first-token timeout. None: the policy decides.
+        self.retry_limit = retry_limit
 
 
 def unwrap_group(exc: BaseException) -> BaseException:

@@ -23,3 +23,10 @@ def test_protocol_failures_are_harness_errors_with_codes() -> None:
     log = SessionLogError("disk full")
     assert isinstance(log, HarnessError) and log.code == ErrorCode.SESSION_LOG
     assert LlmError("m", ErrorCode.QUOTA, status=402).code == "QUOTA"
+
+
+def test_a_failure_can_cap_its_own_retries_below_the_policy() -> None:
+    policy = RetryPolicy(max_retries=5)
+    assert policy.should_retry(ErrorCode.TIMEOUT, 0, limit=1) and not policy.should_retry(ErrorCode.TIMEOUT, 1, limit=1)
+    assert not policy.should_retry(ErrorCode.TRANSPORT, 0, limit=0)
+    assert policy.attempts_for(None) == 5 and policy.attempts_for(1) == 1 and policy.attempts_for(9) == 5
