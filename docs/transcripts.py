@@ -127,10 +127,11 @@ class Lab:
         config: str | None = None,
         home: Path | None = None,
         sigint_after: str | None = None,
+        signum: int = signal.SIGINT,
         env: dict[str, str] | None = None,
         shown_env: str = "",
     ) -> Run:
-        """One real ``dsh`` process; ``sigint_after``: send SIGINT once the output contains that text."""
+        """One real ``dsh`` process; ``sigint_after``: send ``signum`` once the output contains that text."""
         args = list(args)
         home = home or self.home(config)
         command = [PYTHON, "-m", "dsh.repl", *args]
@@ -147,7 +148,7 @@ class Lab:
         else:
             out = _read_until(child, sigint_after.encode())
             time.sleep(0.5)  # the request is in flight: Ctrl-C now cancels the turn, not the start-up
-            child.send_signal(signal.SIGINT)
+            child.send_signal(signum)
             rest, _ = child.communicate(timeout=TIMEOUT)
             out += rest
         output = self.normalise(out.decode("utf-8", "replace"), home)
@@ -312,13 +313,13 @@ def scenario_print(name: str) -> Callable[[Lab], str]:
     return generate
 
 
-def print_run(lab: Lab, name: str) -> Future:
-    """``dsh --demo --scenario NAME -p hello`` (Ctrl-C, as SIGINT, for a scenario that waits for it), once."""
+def print_run(lab: Lab, name: str, signum: int = signal.SIGINT) -> Future:
+    """``dsh --demo --scenario NAME -p hello`` (a signal, SIGINT unless told, for a scenario that waits), once."""
     from dsh.repl.demo.catalogue import SCENARIOS
 
     sigint = "[main turn 1] " if SCENARIOS[name].cancel else None
-    return lab.once(f"print:{name}", lambda: lab.dsh(["--demo", "--scenario", name, "-p", SCENARIO_PROMPT],
-                                                     sigint_after=sigint))
+    return lab.once(f"print:{name}:{signum}", lambda: lab.dsh(["--demo", "--scenario", name, "-p", SCENARIO_PROMPT],
+                                                              sigint_after=sigint, signum=signum))
 
 
 def stall_session(lab: Lab) -> str:
@@ -368,33 +369,34 @@ def _resumed_after_crash(lab: Lab) -> Run:
     return lab.dsh(["--demo", "--resume", "last"], stdin="hello again\n", home=home)
 
 
-# how it ends, the scenario that shows it, and whether -p runs it
+# how it ends, the scenario that shows it, and the signal that ends it (None: no signal)
 _ENDS = [
-    ("completed", "text", True),
-    ("failed", "http-401", True),
-    ("aborted (Ctrl-C)", "stall", True),
-    ("rejected", "prompt-rejected", True),
-    ("output-token limit", "max-tokens", True),
-    ("interrupted (shown first on `--resume`)", None, False),
+    ("completed", "text", None),
+    ("failed", "http-401", None),
+    ("aborted (Ctrl-C)", "stall", signal.SIGINT),
+    ("aborted (SIGTERM, e.g. a script's `timeout`)", "stall", signal.SIGTERM),
+    ("rejected", "prompt-rejected", None),
+    ("output-token limit", "max-tokens", None),
+    ("interrupted (shown first on `--resume`)", None, None),
 ]
 
 
 def table_turn_ends(lab: Lab) -> str:
-    runs: dict[str, Future] = {}
-    for _, name, _ in _ENDS:
+    runs: dict[tuple[str, int], Future] = {}
+    for _, name, signum in _ENDS:
         if name is None:
             continue
-        runs[name] = print_run(lab, name)
+        runs[name, signum or signal.SIGINT] = print_run(lab, name, signum or signal.SIGINT)
     crashed = lab.once("resume-crashed", lambda: _resumed_after_crash(lab))
     rows = ["| how the turn ends | try it | the turn-end line (and fix line) | `-p` exit status |",
             "|---|---|---|---|"]
-    for what, name, _ in _ENDS:
+    for what, name, signum in _ENDS:
         if name is None:
             run = crashed.result()
             first = _HEADER.sub("", run.output.split("\n")[0])
             rows.append(f"| {what} | `--resume` a session whose dsh was killed mid-turn | {cell([first])} | – |")
             continue
-        run = runs[name].result()
+        run = runs[name, signum or signal.SIGINT].result()
         lines = [_HEADER.sub("", line) for line in run.output.split("\n") if line]
         ends = [line for line in lines if _END.match(line) or line.startswith("  fix: ")]
         rows.append(f"| {what} | `--scenario {name}` | {cell(ends)} | {run.returncode} |")
@@ -487,7 +489,8 @@ BEHAVIOURS: dict[str, str] = {
     "insufficient_system_resource": "finish reason `insufficient_system_resource`",
     "empty": "finish `stop` with no content at all",
     "empty_body": "200 with an empty body",
-    "no_done": "a whole stream, but no `data: [DONE]`",
+    "no_done": "a whole stream with its finish reason, but no `data: [DONE]` (completes)",
+    "no_finish": "text, then a clean close with neither a finish reason nor `data: [DONE]`",
     "partial_eof": "the body ends cleanly in the middle of a `data:` line",
     "malformed_json": "a `data:` payload that is not JSON (`payload=` to choose it)",
     "malformed_shape": "valid JSON of the wrong shape",
@@ -598,8 +601,8 @@ def session_log(lab: Lab) -> str:
 # What each code means, in words; retried or not and the fix line come from the code itself.
 ERROR_CODES: list[tuple[str, str, str | None]] = [
     ("TRANSPORT", "connect, TLS, DNS, reset or close before or during the response", "mid-stream-drop"),
-    ("TIMEOUT", "no content within `stream_idle_timeout`, or only keep-alives until `first_token_timeout`",
-     "keepalive-stall"),
+    ("TIMEOUT", "no response headers, or only keep-alives until `first_token_timeout` (retried once at most), "
+     "or no content for `stream_idle_timeout` after content; the message says which", "keepalive-stall"),
     ("AUTH", "HTTP 401 or 403", "http-401"),
     ("QUOTA", "HTTP 402, or the provider's balance wording", "http-402"),
     ("RATE_LIMIT", "HTTP 429 (`Retry-After` is kept and honoured up to the backoff cap)", "http-429"),

@@ -251,11 +251,16 @@ class _Watchdog:
             return min(self.last_activity + self.idle, self.start + self.first_token)
         return self.last_content + self.idle
 
+    def _first_token_due_first(self) -> bool:
+        return self.last_content is None and self.start + self.first_token <= self.last_activity + self.idle
+
+    def first_token_fired(self) -> bool:
+        """Whether the deadline that fired is the first-token one: keep-alives came, content never did."""
+        return self._first_token_due_first() and self.last_activity > self.start
+
     def expired_limit(self) -> float:
-        """Which limit fired, for the message."""
-        if self.last_content is None and self.start + self.first_token <= self.last_activity + self.idle:
-            return self.first_token
-        return self.idle
+        """The limit that fired, in seconds, for the message."""
+        return self.first_token if self._first_token_due_first() else self.idle
 
     def saw_bytes(self, content: bool) -> None:
         now = anyio.current_time()
@@ -371,8 +376,20 @@ class DeepSeekClient:
         preview = redact_text(payload[:_PAYLOAD_PREVIEW], self.secrets)
         return LlmError(f"malformed SSE payload: {preview}", ErrorCode.MALFORMED_RESPONSE, request_id=request_id)
 
-    def _timeout(self, watchdog: _Watchdog) -> LlmError:
-        return LlmError(f"DeepSeek stream idle timeout after {watchdog.expired_limit():g}s", ErrorCode.TIMEOUT)
+    def _timeout(self, watchdog: _Watchdog, *, headers: bool = True) -> LlmError:
+        """Which deadline fired, in words: no headers, keep-alives but no content, or idle after content.
+
+        A first-token timeout is retried at most once: a server that only sends keep-alives would
+        otherwise hold a turn for the whole retry budget (six times the deadline).
+        """
+        limit = f"{watchdog.expired_limit():g}s"
+        if not headers:
+            return LlmError(f"no response headers from DeepSeek within {limit}", ErrorCode.TIMEOUT)
+        if watchdog.first_token_fired():
+            return LlmError(
+                f"no content from DeepSeek within {limit} (keep-alives only)", ErrorCode.TIMEOUT, retry_limit=1
+            )
+        return LlmError(f"DeepSeek stream idle timeout after {limit}", ErrorCode.TIMEOUT)
 
     async def stream(self, request: ChatRequest) -> AsyncIterator[StreamEvent]:
         """POST the request and yield events as they arrive; ``Finish`` only after ``[DONE]``."""
@@ -394,7 +411,7 @@ class DeepSeekClient:
             # ExceptionGroup that escapes anyio's connect (e.g. port 99999).
             raise LlmError(f"DeepSeek API request to {self.base_url_display} failed", ErrorCode.TRANSPORT, cause=exc)
         if scope.cancelled_caught or response is None:
-            raise self._timeout(watchdog)
+            raise self._timeout(watchdog, headers=False)
 
         try:
             if response.status_code >= 300:
@@ -502,6 +519,11 @@ class DeepSeekClient:
             if not isinstance(item, SseComment) and (item if type(item) is str else item.data) == "[DONE]":
                 yield [self._finish(parser, request_id)]
                 return
+        if parser.finish_reason is not None:
+            # A finish reason, then a clean close without [DONE]: the answer is whole (every peer client
+            # accepts it). A close with no finish reason may have cut the answer: that is STREAM_CLOSED.
+            yield [self._finish(parser, request_id)]
+            return
         if not saw_bytes:
             raise LlmError("DeepSeek API returned no response body", ErrorCode.EMPTY_RESPONSE, request_id=request_id)
         raise LlmError("SSE stream ended without [DONE]", ErrorCode.STREAM_CLOSED, request_id=request_id)

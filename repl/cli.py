@@ -121,7 +121,7 @@ def _parser():  # type: ignore[no-untyped-def]
     )
     parser.add_argument("-p", "--print", metavar="PROMPT", dest="print_prompt",
                         help="run one turn and exit: 0 completed, 1 failed, 3 rejected, 4 output-token limit, "
-                        "130 aborted")
+                        "130 aborted by SIGINT, 143 by SIGTERM")
     parser.add_argument("--resume", metavar="ID|last", help="continue a saved session")
     parser.add_argument("--demo", action="store_true", help="no key, no network: an embedded scripted endpoint")
     parser.add_argument("--scenario", metavar="NAME", help="demo scenario to start with (implies --demo)")
@@ -381,18 +381,33 @@ def _flush(shell: Any) -> None:
         flush()
 
 
-async def _signal_watch(shell: Any, on_idle: Any, *, task_status: Any) -> None:
-    """SIGINT/SIGTERM outside the interactive app: cancel the running turn, else stop reading."""
-    import signal
+class _Signals:
+    """SIGINT/SIGTERM outside the interactive app: cancel the running turn, else stop reading.
 
-    import anyio
+    Remembers the last signal, so that the exit status says which one ended dsh (130 or 143).
+    """
 
-    with anyio.open_signal_receiver(signal.SIGINT, signal.SIGTERM) as signals:
-        task_status.started()  # installed before the first turn starts
-        async for _ in signals:
-            if shell.turn_running:
-                shell.cancel_turn()
-            on_idle()
+    def __init__(self, shell: Any, on_idle: Any) -> None:
+        self.shell = shell
+        self.on_idle = on_idle
+        self.received: int | None = None
+
+    async def watch(self, *, task_status: Any) -> None:
+        import signal
+
+        import anyio
+
+        with anyio.open_signal_receiver(signal.SIGINT, signal.SIGTERM) as signals:
+            task_status.started()  # installed before the first turn starts
+            async for signum in signals:
+                self.received = signum
+                if self.shell.turn_running:
+                    self.shell.cancel_turn()
+                self.on_idle()
+
+    def exit_status(self, default: int) -> int:
+        """``128 + signal`` once a signal stopped the work, else ``default``."""
+        return 128 + self.received if self.received is not None else default
 
 
 async def _run_print(shell: Any, prompt: str) -> int:
@@ -400,12 +415,14 @@ async def _run_print(shell: Any, prompt: str) -> int:
 
     from dsh.repl.shell import exit_code_for
 
+    signals = _Signals(shell, lambda: None)
     async with anyio.create_task_group() as tasks:
-        await tasks.start(_signal_watch, shell, lambda: None)
+        await tasks.start(signals.watch)
         reason = await shell.run_turn(prompt)
         _flush(shell)
         tasks.cancel_scope.cancel()
-    return exit_code_for(reason)
+    aborted = reason is not None and reason.get("kind") == "aborted"
+    return signals.exit_status(exit_code_for(reason)) if aborted else exit_code_for(reason)
 
 
 async def _stdin_lines() -> Any:
@@ -444,8 +461,9 @@ async def _run_piped(shell: Any) -> int:
         stopped = True
         reading.cancel()
 
+    signals = _Signals(shell, stop)
     async with anyio.create_task_group() as tasks:
-        await tasks.start(_signal_watch, shell, stop)
+        await tasks.start(signals.watch)
         with anyio.CancelScope() as reading:
             async with contextlib.aclosing(_stdin_lines()) as lines:
                 async for line in lines:
@@ -468,5 +486,5 @@ async def _run_piped(shell: Any) -> int:
                             await shell.deliver_notices()
         tasks.cancel_scope.cancel()
     if stopped and shell.exit_code is None:
-        status = 130
+        status = signals.exit_status(130)
     return status

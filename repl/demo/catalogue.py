@@ -227,7 +227,12 @@ def _refused(turn: DemoTurn) -> None:
 
 def _keepalive_stall(turn: DemoTurn) -> None:
     turn.server.default = Behaviour("keepalive_only", interval=0.5)
-    turn.first_token_timeout = DEMO_FIRST_TOKEN_TIMEOUT
+    turn.first_token_timeout = DEMO_FIRST_TOKEN_TIMEOUT  # and retried once only, whatever the policy
+
+
+def _no_headers(turn: DemoTurn) -> None:
+    turn.server.default = Behaviour("stall_before_headers")
+    turn.first_token_timeout = turn.stream_idle_timeout = DEMO_FIRST_TOKEN_TIMEOUT
     turn.retry.max_retries = 0  # one deadline is enough to see it
 
 
@@ -280,15 +285,21 @@ def _register_catalogue() -> None:
     add("refused", "connection refused: a closed loopback port (retried)", _refused,
         expect="[turn failed TRANSPORT] DeepSeek API request to http://127.0.0.1:")
     add("keepalive-stall", f"keep-alives but no token; first-token deadline {DEMO_FIRST_TOKEN_TIMEOUT:g}s, "
-        "no retry", _keepalive_stall,
-        expect=f"[turn failed TIMEOUT] DeepSeek stream idle timeout after {DEMO_FIRST_TOKEN_TIMEOUT:g}s")
+        "retried once", _keepalive_stall,
+        expect=f"[turn failed TIMEOUT] no content from DeepSeek within {DEMO_FIRST_TOKEN_TIMEOUT:g}s "
+        "(keep-alives only)")
+    add("no-headers", f"the request is read, then nothing; deadline {DEMO_FIRST_TOKEN_TIMEOUT:g}s, no retry",
+        _no_headers,
+        expect=f"[turn failed TIMEOUT] no response headers from DeepSeek within {DEMO_FIRST_TOKEN_TIMEOUT:g}s")
     add("stall", "headers, then silence: press Ctrl-C to cancel", _default("stall_after_headers"),
         expect="[turn aborted] cancelled", cancel=True)
     add("mid-stream-drop", "connection reset after some text (not retried: the text is already on screen)",
         _default("reset_mid_stream"),
         expect="[turn failed TRANSPORT] DeepSeek API stream from http://127.0.0.1:")
-    add("stream-closed", "the stream ends without [DONE]", _default("no_done"),
+    add("stream-closed", "the stream ends with neither a finish reason nor [DONE]", _default("no_finish"),
         expect="[turn failed STREAM_CLOSED] SSE stream ended without [DONE]")
+    add("no-done", "a finish reason, then a clean close without [DONE]: the answer is whole", _default("no_done"),
+        expect="No terminator")
     add("malformed", "a payload that is not JSON", _default("malformed_json"),
         expect="[turn failed MALFORMED_RESPONSE] malformed SSE payload: ")
     add("content-filter", "finish_reason content_filter", _default("content_filter"),

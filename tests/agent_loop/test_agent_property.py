@@ -20,7 +20,7 @@ from tests.agent_loop.agent_support import Recorder, assert_well_formed, echo_to
 
 BEHAVIOURS = [
     "text", "reasoning", "tool_call", "parallel_tool_calls", "length", "http_503", "http_401", "http_400",
-    "no_done", "reset_mid_stream", "malformed_json", "empty", "content_filter", "reset_before_headers",
+    "no_done", "no_finish", "reset_mid_stream", "malformed_json", "empty", "content_filter", "reset_before_headers",
     "fin_mid_stream", Behaviour("http_429", retry_after="0.001"), Behaviour("stall_mid_stream", text="Part"),
     Behaviour("tool_call", name="no_such_tool"), Behaviour("tool_call", arguments="{broken"),
 ]

@@ -56,8 +56,18 @@ async def test_auth_is_not_retried(server, make_agent):
     assert seen.of("llm/retry") == []
 
 
+async def test_a_first_token_timeout_is_retried_once_whatever_the_policy(server, make_agent):
+    server.default = Behaviour("keepalive_only", interval=0.05)
+    agent, seen = make_agent(server.url, client_options={"stream_idle_timeout": 5.0, "first_token_timeout": 0.3})
+    reason = await agent.run_turn("hello")
+    message = "no content from DeepSeek within 0.3s (keep-alives only)"
+    assert reason == Failed("TIMEOUT", message, step=1)
+    assert [(r["attempt"], r["max_attempts"], r["message"]) for r in seen.of("llm/retry")] == [(1, 1, message)]
+    assert len(server.requests) == 2
+
+
 async def test_stream_closed_is_never_retried_even_without_content(server, make_agent):
-    server.push(Behaviour("no_done", text=""), "text")
+    server.push(Behaviour("no_finish", text=""), "text")
     agent, _ = make_agent(server.url)
     reason = await agent.run_turn("hello")
     assert isinstance(reason, Failed) and reason.code == "STREAM_CLOSED"

@@ -141,7 +141,7 @@ async def test_every_http_code_ends_the_turn_with_its_code(server, make_agent, b
 @pytest.mark.parametrize(
     ("behaviour", "code", "message", "prefix"),
     [
-        ("no_done", "STREAM_CLOSED", "SSE stream ended without [DONE]", "No terminator"),
+        ("no_finish", "STREAM_CLOSED", "SSE stream ended without [DONE]", "No finish"),
         ("malformed_json", "MALFORMED_RESPONSE",
          'malformed SSE payload: {"id": "x", "choices": [{"delta": {"content": "unterminated', "Hi"),
         ("content_filter", "CONTENT_FILTER", 'DeepSeek stream finished with finish_reason "content_filter"',

@@ -206,8 +206,7 @@ async def test_tls_listener_with_trusted_certificate(tls_fault_server, make_clie
          [*text_events(["The ", "answer ", "is ", "cut ", "here"]), usage(5)]),
         ("empty", "EMPTY_RESPONSE", "DeepSeek API returned an empty completion", [usage(1)]),
         ("empty_body", "EMPTY_RESPONSE", "DeepSeek API returned no response body", []),
-        ("no_done", "STREAM_CLOSED", "SSE stream ended without [DONE]",
-         [*text_events(["No ", "terminator"]), usage(2)]),
+        ("no_finish", "STREAM_CLOSED", "SSE stream ended without [DONE]", text_events(["No ", "finish"])),
         ("partial_eof", "STREAM_CLOSED", "SSE stream ended without [DONE]", text_events(["Cut ", "mid"])),
         ("malformed_json", "MALFORMED_RESPONSE",
          'malformed SSE payload: {"id": "x", "choices": [{"delta": {"content": "unterminated', [TextDelta("Hi")]),
@@ -241,25 +240,35 @@ async def test_malformed_payload_preview(fault_server, make_client, stream_outco
     assert (error.code, error.message) == ("MALFORMED_RESPONSE", f"malformed SSE payload: {preview}")
 
 
+async def test_a_finish_reason_then_a_clean_close_without_done_completes(fault_server, make_client, stream_outcome):
+    fault_server.push("no_done")
+    outcome = await stream_outcome(make_client(fault_server.url))
+    assert outcome.error is None
+    assert outcome.events == [*text_events(["No ", "terminator"]), usage(2), Finish("stop")]
+
+
 # --- the watchdog --------------------------------------------------------------------------
 
 
 @pytest.mark.parametrize(
-    ("behaviour", "before"),
+    ("behaviour", "message", "before"),
     [
-        (Behaviour("stall_before_headers"), []),
-        (Behaviour("stall_after_headers"), []),
-        (Behaviour("stall_mid_stream", text="Partial"), [TextDelta("Partial")]),
+        (Behaviour("stall_before_headers"), "no response headers from DeepSeek within 0.3s", []),
+        (Behaviour("stall_after_headers"), "DeepSeek stream idle timeout after 0.3s", []),
+        (Behaviour("stall_mid_stream", text="Partial"), "DeepSeek stream idle timeout after 0.3s",
+         [TextDelta("Partial")]),
     ],
 )
-async def test_idle_timeout(fault_server, make_client, stream_outcome, behaviour, before):
+async def test_idle_timeout_says_which_deadline_fired(
+    fault_server, make_client, stream_outcome, behaviour, message, before
+):
     fault_server.push(behaviour)
     client = make_client(fault_server.url, stream_idle_timeout=0.3, first_token_timeout=5.0)
     start = time.monotonic()
     outcome = await stream_outcome(client)
     elapsed = time.monotonic() - start
     error = outcome.failure
-    assert (error.code, error.message) == ("TIMEOUT", "DeepSeek stream idle timeout after 0.3s")
+    assert (error.code, error.message, error.retry_limit) == ("TIMEOUT", message, None)
     assert outcome.events == before
     assert 0.25 <= elapsed < 3.0
 
@@ -271,7 +280,8 @@ async def test_first_token_deadline_bounds_a_keepalive_only_server(fault_server,
     outcome = await stream_outcome(client)
     elapsed = time.monotonic() - start
     error = outcome.failure
-    assert (error.code, error.message) == ("TIMEOUT", "DeepSeek stream idle timeout after 0.8s")
+    assert (error.code, error.message) == ("TIMEOUT", "no content from DeepSeek within 0.8s (keep-alives only)")
+    assert error.retry_limit == 1  # a keep-alive-only server does not hold the turn for the whole retry budget
     assert 0.75 <= elapsed < 4.0
     assert len(outcome.events) >= 5
     assert set(outcome.events) == {KeepAlive()}
@@ -411,7 +421,7 @@ async def test_no_retry_after_header(fault_server, make_client, stream_outcome):
      ({"request_id": "abc-123"}, "abc-123"), ({"request_id": ""}, None)],
 )
 async def test_request_id_headers(fault_server, make_client, stream_outcome, params, expected):
-    fault_server.push(Behaviour("http_500", **params), Behaviour("no_done", **params))
+    fault_server.push(Behaviour("http_500", **params), Behaviour("no_finish", **params))
     client = make_client(fault_server.url)
     assert (await stream_outcome(client)).failure.request_id == expected
     assert (await stream_outcome(client)).failure.request_id == expected
@@ -619,7 +629,7 @@ async def test_base_url_userinfo_does_not_replace_the_bearer_key(fault_server, m
 
 
 @pytest.mark.parametrize("behaviour", ["reset_mid_stream", "fin_mid_stream", "disconnect_before_response",
-                                       "stall_after_headers", "malformed_json", "http_503", "no_done"])
+                                       "stall_after_headers", "malformed_json", "http_503", "no_finish"])
 async def test_userinfo_canaries_never_reach_a_stream_error(fault_server, make_client, stream_outcome, behaviour):
     fault_server.push(behaviour)
     base = f"http://{canaries.URL_USER}:{canaries.URL_PASSWORD}@127.0.0.1:{fault_server.port}"

@@ -124,7 +124,7 @@ FAULTS: tuple[Fault, ...] = (
           + r"\[SSL: CERTIFICATE_VERIFY_FAILED\] certificate verify failed: self-signed certificate " + SSL,
           code="TRANSPORT", endpoint="tls", regex=True, fast=5, group="transport"),
     Fault("connect_timeout", "connect timeout (full accept backlog)",
-          f"[turn failed TIMEOUT] DeepSeek stream idle timeout after {IDLE}s", code="TIMEOUT",
+          f"[turn failed TIMEOUT] no response headers from DeepSeek within {IDLE}s", code="TIMEOUT",
           endpoint="backlog", timeouts=True, fast=IDLE + 4, group="transport"),
     Fault("https_proxy_closed", "HTTPS_PROXY at a closed port",
           "[turn failed TRANSPORT] DeepSeek API request to https://api.deepseek.invalid failed: " + _REFUSED,
@@ -133,8 +133,8 @@ FAULTS: tuple[Fault, ...] = (
           "dsh: failed to start: command line: base_url has an invalid port (use 1-65535), "
           "got 'http://127.0.0.1:99999'", end="startup", endpoint="port99999", exit_code=2, group="transport"),
     # -- transport: the server breaks the connection ----------------------------------------------------
-    Fault("read_timeout_before_headers", "read timeout before headers", f"[turn failed TIMEOUT] DeepSeek stream "
-          f"idle timeout after {IDLE}s", code="TIMEOUT", behaviours=("stall_before_headers",), timeouts=True,
+    Fault("read_timeout_before_headers", "read timeout before headers", f"[turn failed TIMEOUT] no response "
+          f"headers from DeepSeek within {IDLE}s", code="TIMEOUT", behaviours=("stall_before_headers",), timeouts=True,
           group="transport"),
     Fault("reset_before_headers", "RST before headers", f"[turn failed TRANSPORT] {_TR}{_RESET}", code="TRANSPORT",
           behaviours=("reset_before_headers",), group="transport"),
@@ -182,8 +182,10 @@ FAULTS: tuple[Fault, ...] = (
     Fault("empty_body", "200 with an empty body",
           "[turn failed EMPTY_RESPONSE] DeepSeek API returned no response body", code="EMPTY_RESPONSE",
           behaviours=("empty_body",)),
-    Fault("no_done", "stream ends without [DONE]", "No terminator\n[turn failed STREAM_CLOSED] SSE stream ended "
-          "without [DONE]", code="STREAM_CLOSED", behaviours=("no_done",)),
+    Fault("no_done", "finish reason, then a clean close without [DONE]", "No terminator", end="completed",
+          behaviours=("no_done",)),
+    Fault("no_finish", "stream ends with neither a finish reason nor [DONE]", "No finish\n[turn failed "
+          "STREAM_CLOSED] SSE stream ended without [DONE]", code="STREAM_CLOSED", behaviours=("no_finish",)),
     Fault("partial_eof", "stream cut inside an event",
           "Cut mid\n[turn failed STREAM_CLOSED] SSE stream ended without [DONE]", code="STREAM_CLOSED",
           behaviours=("partial_eof",)),
@@ -202,7 +204,7 @@ FAULTS: tuple[Fault, ...] = (
           f"Partial\n[turn failed TIMEOUT] DeepSeek stream idle timeout after {IDLE}s", code="TIMEOUT",
           behaviours=("stall_mid_stream",), timeouts=True),
     Fault("keepalive_only", "keep-alive comments forever",
-          f"[turn failed TIMEOUT] DeepSeek stream idle timeout after {FIRST}s", code="TIMEOUT",
+          f"[turn failed TIMEOUT] no content from DeepSeek within {FIRST}s (keep-alives only)", code="TIMEOUT",
           behaviours=("keepalive_only",), timeouts=True),
     # -- HTTP errors -----------------------------------------------------------------------------------
     Fault("http_400", "HTTP 400", "[turn failed INVALID_REQUEST] The `reasoning_content` in the thinking mode must be "

@@ -95,12 +95,13 @@ def test_random_streams_end_in_finish_or_a_documented_code(body: bytes, cuts: li
 def test_truncation_at_every_offset() -> None:
     body = b"".join([GOOD_LINES[0], GOOD_LINES[1], GOOD_LINES[3], GOOD_LINES[4], GOOD_LINES[6], GOOD_LINES[11]])
 
-    done_at = body.index(b"data: [DONE]") + len(b"data: [DONE]")
+    # The finish reason's event is whole (its blank line arrived): a clean end from there on completes.
+    finished_at = body.index(GOOD_LINES[6]) + len(GOOD_LINES[6])
 
     async def run_all() -> None:
         for offset in range(len(body) + 1):
             outcome = await _consume(body[:offset], [])
-            if offset >= done_at:  # the whole [DONE] line arrived (its blank-line terminator may not)
+            if offset >= finished_at:
                 assert outcome == "finish", offset
             elif offset == 0:
                 assert outcome == "EMPTY_RESPONSE"

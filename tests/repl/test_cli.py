@@ -127,7 +127,8 @@ def test_print_mode_exit_codes(home: Path, scenario: str, status: int, line: str
         assert result.stdout.splitlines()[1] == "[turn hit the output-token limit]"
 
 
-def test_print_mode_aborted_by_sigint_exits_130(home: Path) -> None:
+@pytest.mark.parametrize(("signum", "status"), [(signal.SIGINT, 130), (signal.SIGTERM, 143)])
+def test_print_mode_aborted_by_a_signal_exits_128_plus_its_number(home: Path, signum: int, status: int) -> None:
     process = subprocess.Popen(
         [sys.executable, "-m", "dsh.repl", "--demo", "--scenario", "stall", "-p", "wait"],
         cwd=REPO, env=base_env(home), stdin=subprocess.DEVNULL, stdout=subprocess.PIPE, stderr=subprocess.PIPE,
@@ -137,12 +138,12 @@ def test_print_mode_aborted_by_sigint_exits_130(home: Path) -> None:
         assert process.stdout is not None
         header = process.stdout.read(len("[main turn 1] "))
         assert header == "[main turn 1] "  # the turn is running (its signal watch was installed before it)
-        process.send_signal(signal.SIGINT)
+        process.send_signal(signum)
         out, err = process.communicate(timeout=10)
     finally:
         process.kill()
         process.wait()
-    assert process.returncode == 130
+    assert process.returncode == status
     assert out == "[turn aborted] cancelled\n" and err == ""
 
 

@@ -94,6 +94,8 @@ async def test_the_scenario_prints_its_expected_line(tmp_path: Path, name: str) 
         ("max-tokens", "max-tokens"),
         ("keepalive-stall", "error"),
         ("stream-closed", "error"),
+        ("no-done", "completed"),
+        ("no-headers", "error"),
         ("stall", "aborted"),
     ],
 )
