@@ -83,6 +83,7 @@ from dsh.llm import (
     redact_text,
     unwrap_group,
 )
+from dsh.llm.text import scrub_surrogates
 
 __all__ = ["DEFAULT_MAX_STEPS", "Agent", "Conversation"]
 
@@ -350,7 +351,8 @@ class Agent:
         """Run one turn and return how it ended. Turn failures are reasons, never exceptions."""
         if not isinstance(prompt, str):
             raise TypeError("prompt must be a string")
-        return await self._run(prompt, source=None)
+        # Command-line prompts arrive surrogate-escaped when their bytes are not UTF-8.
+        return await self._run(scrub_surrogates(prompt), source=None)
 
     def new_session(self) -> None:
         """``/new``: a fresh conversation, approvals and turn numbers, and a new log in the same root."""

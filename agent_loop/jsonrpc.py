@@ -54,6 +54,7 @@ import anyio
 import anyio.abc
 
 from dsh.llm import ErrorCode, HarnessError
+from dsh.llm import text as json_text
 
 __all__ = [
     "DEFAULT_MAX_LINE_BYTES",
@@ -382,7 +383,7 @@ class JsonRpcConnection:
         if line is _OVERSIZED:
             raise _BadFrame(PARSE_ERROR, f"line longer than {self._max_line} bytes")
         try:
-            message = json.loads(line, parse_constant=_reject_constant)
+            message = json_text.loads(line, parse_constant=_reject_constant)
         except (ValueError, RecursionError):
             raise _BadFrame(PARSE_ERROR, f"not JSON ({len(line)} bytes)")
         if not isinstance(message, dict):

@@ -15,7 +15,6 @@ group, with a timeout and bounded output, and are killed and reaped when the tur
 from __future__ import annotations
 
 import contextlib
-import json
 import os
 import re
 import threading
@@ -31,6 +30,7 @@ import anyio.to_thread
 from dsh.agent_loop.events import Event
 from dsh.agent_loop.process import ManagedProcess, ProcessStartError
 from dsh.llm import ToolCall, ToolSpec, error_chain
+from dsh.llm import text as json_text
 
 __all__ = [
     "DEFAULT_MAX_PARALLEL",
@@ -148,7 +148,7 @@ def _parse_arguments(call: ToolCall) -> dict[str, Any] | ToolOutput:
     if not text.strip():
         return {}  # models send "" for a tool without parameters
     try:
-        value = json.loads(text)
+        value = json_text.loads(text)
     except ValueError as exc:
         return ToolOutput(f'Error: invalid JSON arguments for tool "{call.name}": {exc}', is_error=True)
     if not isinstance(value, dict):

@@ -490,6 +490,7 @@ BEHAVIOURS: dict[str, str] = {
     "empty": "finish `stop` with no content at all",
     "empty_body": "200 with an empty body",
     "no_done": "a whole stream with its finish reason, but no `data: [DONE]` (completes)",
+    "surrogates": "an emoji's surrogate pair split across two chunks, then a lone surrogate",
     "no_finish": "text, then a clean close with neither a finish reason nor `data: [DONE]`",
     "partial_eof": "the body ends cleanly in the middle of a `data:` line",
     "malformed_json": "a `data:` payload that is not JSON (`payload=` to choose it)",

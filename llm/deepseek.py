@@ -35,6 +35,7 @@ from dsh.llm.events import (
 )
 from dsh.llm.redact import redact_text, redact_url, url_secrets
 from dsh.llm.sse import SseComment, SseDecoder, SseLineTooLong
+from dsh.llm.text import SurrogateJoiner, scrub_surrogates
 
 if TYPE_CHECKING:
     # httpx is imported when the first request is made: its import and the client's SSL context
@@ -114,6 +115,16 @@ def _retry_after_seconds(value: str | None) -> float | None:
     return seconds
 
 
+def _encode_body(text: str) -> bytes:
+    """The request body as UTF-8. Decoding boundaries keep lone surrogates out of the conversation;
+    should one slip in anyway (a caller's own message), it is sent as U+FFFD instead of failing every
+    later turn."""
+    try:
+        return text.encode("utf-8")
+    except UnicodeEncodeError:
+        return scrub_surrogates(text).encode("utf-8")
+
+
 def _provider_message(body: bytes) -> str | None:
     try:
         parsed = json.loads(body)
@@ -122,9 +133,9 @@ def _provider_message(body: bytes) -> str | None:
     if isinstance(parsed, dict):
         error = parsed.get("error")
         if isinstance(error, dict) and isinstance(error.get("message"), str) and error["message"].strip():
-            return error["message"].strip()
+            return scrub_surrogates(error["message"].strip())
         if isinstance(parsed.get("message"), str) and parsed["message"].strip():
-            return parsed["message"].strip()
+            return scrub_surrogates(parsed["message"].strip())
     return None
 
 
@@ -168,6 +179,7 @@ class _ChunkParser:
     def __init__(self) -> None:
         self.finish_reason: str | None = None
         self.content_events = 0  # text, reasoning and tool-call deltas seen so far
+        self._joiner = SurrogateJoiner()  # rejoins a surrogate pair split across two deltas
 
     @property
     def has_content(self) -> bool:
@@ -195,13 +207,17 @@ class _ChunkParser:
                 if not isinstance(reasoning, str):
                     raise _Malformed(_WRONG_SHAPE)
                 self.content_events += 1
-                out.append(ReasoningDelta(reasoning))
+                reasoning = self._joiner.feed(ReasoningDelta, reasoning)
+                if reasoning:  # empty when it was only half a surrogate pair, held for the next delta
+                    out.append(ReasoningDelta(reasoning))
             content = delta.get("content")
             if content:
                 if not isinstance(content, str):
                     raise _Malformed(_WRONG_SHAPE)
                 self.content_events += 1
-                out.append(TextDelta(content))
+                content = self._joiner.feed(TextDelta, content)
+                if content:
+                    out.append(TextDelta(content))
             tool_calls = delta.get("tool_calls")
             if tool_calls:
                 self._tool_calls(tool_calls, out)
@@ -233,7 +249,23 @@ class _ChunkParser:
             ):
                 raise _Malformed(_WRONG_SHAPE)
             self.content_events += 1
+            if arguments:
+                arguments = self._joiner.feed(index, arguments)
+            name = scrub_surrogates(name) if name else name
+            call_id = scrub_surrogates(call_id) if call_id else call_id
             out.append(ToolCallDelta(index, call_id or None, name or None, arguments))
+
+    def flush(self) -> list[StreamEvent]:
+        """The U+FFFD of a surrogate pair whose second half never came, per channel, before Finish."""
+        out: list[StreamEvent] = []
+        for channel, text in self._joiner.flush().items():
+            if channel is TextDelta:
+                out.append(TextDelta(text))
+            elif channel is ReasoningDelta:
+                out.append(ReasoningDelta(text))
+            else:
+                out.append(ToolCallDelta(channel, None, None, text))  # type: ignore[arg-type]
+        return out
 
 
 class _Watchdog:
@@ -394,7 +426,7 @@ class DeepSeekClient:
     async def stream(self, request: ChatRequest) -> AsyncIterator[StreamEvent]:
         """POST the request and yield events as they arrive; ``Finish`` only after ``[DONE]``."""
         cancelled = anyio.get_cancelled_exc_class()
-        body = json.dumps(self.build_body(request), ensure_ascii=False).encode("utf-8")
+        body = _encode_body(json.dumps(self.build_body(request), ensure_ascii=False))
 
         response: httpx.Response | None = None
         try:
@@ -504,7 +536,7 @@ class DeepSeekClient:
                         yield out
                     finish = self._finish(parser, request_id)
                     await self._drain(chunks)
-                    yield [finish]
+                    yield finish
                     return
                 try:
                     parser.parse(data, out)
@@ -517,12 +549,12 @@ class DeepSeekClient:
                 yield out
         for item in decoder.close_compact():
             if not isinstance(item, SseComment) and (item if type(item) is str else item.data) == "[DONE]":
-                yield [self._finish(parser, request_id)]
+                yield self._finish(parser, request_id)
                 return
         if parser.finish_reason is not None:
             # A finish reason, then a clean close without [DONE]: the answer is whole (every peer client
             # accepts it). A close with no finish reason may have cut the answer: that is STREAM_CLOSED.
-            yield [self._finish(parser, request_id)]
+            yield self._finish(parser, request_id)
             return
         if not saw_bytes:
             raise LlmError("DeepSeek API returned no response body", ErrorCode.EMPTY_RESPONSE, request_id=request_id)
@@ -543,7 +575,8 @@ class DeepSeekClient:
             except httpx.TransportError:
                 pass
 
-    def _finish(self, parser: _ChunkParser, request_id: str | None) -> Finish:
+    def _finish(self, parser: _ChunkParser, request_id: str | None) -> list[StreamEvent]:
+        """The stream's last events: any half surrogate pair still held, then ``Finish``."""
         reason = parser.finish_reason or "stop"
         if reason not in _NORMAL_FINISH:
             raise LlmError(
@@ -553,4 +586,4 @@ class DeepSeekClient:
             )
         if reason == "stop" and not parser.has_content:
             raise LlmError("DeepSeek API returned an empty completion", ErrorCode.EMPTY_RESPONSE, request_id=request_id)
-        return Finish(reason)  # type: ignore[arg-type]
+        return [*parser.flush(), Finish(reason)]  # type: ignore[arg-type]

@@ -363,7 +363,12 @@ class StreamSink:
         if self.broken:
             return
         try:
-            self.stream.write(text)
+            try:
+                self.stream.write(text)
+            except UnicodeEncodeError:
+                # A character the stream cannot encode is not a closed pipe: write it replaced, go on.
+                encoding = getattr(self.stream, "encoding", None) or "utf-8"
+                self.stream.write(text.encode(encoding, "replace").decode(encoding))
             self.stream.flush()
         except (BrokenPipeError, ValueError):
             self.broken = True

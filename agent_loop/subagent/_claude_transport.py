@@ -16,7 +16,6 @@ after an error result).
 
 from __future__ import annotations
 
-import json
 import os
 import signal
 from collections.abc import AsyncIterator, Mapping, Sequence
@@ -27,6 +26,7 @@ from claude_agent_sdk import CLIConnectionError, CLIJSONDecodeError, CLINotFound
 
 from dsh.agent_loop.process import ExitStatus, LineTooLong, ManagedProcess, ProcessStartError, read_line
 from dsh.agent_loop.subagent._product import descendants, kill_survivors
+from dsh.llm import text as json_text
 
 __all__ = ["ManagedCLITransport"]
 
@@ -129,7 +129,7 @@ class ManagedCLITransport(Transport):
             if not text.startswith("{"):
                 continue  # blank lines and non-JSON chatter carry no message (as in the SDK's transport)
             try:
-                data = json.loads(text)
+                data = json_text.loads(text)
             except ValueError as exc:
                 raise CLIJSONDecodeError(text, exc) from exc
             if isinstance(data, dict):

@@ -300,6 +300,8 @@ def _register_catalogue() -> None:
         expect="[turn failed STREAM_CLOSED] SSE stream ended without [DONE]")
     add("no-done", "a finish reason, then a clean close without [DONE]: the answer is whole", _default("no_done"),
         expect="No terminator")
+    add("surrogates", "an emoji split across two chunks and a lone surrogate: joined, and replaced by U+FFFD",
+        _default("surrogates"), expect="Smile \U0001f600, a lone \ufffd!")
     add("malformed", "a payload that is not JSON", _default("malformed_json"),
         expect="[turn failed MALFORMED_RESPONSE] malformed SSE payload: ")
     add("content-filter", "finish_reason content_filter", _default("content_filter"),

@@ -240,6 +240,15 @@ async def test_malformed_payload_preview(fault_server, make_client, stream_outco
     assert (error.code, error.message) == ("MALFORMED_RESPONSE", f"malformed SSE payload: {preview}")
 
 
+async def test_a_surrogate_pair_split_across_chunks_rejoins_and_a_lone_one_is_replaced(
+    fault_server, make_client, stream_outcome
+):
+    fault_server.push("surrogates")
+    outcome = await stream_outcome(make_client(fault_server.url))
+    assert outcome.error is None
+    assert "".join(e.text for e in outcome.events if isinstance(e, TextDelta)) == "Smile \U0001f600, a lone \ufffd!"
+
+
 async def test_a_finish_reason_then_a_clean_close_without_done_completes(fault_server, make_client, stream_outcome):
     fault_server.push("no_done")
     outcome = await stream_outcome(make_client(fault_server.url))

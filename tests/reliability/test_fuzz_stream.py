@@ -52,6 +52,10 @@ GARBAGE = st.one_of(
     st.binary(max_size=64),
     st.sampled_from([b"data: {not json\n\n", b"data: []\n\n", b'data: {"choices": 3}\n\n', b"\xff\xfe\n", b"\r\n"]),
     st.text(max_size=40).map(lambda t: ("data: " + t + "\n\n").encode("utf-8", "surrogatepass")),
+    # JSON escapes that spell surrogates, lone or halves of a pair: nothing lone may come out
+    st.text(st.characters(min_codepoint=0xD800, max_codepoint=0xDFFF) | st.characters(), max_size=4).map(
+        lambda t: _chunk({"content": t})
+    ),
 )
 STREAMS = st.lists(st.one_of(st.sampled_from(GOOD_LINES), GARBAGE), max_size=30).map(b"".join)
 
@@ -78,6 +82,8 @@ async def _consume(body: bytes, cuts: list[int]) -> str:
                 async for event in events:
                     if isinstance(event, Finish):
                         return "finish"
+                    for text in (getattr(event, "text", ""), getattr(event, "arguments", "")):
+                        text.encode("utf-8")  # no lone surrogate crosses the decoding boundary
         except LlmError as exc:
             assert exc.code in DOCUMENTED_STREAM_CODES, exc.code
             assert "sk-fuzz" not in str(exc)

@@ -411,3 +411,41 @@ def test_resume_piped_reports_interrupted_turn(home: Path) -> None:
     assert result.stdout.splitlines()[0] == "[main turn 1] [turn interrupted by a previous process exit]"
     again = dsh(home, "--demo", "--resume", "last", stdin="")
     assert again.stdout == ""  # repaired once; nothing to report the second time
+
+
+# --- hostile characters: a lone surrogate never silences the output or poisons the session ----------------
+
+
+def test_a_split_emoji_and_a_lone_surrogate_print_and_the_next_turn_still_works(
+    home: Path, server: FaultServer
+) -> None:
+    server.push("surrogates", "text")
+    result = dsh(home, stdin="first\nsecond\n", DEEPSEEK_API_KEY=KEY, DEEPSEEK_BASE_URL=server.url)
+    assert result.returncode == 0, result.stderr
+    assert result.stdout.splitlines() == [
+        "[main turn 1] Smile \U0001f600, a lone \ufffd!",
+        "[main turn 2] Hello! How can I help you today?",
+    ]
+    # The second request carries the first answer back, as valid UTF-8 with the replacement character.
+    answer = {"role": "assistant", "content": "Smile \U0001f600, a lone \ufffd!"}
+    assert server.requests[-1].json["messages"][-2] == answer
+
+
+def test_a_character_the_output_cannot_encode_is_replaced_not_treated_as_a_closed_pipe(
+    home: Path, server: FaultServer
+) -> None:
+    server.push("surrogates")
+    result = dsh(home, "-p", "hi", DEEPSEEK_API_KEY=KEY, DEEPSEEK_BASE_URL=server.url, PYTHONIOENCODING="ascii")
+    assert result.returncode == 0, result.stderr
+    assert result.stdout == "[main turn 1] Smile ?, a lone ?!\n"
+
+
+def test_a_prompt_whose_bytes_are_not_utf8_is_sent_with_the_replacement_character(
+    home: Path, server: FaultServer
+) -> None:
+    result = subprocess.run(
+        [sys.executable.encode(), b"-m", b"dsh.repl", b"-p", b"caf\xe9"], cwd=REPO, capture_output=True,
+        env=base_env(home, DEEPSEEK_API_KEY=KEY, DEEPSEEK_BASE_URL=server.url), timeout=30,
+    )
+    assert result.returncode == 0, result.stderr
+    assert server.requests[-1].json["messages"][-1] == {"role": "user", "content": "caf\ufffd"}
