@@ -136,6 +136,14 @@ class Conversation:
     def pending_notices(self) -> list[str]:
         return list(self._notices)
 
+    def set_system_prompt(self, text: str | None) -> None:
+        """Replace the system message (between turns: it is not in the log, so resume sets it again)."""
+        assert self._turn_mark is None, "the system prompt changes between turns only"
+        if self.messages and self.messages[0].role == "system":
+            del self.messages[0]
+        if text:
+            self.messages.insert(0, Message("system", text))
+
     def apply(self, event: Event) -> None:
         """Apply one event; live-only and unknown ones change nothing."""
         if isinstance(event, TurnStart):
@@ -296,6 +304,13 @@ class Agent:
     def messages(self) -> list[Message]:
         """The conversation as it will be sent with the next request (a copy)."""
         return list(self._conversation.messages)
+
+    def set_system_prompt(self, text: str | None) -> None:
+        """The system message of every later request (and of the conversation after ``/new``)."""
+        if self._running:
+            raise RuntimeError("the system prompt changes between turns only")
+        self.system_prompt = text
+        self._conversation.set_system_prompt(text)
 
     @property
     def repaired_turn(self) -> int | None:

@@ -278,7 +278,7 @@ async def _async_main(args: Any, config: Any, env: dict[str, str], mode: str) ->
                 except Exception as exc:
                     raise StartupError(exc)
             shell = Shell(config, sink, color=_color(env), env=env, client=client, demo=demo, retry=retry,
-                          approvals=mode == "interactive")
+                          approvals=mode == "interactive", show_usage=mode == "interactive")
             stack.push_async_callback(shell.aclose)
             # The interactive prompt is drawn first and the agent built behind it (the app sees to it).
             await shell.start(resume=args.resume, defer_agent=mode == "interactive")

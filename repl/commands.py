@@ -20,10 +20,12 @@ if TYPE_CHECKING:
     from pathlib import Path
 
     from dsh.agent_loop.agent import Agent
+    from dsh.agent_loop.context import ProjectContext
     from dsh.agent_loop.session_log import SessionLog
     from dsh.llm import ChainLink
     from dsh.repl.config import Config
     from dsh.repl.demo.catalogue import Demo
+    from dsh.repl.usage import UsageTally
 
 __all__ = ["COMMANDS", "Command", "Host", "dispatch", "help_text"]
 
@@ -40,6 +42,7 @@ class Host(Protocol):
     exit_code: int | None
     last_prompt: str | None
     last_failure: BaseException | None
+    session_usage: UsageTally
 
     @property
     def root(self) -> Path: ...
@@ -53,6 +56,8 @@ class Host(Protocol):
     async def resume(self, ident: str) -> str: ...
 
     async def list_jobs(self) -> list[str]: ...
+
+    async def ensure_context(self) -> ProjectContext: ...
 
 
 Handler = Callable[[Host, str], Awaitable["dict[str, Any] | None"]]
@@ -153,6 +158,56 @@ async def _model(shell: Host, arg: str) -> None:
     if shell.agent is not None:
         shell.agent.model = arg
     shell.say(f"model set to {arg} (from the next turn)")
+
+
+@_command("context", "", "show what is sent with each request, with sizes in tokens")
+async def _context(shell: Host, arg: str) -> None:
+    import json
+
+    from dsh.agent_loop.context import estimate_tokens
+    from dsh.llm.models import model_info
+    from dsh.repl.usage import compact_count
+
+    context = await shell.ensure_context()
+    agent = shell.agent
+    assert agent is not None  # ensure_context built it
+    rows: list[tuple[str, int]] = []
+    for source in context.sources:
+        label = f"{source.label}  {source.path}" if source.path is not None else source.label
+        rows.append((label + ("  (cut)" if source.truncated else ""), source.tokens))
+    specs = agent.tools.specs()
+    tools_text = json.dumps([[spec.name, spec.description, spec.parameters] for spec in specs])
+    rows.append((f"tool definitions ({len(specs)} tools)", estimate_tokens(tools_text)))
+    history = [message for message in agent.messages if message.role != "system"]
+    history_text = "".join(m.content + (m.reasoning_content or "") + "".join(c.arguments for c in m.tool_calls)
+                           for m in history)
+    rows.append((f"history ({len(history)} messages)", estimate_tokens(history_text)))
+    total = sum(tokens for _, tokens in rows)
+    width = max(len(label) for label, _ in rows)
+    lines = ["context sent with each request (estimated at 4 characters a token):"]
+    lines += [f"  {label:<{width}}  ≈ {compact_count(tokens)}" for label, tokens in rows]
+    info = model_info(shell.model, shell.config.models)
+    window = f" of {compact_count(info.context_window)}" if info is not None and info.context_window else ""
+    lines.append(f"  {'total':<{width}}  ≈ {compact_count(total)}{window}")
+    if shell.session_usage.requests:
+        lines.append(f"last request: {shell.session_usage.context:,} tokens in the window (reported by the server)")
+    shell.say("\n".join(lines))
+
+
+@_command("cost", "", "tokens and cost since dsh started")
+async def _cost(shell: Host, arg: str) -> None:
+    from dsh.llm.models import PRICES_AS_OF, model_info
+    from dsh.repl.usage import usage_line
+
+    tally = shell.session_usage
+    if not tally.requests:
+        shell.say("no requests yet")
+        return
+    shell.say(f"{tally.requests} request{'s' if tally.requests != 1 else ''}: {usage_line(tally, shell.config.models)}")
+    if tally.cost is None:
+        shell.say(f"no price known for {tally.model}: set [models.\"{tally.model}\"] prices in config.toml")
+    elif model_info(tally.model) is not None and tally.model not in shell.config.models:
+        shell.say(f"prices as published by DeepSeek on {PRICES_AS_OF}, peak or off-peak by the hour of each request")
 
 
 def _link_lines(links: list[ChainLink], depth: int, secrets: tuple[str, ...]) -> list[str]:

@@ -52,6 +52,9 @@ KNOWN_KEYS = frozenset(
         "prompt_hook",
         "max_retries",
         "subagents",
+        "system_prompt",
+        "system_prompt_append",
+        "models",
     }
 )
 
@@ -77,6 +80,9 @@ class Config:
     max_retries: int | None = None  # retries of transient failures per request (None: the policy's default)
     # ``[subagents.NAME]`` tables, passed through untouched for the subagent registry.
     subagents: dict[str, dict[str, Any]] = field(default_factory=dict)
+    system_prompt: str | None = None  # replaces the built-in system prompt (docs/configuration.md)
+    system_prompt_append: str | None = None  # follows the project instructions
+    models: dict[str, dict[str, Any]] = field(default_factory=dict)  # per-model context window and prices
     config_path: Path | None = None  # the file that was read, if any
     warnings: tuple[str, ...] = ()
 
@@ -192,6 +198,38 @@ def _check_subagents(key: str, value: object, where: str) -> dict[str, dict[str,
     return tables
 
 
+_MODEL_KEYS = ("context_window", "input_cache_hit", "input_cache_miss", "output")
+
+
+def _check_models(key: str, value: object, where: str) -> dict[str, dict[str, Any]]:
+    """``[models."NAME"]`` tables: ``context_window`` (tokens) and prices in US dollars per 1M tokens."""
+    if not isinstance(value, Mapping):
+        raise ConfigError(f"{where}: [{key}] must be a table of [{key}.NAME] tables")
+    tables: dict[str, dict[str, Any]] = {}
+    for name, table in value.items():
+        if not isinstance(table, Mapping):
+            raise ConfigError(f"{where}: [{key}.{name}] must be a table")
+        checked: dict[str, Any] = {}
+        for item, number in table.items():
+            if item not in _MODEL_KEYS:
+                raise ConfigError(f"{where}: [{key}.{name}] has unknown key {item!r} (known: {', '.join(_MODEL_KEYS)})")
+            if item == "context_window":
+                checked[item] = _check_positive_int(f"{key}.{name}.{item}", number, where)
+            elif isinstance(number, bool) or not isinstance(number, int | float) or not math.isfinite(number) \
+                    or number < 0:
+                raise ConfigError(f"{where}: {key}.{name}.{item} must be a price of zero or more (USD per 1M tokens)")
+            else:
+                checked[item] = float(number)
+        tables[str(name)] = checked
+    return tables
+
+
+def _check_text(key: str, value: object, where: str) -> str:
+    if not isinstance(value, str):
+        raise ConfigError(f"{where}: {key} must be a string")
+    return value
+
+
 _CHECKS = {
     "api_key": _check_str,
     "base_url": _check_url,
@@ -204,6 +242,9 @@ _CHECKS = {
     "prompt_hook": _check_hook,
     "max_retries": _check_retries,
     "subagents": _check_subagents,
+    "system_prompt": _check_text,
+    "system_prompt_append": _check_text,
+    "models": _check_models,
 }
 
 

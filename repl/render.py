@@ -202,6 +202,10 @@ class Renderer:
         """A free-standing message line (command output, hints) placed on its own line."""
         return self._emit(self._break_line() + text + "\n")
 
+    def dim_line(self, text: str) -> str:
+        """A secondary line of dsh's own (the usage line), dim on a terminal."""
+        return self._emit(self._break_line() + self._styled(text, DIM) + "\n")
+
     # --- cursor bookkeeping -----------------------------------------------------------------
 
     def _emit(self, text: str) -> str:

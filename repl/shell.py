@@ -19,16 +19,18 @@ from collections.abc import AsyncIterator, Awaitable, Callable, Mapping, Sequenc
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, Protocol
 
-from dsh.agent_loop.events import Event, JobNotice, TurnEnd, TurnStart
+from dsh.agent_loop.events import AssistantMessage, Event, JobNotice, TurnEnd, TurnStart
 from dsh.agent_loop.retry import RetryPolicy
 from dsh.agent_loop.session_id import new_session_id
 from dsh.llm import ErrorCode, HarnessError, LlmError, error_chain, redact_text, redact_url
 from dsh.repl import commands
 from dsh.repl.config import Config, state_dir
 from dsh.repl.render import Renderer, TurnActivity
+from dsh.repl.usage import UsageTally, usage_line
 
 if TYPE_CHECKING:
     from dsh.agent_loop.agent import Agent
+    from dsh.agent_loop.context import ProjectContext
     from dsh.agent_loop.reasons import EndReason, Failed
     from dsh.agent_loop.session_log import SessionLog
     from dsh.agent_loop.tools import Tool
@@ -123,6 +125,7 @@ class Shell:
         demo: Demo | None = None,
         retry: RetryPolicy | None = None,
         approvals: bool = False,
+        show_usage: bool = False,
     ) -> None:
         self.config = config
         self.sink = sink
@@ -153,6 +156,10 @@ class Shell:
         # Called when a background job settles while no turn runs (the front end wakes the owner).
         self.on_idle_notice: Callable[[], None] | None = None
         self._unsubscribe: Callable[[], None] | None = None
+        self.show_usage = show_usage  # the dim usage line after each turn (interactive only)
+        self.turn_usage = UsageTally()
+        self.session_usage = UsageTally()  # since this process started (``/cost``)
+        self.context: ProjectContext | None = None  # gathered before the first turn of each session
 
     # --- lifecycle ---------------------------------------------------------------------------
 
@@ -329,11 +336,26 @@ class Shell:
             self._cancel_pending = False
             self.agent.cancel("cancelled")  # a Ctrl-C that came before the agent's turn existed
         self.activity.on_event(event, time.monotonic())
+        if isinstance(event, TurnStart):
+            self.turn_usage = UsageTally()
+        elif isinstance(event, AssistantMessage) and event.usage is not None:
+            self._count_usage(event)
         text = self.renderer.render(event)
         if text:
             self.sink.write(text)
         if isinstance(event, JobNotice) and not self.turn_running and self.on_idle_notice is not None:
             self.on_idle_notice()
+
+    def _count_usage(self, event: AssistantMessage) -> None:
+        import datetime
+
+        from dsh.llm.models import model_info
+
+        assert event.usage is not None
+        info = model_info(self.model, self.config.models)
+        now = datetime.datetime.now(datetime.UTC)
+        self.turn_usage.add(event.usage, self.model, info, now)
+        self.session_usage.add(event.usage, self.model, info, now)
 
     def say(self, text: str) -> None:
         """Command output: whole lines, each on its own line."""
@@ -354,9 +376,27 @@ class Shell:
             # cancel it as soon as it starts instead of losing the keypress.
             self._cancel_pending = True
 
+    async def ensure_context(self) -> ProjectContext:
+        """The project context of this session, gathered once and set as the agent's system prompt."""
+        agent = self.ensure_agent()
+        if self.context is None:
+            from dsh.agent_loop.context import gather_project_context
+            from dsh.repl.config import config_file_path
+
+            self.context = await gather_project_context(
+                Path.cwd(), env=self.env, user_dir=config_file_path(self.env).parent,
+                replace=self.config.system_prompt, append=self.config.system_prompt_append,
+            )
+            for notice in self.context.notices:
+                self.sink.write(self.renderer.line(f"[context] {notice}"))
+        if agent.system_prompt is None:
+            agent.set_system_prompt(self.context.system_prompt())
+        return self.context
+
     async def run_turn(self, prompt: str) -> dict[str, Any]:
         """One turn, rendered as it streams. Returns the turn-end reason as a dict."""
         self.ensure_agent()
+        await self.ensure_context()
         sent = self.demo.before_turn(prompt) if self.demo is not None else prompt
         self.last_prompt = prompt
         self.turn_running = True
@@ -377,6 +417,8 @@ class Shell:
                     if isinstance(end, Failed):
                         self.last_failure = getattr(self.agent, "last_failure", None) or _reason_error(end)
                 self.sink.write(self.renderer.end_line())
+                if self.show_usage and self.turn_usage.requests:
+                    self.sink.write(self.renderer.dim_line(usage_line(self.turn_usage, self.config.models)))
         finally:
             self.turn_running = False
             self._cancel_pending = False

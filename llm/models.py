@@ -1,0 +1,95 @@
+"""What dsh knows about each model: its context window and its prices, for the usage line and ``/cost``.
+
+Prices are US dollars per million tokens, read from DeepSeek's pricing page
+(https://api-docs.deepseek.com/quick_start/pricing) on :data:`PRICES_AS_OF`. DeepSeek bills peak and
+off-peak hours at different rates (off-peak is half): peak is Monday to Friday, 09:00–12:00 and
+14:00–18:00 Beijing time (UTC+8). Chinese public holidays are off-peak too, which this table does not
+know, so a cost shown for such a day is an upper bound. The legacy name ``deepseek-v4-flash`` is billed
+as ``deepseek-flash``. A ``[models."NAME"]`` table in config.toml overrides or adds a model (see
+docs/configuration.md); a model in neither place shows tokens without a cost.
+"""
+
+from __future__ import annotations
+
+import datetime as _dt
+from collections.abc import Mapping
+from dataclasses import dataclass, replace
+from typing import Any
+
+from dsh.llm.events import Usage
+
+__all__ = ["MODELS", "PRICES_AS_OF", "ModelInfo", "Prices", "cost_usd", "is_peak", "model_info"]
+
+PRICES_AS_OF = "2026-12-03"
+
+
+@dataclass(frozen=True, slots=True)
+class Prices:
+    """US dollars per million tokens."""
+
+    cache_hit: float
+    cache_miss: float
+    output: float
+
+
+@dataclass(frozen=True, slots=True)
+class ModelInfo:
+    context_window: int | None = None
+    peak: Prices | None = None
+    off_peak: Prices | None = None  # None: the same as peak
+
+    def prices_at(self, when: _dt.datetime) -> Prices | None:
+        if self.peak is None:
+            return None
+        if self.off_peak is None or is_peak(when):
+            return self.peak
+        return self.off_peak
+
+
+_FLASH = ModelInfo(1_048_576, Prices(0.006, 0.30, 1.20), Prices(0.003, 0.15, 0.60))
+_PRO = ModelInfo(1_048_576, Prices(0.044, 1.32, 3.96), Prices(0.022, 0.66, 1.98))
+
+MODELS: dict[str, ModelInfo] = {
+    "deepseek-flash": _FLASH,
+    "deepseek-v4-flash": _FLASH,
+    "deepseek-v4-pro": _PRO,
+}
+
+_BEIJING = _dt.timezone(_dt.timedelta(hours=8))
+_PEAK_HOURS = ((9, 12), (14, 18))
+
+
+def is_peak(when: _dt.datetime) -> bool:
+    """DeepSeek's peak billing hours (holidays aside). A naive ``when`` is taken as UTC."""
+    if when.tzinfo is None:
+        when = when.replace(tzinfo=_dt.UTC)
+    local = when.astimezone(_BEIJING)
+    return local.weekday() < 5 and any(start <= local.hour < end for start, end in _PEAK_HOURS)
+
+
+def model_info(name: str, overrides: Mapping[str, Mapping[str, Any]] | None = None) -> ModelInfo | None:
+    """The built-in facts for ``name``, with a config table's keys applied on top."""
+    base = MODELS.get(name)
+    table = (overrides or {}).get(name)
+    if table is None:
+        return base
+    info = base if base is not None else ModelInfo()
+    if "context_window" in table:
+        info = replace(info, context_window=int(table["context_window"]))
+    price_keys = ("input_cache_hit", "input_cache_miss", "output")
+    if any(key in table for key in price_keys):
+        peak = info.peak or Prices(0.0, 0.0, 0.0)
+        flat = Prices(
+            float(table.get("input_cache_hit", peak.cache_hit)),
+            float(table.get("input_cache_miss", peak.cache_miss)),
+            float(table.get("output", peak.output)),
+        )
+        info = replace(info, peak=flat, off_peak=None)  # a configured price holds at every hour
+    return info
+
+
+def cost_usd(usage: Usage, prices: Prices) -> float:
+    """The cost of one request. Cache misses are the prompt tokens that were not hits when not reported."""
+    hit = usage.prompt_cache_hit_tokens
+    miss = usage.prompt_cache_miss_tokens or max(usage.prompt_tokens - hit, 0)
+    return (hit * prices.cache_hit + miss * prices.cache_miss + usage.completion_tokens * prices.output) / 1e6

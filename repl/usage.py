@@ -1,0 +1,79 @@
+"""Tokens, cost and context fill: the dim line after each interactive turn, and ``/cost``.
+
+The numbers are the ones the server reported in each request's usage chunk (``assistant/message``
+events carry them); the prices and context windows come from :mod:`dsh.llm.models`. Format, e.g.
+``tokens 12.3k in (9.1k cached) · 420 out · context 1.8% · $0.0031`` (docs/architecture.md).
+"""
+
+from __future__ import annotations
+
+import datetime as _dt
+from collections.abc import Mapping
+from dataclasses import dataclass
+from typing import Any
+
+from dsh.llm.events import Usage
+from dsh.llm.models import ModelInfo, cost_usd, model_info
+
+__all__ = ["UsageTally", "compact_count", "format_cost", "usage_line"]
+
+
+@dataclass
+class UsageTally:
+    """Sums over requests. ``cost`` is None once any request had no known price."""
+
+    requests: int = 0
+    prompt: int = 0
+    cached: int = 0
+    output: int = 0
+    reasoning: int = 0
+    cost: float | None = 0.0
+    context: int = 0  # the latest request's prompt + output: how full the window is now
+    model: str = ""
+
+    def add(self, usage: Usage, model: str, info: ModelInfo | None, when: _dt.datetime) -> None:
+        self.requests += 1
+        self.prompt += usage.prompt_tokens
+        self.cached += usage.prompt_cache_hit_tokens
+        self.output += usage.completion_tokens
+        self.reasoning += usage.reasoning_tokens
+        self.context = usage.prompt_tokens + usage.completion_tokens
+        self.model = model
+        prices = info.prices_at(when) if info is not None else None
+        if prices is None or self.cost is None:
+            self.cost = None
+        else:
+            self.cost += cost_usd(usage, prices)
+
+
+def compact_count(count: int) -> str:
+    if count < 1000:
+        return str(count)
+    if count < 1_000_000:
+        return f"{count / 1000:.1f}k".replace(".0k", "k")
+    return f"{count / 1_000_000:.1f}M".replace(".0M", "M")
+
+
+def format_cost(cost: float) -> str:
+    return f"${cost:.4f}" if cost < 1 else f"${cost:.2f}"
+
+
+def _percent(part: int, whole: int) -> str:
+    share = 100 * part / whole
+    return f"{share:.1f}%" if share < 10 else f"{share:.0f}%"
+
+
+def usage_line(tally: UsageTally, models: Mapping[str, Mapping[str, Any]] | None = None) -> str:
+    parts = [f"tokens {compact_count(tally.prompt)} in"]
+    if tally.cached:
+        parts[0] += f" ({compact_count(tally.cached)} cached)"
+    out = f"{compact_count(tally.output)} out"
+    if tally.reasoning:
+        out += f" ({compact_count(tally.reasoning)} reasoning)"
+    parts.append(out)
+    info = model_info(tally.model, models)
+    if info is not None and info.context_window:
+        parts.append(f"context {_percent(tally.context, info.context_window)}")
+    if tally.cost is not None:
+        parts.append(format_cost(tally.cost))
+    return " · ".join(parts)
