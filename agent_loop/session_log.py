@@ -127,9 +127,11 @@ def _open_regular(path: Path, flags: int) -> tuple[int, os.stat_result]:
     try:
         fd = os.open(path, flags | os.O_NOFOLLOW | os.O_NONBLOCK | os.O_CLOEXEC)
     except OSError as exc:
-        if exc.errno == errno.ELOOP:
-            raise _log_error(f"session log {path} is a symbolic link; dsh opens only regular files")
-        raise _log_error(f"cannot open session log {path}", exc)
+        if exc.errno != errno.ELOOP:
+            raise _log_error(f"cannot open session log {path}", exc)
+        fd = -1  # raised below, outside this block: error_chain would show ELOOP's own text
+    if fd < 0:
+        raise _log_error(f"session log {path} is a symbolic link; dsh opens only regular files")
     try:
         info = os.fstat(fd)
         if not stat.S_ISREG(info.st_mode):
