@@ -85,7 +85,7 @@ from dsh.llm import (
 )
 from dsh.llm.text import scrub_surrogates
 
-__all__ = ["DEFAULT_MAX_STEPS", "Agent", "Conversation"]
+__all__ = ["DEFAULT_MAX_STEPS", "Agent", "Conversation", "open_session"]
 
 DEFAULT_MAX_STEPS = 50
 CANCELLED_TOOL_OUTPUT = "Error: tool call cancelled"
@@ -227,6 +227,20 @@ def _unique_ids(calls: Sequence[ToolCall]) -> list[ToolCall]:
 # --- the agent ---------------------------------------------------------------------------------
 
 
+def open_session(
+    id_or_last: str | os.PathLike[str], root: str | os.PathLike[str] | None = None, *, system_prompt: str | None = None
+) -> tuple[SessionLog, Conversation]:
+    """Open a session to continue and rebuild its conversation in the same single pass over the log.
+
+    Memory follows the conversation, not the file (docs/architecture.md, the session log); pass both
+    to :class:`Agent` (``session=``, ``conversation=``).
+    """
+    conversation = Conversation(system_prompt)
+    apply = conversation.apply
+    session = SessionLog.open(id_or_last, root, on_record=lambda record: apply(from_wire(record)))
+    return session, conversation
+
+
 class Agent:
     """Runs turns against ``client`` (anything with ``stream(ChatRequest) -> AsyncIterator[StreamEvent]``)."""
 
@@ -247,7 +261,9 @@ class Agent:
         max_steps: int = DEFAULT_MAX_STEPS,
         approver: Approver | None = None,
         cwd: str | os.PathLike[str] | None = None,
+        conversation: Conversation | None = None,
     ) -> None:
+        """``conversation``, when given, is the one :func:`open_session` rebuilt from ``session``."""
         self.client = client
         self.model = model
         self.tools = tools if tools is not None else ToolRegistry()
@@ -273,26 +289,28 @@ class Agent:
         self._disposing = False
         self._idle: anyio.Event | None = None
         self._state: _TurnState | None = None
-        self._conversation = Conversation(system_prompt)
+        self._conversation = conversation if conversation is not None else Conversation(system_prompt)
         self.turn_number = 0
         if session is not None:
-            self._rebuild(session)
+            if conversation is None:
+                self._rebuild(session)
+            self.turn_number = session.last_turn
 
     @classmethod
     def resume(
         cls, client: Any, id_or_last: str = "last", *, root: str | os.PathLike[str] | None = None, **kwargs: Any
     ) -> Agent:
         """Open a session (repairing an open last turn) and continue it."""
-        return cls(client, session=SessionLog.open(id_or_last, root), **kwargs)
+        session, conversation = open_session(id_or_last, root, system_prompt=kwargs.get("system_prompt"))
+        return cls(client, session=session, conversation=conversation, **kwargs)
 
     def _rebuild(self, session: SessionLog) -> None:
-        # The same as applying session.events(), one record at a time; the collector is paused while
-        # 100 000s of messages build.
+        # The same as applying session.events(), one record at a time, streamed from the file; the
+        # collector is paused while 100 000s of messages build.
         apply = self._conversation.apply
         with gc_paused():
-            for record in session.records():
+            for record in session.iter_records():
                 apply(from_wire(record))
-        self.turn_number = session.last_turn
 
     # --- public surface ------------------------------------------------------------------------
 

@@ -22,11 +22,13 @@ does not know survives a resume untouched.
 from __future__ import annotations
 
 import contextlib
+import errno
 import fcntl
 import json
 import os
 import re
-from collections.abc import Iterable, Mapping
+import stat
+from collections.abc import Callable, Iterator, Mapping
 from dataclasses import dataclass
 from datetime import UTC, datetime
 from pathlib import Path
@@ -45,6 +47,7 @@ from dsh.agent_loop.gc_pause import gc_paused
 from dsh.agent_loop.reasons import Interrupted
 from dsh.agent_loop.session_id import new_session_id
 from dsh.llm import ErrorCode, HarnessError
+from dsh.llm.text import loads
 
 __all__ = [
     "INTERRUPTED_TOOL_OUTPUT",
@@ -95,53 +98,186 @@ def _log_error(message: str, cause: BaseException | None = None) -> SessionLogEr
     return SessionLogError(message, cause=cause)
 
 
-@dataclass(frozen=True, slots=True)
+@dataclass(slots=True)
 class _Loaded:
     header: dict[str, Any]
-    records: list[dict[str, Any]]
+    tail: list[dict[str, Any]]  # the records from the last turn boundary on (what repair needs)
     warnings: list[str]
     good_size: int  # bytes up to the end of the last complete line
+    next_seq: int = 1  # the seq the next record read should carry (a gap is reported)
+    max_seq: int = 0  # the highest seq read: the next append carries one more
+    last_turn: int = 0
+    size: int = 0  # the file's size when read (good_size plus a torn tail)
+    skipped: int = 0  # counts behind the one-line summary (warnings keeps only the first few)
+    gaps: int = 0
+    torn: int = 0  # bytes of a torn last line
 
 
-def _parse(raw: bytes, path: Path) -> _Loaded:
-    warnings: list[str] = []
-    lines = raw.split(b"\n")
-    tail = lines.pop()  # after the last "\n": empty unless the last line is torn
-    good_size = len(raw) - len(tail)
-    if tail:
-        warnings.append(f"ignored a torn last line ({len(tail)} bytes) in {path}")
-    if not lines:
-        raise _log_error(f"{path} is not a dsh session log (no header line)")
+_CHUNK = 1 << 22  # bytes read per pread while streaming a log
+_HEADER_LIMIT = 1 << 20  # a first line longer than this is not a dsh header
+_WARNING_LIMIT = 20  # detailed warnings kept per load; the rest are only counted
+
+
+def _open_regular(path: Path, flags: int) -> tuple[int, os.stat_result]:
+    """Open ``path`` without following a symlink or blocking on a FIFO; only a regular file is kept.
+
+    ``O_NONBLOCK`` makes opening a FIFO return at once, and ``fstat`` on the descriptor (not the
+    name) decides, so nothing can be swapped in between; see docs/architecture.md (the session log).
+    """
     try:
-        header = json.loads(lines[0])
+        fd = os.open(path, flags | os.O_NOFOLLOW | os.O_NONBLOCK | os.O_CLOEXEC)
+    except OSError as exc:
+        if exc.errno != errno.ELOOP:
+            raise _log_error(f"cannot open session log {path}", exc)
+        fd = -1  # raised below, outside this block: error_chain would show ELOOP's own text
+    if fd < 0:
+        raise _log_error(f"session log {path} is a symbolic link; dsh opens only regular files")
+    try:
+        info = os.fstat(fd)
+        if not stat.S_ISREG(info.st_mode):
+            raise _log_error(f"session log {path} is not a regular file ({_kind(info.st_mode)})")
+        os.set_blocking(fd, True)
+    except BaseException:
+        os.close(fd)
+        raise
+    return fd, info
+
+
+def _kind(mode: int) -> str:
+    for test, name in (
+        (stat.S_ISFIFO, "a FIFO"),
+        (stat.S_ISCHR, "a character device"),
+        (stat.S_ISBLK, "a block device"),
+        (stat.S_ISSOCK, "a socket"),
+        (stat.S_ISDIR, "a directory"),
+    ):
+        if test(mode):
+            return name
+    return "not a regular file"
+
+
+def _lines(fd: int, start: int = 0) -> Iterator[tuple[int, bytes | None]]:
+    """``(offset, line)`` for each complete line from ``start``, without its newline; last a torn tail.
+
+    Memory is one chunk plus the longest line. The final item is ``(offset, None)`` with the offset
+    where complete lines end; bytes past it are a torn last line.
+    """
+    offset = start
+    parts: list[bytes] = []  # a line longer than one chunk, gathered without quadratic joins
+    pending = 0
+    while True:
+        chunk = os.pread(fd, _CHUNK, offset + pending)
+        if not chunk:
+            yield offset, None
+            return
+        cut = chunk.find(b"\n")
+        if cut < 0:
+            parts.append(chunk)
+            pending += len(chunk)
+            continue
+        if parts:
+            parts.append(chunk[:cut])
+            line = b"".join(parts)
+            parts, pending = [], 0
+            yield offset, line
+            offset += len(line) + 1
+            chunk = chunk[cut + 1 :]
+        last = chunk.rfind(b"\n")
+        if last >= 0:
+            body = chunk[:last]
+            for line in body.split(b"\n"):
+                yield offset, line
+                offset += len(line) + 1
+            chunk = chunk[last + 1 :]
+        if chunk:
+            parts.append(chunk)
+            pending += len(chunk)
+
+
+def _read_header(line: bytes, path: Path, warnings: list[str]) -> dict[str, Any]:
+    try:
+        header = loads(line)
     except ValueError as exc:
         raise _log_error(f"{path} is not a dsh session log (unreadable header)", exc)
     if not isinstance(header, dict) or header.get("type") != "session":
         raise _log_error(f"{path} is not a dsh session log (no session header)")
     if header.get("version") != VERSION:
         warnings.append(f"session log {path} has version {header.get('version')!r}; reading it as {VERSION}")
-    records = _parse_clean_body(lines)
+    return header
+
+
+def _stream(fd: int, path: Path, on_record: Callable[[dict[str, Any]], None] | None) -> _Loaded:
+    """One pass over the log: every record to ``on_record`` in order; keep only the last turn's."""
+    warnings: list[str] = []
+    lines = _lines(fd)
+    _, first = next(lines)
+    if first is None:
+        raise _log_error(f"{path} is not a dsh session log (no header line)")
+    if len(first) > _HEADER_LIMIT:
+        raise _log_error(f"{path} is not a dsh session log (a first line of {len(first)} bytes)")
+    loaded = _Loaded(_read_header(first, path, warnings), [], warnings, len(first) + 1)
+    batch: list[bytes] = []
+    batch_bytes = 0
+    number = 2  # the line number of batch[0]
+    good_size = loaded.good_size
+    for position, line in lines:
+        if line is None:
+            good_size = position
+            break
+        batch.append(line)
+        batch_bytes += len(line)
+        if batch_bytes >= _CHUNK or len(batch) >= 4096:
+            _take(batch, number, path, loaded, on_record)
+            number += len(batch)
+            batch, batch_bytes = [], 0
+    _take(batch, number, path, loaded, on_record)
+    loaded.good_size = good_size
+    loaded.size = os.fstat(fd).st_size
+    if loaded.size > good_size:
+        loaded.torn = loaded.size - good_size
+        warnings.append(f"ignored a torn last line ({loaded.torn} bytes) in {path}")
+    return loaded
+
+
+def _take(
+    batch: list[bytes], number: int, path: Path, loaded: _Loaded, on_record: Callable[[dict[str, Any]], None] | None
+) -> None:
+    records = _parse_clean_body(batch, loaded.next_seq)
     if records is None:
-        records = _parse_body_by_line(lines, path, warnings)
-    return _Loaded(header, records, warnings, good_size)
+        records = _parse_body_by_line(batch, path, loaded, number)
+    elif records:
+        loaded.next_seq = records[-1]["seq"] + 1
+        loaded.max_seq = max(loaded.max_seq, records[-1]["seq"])
+    tail = loaded.tail
+    for record in records:
+        kind = record.get("type")
+        if kind in _TURN_BOUNDARIES and isinstance(record.get("data"), dict):
+            tail.clear()
+            if kind == TurnStart.type:
+                turn = record["data"].get("turn")
+                if isinstance(turn, int) and turn > loaded.last_turn:
+                    loaded.last_turn = turn
+        tail.append(record)
+        if on_record is not None:
+            on_record(record)
 
 
-def _parse_clean_body(lines: list[bytes]) -> list[dict[str, Any]] | None:
-    """Every record line at once, or None unless each is a record and ``seq`` runs 1, 2, 3 ...
+def _parse_clean_body(lines: list[bytes], expected_seq: int = 1) -> list[dict[str, Any]] | None:
+    """Every record line at once, or None unless each is a record and ``seq`` runs on from ``expected_seq``.
 
-    One ``json.loads`` over the joined lines is several times faster than one per line. Any
+    One ``loads`` over the joined lines is several times faster than one per line. Any
     irregularity (an unreadable or blank line, a gap) returns None so that the line-by-line reader
     reports it exactly as before. (Only a crafted file could fool the count check: a line holding
     two records that makes up for one record split over two lines, with every ``seq`` in order.)
     """
-    body = lines[1:]
+    if not lines:
+        return []
     try:
-        records = json.loads(b"[" + b",".join(body) + b"]")
+        records = loads(b"[" + b",".join(lines) + b"]")
     except ValueError:
         return None
-    if len(records) != len(body):
+    if len(records) != len(lines):
         return None
-    expected_seq = 1
     for record in records:
         if not isinstance(record, dict) or not isinstance(record.get("type"), str):
             return None
@@ -152,38 +288,63 @@ def _parse_clean_body(lines: list[bytes]) -> list[dict[str, Any]] | None:
     return records
 
 
-def _parse_body_by_line(lines: list[bytes], path: Path, warnings: list[str]) -> list[dict[str, Any]]:
+def _parse_body_by_line(lines: list[bytes], path: Path, loaded: _Loaded, first_number: int) -> list[dict[str, Any]]:
     records: list[dict[str, Any]] = []
-    expected_seq = 1
-    for number, line in enumerate(lines[1:], start=2):
+    warnings = loaded.warnings
+    for number, line in enumerate(lines, start=first_number):
         if not line.strip():
             continue
         try:
-            record = json.loads(line)
+            record = loads(line)
         except ValueError:
             record = None
         if not isinstance(record, dict) or not isinstance(record.get("type"), str):
-            warnings.append(f"skipped an unreadable record on line {number} of {path}")
+            loaded.skipped += 1
+            if len(warnings) < _WARNING_LIMIT:
+                warnings.append(f"skipped an unreadable record on line {number} of {path}")
             continue
         seq = record.get("seq")
-        if isinstance(seq, int) and seq != expected_seq:
-            warnings.append(f"sequence gap in {path}: expected seq {expected_seq}, found {seq} on line {number}")
+        if isinstance(seq, int) and seq != loaded.next_seq:
+            loaded.gaps += 1
+            if len(warnings) < _WARNING_LIMIT:
+                warnings.append(f"sequence gap in {path}: expected seq {loaded.next_seq}, found {seq} on line {number}")
         if isinstance(seq, int):
-            expected_seq = seq + 1
+            loaded.next_seq = seq + 1
+            loaded.max_seq = max(loaded.max_seq, seq)
         records.append(record)
     return records
+
+
+def _summary(loaded: _Loaded, path: Path) -> str | None:
+    """The load warnings as the one line the user sees (the details go to dsh.log)."""
+    parts: list[str] = []
+    if loaded.torn:
+        parts.append(f"ignored a torn last line ({loaded.torn} bytes)")
+    if loaded.skipped:
+        parts.append(f"skipped {loaded.skipped} unreadable record{'s' if loaded.skipped != 1 else ''}")
+    if loaded.gaps:
+        parts.append(f"{loaded.gaps} sequence gap{'s' if loaded.gaps != 1 else ''}")
+    version = loaded.header.get("version")
+    if version != VERSION:
+        parts.append(f"version {version!r} read as {VERSION}")
+    if not parts:
+        return None
+    return f"session log {path}: {'; '.join(parts)} (details in dsh.log)"
 
 
 def load_session_file(path: str | os.PathLike[str]) -> tuple[dict[str, Any], list[dict[str, Any]], list[str]]:
     """Read a log without opening it for append: ``(header, records, warnings)``. No repair, no lock."""
     file = Path(path)
+    records: list[dict[str, Any]] = []
+    fd, _ = _open_regular(file, os.O_RDONLY)
     try:
-        raw = file.read_bytes()
+        with gc_paused():
+            loaded = _stream(fd, file, records.append)
     except OSError as exc:
         raise _log_error(f"cannot read session log {file}", exc)
-    with gc_paused():
-        loaded = _parse(raw, file)
-    return loaded.header, loaded.records, loaded.warnings
+    finally:
+        os.close(fd)
+    return loaded.header, records, loaded.warnings
 
 
 _TURN_BOUNDARIES = frozenset({TurnStart.type, TurnEnd.type})
@@ -220,16 +381,6 @@ def _open_turn_closers(records: list[dict[str, Any]]) -> list[ToolResult | TurnE
     return closers
 
 
-def _last_turn(records: Iterable[dict[str, Any]]) -> int:
-    last = 0
-    for record in records:
-        if record.get("type") == TurnStart.type:
-            turn = (record.get("data") or {}).get("turn")
-            if isinstance(turn, int) and turn > last:
-                last = turn
-    return last
-
-
 class SessionLog:
     """An open, appendable session log. Build with :meth:`create` or :meth:`open`."""
 
@@ -241,13 +392,13 @@ class SessionLog:
         self.cwd: str = str(loaded.header.get("cwd") or "")
         self.created_at: str = str(loaded.header.get("createdAt") or "")
         self.load_warnings: list[str] = list(loaded.warnings)
+        self.load_summary: str | None = _summary(loaded, path) if loaded.warnings else None
         self.repaired_turn: int | None = None
         self._fd: int | None = fd
-        self._records = loaded.records
         self._size = loaded.good_size
-        self._next_seq = 1 + max((r["seq"] for r in self._records if isinstance(r.get("seq"), int)), default=0)
+        self._next_seq = loaded.max_seq + 1
         self._failure: SessionLogError | None = None
-        self.last_turn = _last_turn(self._records)
+        self.last_turn = loaded.last_turn
 
     # --- construction ----------------------------------------------------------------------
 
@@ -299,29 +450,41 @@ class SessionLog:
         return log
 
     @classmethod
-    def open(cls, path_or_id: str | os.PathLike[str], root: str | os.PathLike[str] | None = None) -> SessionLog:
-        """Open an existing session to continue it: lock, cut a torn tail, close an open last turn."""
+    def open(
+        cls,
+        path_or_id: str | os.PathLike[str],
+        root: str | os.PathLike[str] | None = None,
+        *,
+        on_record: Callable[[dict[str, Any]], None] | None = None,
+    ) -> SessionLog:
+        """Open an existing session to continue it: lock, cut a torn tail, close an open last turn.
+
+        The log is streamed once: each record (then each closer appended) goes to ``on_record`` in
+        order, and only the last turn's records are held here, so memory follows what the caller
+        keeps, not the file's size.
+        """
         path = resolve_session(path_or_id, root)
-        try:
-            fd = os.open(path, os.O_RDWR | os.O_APPEND | os.O_CLOEXEC)
-        except OSError as exc:
-            raise _log_error(f"cannot open session log {path}", exc)
+        fd, _ = _open_regular(path, os.O_RDWR | os.O_APPEND)
         with gc_paused():
             try:
                 _flock(fd, path)
-                raw = _read_all(fd)
-                loaded = _parse(raw, path)
+                loaded = _stream(fd, path, on_record)
                 log = cls(path, fd, loaded)
+            except OSError as exc:
+                os.close(fd)
+                raise _log_error(f"cannot read session log {path}", exc)
             except BaseException:
                 os.close(fd)
                 raise
             try:
-                if loaded.good_size < len(raw):
+                if loaded.good_size < loaded.size:
                     log._truncate_tail(loaded.good_size)
-                closers = _open_turn_closers(log._records)
+                closers = _open_turn_closers(loaded.tail)
                 if closers:
                     for closer in closers:
-                        log.append(closer, sync=False)
+                        record = log.append(closer, sync=False)
+                        if on_record is not None:
+                            on_record(record)
                     log.sync()
                     log.repaired_turn = closers[-1].turn
             except BaseException:
@@ -332,12 +495,25 @@ class SessionLog:
     # --- reading ---------------------------------------------------------------------------
 
     def records(self) -> list[dict[str, Any]]:
-        """Every event record, loaded and appended, in order (a copy of the list; records are shared)."""
-        return list(self._records)
+        """Every event record on disk, in order (read again from the file: for tools and tests)."""
+        return list(self.iter_records())
+
+    def iter_records(self) -> Iterator[dict[str, Any]]:
+        """Stream the records on disk, in order, one line at a time."""
+        fd = self._require_fd()
+        lines = _lines(fd)
+        next(lines)  # the header
+        for _, line in lines:
+            if line is None:
+                return
+            with contextlib.suppress(ValueError):
+                record = loads(line)
+                if isinstance(record, dict) and isinstance(record.get("type"), str):
+                    yield record
 
     def events(self) -> list[Event]:
         """Every record as an event, in order."""
-        return [from_wire(record) for record in self._records]
+        return [from_wire(record) for record in self.iter_records()]
 
     @property
     def closed(self) -> bool:
@@ -355,7 +531,6 @@ class SessionLog:
             raise _log_error(f"cannot encode a {event.type} record for {self.path}", exc)
         self._write(line)
         self._next_seq += 1
-        self._records.append(record)
         if isinstance(event, TurnStart) and event.turn > self.last_turn:
             self.last_turn = event.turn
         if sync if sync is not None else isinstance(event, TurnStart | TurnEnd):
@@ -432,17 +607,6 @@ def _flock(fd: int, path: Path) -> None:
         pass  # a filesystem without flock: carry on unlocked rather than refuse to work
 
 
-def _read_all(fd: int) -> bytes:
-    chunks: list[bytes] = []
-    offset = 0
-    while True:
-        chunk = os.pread(fd, 1 << 20, offset)
-        if not chunk:
-            return b"".join(chunks)
-        chunks.append(chunk)
-        offset += len(chunk)
-
-
 def _fsync_dir(directory: Path) -> None:
     # Make the new file's directory entry durable too; not every filesystem allows it.
     try:
@@ -467,40 +631,165 @@ class SessionInfo:
     created_at: str
     cwd: str
     modified: float  # st_mtime
-    turns: int
+    turns: int  # the turn of the last record that names one (turns are numbered from 1)
     title: str  # the first prompt, shortened; "" for a session without turns
 
 
-def _info(path: Path) -> SessionInfo | None:
+_HEAD = 1 << 16  # bytes read from a log's start to list it: the header and the first prompt
+_TAIL = 1 << 16  # bytes read from its end: the last record's turn
+_TAIL_SCAN = 1 << 24  # how far back a listing looks for the start of a long last line
+_RECORD_PREFIX = re.compile(rb'\{"type":"[^"\\]*","seq":\d+,"time":"[^"\\]*","data":\{"turn":(\d{1,12})[,}]')
+_PROMPT_PREFIX = re.compile(rb'^\{"type":"turn/start","seq":\d+,"time":"[^"\\]*","data":\{"turn":\d+,"prompt":"')
+
+
+def _record_turn(record: Any) -> int | None:
+    """The turn a record belongs to, if it says (``job/notice`` does not)."""
+    if isinstance(record, dict) and isinstance(record.get("type"), str):
+        data = record.get("data")
+        if isinstance(data, dict):
+            turn = data.get("turn")
+            if isinstance(turn, int) and not isinstance(turn, bool):
+                return turn
+    return None
+
+
+def _line_turn(line: bytes) -> int | None:
+    if len(line) > _TAIL:  # a huge line: its turn is in the prefix dsh writes, no need to parse it all
+        match = _RECORD_PREFIX.match(line, 0, 256)
+        return int(match.group(1)) if match else None
     try:
-        raw = path.read_bytes()
-        modified = path.stat().st_mtime
-    except OSError:
-        return None
-    first, _, rest = raw.partition(b"\n")
-    try:
-        header = json.loads(first)
+        return _record_turn(loads(line))
     except ValueError:
         return None
-    if not isinstance(header, dict) or header.get("type") != "session":
+
+
+def _title(prompt: str) -> str:
+    title = " ".join(prompt.split())
+    return title[: _TITLE_LIMIT - 1] + "…" if len(title) > _TITLE_LIMIT else title
+
+
+def _partial_prompt(line: bytes) -> str:
+    """The start of a prompt from a ``turn/start`` line cut by the head window."""
+    match = _PROMPT_PREFIX.match(line)
+    if not match:
+        return ""
+    text = line[match.end() : match.end() + 4 * _TITLE_LIMIT].decode("utf-8", "ignore")
+    end = text.find('"')
+    while end > 0 and text[end - 1] == "\\":  # an escaped quote, not the end of the string
+        end = text.find('"', end + 1)
+    text = text if end < 0 else text[:end]
+    for cut in range(len(text), max(len(text) - 12, -1), -1):  # drop a half escape at the cut
+        with contextlib.suppress(ValueError):
+            value = loads('"' + text[:cut] + '"')
+            return value if isinstance(value, str) else ""
+    return ""
+
+
+def _last_line_turn(fd: int, good_end: int, head_end: int) -> tuple[int | None, int]:
+    """The turn of the last complete record that names one, reading back from ``good_end`` in windows.
+
+    Returns ``(turn, scanned_from)``; gives up (None) after ``_TAIL_SCAN`` bytes.
+    """
+    end = good_end - 1  # the newline that ends the last complete line
+    window = _TAIL
+    while True:
+        start = max(head_end, end - window)
+        data = os.pread(fd, end - start, start)
+        # complete lines are those whose start we see: after a newline in the window
+        starts = [index + 1 for index in _newlines_backward(data)]
+        if start == head_end:
+            starts.append(0)
+        line_end = len(data)
+        for line_start in starts:
+            turn = _line_turn(data[line_start:line_end])
+            if turn is not None:
+                return turn, start
+            line_end = line_start - 1
+        if start == head_end or end - start >= _TAIL_SCAN:
+            return None, start
+        window *= 4
+
+
+def _newlines_backward(data: bytes) -> Iterator[int]:
+    index = data.rfind(b"\n")
+    while index >= 0:
+        yield index
+        index = data.rfind(b"\n", 0, index)
+
+
+def _good_end(fd: int, size: int) -> int:
+    """Where complete lines end (one past the last newline), looking back at most ``_TAIL_SCAN``; 0 if unseen."""
+    end = size
+    while end > 0 and size - end < _TAIL_SCAN:
+        start = max(0, end - _TAIL)
+        data = os.pread(fd, end - start, start)
+        index = data.rfind(b"\n")
+        if index >= 0:
+            return start + index + 1
+        end = start
+    return 0
+
+
+def _info(path: Path) -> SessionInfo | None:
+    """A listing entry from the header, the first prompt and the last record: a bounded read.
+
+    A log is read at its start (``_HEAD``) and its end (``_TAIL``, further back only while the last
+    line is longer), never whole, so listing 1 000 logs of gigabytes stays fast; see
+    docs/architecture.md (the session log). Anything that is not a regular dsh log is left out.
+    """
+    try:
+        fd, info = _open_regular(path, os.O_RDONLY)
+    except SessionLogError:
         return None
-    turns, title = 0, ""
-    for line in rest.split(b"\n"):
-        if _TURN_START_MARK not in line:
-            continue
-        turns += 1
-        if turns == 1:
-            with contextlib.suppress(ValueError, AttributeError, TypeError):
-                prompt = str(json.loads(line)["data"]["prompt"])
-                title = " ".join(prompt.split())
-                if len(title) > _TITLE_LIMIT:
-                    title = title[: _TITLE_LIMIT - 1] + "…"
+    try:
+        good_end = _good_end(fd, info.st_size)
+        head = os.pread(fd, min(_HEAD, good_end), 0)
+        lines = head.split(b"\n")
+        if head.endswith(b"\n"):
+            lines.pop()
+            cut = None
+        else:
+            cut = lines.pop()  # a line longer than the head window, whole in the file
+        if not lines:
+            return None
+        try:
+            header = loads(lines[0])
+        except ValueError:
+            return None
+        if not isinstance(header, dict) or header.get("type") != "session":
+            return None
+        title, turns = "", 0
+        for line in lines[1:]:
+            if _TURN_START_MARK in line:  # a cheap filter; the parsed type decides
+                with contextlib.suppress(ValueError):
+                    record = loads(line)
+                    if isinstance(record, dict) and record.get("type") == TurnStart.type:
+                        data = record.get("data")
+                        prompt = data.get("prompt") if isinstance(data, dict) else None
+                        title = _title(prompt) if isinstance(prompt, str) else ""
+                        break
+        else:
+            if cut is not None and _TURN_START_MARK in cut[:200]:
+                title = _title(_partial_prompt(cut))
+        if len(head) == good_end:  # the whole log was in the head window
+            for line in reversed(lines[1:]):
+                turn = _line_turn(line)
+                if turn is not None:
+                    turns = turn
+                    break
+        else:
+            turn, _ = _last_line_turn(fd, good_end, len(lines[0]) + 1)
+            turns = turn or 0
+    except OSError:
+        return None
+    finally:
+        os.close(fd)
     return SessionInfo(
         id=str(header.get("id") or path.stem),
         path=path,
         created_at=str(header.get("createdAt") or ""),
         cwd=str(header.get("cwd") or ""),
-        modified=modified,
+        modified=info.st_mtime,
         turns=turns,
         title=title,
     )
@@ -529,13 +818,13 @@ def resolve_session(id_or_last: str | os.PathLike[str], root: str | os.PathLike[
         return sessions[-1].path
     if os.sep in text or text.endswith(SUFFIX):
         path = Path(text)
-        if path.is_file():
+        if os.path.lexists(path):  # opening it decides whether it is a regular file
             return path
         raise SessionLogError(f"no session log at {path}", ErrorCode.SESSION_NOT_FOUND)
     if not _SAFE_ID.match(text):
         raise SessionLogError(f"invalid session id {text!r}", ErrorCode.SESSION_NOT_FOUND)
     exact = directory / (text + SUFFIX)
-    if exact.is_file():
+    if os.path.lexists(exact):
         return exact
     matches = sorted(directory.glob(text + "*" + SUFFIX)) if directory.is_dir() else []
     if len(matches) == 1:

@@ -52,6 +52,8 @@ BENCHMARKS: tuple[Benchmark, ...] = (
     Benchmark("scaling", (("scaling_10x", "x", ("<=", 10.5)),), "bench.loop", "scaling_10x"),
     Benchmark("rss", (("peak_rss_mb", "MB", None),), "bench.rss", "peak_rss"),
     Benchmark("resume", (("resume_100k_ms", "ms", ("<", 1000.0)),), "bench.loop", "resume_100k"),
+    Benchmark("sessions_list", (("sessions_list_ms", "ms", ("<", 300.0)),), "bench.sessions", "sessions_list"),
+    Benchmark("resume_1gb", (("resume_1gb", "s", ("<", 5.0)),), "bench.sessions", "resume_1gb"),
     Benchmark("startup", (("startup_ms", "ms", ("<", 160.0)),), "bench.startup", "startup"),
     Benchmark("child_dsh", (("child_dsh_roundtrip_ms", "ms", ("<", 500.0)),), "bench.subagents",
               "child_dsh_roundtrip"),

@@ -17,6 +17,7 @@ from dsh.repl import __version__
 TYPE_CHECKING = False  # typing costs ~15 ms to import; --version must not pay for it
 if TYPE_CHECKING:
     from collections.abc import Sequence
+    from pathlib import Path
     from typing import Any, NoReturn
 
 __all__ = ["main"]
@@ -250,13 +251,25 @@ def _setup_logging(env: dict[str, str], secrets: tuple[str, ...]) -> None:
     try:
         directory = state_dir(env)
         directory.mkdir(parents=True, exist_ok=True, mode=0o700)
-        handler: logging.Handler = logging.FileHandler(directory / "dsh.log", delay=True, encoding="utf-8")
+        handler: logging.Handler = logging.StreamHandler(_open_private_log(directory / "dsh.log"))
     except OSError:
         handler = logging.NullHandler()
     handler.addFilter(RedactingFilter(secrets))
     handler.setFormatter(logging.Formatter("%(asctime)s %(levelname)s %(name)s: %(message)s"))
     root.addHandler(handler)
     root.setLevel(logging.DEBUG if _debug() else logging.INFO)
+
+
+def _open_private_log(path: Path) -> Any:
+    """dsh.log holds child stderr and task text: created 0600, and an older, looser one is tightened."""
+    fd = os.open(path, os.O_WRONLY | os.O_APPEND | os.O_CREAT | os.O_CLOEXEC | os.O_NOFOLLOW, 0o600)
+    try:
+        if os.fstat(fd).st_mode & 0o077:
+            os.fchmod(fd, 0o600)
+        return os.fdopen(fd, "a", encoding="utf-8", errors="backslashreplace")
+    except BaseException:
+        os.close(fd)
+        raise
 
 
 def _color(env: dict[str, str]) -> bool:

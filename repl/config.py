@@ -268,6 +268,13 @@ def _read_file(path: Path) -> dict[str, Any]:
         raise ConfigError(f"config file {path} cannot be read: {exc.strerror or type(exc).__name__}")
 
 
+def _readable_by_others(path: Path) -> bool:
+    try:
+        return bool(path.stat().st_mode & 0o044)
+    except OSError:
+        return False
+
+
 def load_config(
     flags: Mapping[str, Any],
     env: Mapping[str, str],
@@ -290,6 +297,9 @@ def load_config(
             warnings.append(f"{where}: unknown key {key!r} ignored")
             continue
         values[key] = check(key, value, where)
+    if "api_key" in raw and _readable_by_others(path):
+        # The key in plain text is the user's choice; a key others can read is a mistake to point out.
+        warnings.append(f"{path} holds api_key and is readable by others; chmod 600 {path}")
 
     for variable, key in (("DEEPSEEK_API_KEY", "api_key"), ("DEEPSEEK_BASE_URL", "base_url"), ("DSH_MODEL", "model")):
         value = env.get(variable, "")

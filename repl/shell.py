@@ -25,11 +25,11 @@ from dsh.agent_loop.session_id import new_session_id
 from dsh.llm import ErrorCode, HarnessError, LlmError, error_chain, redact_text, redact_url
 from dsh.repl import commands
 from dsh.repl.config import Config, state_dir
-from dsh.repl.render import Renderer, TurnActivity
+from dsh.repl.render import Renderer, TurnActivity, sanitize
 from dsh.repl.usage import UsageTally, usage_line
 
 if TYPE_CHECKING:
-    from dsh.agent_loop.agent import Agent
+    from dsh.agent_loop.agent import Agent, Conversation
     from dsh.agent_loop.context import ProjectContext
     from dsh.agent_loop.reasons import EndReason, Failed
     from dsh.agent_loop.session_log import SessionLog
@@ -160,6 +160,7 @@ class Shell:
         self.turn_usage = UsageTally()
         self.session_usage = UsageTally()  # since this process started (``/cost``)
         self.context: ProjectContext | None = None  # gathered before the first turn of each session
+        self._resumed: Conversation | None = None  # rebuilt by _open_session, taken by _attach
 
     # --- lifecycle ---------------------------------------------------------------------------
 
@@ -188,9 +189,7 @@ class Shell:
                 for hint in self.toolkit.hints:
                     self.sink.write(self.renderer.line(hint))
             if resume is not None:
-                from dsh.agent_loop.session_log import SessionLog
-
-                self.session = SessionLog.open(resume, root=self.root)
+                self.session = self._open_session(resume)
             elif defer_agent:
                 self._new_session_id = new_session_id()
             else:
@@ -205,6 +204,13 @@ class Shell:
     def session_id(self) -> str | None:
         """The current session's id, also while its log is still to be created."""
         return self.session.id if self.session is not None else self._new_session_id
+
+    def _open_session(self, ident: str) -> SessionLog:
+        """Open a log to continue, its conversation rebuilt in the same pass (kept for :meth:`_attach`)."""
+        from dsh.agent_loop.agent import open_session
+
+        session, self._resumed = open_session(ident, root=self.root)
+        return session
 
     def _create_session(self) -> SessionLog:
         from dsh.agent_loop.session_log import SessionLog
@@ -264,9 +270,11 @@ class Shell:
         for factory in _tool_factories:
             for tool in factory(self.config, self):
                 tools.add(tool, replace=True)
+        conversation, self._resumed = self._resumed, None
         try:
             agent = Agent(
                 self.client,
+                conversation=conversation,
                 model=self.model,
                 tools=tools,
                 session=session,
@@ -284,10 +292,22 @@ class Shell:
         self._unsubscribe = agent.subscribe(self._on_event)
 
     def report_repair(self) -> None:
-        """A turn the log repair just closed is reported before anything else."""
-        turn = self.session.repaired_turn if self.session is not None else None
-        if turn is not None:
-            self.sink.write(self.renderer.resume_notice(turn))
+        """A turn the log repair just closed is reported before anything else, then load warnings.
+
+        The warnings are one line on screen; each detail goes to dsh.log (docs/configuration.md).
+        """
+        session = self.session
+        if session is None:
+            return
+        if session.repaired_turn is not None:
+            self.sink.write(self.renderer.resume_notice(session.repaired_turn))
+        if session.load_summary is not None:
+            import logging
+
+            log = logging.getLogger("dsh.session")
+            for warning in session.load_warnings:
+                log.warning("%s", warning)
+            self.sink.write(self.renderer.line(sanitize(f"dsh: warning: {session.load_summary}")))
 
     async def _detach(self) -> None:
         if self._unsubscribe is not None:
@@ -319,9 +339,12 @@ class Shell:
 
     async def resume(self, ident: str) -> str:
         """``/resume ID``: continue another session (its open turn, if any, is closed and reported)."""
-        from dsh.agent_loop.session_log import SessionLog
-
-        session = SessionLog.open(ident, root=self.root)  # raises before we let go of the current one
+        resumed = self._resumed
+        try:
+            session = self._open_session(ident)  # raises before we let go of the current one
+        except BaseException:
+            self._resumed = resumed
+            raise
         await self._detach()
         if self.session is not None and not self.session.closed:
             self.session.close()

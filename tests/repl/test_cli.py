@@ -449,3 +449,39 @@ def test_a_prompt_whose_bytes_are_not_utf8_is_sent_with_the_replacement_characte
     )
     assert result.returncode == 0, result.stderr
     assert server.requests[-1].json["messages"][-1] == {"role": "user", "content": "caf\ufffd"}
+
+
+# --- private files: dsh.log 0600, a readable config holding api_key (issue 13 §7) ---------------------
+
+
+def test_dsh_log_is_created_0600_and_an_existing_0644_one_is_tightened(home: Path) -> None:
+    log = home / "state" / "dsh" / "dsh.log"
+    result = dsh(home, "--demo", "-p", "hello")
+    assert result.returncode == 0, result.stderr
+    assert log.stat().st_mode & 0o777 == 0o600
+    log.chmod(0o644)
+    assert dsh(home, "--demo", "-p", "hello").returncode == 0
+    assert log.stat().st_mode & 0o777 == 0o600
+
+
+def test_a_config_holding_api_key_that_others_can_read_gets_one_warning_line(home: Path) -> None:
+    path = home / "config" / "dsh" / "config.toml"
+    write_config(home, 'api_key = "sk-not-a-real-key-000"\n')
+    path.chmod(0o644)
+    result = dsh(home, "--demo", "-p", "hello")
+    warning = f"dsh: warning: {path} holds api_key and is readable by others; chmod 600 {path}"
+    assert [line for line in result.stderr.splitlines() if line.startswith("dsh: warning:")] == [warning]
+    assert "sk-not-a-real-key-000" not in result.stderr + result.stdout
+    path.chmod(0o600)
+    assert "dsh: warning:" not in dsh(home, "--demo", "-p", "hello").stderr
+
+
+def test_resume_of_a_symlinked_log_fails_with_one_line_and_leaves_the_target_alone(home: Path) -> None:
+    sessions = home / "state" / "dsh" / "sessions"
+    sessions.mkdir(parents=True)
+    (sessions / "zero.jsonl").symlink_to("/dev/zero")
+    result = dsh(home, "--demo", "--resume", "zero", "-p", "hello", timeout=30)
+    assert result.returncode != 0
+    assert result.stderr.strip().splitlines()[-1] == (
+        f"dsh: failed to start: session log {sessions / 'zero.jsonl'} is a symbolic link; dsh opens only regular files"
+    )
