@@ -344,6 +344,8 @@ _SKIP_DIRS = frozenset(
      ".ruff_cache", ".tox", ".hypothesis"}
 )  # fmt: skip
 
+_PATH_MAX = 4096  # Linux's PATH_MAX: no longer path can be opened anyway
+
 SHELL_DENIED = "Error: the user denied this shell command"
 SHELL_NO_APPROVER = "Error: shell commands need approval and no one is available to approve them here"
 _ALWAYS_KEY = "run_shell.always"
@@ -354,6 +356,9 @@ def _resolve(ctx: ToolContext, raw: object, default: str | None = None) -> Path:
         raw = default
     if not isinstance(raw, str) or not raw:
         raise ValueError("path must be a non-empty string")
+    if len(raw) > _PATH_MAX:
+        # Before any Path or OSError copies it: a hostile 100 MB path would be copied several times.
+        raise ValueError(f"path is longer than {_PATH_MAX} characters")
     path = Path(raw).expanduser()
     return path if path.is_absolute() else ctx.cwd / path
 
