@@ -356,7 +356,7 @@ async def test_a_path_longer_than_path_max_is_refused_before_it_is_copied(tmp_pa
 
 async def test_more_than_128_tool_calls_run_128_and_the_rest_get_one_error(server, make_agent, tmp_path):
     server.push(Behaviour("tool_call_flood", count=10_000, name="list_dir", arguments={"path": "."}))
-    agent, seen = make_agent(server.url, tools=default_tools())
+    agent, _seen = make_agent(server.url, tools=default_tools())
     assert await agent.run_turn("go") == Completed()
     _, records = read_log(agent.session.path)
     message = next(r["data"] for r in records if r["type"] == "assistant/message")
