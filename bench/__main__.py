@@ -51,6 +51,7 @@ BENCHMARKS: tuple[Benchmark, ...] = (
     Benchmark("render", (("render_vs_loop", "x", None),), "bench.render", "render_vs_loop"),
     Benchmark("scaling", (("scaling_10x", "x", ("<=", 10.5)),), "bench.loop", "scaling_10x"),
     Benchmark("rss", (("peak_rss_mb", "MB", None),), "bench.rss", "peak_rss"),
+    Benchmark("hostile", (("hostile_peak_rss_mb", "MB", ("<", 512.0)),), "bench.hostile", "hostile_peak_rss"),
     Benchmark("resume", (("resume_100k_ms", "ms", ("<", 1000.0)),), "bench.loop", "resume_100k"),
     Benchmark("startup", (("startup_ms", "ms", ("<", 160.0)),), "bench.startup", "startup"),
     Benchmark("child_dsh", (("child_dsh_roundtrip_ms", "ms", ("<", 500.0)),), "bench.subagents",
