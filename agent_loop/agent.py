@@ -83,6 +83,7 @@ from dsh.llm import (
     redact_text,
     unwrap_group,
 )
+from dsh.llm.reply import MAX_TOOL_CALLS
 from dsh.llm.text import scrub_surrogates
 
 __all__ = ["DEFAULT_MAX_STEPS", "Agent", "Conversation", "open_session"]
@@ -91,6 +92,11 @@ DEFAULT_MAX_STEPS = 50
 CANCELLED_TOOL_OUTPUT = "Error: tool call cancelled"
 DISPOSED_TOOL_OUTPUT = "Error: tool call cancelled: the agent was closed"
 UNFINISHED_TOOL_OUTPUT = "Error: tool call did not complete: the turn ended"
+DROPPED_TOOL_OUTPUT = (
+    f"Error: tool call dropped: more than {MAX_TOOL_CALLS} tool calls in one step; "
+    "this call and every later one in the response were not run"
+)
+LOGGED_ARGUMENTS_CHARS = 4096  # a tool/call event's arguments beyond this are in its assistant/message
 NOTICE_SOURCE = "notice"
 
 _log = logging.getLogger("dsh.agent_loop")
@@ -648,7 +654,11 @@ class Agent:
         if call.id in state.announced:
             return
         state.announced.add(call.id)
-        event = ToolCallStart(state.turn, call.id, call.name, call.arguments)
+        arguments = call.arguments
+        if len(arguments) > LOGGED_ARGUMENTS_CHARS:
+            # Stored once: the whole text is in this step's assistant/message, which resume reads.
+            arguments = arguments[:LOGGED_ARGUMENTS_CHARS] + "…"
+        event = ToolCallStart(state.turn, call.id, call.name, arguments)
         self._publish_quietly(event) if quietly else self._publish(event)
 
     def _commit_result(self, state: _TurnState, call: ToolCall, output: ToolOutput, *, quietly: bool = False) -> None:
@@ -673,6 +683,13 @@ class Agent:
         )
 
     async def _run_tools(self, state: _TurnState, calls: list[ToolCall]) -> None:
+        # The reply builder kept one call past the bound to stand for every dropped one (llm/reply.py).
+        calls, dropped = calls[:MAX_TOOL_CALLS], calls[MAX_TOOL_CALLS:]
+        await self._run_kept(state, calls)
+        for call in dropped:
+            self._commit_result(state, call, ToolOutput(DROPPED_TOOL_OUTPUT, is_error=True))
+
+    async def _run_kept(self, state: _TurnState, calls: list[ToolCall]) -> None:
         for batch in plan_batches(self.tools, calls):
             for call in batch:
                 self._announce(state, call)

@@ -17,11 +17,12 @@ from __future__ import annotations
 import contextlib
 import os
 import re
+import stat
 import threading
 from collections.abc import Awaitable, Callable, Iterator, Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, Literal
+from typing import Any, BinaryIO, Literal
 
 import anyio
 import anyio.abc
@@ -344,6 +345,8 @@ _SKIP_DIRS = frozenset(
      ".ruff_cache", ".tox", ".hypothesis"}
 )  # fmt: skip
 
+_PATH_MAX = 4096  # Linux's PATH_MAX: no longer path can be opened anyway
+
 SHELL_DENIED = "Error: the user denied this shell command"
 SHELL_NO_APPROVER = "Error: shell commands need approval and no one is available to approve them here"
 _ALWAYS_KEY = "run_shell.always"
@@ -354,6 +357,9 @@ def _resolve(ctx: ToolContext, raw: object, default: str | None = None) -> Path:
         raw = default
     if not isinstance(raw, str) or not raw:
         raise ValueError("path must be a non-empty string")
+    if len(raw) > _PATH_MAX:
+        # Before any Path or OSError copies it: a hostile 100 MB path would be copied several times.
+        raise ValueError(f"path is longer than {_PATH_MAX} characters")
     path = Path(raw).expanduser()
     return path if path.is_absolute() else ctx.cwd / path
 
@@ -367,8 +373,52 @@ def _int_arg(args: Mapping[str, Any], name: str, default: int, low: int, high: i
     return max(low, min(high, int(value)))
 
 
-def _read_file_sync(path: Path, offset: int, limit: int) -> ToolOutput:
-    with path.open("rb") as file:
+_KINDS = (
+    (stat.S_ISFIFO, "a FIFO"), (stat.S_ISCHR, "a character device"), (stat.S_ISBLK, "a block device"),
+    (stat.S_ISSOCK, "a socket"), (stat.S_ISDIR, "a directory"),
+)  # fmt: skip
+
+
+def _kind(mode: int) -> str:
+    return next((name for test, name in _KINDS if test(mode)), "not a regular file")
+
+
+class NotRegularFile(OSError):
+    """A path a file tool will not read: opening or reading it could block forever (a FIFO, a device)."""
+
+    def __init__(self, path: Path, mode: int) -> None:
+        super().__init__(f"{path} is {_kind(mode)}, not a regular file")
+
+
+def open_regular(path: Path) -> BinaryIO:
+    """Open ``path`` for reading only if it is a regular file, never blocking on the open.
+
+    Symlinks are followed (a link to a regular file reads that file); the check is ``fstat`` of what
+    was opened, so a path swapped for a FIFO between a check and the open is still refused.
+    ``O_NONBLOCK`` makes the open of a FIFO with no writer return at once instead of waiting for one
+    (docs/reliability.md, "Nothing wedges dsh").
+    """
+    mode = os.stat(path).st_mode  # a stat never blocks, and names the kind (a socket cannot be opened)
+    if not stat.S_ISREG(mode):
+        raise NotRegularFile(path, mode)
+    fd = os.open(path, os.O_RDONLY | os.O_NONBLOCK | os.O_CLOEXEC | getattr(os, "O_NOCTTY", 0))
+    try:
+        mode = os.fstat(fd).st_mode
+        if not stat.S_ISREG(mode):
+            raise NotRegularFile(path, mode)
+        os.set_blocking(fd, True)
+        return os.fdopen(fd, "rb")
+    except BaseException:
+        os.close(fd)
+        raise
+
+
+def _read_file_sync(path: Path, offset: int, limit: int, stop: threading.Event) -> ToolOutput:
+    try:
+        file = open_regular(path)
+    except NotRegularFile as exc:
+        return ToolOutput(f"Error: {exc}", is_error=True)
+    with file:
         if b"\0" in file.read(8192):
             return ToolOutput(f"Error: {path} looks like a binary file", is_error=True)
         file.seek(0)
@@ -377,6 +427,8 @@ def _read_file_sync(path: Path, offset: int, limit: int) -> ToolOutput:
         number = 0
         more = False
         for number, raw in enumerate(file, start=1):
+            if number % 4096 == 0 and stop.is_set():
+                break  # the turn was cancelled: an abandoned read stops at its next check
             if number < offset:
                 continue
             if len(lines) >= limit or size >= READ_LIMIT_BYTES:
@@ -397,7 +449,12 @@ async def _read_file(args: dict[str, Any], ctx: ToolContext) -> ToolOutput:
     path = _resolve(ctx, args.get("path"))
     offset = _int_arg(args, "offset", 1, 1, 1 << 40)
     limit = _int_arg(args, "limit", READ_LIMIT_LINES, 1, READ_LIMIT_LINES)
-    return await anyio.to_thread.run_sync(_read_file_sync, path, offset, limit)
+    stop = threading.Event()
+    try:
+        # Abandoned on cancel so Ctrl-C ends the turn at once; the thread sees ``stop`` and ends.
+        return await anyio.to_thread.run_sync(_read_file_sync, path, offset, limit, stop, abandon_on_cancel=True)
+    finally:
+        stop.set()
 
 
 def read_file_tool() -> Tool:
@@ -474,9 +531,11 @@ def _search_sync(
         if glob and not path.match(glob):
             continue
         try:
-            if path.stat().st_size > SEARCH_MAX_FILE_BYTES:
-                continue
-            data = path.read_bytes()
+            info = path.stat()
+            if not stat.S_ISREG(info.st_mode) or info.st_size > SEARCH_MAX_FILE_BYTES:
+                continue  # a FIFO or device is never opened: its open or read could block forever
+            with open_regular(path) as file:
+                data = file.read(SEARCH_MAX_FILE_BYTES + 1)
         except OSError:
             continue
         if b"\0" in data[:8192]:

@@ -6,10 +6,12 @@ import json
 import math
 import re
 import time
-from collections.abc import AsyncIterator
+import zlib
+from collections.abc import AsyncIterator, Iterator
 from typing import TYPE_CHECKING, Any
 
 import anyio
+import anyio.lowlevel
 
 from dsh.llm._version import __version__
 from dsh.llm.codes import ErrorCode
@@ -51,6 +53,53 @@ _CONTEXT_WORDING = re.compile(
     r"(?i)context.?(length|window)|maximum.{0,20}tokens|too many tokens|prompt is too long|reduce the length"
 )
 _NORMAL_FINISH = frozenset({"stop", "tool_calls", "length"})
+_PIECE = 256 * 1024  # the most bytes one inflate step may produce (docs/reliability.md, "Hostile streams")
+_ACCEPT_ENCODING = "gzip, deflate"  # what _Inflater decodes; a server that sends anything else is refused
+
+
+class _BadEncoding(Exception):
+    """A body in a Content-Encoding dsh did not offer, or one that does not inflate."""
+
+
+class _Inflater:
+    """Decodes a response body in pieces of at most ``_PIECE`` bytes.
+
+    httpx's own decoders inflate each network read whole: a 64 KiB read of a gzip bomb becomes 64 MiB
+    in one call. Reading the raw body and inflating with ``max_length`` bounds both the memory of one
+    piece and the time between two chances to cancel or time out.
+    """
+
+    def __init__(self, header: str | None) -> None:
+        codings = [c.strip().lower() for c in (header or "").split(",")]
+        codings = [c for c in codings if c and c != "identity"]
+        self._deflate_started = codings != ["deflate"]  # deflate may be zlib-wrapped or raw: try both
+        if not codings:
+            self._inflate: Any = None
+        elif codings in (["gzip"], ["x-gzip"]):
+            self._inflate = zlib.decompressobj(zlib.MAX_WBITS | 16)
+        elif codings == ["deflate"]:
+            self._inflate = zlib.decompressobj()
+        else:
+            raise _BadEncoding(f"unsupported Content-Encoding: {scrub_surrogates(', '.join(codings))[:80]}")
+
+    def pieces(self, data: bytes) -> Iterator[bytes]:
+        if self._inflate is None:
+            for start in range(0, len(data), _PIECE):
+                yield data[start : start + _PIECE]
+            return
+        while data and not self._inflate.eof:
+            try:
+                piece = self._inflate.decompress(data, _PIECE)
+            except zlib.error as exc:
+                if self._deflate_started:
+                    raise _BadEncoding(f"the response body does not inflate: {exc}") from None
+                self._deflate_started = True
+                self._inflate = zlib.decompressobj(-zlib.MAX_WBITS)
+                continue
+            self._deflate_started = True
+            data = self._inflate.unconsumed_tail
+            if piece:
+                yield piece
 
 
 class _Malformed(Exception):
@@ -387,6 +436,7 @@ class DeepSeekClient:
     def _headers(self) -> dict[str, str]:
         headers = {
             "Accept": "text/event-stream",
+            "Accept-Encoding": _ACCEPT_ENCODING,
             "Content-Type": "application/json",
             "User-Agent": f"dsh/{__version__}",
         }
@@ -461,14 +511,18 @@ class DeepSeekClient:
 
         body = b""
         try:
+            inflater = _Inflater(response.headers.get("content-encoding"))
             with anyio.CancelScope(deadline=watchdog.deadline()):
-                async for chunk in response.aiter_bytes():
-                    body += chunk
+                async for chunk in response.aiter_raw():
+                    for piece in inflater.pieces(chunk):
+                        body += piece
+                        if len(body) >= _ERROR_BODY_LIMIT:
+                            break
                     if len(body) >= _ERROR_BODY_LIMIT:
                         break
         except anyio.get_cancelled_exc_class() as exc:
             raise self._aborted(exc)
-        except httpx.TransportError:
+        except (httpx.TransportError, _BadEncoding):
             pass  # a status line and headers are enough to classify; a broken error body is not news
         status = response.status_code
         provider = _provider_message(body)
@@ -492,9 +546,13 @@ class DeepSeekClient:
 
         cancelled = anyio.get_cancelled_exc_class()
         request_id = self._request_id(response)
+        try:
+            inflater = _Inflater(response.headers.get("content-encoding"))
+        except _BadEncoding as exc:
+            raise LlmError(str(exc), ErrorCode.MALFORMED_RESPONSE, request_id=request_id)
         decoder = SseDecoder()
         parser = _ChunkParser()
-        chunks = response.aiter_bytes()
+        chunks = response.aiter_raw()
         saw_bytes = False
         while True:
             try:
@@ -516,35 +574,53 @@ class DeepSeekClient:
             if not chunk:
                 continue
             saw_bytes = True
-            content_before = parser.content_events
-            try:
-                items = decoder.feed_compact(chunk)
-            except SseLineTooLong as exc:
-                raise self._malformed(exc.head, request_id)
             out: list[StreamEvent] = []
-            for item in items:
-                # An unnamed event arrives as its bare data string (the hot path); named ones count too.
-                if type(item) is str:
-                    data = item
-                elif isinstance(item, SseComment):
-                    out.append(KeepAlive())
-                    continue
-                else:
-                    data = item.data
-                if data == "[DONE]":
-                    if out:
-                        yield out
-                    finish = self._finish(parser, request_id)
-                    await self._drain(chunks)
-                    yield finish
-                    return
-                try:
-                    parser.parse(data, out)
-                except _Malformed:
-                    if out:
-                        yield out
-                    raise self._malformed(data, request_id)
-            watchdog.saw_bytes(content=parser.content_events != content_before)
+            try:
+                for index, piece in enumerate(inflater.pieces(chunk)):
+                    if index:
+                        # One read of a compressed body can inflate to GBs: hand over what is parsed,
+                        # let a cancel in, and hold the deadlines between pieces (docs/reliability.md).
+                        if out:
+                            yield out
+                            out = []
+                        try:
+                            await anyio.lowlevel.checkpoint()
+                        except cancelled as exc:
+                            raise self._aborted(exc)
+                        if anyio.current_time() >= watchdog.deadline():
+                            raise self._timeout(watchdog)
+                    content_before = parser.content_events
+                    try:
+                        items = decoder.feed_compact(piece)
+                    except SseLineTooLong as exc:
+                        raise self._malformed(exc.head, request_id)
+                    for item in items:
+                        # An unnamed event arrives as its bare data string (the hot path); named ones count too.
+                        if type(item) is str:
+                            data = item
+                        elif isinstance(item, SseComment):
+                            out.append(KeepAlive())
+                            continue
+                        else:
+                            data = item.data
+                        if data == "[DONE]":
+                            if out:
+                                yield out
+                            finish = self._finish(parser, request_id)
+                            await self._drain(chunks)
+                            yield finish
+                            return
+                        try:
+                            parser.parse(data, out)
+                        except _Malformed:
+                            if out:
+                                yield out
+                            raise self._malformed(data, request_id)
+                    watchdog.saw_bytes(content=parser.content_events != content_before)
+            except _BadEncoding as exc:
+                if out:
+                    yield out
+                raise LlmError(str(exc), ErrorCode.MALFORMED_RESPONSE, request_id=request_id)
             if out:
                 yield out
         for item in decoder.close_compact():

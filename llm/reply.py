@@ -6,7 +6,11 @@ from dataclasses import dataclass, field
 
 from dsh.llm.events import Finish, Message, ReasoningDelta, StreamEvent, TextDelta, ToolCall, ToolCallDelta, Usage
 
-__all__ = ["ReplyBuilder"]
+__all__ = ["MAX_TOOL_CALLS", "ReplyBuilder"]
+
+MAX_TOOL_CALLS = 128
+"""Tool calls kept from one reply; the builder keeps one more to carry the "dropped" result and ignores
+the rest, so a response of 10^6 calls costs what 129 do (docs/reliability.md, "Hostile streams")."""
 
 
 @dataclass
@@ -19,10 +23,12 @@ class _PartialCall:
 class ReplyBuilder:
     """Collects deltas in lists (never repeated string concatenation) and joins them on demand."""
 
-    def __init__(self) -> None:
+    def __init__(self, max_tool_calls: int = MAX_TOOL_CALLS) -> None:
         self._text: list[str] = []
         self._reasoning: list[str] = []
         self._calls: dict[int, _PartialCall] = {}
+        self._max_calls = max_tool_calls
+        self.dropped_calls = False  # more calls came than max_tool_calls + 1 (the extra ones are ignored)
         self.finish_reason: str | None = None
         self.usage: Usage | None = None
 
@@ -34,6 +40,9 @@ class ReplyBuilder:
         elif isinstance(event, ToolCallDelta):
             call = self._calls.get(event.index)
             if call is None:
+                if len(self._calls) > self._max_calls:
+                    self.dropped_calls = True
+                    return
                 call = self._calls[event.index] = _PartialCall()
             if event.id and not call.id:
                 call.id = event.id
@@ -59,13 +68,20 @@ class ReplyBuilder:
         return any(self._text) or any(self._reasoning) or bool(self._calls)
 
     @property
+    def over_limit(self) -> bool:
+        """Whether the reply holds more calls than may run: the last one kept stands for the rest."""
+        return len(self._calls) > self._max_calls
+
+    @property
     def tool_calls(self) -> list[ToolCall]:
         """Calls in wire-index order; a call that never got a name is dropped."""
         calls = []
         for index in sorted(self._calls):
             call = self._calls[index]
             if call.name:
-                calls.append(ToolCall(call.id or f"call_{index}", call.name, "".join(call.fragments)))
+                arguments = "".join(call.fragments)
+                call.fragments[:] = [arguments] if arguments else []  # held once, not as parts and whole
+                calls.append(ToolCall(call.id or f"call_{index}", call.name, arguments))
         return calls
 
     def message(self, *, keep_reasoning: bool = True) -> Message:

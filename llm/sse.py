@@ -7,6 +7,10 @@ complete lines of one read are decoded in a single call.
 This is the client's hot path (a DeepSeek stream can be 200 000 one-character deltas), so
 :meth:`SseDecoder.feed_compact` hands an ordinary event back as its bare data string instead of an
 object; :meth:`SseDecoder.feed` is the same decoder with every event as an :class:`SseEvent`.
+
+Comments cost O(1) whatever their number: a run of them in one read is one :class:`SseComment`, and
+a read holding nothing but noise (comments, blank lines, ignored fields) is skipped without building
+a line list. The caller bounds the size of each read (the client inflates in bounded pieces).
 """
 
 from __future__ import annotations
@@ -83,14 +87,42 @@ class SseDecoder:
             return []
         if self._pending:
             self._pending.append(chunk[:end])
-            text = b"".join(self._pending).decode("utf-8", "replace")
+            block = b"".join(self._pending)
             self._pending, self._pending_size = [], 0
         else:
-            text = chunk[:end].decode("utf-8", "replace")
+            block = chunk[:end]
+        noise = self._noise(block)
+        if noise is not None:
+            self._hold(chunk[end + 1 :])
+            return noise
+        text = block.decode("utf-8", "replace")
         self._hold(chunk[end + 1 :])
         out: list[Compact] = []
         self._lines(text.split("\n"), "\r" in text, out)
         return out
+
+    def _noise(self, block: bytes) -> list[Compact] | None:
+        """The events of ``block`` (complete lines) when it is only keep-alive noise, else None.
+
+        With no event half-built, every line except ``data`` and ``event`` ones is a no-op (a comment,
+        a blank line, ``id``, ``retry``, an unknown field), so a block without those is skipped by
+        C-speed substring searches: a flood of comment lines costs no object per line, only one
+        :class:`SseComment` for the whole block (docs/reliability.md, "Hostile streams").
+        """
+        if self._data or self._event is not None:
+            return None
+        if block.startswith((b"data", b"event")) or b"\ndata" in block or b"\nevent" in block:
+            return None
+        if block.startswith(b":"):
+            first = 0
+        else:
+            first = block.find(b"\n:")
+            if first < 0:
+                return []
+            first += 1
+        stop = block.find(b"\n", first)
+        line = block[first + 1 : stop if stop >= 0 else len(block)]
+        return [SseComment(line.decode("utf-8", "replace").strip())]
 
     def close_compact(self) -> list[Compact]:
         """:meth:`close` in the form of :meth:`feed_compact`."""
@@ -124,7 +156,8 @@ class SseDecoder:
                     out.append(payload if self._event is None else SseEvent(payload, self._event))
                 self._event = None
             elif line[0] == ":":
-                out.append(SseComment(line[1:].strip()))
+                if not out or type(out[-1]) is not SseComment:  # a run of comments is one proof of life
+                    out.append(SseComment(line[1:].strip()))
             else:
                 name, sep, value = line.partition(":")
                 if sep and value.startswith(" "):

@@ -325,6 +325,65 @@ async def test_search_text(tmp_path):
     assert bad.is_error and bad.text.startswith("Error: invalid regular expression")
 
 
+async def test_file_tools_refuse_what_is_not_a_regular_file_and_never_block(tmp_path):
+    import socket
+
+    os.mkfifo(tmp_path / "pipe")  # no writer: a blocking open would wait forever
+    with socket.socket(socket.AF_UNIX) as sock:
+        sock.bind(str(tmp_path / "sock"))
+        (tmp_path / "dir").mkdir()
+        os.symlink(tmp_path / "pipe", tmp_path / "link-to-pipe")
+        (tmp_path / "real.txt").write_text("needle\n")
+        os.symlink(tmp_path / "real.txt", tmp_path / "link.txt")
+        expected = {"pipe": "a FIFO", "link-to-pipe": "a FIFO", "sock": "a socket", "dir": "a directory"}
+        for name, kind in expected.items():
+            refused = await call_tool(tmp_path, "read_file", path=name)
+            assert refused == ToolOutput(f"Error: {tmp_path / name} is {kind}, not a regular file", is_error=True)
+        device = await call_tool(tmp_path, "read_file", path="/dev/zero")
+        assert device == ToolOutput("Error: /dev/zero is a character device, not a regular file", is_error=True)
+        # a symlink to a regular file is followed
+        assert (await call_tool(tmp_path, "read_file", path="link.txt")).text == "needle\n"
+        # search_text skips the FIFO and the socket without opening them, and ends
+        found = await call_tool(tmp_path, "search_text", pattern="needle")
+        assert found.text == "link.txt:1: needle\nreal.txt:1: needle"
+        assert (await call_tool(tmp_path, "search_text", pattern="x", path="pipe")).text == "no matches"
+
+
+async def test_a_path_longer_than_path_max_is_refused_before_it_is_copied(tmp_path):
+    refused = await call_tool(tmp_path, "read_file", path="x" * 10_000_000)
+    assert refused == ToolOutput("Error: path is longer than 4096 characters", is_error=True)
+
+
+async def test_more_than_128_tool_calls_run_128_and_the_rest_get_one_error(server, make_agent, tmp_path):
+    server.push(Behaviour("tool_call_flood", count=10_000, name="list_dir", arguments={"path": "."}))
+    agent, _seen = make_agent(server.url, tools=default_tools())
+    assert await agent.run_turn("go") == Completed()
+    _, records = read_log(agent.session.path)
+    message = next(r["data"] for r in records if r["type"] == "assistant/message")
+    assert len(message["tool_calls"]) == 129
+    outputs = [output for _, output, _ in results(records)]
+    assert len(outputs) == 129
+    assert outputs[-1] == ("Error: tool call dropped: more than 128 tool calls in one step; "
+                           "this call and every later one in the response were not run")
+    assert not any(output.startswith("Error") for output in outputs[:128])
+    # the next request answers every call the model sees
+    tool_messages = [m for m in server.requests[-1].body["messages"] if m["role"] == "tool"]
+    assert len(tool_messages) == 129
+
+
+async def test_long_arguments_are_logged_once(server, make_agent):
+    server.push(Behaviour("huge_arguments", mb=2, name="read_file"))
+    agent, _ = make_agent(server.url, tools=default_tools())
+    assert await agent.run_turn("go") == Completed()
+    _, records = read_log(agent.session.path)
+    message = next(r["data"] for r in records if r["type"] == "assistant/message")
+    announced = next(r["data"] for r in records if r["type"] == "tool/call")
+    whole = message["tool_calls"][0]["arguments"]
+    assert len(whole) == 2 * 1024 * 1024 + len('{"path": ""}')
+    assert announced["arguments"] == whole[:4096] + "…"
+    assert agent.session.path.stat().st_size < len(whole) * 1.1
+
+
 def test_plan_batches_groups_consecutive_safe_calls():
     tools = ToolRegistry([echo_tool("s", safe=True), echo_tool("u", safe=False)])
     calls = [ToolCall(str(i), name, "{}") for i, name in enumerate(["s", "s", "u", "s", "nope", "s", "s"])]
