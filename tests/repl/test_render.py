@@ -2,7 +2,12 @@
 
 from __future__ import annotations
 
+import sys
+import unicodedata
+
 import pytest
+from hypothesis import given
+from hypothesis import strategies as st
 
 from dsh.agent_loop import events as ev
 from dsh.agent_loop.reasons import Aborted, Completed, Disposed, EndReason, Failed, Interrupted, MaxTokens, Rejected
@@ -337,12 +342,6 @@ def test_turn_activity_waiting_and_keepalive() -> None:
 
 # --- the one sanitizer (every sink calls terminal_text) -------------------------------------------------
 
-import sys  # noqa: E402
-import unicodedata  # noqa: E402
-
-from hypothesis import given  # noqa: E402
-from hypothesis import strategies as st  # noqa: E402
-
 UNSAFE_CATEGORIES = ("Cc", "Cf", "Zl", "Zp", "Cs")
 HOSTILE = st.text(
     alphabet=st.one_of(
@@ -405,7 +404,9 @@ def test_many_newlines_are_counted_and_must_be_viewed() -> None:
     command = "ls -la" + "\n" * 60 + "echo EVIL > f"
     approval = approval_question(command, rows=24, cols=80)
     assert approval.must_view
-    assert approval.view == "  [command] run_shell, 61 lines / 79 chars:\n      ls -la\n      (59 blank lines)\n      echo EVIL > f\n"
+    assert approval.view == (
+        "  [command] run_shell, 61 lines / 79 chars:\n      ls -la\n      (59 blank lines)\n      echo EVIL > f\n"
+    )
 
 
 def test_short_runs_stay_inline_and_tabs_are_shown() -> None:
