@@ -449,3 +449,14 @@ def test_a_prompt_whose_bytes_are_not_utf8_is_sent_with_the_replacement_characte
     )
     assert result.returncode == 0, result.stderr
     assert server.requests[-1].json["messages"][-1] == {"role": "user", "content": "caf\ufffd"}
+
+
+def test_the_stream_sink_sanitizes_every_write_and_keeps_dsh_styles() -> None:
+    from dsh.repl.cli import StreamSink
+    from dsh.repl.render import DIM, RESET, styled
+
+    stream = _RecordingStream()
+    sink = StreamSink(stream)
+    sink.write("a\x1b]52;c;eA==\x07\u202eb\n")
+    sink.write(styled("dim\x1b[2J", "dim") + "\n")
+    assert "".join(stream.writes) == f"a\u241b]52;c;eA==\u2407<U+202E>b\n{DIM}dim\u241b[2J{RESET}\n"
