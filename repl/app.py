@@ -38,7 +38,7 @@ from prompt_toolkit.output import Output
 from prompt_toolkit.patch_stdout import patch_stdout
 
 from dsh.repl import commands
-from dsh.repl.render import approval_answer, approval_question
+from dsh.repl.render import Approval, approval_answer, approval_question, sanitize, terminal_text
 from dsh.repl.shell import Shell, StartupError
 
 __all__ = ["InteractiveApp", "SafeHistory", "TerminalSink"]
@@ -87,6 +87,7 @@ class TerminalSink:
     def write(self, text: str) -> None:
         if not text:
             return
+        text = terminal_text(text)  # the one sanitizer: nothing reaches the terminal without it
         if not self._app_running() and not (self._pending or self._inflight or self._scheduled):
             self._write_now(self.partial + text)
             self.partial = ""
@@ -180,7 +181,8 @@ class SlashCompleter(Completer):
             return
         for value, meta in self._arguments(name.lower()):
             if value.startswith(arg):
-                yield Completion(value, start_position=-len(arg), display_meta=meta)
+                # prompt_toolkit draws the menu itself: session ids and titles get the sink's sanitizer.
+                yield Completion(value, start_position=-len(arg), display=sanitize(value), display_meta=sanitize(meta))
 
     def _arguments(self, name: str) -> list[tuple[str, str]]:
         if name == "scenario" and self.shell.demo is not None:
@@ -214,6 +216,8 @@ class InteractiveApp:
         self._last_ctrl_c: float | None = None
         self._exit_status: int | None = None
         self._question: str | None = None
+        self._approval: Approval | None = None
+        self._viewed = False
         self._answer: str | None = None
         self._answered: anyio.Event | None = None
         self._startup_error: StartupError | None = None
@@ -312,7 +316,7 @@ class InteractiveApp:
         text = f" {self.shell.model} · {self.shell.endpoint}"
         if self.shell.demo is not None:
             text += f" · demo scenario: {self.shell.demo.scenario.name}"
-        return text
+        return sanitize(text)  # prompt_toolkit draws the toolbar: the sink's sanitizer, applied here
 
     def _prompt_toolbar(self) -> AnyFormattedText:
         return self._toolbar_base() + " · /help"
@@ -369,11 +373,16 @@ class InteractiveApp:
     def _turn_toolbar(self) -> AnyFormattedText:
         activity = self.shell.activity.text(time.monotonic())
         text = self._toolbar_base() + (f" · {activity}" if activity else "")
-        hint = "y / n / a" if self._question is not None else "Ctrl-C cancels"
-        return [("class:bottom-toolbar", f"{text} · {hint}")]
+        hint = "Ctrl-C cancels"
+        if self._question is not None:
+            hint = "v views the command · n denies" if self._must_view() else "y / n / a"
+        return [("class:bottom-toolbar", sanitize(f"{text} · {hint}"))]
+
+    def _must_view(self) -> bool:
+        return self._approval is not None and self._approval.must_view and not self._viewed
 
     def _live(self) -> AnyFormattedText:
-        return ANSI(self.sink.live_text() + (self._question or ""))
+        return ANSI(self.sink.live_text() + terminal_text(self._question or ""))
 
     def _build_view(self) -> Application[None]:
         keys = KeyBindings()
@@ -390,6 +399,8 @@ class InteractiveApp:
         for key, answer in (("y", "y"), ("Y", "y"), ("n", "n"), ("N", "n"), ("a", "a"), ("A", "a"),
                             ("enter", "n"), ("escape", "n")):
             keys.add(key, filter=asking)(self._answer_handler(answer))
+        keys.add("v", filter=asking)(self._view_command)
+        keys.add("V", filter=asking)(self._view_command)
 
         live = Window(FormattedTextControl(self._live, show_cursor=False), wrap_lines=True,
                       dont_extend_height=True, always_hide_cursor=True)
@@ -406,8 +417,19 @@ class InteractiveApp:
             mouse_support=False,
         )
 
+    def _view_command(self, event: KeyPressEvent) -> None:
+        """``v``: the whole command, printed above the question; only then do ``y`` and ``a`` count."""
+        approval = self._approval
+        if approval is None or not approval.must_view or self._viewed or self._answered is None:
+            return
+        self._viewed = True
+        self._question = approval.viewed_question
+        self.sink.write(self.shell.renderer.line(approval.view.rstrip("\n")))
+
     def _answer_handler(self, answer: str):  # type: ignore[no-untyped-def]
         def handle(event: KeyPressEvent) -> None:
+            if answer in ("y", "a") and self._must_view():
+                return  # not shown yet: only v (view) or n (deny) count
             if self._answered is not None and self._answer is None:
                 self._answer = answer
                 self._answered.set()
@@ -449,12 +471,16 @@ class InteractiveApp:
             return None
         await self.sink.settle()  # every line before the question is on the screen above it
         self._answer, self._answered = None, anyio.Event()
-        self._question = approval_question(command)
+        size = self._output.get_size()
+        self._approval = approval_question(command, rows=size.rows, cols=size.columns)
+        self._viewed = False
+        self._question = self._approval.question
         view.invalidate()
         try:
             await self._answered.wait()
         finally:
             question, self._question = self._question, None
             answered, self._answered = self._answer, None
+            self._approval = None
         self.sink.write(self.shell.renderer.line(question + approval_answer(answered)))
         return {"y": "yes", "n": "no", "a": "always"}.get(answered or "")

@@ -99,8 +99,10 @@ def _restore_terminal(saved: Any) -> None:
 
 
 def _stderr(line: str) -> None:
+    from dsh.repl.render import sanitize  # the sinks' sanitizer: an error chain is hostile text too
+
     try:
-        sys.stderr.write(line + "\n")
+        sys.stderr.write(sanitize(line) + "\n")
         sys.stderr.flush()
     except (OSError, ValueError):
         pass
@@ -350,7 +352,9 @@ class StreamSink:
     def write(self, text: str) -> None:
         if self.broken or not text:
             return
-        self._pending.append(text)
+        from dsh.repl.render import terminal_text  # loaded with the shell already
+
+        self._pending.append(terminal_text(text))  # the one sanitizer in front of stdout
         if self._scheduled:
             return
         import asyncio

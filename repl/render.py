@@ -11,6 +11,7 @@ from __future__ import annotations
 import math
 import re
 from collections.abc import Sequence
+from dataclasses import dataclass
 
 from dsh.agent_loop.events import (
     Event,
@@ -30,6 +31,7 @@ from dsh.llm import ErrorCode
 from dsh.llm.redact import redact_text
 
 __all__ = [
+    "APPROVAL_MAX_CHARS",
     "DIM",
     "FIX_AUTH",
     "FIX_QUOTA",
@@ -37,12 +39,17 @@ __all__ = [
     "FIX_SERVER",
     "HIGHLIGHT",
     "RESET",
+    "Approval",
     "Renderer",
+    "Styled",
     "TurnActivity",
     "approval_answer",
     "approval_question",
     "fix_line",
     "sanitize",
+    "shown_command",
+    "styled",
+    "terminal_text",
     "turn_end_line",
 ]
 
@@ -61,28 +68,104 @@ _TOOL_ARGS_WIDTH = 400
 _TOOL_PREVIEW_LINES = 3
 _ELLIPSIS = "…"
 
-# C0 controls except TAB and LF, DEL, and C1 controls: model or tool text must not drive the terminal.
-_CONTROL = re.compile(r"[\x00-\x08\x0b-\x1f\x7f-\x9f]")
+# Everything that could drive the terminal or hide text: C0 controls but TAB and LF, DEL, C1 controls,
+# format characters (bidi controls U+202A-U+202E and U+2066-U+2069, zero-width U+200B-U+200F, U+2060,
+# U+FEFF, tags U+E0000...), line/paragraph separators, lone surrogates and the invisible Hangul fillers.
+# tests/repl/test_render.py checks the class against Unicode categories Cc, Cf, Zl, Zp and Cs.
+_UNSAFE = re.compile(
+    "[\x00-\x08\x0b-\x1f\x7f-\x9f\xad\u0600-\u0605\u061c\u06dd\u070f\u0890\u0891\u08e2"
+    "\u115f\u1160\u180e\u200b-\u200f\u2028-\u202e\u2060-\u206f\u3164\ud800-\udfff\ufeff\uffa0"
+    "\ufff9-\ufffb\U000110bd\U000110cd\U00013430-\U0001343f\U0001bca0-\U0001bca3"
+    "\U0001d173-\U0001d17a\U000e0000-\U000e007f]"
+)
 _SPACE_RUN = re.compile(r"\s*\n\s*")
 
 
-def _control_picture(match: re.Match[str]) -> str:
+def _picture(match: re.Match[str]) -> str:
     code = ord(match.group(0))
     if code < 0x20:
         return chr(0x2400 + code)  # ␛ for ESC, ␇ for BEL ...
     if code == 0x7F:
         return "\u2421"
-    return "\ufffd"
+    return f"<U+{code:04X}>"
 
 
 def sanitize(text: str) -> str:
-    """Make untrusted text inert on a terminal: CRLF -> LF, other controls -> visible pictures."""
+    """Make untrusted text inert and visible on a terminal: CRLF -> LF, every unsafe character -> a picture.
+
+    Idempotent, and its output holds no character of the unsafe class. The sinks call it
+    (:func:`terminal_text`); nothing else needs to.
+    """
     text = text.replace("\r\n", "\n")
-    return _CONTROL.sub(_control_picture, text)
+    return _UNSAFE.sub(_picture, text)
+
+
+_STYLES = {"dim": DIM, "highlight": HIGHLIGHT}
+
+
+class Styled(str):
+    """Text plus dsh's own styling: the str value is the plain (untrusted) text, ``spans`` name styles.
+
+    Styles are names, never escape bytes: only :func:`terminal_text` turns them into SGR, after
+    sanitizing the text. Joining with ``+`` keeps the spans; any other str operation drops them, so
+    a lost style costs colour, never safety.
+    """
+
+    spans: tuple[tuple[int, int, str], ...]
+
+    def __new__(cls, text: str, spans: tuple[tuple[int, int, str], ...] = ()) -> Styled:
+        self = super().__new__(cls, text)
+        self.spans = spans
+        return self
+
+    def __add__(self, other: str) -> Styled:  # type: ignore[override]
+        if not isinstance(other, str):
+            return NotImplemented
+        shift = len(self)
+        extra = tuple((a + shift, b + shift, s) for a, b, s in getattr(other, "spans", ()))
+        return Styled(str.__add__(self, other), self.spans + extra)
+
+    def __radd__(self, other: str) -> Styled:
+        if not isinstance(other, str):
+            return NotImplemented
+        shift = len(other)
+        return Styled(str.__add__(other, self), tuple((a + shift, b + shift, s) for a, b, s in self.spans))
+
+
+def styled(text: str, style: str) -> Styled:
+    return Styled(text, ((0, len(text), style),) if text else ())
+
+
+def _paint(text: str, style: str) -> str:
+    # Style each line separately so a line never ends inside an open escape sequence.
+    sgr = _STYLES[style]
+    return "\n".join(f"{sgr}{part}{RESET}" if part else part for part in sanitize(text).split("\n"))
+
+
+def terminal_text(text: str) -> str:
+    """What a sink writes for ``text``: every untrusted character sanitized, then dsh's own styles as SGR."""
+    spans = getattr(text, "spans", ())
+    if not spans:
+        return sanitize(str(text))
+    plain = str(text)
+    out: list[str] = []
+    at = 0
+    for start, end, style in sorted(spans):
+        if start < at:
+            continue
+        out.append(sanitize(plain[at:start]))
+        out.append(_paint(plain[start:end], style))
+        at = end
+    out.append(sanitize(plain[at:]))
+    return "".join(out)
 
 
 def _one_line(text: str) -> str:
-    return sanitize(_SPACE_RUN.sub(" ", text))
+    return _SPACE_RUN.sub(" ", text)
+
+
+def _lines(text: str) -> str:
+    return text.replace("\r\n", "\n")
 
 
 def _finite(value: float) -> float:
@@ -222,10 +305,7 @@ class Renderer:
         return "\n" if self._column == _MID else ""
 
     def _styled(self, text: str, style: str) -> str:
-        if not self.color or not text:
-            return text
-        # Style each line separately so a line never ends inside an open escape sequence.
-        return "\n".join(f"{style}{part}{RESET}" if part else part for part in text.split("\n"))
+        return styled(text, style) if self.color else text
 
     # --- handlers ----------------------------------------------------------------------------
 
@@ -236,8 +316,7 @@ class Renderer:
         if self._stream not in (None, kind) and self._column == _MID:
             prefix = "\n"  # reasoning and answer each get their own lines
         self._stream = kind
-        body = sanitize(text)
-        return prefix + (self._styled(body, DIM) if kind == "reasoning" else body)
+        return prefix + (self._styled(text, "dim") if kind == "reasoning" else text)
 
     def _tool_call(self, event: ToolCallStart) -> str:
         self._stream = None
@@ -247,7 +326,7 @@ class Renderer:
 
     def _tool_result(self, event: ToolResult) -> str:
         self._stream = None
-        output = sanitize(event.output).strip("\n")
+        output = _lines(event.output).strip("\n")
         lines = output.split("\n") if output else ["(no output)"]
         diagnostic = event.diagnostic
         has_diagnostic = bool(diagnostic)
@@ -264,8 +343,8 @@ class Renderer:
         if hidden > 0 and not has_diagnostic:
             text += f"    … (+{hidden} more line{'s' if hidden != 1 else ''})\n"
         if diagnostic:
-            for line in sanitize(diagnostic).split("\n"):
-                text += "    " + self._styled(line, HIGHLIGHT) + "\n"
+            for line in _lines(diagnostic).split("\n"):
+                text += "    " + self._styled(line, "highlight") + "\n"
         return text
 
     def _retry(self, event: LlmRetry) -> str:
@@ -293,10 +372,73 @@ class Renderer:
         return self._break_line() + f"[job] {_one_line(text)}\n"
 
 
-def approval_question(command: str) -> str:
-    """The inline question for a shell command (shown live; committed with its answer)."""
-    shown = sanitize(command).strip("\n").replace("\n", "\n      ")
-    return f"  [approve] run_shell: {shown}  (y / n / a) "
+APPROVAL_MAX_CHARS = 2000  # a longer command is viewed in full before it can be approved
+_WHITE_RUN = re.compile(r"[^\S\n]{9,}")  # 9+ blanks in a row: counted, so nothing hides behind them
+_BLANK_LINES = 3  # this many blank lines in a row and more: one counted line
+
+
+def _mark_whitespace(line: str) -> str:
+    line = line.replace("\t", "\u2409")  # a tab's width depends on the column: show it
+    return _WHITE_RUN.sub(lambda m: f"\u2420\u00d7{len(m.group(0))}", line)
+
+
+def shown_command(command: str) -> list[str]:
+    """The lines an approval shows for ``command``: long blank runs and blank-line runs counted visibly.
+
+    Unsafe characters stay as they are here; the sink makes them visible (:func:`terminal_text`).
+    """
+    lines = [_mark_whitespace(line) for line in _lines(command).split("\n")]
+    shown: list[str] = []
+    blank = 0
+    for line in [*lines, None]:
+        if line is not None and not line.strip():
+            blank += 1
+            continue
+        if blank >= _BLANK_LINES:
+            shown.append(f"({blank} blank lines)")
+        else:
+            shown.extend([""] * blank)
+        blank = 0
+        if line is not None:
+            shown.append(line)
+    return shown
+
+
+@dataclass(frozen=True, slots=True)
+class Approval:
+    """One approval: the inline question, and whether the command must be viewed (``v``) first."""
+
+    question: str
+    must_view: bool
+    view: str  # the whole command, as lines to print above the question ("" when it is inline)
+    viewed_question: str  # the question once the command was viewed
+
+
+def _size(command: str) -> str:
+    lines = command.count("\n") + 1
+    return f"{lines} line{'s' if lines != 1 else ''} / {len(command)} chars"
+
+
+def approval_question(command: str, *, rows: int = 24, cols: int = 80, tool: str = "run_shell") -> Approval:
+    """The question for a command; one that does not fit the screen is shown by ``v`` before ``y`` counts."""
+    head = f"  [approve] {tool}: "
+    shown = shown_command(command.strip("\n") if command.strip() else command)
+    indent = "      "
+    width = max(cols, 20)
+    screen_rows = sum(max(1, -(-len(sanitize(line)) // width)) for line in shown)
+    budget = max(rows - 4, 1)  # the toolbar, the question's own line and a little context
+    fits = (screen_rows <= budget and command.count("\n") + 1 <= budget and len(command) <= APPROVAL_MAX_CHARS)
+    if fits:
+        text = head + ("\n" + indent).join(shown) + "  (y / n / a) "
+        return Approval(text, False, "", text)
+    size = _size(command)
+    view = f"  [command] {tool}, {size}:\n" + "".join(f"{indent}{line}\n" for line in shown)
+    return Approval(
+        f"{head}command is {size} \u2014 v to view  (v / n) ",
+        True,
+        view,
+        f"{head}the command above ({size})  (y / n / a) ",
+    )
 
 
 def approval_answer(answer: str | None) -> str:

@@ -13,6 +13,7 @@ import sys
 import time
 from collections.abc import Iterator
 from pathlib import Path
+from typing import Any
 
 import pexpect
 import pytest
@@ -20,7 +21,7 @@ from pty_screen import Screen
 
 from dsh.agent_loop import events as ev
 from dsh.agent_loop.session_log import SessionLog
-from dsh.repl.demo.fault_server import closed_port
+from dsh.repl.demo.fault_server import Behaviour, FaultServer, closed_port
 
 REPO = Path(__file__).resolve().parents[2]
 KEY = "sk-ptyTestKey000000000000000000000"
@@ -62,7 +63,9 @@ class Dsh:
 
     ROWS, COLS = 40, 200
 
-    def __init__(self, home: Path, *args: str, via_sh: str | None = None, **env: str) -> None:
+    def __init__(self, home: Path, *args: str, via_sh: str | None = None, cwd: Path = REPO, rows: int = 0,
+                 cols: int = 0, **env: str) -> None:
+        self.ROWS, self.COLS = rows or self.ROWS, cols or self.COLS
         self.transcript = home / f"pty-{time.monotonic_ns()}.log"
         self._log = self.transcript.open("w", encoding="utf-8")
         self.raw = ""
@@ -74,7 +77,7 @@ class Dsh:
             # A Ctrl-C that lands while dsh writes in cooked mode is a SIGINT to the whole process
             # group; a trap (reset to default in the child) keeps the wrapping sh alive to run the rest.
             command = ["/bin/sh", "-c", "trap : INT; " + " ".join(_quote(part) for part in command) + via_sh]
-        self.child = pexpect.spawn(command[0], command[1:], cwd=str(REPO), env=pty_env(home, **env),
+        self.child = pexpect.spawn(command[0], command[1:], cwd=str(cwd), env=pty_env(home, **env),
                                    encoding="utf-8", timeout=TIMEOUT, dimensions=(self.ROWS, self.COLS))
 
     def _pump(self, timeout: float) -> None:
@@ -167,7 +170,7 @@ def _quote(part: str) -> str:
 def spawn(home: Path) -> Iterator:
     children: list[Dsh] = []
 
-    def start(*args: str, **kwargs: str) -> Dsh:
+    def start(*args: str, **kwargs: Any) -> Dsh:
         child = Dsh(home, *args, **kwargs)
         children.append(child)
         return child
@@ -464,3 +467,100 @@ def test_a_background_job_notice_wakes_the_idle_prompt(spawn) -> None:
     dsh.prompt()
     dsh.send("/jobs")
     dsh.expect_exact("subagent-1 (subagent: dsh-exit-later) [status: failed, error; diagnostic: ")
+
+
+# --- hostile text: what you approve is what runs; nothing reaches the terminal raw --------------------------
+
+HIDDEN_COMMANDS = {
+    "spaces": ("ls" + " " * 3000 + "; echo EVIL > f", "      ls\u2420\u00d73000; echo EVIL > f\r\n"),
+    "newlines": ("ls -la" + "\n" * 60 + "echo EVIL > f",
+                 "      ls -la\r\n      (59 blank lines)\r\n      echo EVIL > f\r\n"),
+}
+
+
+def _no_retry_config(home: Path) -> None:
+    (home / "config" / "dsh").mkdir(exist_ok=True)
+    (home / "config" / "dsh" / "config.toml").write_text("max_retries = 0\n")
+
+
+@pytest.mark.parametrize("kind", sorted(HIDDEN_COMMANDS))
+@pytest.mark.parametrize("answer", ["n", "y"])
+def test_a_hidden_command_must_be_viewed_before_y_runs_it(home: Path, spawn, kind: str, answer: str) -> None:
+    command, shown = HIDDEN_COMMANDS[kind]
+    size = f"{command.count(chr(10)) + 1} line{'s' if chr(10) in command else ''} / {len(command)} chars"
+    work = home / "work"
+    work.mkdir()
+    _no_retry_config(home)
+    call = Behaviour("tool_call", id="call_1", name="run_shell", arguments=json.dumps({"command": command}))
+    with FaultServer(script=[call], default=Behaviour("text", text="done\n")) as server:
+        dsh = spawn(cwd=work, rows=24, cols=80, DEEPSEEK_API_KEY=KEY, DEEPSEEK_BASE_URL=server.url)
+        dsh.prompt()
+        dsh.send("list files")
+        dsh.wait_screen(f"command is {size} \u2014 v to view  (v / n)")
+        dsh.child.send("y")  # not shown yet: must not count (the keys are read in order, so v comes after it)
+        dsh.child.send("v")
+        dsh.expect_exact(f"  [command] run_shell, {size}:\r\n{shown}")  # the whole command, on the screen
+        assert "echo EVIL > f" in dsh.screen
+        dsh.wait_screen(f"the command above ({size})  (y / n / a)")
+        assert not (work / "f").exists()
+        dsh.child.send(answer)
+        if answer == "n":
+            dsh.expect_exact(f"the command above ({size})  (y / n / a) no\r\n")
+            dsh.expect_exact("  [tool result] Error: the user denied this shell command\r\n")
+        else:
+            dsh.expect_exact(f"the command above ({size})  (y / n / a) yes\r\n")
+            dsh.expect_exact("  [tool result] ")
+        dsh.expect_exact("done\r\n")
+        dsh.prompt()
+    assert (work / "f").exists() == (answer == "y")
+
+
+HOSTILE_MESSAGE = "bad \x1b]52;c;ZXZpbA==\x07 \x1b]0;pwned\x07 \x1b[2J \x1bP+q544e\x1b\\ \u202eexe.txt end"
+RAW_ESCAPES = ("\x1b]52;", "\x1b]0;pwned", "\x1bP+q", "\u202e", "\x07")
+SHOWN_MESSAGE = ("bad \u241b]52;c;ZXZpbA==\u2407 \u241b]0;pwned\u2407 \u241b[2J \u241bP+q544e\u241b\\ "
+                 "<U+202E>exe.txt end")
+
+
+def test_why_shows_a_hostile_error_message_visibly_and_never_raw(home: Path, spawn) -> None:
+    _no_retry_config(home)
+    with FaultServer(default=Behaviour("http_400", message=HOSTILE_MESSAGE)) as server:
+        dsh = spawn(DEEPSEEK_API_KEY=KEY, DEEPSEEK_BASE_URL=server.url)
+        dsh.prompt()
+        dsh.send("hello")
+        dsh.expect_exact(f"[turn failed INVALID_REQUEST] {SHOWN_MESSAGE}\r\n")
+        dsh.prompt()
+        dsh.send("/why")
+        dsh.expect_exact(SHOWN_MESSAGE)
+        dsh.prompt()
+        dsh.child.sendeof()
+        assert dsh.wait_exit() == 0
+    for raw in RAW_ESCAPES:
+        assert raw not in dsh.raw
+
+
+FORGED_ID = "evil\x1b]0;pwned\x07\x1b[2J\u202eid"
+SHOWN_ID = "evil\u241b]0;pwned\u2407\u241b[2J<U+202E>id"
+
+
+def test_a_forged_session_id_is_shown_visibly_in_sessions_and_resume(home: Path, spawn) -> None:
+    root = home / "state" / "dsh" / "sessions"
+    log = SessionLog.create(root=root, cwd=str(home))
+    log.append(ev.TurnStart(1, "title \x1b]52;c;eA==\x07 here"))
+    log.append(ev.StepStart(1, 1))
+    log.close()
+    path = next(root.glob("*.jsonl"))
+    lines = path.read_text().splitlines()
+    header = json.loads(lines[0])
+    header["id"] = FORGED_ID
+    path.write_text("\n".join([json.dumps(header), *lines[1:]]) + "\n")
+    dsh = spawn("--resume", "last", DEEPSEEK_API_KEY=KEY, DEEPSEEK_BASE_URL="http://127.0.0.1:9")
+    dsh.expect_exact("[main turn 1] [turn interrupted by a previous process exit]\r\n")  # the resume notice
+    dsh.expect_exact(f"session {SHOWN_ID} ")  # the banner names the resumed session
+    dsh.prompt()
+    dsh.send("/sessions")
+    dsh.expect_exact(f"* {SHOWN_ID}  1 turn    title \u241b]52;c;eA==\u2407 here\r\n")
+    dsh.prompt()
+    dsh.child.sendeof()
+    assert dsh.wait_exit() == 0
+    for raw in RAW_ESCAPES:
+        assert raw not in dsh.raw

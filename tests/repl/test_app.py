@@ -42,6 +42,13 @@ def test_sink_without_an_application_writes_through() -> None:
     assert sink.partial == ""
 
 
+def test_the_terminal_sink_sanitizes_every_write() -> None:
+    output = RecordingOutput()
+    sink = TerminalSink(output)  # type: ignore[arg-type]
+    sink.write("title \x1b]0;pwned\x07 \x1bP+q544e\x1b\\ \u2066x\u200b\n")
+    assert "".join(output.written) == "title \u241b]0;pwned\u2407 \u241bP+q544e\u241b\\ <U+2066>x<U+200B>\n"
+
+
 def test_history_never_stores_secret_shaped_lines(tmp_path: Path) -> None:
     path = tmp_path / "state" / "dsh" / "history"
     history = SafeHistory(path)

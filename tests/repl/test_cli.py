@@ -485,3 +485,14 @@ def test_resume_of_a_symlinked_log_fails_with_one_line_and_leaves_the_target_alo
     assert result.stderr.strip().splitlines()[-1] == (
         f"dsh: failed to start: session log {sessions / 'zero.jsonl'} is a symbolic link; dsh opens only regular files"
     )
+
+
+def test_the_stream_sink_sanitizes_every_write_and_keeps_dsh_styles() -> None:
+    from dsh.repl.cli import StreamSink
+    from dsh.repl.render import DIM, RESET, styled
+
+    stream = _RecordingStream()
+    sink = StreamSink(stream)
+    sink.write("a\x1b]52;c;eA==\x07\u202eb\n")
+    sink.write(styled("dim\x1b[2J", "dim") + "\n")
+    assert "".join(stream.writes) == f"a\u241b]52;c;eA==\u2407<U+202E>b\n{DIM}dim\u241b[2J{RESET}\n"

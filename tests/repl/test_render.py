@@ -2,7 +2,12 @@
 
 from __future__ import annotations
 
+import sys
+import unicodedata
+
 import pytest
+from hypothesis import given
+from hypothesis import strategies as st
 
 from dsh.agent_loop import events as ev
 from dsh.agent_loop.reasons import Aborted, Completed, Disposed, EndReason, Failed, Interrupted, MaxTokens, Rejected
@@ -20,6 +25,9 @@ from dsh.repl.render import (
     approval_question,
     fix_line,
     sanitize,
+    shown_command,
+    styled,
+    terminal_text,
     turn_end_line,
 )
 
@@ -30,7 +38,8 @@ TRANSPORT_MESSAGE = (
 
 
 def run(renderer: Renderer, *events: ev.Event) -> str:
-    return "".join(renderer.render(event) for event in events)
+    """What a sink writes for these events (the sink applies the one sanitizer and dsh's styles)."""
+    return "".join(terminal_text(renderer.render(event)) for event in events)
 
 
 def end(turn: int, reason: dict) -> ev.Event:
@@ -213,7 +222,7 @@ def test_control_characters_cannot_drive_the_terminal() -> None:
     renderer = Renderer(color=False)
     text = run(renderer, ev.TextDelta("a\x1b[2Jb\r\nc\x07\rd\x7f\x9b"))
     assert "\x1b" not in text and "\x07" not in text and "\r" not in text
-    assert text == "a\u241b[2Jb\nc\u2407\u240dd\u2421\ufffd"
+    assert text == "a\u241b[2Jb\nc\u2407\u240dd\u2421<U+009B>"
     assert sanitize("tab\tand\nnewline") == "tab\tand\nnewline"
 
 
@@ -243,7 +252,7 @@ def test_error_result_with_diagnostic_on_its_own_highlighted_line() -> None:
     output = f"subagent run failed\nDiagnostic: {diagnostic}\nPartial output before the run ended:\nhalf"
     event = ev.ToolResult(1, "c", "subagent", output, is_error=True, diagnostic=diagnostic)
     assert Renderer(color=False).render(event) == f"  [tool result] Error: subagent run failed\n    {diagnostic}\n"
-    assert Renderer(color=True).render(event) == (
+    assert terminal_text(Renderer(color=True).render(event)) == (
         f"  [tool result] Error: subagent run failed\n    {HIGHLIGHT}{diagnostic}{RESET}\n"
     )
 
@@ -301,8 +310,10 @@ def test_hostile_event_data_does_not_raise() -> None:
 
 
 def test_approval_question_and_answer() -> None:
-    assert approval_question("ls -la") == "  [approve] run_shell: ls -la  (y / n / a) "
-    assert approval_question("a\nb\x1b") == "  [approve] run_shell: a\n      b\u241b  (y / n / a) "
+    assert approval_question("ls -la").question == "  [approve] run_shell: ls -la  (y / n / a) "
+    assert not approval_question("ls -la").must_view
+    shown = terminal_text(approval_question("a\nb\x1b\u202e").question)
+    assert shown == "  [approve] run_shell: a\n      b\u241b<U+202E>  (y / n / a) "
     assert [approval_answer(a) for a in ("y", "n", "a", None)] == ["yes", "no", "always", "no"]
 
 
@@ -327,3 +338,86 @@ def test_turn_activity_waiting_and_keepalive() -> None:
     assert activity.text(123.0) == "waiting for first token 1s"
     activity.on_event(end(1, Completed().to_dict()), 124.0)
     assert activity.text(125.0) == "" and not activity.busy
+
+
+# --- the one sanitizer (every sink calls terminal_text) -------------------------------------------------
+
+UNSAFE_CATEGORIES = ("Cc", "Cf", "Zl", "Zp", "Cs")
+HOSTILE = st.text(
+    alphabet=st.one_of(
+        st.characters(codec=None),
+        st.sampled_from("\x1b\x07\x9b\x9d\x90\r\n\t\u202a\u202e\u2066\u2069\u200b\u200d\u2060\ufeff\U000e0041"),
+        st.characters(categories=UNSAFE_CATEGORIES),  # type: ignore[arg-type]
+    )
+)
+
+
+def _unsafe(char: str) -> bool:
+    return unicodedata.category(char) in UNSAFE_CATEGORIES and char not in "\n\t"
+
+
+@given(HOSTILE)
+def test_sanitized_text_holds_no_unsafe_character_and_sanitizing_is_idempotent(text: str) -> None:
+    once = sanitize(text)
+    assert not any(_unsafe(char) for char in once), ascii(once)
+    assert "\r" not in once and "\x1b" not in once
+    assert sanitize(once) == once
+
+
+@given(HOSTILE, HOSTILE, HOSTILE)
+def test_styled_text_carries_only_dsh_escapes(before: str, inside: str, after: str) -> None:
+    painted = terminal_text(before + styled(inside, "dim") + after)
+    stripped = painted.replace(DIM, "").replace(RESET, "")
+    assert not any(_unsafe(char) for char in stripped), ascii(painted)
+    assert stripped == sanitize(before) + sanitize(inside) + sanitize(after)
+
+
+def test_every_unsafe_code_point_is_made_visible() -> None:
+    missed = [
+        f"U+{code:04X}" for code in range(sys.maxunicode + 1)
+        if _unsafe(chr(code)) and sanitize(chr(code)) == chr(code)
+    ]
+    assert missed == []
+
+
+def test_terminal_escapes_become_visible_text() -> None:
+    hostile = "a\x1b]52;c;ZXZpbA==\x07b\x1b]0;pwned\x07c\x1b[2Jd\x1bP+q544e\x1b\\e\u202egnp.exe\u2066x\u200by"
+    assert sanitize(hostile) == (
+        "a\u241b]52;c;ZXZpbA==\u2407b\u241b]0;pwned\u2407c\u241b[2Jd\u241bP+q544e\u241b\\e<U+202E>gnp.exe<U+2066>x"
+        "<U+200B>y"
+    )
+
+
+# --- approvals show the whole command ------------------------------------------------------------------
+
+
+def test_a_long_run_of_spaces_is_counted_and_must_be_viewed() -> None:
+    command = "ls" + " " * 3000 + "; echo EVIL > f"
+    approval = approval_question(command, rows=24, cols=80)
+    assert approval.must_view
+    assert approval.question == "  [approve] run_shell: command is 1 line / 3017 chars \u2014 v to view  (v / n) "
+    assert approval.view == "  [command] run_shell, 1 line / 3017 chars:\n      ls\u2420\u00d73000; echo EVIL > f\n"
+    assert approval.viewed_question == "  [approve] run_shell: the command above (1 line / 3017 chars)  (y / n / a) "
+
+
+def test_many_newlines_are_counted_and_must_be_viewed() -> None:
+    command = "ls -la" + "\n" * 60 + "echo EVIL > f"
+    approval = approval_question(command, rows=24, cols=80)
+    assert approval.must_view
+    assert approval.view == (
+        "  [command] run_shell, 61 lines / 79 chars:\n      ls -la\n      (59 blank lines)\n      echo EVIL > f\n"
+    )
+
+
+def test_short_runs_stay_inline_and_tabs_are_shown() -> None:
+    assert shown_command("a  b\tc\n\nd") == ["a  b\u2409c", "", "d"]
+    assert approval_question("for f in *; do\n    echo $f\ndone").question == (
+        "  [approve] run_shell: for f in *; do\n          echo $f\n      done  (y / n / a) "
+    )
+
+
+def test_a_command_taller_than_the_screen_must_be_viewed() -> None:
+    command = "\n".join(f"echo {n}" for n in range(30))
+    assert approval_question(command, rows=24, cols=80).must_view
+    assert not approval_question(command, rows=60, cols=80).must_view
+    assert approval_question("x" * 2001, rows=200, cols=200).must_view
