@@ -454,3 +454,44 @@ def test_the_registry_builds_the_acp_provider() -> None:
 
     provider = build_provider("probe", {"provider": "acp", "command": sys.executable, "args": [AGENT]})
     assert provider.run_type is AcpRun and provider.name == "probe"
+
+
+WARN = (
+    "Subagent permission warning (provider: probe; mode: {mode}): "
+    "tool calls ran without a permission request under policy reject"
+)
+
+
+@pytest.mark.anyio
+@pytest.mark.usefixtures("no_leftover_processes")
+async def test_reject_selects_an_asking_mode(tmp_path: Path) -> None:
+    env = {"ACP_FAKE_MODES": "auto,default", "ACP_FAKE_PERMISSION": "execute", "ACP_FAKE_TEXT": "t"}
+    result = await _run(_provider("probe", env, {}), "go", str(tmp_path))
+    assert (result.stop_reason, result.output, result.warning) == ("completed", "t [permission: selected reject]", None)
+
+
+@pytest.mark.anyio
+@pytest.mark.usefixtures("no_leftover_processes")
+async def test_configured_mode_that_acts_unasked_gives_the_warning(tmp_path: Path) -> None:
+    env = {"ACP_FAKE_MODES": "default,auto", "ACP_FAKE_PERMISSION": "execute", "ACP_FAKE_TEXT": "t"}
+    result = await _run(_provider("probe", env, {"mode": "auto"}), "go", str(tmp_path))
+    assert (result.stop_reason, result.output, result.diagnostic) == ("completed", "t [ran unasked]", None)
+    assert result.warning == WARN.format(mode="auto")
+    allowed = await _run(_provider("probe", env, {"mode": "auto", "permission": "allow"}), "go", str(tmp_path))
+    assert allowed.warning is None  # under allow, acting without asking is what the user chose
+
+
+@pytest.mark.anyio
+@pytest.mark.usefixtures("no_leftover_processes")
+async def test_a_mode_the_agent_does_not_advertise_is_a_configuration_failure(tmp_path: Path) -> None:
+    env = {"ACP_FAKE_MODES": "default,auto"}
+    result = await _run(_provider("probe", env, {"mode": "yolo"}), "go", str(tmp_path))
+    assert (result.stop_reason, result.diagnostic) == ("error", FAIL + "stage: new-session; category: configuration)")
+
+
+@pytest.mark.anyio
+@pytest.mark.usefixtures("no_leftover_processes")
+async def test_no_asking_mode_advertised_and_acting_unasked_gives_the_warning(tmp_path: Path) -> None:
+    env = {"ACP_FAKE_MODES": "auto", "ACP_FAKE_PERMISSION": "edit", "ACP_FAKE_TEXT": "t"}
+    result = await _run(_provider("probe", env, {}), "go", str(tmp_path))
+    assert result.warning == WARN.format(mode="auto")  # only "auto" advertised: nothing asks
