@@ -23,6 +23,12 @@ $(VENV)/.bench: pyproject.toml | $(BIN)/python
 	$(PIP) -e '.[test,bench]'
 	touch $@
 
+# The real third-party ACP agent the subagent tests drive (tests skip without it; CI installs it).
+CLAUDE_AGENT_ACP := @agentclientprotocol/claude-agent-acp@0.101.0
+$(VENV)/.npm: | $(BIN)/python
+	npm install --no-audit --no-fund --prefix $(VENV)/npm $(CLAUDE_AGENT_ACP)
+	touch $@
+
 demo: $(VENV)/.demo
 	$(BIN)/dsh --demo
 

@@ -745,6 +745,8 @@ GENERATORS: dict[str, Callable[[Lab], str]] = {
     "dsh-background": scenario_session("dsh-background", "Run the summary in the background"),
     "acp-remote-limit": scenario_session("acp-remote-limit", DELEGATE_PROMPT),
     "acp-permission": scenario_session("acp-permission", DELEGATE_PROMPT),
+    "acp-agent-error": scenario_session("acp-agent-error", DELEGATE_PROMPT),
+    "acp-reject-mode": scenario_session("acp-reject-mode", DELEGATE_PROMPT),
     "claude-max-turns": scenario_session("claude-max-turns", DELEGATE_PROMPT),
     "codex-approval": scenario_session("codex-approval", DELEGATE_PROMPT),
     "fault-server-log": fault_server_log,

@@ -13,12 +13,19 @@ built only from closed facts (the :class:`Stage` and :class:`Category` enums):
 stage           categories
 ==============  =========================================================================
 initialize      configuration (bad config, workspace, SDK missing), transport, timeout, process-exit
-new-session     protocol (error answer, missing/blank session id), transport, timeout, process-exit
-prompt          remote-limit (``max_turn_requests``), unknown (unknown stop reason, error answer),
-                transport, timeout — or only the permission line
+new-session     agent-error (a JSON-RPC error answer, also to ``session/set_mode``), protocol
+                (malformed answer, missing/blank session id), configuration (``mode`` not advertised),
+                transport, timeout, process-exit
+prompt          agent-error (a JSON-RPC error answer), remote-limit (``max_turn_requests``), unknown
+                (unknown stop reason, malformed answer), transport, timeout — or only the permission line
 process         process-start (spawn failed), process-exit (died before the prompt's answer)
 teardown        process-unreaped (after a failure, the ladder could not observe the child's exit)
 ==============  =========================================================================
+
+``agent-error`` carries the error's integer code (``error code: <n>``); its message and data stay in
+the cause. Under ``permission = "reject"`` a session that advertises modes is put into one that asks
+(``mode`` in the table chooses explicitly); tool calls that still run without a permission request
+give the run a host-side warning line (:func:`~dsh.agent_loop.subagent.diagnostics.mode_warning`).
 
 A child that dies while a request is in flight is classified by its observed exit (waited for,
 bounded), not by the transport error that usually arrives first. The host log gets the same facts
@@ -51,7 +58,7 @@ from dsh.agent_loop.subagent import (
     diagnostics,
     reject_unknown_keys,
 )
-from dsh.agent_loop.subagent.diagnostics import Failure, permission_line
+from dsh.agent_loop.subagent.diagnostics import Failure, mode_warning, permission_line
 from dsh.agent_loop.subagent.result import SubagentRequest
 from dsh.agent_loop.subagent.run import Outcome, Provider, Run, configured
 
@@ -88,6 +95,7 @@ class Category(diagnostics.Category):
     CONFIGURATION = "configuration"
     TRANSPORT = "transport"
     PROTOCOL = "protocol"
+    AGENT_ERROR = "agent-error"
     PROCESS_START = "process-start"
     PROCESS_EXIT = "process-exit"
     REMOTE_LIMIT = "remote-limit"
@@ -103,9 +111,9 @@ _STOP_REASONS = {"end_turn": "completed", "max_tokens": "max-tokens", "refusal":
 _CATEGORY: dict[Stage, dict[str, Category]] = {
     Stage.INITIALIZE: {"error-answer": Category.TRANSPORT, "malformed": Category.TRANSPORT,
                        "closed": Category.TRANSPORT, "timeout": Category.TIMEOUT},
-    Stage.NEW_SESSION: {"error-answer": Category.PROTOCOL, "malformed": Category.PROTOCOL,
+    Stage.NEW_SESSION: {"error-answer": Category.AGENT_ERROR, "malformed": Category.PROTOCOL,
                         "closed": Category.TRANSPORT, "timeout": Category.TIMEOUT},
-    Stage.PROMPT: {"error-answer": Category.UNKNOWN, "malformed": Category.UNKNOWN,
+    Stage.PROMPT: {"error-answer": Category.AGENT_ERROR, "malformed": Category.UNKNOWN,
                    "closed": Category.TRANSPORT, "timeout": Category.TIMEOUT},
 }  # fmt: skip
 # Where a child death during a request is reported: the handshake stages own theirs; after it, ``process``.
@@ -113,7 +121,7 @@ _EXIT_STAGE = {Stage.INITIALIZE: Stage.INITIALIZE, Stage.NEW_SESSION: Stage.NEW_
 
 _CONFIG_KEYS = frozenset(
     {"provider", "command", "args", "env", "permission", "startup_timeout", "prompt_timeout",
-     "eof_grace", "term_grace", "exit_wait", "description", "label"}
+     "eof_grace", "term_grace", "exit_wait", "description", "label", "mode"}
 )  # fmt: skip
 
 
@@ -130,6 +138,7 @@ class AcpSettings:
     eof_grace: float = DEFAULT_EOF_GRACE
     term_grace: float = DEFAULT_TERM_GRACE
     exit_wait: float = DEFAULT_EXIT_WAIT
+    mode: str | None = None  # a session mode id the agent must advertise; None: chosen by the policy
 
 
 def from_config(name: str, config: Mapping[str, Any], parent: ParentContext | None = None) -> Provider:
@@ -161,6 +170,7 @@ def _settings(name: str, config: Mapping[str, Any]) -> AcpSettings:
         eof_grace=seconds("eof_grace", DEFAULT_EOF_GRACE),
         term_grace=seconds("term_grace", DEFAULT_TERM_GRACE),
         exit_wait=seconds("exit_wait", DEFAULT_EXIT_WAIT),
+        mode=config_string(name, config, "mode", None),
     )
 
 
@@ -241,6 +251,9 @@ class AcpRun(Run):
         if not isinstance(session_id, str) or not session_id.strip():
             return Outcome("error", failure=Failure(Stage.NEW_SESSION, Category.PROTOCOL))
         client.session_id = session_id
+        chosen = await self._choose_mode(proc, conn, session_id, getattr(session, "modes", None))
+        if isinstance(chosen, Failure):
+            return Outcome("error", failure=chosen)
         try:
             response = await self._call(
                 proc,
@@ -260,8 +273,36 @@ class AcpRun(Run):
         if isinstance(response, Failure):
             if response.category is Category.TIMEOUT:
                 await _notify_cancel(conn, session_id)
-            return Outcome("error", self.partial_output(), response, note=client.permission_fact())
-        return self._from_stop_reason(getattr(response, "stop_reason", None))
+            outcome = Outcome("error", self.partial_output(), response, note=client.permission_fact())
+        else:
+            outcome = self._from_stop_reason(getattr(response, "stop_reason", None))
+        if client.ran_unasked:
+            outcome = replace(outcome, warning=mode_warning(self.name, client.mode))
+        return outcome
+
+    async def _choose_mode(self, proc: ManagedProcess, conn: Any, session_id: str, modes: Any) -> Failure | None:
+        """Put the session in the configured mode, or under ``reject`` in one that asks (docs/subagents.md)."""
+        client, wanted = self._client, self.settings.mode
+        advertised = [m.id for m in getattr(modes, "available_modes", None) or [] if isinstance(m.id, str)]
+        current = getattr(modes, "current_mode_id", None)
+        client.mode = current if isinstance(current, str) else None
+        if wanted is not None:
+            if wanted not in advertised:
+                return Failure(Stage.NEW_SESSION, Category.CONFIGURATION)
+        elif client.policy == "reject":
+            wanted = _asking_mode(modes)
+        if wanted is None or wanted == client.mode:
+            return None
+        answer = await self._call(
+            proc,
+            lambda: conn.set_session_mode(session_id=session_id, mode_id=wanted),
+            Stage.NEW_SESSION,
+            self.settings.startup_timeout,
+        )
+        if isinstance(answer, Failure):
+            return answer
+        client.mode = wanted
+        return None
 
     def _from_stop_reason(self, stop_reason: object) -> Outcome:
         output, permission = self.partial_output(), self._client.permission_fact()
@@ -308,7 +349,27 @@ class AcpRun(Run):
             status = proc.exit_status or await proc.wait_exit(self.settings.exit_wait)
             if status is not None:
                 return Failure(_EXIT_STAGE[stage], Category.PROCESS_EXIT, exit_status=status, cause=cause)
-        return Failure(stage, _CATEGORY[stage][fault], cause=cause)
+        category = _CATEGORY[stage][fault]
+        code = getattr(cause, "code", None) if category is Category.AGENT_ERROR else None
+        return Failure(stage, category, error_code=code if isinstance(code, int) else None, cause=cause)
+
+
+# Mode ids that ask before acting (claude-agent-acp's "default" is "Always ask before making changes").
+_ASKING_MODE_IDS = ("default", "ask", "manual", "read-only")
+
+
+def _asking_mode(modes: Any) -> str | None:
+    """The advertised mode to use under ``reject``: a known asking id, else one described as asking."""
+    available = [m for m in getattr(modes, "available_modes", None) or [] if isinstance(getattr(m, "id", None), str)]
+    for known in _ASKING_MODE_IDS:
+        for mode in available:
+            if mode.id.lower() == known:
+                return mode.id
+    for mode in available:
+        description = getattr(mode, "description", None)
+        if isinstance(description, str) and " ask" in f" {description.lower()}":
+            return mode.id
+    return None
 
 
 async def _notify_cancel(conn: Any, session_id: str) -> None:
@@ -386,6 +447,10 @@ async def _close_connection(conn: Any) -> None:
 # -- the permission client ------------------------------------------------------------------------
 
 
+# Tool kinds that only look (no change, no command): running them unasked is not worth a warning.
+_HARMLESS_KINDS = frozenset({"read", "search", "think"})
+
+
 class _PermissionClient:
     """The ACP ``Client`` side: collects message chunks and answers permission requests by policy."""
 
@@ -393,6 +458,10 @@ class _PermissionClient:
         self.policy = policy
         self.session_id: str | None = None
         self.chunks: list[str] = []
+        self._message_id: str | None = None  # of the last chunk: distinct messages are set apart
+        self.mode: str | None = None  # the session's current mode id, as the agent reports it
+        self.ran_unasked = False  # under reject: a tool call ran without a permission request
+        self._asked: set[str] = set()
         self.frozen = False  # set at settlement: later updates no longer change the result
         self.cancelling = False
         self._tool_kinds: dict[str, str] = {}
@@ -406,17 +475,37 @@ class _PermissionClient:
         if kind == "agent_message_chunk":
             content = getattr(update, "content", None)
             if getattr(content, "type", None) == "text" and isinstance(content.text, str):
+                message_id = getattr(update, "message_id", None)
+                message_id = message_id if isinstance(message_id, str) else None
+                # Chunks of one message join verbatim; a new message starts on a new paragraph.
+                if self.chunks and message_id != self._message_id and self.chunks[-1]:
+                    self.chunks.append("\n\n")
+                self._message_id = message_id
                 self.chunks.append(content.text)
         elif kind in ("tool_call", "tool_call_update"):
+            call_id = update.tool_call_id
             tool_kind = getattr(update, "kind", None)
             if isinstance(tool_kind, str):
-                self._tool_kinds[update.tool_call_id] = tool_kind
+                self._tool_kinds[call_id] = tool_kind
+            status = getattr(update, "status", None)
+            if (
+                self.policy == "reject"
+                and status in ("in_progress", "completed")
+                and call_id not in self._asked
+                and self._tool_kinds.get(call_id) not in _HARMLESS_KINDS
+            ):
+                self.ran_unasked = True
+        elif kind == "current_mode_update":
+            mode = getattr(update, "current_mode_id", None)
+            if isinstance(mode, str):
+                self.mode = mode
 
     async def request_permission(self, session_id: str, tool_call: Any, options: list[Any], **_: Any) -> Any:
         from acp.schema import AllowedOutcome, DeniedOutcome, RequestPermissionResponse
 
         # The request may carry only changed fields; the kind then comes from the earlier tool_call.
         kind = tool_call.kind or self._tool_kinds.get(tool_call.tool_call_id) or "other"
+        self._asked.add(tool_call.tool_call_id)
         if self.cancelling or self.frozen:
             self.last_decision = (kind, "cancelled")
             return RequestPermissionResponse(outcome=DeniedOutcome(outcome="cancelled"))

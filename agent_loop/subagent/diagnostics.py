@@ -5,7 +5,8 @@ A provider declares where its runs can fail and how as two enums, subclasses of 
 holds one member of each plus the closed facts (the child's protocol stop reason, an HTTP status, the
 observed exit). :func:`failure_line` renders it:
 
-* ``Subagent failure (provider: <name>; stage: …; category: …; stop reason: …; exit code: …; signal: …)``
+* ``Subagent failure (provider: <name>; stage: …; category: …; error code: …; stop reason: …; exit code: …;
+  signal: …)``
   for the out-of-process providers (ACP, child dsh), ``provider`` being the configured name;
 * ``Product subagent failure (product: <Claude Code|Codex>; stage: …; category: …; HTTP status: …;
   exit code: …; signal: …)`` for the products.
@@ -40,6 +41,7 @@ __all__ = [
     "Stage",
     "failure_line",
     "join_lines",
+    "mode_warning",
     "permission_line",
     "safe_token",
     "unattended_decision",
@@ -71,7 +73,8 @@ class Failure:
     """Where and how a run failed: closed facts for the line, the raw cause for the host log.
 
     ``stop_reason`` is the child's own closed protocol value (the generic line shows it);
-    ``http_status`` an upstream status a product reported (the product line shows it). A ``None``
+    ``http_status`` an upstream status a product reported (the product line shows it); ``error_code``
+    the integer code of an agent's JSON-RPC error answer (the generic line shows it). A ``None``
     stage or category (a provider that broke its contract) renders as ``unknown``.
     """
 
@@ -79,6 +82,7 @@ class Failure:
     category: Category | None
     stop_reason: str | None = None
     http_status: int | None = None
+    error_code: int | None = None
     exit_status: _ExitFacts | None = None
     cause: BaseException | None = field(default=None, compare=False, repr=False)
 
@@ -151,6 +155,9 @@ def failure_line(failure: Failure, *, provider: str, product: str | None = None)
         fields += _exit_fields(failure.exit_status)
         return f"Product subagent failure ({'; '.join(fields)})"
     fields = [f"provider: {safe_token(provider)}", f"stage: {stage}", f"category: {category}"]
+    code = failure.error_code
+    if isinstance(code, int) and not isinstance(code, bool) and -(2**31) <= code < 2**31:
+        fields.append(f"error code: {code}")
     reason = failure.stop_reason
     if isinstance(reason, str) and reason in SUBAGENT_STOP_REASONS:
         fields.append(f"stop reason: {reason}")
@@ -176,6 +183,14 @@ def unattended_decision(product: str, mode: str, request: str, decision: str) ->
         f"mode: {safe_token(mode)}; "
         f"request: {_closed(request, UNATTENDED_REQUESTS)}; "
         f"decision: {_closed(decision, UNATTENDED_DECISIONS)}): {_UNATTENDED_SUFFIX}"
+    )
+
+
+def mode_warning(provider: str, mode: str | None) -> str:
+    """The host-side line for tool calls an agent ran under ``reject`` without asking (docs/subagents.md)."""
+    return (
+        f"Subagent permission warning (provider: {safe_token(provider)}; mode: {safe_token(mode)}): "
+        "tool calls ran without a permission request under policy reject"
     )
 
 

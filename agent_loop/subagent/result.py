@@ -36,11 +36,16 @@ def limit_diagnostic(text: str | None) -> str | None:
 
 @dataclass(frozen=True, slots=True)
 class SubagentResult:
-    """What a delegated run came back with. ``diagnostic`` is fixed safe text, never child text."""
+    """What a delegated run came back with. ``diagnostic`` is fixed safe text, never child text.
+
+    ``warning`` is one more fixed host-side line for the user (the REPL shows it, the model does not
+    get it): e.g. an ACP agent that ran tool calls under ``permission = "reject"`` without asking.
+    """
 
     output: str
     stop_reason: str
     diagnostic: str | None = None
+    warning: str | None = None
 
     def __post_init__(self) -> None:
         object.__setattr__(self, "diagnostic", limit_diagnostic(self.diagnostic))

@@ -42,6 +42,7 @@ class Outcome:
 
     ``failure`` is the run's failure line, ``teardown`` a failed cleanup after it, ``note`` one more
     fixed line (a permission or unattended decision). Success and local cancellation carry none.
+    ``warning`` is a fixed host-side line whatever the stop reason (see ``SubagentResult.warning``).
     """
 
     stop_reason: str
@@ -49,6 +50,7 @@ class Outcome:
     failure: Failure | None = None
     teardown: Failure | None = None
     note: str | None = None
+    warning: str | None = None
 
 
 class Run:
@@ -169,8 +171,10 @@ class Run:
             outcome.stop_reason == "aborted" and outcome.failure is None and outcome.note is None
         )
         if quiet:  # success and a plain abort carry no diagnostic (a failed cleanup is logged above)
-            return SubagentResult(outcome.output, outcome.stop_reason)
-        return SubagentResult(outcome.output, outcome.stop_reason, join_lines(*lines, outcome.note))
+            return SubagentResult(outcome.output, outcome.stop_reason, warning=outcome.warning)
+        return SubagentResult(
+            outcome.output, outcome.stop_reason, join_lines(*lines, outcome.note), warning=outcome.warning
+        )
 
     def _line(self, failure: Failure) -> str:
         # Host log: the closed facts and the cause's type names; messages and stderr can carry child text.

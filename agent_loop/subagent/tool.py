@@ -52,13 +52,15 @@ NO_OUTPUT = "(the subagent returned no output)"
 def foreground_output(result: SubagentResult) -> ToolOutput:
     """The tool result for a finished foreground run (unknown stop reasons count as failure)."""
     if result.stop_reason == "completed":
-        return ToolOutput(result.output or NO_OUTPUT)
+        # A host-side warning rides in the display-only diagnostic field: the model never sees it.
+        return ToolOutput(result.output or NO_OUTPUT, diagnostic=result.warning)
     text = FAILURE_HEADLINES.get(result.stop_reason, FAILURE_HEADLINES["error"])
     if result.diagnostic:
         text += f"\nDiagnostic: {result.diagnostic}"
     if result.output:
         text += f"\nPartial output before the run ended:\n{result.output}"
-    return ToolOutput(text, is_error=True, diagnostic=result.diagnostic)
+    shown = "\n".join(line for line in (result.diagnostic, result.warning) if line) or None
+    return ToolOutput(text, is_error=True, diagnostic=shown)
 
 
 def _error(text: str) -> ToolOutput:

@@ -99,6 +99,8 @@ def all_delegation_tables() -> dict[str, dict[str, Any]]:
         "acp-exit": _acp(exit_at="prompt", exit_code="9"),
         "acp-odd-stop": _acp(stop="paused"),
         "acp-no-session": _acp(session_id="omit"),
+        "acp-error": _acp(error_at="prompt"),
+        "acp-auto": _acp(modes="auto", permission="execute", text="Ran the command myself."),
     }
 
 
@@ -174,6 +176,12 @@ DELEGATION_SCENARIOS: tuple[DelegationScenario, ...] = (
                        _line("acp-odd-stop", "stage: prompt; category: unknown)")),
     DelegationScenario("acp-new-session", "the ACP agent's session/new has no session id: protocol",
                        "acp-no-session", _line("acp-no-session", "stage: new-session; category: protocol)")),
+    DelegationScenario("acp-agent-error", "the ACP agent answers session/prompt with a JSON-RPC error: agent-error",
+                       "acp-error", _line("acp-error", "stage: prompt; category: agent-error; error code: -32603)")),
+    DelegationScenario("acp-reject-mode", "the ACP agent offers no mode that asks and runs a command unasked "
+                       "under reject: the host-side warning line", "acp-auto",
+                       "    Subagent permission warning (provider: acp-auto; mode: auto): tool calls ran without a "
+                       "permission request under policy reject"),
 )
 # fmt: on
 

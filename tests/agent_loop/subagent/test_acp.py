@@ -129,7 +129,7 @@ SCENARIOS: dict[str, Scenario] = {
     "new_session_blank_id": Scenario({"ACP_FAKE_SESSION_ID": "blank"}, "error",
                                      FAIL + "stage: new-session; category: protocol)"),
     "new_session_error_answer": Scenario({"ACP_FAKE_ERROR_AT": "new-session"}, "error",
-                                         FAIL + "stage: new-session; category: protocol)"),
+                                         FAIL + "stage: new-session; category: agent-error; error code: -32603)"),
     "new_session_transport": Scenario({"ACP_FAKE_CLOSE_STDOUT_AT": "new-session"}, "error",
                                       FAIL + "stage: new-session; category: transport)"),
     # -- prompt / process ------------------------------------------------------------------------------
@@ -147,7 +147,7 @@ SCENARIOS: dict[str, Scenario] = {
     "prompt_transport": Scenario({"ACP_FAKE_CLOSE_STDOUT_AT": "prompt"}, "error",
                                  FAIL + "stage: prompt; category: transport)", ""),
     "prompt_error_answer": Scenario({"ACP_FAKE_ERROR_AT": "prompt"}, "error",
-                                    FAIL + "stage: prompt; category: unknown)", ""),
+                                    FAIL + "stage: prompt; category: agent-error; error code: -32603)", ""),
     "prompt_timeout": Scenario({"ACP_FAKE_HANG": "prompt", "ACP_FAKE_IGNORE_CANCEL": "1"}, "error",
                                FAIL + "stage: prompt; category: timeout)", "working on it",
                                config={"prompt_timeout": 1.0}),
@@ -396,12 +396,12 @@ async def test_echo_cwd_and_host_log_hygiene(tmp_path: Path, caplog: pytest.LogC
             str(tmp_path),
         )
     assert (result.stop_reason, result.output) == ("completed", str(tmp_path))
-    assert failed.diagnostic == FAIL + "stage: new-session; category: protocol)"
+    assert failed.diagnostic == FAIL + "stage: new-session; category: agent-error; error code: -32603)"
     # The SDK complained about the garbage lines, but only as sanitized DEBUG records.
     sdk = [r for r in caplog.records if r.getMessage().startswith("acp SDK: ")]
     assert sdk and all(r.levelno == logging.DEBUG and r.exc_info is None for r in sdk)
     # The host log has the failure's closed facts and cause types, never child text.
-    assert any("new-session/protocol (cause: acp.exceptions.RequestError" in r.getMessage() for r in caplog.records)
+    assert any("new-session/agent-error (cause: acp.exceptions.RequestError" in r.getMessage() for r in caplog.records)
     for record in caplog.records:
         text = record.getMessage() + (caplog.text or "")
         assert CANARY_STDERR not in text and CANARY_TASK not in text
@@ -454,3 +454,44 @@ def test_the_registry_builds_the_acp_provider() -> None:
 
     provider = build_provider("probe", {"provider": "acp", "command": sys.executable, "args": [AGENT]})
     assert provider.run_type is AcpRun and provider.name == "probe"
+
+
+WARN = (
+    "Subagent permission warning (provider: probe; mode: {mode}): "
+    "tool calls ran without a permission request under policy reject"
+)
+
+
+@pytest.mark.anyio
+@pytest.mark.usefixtures("no_leftover_processes")
+async def test_reject_selects_an_asking_mode(tmp_path: Path) -> None:
+    env = {"ACP_FAKE_MODES": "auto,default", "ACP_FAKE_PERMISSION": "execute", "ACP_FAKE_TEXT": "t"}
+    result = await _run(_provider("probe", env, {}), "go", str(tmp_path))
+    assert (result.stop_reason, result.output, result.warning) == ("completed", "t [permission: selected reject]", None)
+
+
+@pytest.mark.anyio
+@pytest.mark.usefixtures("no_leftover_processes")
+async def test_configured_mode_that_acts_unasked_gives_the_warning(tmp_path: Path) -> None:
+    env = {"ACP_FAKE_MODES": "default,auto", "ACP_FAKE_PERMISSION": "execute", "ACP_FAKE_TEXT": "t"}
+    result = await _run(_provider("probe", env, {"mode": "auto"}), "go", str(tmp_path))
+    assert (result.stop_reason, result.output, result.diagnostic) == ("completed", "t [ran unasked]", None)
+    assert result.warning == WARN.format(mode="auto")
+    allowed = await _run(_provider("probe", env, {"mode": "auto", "permission": "allow"}), "go", str(tmp_path))
+    assert allowed.warning is None  # under allow, acting without asking is what the user chose
+
+
+@pytest.mark.anyio
+@pytest.mark.usefixtures("no_leftover_processes")
+async def test_a_mode_the_agent_does_not_advertise_is_a_configuration_failure(tmp_path: Path) -> None:
+    env = {"ACP_FAKE_MODES": "default,auto"}
+    result = await _run(_provider("probe", env, {"mode": "yolo"}), "go", str(tmp_path))
+    assert (result.stop_reason, result.diagnostic) == ("error", FAIL + "stage: new-session; category: configuration)")
+
+
+@pytest.mark.anyio
+@pytest.mark.usefixtures("no_leftover_processes")
+async def test_no_asking_mode_advertised_and_acting_unasked_gives_the_warning(tmp_path: Path) -> None:
+    env = {"ACP_FAKE_MODES": "auto", "ACP_FAKE_PERMISSION": "edit", "ACP_FAKE_TEXT": "t"}
+    result = await _run(_provider("probe", env, {}), "go", str(tmp_path))
+    assert result.warning == WARN.format(mode="auto")  # only "auto" advertised: nothing asks
