@@ -485,3 +485,17 @@ def test_resume_of_a_symlinked_log_fails_with_one_line_and_leaves_the_target_alo
     assert result.stderr.strip().splitlines()[-1] == (
         f"dsh: failed to start: session log {sessions / 'zero.jsonl'} is a symbolic link; dsh opens only regular files"
     )
+
+
+def test_load_warnings_on_resume_are_one_line_and_the_details_go_to_dsh_log(home: Path) -> None:
+    assert dsh(home, "--demo", stdin="hello\n").returncode == 0
+    (log,) = (home / "state" / "dsh" / "sessions").glob("*.jsonl")
+    with open(log, "ab") as file:
+        file.write(b"garbage\n" * 3 + b'{"type":"tur')
+    result = dsh(home, "--demo", "--resume", "last", stdin="again\n")
+    assert result.returncode == 0, result.stderr
+    lines = [line for line in (result.stdout + result.stderr).splitlines() if "warning" in line]
+    assert lines == [f"dsh: warning: session log {log}: ignored a torn last line (12 bytes); "
+                     "skipped 3 unreadable records (details in dsh.log)"]
+    details = (home / "state" / "dsh" / "dsh.log").read_text()
+    assert f"skipped an unreadable record on line 6 of {log}" in details
