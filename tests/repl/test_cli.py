@@ -496,3 +496,17 @@ def test_the_stream_sink_sanitizes_every_write_and_keeps_dsh_styles() -> None:
     sink.write("a\x1b]52;c;eA==\x07\u202eb\n")
     sink.write(styled("dim\x1b[2J", "dim") + "\n")
     assert "".join(stream.writes) == f"a\u241b]52;c;eA==\u2407<U+202E>b\n{DIM}dim\u241b[2J{RESET}\n"
+
+
+def test_load_warnings_on_resume_are_one_line_and_the_details_go_to_dsh_log(home: Path) -> None:
+    assert dsh(home, "--demo", stdin="hello\n").returncode == 0
+    (log,) = (home / "state" / "dsh" / "sessions").glob("*.jsonl")
+    with open(log, "ab") as file:
+        file.write(b"garbage\n" * 3 + b'{"type":"tur')
+    result = dsh(home, "--demo", "--resume", "last", stdin="again\n")
+    assert result.returncode == 0, result.stderr
+    lines = [line for line in (result.stdout + result.stderr).splitlines() if "warning" in line]
+    assert lines == [f"dsh: warning: session log {log}: ignored a torn last line (12 bytes); "
+                     "skipped 3 unreadable records (details in dsh.log)"]
+    details = (home / "state" / "dsh" / "dsh.log").read_text()
+    assert f"skipped an unreadable record on line 6 of {log}" in details
