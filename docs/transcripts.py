@@ -484,8 +484,8 @@ BEHAVIOURS: dict[str, str] = {
     "reasoning": "`reasoning_content` deltas first, then the answer",
     "tool_call": "one tool call with fragmented arguments (`name=`, `arguments=`, `id=`, `fragments=`)",
     "parallel_tool_calls": "two tool calls whose argument fragments interleave by `index`",
-    "keepalive_bomb": "a gzip body of `inflated_mb=` MiB of `:\\n` keep-alives (default 5 120, ~1/1000 of it on the wire), "
-                      "then silence",
+    "keepalive_bomb": "a gzip body of `inflated_mb=` MiB of `:\\n` keep-alives (default 5 120, ~1/1000 of it "
+                      "on the wire), then silence",
     "tool_call_flood": "`count=` tool calls in one response (default 10^6; dsh runs 128 and drops the rest)",
     "huge_arguments": "one tool call whose `path` argument is `mb=` MiB long (default 100), in 1 MiB deltas",
     "length": "finish reason `length`: the output-token limit",
@@ -522,7 +522,8 @@ BEHAVIOURS: dict[str, str] = {
     "http_503": "server overloaded",
     "http_error": "any status: `status=`, `message=`, `body=` for a verbatim body (also spelled `http_NNN`)",
 }
-_FOLLOW_UP = {"tool_call": "text", "parallel_tool_calls": "text", "tool_call_flood": "text", "huge_arguments": "text"}  # dsh runs the tools, then asks again
+# dsh runs the tools, then asks again
+_FOLLOW_UP = {"tool_call": "text", "parallel_tool_calls": "text", "tool_call_flood": "text", "huge_arguments": "text"}
 _BEHAVIOUR_PARAMS = {"http_error": "http_error:status=418:message=I'm a Teapot", "huge_text": "huge_text:n=12",
                      "keepalive_bomb": "keepalive_bomb:inflated_mb=20", "tool_call_flood": "tool_call_flood:count=2",
                      "huge_arguments": "huge_arguments:mb=1"}
