@@ -149,6 +149,8 @@ def terminal_text(text: str) -> str:
     if not spans:
         return sanitize(str(text))
     plain = str(text)
+    if len(spans) == 1 and spans[0][0] == 0 and spans[0][1] == len(plain):
+        return _paint(plain, spans[0][2])  # one styled delta (reasoning): the common case
     out: list[str] = []
     at = 0
     for start, end, style in sorted(spans):
@@ -313,7 +315,8 @@ class Renderer:
         if self._stream not in (None, kind) and self._column == _MID:
             prefix = "\n"  # reasoning and answer each get their own lines
         self._stream = kind
-        return prefix + (self._styled(text, "dim") if kind == "reasoning" else text)
+        body = self._styled(text, "dim") if kind == "reasoning" else text
+        return prefix + body if prefix else body
 
     def _tool_call(self, event: ToolCallStart) -> str:
         self._stream = None
