@@ -78,6 +78,7 @@ _UNSAFE = re.compile(
     "\ufff9-\ufffb\U000110bd\U000110cd\U00013430-\U0001343f\U0001bca0-\U0001bca3"
     "\U0001d173-\U0001d17a\U000e0000-\U000e007f]"
 )
+_UNSAFE_ASCII = re.compile(r"[\x00-\x08\x0b-\x1f\x7f]")  # the same class within ASCII: ~4x faster to scan
 _SPACE_RUN = re.compile(r"\s*\n\s*")
 
 
@@ -97,7 +98,7 @@ def sanitize(text: str) -> str:
     (:func:`terminal_text`); nothing else needs to.
     """
     text = text.replace("\r\n", "\n")
-    return _UNSAFE.sub(_picture, text)
+    return (_UNSAFE_ASCII if text.isascii() else _UNSAFE).sub(_picture, text)
 
 
 _STYLES = {"dim": DIM, "highlight": HIGHLIGHT}
@@ -148,6 +149,8 @@ def terminal_text(text: str) -> str:
     if not spans:
         return sanitize(str(text))
     plain = str(text)
+    if len(spans) == 1 and spans[0][0] == 0 and spans[0][1] == len(plain):
+        return _paint(plain, spans[0][2])  # one styled delta (reasoning): the common case
     out: list[str] = []
     at = 0
     for start, end, style in sorted(spans):
@@ -316,7 +319,8 @@ class Renderer:
         if self._stream not in (None, kind) and self._column == _MID:
             prefix = "\n"  # reasoning and answer each get their own lines
         self._stream = kind
-        return prefix + (self._styled(text, "dim") if kind == "reasoning" else text)
+        body = self._styled(text, "dim") if kind == "reasoning" else text
+        return prefix + body if prefix else body
 
     def _tool_call(self, event: ToolCallStart) -> str:
         self._stream = None
