@@ -228,3 +228,24 @@ def test_4097_bytes_are_truncated() -> None:
     assert bounded is not None and bounded.endswith("\n[diagnostic truncated]")
     assert len(bounded.encode()) <= 4096
     assert limit_diagnostic(None) is None
+
+
+@pytest.mark.parametrize(
+    ("code", "shown"), [(-32603, "; error code: -32603"), (500, "; error code: 500"), (True, ""), (2**40, "")]
+)
+def test_agent_error_code_follows_the_category(code: object, shown: str) -> None:
+    failure = Failure(acp.Stage.PROMPT, acp.Category.AGENT_ERROR, error_code=code)  # type: ignore[arg-type]
+    assert failure_line(failure, provider="claude") == (
+        f"Subagent failure (provider: claude; stage: prompt; category: agent-error{shown})"
+    )
+
+
+def test_mode_warning_names_only_safe_tokens() -> None:
+    from dsh.agent_loop.subagent.diagnostics import mode_warning
+
+    assert mode_warning("claude", "auto") == (
+        "Subagent permission warning (provider: claude; mode: auto): "
+        "tool calls ran without a permission request under policy reject"
+    )
+    assert "mode: unknown)" in mode_warning("claude", "rm -rf /; sk-ant-x y")
+    assert "mode: unknown)" in mode_warning("claude", None)
