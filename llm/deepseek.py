@@ -460,7 +460,7 @@ class DeepSeekClient:
                 code = ErrorCode.PROXY
                 match = re.match(r"(\d{3}) ", str(exc))
                 status = int(match.group(1)) if match and 100 <= int(match.group(1)) <= 599 else None
-        return LlmError(
+        error = LlmError(
             f"DeepSeek API request to {self.base_url_display}{self._via} failed",
             code,
             status=status,
@@ -468,6 +468,8 @@ class DeepSeekClient:
             detail=detail,
             cause=exc,
         )
+        error.endpoint = self.proxy_display if code == ErrorCode.PROXY else self.base_url_display
+        return error
 
     def _aborted(self, exc: BaseException) -> LlmError:
         error = LlmError("DeepSeek request aborted by caller", ErrorCode.ABORTED)
@@ -543,7 +545,7 @@ class DeepSeekClient:
         status = response.status_code
         if self.proxy_display is not None and _proxy_answered(status, response.headers):
             squid = response.headers.get("x-squid-error")
-            raise LlmError(
+            error = LlmError(
                 f"proxy {self.proxy_display} answered HTTP {status}",
                 ErrorCode.PROXY,
                 status=status if 100 <= status <= 599 else None,
@@ -551,6 +553,8 @@ class DeepSeekClient:
                 detail=FailureDetail.PROXY_AUTH if status in (401, 407) else None,
                 cause=_ProxyAnswer(redact_text(scrub_surrogates(squid), self.secrets)) if squid else None,
             )
+            error.endpoint = self.proxy_display
+            raise error
         provider = _provider_message(body)
         message = redact_text(provider, self.secrets) if provider else f"DeepSeek API error (HTTP {status})"
         raise LlmError(

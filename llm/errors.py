@@ -102,6 +102,7 @@ class LlmError(HarnessError):
         self.retry_limit = retry_limit
         # What the failure was below its code (dsh.llm.network.FailureDetail): the REPL's fix line routes on it.
         self.detail = detail
+        self.endpoint: str | None = None  # the redacted URL that failed, set by the client that knows it
 
 
 def unwrap_group(exc: BaseException) -> BaseException:

@@ -127,6 +127,7 @@ def _parser():  # type: ignore[no-untyped-def]
     parser.add_argument("--scenario", metavar="NAME", help="demo scenario to start with (implies --demo)")
     parser.add_argument("--model", help=f"model name (default {DEFAULT_MODEL})")
     parser.add_argument("--base-url", dest="base_url", metavar="URL", help="API base URL")
+    parser.add_argument("--proxy", metavar="URL", help="proxy for API requests (default: HTTPS_PROXY & co)")
     parser.add_argument("--config", metavar="PATH", help="config file (default $XDG_CONFIG_HOME/dsh/config.toml)")
     parser.add_argument("--max-tokens", dest="max_tokens", type=int, metavar="N", help="output-token cap per step")
     parser.add_argument("--thinking", choices=("enabled", "disabled"), help="DeepSeek thinking mode")
@@ -202,6 +203,7 @@ def _run(argv: list[str]) -> int:
     flags = {
         "model": args.model,
         "base_url": args.base_url,
+        "proxy": args.proxy,
         "max_tokens": args.max_tokens,
         "thinking": args.thinking,
         "reasoning_effort": args.reasoning_effort,
