@@ -141,6 +141,6 @@ def classify_transport(exc: BaseException) -> str | None:
             return FailureDetail.PROXY_DEPENDENCY  # httpx: a SOCKS proxy without socksio
         if isinstance(node, httpx.UnsupportedProtocol | httpx.InvalidURL):
             return FailureDetail.INVALID_URL
-        if isinstance(node, httpx.ProxyError) and str(node).startswith("407"):
+        if isinstance(node, httpx.ProxyError) and str(node)[:4] in ("407 ", "401 "):  # tinyproxy says 401
             return FailureDetail.PROXY_AUTH
     return None
