@@ -312,9 +312,10 @@ async def _start_demo(stack: Any, scenario: str) -> tuple[Any, Any, Any]:
     from dsh.repl.demo.catalogue import Demo, DemoClient, demo_retry_policy
     from dsh.repl.demo.fault_server import FaultServer, closed_port
 
-    server = await stack.enter_async_context(FaultServer(default="text"))
+    server = await stack.enter_async_context(FaultServer(default="text", tls=True))
     refused_port = stack.enter_context(closed_port())
     client = DemoClient(server.url, f"http://127.0.0.1:{refused_port}")
+    client.urls.update(plain_https=server.plain_url_for_https, tls=server.tls_url)
     stack.push_async_callback(client.aclose)
     retry = demo_retry_policy()
     return Demo(server, client, retry, scenario), client, retry

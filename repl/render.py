@@ -196,8 +196,6 @@ def fix_line(reason: EndReason, sources: Mapping[str, str] | None = None) -> str
         if detail == FailureDetail.INVALID_URL:
             return _one_line(FIX_INVALID_URL.format(source=source))
         return None
-    if reason.code == ErrorCode.AUTH and "api_key" in sources:
-        return _one_line(f"  fix: check your API key — it came from {sources['api_key']}")
     return _FIX_BY_CODE.get(reason.code)
 
 

@@ -132,7 +132,9 @@ class Shell:
             retry = RetryPolicy() if config.max_retries is None else RetryPolicy(max_retries=config.max_retries)
         self.retry = retry
         self.client = client
-        self.renderer = Renderer(color=color, secrets=config.secrets, sources=config.sources)
+        # In the demo the scenario picks the endpoint and the proxy, so fix lines point there.
+        sources = {"base_url": "the demo scenario", "proxy": "the demo scenario"} if demo else config.sources
+        self.renderer = Renderer(color=color, secrets=config.secrets, sources=sources)
         self.activity = TurnActivity()
         self.turn_scope: TurnScope = _no_scope
         self.ask_approval: AskApproval | None = None
