@@ -184,7 +184,7 @@ def fix_line(reason: EndReason, sources: Mapping[str, str] | None = None) -> str
             line = FIX_PROXY
         return _one_line(line.format(host=host_port, name=host, source=source))
     if reason.code == ErrorCode.TRANSPORT and detail is not None:
-        source = sources.get("base_url", "base_url (the default; --base-url or DEEPSEEK_BASE_URL change it)")
+        source = sources.get("base_url", "base_url (--base-url, DEEPSEEK_BASE_URL or config.toml)")
         if detail == FailureDetail.REFUSED and host_port:
             return _one_line(FIX_REFUSED.format(host=host_port, source=source))
         if detail == FailureDetail.NAME_NOT_FOUND and host:
