@@ -59,6 +59,8 @@ class EndReason:
                 step=step if isinstance(step, int) else 0,
                 status=status if isinstance(status, int) else None,
                 request_id=request_id if isinstance(request_id, str) else None,
+                detail=data["detail"] if isinstance(data.get("detail"), str) else None,
+                endpoint=data["endpoint"] if isinstance(data.get("endpoint"), str) else None,
             )
         return OtherEnd(kind if isinstance(kind, str) else "", dict(data))
 
@@ -115,6 +117,8 @@ class Failed(EndReason):
     step: int = 0
     status: int | None = None
     request_id: str | None = None
+    detail: str | None = None  # dsh.llm.network.FailureDetail: what the fix line routes on
+    endpoint: str | None = None  # the redacted URL that failed (the base URL, or the proxy's)
 
     def to_dict(self) -> dict[str, Any]:
         data: dict[str, Any] = {"kind": self.kind, "code": self.code, "message": self.message, "step": self.step}
@@ -122,6 +126,10 @@ class Failed(EndReason):
             data["status"] = self.status
         if self.request_id is not None:
             data["request_id"] = self.request_id
+        if self.detail is not None:
+            data["detail"] = self.detail
+        if self.endpoint is not None:
+            data["endpoint"] = self.endpoint
         return data
 
 
@@ -145,10 +153,14 @@ def failure_from_exception(exc: BaseException, step: int, secrets: tuple[str, ..
     code = exc.code if isinstance(exc, HarnessError) else ErrorCode.UNKNOWN
     status = exc.status if isinstance(exc, LlmError) else None
     request_id = exc.request_id if isinstance(exc, LlmError) else None
+    detail = exc.detail if isinstance(exc, LlmError) else None
+    endpoint = getattr(exc, "endpoint", None) if isinstance(exc, LlmError) else None
     return Failed(
         code=code,
         message=redact_text(error_chain(exc), secrets),
         step=step,
         status=status,
         request_id=request_id,
+        detail=detail,
+        endpoint=redact_text(endpoint, secrets) if isinstance(endpoint, str) else None,
     )

@@ -24,7 +24,14 @@ from dsh.llm.defaults import (
 __all__ = ["NEVER_RETRIED", "RETRYABLE_CODES", "RetryPolicy"]
 
 RETRYABLE_CODES: frozenset[str] = frozenset(
-    {ErrorCode.RATE_LIMIT, ErrorCode.SERVER, ErrorCode.TIMEOUT, ErrorCode.TRANSPORT, ErrorCode.EMPTY_RESPONSE}
+    {
+        ErrorCode.RATE_LIMIT,
+        ErrorCode.SERVER,
+        ErrorCode.TIMEOUT,
+        ErrorCode.TRANSPORT,
+        ErrorCode.EMPTY_RESPONSE,
+        ErrorCode.PROXY,  # a proxy's 407 (and any permanent failure) caps itself with retry_limit=0
+    }
 )
 # Listed for documentation and tests; anything not in RETRYABLE_CODES is not retried (HTTP_* included).
 NEVER_RETRIED: frozenset[str] = frozenset(

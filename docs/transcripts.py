@@ -519,6 +519,8 @@ BEHAVIOURS: dict[str, str] = {
     "http_429": "rate limit with `Retry-After: 2` (`retry_after=` to change it)",
     "http_500": "server error",
     "http_502_html": "502 with an nginx HTML page instead of JSON",
+    "proxy_407": "407 as a forward proxy refusing its credentials (echoing them in the body)",
+    "proxy_503": "503 as squid answers when its upstream refused (X-Squid-Error, Via)",
     "http_503": "server overloaded",
     "http_error": "any status: `status=`, `message=`, `body=` for a verbatim body (also spelled `http_NNN`)",
 }

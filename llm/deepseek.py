@@ -4,10 +4,11 @@ from __future__ import annotations
 
 import json
 import math
+import os
 import re
 import time
 import zlib
-from collections.abc import AsyncIterator, Iterator
+from collections.abc import AsyncIterator, Iterator, Mapping
 from typing import TYPE_CHECKING, Any
 
 import anyio
@@ -35,6 +36,7 @@ from dsh.llm.events import (
     ToolCallDelta,
     Usage,
 )
+from dsh.llm.network import PERMANENT, FailureDetail, classify_transport, environment_proxy, ssl_context
 from dsh.llm.redact import redact_text, redact_url, url_secrets
 from dsh.llm.sse import SseComment, SseDecoder, SseLineTooLong
 from dsh.llm.text import SurrogateJoiner, scrub_surrogates
@@ -100,6 +102,15 @@ class _Inflater:
             data = self._inflate.unconsumed_tail
             if piece:
                 yield piece
+
+
+def _nodes(exc: BaseException) -> list[BaseException]:
+    nodes: list[BaseException] = []
+    current: BaseException | None = exc
+    while current is not None and len(nodes) < 64:
+        nodes.append(current)
+        current = current.__cause__ or current.__context__
+    return nodes
 
 
 class _Malformed(Exception):
@@ -186,6 +197,22 @@ def _provider_message(body: bytes) -> str | None:
         if isinstance(parsed.get("message"), str) and parsed["message"].strip():
             return scrub_surrogates(parsed["message"].strip())
     return None
+
+
+class _ProxyAnswer(Exception):
+    """What the proxy said about its own answer (squid's ``X-Squid-Error``), as the cause beneath it."""
+
+
+_PROXY_SERVER = re.compile(r"(?i)squid|tinyproxy|privoxy|polipo|ziproxy|3proxy|ccproxy|proxy")
+
+
+def _proxy_answered(status: int, headers: httpx.Headers) -> bool:
+    """Whether a proxy, not DeepSeek, produced this error answer (DESIGN §4)."""
+    if status == 407 or "proxy-authenticate" in headers or "x-squid-error" in headers:
+        return True
+    if status >= 400 and _PROXY_SERVER.search(headers.get("server", "")):
+        return True
+    return status >= 500 and "via" in headers
 
 
 def _status_code(status: int, message: str | None) -> str:
@@ -362,10 +389,20 @@ class DeepSeekClient:
         first_token_timeout: float = DEFAULT_FIRST_TOKEN_TIMEOUT,
         connect_timeout: float = DEFAULT_CONNECT_TIMEOUT,
         http_client: httpx.AsyncClient | None = None,
+        proxy: str | None = None,
+        trust_env: bool = True,
+        env: Mapping[str, str] | None = None,
     ) -> None:
         self._base_url = base_url.rstrip("/")
         self._api_key = api_key
         self.base_url_display = redact_url(self._base_url)
+        self._env = dict(os.environ if env is None else env)
+        if proxy is None and trust_env and http_client is None:
+            found = environment_proxy(self._base_url, self._env)
+            proxy = found[0] if found else None
+        self.proxy = proxy
+        self.proxy_display = redact_url(proxy) if proxy else None
+        self._via = f" via proxy {self.proxy_display}" if self.proxy_display else ""
         self.stream_idle_timeout = stream_idle_timeout
         self.first_token_timeout = first_token_timeout
         self._owns_http = http_client is None
@@ -390,7 +427,12 @@ class DeepSeekClient:
 
             if self._closed:
                 raise RuntimeError("Cannot send a request, as the client has been closed.")
+            # The proxy was picked above (environment_proxy) and the trust store by ssl_context, so
+            # httpx reads neither from the environment itself.
             self._http = httpx.AsyncClient(
+                proxy=self.proxy,
+                verify=ssl_context(self._env),
+                trust_env=False,
                 timeout=httpx.Timeout(
                     connect=self._connect_timeout,
                     read=self.stream_idle_timeout,
@@ -447,7 +489,37 @@ class DeepSeekClient:
     @property
     def secrets(self) -> tuple[str, ...]:
         """Values to mask wherever this client's errors are rendered: the key, base-URL credentials."""
-        return ((self._api_key,) if self._api_key else ()) + url_secrets(self._base_url)
+        proxy = url_secrets(self.proxy) if self.proxy else ()
+        return ((self._api_key,) if self._api_key else ()) + url_secrets(self._base_url) + proxy
+
+    def _transport_failure(self, exc: BaseException) -> LlmError:
+        """A failure before any response: permanent ones get no retry; a proxy's own is ``PROXY``."""
+        import httpx
+
+        detail = classify_transport(exc)
+        code = ErrorCode.TRANSPORT
+        status = None
+        if self.proxy is not None:
+            # Every connection goes to the proxy, so a refused or unknown host is the proxy's; TLS is
+            # the upstream's (through the CONNECT tunnel) and stays TRANSPORT.
+            proxy_own = detail in (
+                FailureDetail.REFUSED, FailureDetail.NAME_NOT_FOUND, FailureDetail.PROXY_AUTH,
+                FailureDetail.PROXY_DEPENDENCY,
+            )
+            if proxy_own or any(isinstance(node, httpx.ProxyError) for node in _nodes(exc)):
+                code = ErrorCode.PROXY
+                match = re.match(r"(\d{3}) ", str(exc))
+                status = int(match.group(1)) if match and 100 <= int(match.group(1)) <= 599 else None
+        error = LlmError(
+            f"DeepSeek API request to {self.base_url_display}{self._via} failed",
+            code,
+            status=status,
+            retry_limit=0 if detail in PERMANENT else None,
+            detail=detail,
+            cause=exc,
+        )
+        error.endpoint = self.proxy_display if code == ErrorCode.PROXY else self.base_url_display
+        return error
 
     def _aborted(self, exc: BaseException) -> LlmError:
         error = LlmError("DeepSeek request aborted by caller", ErrorCode.ABORTED)
@@ -491,7 +563,7 @@ class DeepSeekClient:
         except Exception as exc:
             # Anything before a Response exists is transport: httpx errors, and the OSError or
             # ExceptionGroup that escapes anyio's connect (e.g. port 99999).
-            raise LlmError(f"DeepSeek API request to {self.base_url_display} failed", ErrorCode.TRANSPORT, cause=exc)
+            raise self._transport_failure(exc)
         if scope.cancelled_caught or response is None:
             raise self._timeout(watchdog, headers=False)
 
@@ -525,15 +597,30 @@ class DeepSeekClient:
         except (httpx.TransportError, _BadEncoding):
             pass  # a status line and headers are enough to classify; a broken error body is not news
         status = response.status_code
+        if self.proxy_display is not None and _proxy_answered(status, response.headers):
+            squid = response.headers.get("x-squid-error")
+            error = LlmError(
+                f"proxy {self.proxy_display} answered HTTP {status}",
+                ErrorCode.PROXY,
+                status=status if 100 <= status <= 599 else None,
+                retry_limit=0 if status in (401, 407) else None,
+                detail=FailureDetail.PROXY_AUTH if status in (401, 407) else None,
+                cause=_ProxyAnswer(redact_text(scrub_surrogates(squid), self.secrets)) if squid else None,
+            )
+            error.endpoint = self.proxy_display
+            raise error
         provider = _provider_message(body)
         message = redact_text(provider, self.secrets) if provider else f"DeepSeek API error (HTTP {status})"
         raise LlmError(
-            message,
+            message + self._via_suffix(),
             _status_code(status, provider),
             status=status if 100 <= status <= 599 else None,
             retry_after_s=_retry_after_seconds(response.headers.get("retry-after")),
             request_id=self._request_id(response),
         )
+
+    def _via_suffix(self) -> str:
+        return f" (via proxy {self.proxy_display})" if self.proxy_display else ""
 
     @staticmethod
     def _request_id(response: httpx.Response) -> str | None:
@@ -564,7 +651,7 @@ class DeepSeekClient:
                 raise self._aborted(exc)
             except httpx.TransportError as exc:
                 raise LlmError(
-                    f"DeepSeek API stream from {self.base_url_display} failed",
+                    f"DeepSeek API stream from {self.base_url_display}{self._via} failed",
                     ErrorCode.TRANSPORT,
                     request_id=request_id,
                     cause=exc,

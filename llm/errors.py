@@ -73,6 +73,7 @@ class LlmError(HarnessError):
         retry_after_s: float | None = None,
         request_id: str | None = None,
         retry_limit: int | None = None,
+        detail: str | None = None,
         cause: BaseException | None = None,
     ) -> None:
         super().__init__(message, code, cause=cause)
@@ -99,6 +100,9 @@ class LlmError(HarnessError):
         # At most this many retries, whatever the code's policy: 0 for a permanent failure (a name that
         # does not exist, an untrusted certificate), 1 for a first-token timeout. None: the policy decides.
         self.retry_limit = retry_limit
+        # What the failure was below its code (dsh.llm.network.FailureDetail): the REPL's fix line routes on it.
+        self.detail = detail
+        self.endpoint: str | None = None  # the redacted URL that failed, set by the client that knows it
 
 
 def unwrap_group(exc: BaseException) -> BaseException:

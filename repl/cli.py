@@ -130,6 +130,7 @@ def _parser():  # type: ignore[no-untyped-def]
     parser.add_argument("--scenario", metavar="NAME", help="demo scenario to start with (implies --demo)")
     parser.add_argument("--model", help=f"model name (default {DEFAULT_MODEL})")
     parser.add_argument("--base-url", dest="base_url", metavar="URL", help="API base URL")
+    parser.add_argument("--proxy", metavar="URL", help="proxy for API requests (default: HTTPS_PROXY & co)")
     parser.add_argument("--config", metavar="PATH", help="config file (default $XDG_CONFIG_HOME/dsh/config.toml)")
     parser.add_argument("--max-tokens", dest="max_tokens", type=int, metavar="N", help="output-token cap per step")
     parser.add_argument("--thinking", choices=("enabled", "disabled"), help="DeepSeek thinking mode")
@@ -205,6 +206,7 @@ def _run(argv: list[str]) -> int:
     flags = {
         "model": args.model,
         "base_url": args.base_url,
+        "proxy": args.proxy,
         "max_tokens": args.max_tokens,
         "thinking": args.thinking,
         "reasoning_effort": args.reasoning_effort,
@@ -325,9 +327,10 @@ async def _start_demo(stack: Any, scenario: str) -> tuple[Any, Any, Any]:
     from dsh.repl.demo.catalogue import Demo, DemoClient, demo_retry_policy
     from dsh.repl.demo.fault_server import FaultServer, closed_port
 
-    server = await stack.enter_async_context(FaultServer(default="text"))
+    server = await stack.enter_async_context(FaultServer(default="text", tls=True))
     refused_port = stack.enter_context(closed_port())
     client = DemoClient(server.url, f"http://127.0.0.1:{refused_port}")
+    client.urls.update(plain_https=server.plain_url_for_https, tls=server.tls_url)
     stack.push_async_callback(client.aclose)
     retry = demo_retry_policy()
     return Demo(server, client, retry, scenario), client, retry

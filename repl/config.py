@@ -51,6 +51,7 @@ KNOWN_KEYS = frozenset(
         "first_token_timeout",
         "prompt_hook",
         "max_retries",
+        "proxy",
         "subagents",
         "system_prompt",
         "system_prompt_append",
@@ -83,12 +84,16 @@ class Config:
     system_prompt: str | None = None  # replaces the built-in system prompt (docs/configuration.md)
     system_prompt_append: str | None = None  # follows the project instructions
     models: dict[str, dict[str, Any]] = field(default_factory=dict)  # per-model context window and prices
+    proxy: str | None = None  # the proxy that carries requests: --proxy, HTTPS_PROXY & co, or the file
     config_path: Path | None = None  # the file that was read, if any
     warnings: tuple[str, ...] = ()
+    # Where base_url, api_key and proxy came from, in words a fix line can name (docs/reliability.md).
+    sources: dict[str, str] = field(default_factory=dict)
 
     @property
     def secrets(self) -> tuple[str, ...]:
-        return ((self.api_key,) if self.api_key else ()) + url_secrets(self.base_url)
+        proxy = url_secrets(self.proxy) if self.proxy else ()
+        return ((self.api_key,) if self.api_key else ()) + url_secrets(self.base_url) + proxy
 
 
 def _xdg(env: Mapping[str, str], variable: str, fallback: str) -> Path:
@@ -136,6 +141,29 @@ def _check_url(key: str, value: object, where: str) -> str:
         port_ok = False
     if not port_ok:  # raised outside the handler, so the chain is this one line
         raise ConfigError(f"{where}: {key} has an invalid port (use 1-65535), got {redact_url(url)!r}")
+    return url
+
+
+_PROXY_SCHEMES = ("http", "https", "socks5", "socks5h")
+
+
+def _check_proxy(key: str, value: object, where: str) -> str:
+    url = _check_str(key, value, where)
+    if "://" not in url:
+        url = "http://" + url  # httpx reads a bare host:port so
+    try:
+        parts = urlsplit(url)
+        ok = parts.scheme in _PROXY_SCHEMES and bool(parts.hostname)
+        parts.port  # noqa: B018 - raises ValueError for a bad port
+        port_ok = True
+    except ValueError:
+        ok, port_ok = True, False
+    if not port_ok:
+        raise ConfigError(f"{where}: {key} is a proxy URL with an invalid port (use 1-65535), got {redact_url(url)!r}")
+    if not ok:
+        raise ConfigError(
+            f"{where}: {key} must be a proxy URL (http, https, socks5 or socks5h), got {redact_url(url)!r}"
+        )
     return url
 
 
@@ -241,6 +269,7 @@ _CHECKS = {
     "first_token_timeout": _check_seconds,
     "prompt_hook": _check_hook,
     "max_retries": _check_retries,
+    "proxy": _check_proxy,
     "subagents": _check_subagents,
     "system_prompt": _check_text,
     "system_prompt_append": _check_text,
@@ -290,6 +319,7 @@ def load_config(
     raw = _read_file(path)
     where = f"config file {path}"
     values: dict[str, Any] = {}
+    sources: dict[str, str] = {}
     warnings: list[str] = []
     for key, value in raw.items():
         check = _CHECKS.get(key)
@@ -297,6 +327,7 @@ def load_config(
             warnings.append(f"{where}: unknown key {key!r} ignored")
             continue
         values[key] = check(key, value, where)
+        sources[key] = f"{key} in {path}"
     if "api_key" in raw and _readable_by_others(path):
         # The key in plain text is the user's choice; a key others can read is a mistake to point out.
         warnings.append(f"{path} holds api_key and is readable by others; chmod 600 {path}")
@@ -305,13 +336,24 @@ def load_config(
         value = env.get(variable, "")
         if value.strip():
             values[key] = _CHECKS[key](variable, value, "environment")
+            sources[key] = f"{variable} (environment)"
 
     for key, value in flags.items():
         if value is not None and key in _CHECKS:
             values[key] = _CHECKS[key](key, value, "command line")
+            sources[key] = f"--{key.replace('_', '-')} (flag)"
+
+    if "proxy" not in flags or flags.get("proxy") is None:
+        # The proxy variables httpx would honour for this base URL; they beat the file, as env does.
+        from dsh.llm.network import environment_proxy
+
+        found = environment_proxy(values.get("base_url", DEFAULT_BASE_URL), env)
+        if found is not None:
+            values["proxy"] = _check_proxy(found[1], found[0], "environment")
+            sources["proxy"] = f"{found[1]} (environment)"
 
     if require_key and not values.get("api_key"):
         raise ConfigError(
             f"no DeepSeek API key: set DEEPSEEK_API_KEY (or api_key in {path}), or try `dsh --demo`"
         )
-    return Config(**values, config_path=path if raw else None, warnings=tuple(warnings))
+    return Config(**values, config_path=path if raw else None, warnings=tuple(warnings), sources=sources)

@@ -10,8 +10,9 @@ from __future__ import annotations
 
 import math
 import re
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
+from urllib.parse import urlsplit
 
 from dsh.agent_loop.events import (
     Event,
@@ -28,14 +29,25 @@ from dsh.agent_loop.events import (
 )
 from dsh.agent_loop.reasons import Aborted, EndReason, Failed, Interrupted, MaxTokens, Rejected
 from dsh.llm import ErrorCode
+from dsh.llm.network import FailureDetail
 from dsh.llm.redact import redact_text
 
 __all__ = [
     "APPROVAL_MAX_CHARS",
     "DIM",
     "FIX_AUTH",
+    "FIX_CERTIFICATE",
+    "FIX_INVALID_URL",
+    "FIX_NAME_NOT_FOUND",
+    "FIX_PLAIN_HTTP",
+    "FIX_PROXY",
+    "FIX_PROXY_AUTH",
+    "FIX_PROXY_DEPENDENCY",
+    "FIX_PROXY_NAME",
+    "FIX_PROXY_REFUSED",
     "FIX_QUOTA",
     "FIX_RATE_LIMIT",
+    "FIX_REFUSED",
     "FIX_SERVER",
     "HIGHLIGHT",
     "RESET",
@@ -62,6 +74,20 @@ FIX_AUTH = "  fix: check your API key (DEEPSEEK_API_KEY, or api_key in config.to
 FIX_QUOTA = "  fix: your DeepSeek balance has run out; top up at https://platform.deepseek.com/top_up"
 FIX_RATE_LIMIT = "  fix: requests are arriving too fast; back off and try again shortly"
 FIX_SERVER = "  fix: the DeepSeek server is having trouble; retry later"
+# Transport and proxy failures, by FailureDetail; {host} and {url} come from the failure, {source} names
+# the flag, environment variable or config file that set the value (docs/reliability.md).
+FIX_REFUSED = "  fix: nothing is listening at {host} — check {source}"
+FIX_NAME_NOT_FOUND = "  fix: the host name {name} does not exist — check {source}"
+FIX_PLAIN_HTTP = "  fix: the server speaks plain HTTP — did you mean {url}?"
+FIX_CERTIFICATE = (
+    "  fix: the certificate is not trusted — install its CA in the system trust store, or point SSL_CERT_FILE at it"
+)
+FIX_INVALID_URL = "  fix: the URL is not valid — check {source}"
+FIX_PROXY_REFUSED = "  fix: nothing is listening at the proxy {host} — check {source}"
+FIX_PROXY_NAME = "  fix: the proxy host {name} does not exist — check {source}"
+FIX_PROXY_AUTH = "  fix: the proxy refused the credentials — check the user:password in {source}"
+FIX_PROXY_DEPENDENCY = "  fix: this proxy needs an extra package — pip install 'httpx[socks]'"
+FIX_PROXY = "  fix: the proxy failed the request — check the proxy, or unset {source}"
 
 _TOOL_RESULT_WIDTH = 240
 _TOOL_ARGS_WIDTH = 400
@@ -208,20 +234,53 @@ _FIX_BY_CODE = {
 }
 
 
-def fix_line(reason: EndReason) -> str | None:
-    """DeepSeek's one-line remedy for 401/402/429/5xx failures (by status, else by code)."""
+def _host_port(url: str) -> tuple[str, str, str]:
+    """``(host, host:port, scheme)`` of a redacted URL, the port filled in from the scheme."""
+    try:
+        parts = urlsplit(url)
+        host = parts.hostname or ""
+        port = parts.port or (443 if parts.scheme == "https" else 80)
+    except ValueError:
+        return "", "", ""
+    shown = f"[{host}]" if ":" in host else host
+    return host, f"{shown}:{port}", parts.scheme
+
+
+def fix_line(reason: EndReason, sources: Mapping[str, str] | None = None) -> str | None:
+    """The one-line remedy for a failure: by code (never the bare status), then by what the failure was.
+
+    ``sources`` says where ``base_url``, ``api_key`` and ``proxy`` came from (``Config.sources``).
+    """
     if not isinstance(reason, Failed):
         return None
-    status = reason.status
-    if status is not None:
-        if status == 401:
-            return FIX_AUTH
-        if status == 402:
-            return FIX_QUOTA
-        if status == 429:
-            return FIX_RATE_LIMIT
-        if 500 <= status <= 599:
-            return FIX_SERVER
+    sources = sources or {}
+    detail, endpoint = reason.detail, reason.endpoint or ""
+    host, host_port, scheme = _host_port(endpoint)
+    if reason.code == ErrorCode.PROXY:
+        source = sources.get("proxy", "the proxy setting (--proxy, HTTPS_PROXY, or proxy in config.toml)")
+        if detail == FailureDetail.PROXY_AUTH:
+            line = FIX_PROXY_AUTH
+        elif detail == FailureDetail.REFUSED and host_port:
+            line = FIX_PROXY_REFUSED
+        elif detail == FailureDetail.NAME_NOT_FOUND and host:
+            line = FIX_PROXY_NAME
+        elif detail == FailureDetail.PROXY_DEPENDENCY:
+            line = FIX_PROXY_DEPENDENCY
+        else:
+            line = FIX_PROXY
+        return _one_line(line.format(host=host_port, name=host, source=source))
+    if reason.code == ErrorCode.TRANSPORT and detail is not None:
+        source = sources.get("base_url", "base_url (--base-url, DEEPSEEK_BASE_URL or config.toml)")
+        if detail == FailureDetail.REFUSED and host_port:
+            return _one_line(FIX_REFUSED.format(host=host_port, source=source))
+        if detail == FailureDetail.NAME_NOT_FOUND and host:
+            return _one_line(FIX_NAME_NOT_FOUND.format(name=host, source=source))
+        if detail == FailureDetail.PLAIN_HTTP and scheme == "https":
+            return _one_line(FIX_PLAIN_HTTP.format(url="http" + endpoint[len("https"):]))
+        if detail == FailureDetail.CERTIFICATE:
+            return FIX_CERTIFICATE
+        if detail == FailureDetail.INVALID_URL:
+            return _one_line(FIX_INVALID_URL.format(source=source))
         return None
     return _FIX_BY_CODE.get(reason.code)
 
@@ -235,8 +294,11 @@ _MID = "mid"  # after streamed text that did not end its line
 class Renderer:
     """Turns agent events into text. Holds only cursor-position state; never writes anywhere."""
 
-    def __init__(self, *, color: bool, label: str = "main", secrets: Sequence[str] = ()) -> None:
+    def __init__(
+        self, *, color: bool, label: str = "main", secrets: Sequence[str] = (), sources: Mapping[str, str] | None = None
+    ) -> None:
         self.color = color
+        self.sources = dict(sources or {})
         self.label = label
         self.secrets = tuple(secret for secret in secrets if secret)
         self._column = _START
@@ -366,7 +428,7 @@ class Renderer:
         if line is None:
             return self._break_line()
         text = self._status_break() + line + "\n"
-        fix = fix_line(reason)
+        fix = fix_line(reason, self.sources)
         if fix:
             text += fix + "\n"
         return text

@@ -135,7 +135,9 @@ class Shell:
             retry = RetryPolicy() if config.max_retries is None else RetryPolicy(max_retries=config.max_retries)
         self.retry = retry
         self.client = client
-        self.renderer = Renderer(color=color, secrets=config.secrets)
+        # In the demo the scenario picks the endpoint and the proxy, so fix lines point there.
+        sources = {"base_url": "the demo scenario", "proxy": "the demo scenario"} if demo else config.sources
+        self.renderer = Renderer(color=color, secrets=config.secrets, sources=sources)
         self.activity = TurnActivity()
         self.turn_scope: TurnScope = _no_scope
         self.ask_approval: AskApproval | None = None
@@ -226,6 +228,9 @@ class Shell:
                 api_key=self.config.api_key,
                 stream_idle_timeout=self.config.stream_idle_timeout,
                 first_token_timeout=self.config.first_token_timeout,
+                proxy=self.config.proxy,
+                trust_env=False,  # the config already read the proxy variables (and names them)
+                env=self.env,
             )
 
     def ensure_agent(self) -> Agent:

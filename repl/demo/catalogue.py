@@ -48,7 +48,8 @@ class DemoTurn:
 
     prompt: str
     server: FaultServer
-    endpoint: str = "server"  # "server", or "refused" (a closed loopback port)
+    endpoint: str = "server"  # "server", "refused" (a closed port), "plain_https" (https to the plain port), "tls"
+    proxy: str | None = None  # a proxy URL for the turn's requests (the fault server playing one)
     first_token_timeout: float = DEMO_IDLE_TIMEOUT
     stream_idle_timeout: float = DEMO_IDLE_TIMEOUT
     retry: RetryPolicy = field(default_factory=demo_retry_policy)
@@ -96,7 +97,7 @@ class DemoClient:
     def __init__(self, server_url: str, refused_url: str) -> None:
         self.urls = {"server": server_url, "refused": refused_url}
         self.turn: DemoTurn | None = None
-        self._clients: dict[tuple[str, float, float], DeepSeekClient] = {}
+        self._clients: dict[tuple[str, float, float, str | None], DeepSeekClient] = {}
 
     @property
     def base_url_display(self) -> str:
@@ -108,12 +109,13 @@ class DemoClient:
             self.urls.get(turn.endpoint if turn else "server", self.urls["server"]),
             turn.first_token_timeout if turn else DEMO_IDLE_TIMEOUT,
             turn.stream_idle_timeout if turn else DEMO_IDLE_TIMEOUT,
+            turn.proxy if turn else None,
         )
         client = self._clients.get(key)
         if client is None:
             client = DeepSeekClient(
                 base_url=key[0], api_key=None, first_token_timeout=key[1], stream_idle_timeout=key[2],
-                connect_timeout=5.0,
+                connect_timeout=5.0, proxy=key[3], trust_env=False, env={},  # loopback only: no proxy, OS trust
             )
             self._clients[key] = client
         return client
@@ -225,6 +227,29 @@ def _refused(turn: DemoTurn) -> None:
     turn.endpoint = "refused"
 
 
+def _plain_http(turn: DemoTurn) -> None:
+    turn.endpoint = "plain_https"
+
+
+def _bad_cert(turn: DemoTurn) -> None:
+    turn.endpoint = "tls"
+
+
+def _demo_proxy(turn: DemoTurn) -> str:
+    # The fault server plays the proxy; the password is a demo one, masked like any proxy credential.
+    return f"http://demo:demoProxyPassword@127.0.0.1:{turn.server.port}"
+
+
+def _proxy_407(turn: DemoTurn) -> None:
+    turn.proxy = _demo_proxy(turn)
+    turn.script("proxy_407")
+
+
+def _proxy_503(turn: DemoTurn) -> None:
+    turn.proxy = _demo_proxy(turn)
+    turn.script("proxy_503")
+
+
 def _keepalive_stall(turn: DemoTurn) -> None:
     turn.server.default = Behaviour("keepalive_only", interval=0.5)
     turn.first_token_timeout = DEMO_FIRST_TOKEN_TIMEOUT  # and retried once only, whatever the policy
@@ -284,6 +309,15 @@ def _register_catalogue() -> None:
         expect="[turn failed SERVER] Server Overloaded, please try again later")
     add("refused", "connection refused: a closed loopback port (retried)", _refused,
         expect="[turn failed TRANSPORT] DeepSeek API request to http://127.0.0.1:")
+    add("plain-http", "https:// to a port that speaks plain HTTP (not retried)", _plain_http,
+        expect="  fix: the server speaks plain HTTP — did you mean http://127.0.0.1:")
+    add("bad-cert", "a self-signed certificate the system does not trust (not retried)", _bad_cert,
+        expect="  fix: the certificate is not trusted — install its CA in the system trust store, "
+        "or point SSL_CERT_FILE at it")
+    add("proxy-407", "a proxy refusing its credentials (and echoing them): PROXY, not retried", _proxy_407,
+        expect="[turn failed PROXY] proxy http://***@127.0.0.1:")
+    add("proxy-503", "a proxy whose upstream refused (squid's headers): PROXY, retried", _proxy_503,
+        expect="[turn failed PROXY] proxy http://***@127.0.0.1:")
     add("keepalive-stall", f"keep-alives but no token; first-token deadline {DEMO_FIRST_TOKEN_TIMEOUT:g}s, "
         "retried once", _keepalive_stall,
         expect=f"[turn failed TIMEOUT] no content from DeepSeek within {DEMO_FIRST_TOKEN_TIMEOUT:g}s "

@@ -136,7 +136,7 @@ def test_retry_after_is_used_when_below_the_cap():
 
 def test_which_codes_are_retried():
     policy = RetryPolicy()
-    assert {"RATE_LIMIT", "SERVER", "TIMEOUT", "TRANSPORT", "EMPTY_RESPONSE"} == RETRYABLE_CODES
+    assert {"RATE_LIMIT", "SERVER", "TIMEOUT", "TRANSPORT", "EMPTY_RESPONSE", "PROXY"} == RETRYABLE_CODES
     for code in RETRYABLE_CODES:
         assert policy.should_retry(code, 0) and policy.should_retry(code, 4) and not policy.should_retry(code, 5)
     for code in [*NEVER_RETRIED, "HTTP_418", "HTTP_409", "UNKNOWN", "ABORTED", "CONTENT_FILTER"]:

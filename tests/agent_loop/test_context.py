@@ -61,7 +61,8 @@ async def test_agents_files_come_from_the_user_then_the_root_down_to_the_working
     (tmp_path / "AGENTS.md").write_text("above the repository: never read\n")
     context = await gather_project_context(repo / "src" / "pkg", env={}, user_dir=user_dir, now=NOW)
     agents = [source for source in context.sources if source.kind == "AGENTS.md"]
-    assert [source.path for source in agents] == [user_dir / "AGENTS.md", repo / "AGENTS.md", repo / "src" / "AGENTS.md"]
+    expected = [user_dir / "AGENTS.md", repo / "AGENTS.md", repo / "src" / "AGENTS.md"]
+    assert [source.path for source in agents] == expected
     prompt = context.system_prompt()
     assert prompt.index("Prefer tabs.") < prompt.index("Run make test") < prompt.index("Sources use \ufffd type")
     assert f"# Instructions from {repo / 'AGENTS.md'}" in prompt

@@ -236,16 +236,18 @@ async def test_server_side_breaks(fault_server, make_client, stream_outcome, beh
 
 
 async def test_https_proxy_at_a_closed_port(monkeypatch, make_client, stream_outcome):
-    """Nothing in the chain says "proxy" but the port: the chain must still reach the refusal."""
+    """A closed proxy port is the proxy's failure: code PROXY, the proxy named with its credentials masked."""
     with closed_port() as port:
         proxy = f"http://{canaries.URL_USER}:{canaries.PROXY_PASSWORD}@127.0.0.1:{port}"
         monkeypatch.setenv("HTTPS_PROXY", proxy)
         exc = await raw_failure("https://api.deepseek.com/chat/completions")
         assert error_chain(exc) == f"All connection attempts failed: {refused(port)}"
 
-        error = await wrapped(make_client, stream_outcome, "https://api.deepseek.com")
+        error = (await stream_outcome(make_client("https://api.deepseek.com"))).failure
+    assert error.code == "PROXY" and error.retry_limit is None  # refused stays transient
     assert error_chain(error) == (
-        f"DeepSeek API request to https://api.deepseek.com failed: All connection attempts failed: {refused(port)}"
+        f"DeepSeek API request to https://api.deepseek.com via proxy http://***@127.0.0.1:{port} failed: "
+        f"All connection attempts failed: {refused(port)}"
     )
     for canary in (canaries.URL_USER, canaries.PROXY_PASSWORD, canaries.API_KEY):
         assert canary not in error_chain(error)

@@ -127,8 +127,9 @@ FAULTS: tuple[Fault, ...] = (
           f"[turn failed TIMEOUT] no response headers from DeepSeek within {IDLE}s", code="TIMEOUT",
           endpoint="backlog", timeouts=True, fast=IDLE + 4, group="transport"),
     Fault("https_proxy_closed", "HTTPS_PROXY at a closed port",
-          "[turn failed TRANSPORT] DeepSeek API request to https://api.deepseek.invalid failed: " + _REFUSED,
-          code="TRANSPORT", endpoint="proxy", fast=5, group="transport"),
+          "[turn failed PROXY] DeepSeek API request to https://api.deepseek.invalid via proxy "
+          "http://127.0.0.1:{port} failed: " + _REFUSED,
+          code="PROXY", endpoint="proxy", fast=5, group="transport"),
     Fault("port_99999", "port 99999 in the base URL",
           "dsh: failed to start: command line: base_url has an invalid port (use 1-65535), "
           "got 'http://127.0.0.1:99999'", end="startup", endpoint="port99999", exit_code=2, group="transport"),

@@ -161,6 +161,7 @@ def test_refused_endpoint_prints_the_exact_transport_line(home: Path) -> None:
     assert result.stdout == (
         f"[main turn 1] [turn failed TRANSPORT] DeepSeek API request to http://127.0.0.1:{port} failed: "
         f"All connection attempts failed: [Errno 111] Connect call failed ('127.0.0.1', {port})\n"
+        f"  fix: nothing is listening at 127.0.0.1:{port} — check DEEPSEEK_BASE_URL (environment)\n"
     )
 
 

@@ -35,9 +35,10 @@ class ListSink:
 @contextlib.asynccontextmanager
 async def demo_shell(tmp_path: Path, scenario: str):  # type: ignore[no-untyped-def]
     env = {"HOME": str(tmp_path), "XDG_STATE_HOME": str(tmp_path / "state")}
-    async with FaultServer(default="text") as server:
+    async with FaultServer(default="text", tls=True) as server:
         with closed_port() as port:
             client = DemoClient(server.url, f"http://127.0.0.1:{port}")
+            client.urls.update(plain_https=server.plain_url_for_https, tls=server.tls_url)
             retry = demo_retry_policy()
             demo = Demo(server, client, retry, scenario)
             sink = ListSink()
@@ -119,6 +120,7 @@ async def test_refused_is_the_exact_transport_line_after_five_retries(tmp_path: 
             f"[retry 4/5 in 0.4s] TRANSPORT: {root}",
             f"[retry 5/5 in 0.4s] TRANSPORT: {root}",
             f"[turn failed TRANSPORT] {root}",
+            f"  fix: nothing is listening at 127.0.0.1:{port} — check the demo scenario",
         ]
 
 

@@ -100,7 +100,8 @@ def test_a_status_right_after_the_header_shares_its_line(reason: dict, rendered:
         (500, "SERVER", FIX_SERVER),
         (502, "SERVER", FIX_SERVER),
         (503, "SERVER", FIX_SERVER),
-        (403, "AUTH", None),
+        (403, "AUTH", FIX_AUTH),  # the fix follows the code, not the status
+        (429, "QUOTA", FIX_QUOTA),  # 429 "insufficient quota": QUOTA's fix, not the rate-limit one
         (400, "INVALID_REQUEST", None),
         (422, "HTTP_422", None),
         (None, "AUTH", FIX_AUTH),
@@ -421,3 +422,33 @@ def test_a_command_taller_than_the_screen_must_be_viewed() -> None:
     assert approval_question(command, rows=24, cols=80).must_view
     assert not approval_question(command, rows=60, cols=80).must_view
     assert approval_question("x" * 2001, rows=200, cols=200).must_view
+
+
+@pytest.mark.parametrize(
+    ("code", "detail", "endpoint", "sources", "fix"),
+    [
+        ("TRANSPORT", "refused", "http://127.0.0.1:1", {"base_url": "DEEPSEEK_BASE_URL (environment)"},
+         "  fix: nothing is listening at 127.0.0.1:1 — check DEEPSEEK_BASE_URL (environment)"),
+        ("TRANSPORT", "plain-http", "https://127.0.0.1:8765", {},
+         "  fix: the server speaks plain HTTP — did you mean http://127.0.0.1:8765?"),
+        ("TRANSPORT", "certificate", "https://127.0.0.1:8443", {},
+         "  fix: the certificate is not trusted — install its CA in the system trust store, "
+         "or point SSL_CERT_FILE at it"),
+        ("TRANSPORT", "name-not-found", "https://api.deepseek.invalid", {"base_url": "--base-url (flag)"},
+         "  fix: the host name api.deepseek.invalid does not exist — check --base-url (flag)"),
+        ("TRANSPORT", "invalid-url", "htps://x", {"base_url": "base_url in /home/u/.config/dsh/config.toml"},
+         "  fix: the URL is not valid — check base_url in /home/u/.config/dsh/config.toml"),
+        ("PROXY", "proxy-auth", "http://***@127.0.0.1:3128", {"proxy": "HTTPS_PROXY (environment)"},
+         "  fix: the proxy refused the credentials — check the user:password in HTTPS_PROXY (environment)"),
+        ("PROXY", "refused", "http://***@127.0.0.1:3128", {"proxy": "--proxy (flag)"},
+         "  fix: nothing is listening at the proxy 127.0.0.1:3128 — check --proxy (flag)"),
+        ("PROXY", None, "http://127.0.0.1:3128", {"proxy": "proxy in /etc/dsh.toml"},
+         "  fix: the proxy failed the request — check the proxy, or unset proxy in /etc/dsh.toml"),
+        ("TRANSPORT", None, "http://127.0.0.1:1", {}, None),  # reset, timeouts: nothing to fix
+    ],
+)
+def test_fix_line_names_where_the_setting_came_from(code, detail, endpoint, sources, fix) -> None:
+    reason = EndReason.from_dict(Failed(code, "msg", 1, detail=detail, endpoint=endpoint).to_dict())
+    assert fix_line(reason, sources) == fix
+    text = run(Renderer(color=False, sources=sources), ev.TurnStart(2, "x"), end(2, reason.to_dict()))
+    assert text == f"[main turn 2] [turn failed {code}] msg\n" + (f"{fix}\n" if fix else "")

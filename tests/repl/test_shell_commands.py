@@ -131,6 +131,8 @@ async def test_why_shows_the_full_chain_with_types(env: dict[str, str]) -> None:
             assert line == (
                 f"[main turn 1] [turn failed TRANSPORT] DeepSeek API request to http://127.0.0.1:{port} failed: "
                 f"All connection attempts failed: [Errno 111] Connect call failed ('127.0.0.1', {port})\n"
+                f"  fix: nothing is listening at 127.0.0.1:{port} — check base_url (--base-url, DEEPSEEK_BASE_URL "
+                "or config.toml)\n"
             )
             await shell.handle_line("/why")
             assert sink.take().splitlines() == [

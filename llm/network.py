@@ -1,0 +1,146 @@
+"""Which proxy carries a request, which TLS trust verifies it, and which transport failures are permanent.
+
+Proxies are picked the way httpx picks them from the environment (``<scheme>_proxy``, then
+``all_proxy``, lowercase before uppercase, ``no_proxy`` honoured); the client then passes the one it
+found to httpx explicitly, so the proxy it names in messages is the one that carried the request.
+TLS verifies against the operating system's trust store (``truststore``, as pip does); ``SSL_CERT_FILE``
+wins when set. See docs/reliability.md.
+"""
+
+from __future__ import annotations
+
+import errno
+import socket
+import ssl
+from collections.abc import Mapping
+from urllib.parse import urlsplit
+
+__all__ = ["FailureDetail", "classify_transport", "environment_proxy", "ssl_context"]
+
+
+class FailureDetail:
+    """What a transport failure was, below its code: the fix line routes on it (never on message text)."""
+
+    REFUSED = "refused"
+    NAME_NOT_FOUND = "name-not-found"
+    PLAIN_HTTP = "plain-http"
+    CERTIFICATE = "certificate"
+    INVALID_URL = "invalid-url"
+    PROXY_AUTH = "proxy-auth"
+    PROXY_DEPENDENCY = "proxy-dependency"
+
+
+# Permanent: retrying cannot change the answer (DESIGN §4). Refused, reset and timeouts stay transient.
+PERMANENT = frozenset(
+    {
+        FailureDetail.NAME_NOT_FOUND,
+        FailureDetail.PLAIN_HTTP,
+        FailureDetail.CERTIFICATE,
+        FailureDetail.INVALID_URL,
+        FailureDetail.PROXY_AUTH,
+        FailureDetail.PROXY_DEPENDENCY,
+    }
+)
+
+_NAME_NOT_FOUND_ERRNOS = frozenset(
+    code for code in (getattr(socket, "EAI_NONAME", None), getattr(socket, "EAI_NODATA", None)) if code is not None
+)
+_NAME_NOT_FOUND_TEXT = ("Name or service not known", "No address associated with hostname", "nodename nor servname")
+
+
+def environment_proxy(url: str, env: Mapping[str, str]) -> tuple[str, str] | None:
+    """``(proxy_url, variable)`` that httpx would use for ``url`` from ``env``, or None."""
+    try:
+        parts = urlsplit(url)
+        host, port = parts.hostname or "", parts.port
+    except ValueError:
+        return None  # the request itself fails with the URL's own error
+    if _bypassed(host, port, _lookup(env, "no_proxy")):
+        return None
+    for name in (f"{parts.scheme}_proxy", "all_proxy"):
+        for variable in (name, name.upper()):
+            value = env.get(variable, "").strip()
+            if value:
+                if "://" not in value:
+                    value = "http://" + value  # httpx's reading of a bare host:port
+                return value, variable
+    return None
+
+
+def _lookup(env: Mapping[str, str], name: str) -> str:
+    return env.get(name, "") or env.get(name.upper(), "")
+
+
+def _bypassed(host: str, port: int | None, no_proxy: str) -> bool:
+    for entry in (item.strip().lower() for item in no_proxy.split(",")):
+        if not entry:
+            continue
+        if entry == "*":
+            return True
+        if "://" in entry:
+            entry = entry.split("://", 1)[1]
+        name, _, entry_port = entry.partition(":") if entry.count(":") == 1 else (entry, "", "")
+        if entry_port and port is not None and entry_port != str(port):
+            continue
+        name = name.lstrip(".")
+        if host.lower() == name or host.lower().endswith("." + name):
+            return True
+    return False
+
+
+def ssl_context(env: Mapping[str, str]) -> ssl.SSLContext:
+    """``SSL_CERT_FILE`` when set, else the operating system's trust store."""
+    cafile = env.get("SSL_CERT_FILE", "").strip()
+    if cafile:
+        return ssl.create_default_context(cafile=cafile)
+    try:
+        import truststore
+    except ImportError:  # pragma: no cover - a dependency; the stdlib default is the fallback
+        return ssl.create_default_context()
+    return truststore.SSLContext(ssl.PROTOCOL_TLS_CLIENT)
+
+
+def _chain(exc: BaseException) -> list[BaseException]:
+    seen: list[BaseException] = []
+    current: BaseException | None = exc
+    while current is not None and len(seen) < 64 and all(current is not node for node in seen):
+        seen.append(current)
+        if isinstance(current, BaseExceptionGroup) and current.exceptions:
+            current = current.exceptions[0]
+        elif current.__cause__ is not None:
+            current = current.__cause__
+        elif current.__context__ is not None:
+            current = current.__context__
+        elif current.args and isinstance(current.args[0], BaseException):
+            current = current.args[0]
+        else:
+            current = None
+    return seen
+
+
+def classify_transport(exc: BaseException) -> str | None:
+    """The :class:`FailureDetail` of a failure that happened before any response, or None."""
+    import httpx
+
+    for node in _chain(exc):
+        if isinstance(node, ssl.SSLCertVerificationError):
+            return FailureDetail.CERTIFICATE
+        if isinstance(node, ssl.SSLError) and "WRONG_VERSION_NUMBER" in (str(node.reason or "") + str(node)):
+            return FailureDetail.PLAIN_HTTP
+        if isinstance(node, socket.gaierror):
+            if node.errno in _NAME_NOT_FOUND_ERRNOS or any(text in str(node) for text in _NAME_NOT_FOUND_TEXT):
+                return FailureDetail.NAME_NOT_FOUND
+            return None  # EAI_AGAIN, "Temporary failure in name resolution": transient
+        if isinstance(node, ConnectionRefusedError) or (
+            isinstance(node, OSError) and node.errno == errno.ECONNREFUSED
+        ):
+            return FailureDetail.REFUSED
+        if isinstance(node, OverflowError):
+            return FailureDetail.INVALID_URL  # a port outside 0-65535 reaching getaddrinfo
+        if isinstance(node, ImportError):
+            return FailureDetail.PROXY_DEPENDENCY  # httpx: a SOCKS proxy without socksio
+        if isinstance(node, httpx.UnsupportedProtocol | httpx.InvalidURL):
+            return FailureDetail.INVALID_URL
+        if isinstance(node, httpx.ProxyError) and str(node)[:4] in ("407 ", "401 "):  # tinyproxy says 401
+            return FailureDetail.PROXY_AUTH
+    return None
