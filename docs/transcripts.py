@@ -774,6 +774,11 @@ def regions(path: Path) -> list[tuple[str, str]]:
 
 def generate(names: set[str], reliability_report: Path | None = None) -> dict[str, str | BaseException]:
     """Every named region's text, generated concurrently; a failed generator's exception instead."""
+    # Imported here, in one thread: generators importing the package for the first time concurrently
+    # have seen a half-initialised module.
+    import dsh.agent_loop.retry
+    import dsh.repl.render  # noqa: F401
+
     with tempfile.TemporaryDirectory(prefix="dsh-docs-") as folder:
         lab = Lab(Path(os.path.realpath(folder)))
         lab.reliability_report = reliability_report
