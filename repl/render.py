@@ -352,7 +352,7 @@ class Renderer:
 
     def dim_line(self, text: str) -> str:
         """A secondary line of dsh's own (the usage line), dim on a terminal."""
-        return self._emit(self._break_line() + self._styled(text, DIM) + "\n")
+        return self._emit(self._break_line() + self._styled(text, "dim") + "\n")
 
     # --- cursor bookkeeping -----------------------------------------------------------------
 

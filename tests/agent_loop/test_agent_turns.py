@@ -85,11 +85,13 @@ async def test_transport_refused_port_keeps_the_full_chain_in_the_durable_turn_e
         f"DeepSeek API request to http://***@127.0.0.1:{port}/v1 failed: All connection attempts failed: "
         f"[Errno 111] Connect call failed ('127.0.0.1', {port})"
     )
-    assert reason == Failed(code="TRANSPORT", message=expected, step=1)
+    assert reason == Failed(code="TRANSPORT", message=expected, step=1, detail="refused",
+                           endpoint=f"http://***@127.0.0.1:{port}/v1")
     _, records = read_log(agent.session.path)
     end = records[-1]
     assert end["type"] == "turn/end"
-    assert end["data"]["reason"] == {"kind": "error", "code": "TRANSPORT", "message": expected, "step": 1}
+    assert end["data"]["reason"] == {"kind": "error", "code": "TRANSPORT", "message": expected, "step": 1,
+                                     "detail": "refused", "endpoint": f"http://***@127.0.0.1:{port}/v1"}
     retries = [r["data"] for r in records if r["type"] == "llm/retry"]
     assert [r["attempt"] for r in retries] == [1, 2, 3, 4, 5]
     assert all(r["code"] == "TRANSPORT" and r["message"] == expected for r in retries)

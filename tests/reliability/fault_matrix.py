@@ -110,25 +110,31 @@ _REFUSED = "All connection attempts failed: [Errno 111] Connect call failed ('12
 # fmt: off
 FAULTS: tuple[Fault, ...] = (
     # -- transport: the endpoint itself ---------------------------------------------------------------
-    Fault("refused_port", "connection refused (closed port)", f"[turn failed TRANSPORT] {_TR}{_REFUSED}",
+    Fault("refused_port", "connection refused (closed port)", f"[turn failed TRANSPORT] {_TR}{_REFUSED}"
+          "\n  fix: nothing is listening at 127.0.0.1:{port} — check --base-url (flag)",
           code="TRANSPORT", endpoint="refused", fast=5, group="transport"),
     Fault("dns_failure", "DNS failure (`.invalid` host)",
-          re.escape("[turn failed TRANSPORT] DeepSeek API request to http://api.nonexistent.invalid failed: ") + DNS,
+          re.escape("[turn failed TRANSPORT] DeepSeek API request to http://api.nonexistent.invalid failed: ") + DNS
+          + r"(?:\n  fix: [^\n]+)?",  # none for "Temporary failure in name resolution" (transient)
           code="TRANSPORT", endpoint="dns", regex=True, fast=5, group="transport"),
     Fault("https_to_plain", "https:// to a plain-HTTP listener",
           re.escape("[turn failed TRANSPORT] DeepSeek API request to {url} failed: ")
-          + r"\[SSL: WRONG_VERSION_NUMBER\] wrong version number " + SSL,
+          + r"\[SSL: WRONG_VERSION_NUMBER\] wrong version number " + SSL
+          + re.escape("\n  fix: the server speaks plain HTTP — did you mean ") + r"http://127\.0\.0\.1:\d+\?",
           code="TRANSPORT", endpoint="https_plain", regex=True, fast=5, group="transport"),
     Fault("self_signed_tls", "self-signed TLS certificate",
           re.escape("[turn failed TRANSPORT] DeepSeek API request to {url} failed: ")
-          + r"\[SSL: CERTIFICATE_VERIFY_FAILED\] certificate verify failed: self-signed certificate " + SSL,
+          + r"\[SSL: CERTIFICATE_VERIFY_FAILED\] certificate verify failed: self-signed certificate " + SSL
+          + re.escape("\n  fix: the certificate is not trusted — install its CA in the system trust store, "
+                      "or point SSL_CERT_FILE at it"),
           code="TRANSPORT", endpoint="tls", regex=True, fast=5, group="transport"),
     Fault("connect_timeout", "connect timeout (full accept backlog)",
           f"[turn failed TIMEOUT] no response headers from DeepSeek within {IDLE}s", code="TIMEOUT",
           endpoint="backlog", timeouts=True, fast=IDLE + 4, group="transport"),
     Fault("https_proxy_closed", "HTTPS_PROXY at a closed port",
           "[turn failed PROXY] DeepSeek API request to https://api.deepseek.invalid via proxy "
-          "http://127.0.0.1:{port} failed: " + _REFUSED,
+          "http://127.0.0.1:{port} failed: " + _REFUSED
+          + "\n  fix: nothing is listening at the proxy 127.0.0.1:{port} — check HTTPS_PROXY (environment)",
           code="PROXY", endpoint="proxy", fast=5, group="transport"),
     Fault("port_99999", "port 99999 in the base URL",
           "dsh: failed to start: command line: base_url has an invalid port (use 1-65535), "
@@ -219,7 +225,8 @@ FAULTS: tuple[Fault, ...] = (
           + FIX_AUTH, code="AUTH", behaviours=("http_401",), status=401, group="http"),
     Fault("http_402", "HTTP 402", "[turn failed QUOTA] Insufficient Balance\n" + FIX_QUOTA, code="QUOTA",
           behaviours=("http_402",), status=402, group="http"),
-    Fault("http_403", "HTTP 403", "[turn failed AUTH] Permission denied: this API key may not use this model",
+    Fault("http_403", "HTTP 403", "[turn failed AUTH] Permission denied: this API key may not use this model\n"
+          + FIX_AUTH,
           code="AUTH", behaviours=("http_403",), status=403, group="http"),
     Fault("http_413", "HTTP 413", "[turn failed INVALID_REQUEST] Request body too large", code="INVALID_REQUEST",
           behaviours=("http_413",), status=413, group="http"),

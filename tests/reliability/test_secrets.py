@@ -90,7 +90,10 @@ def test_print_mode_and_startup_failures_with_a_secret_laden_base_url(tmp_path: 
     with FaultServer(script=[Behaviour("http_403", message=f"key {canaries.API_KEY} may not do this")]) as server:
         failed = run_dsh(home, ["--base-url", _canary_url(server.port), "-p", "hello"],
                          env={"DEEPSEEK_API_KEY": canaries.API_KEY}, key=None, label="print")
-    assert failed.returncode == 1 and failed.stdout == "[main turn 1] [turn failed AUTH] key *** may not do this\n"
+    assert failed.returncode == 1 and failed.stdout == (
+        "[main turn 1] [turn failed AUTH] key *** may not do this\n"
+        "  fix: check your API key (DEEPSEEK_API_KEY, or api_key in config.toml)\n"
+    )
     runs = [failed]
     for variant in ({"args": ["--base-url", _canary_url(99999), "-p", "x"]},
                     {"args": ["-p", "x"], "env": {"DEEPSEEK_BASE_URL": _canary_url(99999)}},
@@ -115,8 +118,10 @@ def test_proxy_credentials_never_show(tmp_path: Path) -> None:
                         label="http-proxy")
     refused = f"All connection attempts failed: [Errno 111] Connect call failed ('127.0.0.1', {port})"
     for run, scheme in ((https, "https"), (plain, "http")):
-        assert run.stdout.startswith(f"[main turn 1] [turn failed TRANSPORT] DeepSeek API request to "
-                                     f"{scheme}://api.deepseek.invalid failed: {refused}\n"), run.stdout
+        # The proxy carried the request, so the failure is the proxy's, named with its credentials masked.
+        assert run.stdout.startswith(f"[main turn 1] [turn failed PROXY] DeepSeek API request to "
+                                     f"{scheme}://api.deepseek.invalid via proxy http://***@127.0.0.1:{port} "
+                                     f"failed: {refused}\n"), run.stdout
         assert "ConnectionRefusedError" in run.stdout  # /why ran and shows the typed chain
     assert_no_canaries(home, https.stdout, plain.stdout, https.stderr, plain.stderr)
 
@@ -178,7 +183,7 @@ def test_subagent_env_stderr_and_upstream_secrets_stay_out_of_diagnostics(tmp_pa
     fail = "    Subagent failure (provider: {}; stage: {}; category: {})"
     expected = [
         fail.format("acp_exit", "process", "process-exit; exit code: 5"),
-        fail.format("acp_error", "new-session", "protocol"),
+        fail.format("acp_error", "new-session", "agent-error; error code: -32603"),
         fail.format("dsh_child", "session-run", "child-error; stop reason: error"),
         fail.format("dsh_scripted", "session-run", "protocol"),
     ]
