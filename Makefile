@@ -33,6 +33,8 @@ demo: $(VENV)/.demo
 	$(BIN)/dsh --demo
 
 test: $(VENV)/.test
+	@if command -v npm >/dev/null; then $(MAKE) --no-print-directory $(VENV)/.npm; \
+	else echo "npm not found: the real ACP agent tests skip (install Node.js and npm to run them)"; fi
 	$(BIN)/ruff check .
 	$(BIN)/lint-imports
 	$(BIN)/python -m pytest -q -p no:cacheprovider $(PYTEST_ARGS)

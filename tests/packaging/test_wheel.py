@@ -233,8 +233,9 @@ BACKGROUND = {s.name for s in DELEGATION_SCENARIOS if s.background}
 
 
 def _exit_code(expect: str) -> int:
-    """The `dsh -p` exit status for a scenario whose turn prints ``expect``."""
-    for prefix, code in (("[turn failed ", 1), ("[turn rejected]", 3), ("[turn hit the output-token limit]", 4),
+    """The `dsh -p` exit status for a scenario whose turn prints ``expect`` (a fix line follows a failure)."""
+    for prefix, code in (("[turn failed ", 1), ("  fix: ", 1), ("[turn rejected]", 3),
+                         ("[turn hit the output-token limit]", 4),
                          ("[turn aborted]", 130)):
         if expect.startswith(prefix):
             return code
