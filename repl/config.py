@@ -231,12 +231,8 @@ _MODEL_KEYS = ("context_window", "input_cache_hit", "input_cache_miss", "output"
 
 def _check_models(key: str, value: object, where: str) -> dict[str, dict[str, Any]]:
     """``[models."NAME"]`` tables: ``context_window`` (tokens) and prices in US dollars per 1M tokens."""
-    if not isinstance(value, Mapping):
-        raise ConfigError(f"{where}: [{key}] must be a table of [{key}.NAME] tables")
     tables: dict[str, dict[str, Any]] = {}
-    for name, table in value.items():
-        if not isinstance(table, Mapping):
-            raise ConfigError(f"{where}: [{key}.{name}] must be a table")
+    for name, table in _check_subagents(key, value, where).items():  # the same table-of-tables shape
         checked: dict[str, Any] = {}
         for item, number in table.items():
             if item not in _MODEL_KEYS:
