@@ -47,7 +47,7 @@ from dsh.agent_loop.events import (
     from_wire,
 )
 from dsh.agent_loop.gc_pause import gc_paused
-from dsh.agent_loop.guard import PromptGuard, mask_secrets
+from dsh.agent_loop.guard import PromptGuard
 from dsh.agent_loop.reasons import (
     Aborted,
     Completed,
@@ -76,6 +76,7 @@ from dsh.llm import (
     KeepAlive,
     Message,
     ReasoningDelta,
+    Redactor,
     ReplyBuilder,
     TextDelta,
     ToolCall,
@@ -268,8 +269,14 @@ class Agent:
         approver: Approver | None = None,
         cwd: str | os.PathLike[str] | None = None,
         conversation: Conversation | None = None,
+        redactor: Redactor | None = None,
     ) -> None:
-        """``conversation``, when given, is the one :func:`open_session` rebuilt from ``session``."""
+        """``conversation``, when given, is the one :func:`open_session` rebuilt from ``session``.
+
+        ``redactor`` masks every tool result (subagent output included) before the model, the log
+        or the screen get it; by default it knows the client's secrets (its key, URL and proxy
+        credentials) and the secret shapes.
+        """
         self.client = client
         self.model = model
         self.tools = tools if tools is not None else ToolRegistry()
@@ -283,6 +290,7 @@ class Agent:
         self.reasoning_effort = reasoning_effort
         self.max_steps = max_steps
         self.approver = approver
+        self._redactor = redactor
         self.cwd = Path(cwd) if cwd is not None else Path.cwd()
         self.last_failure: BaseException | None = None
         self.session_state: dict[str, Any] = {}
@@ -463,9 +471,17 @@ class Agent:
 
     # --- the turn ------------------------------------------------------------------------------
 
+    @property
+    def redactor(self) -> Redactor:
+        """What masks tool and subagent output (docs/architecture.md, "Redaction")."""
+        if self._redactor is None:
+            secrets = getattr(self.client, "secrets", ())
+            known = tuple(s for s in secrets if isinstance(s, str)) if isinstance(secrets, tuple | list) else ()
+            self._redactor = Redactor(known)
+        return self._redactor
+
     def _secrets(self) -> tuple[str, ...]:
-        secrets = getattr(self.client, "secrets", ())
-        return tuple(s for s in secrets if isinstance(s, str)) if isinstance(secrets, tuple | list) else ()
+        return self.redactor.secrets
 
     async def _run(self, prompt: str, *, source: str | None) -> EndReason:
         if self._closed:
@@ -554,7 +570,7 @@ class Agent:
 
     async def _turn_body(self, state: _TurnState, prompt: str, source: str | None) -> EndReason:
         guarded = source is None
-        logged_prompt = mask_secrets(prompt) if guarded and self.guard.check_secrets else prompt
+        logged_prompt = self.guard.mask(prompt) if guarded else prompt
         self._publish(TurnStart(state.turn, logged_prompt, source=source))
         if guarded:
             rejection = await self.guard.check(prompt, self.cwd)
@@ -663,8 +679,12 @@ class Agent:
 
     def _commit_result(self, state: _TurnState, call: ToolCall, output: ToolOutput, *, quietly: bool = False) -> None:
         self._announce(state, call, quietly=quietly)
+        # The one place a tool's text enters the turn: masked here, it is masked for the model,
+        # the session log and the screen alike.
+        text = self.redactor(output.text)
         event = ToolResult(
-            state.turn, call.id, call.name, output.text, is_error=output.is_error, diagnostic=output.diagnostic
+            state.turn, call.id, call.name, text, is_error=output.is_error, diagnostic=output.diagnostic,
+            cause=output.cause,
         )
         self._publish_quietly(event) if quietly else self._publish(event)
         state.pending.remove(call)

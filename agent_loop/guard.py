@@ -1,11 +1,13 @@
 """The prompt guard: vetoes a prompt before any request is made (turn ends ``rejected``).
 
-Two checks, in order:
+Three checks, in order:
 
-1. Built-in secret shapes: an ``sk-`` key (20 or more key characters), an AWS access key id
+1. The configured API key, verbatim, whatever its shape:
+   ``prompt contains the configured API key; not sent``.
+2. Built-in secret shapes: an ``sk-`` key (20 or more key characters), an AWS access key id
    (``AKIA`` + 16), a PEM private-key header. The reason names the masked *shape*, never the value:
    ``prompt contains what looks like a secret (sk-…); not sent``.
-2. An optional prompt hook: a command (a shell string, or an argv list) that receives the prompt on
+3. An optional prompt hook: a command (a shell string, or an argv list) that receives the prompt on
    stdin. Exit status 0 lets the prompt through; any other status vetoes it, and the first line of
    its stdout (bounded to 200 characters, control characters removed, secrets masked) is the reason.
    A hook that cannot run -- it does not start, times out, or dies by a signal -- rejects with a
@@ -21,8 +23,10 @@ from dataclasses import dataclass
 
 from dsh.agent_loop.tools import run_command
 from dsh.llm import redact_text
+from dsh.llm.redact import MASK, MIN_SECRET_CHARS
 
 __all__ = [
+    "CONFIGURED_KEY",
     "HOOK_FAILED",
     "HOOK_TIMED_OUT",
     "REASON_LIMIT",
@@ -32,6 +36,7 @@ __all__ = [
 ]
 
 REASON_LIMIT = 200
+CONFIGURED_KEY = "prompt contains the configured API key; not sent"
 HOOK_FAILED = "prompt hook could not run; not sent"
 HOOK_TIMED_OUT = "prompt hook timed out; not sent"
 _HOOK_OUTPUT_LIMIT = 16 * 1024
@@ -85,13 +90,25 @@ class PromptGuard:
         *,
         hook_timeout: float = 10.0,
         check_secrets: bool = True,
+        api_key: str | None = None,
     ) -> None:
         self.hook_command = hook_command
         self.hook_timeout = hook_timeout
         self.check_secrets = check_secrets
+        self.api_key = api_key if api_key and len(api_key) >= MIN_SECRET_CHARS else None
+
+    def mask(self, prompt: str) -> str:
+        """``prompt`` as it may be logged: what the secret checks would refuse is masked."""
+        if not self.check_secrets:
+            return prompt
+        if self.api_key is not None:
+            prompt = prompt.replace(self.api_key, MASK)
+        return mask_secrets(prompt)
 
     async def check(self, prompt: str, cwd: str | os.PathLike[str] | None = None) -> str | None:
         if self.check_secrets:
+            if self.api_key is not None and self.api_key in prompt:
+                return CONFIGURED_KEY
             shape = secret_shape(prompt)
             if shape is not None:
                 return f"prompt contains what looks like a secret ({shape}); not sent"

@@ -31,7 +31,7 @@ if TYPE_CHECKING:
         ToolSpec,
         Usage,
     )
-    from dsh.llm.redact import RedactingFilter, redact_text, redact_url, url_secrets
+    from dsh.llm.redact import RedactingFilter, Redactor, redact_text, redact_url, url_secrets
     from dsh.llm.reply import ReplyBuilder
     from dsh.llm.sse import SseComment, SseDecoder, SseEvent
 
@@ -58,6 +58,7 @@ _EXPORTS: dict[str, str] = {
     "ToolSpec": "dsh.llm.events",
     "Usage": "dsh.llm.events",
     "RedactingFilter": "dsh.llm.redact",
+    "Redactor": "dsh.llm.redact",
     "redact_text": "dsh.llm.redact",
     "redact_url": "dsh.llm.redact",
     "url_secrets": "dsh.llm.redact",
@@ -81,6 +82,7 @@ __all__ = [
     "Message",
     "ReasoningDelta",
     "RedactingFilter",
+    "Redactor",
     "ReplyBuilder",
     "SseComment",
     "SseDecoder",

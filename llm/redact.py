@@ -1,21 +1,77 @@
-"""Masking for anything that reaches a screen or a log: URL credentials, bearer tokens, API keys."""
+"""Masking for anything that reaches a screen, a log or a model: known secrets and key-shaped strings.
+
+Two kinds of secret are masked (docs/architecture.md, "Redaction"):
+
+* **known values** -- the configured API key, URL and proxy credentials, the values of environment
+  variables whose names look secret (``KEY``, ``TOKEN``, ``SECRET``, ``PASSWORD``, ``AUTH``, ...). They
+  are matched literally, longest first, in one pass;
+* **shapes** -- strings that are credentials whatever their source: ``sk-`` / ``sk-ant-`` keys, Google
+  ``AIza`` keys, GitHub ``ghp_`` / ``github_pat_`` tokens, Slack ``xox?-`` tokens, AWS ``AKIA`` ids, PEM
+  private-key blocks, ``Authorization`` / ``Bearer`` / ``Basic`` values, URL userinfo and queries.
+
+A :class:`Redactor` holds one set of known values. Every pattern is bounded, so the cost is linear in
+the text whatever it holds (a hostile 10 MB line of ``a://a://…`` included). Text that arrives in pieces
+(a subagent's output while it streams) goes through :class:`GrowingText`, which holds back the tail
+that could still turn out to be the start of a secret.
+"""
 
 from __future__ import annotations
 
+import functools
 import logging
 import re
-from collections.abc import Iterable
+from collections.abc import Iterable, Mapping
 from urllib.parse import parse_qsl, unquote, urlsplit, urlunsplit
 
-__all__ = ["MASK", "RedactingFilter", "redact_text", "redact_url", "url_secrets"]
+__all__ = [
+    "MASK",
+    "GrowingText",
+    "RedactingFilter",
+    "Redactor",
+    "environment_secrets",
+    "looks_secret",
+    "redact_text",
+    "redact_url",
+    "url_secrets",
+]
 
 MASK = "***"
+MIN_SECRET_CHARS = 4  # shorter known values would mask ordinary text
+_MIN_ENVIRONMENT_CHARS = 8  # a value found by its variable's name, not configured as a secret
+_HOLD_BACK_CHARS = 256  # the longest tail of a streamed text held back when no secret is longer
 
-_URL_USERINFO = re.compile(r"(?P<scheme>[A-Za-z][A-Za-z0-9+.-]*://)[^/\s@?#]+@")
-_URL_QUERY = re.compile(r"(?P<url>[A-Za-z][A-Za-z0-9+.-]*://[^\s?#\"'<>]*)[?#][^\s\"'<>]*")
-_BEARER = re.compile(r"(?i)\b(bearer|basic)\s+[A-Za-z0-9._~+/=-]+")
-_AUTH_HEADER = re.compile(r"(?i)(authorization|x-api-key|api-key)(\"?\s*[:=]\s*\"?)[^\s\",}]+")
-_SK_KEY = re.compile(r"\bsk-[A-Za-z0-9_-]{6,}")
+# Scheme starts are anchored (no letter before them) and every run is bounded, so no pattern rescans
+# the text from each position: see the module docstring.
+_SCHEME = r"(?<![A-Za-z0-9+.-])(?P<scheme>[A-Za-z][A-Za-z0-9+.-]{0,31}://)"
+_URL_USERINFO = re.compile(_SCHEME + r"[^/\s@?#]{1,512}@")
+_URL_QUERY = re.compile(r"(?P<url>" + _SCHEME + r"[^\s?#\"'<>]{0,2048})[?#][^\s\"'<>]{0,4096}")
+_AUTH_HEADER = re.compile(
+    r"(?i)\b(?P<name>(?:proxy-)?authorization|x-api-key|api-key)(?P<sep>\"?\s{0,8}[:=]\s{0,8}\"?)"
+    r"(?:(?:bearer|basic|token|digest)\s{1,8})?[^\s\"',}]{1,4096}"
+)
+_SCHEME_VALUE = re.compile(r"(?i)\b(?P<scheme>bearer|basic)\s{1,8}[A-Za-z0-9._~+/=-]{1,4096}")
+
+_SHAPES: tuple[tuple[re.Pattern[str], str], ...] = (
+    (re.compile(r"(?<![A-Za-z0-9_-])sk-[A-Za-z0-9_-]{6,}"), "sk-" + MASK),
+    (re.compile(r"(?<![A-Za-z0-9_-])AIza[0-9A-Za-z_-]{30,}"), "AIza" + MASK),
+    (re.compile(r"(?<![A-Za-z0-9_])(?P<p>gh[pousr])_[A-Za-z0-9]{20,}"), r"\g<p>_" + MASK),
+    (re.compile(r"(?<![A-Za-z0-9_])github_pat_[A-Za-z0-9_]{20,}"), "github_pat_" + MASK),
+    (re.compile(r"(?<![A-Za-z0-9_-])(?P<p>xox[abposr])-[A-Za-z0-9-]{10,}"), r"\g<p>-" + MASK),
+    (re.compile(r"(?<![A-Z0-9])(?P<p>AKIA|ASIA)[0-9A-Z]{16}(?![0-9A-Z])"), r"\g<p>" + MASK),
+)
+# What a word that is still being written could become: see Redactor.releasable.
+_SHAPE_STARTS = (
+    "sk-", "AIza", "ghp_", "gho_", "ghu_", "ghs_", "ghr_", "github_pat_",
+    *(f"xox{kind}-" for kind in "abposr"), "AKIA", "ASIA", "-----BEGIN",
+)
+_HOLD_WORD = re.compile(r"[:@=?#]")  # URLs, userinfo, header and query values
+_HEADER_BEFORE = re.compile(r"(?i)(bearer|basic|token|digest|authorization|api-key)\W{0,3}\s+$")
+_PEM_BEGIN = re.compile(r"-----BEGIN (?P<kind>(?:[A-Z0-9]+ ){0,4})PRIVATE KEY-----")
+_PEM_END = "-----END "
+_PEM_MASK = "-----BEGIN {kind}PRIVATE KEY-----" + MASK
+
+_SECRET_NAME = re.compile(r"(?i)(KEY|TOKEN|SECRET|PASSWORD|PASSWD|PASSPHRASE|AUTH|CREDENTIAL|COOKIE|SESSION)")
+_NOT_SECRET_NAME = re.compile(r"(?i)(_SOCK|_FILE|_PATH|_DIR|_TYPE|_MODE)$")
 
 
 def redact_url(url: str) -> str:
@@ -41,19 +97,154 @@ def url_secrets(url: str) -> tuple[str, ...]:
         userinfo = parts.netloc.rsplit("@", 1)[0]
         values.extend(unquote(piece) for piece in userinfo.split(":", 1))
     values.extend(value for _, value in parse_qsl(parts.query, keep_blank_values=False))
-    return tuple(value for value in values if len(value) >= 4)
+    return tuple(value for value in values if len(value) >= MIN_SECRET_CHARS)
+
+
+def looks_secret(name: str) -> bool:
+    """Whether an environment variable's *name* says its value is a secret (``GITHUB_TOKEN``: yes)."""
+    return bool(_SECRET_NAME.search(name)) and not _NOT_SECRET_NAME.search(name)
+
+
+def environment_secrets(env: Mapping[str, str], *, min_chars: int = _MIN_ENVIRONMENT_CHARS) -> tuple[str, ...]:
+    """The values of ``env`` that are secrets by their variable's name, plus credentials inside URL values.
+
+    ``min_chars`` keeps flags such as ``AUTH_ENABLED=true`` from masking every ``true``; pass
+    :data:`MIN_SECRET_CHARS` for a table the user wrote on purpose (a subagent's ``env``).
+    """
+    found: list[str] = []
+    for name, value in env.items():
+        if not isinstance(name, str) or not isinstance(value, str):
+            continue
+        if "://" in value:
+            found.extend(url_secrets(value))
+        if looks_secret(name) and len(value) >= min_chars and not value.startswith("/"):
+            found.append(value)
+    return tuple(dict.fromkeys(found))
+
+
+class Redactor:
+    """Masks one set of known secret values plus every secret shape. Immutable; cheap to call.
+
+    >>> Redactor(["hunter2hunter2"])("pw hunter2hunter2, key sk-abcdef123456")
+    'pw ***, key sk-***'
+    """
+
+    __slots__ = ("_known", "_longest", "secrets")
+
+    def __init__(self, secrets: Iterable[str] = ()) -> None:
+        kept = {s for s in secrets if isinstance(s, str) and len(s) >= MIN_SECRET_CHARS}
+        self.secrets: tuple[str, ...] = tuple(sorted(kept, key=lambda s: (-len(s), s)))
+        self._known = _known_pattern(self.secrets)
+        self._longest = len(self.secrets[0]) if self.secrets else 0
+
+    def __call__(self, text: str) -> str:
+        if self._known is not None:
+            text = self._known.sub(MASK, text)
+        text = _mask_pem(text)
+        text = _AUTH_HEADER.sub(lambda m: f"{m.group('name')}{m.group('sep')}{MASK}", text)
+        text = _SCHEME_VALUE.sub(lambda m: f"{m.group('scheme')} {MASK}", text)
+        for pattern, mask in _SHAPES:
+            text = pattern.sub(mask, text)
+        text = _URL_USERINFO.sub(lambda m: f"{m.group('scheme')}{MASK}@", text)
+        return _URL_QUERY.sub(lambda m: m.group("url"), text)
+
+    def with_secrets(self, more: Iterable[str]) -> Redactor:
+        """A redactor that masks these values too."""
+        return Redactor((*self.secrets, *more))
+
+    def safe_length(self, text: str) -> int:
+        """How much of a still-growing text later pieces cannot turn into a secret.
+
+        Held back: an unterminated PEM block, and the last word when it could still grow into
+        something masked (the start of a known secret or of a key shape, a URL, a header value). A
+        word longer than every secret is released up to that length.
+        """
+        cut = len(text)
+        begin = _last_open_pem(text)
+        if begin is not None:
+            cut = begin
+        start = max(0, cut - max(self._longest, _HOLD_BACK_CHARS))
+        space = max(text.rfind(" ", start, cut), text.rfind("\n", start, cut), text.rfind("\t", start, cut))
+        word_start = space + 1 if space >= 0 else start
+        if word_start < cut and self._may_grow(text[word_start:cut], text[max(0, word_start - 24) : word_start]):
+            cut = word_start
+        return cut
+
+    def _may_grow(self, word: str, before: str) -> bool:
+        if _HOLD_WORD.search(word) or _HEADER_BEFORE.search(before):
+            return True
+        for position in range(len(word)):
+            piece = word[position:]
+            if any(secret.startswith(piece) for secret in self.secrets):
+                return True
+            boundary = position == 0 or not (word[position - 1].isalnum() or word[position - 1] in "_-")
+            if boundary and any(shape.startswith(piece) or piece.startswith(shape) for shape in _SHAPE_STARTS):
+                return True
+        return False
+
+
+class GrowingText:
+    """The masked view of a text that keeps growing (a subagent's output while it runs).
+
+    Each :meth:`view` masks the part of the text that is safe to show (:meth:`Redactor.safe_length`)
+    and never shows less than before, so a reader that slices by length sees each piece once. Call
+    the redactor itself on the final text.
+    """
+
+    __slots__ = ("_redactor", "_released")
+
+    def __init__(self, redactor: Redactor) -> None:
+        self._redactor = redactor
+        self._released = ""
+
+    def view(self, text: str) -> str:
+        floor = len(self._released) if text.startswith(self._released) else 0
+        self._released = text[: max(self._redactor.safe_length(text), floor)]
+        return self._redactor(self._released)
+
+
+@functools.lru_cache(maxsize=64)
+def _known_pattern(secrets: tuple[str, ...]) -> re.Pattern[str] | None:
+    # Longest first, so a key that contains another configured value is masked whole.
+    return re.compile("|".join(re.escape(s) for s in secrets)) if secrets else None
+
+
+def _mask_pem(text: str) -> str:
+    """Each private-key block becomes its header plus the mask (an unterminated one runs to the end)."""
+    if "-----BEGIN " not in text:
+        return text
+    pieces: list[str] = []
+    position = 0
+    for match in _PEM_BEGIN.finditer(text):
+        if match.start() < position:
+            continue  # inside a block already masked
+        pieces.append(text[position : match.start()])
+        pieces.append(_PEM_MASK.format(kind=match.group("kind")))
+        end = text.find(_PEM_END, match.end())
+        if end < 0:
+            return "".join(pieces)
+        close = text.find("-----", end + len(_PEM_END))
+        position = len(text) if close < 0 else close + len("-----")
+    pieces.append(text[position:])
+    return "".join(pieces)
+
+
+def _last_open_pem(text: str) -> int | None:
+    """Where the last private-key block without an end line starts, or None."""
+    begin = text.rfind("-----BEGIN ")
+    if begin < 0 or not _PEM_BEGIN.match(text, begin) or text.find(_PEM_END, begin) >= 0:
+        return None
+    return begin
 
 
 def redact_text(text: str, secrets: Iterable[str] = ()) -> str:
-    """Mask credentials in free text: configured secrets, bearer/authorization values, sk- keys, URLs."""
-    for secret in secrets:
-        if secret and len(secret) >= 4:
-            text = text.replace(secret, MASK)
-    text = _AUTH_HEADER.sub(lambda m: f"{m.group(1)}{m.group(2)}{MASK}", text)
-    text = _BEARER.sub(lambda m: f"{m.group(1)} {MASK}", text)
-    text = _SK_KEY.sub("sk-" + MASK, text)
-    text = _URL_USERINFO.sub(lambda m: f"{m.group('scheme')}{MASK}@", text)
-    return _URL_QUERY.sub(lambda m: m.group("url"), text)
+    """Mask credentials in free text: the given secrets plus every shape (see :class:`Redactor`)."""
+    return _redactor(tuple(secrets))(text)
+
+
+@functools.lru_cache(maxsize=64)
+def _redactor(secrets: tuple[str, ...]) -> Redactor:
+    return Redactor(secrets)
 
 
 class RedactingFilter(logging.Filter):
@@ -61,19 +252,23 @@ class RedactingFilter(logging.Filter):
 
     def __init__(self, secrets: Iterable[str] = ()) -> None:
         super().__init__()
-        self.secrets = tuple(secrets)
+        self.redactor = Redactor(secrets)
+
+    @property
+    def secrets(self) -> tuple[str, ...]:
+        return self.redactor.secrets
 
     def filter(self, record: logging.LogRecord) -> bool:
         try:
             message = record.getMessage()
         except Exception:
             message = str(record.msg)
-        record.msg = redact_text(message, self.secrets)
+        record.msg = self.redactor(message)
         record.args = None
         if record.exc_info and record.exc_info[1] is not None:
             from dsh.llm.errors import error_chain
 
-            record.msg += " | " + redact_text(error_chain(record.exc_info[1]), self.secrets)
+            record.msg += " | " + self.redactor(error_chain(record.exc_info[1]))
             record.exc_info = None
             record.exc_text = None
         return True

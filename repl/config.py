@@ -23,7 +23,7 @@ from dsh.llm.defaults import (
     DEFAULT_STREAM_IDLE_TIMEOUT,
 )
 from dsh.llm.errors import HarnessError
-from dsh.llm.redact import redact_url, url_secrets
+from dsh.llm.redact import MIN_SECRET_CHARS, environment_secrets, redact_url, url_secrets
 
 __all__ = [
     "DEFAULT_BASE_URL",
@@ -89,11 +89,20 @@ class Config:
     warnings: tuple[str, ...] = ()
     # Where base_url, api_key and proxy came from, in words a fix line can name (docs/reliability.md).
     sources: dict[str, str] = field(default_factory=dict)
+    # Values of this process's environment whose variable names look secret (GITHUB_TOKEN, ...).
+    environment_secrets: tuple[str, ...] = ()
 
     @property
     def secrets(self) -> tuple[str, ...]:
+        """Every value masked wherever dsh shows, logs or hands on text (docs/architecture.md, "Redaction")."""
         proxy = url_secrets(self.proxy) if self.proxy else ()
-        return ((self.api_key,) if self.api_key else ()) + url_secrets(self.base_url) + proxy
+        own = ((self.api_key,) if self.api_key else ()) + url_secrets(self.base_url) + proxy
+        children: list[str] = []
+        for table in self.subagents.values():
+            env = table.get("env") if isinstance(table, Mapping) else None
+            if isinstance(env, Mapping):
+                children.extend(environment_secrets(env, min_chars=MIN_SECRET_CHARS))
+        return tuple(dict.fromkeys((*own, *children, *self.environment_secrets)))
 
 
 def _xdg(env: Mapping[str, str], variable: str, fallback: str) -> Path:
@@ -352,4 +361,10 @@ def load_config(
         raise ConfigError(
             f"no DeepSeek API key: set DEEPSEEK_API_KEY (or api_key in {path}), or try `dsh --demo`"
         )
-    return Config(**values, config_path=path if raw else None, warnings=tuple(warnings), sources=sources)
+    return Config(
+        **values,
+        config_path=path if raw else None,
+        warnings=tuple(warnings),
+        sources=sources,
+        environment_secrets=environment_secrets(env),
+    )

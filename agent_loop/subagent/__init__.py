@@ -81,6 +81,7 @@ class ParentContext:
     base_url: str | None = None
     api_key: str | None = None
     cwd: str | None = None
+    secrets: tuple[str, ...] = ()  # the parent's masked values: a child's output has them masked too
 
 
 class SubagentConfigError(HarnessError):
@@ -109,8 +110,22 @@ def build_provider(name: str, config: Mapping[str, Any], parent: ParentContext |
         known = ", ".join(sorted(set(PROVIDER_MODULES) - _ALIASES))
         raise SubagentConfigError(name, f"provider must be one of: {known}")
     provider: Provider = importlib.import_module(module_name).from_config(name, config, parent)
+    secrets = _run_secrets(config, parent)
     hint = missing_extra_hint(name, kind, config)
-    return dataclasses.replace(provider, hint=hint) if hint else provider
+    return dataclasses.replace(provider, hint=hint, secrets=secrets)
+
+
+def _run_secrets(config: Mapping[str, Any], parent: ParentContext | None) -> tuple[str, ...]:
+    """The parent's secrets and the table's own key: a run masks them (and its env's secrets) in its output."""
+    secrets: list[str] = []
+    if parent is not None:
+        secrets.extend(parent.secrets)
+        if parent.api_key:
+            secrets.append(parent.api_key)
+    api_key = config.get("api_key")
+    if isinstance(api_key, str):
+        secrets.append(api_key)
+    return tuple(dict.fromkeys(secrets))
 
 
 def build_providers(

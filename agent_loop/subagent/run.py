@@ -30,6 +30,7 @@ import anyio.abc
 from dsh.agent_loop.subagent.diagnostics import Failure, failure_line, join_lines, safe_token
 from dsh.agent_loop.subagent.result import SubagentRequest, SubagentResult
 from dsh.llm.errors import chain_links
+from dsh.llm.redact import MIN_SECRET_CHARS, GrowingText, Redactor, environment_secrets
 
 __all__ = ["Outcome", "Provider", "Run", "configured"]
 
@@ -74,6 +75,11 @@ class Run:
         self._result: SubagentResult | None = None
         self._started = False
         self._own_group: anyio.abc.TaskGroup | None = None
+        # Everything the child says is masked here, once, for every provider (DESIGN: output, partial
+        # output, job output): the parent's secrets, the secret values of the env it was given, shapes.
+        given = {**(getattr(self.settings, "env", None) or {}), **(request.env or {})}
+        self._redactor = Redactor((*provider.secrets, *environment_secrets(given, min_chars=MIN_SECRET_CHARS)))
+        self._partial = GrowingText(self._redactor)
 
     # -- what a provider implements ----------------------------------------------------------------
 
@@ -117,7 +123,7 @@ class Run:
 
     async def cancel(self) -> None:
         """Local cancellation: settle ``aborted`` now (no diagnostic), then stop the body."""
-        self._settle(SubagentResult(self.output_so_far(), "aborted"))
+        self._settle(SubagentResult(self._final_output(), "aborted"))
         self._scope.cancel()
 
     async def dispose(self) -> None:
@@ -144,16 +150,22 @@ class Run:
                     outcome = await self.execute()
         except Exception as exc:  # a provider broke its contract: still a settled, safe result
             log.exception("subagent %s: the run raised", safe_token(self.name))
-            outcome = Outcome("error", self.output_so_far(), Failure(None, None, cause=exc))
+            outcome = Outcome("error", self._raw_output(), Failure(None, None, cause=exc))
         finally:
             # No outcome: cancelled (locally, or by the caller's scope): a local end, no diagnostic.
             self._settle(
-                self._to_result(outcome) if outcome is not None else SubagentResult(self.output_so_far(), "aborted")
+                self._to_result(outcome) if outcome is not None else SubagentResult(self._final_output(), "aborted")
             )
             self._finished.set()
 
     def output_so_far(self) -> str:
-        """:meth:`partial_output`, never raising."""
+        """:meth:`partial_output` masked, never raising; a tail that may be the start of a secret waits."""
+        return self._partial.view(self._raw_output())
+
+    def _final_output(self) -> str:
+        return self._redactor(self._raw_output())
+
+    def _raw_output(self) -> str:
         try:
             text = self.partial_output()
         except Exception:
@@ -166,14 +178,16 @@ class Run:
             self._settled.set()
 
     def _to_result(self, outcome: Outcome) -> SubagentResult:
+        output = self._redactor(outcome.output)
+        cause = next((f.cause for f in (outcome.failure, outcome.teardown) if f is not None and f.cause), None)
         lines = [self._line(failure) for failure in (outcome.failure, outcome.teardown) if failure is not None]
         quiet = outcome.stop_reason == "completed" or (
             outcome.stop_reason == "aborted" and outcome.failure is None and outcome.note is None
         )
         if quiet:  # success and a plain abort carry no diagnostic (a failed cleanup is logged above)
-            return SubagentResult(outcome.output, outcome.stop_reason, warning=outcome.warning)
+            return SubagentResult(output, outcome.stop_reason, warning=outcome.warning)
         return SubagentResult(
-            outcome.output, outcome.stop_reason, join_lines(*lines, outcome.note), warning=outcome.warning
+            output, outcome.stop_reason, join_lines(*lines, outcome.note), warning=outcome.warning, cause=cause
         )
 
     def _line(self, failure: Failure) -> str:
@@ -209,6 +223,7 @@ class Provider:
     settings: Any = None
     problem: str | None = None
     hint: str | None = None
+    secrets: tuple[str, ...] = ()  # masked in every run's output, with the run's secret env values
 
     def run(self, request: SubagentRequest) -> Run:
         """A new, not yet started run of ``request``."""

@@ -8,7 +8,7 @@ import anyio
 import pytest
 
 from dsh.agent_loop import PromptGuard, mask_secrets, secret_shape
-from dsh.agent_loop.guard import HOOK_FAILED, HOOK_TIMED_OUT
+from dsh.agent_loop.guard import CONFIGURED_KEY, HOOK_FAILED, HOOK_TIMED_OUT
 from tests import canaries
 
 pytestmark = pytest.mark.anyio
@@ -102,3 +102,10 @@ async def test_the_hook_gets_no_api_key(tmp_path, monkeypatch):
     monkeypatch.setenv("DEEPSEEK_API_KEY", canaries.API_KEY)
     guard = PromptGuard(hook_command='echo "key=[$DEEPSEEK_API_KEY]"; exit 1')
     assert await guard.check("p", cwd=tmp_path) == "key=[]"
+
+
+async def test_the_configured_key_is_refused_verbatim_whatever_its_shape() -> None:
+    guard = PromptGuard(api_key="plain-key-without-shape-42")
+    assert await guard.check("use plain-key-without-shape-42 please") == CONFIGURED_KEY
+    assert guard.mask("use plain-key-without-shape-42 please") == "use *** please"
+    assert await guard.check("no key here") is None

@@ -444,3 +444,20 @@ async def test_cancel_signal_reaches_the_tool(server, make_agent):
         group.start_soon(cancel_when_entered)
         assert await agent.run_turn("hold") == Aborted("cancelled")
     assert cleaned == ["released"]
+
+
+async def test_tool_output_is_masked_for_the_model_the_log_and_the_screen(server, make_agent):
+    # A tool that prints what `cat config.toml` or `cat /proc/$PPID/environ` would: the key, a token.
+    github = "ghp_" + "A1b2C3d4E5f6G7h8I9j0K1l2M3n4O5p6Q7r8"
+    leaked = f'api_key = "{canaries.API_KEY}"\nGITHUB_TOKEN={github}\nAuthorization: Basic dXNlcjpwYXNzd29yZA=='
+    server.push(calls_behaviour(("t1", "dump", {})))
+    server.push(Behaviour("text", text="done"))
+    agent, recorder = make_agent(server.url, tools=ToolRegistry([echo_tool("dump", text=leaked)]))
+    assert await agent.run_turn("show me") == Completed()
+    masked = 'api_key = "***"\nGITHUB_TOKEN=ghp_***\nAuthorization: ***'
+    assert [data["output"] for data in recorder.of("tool/result")] == [masked]  # what the screen draws
+    _, records = read_log(agent.session.path)
+    assert results(records) == [("t1", masked, False)]
+    sent = json.dumps(server.requests[-1].json)
+    for secret in (canaries.API_KEY, github, "dXNlcjpwYXNzd29yZA"):
+        assert secret not in sent and secret not in agent.session.path.read_text()

@@ -129,7 +129,7 @@ async def test_job_output_streams_new_output_and_kill_is_local_cancellation() ->
 @pytest.mark.anyio
 @pytest.mark.usefixtures("no_leftover_processes")
 async def test_closing_the_job_manager_kills_and_disposes_every_run() -> None:
-    kit = toolkit({"slow": scripted(prompt="hang", text="x"), "stuck": scripted(initialize="hang")})
+    kit = toolkit({"slow": scripted(prompt="hang", text="working"), "stuck": scripted(initialize="hang")})
     tool = kit.tools()[0]
     notices: list[tuple[str, str]] = []
     async with kit:

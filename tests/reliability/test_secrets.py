@@ -251,3 +251,23 @@ def test_bare_echo_of_base_url_credentials_is_masked(tmp_path: Path) -> None:
     assert run.returncode == 1
     for value in (user, password, token):
         assert value not in run.stdout
+
+
+def test_a_plain_key_in_the_prompt_is_refused_and_secret_named_variables_are_masked(tmp_path: Path) -> None:
+    plain_key = "plainCanaryKey0193"  # no key shape: only its being the configured key can catch it
+    service_token = "canaryServiceToken5522"  # the value of a secret-named variable of dsh's environment
+    home = make_home(tmp_path, config_text())
+    script: list[Behaviour | str] = [Behaviour("http_500", message=f"upstream saw {service_token}")]
+    with FaultServer(script=script) as server:
+        run = run_dsh(home, ["--base-url", server.url],
+                      [f"my key is {plain_key}", "second"],
+                      env={"DEEPSEEK_API_KEY": plain_key, "MY_SERVICE_TOKEN": service_token}, key=None,
+                      label="plain-key")
+        requests = list(server.requests)
+    shown = run.stdout + run.stderr
+    assert "[turn rejected] prompt contains the configured API key; not sent" in shown
+    assert "upstream saw ***" in shown
+    assert len(requests) == 1 and plain_key not in json.dumps(requests[0].json["messages"])
+    written = "".join(path.read_text(errors="replace") for path in home.root.rglob("*") if path.is_file())
+    for secret in (plain_key, service_token):
+        assert secret not in shown and secret not in written

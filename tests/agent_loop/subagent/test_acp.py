@@ -53,7 +53,8 @@ class Scenario:
 # fmt: off
 SCENARIOS: dict[str, Scenario] = {
     # -- stop reasons ------------------------------------------------------------------------------
-    "end_turn": Scenario({}, "completed", None, f"echo: please do it {CANARY_TASK}"),
+    # The task's canary is key-shaped: the child's echo of it comes back masked, like every key shape.
+    "end_turn": Scenario({}, "completed", None, "echo: please do it sk-***"),
     "max_tokens": Scenario({"ACP_FAKE_STOP": "max_tokens", "ACP_FAKE_TEXT": "partial answer"},
                            "max-tokens", None, "partial answer"),
     "refusal": Scenario({"ACP_FAKE_STOP": "refusal", "ACP_FAKE_TEXT": "no"}, "refusal", None, "no",

@@ -25,6 +25,7 @@ REPO = Path(__file__).resolve().parents[3]
 AGENT = Path(os.environ.get("DSH_CLAUDE_AGENT_ACP", REPO / ".venv/npm/node_modules/.bin/claude-agent-acp"))
 INSTALL = "make .venv/.npm (npm install --prefix .venv/npm @agentclientprotocol/claude-agent-acp@0.101.0)"
 CANARY_KEY = "sk-ant-canary-echoed-3f9d1c"
+CANARY_TOKEN = "plain-canary-token-51ab0e"  # no key shape: masked because its env name looks secret
 FAIL = "Subagent failure (provider: claude; "
 WARN = (
     "Subagent permission warning (provider: claude; mode: auto): "
@@ -52,6 +53,7 @@ def _table(api: FakeAnthropic, tmp_path: Path, **extra: Any) -> dict[str, Any]:
             "CLAUDE_CONFIG_DIR": str(config),  # never the user's ~/.claude
             "CLAUDE_CODE_DISABLE_NONESSENTIAL_TRAFFIC": "1",  # no DNS, no probe: loopback only
             "CLAUDE_CODE_MAX_RETRIES": "0",  # a 5xx fails in ~1 s, not ~3 minutes
+            "DSH_TEST_SERVICE_TOKEN": CANARY_TOKEN,
         },
         "startup_timeout": 60,
         "prompt_timeout": 60,
@@ -84,15 +86,15 @@ async def test_backend_500_is_agent_error(tmp_path: Path) -> None:
 
 
 async def test_backend_echoing_the_key(tmp_path: Path) -> None:
-    with FakeAnthropic("status", status=500, error_message=f"bad key {CANARY_KEY}") as api:
+    echo = f"bad key {CANARY_KEY} and token {CANARY_TOKEN}."
+    with FakeAnthropic("status", status=500, error_message=echo) as api:
         result = await _run(_table(api, tmp_path), tmp_path)
     assert (result.stop_reason, result.diagnostic) == (
         "error",
         FAIL + "stage: prompt; category: agent-error; error code: -32603)",
     )
-    if CANARY_KEY in result.output:
-        pytest.xfail("redaction lands with the redact branch")
-    assert "***" in result.output
+    assert CANARY_KEY not in result.output and CANARY_TOKEN not in result.output
+    assert "bad key *** and token ***." in result.output  # both are values of secret-named env
 
 
 async def test_reject_holds_for_a_bash_tool_call(tmp_path: Path) -> None:
