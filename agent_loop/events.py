@@ -12,7 +12,7 @@ missing or mistyped field, and keeps a type it does not know as an :class:`Unkno
 from __future__ import annotations
 
 from collections.abc import Callable, Mapping
-from dataclasses import asdict, dataclass
+from dataclasses import asdict, dataclass, field
 from typing import Any, ClassVar
 
 from dsh.agent_loop.reasons import EndReason
@@ -121,6 +121,8 @@ class ToolResult:
     output: str
     is_error: bool = False
     diagnostic: str | None = None  # the closed failure line of a subagent run, shown to the user
+    # Live only, never in the log or a request: the raw cause of a subagent failure, for /why.
+    cause: BaseException | None = field(default=None, compare=False, repr=False)
 
 
 @dataclass(frozen=True, slots=True)

@@ -66,6 +66,7 @@ class ToolOutput:
     text: str
     is_error: bool = False
     diagnostic: str | None = None
+    cause: BaseException | None = None  # host-side only (the user's /why): never sent, never logged
 
 
 @dataclass

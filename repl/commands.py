@@ -223,7 +223,7 @@ def _link_lines(links: list[ChainLink], depth: int, secrets: tuple[str, ...]) ->
     return lines
 
 
-@_command("why", "", "the last failure's full cause chain, one link per line")
+@_command("why", "", "the last failure's full cause chain, one link per line (subagents too)")
 async def _why(shell: Host, arg: str) -> None:
     failure = shell.last_failure
     if failure is None:

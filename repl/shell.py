@@ -19,7 +19,7 @@ from collections.abc import AsyncIterator, Awaitable, Callable, Mapping, Sequenc
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, Protocol
 
-from dsh.agent_loop.events import AssistantMessage, Event, JobNotice, TurnEnd, TurnStart
+from dsh.agent_loop.events import AssistantMessage, Event, JobNotice, ToolResult, TurnEnd, TurnStart
 from dsh.agent_loop.retry import RetryPolicy
 from dsh.agent_loop.session_id import new_session_id
 from dsh.llm import ErrorCode, HarnessError, LlmError, error_chain, redact_text, redact_url
@@ -256,7 +256,13 @@ class Shell:
         from dsh.agent_loop.subagent.tool import SubagentToolkit
 
         base_url = self.demo.client.urls["server"] if self.demo is not None else self.config.base_url
-        parent = ParentContext(model=self.model, base_url=base_url, api_key=self.config.api_key, cwd=os.getcwd())
+        parent = ParentContext(
+            model=self.model,
+            base_url=base_url,
+            api_key=self.config.api_key,
+            cwd=os.getcwd(),
+            secrets=self.config.secrets,
+        )
         return SubagentToolkit.from_config(tables, parent=parent)
 
     def _attach(self, session: SessionLog) -> None:
@@ -264,6 +270,7 @@ class Shell:
         from dsh.agent_loop.agent import Agent
         from dsh.agent_loop.guard import PromptGuard
         from dsh.agent_loop.tools import default_tools
+        from dsh.llm import Redactor
 
         self._build_client()
         self.session = session
@@ -285,7 +292,8 @@ class Shell:
                 session=session,
                 label="main",
                 retry=self.retry,
-                guard=PromptGuard(hook_command=self.config.prompt_hook),
+                guard=PromptGuard(hook_command=self.config.prompt_hook, api_key=self.config.api_key),
+                redactor=Redactor((*self.config.secrets, *getattr(self.client, "secrets", ()))),
                 max_tokens=self.config.max_tokens,
                 thinking=self.config.thinking,
                 reasoning_effort=self.config.reasoning_effort,
@@ -368,11 +376,22 @@ class Shell:
             self.turn_usage = UsageTally()
         elif isinstance(event, AssistantMessage) and event.usage is not None:
             self._count_usage(event)
+        elif isinstance(event, ToolResult | JobNotice):
+            self._note_subagent_failure(event)
         text = self.renderer.render(event)
         if text:
             self.sink.write(text)
         if isinstance(event, JobNotice) and not self.turn_running and self.on_idle_notice is not None:
             self.on_idle_notice()
+
+    def _note_subagent_failure(self, event: ToolResult | JobNotice) -> None:
+        """A subagent's failure is the last failure until a later one: /why shows its host-side chain."""
+        cause = event.cause if isinstance(event, ToolResult) else None
+        if isinstance(event, JobNotice) and self.toolkit is not None:
+            job = self.toolkit.jobs.get(event.job_id)
+            cause = job.result.cause if job is not None and job.result is not None else None
+        if cause is not None:
+            self.last_failure = cause
 
     def _count_usage(self, event: AssistantMessage) -> None:
         import datetime

@@ -46,6 +46,8 @@ class SubagentResult:
     stop_reason: str
     diagnostic: str | None = None
     warning: str | None = None
+    # Host-side only: the raw cause of a failure, for the user's /why (redacted there); never the model's.
+    cause: BaseException | None = field(default=None, compare=False, repr=False)
 
     def __post_init__(self) -> None:
         object.__setattr__(self, "diagnostic", limit_diagnostic(self.diagnostic))

@@ -60,7 +60,7 @@ def foreground_output(result: SubagentResult) -> ToolOutput:
     if result.output:
         text += f"\nPartial output before the run ended:\n{result.output}"
     shown = "\n".join(line for line in (result.diagnostic, result.warning) if line) or None
-    return ToolOutput(text, is_error=True, diagnostic=shown)
+    return ToolOutput(text, is_error=True, diagnostic=shown, cause=result.cause)
 
 
 def _error(text: str) -> ToolOutput:

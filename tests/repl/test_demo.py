@@ -183,3 +183,15 @@ async def test_register_scenario_from_another_package(tmp_path: Path) -> None:
             assert sink.text.startswith("[main turn 1] [turn failed INVALID_REQUEST] Request body too large")
     finally:
         del SCENARIOS["custom-413"]
+
+
+async def test_why_after_a_failed_subagent_shows_its_host_side_cause(tmp_path: Path) -> None:
+    async with demo_shell(tmp_path, "acp-agent-error") as (shell, sink, _server):
+        with anyio.fail_after(30):
+            reason = await shell.handle_line("delegate it")
+        assert reason is not None and reason["kind"] == "completed"  # the turn went on after the failure
+        assert "category: agent-error; error code: -32603)" in sink.text
+        sink.parts.clear()
+        await shell.handle_line("/why")
+        # The raw cause, which the model never got: the agent's own JSON-RPC error.
+        assert sink.text.splitlines() == ["last failure:", "  acp.exceptions.RequestError: Internal error"]
