@@ -18,3 +18,33 @@ def missing(what: str, how_to_install: str) -> NoReturn:
     if os.environ.get("CI") == "true":
         pytest.fail(f"{line} (CI must run this test: .ci/run installs it)", pytrace=False)
     pytest.skip(line)
+
+
+_NSSWITCH = "hosts: files\n"
+# In a new user, network and mount namespace: only loopback exists, and the resolver reads /etc/hosts
+# alone, so a name that is not there fails at once ("Name or service not known") and no query leaves.
+_ENTER = 'mount --bind "$0" /etc/nsswitch.conf && exec "$@"'
+
+
+def isolated_resolver(directory: os.PathLike[str] | str) -> list[str]:
+    """A command prefix that runs a command where no DNS query can leave the machine.
+
+    Missing ``unshare`` (util-linux) or namespaces the kernel refuses skip the test (fail under CI).
+    """
+    import shutil
+    import subprocess
+    from pathlib import Path
+
+    unshare = shutil.which("unshare")
+    if unshare is None:
+        missing("unshare (util-linux)", "apt-get install util-linux")
+    nsswitch = Path(directory) / "nsswitch.conf"
+    nsswitch.write_text(_NSSWITCH, encoding="utf-8")
+    prefix = [unshare, "--user", "--map-root-user", "--net", "--mount", "--", "sh", "-c", _ENTER, str(nsswitch)]
+    probe = subprocess.run([*prefix, "true"], capture_output=True, check=False, timeout=30)
+    if probe.returncode != 0:
+        missing(
+            "a loopback-only network namespace (unshare --user --net --mount)",
+            "run as root, or enable unprivileged user namespaces (sysctl kernel.unprivileged_userns_clone=1)",
+        )
+    return prefix

@@ -1,9 +1,9 @@
 """Proxies named, permanent failures capped at zero retries, TLS trust (DESIGN §4; docs/reliability.md).
 
 Real parts: the fault server on loopback plays the endpoint, a self-signed TLS listener, and a forward
-proxy answering as squid or a credential-refusing proxy would. DNS: no test may query an outside
-resolver, and this suite cannot prove a name lookup stays local without a network namespace, so the
-classification is checked on a real ``socket.gaierror`` instance (see docs/reliability.md).
+proxy answering as squid or a credential-refusing proxy would. DNS: the classification of each
+``socket.gaierror`` is checked here on real instances; a real lookup of a name that does not exist runs
+in a loopback-only namespace in test_transport_chains.py (see docs/reliability.md).
 """
 
 from __future__ import annotations

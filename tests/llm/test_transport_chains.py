@@ -9,9 +9,13 @@ through ``DeepSeekClient`` (code TRANSPORT, exact message, chain reaching the ro
 from __future__ import annotations
 
 import contextlib
+import json
 import re
 import socket
+import subprocess
+import sys
 from collections.abc import Iterator
+from pathlib import Path
 
 import httpx
 import pytest
@@ -19,6 +23,9 @@ import pytest
 from dsh.llm import error_chain
 from dsh.repl.demo.fault_server import FullBacklogListener, closed_port
 from tests import canaries
+from tests.real_parts import isolated_resolver
+
+REPO = Path(__file__).resolve().parents[2]
 
 pytestmark = pytest.mark.anyio
 
@@ -130,18 +137,24 @@ async def test_localhost_dual_stack_through_the_client(localhost_is_dual_stack, 
     assert error_chain(error) == f"{error.message}: {dual_stack_chain(port)}"
 
 
-DNS = r"\[Errno -[23]\] (Name or service not known|Temporary failure in name resolution)"
-
-
-async def test_dns_failure_raw():
-    exc = await raw_failure("http://api.nonexistent.invalid/chat/completions")
-    assert isinstance(exc, httpx.ConnectError)
-    assert re.fullmatch(DNS, error_chain(exc))
-
-
-async def test_dns_failure_through_the_client(make_client, stream_outcome):
-    error = await wrapped(make_client, stream_outcome, "http://api.nonexistent.invalid")
-    assert_request_failed(error, "http://api.nonexistent.invalid", DNS)
+def test_a_name_that_does_not_exist_fails_at_once_and_is_permanent(tmp_path):
+    # In a loopback-only namespace whose resolver reads /etc/hosts alone, so no query leaves the machine.
+    url = "http://api.nonexistent.invalid"
+    child = subprocess.run(
+        [*isolated_resolver(tmp_path), sys.executable, str(Path(__file__).with_name("dns_child.py")), url],
+        capture_output=True, text=True, timeout=60, check=True, cwd=REPO,
+    )
+    facts = json.loads(child.stdout)
+    root = "[Errno -2] Name or service not known"
+    assert (facts["raw_type"], facts["raw_chain"]) == ("ConnectError", root)
+    assert facts == {
+        **facts,
+        "code": "TRANSPORT",
+        "message": f"DeepSeek API request to {url} failed",
+        "chain": f"DeepSeek API request to {url} failed: {root}",
+        "detail": "name-not-found",
+        "retry_limit": 0,  # permanent: not retried
+    }
 
 
 async def test_connect_timeout_on_a_full_backlog_raw():

@@ -146,8 +146,11 @@ def save_transcript(home: Home, label: str, args: Sequence[str], stdout: str, st
     return path
 
 
-def dsh_command(args: Sequence[str], launcher: Sequence[str] = ("-m", "dsh.repl")) -> list[str]:
-    return [sys.executable, *launcher, *args]
+def dsh_command(
+    args: Sequence[str], launcher: Sequence[str] = ("-m", "dsh.repl"), prefix: Sequence[str] = ()
+) -> list[str]:
+    """``prefix`` wraps the interpreter, e.g. in a loopback-only namespace (tests/real_parts.py)."""
+    return [*prefix, sys.executable, *launcher, *args]
 
 
 def run_dsh(
@@ -161,13 +164,14 @@ def run_dsh(
     label: str = "run",
     launcher: Sequence[str] = ("-m", "dsh.repl"),
     preexec_fn: Callable[[], None] | None = None,
+    prefix: Sequence[str] = (),
 ) -> Run:
     """Run dsh to completion (piped stdin: each line a turn); the transcript lands in ``home``."""
     text = "".join(line + "\n" for line in lines) if lines is not None else ""
     started = time.monotonic()
     done = subprocess.run(
-        dsh_command(args, launcher), input=text, capture_output=True, text=True, env=dsh_env(home, env, key=key),
-        cwd=home.workspace, timeout=timeout, preexec_fn=preexec_fn, check=False,
+        dsh_command(args, launcher, prefix), input=text, capture_output=True, text=True,
+        env=dsh_env(home, env, key=key), cwd=home.workspace, timeout=timeout, preexec_fn=preexec_fn, check=False,
     )
     seconds = time.monotonic() - started
     path = save_transcript(home, label, list(args), done.stdout, done.stderr, done.returncode)

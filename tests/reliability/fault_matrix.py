@@ -61,12 +61,11 @@ from dsh.repl.demo.fault_server import (
     closed_port,
 )
 from dsh.repl.render import sanitize
+from tests.real_parts import isolated_resolver
 
 HELLO = "Hello! How can I help you today?"
 IDLE, FIRST = 2, 3  # timeout rows: stream_idle_timeout / first_token_timeout (seconds)
 SSL = r"\(_ssl\.c:\d+\)"
-DNS = (r"\[Errno -[2-5]\] "
-       r"(Name or service not known|Temporary failure in name resolution|No address associated with hostname)")
 FIX_AUTH = "  fix: check your API key (DEEPSEEK_API_KEY, or api_key in config.toml)"
 FIX_QUOTA = "  fix: your DeepSeek balance has run out; top up at https://platform.deepseek.com/top_up"
 FIX_RATE = "  fix: requests are arriving too fast; back off and try again shortly"
@@ -113,10 +112,12 @@ FAULTS: tuple[Fault, ...] = (
     Fault("refused_port", "connection refused (closed port)", f"[turn failed TRANSPORT] {_TR}{_REFUSED}"
           "\n  fix: nothing is listening at 127.0.0.1:{port} — check --base-url (flag)",
           code="TRANSPORT", endpoint="refused", fast=5, group="transport"),
-    Fault("dns_failure", "DNS failure (`.invalid` host)",
-          re.escape("[turn failed TRANSPORT] DeepSeek API request to http://api.nonexistent.invalid failed: ") + DNS
-          + r"(?:\n  fix: [^\n]+)?",  # none for "Temporary failure in name resolution" (transient)
-          code="TRANSPORT", endpoint="dns", regex=True, fast=5, group="transport"),
+    # In a loopback-only namespace whose resolver reads /etc/hosts alone: no query leaves the machine.
+    Fault("dns_failure", "DNS failure (a name that does not exist)",
+          "[turn failed TRANSPORT] DeepSeek API request to http://api.nonexistent.invalid failed: "
+          "[Errno -2] Name or service not known"
+          "\n  fix: the host name api.nonexistent.invalid does not exist — check --base-url (flag)",
+          code="TRANSPORT", endpoint="dns", fast=5, group="transport"),
     Fault("https_to_plain", "https:// to a plain-HTTP listener",
           re.escape("[turn failed TRANSPORT] DeepSeek API request to {url} failed: ")
           + r"\[SSL: WRONG_VERSION_NUMBER\] wrong version number " + SSL
@@ -337,6 +338,7 @@ class _Endpoint:
     server: FaultServer | None = None
     env: dict[str, str] = field(default_factory=dict)
     port: int | None = None  # the port the failure names, when it is not the URL's
+    prefix: tuple[str, ...] = ()  # what dsh runs inside (the dns row: a loopback-only namespace)
 
     def failing_port(self) -> int | None:
         return self.port if self.port is not None else _port_of(self.url)
@@ -352,7 +354,8 @@ def _endpoint(fault: Fault, on_request: Callable[[RecordedRequest], None] | None
         with closed_port() as port:
             yield _Endpoint(f"http://127.0.0.1:{port}")
     elif kind == "dns":
-        yield _Endpoint("http://api.nonexistent.invalid")
+        with tempfile.TemporaryDirectory() as directory:
+            yield _Endpoint("http://api.nonexistent.invalid", prefix=tuple(isolated_resolver(directory)))
     elif kind == "https_plain":
         with FaultServer() as server:
             yield _Endpoint(server.plain_url_for_https, server)
@@ -440,9 +443,11 @@ def _run_alone(fault: Fault, root: Path) -> Outcome:
         if fault.interrupt:
             outcome.runs.append(_interrupted_print(home, fault, endpoint.url, arrived))
         elif fault.mode == "print":
-            outcome.runs.append(run_dsh(home, [*args, "-p", fault.prompt], env=endpoint.env, label=fault.name))
+            outcome.runs.append(run_dsh(home, [*args, "-p", fault.prompt], env=endpoint.env, label=fault.name,
+                                        prefix=endpoint.prefix))
         else:  # the endpoint is broken: both turns fail the same way
-            outcome.runs.append(run_dsh(home, args, [fault.prompt, "once more"], env=endpoint.env, label=fault.name))
+            outcome.runs.append(run_dsh(home, args, [fault.prompt, "once more"], env=endpoint.env, label=fault.name,
+                                        prefix=endpoint.prefix))
     outcome.runs.append(_good_resume(home, fault, print_mode=fault.mode == "print"))
     first = outcome.runs[0]
     outputs = turn_outputs(first.stdout)
