@@ -32,6 +32,7 @@ from prompt_toolkit.filters import Condition
 from prompt_toolkit.formatted_text import ANSI, AnyFormattedText
 from prompt_toolkit.history import FileHistory
 from prompt_toolkit.key_binding import KeyBindings, KeyPressEvent
+from prompt_toolkit.keys import Keys
 from prompt_toolkit.layout import ConditionalContainer, HSplit, Layout, Window
 from prompt_toolkit.layout.controls import FormattedTextControl
 from prompt_toolkit.output import Output
@@ -47,6 +48,7 @@ DOUBLE_CTRL_C_WINDOW = 2.0
 _SIGNALS = (signal.SIGINT, signal.SIGTERM)
 _WAKE = "\x00wake"  # what the prompt returns when a background job's notice wakes the idle owner
 EXIT_HINT = "(press Ctrl-C again to exit, or Ctrl-D)"
+TYPEAHEAD_LIMIT = 64 * 1024  # characters kept from typing during a turn; a runaway paste stops here
 _LIVE_LIMIT = 8000  # characters of an unfinished line shown in the live view (its tail)
 # Complete lines are written above the live view at most this often: each write erases and redraws
 # the view, and a fast stream completes lines on every network read.
@@ -221,6 +223,7 @@ class InteractiveApp:
         self._answer: str | None = None
         self._answered: anyio.Event | None = None
         self._startup_error: StartupError | None = None
+        self._typed = ""  # typed during a turn: the next prompt starts with it
 
     # --- the loop ---------------------------------------------------------------------------------
 
@@ -374,6 +377,8 @@ class InteractiveApp:
         activity = self.shell.activity.text(time.monotonic())
         text = self._toolbar_base() + (f" · {activity}" if activity else "")
         hint = "Ctrl-C cancels"
+        if self._typed:
+            hint += f" · typed ahead: {len(self._typed)} chars, kept for the next prompt"
         if self._question is not None:
             hint = "v views the command · n denies" if self._must_view() else "y / n / a"
         return [("class:bottom-toolbar", sanitize(f"{text} · {hint}"))]
@@ -388,8 +393,20 @@ class InteractiveApp:
         keys = KeyBindings()
 
         @keys.add("<any>")
-        def _swallow(event: KeyPressEvent) -> None:
-            pass  # keys typed during a turn are not prompts
+        def _type_ahead(event: KeyPressEvent) -> None:
+            # Text typed during a turn is no prompt yet: it waits for the next one (special keys do nothing).
+            key = event.key_sequence[0].key if len(event.key_sequence) == 1 else None
+            if isinstance(key, str) and not isinstance(key, Keys) and key.isprintable():
+                self._keep_typed(event.data)
+
+        @keys.add(Keys.BracketedPaste)
+        def _paste(event: KeyPressEvent) -> None:
+            self._keep_typed(event.data.replace("\r\n", "\n").replace("\r", "\n"))
+
+        @keys.add("backspace")
+        def _erase(event: KeyPressEvent) -> None:
+            self._typed = self._typed[:-1]
+            event.app.invalidate()
 
         @keys.add("c-c")
         def _cancel(event: KeyPressEvent) -> None:
@@ -401,6 +418,7 @@ class InteractiveApp:
             keys.add(key, filter=asking)(self._answer_handler(answer))
         keys.add("v", filter=asking)(self._view_command)
         keys.add("V", filter=asking)(self._view_command)
+        keys.add("enter", filter=~asking)(lambda event: self._keep_typed("\n"))
 
         live = Window(FormattedTextControl(self._live, show_cursor=False), wrap_lines=True,
                       dont_extend_height=True, always_hide_cursor=True)
@@ -416,6 +434,13 @@ class InteractiveApp:
             min_redraw_interval=0.03,
             mouse_support=False,
         )
+
+    def _keep_typed(self, text: str) -> None:
+        room = TYPEAHEAD_LIMIT - len(self._typed)
+        if room > 0 and text:
+            self._typed += text[:room]
+            if self._view is not None:
+                self._view.invalidate()
 
     def _view_command(self, event: KeyPressEvent) -> None:
         """``v``: the whole command, printed above the question; only then do ``y`` and ``a`` count."""
@@ -461,6 +486,7 @@ class InteractiveApp:
                     self.sink.view = self._view = None
                     if view.is_running and view.future is not None and not view.future.done():
                         view.exit()
+                    self.shell.prefill, self._typed = self.shell.prefill + self._typed, ""
         with anyio.CancelScope(shield=True):
             await self.sink.drain()
 

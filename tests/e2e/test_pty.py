@@ -232,6 +232,23 @@ def test_ctrl_c_cancels_a_stalled_turn_and_the_next_prompt_works(spawn) -> None:
     assert dsh.wait_exit() == 0
 
 
+def test_text_typed_during_a_turn_is_kept_for_the_next_prompt(home: Path, spawn) -> None:
+    dsh = spawn("--demo", "--scenario", "stall")
+    dsh.prompt()
+    dsh.send("wait for it")
+    dsh.wait_screen("waiting for first token")
+    dsh.child.send("next questionX\x7f")  # typed while the turn runs; a backspace takes the X back
+    dsh.wait_screen("typed ahead: 13 chars, kept for the next prompt")
+    dsh.child.sendintr()
+    dsh.expect_exact("[main turn 1] [turn aborted] cancelled\r\n")
+    dsh.wait_screen("> next question")  # not sent, not lost: the prompt starts with it
+    dsh.send(" please")
+    dsh.wait_screen("waiting for first token")
+    assert prompts_in_log(home) == ["wait for it", "next question please"]
+    dsh.child.sendintr()
+    dsh.expect_exact("[main turn 2] [turn aborted] cancelled\r\n")
+
+
 def test_keepalive_stall_shows_the_toolbar_then_times_out(spawn) -> None:
     dsh = spawn("--demo", "--scenario", "keepalive-stall")
     dsh.prompt()
