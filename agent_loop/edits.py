@@ -95,6 +95,7 @@ class _Plan:
     shown: str
     before: tuple[int, int] | None  # the stamp the plan was made from; None for a new file
     mode: int | None  # the existing file's permission bits
+    owner: tuple[int, int] | None  # and its owner and group
     data: bytes
     request: EditRequest
     done: str  # the result text once written
@@ -107,6 +108,7 @@ class _Current:
     crlf: bool  # every line ends CRLF: the edit works on LF text and writes CRLF back
     stamp: tuple[int, int]
     mode: int
+    owner: tuple[int, int]  # uid, gid
 
 
 def _where(ctx: ToolContext, raw: object) -> tuple[Path, str, bool]:
@@ -116,7 +118,8 @@ def _where(ctx: ToolContext, raw: object) -> tuple[Path, str, bool]:
     root = Path(os.path.realpath(ctx.cwd))
     outside = not target.is_relative_to(root)
     shown = str(target) if outside else str(target.relative_to(root))
-    return target, shown, outside
+    # A line break in a file name would start a forged line in the diff and the question: show it.
+    return target, shown.replace("\n", "\u240a").replace("\r", "\u240d"), outside
 
 
 def _load(target: Path, shown: str) -> _Current | None:
@@ -141,7 +144,7 @@ def _load(target: Path, shown: str) -> _Current | None:
         raise EditRefused(f"Error: {shown} is not valid UTF-8; {_TEXT_ONLY}") from None
     newlines = text.count("\n")
     crlf = newlines > 0 and text.count("\r\n") == newlines
-    return _Current(text, crlf, file_stamp(info), stat.S_IMODE(info.st_mode))
+    return _Current(text, crlf, file_stamp(info), stat.S_IMODE(info.st_mode), (info.st_uid, info.st_gid))
 
 
 def _check_fresh(current: _Current, known: tuple[int, int] | None, shown: str) -> None:
@@ -200,11 +203,11 @@ def _plan(tool: str, target: Path, shown: str, outside: bool, known: tuple[int, 
         raise EditRefused(str(exc).replace("{shown}", shown)) from None
     diff, added, removed = _unified(before, after, shown)
     request = EditRequest(tool, shown, diff, added, removed, current is None, outside)
-    return _Plan(
-        target, shown, None if current is None else current.stamp, None if current is None else current.mode,
-        _encode(after, current), request, done.replace("{counts}", f"+{added} -{removed}").replace("{shown}", shown),
-        unchanged=before is not None and after == before,
-    )
+    done = done.replace("{counts}", f"+{added} -{removed}").replace("{shown}", shown)
+    if current is None:
+        return _Plan(target, shown, None, None, None, _encode(after, None), request, done)
+    return _Plan(target, shown, current.stamp, current.mode, current.owner, _encode(after, current), request, done,
+                 unchanged=after == before)
 
 
 def _commit(plan: _Plan) -> tuple[int, int]:
@@ -223,8 +226,11 @@ def _commit(plan: _Plan) -> tuple[int, int]:
     temp, fd = _temp_file(directory, plan.target.name)
     try:
         with os.fdopen(fd, "wb") as out:
+            if plan.owner is not None and plan.owner != (os.getuid(), os.getgid()):
+                with contextlib.suppress(OSError):  # only root may give a file away: keep what we can
+                    os.fchown(out.fileno(), *plan.owner)
             if plan.mode is not None:
-                os.fchmod(out.fileno(), plan.mode)  # the file's own mode, not the umask's
+                os.fchmod(out.fileno(), plan.mode)  # the file's own mode, not the umask's (after chown)
             out.write(plan.data)
             out.flush()
             os.fsync(out.fileno())

@@ -286,3 +286,24 @@ async def test_an_edit_through_the_agent_loop_is_logged(server, make_agent, work
     _, records = read_log(agent.session.path)
     outputs = [r["data"]["output"] for r in records if r["type"] == "tool/result"]
     assert outputs == ["hello\n", "edited f.txt: 1 replacement (+1 -1)"]
+
+
+@pytest.mark.skipif(os.geteuid() != 0, reason="only root can give a file to another owner")
+async def test_the_owner_is_kept_when_root_edits_someone_elses_file(work: Path) -> None:
+    path = work / "theirs.txt"
+    path.write_text("a\n")
+    os.chown(path, 4321, 4321)
+    tools = Tools(work, Approver())
+    await tools("read_file", path="theirs.txt")
+    assert (await tools("edit_file", path="theirs.txt", old_string="a", new_string="b")).text.startswith("edited")
+    info = path.stat()
+    assert (info.st_uid, info.st_gid) == (4321, 4321) and path.read_text() == "b\n"
+
+
+async def test_a_line_break_in_a_file_name_is_shown_not_obeyed(work: Path) -> None:
+    approver = Approver()
+    tools = Tools(work, approver)
+    result = await tools("write_file", path="a\n+++ forged", content="x\n")
+    assert result.text == "created a\u240a+++ forged (1 line)"
+    assert approver.asked[0].diff.split("\n")[:2] == ["--- /dev/null", "+++ a\u240a+++ forged"]
+    assert (work / "a\n+++ forged").read_text() == "x\n"
