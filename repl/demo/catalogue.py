@@ -242,7 +242,8 @@ def _edit_file(turn: DemoTurn) -> None:
             "new_string": "Hello again: edit_file changed this line."}
     turn.push(Behaviour("tool_call", id="call_demo_4", name="read_file", arguments=json.dumps({"path": DEMO_FILE}),
                         reasoning="Read the file before changing it."),
-              Behaviour("tool_call", id="call_demo_5", name="edit_file", arguments=json.dumps(edit)))
+              Behaviour("tool_call", id="call_demo_5", name="edit_file", arguments=json.dumps(edit),
+                        reasoning="Now change its first line."))
     turn.server.default = Behaviour("text", text="edit_file asked before it changed one exact line; "
                                     "the model sees what happened.\n")
 

@@ -132,3 +132,27 @@ def test_allow_edits_in_the_config_file_and_outside_paths_stay_refused(work: Pat
     refused = f"  [tool result] Error: {outside} is outside the working tree; unattended edits stay inside it\n"
     assert refused in run.stdout
     assert (work / "inside.txt").read_text() == "in\n" and not outside.exists()
+
+
+def test_the_demo_write_file_then_edit_file_scenarios(work: Path, spawn) -> None:  # noqa: F811
+    demo = work / "dsh-demo.txt"
+    dsh: Dsh = spawn("--demo", "--scenario", "write-file", cwd=work)
+    dsh.prompt()
+    dsh.send("write a file")
+    dsh.wait_screen("  [approve] write_file dsh-demo.txt (new file, +2)  (y / n / a)")
+    assert "      +Hello from the dsh demo." in dsh.screen and not demo.exists()
+    dsh.child.send("y")
+    dsh.expect_exact("  [tool result] created dsh-demo.txt (2 lines)\r\n")
+    dsh.prompt()
+    dsh.send("/scenario edit-file")
+    dsh.prompt()
+    dsh.send("change it")
+    dsh.wait_screen("  [approve] edit_file dsh-demo.txt (+1 -1)  (y / n / a)")
+    assert "      -Hello from the dsh demo." in dsh.screen
+    assert "      +Hello again: edit_file changed this line." in dsh.screen
+    dsh.child.send("y")
+    dsh.expect_exact("  [tool result] edited dsh-demo.txt: 1 replacement (+1 -1)\r\n")
+    dsh.prompt()
+    assert demo.read_text() == (
+        "Hello again: edit_file changed this line.\nThis file was written by the write_file tool.\n"
+    )
