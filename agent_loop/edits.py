@@ -133,8 +133,7 @@ def _load(target: Path, shown: str) -> _Current | None:
     with file:
         info = os.fstat(file.fileno())
         if info.st_size > EDIT_MAX_BYTES:
-            limit = EDIT_MAX_BYTES // (1024 * 1024)
-            raise EditRefused(f"Error: {shown} is larger than {limit} MiB; edit it another way")
+            raise EditRefused(f"Error: {shown} is larger than {EDIT_MAX_BYTES >> 20} MiB; edit it another way")
         data = file.read(EDIT_MAX_BYTES + 1)
     if b"\0" in data:
         raise EditRefused(f"Error: {shown} looks like a binary file; {_TEXT_ONLY}")
@@ -201,12 +200,16 @@ def _plan(tool: str, target: Path, shown: str, outside: bool, known: tuple[int, 
         after, done = change(before)
     except EditRefused as exc:
         raise EditRefused(str(exc).replace("{shown}", shown)) from None
+    data = _encode(after, current)
+    if len(data) > EDIT_MAX_BYTES:  # the diff, the question and the file would all hold it
+        raise EditRefused(f"Error: the new content of {shown} is larger than {EDIT_MAX_BYTES >> 20} MiB; "
+                          "write it another way")
     diff, added, removed = _unified(before, after, shown)
     request = EditRequest(tool, shown, diff, added, removed, current is None, outside)
     done = done.replace("{counts}", f"+{added} -{removed}").replace("{shown}", shown)
     if current is None:
-        return _Plan(target, shown, None, None, None, _encode(after, None), request, done)
-    return _Plan(target, shown, current.stamp, current.mode, current.owner, _encode(after, current), request, done,
+        return _Plan(target, shown, None, None, None, data, request, done)
+    return _Plan(target, shown, current.stamp, current.mode, current.owner, data, request, done,
                  unchanged=after == before)
 
 

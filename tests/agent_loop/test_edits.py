@@ -12,7 +12,7 @@ import anyio
 import pytest
 
 from dsh.agent_loop import Completed, ToolContext, ToolOutput, default_tools
-from dsh.agent_loop.edits import EDIT_DENIED, EDIT_NO_APPROVER, EditRequest
+from dsh.agent_loop.edits import EDIT_DENIED, EDIT_MAX_BYTES, EDIT_NO_APPROVER, EditRequest
 from dsh.agent_loop.tools import run_tool_call
 from dsh.llm import ToolCall
 from dsh.repl.demo.fault_server import Behaviour
@@ -307,3 +307,16 @@ async def test_a_line_break_in_a_file_name_is_shown_not_obeyed(work: Path) -> No
     assert result.text == "created a\u240a+++ forged (1 line)"
     assert approver.asked[0].diff.split("\n")[:2] == ["--- /dev/null", "+++ a\u240a+++ forged"]
     assert (work / "a\n+++ forged").read_text() == "x\n"
+
+
+async def test_files_and_contents_over_the_size_bound_are_refused_before_any_diff(work: Path) -> None:
+    (work / "big.txt").write_bytes(b"x" * (EDIT_MAX_BYTES + 1))
+    approver = Approver()
+    tools = Tools(work, approver)
+    big = await tools("edit_file", path="big.txt", old_string="x", new_string="y")
+    assert big == ToolOutput("Error: big.txt is larger than 4 MiB; edit it another way", is_error=True)
+    huge = await tools("write_file", path="huge.txt", content="y" * (EDIT_MAX_BYTES + 1))
+    assert huge == ToolOutput(
+        "Error: the new content of huge.txt is larger than 4 MiB; write it another way", is_error=True
+    )
+    assert approver.asked == [] and not (work / "huge.txt").exists()
