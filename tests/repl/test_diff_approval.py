@@ -2,7 +2,24 @@
 
 from __future__ import annotations
 
-from dsh.repl.render import ADDED, DIM, REMOVED, RESET, Renderer, diff_approval, terminal_text
+import re
+import unicodedata
+
+from hypothesis import given
+from hypothesis import strategies as st
+
+from dsh.agent_loop.edits import _unified
+from dsh.repl.render import (
+    ADDED,
+    DIM,
+    REMOVED,
+    RESET,
+    Renderer,
+    diff_approval,
+    sanitize,
+    shown_diff,
+    terminal_text,
+)
 
 DIFF = "--- notes.txt\n+++ notes.txt\n@@ -1,2 +1,2 @@\n keep\n-old\n+new"
 
@@ -63,3 +80,26 @@ def test_the_view_block_keeps_its_colour() -> None:
     approval = diff_approval(diff, "a (+30 -30)", tool="edit_file", rows=24, cols=80, color=True)
     text = terminal_text(Renderer(color=True).block(approval.view))
     assert f"      {REMOVED}-0{RESET}\n      {ADDED}+0!{RESET}\n" in text
+
+
+HOSTILE = st.text(
+    alphabet=st.one_of(
+        st.characters(codec=None),
+        st.sampled_from("\x1b\x07\x9b\x9d\x90\r\n\n\n\t \u202a\u202e\u2066\u2069\u200b\u200d\u2060\ufeff\u2028"),
+    )
+)
+_SGR = re.compile(r"\x1b\[[0-9;]*m")
+
+
+@given(HOSTILE, HOSTILE)
+def test_any_edit_is_shown_whole_and_inert_before_y_counts(before: str, after: str) -> None:
+    diff, added, removed = _unified(before or None, after, "f.txt")
+    approval = diff_approval(diff, f"f.txt (+{added} -{removed})", tool="edit_file", rows=24, cols=80, color=True)
+    approved = terminal_text(approval.view if approval.must_view else approval.question)  # what y answers
+    plain = _SGR.sub("", approved)
+    assert "\x1b" not in plain and "\r" not in plain
+    assert not any(unicodedata.category(c) in ("Cc", "Cf", "Zl", "Zp", "Cs") and c not in "\n\t" for c in plain)
+    for line in shown_diff(diff):
+        assert sanitize(line) in plain
+    if not approval.must_view:
+        assert approval.question.endswith("  (y / n / a) ")
