@@ -96,15 +96,18 @@ def test_a_diff_taller_than_the_screen_must_be_viewed_before_y(work: Path, spawn
     assert (work / "big.txt").read_text() == content
 
 
-def _print_run(work: Path, home: Path, url: str, *flags: str) -> subprocess.CompletedProcess[str]:  # noqa: F811
+def _print_run(work: Path, home: Path, url: str, *flags: str, stdin: str | None = None  # noqa: F811
+               ) -> subprocess.CompletedProcess[str]:
+    """``dsh [flags] -p 'write it'``, or piped ``stdin`` when given."""
     env = pty_env(home, DEEPSEEK_API_KEY=KEY, DEEPSEEK_BASE_URL=url, PYTHONPATH=os.environ.get("PYTHONPATH", ""))
+    prompt = ["-p", "write it"] if stdin is None else []
     # stdout and stderr together: the test pins the lines, not which stream carries them
-    return subprocess.run([sys.executable, "-m", "dsh.repl", *flags, "-p", "write it"], cwd=work, env=env,
+    return subprocess.run([sys.executable, "-m", "dsh.repl", *flags, *prompt], cwd=work, env=env,
                           stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True, timeout=30,
-                          stdin=subprocess.DEVNULL)
+                          input=stdin if stdin is not None else "")
 
 
-def test_print_mode_denies_edits_unless_allow_edits(work: Path, home: Path) -> None:  # noqa: F811
+def test_print_and_piped_runs_deny_edits_unless_allow_edits(work: Path, home: Path) -> None:  # noqa: F811
     call = _call("w1", "write_file", path="new.txt", content="hello\n")
     with FaultServer(script=[call], default=Behaviour("text", text="ok\n")) as server:
         denied = _print_run(work, home, server.url)
@@ -113,6 +116,9 @@ def test_print_mode_denies_edits_unless_allow_edits(work: Path, home: Path) -> N
         assert not (work / "new.txt").exists()
         sent = server.requests[-1].json["messages"][-1]
         assert sent["role"] == "tool" and sent["content"] == DENIAL.removeprefix("  [tool result] ")
+        server.push(call)
+        piped = _print_run(work, home, server.url, stdin="write it\n")
+        assert piped.returncode == 0 and DENIAL + "\n" in piped.stdout and not (work / "new.txt").exists()
         server.push(call)
         allowed = _print_run(work, home, server.url, "--allow-edits")
         assert allowed.returncode == 0, allowed.stdout
