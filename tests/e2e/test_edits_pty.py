@@ -162,3 +162,16 @@ def test_the_demo_write_file_then_edit_file_scenarios(work: Path, spawn) -> None
     assert demo.read_text() == (
         "Hello again: edit_file changed this line.\nThis file was written by the write_file tool.\n"
     )
+
+
+def test_ctrl_c_at_the_edit_question_cancels_the_turn_and_leaves_the_file(work: Path, spawn) -> None:  # noqa: F811
+    script = [_call("w1", "write_file", path="new.txt", content="x\n")]
+    with FaultServer(script=script, default=Behaviour("text", text="done\n")) as server:
+        dsh: Dsh = spawn(cwd=work, DEEPSEEK_API_KEY=KEY, DEEPSEEK_BASE_URL=server.url)
+        dsh.prompt()
+        dsh.send("write it")
+        dsh.wait_screen("  [approve] write_file new.txt (new file, +1)  (y / n / a)")
+        dsh.child.sendintr()
+        dsh.expect_exact("[turn aborted] cancelled\r\n")
+        dsh.prompt()
+    assert not (work / "new.txt").exists()
