@@ -5,7 +5,8 @@ Newline-delimited JSON-RPC 2.0 (see :mod:`dsh.agent_loop.jsonrpc`). Requests fro
 ``initialize {model?, base_url?, max_tokens?, cwd, permission?}``
     Build the session. The API key comes from ``$DEEPSEEK_API_KEY`` (the parent passes it explicitly;
     it is never a parameter). ``base_url`` defaults to ``$DEEPSEEK_BASE_URL``, then the DeepSeek default.
-    ``permission`` ``allow`` approves the child's shell commands; ``reject`` (default) denies them.
+    ``permission`` ``allow`` approves the child's shell commands and file edits; ``reject`` (default)
+    denies them.
     Answers ``{protocolVersion: 1, serverInfo: {name, version}, session: {id}}``.
 ``session/prompt {prompt}``
     Run one turn. Every session event is sent first as a ``session/event {event: {type, data}}``

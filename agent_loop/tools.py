@@ -6,9 +6,10 @@ one assistant message in model order; consecutive concurrency-safe calls form a 
 parallel (see :func:`plan_batches`). Whatever goes wrong with one call -- arguments that are not a JSON
 object, an unknown tool, an exception -- becomes an error result the model sees; the turn goes on.
 
-Built-ins (:func:`default_tools`): ``read_file``, ``list_dir``, ``search_text`` (concurrency-safe) and
-``run_shell``, which asks the approver first (``yes`` / ``no`` / ``always`` for this session) and is
-denied when there is no approver. Shell commands run as real child processes in their own process
+Built-ins (:func:`default_tools`): ``read_file``, ``list_dir``, ``search_text`` (concurrency-safe),
+``write_file`` and ``edit_file`` (``dsh.agent_loop.edits``: a diff to approve) and ``run_shell``, which
+asks the approver first (``yes`` / ``no`` / ``always`` for this session) and is denied when there is no
+approver. Shell commands run as real child processes in their own process
 group, with a timeout and bounded output, and are killed and reaped when the turn is cancelled.
 """
 
@@ -56,7 +57,9 @@ DEFAULT_MAX_PARALLEL = 10
 MAX_RESULT_CHARS = 100_000  # a last bound on any tool's text, whoever wrote the tool
 
 Approval = Literal["yes", "no", "always"]
-Approver = Callable[[str], Awaitable["Approval | None"]]
+# Called with what is to be approved: run_shell's command (a str), or an edit tool's
+# ``dsh.agent_loop.edits.EditRequest`` (its diff).
+Approver = Callable[[Any], Awaitable["Approval | None"]]
 
 
 @dataclass(frozen=True, slots=True)
@@ -414,30 +417,53 @@ def open_regular(path: Path) -> BinaryIO:
         raise
 
 
-def _read_file_sync(path: Path, offset: int, limit: int, stop: threading.Event) -> ToolOutput:
+READ_STAMPS_KEY = "read_file.stamps"  # session_state: {real path: (mtime_ns, size)} when the model read it
+
+
+def file_stamp(info: os.stat_result) -> tuple[int, int]:
+    """What says a file changed since it was read: its modification time (ns) and size."""
+    return (info.st_mtime_ns, info.st_size)
+
+
+def read_stamps(ctx: ToolContext) -> dict[str, tuple[int, int]]:
+    """The files the model has read this session, as they were then (the edit tools refuse stale ones)."""
+    stamps = ctx.session_state.get(READ_STAMPS_KEY)
+    if not isinstance(stamps, dict):
+        stamps = ctx.session_state[READ_STAMPS_KEY] = {}
+    return stamps
+
+
+def _read_file_sync(
+    path: Path, offset: int, limit: int, stop: threading.Event
+) -> tuple[ToolOutput, tuple[str, tuple[int, int]] | None]:
     try:
         file = open_regular(path)
     except NotRegularFile as exc:
-        return ToolOutput(f"Error: {exc}", is_error=True)
+        return ToolOutput(f"Error: {exc}", is_error=True), None
     with file:
-        if b"\0" in file.read(8192):
-            return ToolOutput(f"Error: {path} looks like a binary file", is_error=True)
-        file.seek(0)
-        lines: list[str] = []
-        size = 0
-        number = 0
-        more = False
-        for number, raw in enumerate(file, start=1):
-            if number % 4096 == 0 and stop.is_set():
-                break  # the turn was cancelled: an abandoned read stops at its next check
-            if number < offset:
-                continue
-            if len(lines) >= limit or size >= READ_LIMIT_BYTES:
-                more = True
-                break
-            line = raw.decode("utf-8", "replace")
-            lines.append(line)
-            size += len(raw)
+        stamp = (os.path.realpath(path), file_stamp(os.fstat(file.fileno())))
+        return _read_lines(file, path, offset, limit, stop), stamp
+
+
+def _read_lines(file: BinaryIO, path: Path, offset: int, limit: int, stop: threading.Event) -> ToolOutput:
+    if b"\0" in file.read(8192):
+        return ToolOutput(f"Error: {path} looks like a binary file", is_error=True)
+    file.seek(0)
+    lines: list[str] = []
+    size = 0
+    number = 0
+    more = False
+    for number, raw in enumerate(file, start=1):
+        if number % 4096 == 0 and stop.is_set():
+            break  # the turn was cancelled: an abandoned read stops at its next check
+        if number < offset:
+            continue
+        if len(lines) >= limit or size >= READ_LIMIT_BYTES:
+            more = True
+            break
+        line = raw.decode("utf-8", "replace")
+        lines.append(line)
+        size += len(raw)
     text = "".join(lines)
     if not lines and offset > 1:
         return ToolOutput(f"(no lines at offset {offset}; the file has {number} lines)")
@@ -453,9 +479,14 @@ async def _read_file(args: dict[str, Any], ctx: ToolContext) -> ToolOutput:
     stop = threading.Event()
     try:
         # Abandoned on cancel so Ctrl-C ends the turn at once; the thread sees ``stop`` and ends.
-        return await anyio.to_thread.run_sync(_read_file_sync, path, offset, limit, stop, abandon_on_cancel=True)
+        output, stamp = await anyio.to_thread.run_sync(
+            _read_file_sync, path, offset, limit, stop, abandon_on_cancel=True
+        )
     finally:
         stop.set()
+    if stamp is not None and not output.is_error:
+        read_stamps(ctx)[stamp[0]] = stamp[1]
+    return output
 
 
 def read_file_tool() -> Tool:
@@ -665,6 +696,16 @@ def run_shell_tool(approver: Approver | None = None, *, shell: str = "/bin/sh") 
     )
 
 
-def default_tools(approver: Approver | None = None) -> ToolRegistry:
-    """The developer tools: read_file, list_dir, search_text, run_shell (approval through ``approver``)."""
-    return ToolRegistry([read_file_tool(), list_dir_tool(), search_text_tool(), run_shell_tool(approver)])
+def default_tools(approver: Approver | None = None, *, allow_edits: bool = False) -> ToolRegistry:
+    """The developer tools: read_file, list_dir, search_text, write_file, edit_file, run_shell.
+
+    ``approver`` answers for run_shell and the edit tools; ``allow_edits`` lets the edit tools write
+    inside the working tree when there is no approver (piped and ``-p`` runs).
+    """
+    from dsh.agent_loop.edits import edit_file_tool, write_file_tool  # it builds on this module
+
+    return ToolRegistry([
+        read_file_tool(), list_dir_tool(), search_text_tool(),
+        write_file_tool(approver, allow_unattended=allow_edits), edit_file_tool(approver, allow_unattended=allow_edits),
+        run_shell_tool(approver),
+    ])

@@ -729,6 +729,22 @@ def table_reliability_counts(lab: Lab) -> str:
     return "\n".join(rows) + "\n"
 
 
+def edits_session(lab: Lab) -> str:
+    """``-p`` denies an edit; ``--allow-edits`` lets it write (inside the working tree); the file it wrote."""
+
+    def job() -> str:
+        home = lab.home()
+        prompt = "Write a demo file"
+        denied = lab.dsh(["--demo", "--scenario", "write-file", "-p", prompt], home=home)
+        allowed = lab.dsh(["--demo", "--scenario", "write-file", "--allow-edits", "-p", prompt], home=home)
+        wrote = (home / "project" / "dsh-demo.txt").read_text(encoding="utf-8")
+        parts = [session_text(denied, status=True), session_text(allowed, status=True),
+                 "$ cat dsh-demo.txt\n" + wrote.rstrip("\n")]
+        return fence("\n".join(parts), "console")
+
+    return lab.once("edits", job).result()
+
+
 # --- the registry ---------------------------------------------------------------------------------------
 
 GENERATORS: dict[str, Callable[[Lab], str]] = {
@@ -744,6 +760,7 @@ GENERATORS: dict[str, Callable[[Lab], str]] = {
     "resume": resume_session,
     "config-errors": config_errors,
     "prompt-guard": prompt_guard,
+    "edits": edits_session,
     "dsh-child-error": scenario_session("dsh-child-error", DELEGATE_PROMPT),
     "dsh-background": scenario_session("dsh-background", "Run the summary in the background"),
     "acp-remote-limit": scenario_session("acp-remote-limit", DELEGATE_PROMPT),

@@ -39,7 +39,7 @@ from prompt_toolkit.output import Output
 from prompt_toolkit.patch_stdout import patch_stdout
 
 from dsh.repl import commands
-from dsh.repl.render import Approval, approval_answer, approval_question, sanitize, terminal_text
+from dsh.repl.render import Approval, approval_answer, approval_question, diff_approval, sanitize, terminal_text
 from dsh.repl.shell import Shell, StartupError
 
 __all__ = ["InteractiveApp", "SafeHistory", "TerminalSink"]
@@ -380,7 +380,7 @@ class InteractiveApp:
         if self._typed:
             hint += f" · typed ahead: {len(self._typed)} chars, kept for the next prompt"
         if self._question is not None:
-            hint = "v views the command · n denies" if self._must_view() else "y / n / a"
+            hint = f"v views the {self._approval.noun} · n denies" if self._must_view() else "y / n / a"
         return [("class:bottom-toolbar", sanitize(f"{text} · {hint}"))]
 
     def _must_view(self) -> bool:
@@ -443,13 +443,13 @@ class InteractiveApp:
                 self._view.invalidate()
 
     def _view_command(self, event: KeyPressEvent) -> None:
-        """``v``: the whole command, printed above the question; only then do ``y`` and ``a`` count."""
+        """``v``: the whole command or diff, printed above the question; only then do ``y`` and ``a`` count."""
         approval = self._approval
         if approval is None or not approval.must_view or self._viewed or self._answered is None:
             return
         self._viewed = True
         self._question = approval.viewed_question
-        self.sink.write(self.shell.renderer.line(approval.view.rstrip("\n")))
+        self.sink.write(self.shell.renderer.block(approval.view))
 
     def _answer_handler(self, answer: str):  # type: ignore[no-untyped-def]
         def handle(event: KeyPressEvent) -> None:
@@ -490,15 +490,21 @@ class InteractiveApp:
         with anyio.CancelScope(shield=True):
             await self.sink.drain()
 
-    async def _ask_approval(self, command: str) -> str | None:
-        """The shell tool's approver: ask inline in the live view, (y / n / a)."""
+    async def _ask_approval(self, request: object) -> str | None:
+        """The approver of run_shell (a command) and the edit tools (an EditRequest): inline, (y / n / a)."""
         view = self._view
         if view is None or not view.is_running:
             return None
         await self.sink.settle()  # every line before the question is on the screen above it
         self._answer, self._answered = None, anyio.Event()
         size = self._output.get_size()
-        self._approval = approval_question(command, rows=size.rows, cols=size.columns)
+        from dsh.agent_loop.edits import EditRequest  # loaded with the agent's tools already
+
+        if isinstance(request, EditRequest):
+            self._approval = diff_approval(request.diff, request.subject, tool=request.tool, rows=size.rows,
+                                           cols=size.columns, color=self.shell.renderer.color)
+        else:
+            self._approval = approval_question(str(request), rows=size.rows, cols=size.columns)
         self._viewed = False
         self._question = self._approval.question
         view.invalidate()

@@ -135,6 +135,8 @@ def _parser():  # type: ignore[no-untyped-def]
     parser.add_argument("--max-tokens", dest="max_tokens", type=int, metavar="N", help="output-token cap per step")
     parser.add_argument("--thinking", choices=("enabled", "disabled"), help="DeepSeek thinking mode")
     parser.add_argument("--reasoning-effort", dest="reasoning_effort", choices=("low", "high", "max"))
+    parser.add_argument("--allow-edits", dest="allow_edits", action="store_true", default=None,
+                        help="piped and -p runs may write files in the working tree without asking")
     parser.add_argument("--version", action="version", version=f"dsh {__version__}")
     return parser
 
@@ -210,6 +212,7 @@ def _run(argv: list[str]) -> int:
         "max_tokens": args.max_tokens,
         "thinking": args.thinking,
         "reasoning_effort": args.reasoning_effort,
+        "allow_edits": args.allow_edits,
     }
     try:
         config = load_config(

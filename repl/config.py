@@ -56,6 +56,7 @@ KNOWN_KEYS = frozenset(
         "system_prompt",
         "system_prompt_append",
         "models",
+        "allow_edits",
     }
 )
 
@@ -84,6 +85,7 @@ class Config:
     system_prompt: str | None = None  # replaces the built-in system prompt (docs/configuration.md)
     system_prompt_append: str | None = None  # follows the project instructions
     models: dict[str, dict[str, Any]] = field(default_factory=dict)  # per-model context window and prices
+    allow_edits: bool = False  # piped and -p runs may write files in the working tree without asking
     proxy: str | None = None  # the proxy that carries requests: --proxy, HTTPS_PROXY & co, or the file
     config_path: Path | None = None  # the file that was read, if any
     warnings: tuple[str, ...] = ()
@@ -209,6 +211,12 @@ def _check_thinking(key: str, value: object, where: str) -> bool:
     raise ConfigError(f"{where}: {key} must be true/false (or enabled/disabled), got {value!r:.40}")
 
 
+def _check_bool(key: str, value: object, where: str) -> bool:
+    if isinstance(value, bool):
+        return value
+    raise ConfigError(f"{where}: {key} must be true or false, got {value!r:.40}")
+
+
 def _check_effort(key: str, value: object, where: str) -> str:
     if isinstance(value, str) and value in REASONING_EFFORTS:
         return value
@@ -279,6 +287,7 @@ _CHECKS = {
     "system_prompt": _check_text,
     "system_prompt_append": _check_text,
     "models": _check_models,
+    "allow_edits": _check_bool,
 }
 
 

@@ -33,6 +33,7 @@ from dsh.llm.network import FailureDetail
 from dsh.llm.redact import redact_text
 
 __all__ = [
+    "ADDED",
     "APPROVAL_MAX_CHARS",
     "DIM",
     "FIX_AUTH",
@@ -50,6 +51,7 @@ __all__ = [
     "FIX_REFUSED",
     "FIX_SERVER",
     "HIGHLIGHT",
+    "REMOVED",
     "RESET",
     "Approval",
     "Renderer",
@@ -57,9 +59,11 @@ __all__ = [
     "TurnActivity",
     "approval_answer",
     "approval_question",
+    "diff_approval",
     "fix_line",
     "sanitize",
     "shown_command",
+    "shown_diff",
     "styled",
     "terminal_text",
     "turn_end_line",
@@ -67,6 +71,8 @@ __all__ = [
 
 DIM = "\x1b[2m"
 HIGHLIGHT = "\x1b[1;33m"
+ADDED = "\x1b[32m"
+REMOVED = "\x1b[31m"
 RESET = "\x1b[0m"
 
 # DeepSeek's documented remedies for the errors a user can act on, one short fixed line each.
@@ -127,7 +133,7 @@ def sanitize(text: str) -> str:
     return (_UNSAFE_ASCII if text.isascii() else _UNSAFE).sub(_picture, text)
 
 
-_STYLES = {"dim": DIM, "highlight": HIGHLIGHT}
+_STYLES = {"dim": DIM, "highlight": HIGHLIGHT, "added": ADDED, "removed": REMOVED}
 
 
 class Styled(str):
@@ -350,6 +356,10 @@ class Renderer:
         """A free-standing message line (command output, hints) placed on its own line."""
         return self._emit(self._break_line() + text + "\n")
 
+    def block(self, text: str) -> str:
+        """Whole lines that already end in a newline (an approval's view), from a fresh line."""
+        return self._emit(self._break_line() + text)
+
     def dim_line(self, text: str) -> str:
         """A secondary line of dsh's own (the usage line), dim on a terminal."""
         return self._emit(self._break_line() + self._styled(text, "dim") + "\n")
@@ -478,6 +488,7 @@ class Approval:
     must_view: bool
     view: str  # the whole command, as lines to print above the question ("" when it is inline)
     viewed_question: str  # the question once the command was viewed
+    noun: str = "command"  # what ``v`` views: "command" or "diff"
 
 
 def _size(command: str) -> str:
@@ -485,25 +496,87 @@ def _size(command: str) -> str:
     return f"{lines} line{'s' if lines != 1 else ''} / {len(command)} chars"
 
 
+def _fits(shown: Sequence[str], text: str, rows: int, cols: int) -> bool:
+    """Whether ``shown`` (the lines an approval prints for ``text``) fits inline in the live view."""
+    width = max(cols, 20)
+    screen_rows = sum(max(1, -(-len(sanitize(line)) // width)) for line in shown)
+    budget = max(rows - 4, 1)  # the toolbar, the question's own line and a little context
+    return screen_rows <= budget and text.count("\n") + 1 <= budget and len(text) <= APPROVAL_MAX_CHARS
+
+
+_INDENT = "      "
+
+
 def approval_question(command: str, *, rows: int = 24, cols: int = 80, tool: str = "run_shell") -> Approval:
     """The question for a command; one that does not fit the screen is shown by ``v`` before ``y`` counts."""
     head = f"  [approve] {tool}: "
     shown = shown_command(command.strip("\n") if command.strip() else command)
-    indent = "      "
-    width = max(cols, 20)
-    screen_rows = sum(max(1, -(-len(sanitize(line)) // width)) for line in shown)
-    budget = max(rows - 4, 1)  # the toolbar, the question's own line and a little context
-    fits = (screen_rows <= budget and command.count("\n") + 1 <= budget and len(command) <= APPROVAL_MAX_CHARS)
-    if fits:
-        text = head + ("\n" + indent).join(shown) + "  (y / n / a) "
+    if _fits(shown, command, rows, cols):
+        text = head + ("\n" + _INDENT).join(shown) + "  (y / n / a) "
         return Approval(text, False, "", text)
     size = _size(command)
-    view = f"  [command] {tool}, {size}:\n" + "".join(f"{indent}{line}\n" for line in shown)
+    view = f"  [command] {tool}, {size}:\n" + "".join(f"{_INDENT}{line}\n" for line in shown)
     return Approval(
         f"{head}command is {size} \u2014 v to view  (v / n) ",
         True,
         view,
         f"{head}the command above ({size})  (y / n / a) ",
+    )
+
+
+def _diff_style(line: str) -> str | None:
+    if line.startswith(("+++ ", "--- ")):
+        return None
+    if line.startswith("+"):
+        return "added"
+    if line.startswith("-"):
+        return "removed"
+    return "dim" if line.startswith("@@") else None
+
+
+def shown_diff(diff: str) -> list[str]:
+    """The lines an edit approval shows for a unified diff: the command rule for blanks and tabs."""
+    return shown_command(diff.strip("\n"))
+
+
+def _indented_block(lines: Sequence[str], *, color: bool) -> Styled:
+    """``lines`` indented, one per line, added/removed lines coloured; built in one pass (no O(n²) joins)."""
+    parts: list[str] = []
+    spans: list[tuple[int, int, str]] = []
+    at = 0
+    for line in lines:
+        parts.append(_INDENT)
+        at += len(_INDENT)
+        style = _diff_style(line) if color else None
+        if style is not None and line:
+            spans.append((at, at + len(line), style))
+        parts.append(line + "\n")
+        at += len(line) + 1
+    return Styled("".join(parts), tuple(spans))
+
+
+def diff_approval(
+    diff: str, subject: str, *, tool: str, rows: int = 24, cols: int = 80, color: bool = False
+) -> Approval:
+    """The question for an edit: the whole diff above ``[approve] tool subject``; a long one needs ``v``.
+
+    ``subject`` names the file and the change (``notes.txt (+1 -1)``). The diff lines follow the
+    command rule (:func:`shown_command`), and a diff that does not fit the screen is announced as
+    ``diff is N lines / M chars — v to view``, exactly like a long command.
+    """
+    head = f"  [approve] {tool} {subject}"
+    shown = shown_diff(diff)
+    block = _indented_block(shown, color=color)
+    if _fits([*shown, head], diff, rows, cols):
+        text = block + head + "  (y / n / a) "
+        return Approval(text, False, "", text, "diff")
+    size = _size(diff.strip("\n"))
+    return Approval(
+        f"{head}: diff is {size} \u2014 v to view  (v / n) ",
+        True,
+        f"  [diff] {tool} {subject}, {size}:\n" + block,
+        f"{head}: the diff above ({size})  (y / n / a) ",
+        "diff",
     )
 
 

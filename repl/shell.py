@@ -78,7 +78,7 @@ class Sink(Protocol):
 
 
 Approval = str | None  # "yes" | "no" | "always" | None (denied)
-AskApproval = Callable[[str], Awaitable[Approval]]
+AskApproval = Callable[[Any], Awaitable[Approval]]  # a command (str) or an EditRequest
 TurnScope = Callable[[], contextlib.AbstractAsyncContextManager[None]]
 
 # --- extension seams for other packages (subagents, jobs) ------------------------------------------
@@ -275,7 +275,8 @@ class Shell:
         self._build_client()
         self.session = session
         # Without a terminal nobody can approve: the shell tool then says so instead of "denied".
-        tools = default_tools(self._approve if self.approvals else None)
+        # Edits then follow allow_edits (--allow-edits or the config key).
+        tools = default_tools(self._approve if self.approvals else None, allow_edits=self.config.allow_edits)
         if self.toolkit is not None:
             for tool in self.toolkit.tools():
                 tools.add(tool, replace=True)
@@ -409,11 +410,12 @@ class Shell:
         for line in text.split("\n"):
             self.sink.write(self.renderer.line(line))
 
-    async def _approve(self, command: str) -> Approval:
+    async def _approve(self, request: Any) -> Approval:
+        """A shell command (str) or an edit (``EditRequest``) to the front end's question."""
         ask = self.ask_approval
         if ask is None:
             return None
-        return await ask(command)
+        return await ask(request)
 
     # --- turns -----------------------------------------------------------------------------------
 

@@ -12,6 +12,7 @@ Other packages add scenarios with :func:`register_scenario` (subagent failure ca
 from __future__ import annotations
 
 import contextlib
+import json
 from collections.abc import AsyncIterator, Callable
 from dataclasses import dataclass, field, fields
 from typing import Any
@@ -22,6 +23,7 @@ from dsh.repl.demo.fault_server import Behaviour, FaultServer
 
 __all__ = [
     "CORE_SCENARIOS",
+    "DEMO_FILE",
     "DEMO_FIRST_TOKEN_TIMEOUT",
     "SCENARIOS",
     "Demo",
@@ -223,6 +225,29 @@ def _shell_approval(turn: DemoTurn) -> None:
     turn.server.default = Behaviour("text", text="The shell tool asked you first; your answer went to the model.\n")
 
 
+DEMO_FILE = "dsh-demo.txt"  # what the write-file and edit-file scenarios change, in the working directory
+_DEMO_CONTENT = "Hello from the dsh demo.\nThis file was written by the write_file tool.\n"
+
+
+def _write_file(turn: DemoTurn) -> None:
+    arguments = json.dumps({"path": DEMO_FILE, "content": _DEMO_CONTENT})
+    turn.push(Behaviour("tool_call", id="call_demo_3", name="write_file", arguments=arguments,
+                        reasoning="Create a small file; the user sees the diff first."))
+    turn.server.default = Behaviour("text", text=f"write_file asked before it touched {DEMO_FILE}; "
+                                    "the model sees what happened.\n")
+
+
+def _edit_file(turn: DemoTurn) -> None:
+    edit = {"path": DEMO_FILE, "old_string": "Hello from the dsh demo.",
+            "new_string": "Hello again: edit_file changed this line."}
+    turn.push(Behaviour("tool_call", id="call_demo_4", name="read_file", arguments=json.dumps({"path": DEMO_FILE}),
+                        reasoning="Read the file before changing it."),
+              Behaviour("tool_call", id="call_demo_5", name="edit_file", arguments=json.dumps(edit),
+                        reasoning="Now change its first line."))
+    turn.server.default = Behaviour("text", text="edit_file asked before it changed one exact line; "
+                                    "the model sees what happened.\n")
+
+
 def _refused(turn: DemoTurn) -> None:
     turn.endpoint = "refused"
 
@@ -281,6 +306,11 @@ def _register_catalogue() -> None:
     add("shell-approval", "the model wants to run a shell command: you answer y / n / a "
         "(piped, with no one to ask, it is denied)", _shell_approval,
         expect='  [tool call] run_shell({"command": "echo hello from run_shell"})')
+    add("write-file", f"the model wants to create {DEMO_FILE} here: you see the diff and answer y / n / a "
+        "(piped or -p, it is denied unless --allow-edits)", _write_file,
+        expect='  [tool call] write_file({"path": "dsh-demo.txt", ')
+    add("edit-file", f"the model reads {DEMO_FILE} (write-file creates it) and changes one line: the diff, "
+        "then y / n / a", _edit_file, expect='  [tool call] edit_file({"path": "dsh-demo.txt", ')
     add("retry-then-success", "HTTP 503 once, then an answer (one retry line)", _retry_then_success,
         expect="[retry 1/5 in 0.1s] SERVER: Server Overloaded, please try again later")
     add("http-400", "HTTP 400 invalid request (not retried)", _default("http_400"),
