@@ -700,6 +700,7 @@ class Agent:
             label=self.label,
             call_id=call.id,
             post_notice=self.post_notice,
+            redact=self.redactor,
         )
 
     async def _run_tools(self, state: _TurnState, calls: list[ToolCall]) -> None:

@@ -26,6 +26,7 @@ import difflib
 import os
 import secrets
 import stat
+from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -44,6 +45,7 @@ from dsh.agent_loop.tools import (
     read_stamps,
 )
 from dsh.llm import error_chain
+from dsh.llm.redact import MASK
 
 __all__ = [
     "EDIT_DENIED",
@@ -186,7 +188,7 @@ def _encode(text: str, current: _Current | None) -> bytes:
 
 
 def _plan(tool: str, target: Path, shown: str, outside: bool, known: tuple[int, int] | None,
-          change: Any) -> _Plan:
+          change: Any, redact: Callable[[str], str] = str) -> _Plan:
     """Read, check and build the edit.
 
     ``change(text or None) -> (new LF text, result text)`` may raise :class:`EditRefused`; ``{shown}``
@@ -200,11 +202,16 @@ def _plan(tool: str, target: Path, shown: str, outside: bool, known: tuple[int, 
         after, done = change(before)
     except EditRefused as exc:
         raise EditRefused(str(exc).replace("{shown}", shown)) from None
+    if before is not None and MASK in after and MASK not in before and redact(before) != before:
+        # The model saw this file with its secrets masked: writing its copy back would put *** over them.
+        raise EditRefused(f"Error: {shown} holds secrets that were masked ({MASK}) when it was read; the new "
+                          f"content would write {MASK} over them — change the lines around them with edit_file")
     data = _encode(after, current)
     if len(data) > EDIT_MAX_BYTES:  # the diff, the question and the file would all hold it
         raise EditRefused(f"Error: the new content of {shown} is larger than {EDIT_MAX_BYTES >> 20} MiB; "
                           "write it another way")
     diff, added, removed = _unified(before, after, shown)
+    diff = redact(diff)  # the approval shows context lines of the file: its secrets stay masked there too
     request = EditRequest(tool, shown, diff, added, removed, current is None, outside)
     done = done.replace("{counts}", f"+{added} -{removed}").replace("{shown}", shown)
     if current is None:
@@ -299,7 +306,7 @@ async def _run(tool: str, ctx: ToolContext, raw_path: object, change: Any, appro
     try:
         # Planning only reads: abandoned on cancel, so Ctrl-C ends the turn at once.
         plan = await anyio.to_thread.run_sync(
-            _plan, tool, target, shown, outside, known, change, abandon_on_cancel=True
+            _plan, tool, target, shown, outside, known, change, ctx.redact, abandon_on_cancel=True
         )
     except EditRefused as exc:
         return ToolOutput(str(exc), is_error=True)

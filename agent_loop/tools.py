@@ -89,6 +89,8 @@ class ToolContext:
     label: str = "main"
     call_id: str = ""
     post_notice: Callable[[str, str], None] | None = None  # (text, job_id) -> None; the agent's
+    # The agent's redactor: what the model saw of a file is masked, so an edit checks it (agent_loop/edits.py).
+    redact: Callable[[str], str] = str
 
 
 ToolFunction = Callable[[dict[str, Any], ToolContext], Awaitable["ToolOutput | str"]]

@@ -320,3 +320,33 @@ async def test_files_and_contents_over_the_size_bound_are_refused_before_any_dif
         "Error: the new content of huge.txt is larger than 4 MiB; write it another way", is_error=True
     )
     assert approver.asked == [] and not (work / "huge.txt").exists()
+
+
+async def test_a_file_whose_secrets_the_model_saw_masked_is_not_overwritten_with_the_mask(
+    server, make_agent, work: Path
+) -> None:
+    key = "sk-fileSecret0123456789abcdefgh"  # key-shaped, so masked whoever configured it
+    (work / "config.toml").write_text(f'model = "x"\napi_key = "{key}"\n')
+    server.push(
+        Behaviour("tool_call", id="r1", name="read_file", arguments={"path": "config.toml"}),
+        # What the model saw, written back with one change: the key would become ***.
+        Behaviour("tool_call", id="w1", name="write_file",
+                  arguments={"path": "config.toml", "content": 'model = "y"\napi_key = "sk-***"\n'}),
+        Behaviour("tool_call", id="e1", name="edit_file",
+                  arguments={"path": "config.toml", "old_string": 'model = "x"', "new_string": 'model = "y"'}),
+        Behaviour("text", text="done\n"),
+    )
+    approver = Approver()
+    agent, _ = make_agent(server.url, tools=default_tools(approver), cwd=work)
+    assert await agent.run_turn("change the model") == Completed()
+    _, records = read_log(agent.session.path)
+    outputs = [r["data"]["output"] for r in records if r["type"] == "tool/result"]
+    assert outputs == [
+        'model = "x"\napi_key = "sk-***"\n',
+        "Error: config.toml holds secrets that were masked (***) when it was read; the new content would "
+        "write *** over them — change the lines around them with edit_file",
+        "edited config.toml: 1 replacement (+1 -1)",
+    ]
+    assert (work / "config.toml").read_text() == f'model = "y"\napi_key = "{key}"\n'
+    # The approval's diff shows the key's line as context: masked there too.
+    assert [key in request.diff for request in approver.asked] == [False]
