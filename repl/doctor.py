@@ -172,6 +172,25 @@ def _certificate_facts(der: bytes | None) -> dict[str, Any]:
     }
 
 
+def _connect_failure(exc: BaseException) -> str:
+    """A failed connect in a word or two: what the deepest OS error says (anyio wraps it)."""
+    from dsh.llm.network import FailureDetail, classify_transport
+
+    if isinstance(exc, TimeoutError):
+        return "timed out"
+    if classify_transport(exc) == FailureDetail.REFUSED:
+        return "refused"
+    node: BaseException | None = exc
+    reason = type(exc).__name__
+    for _ in range(16):
+        if node is None:
+            break
+        if isinstance(node, OSError) and node.strerror:
+            reason = node.strerror
+        node = node.__cause__ or node.__context__
+    return reason
+
+
 def _days(days: int) -> str:
     return f"{days} day{'s' if days != 1 else ''} to expiry" if days >= 0 else f"expired {-days} day(s) ago"
 
@@ -347,8 +366,7 @@ class Doctor:
             except (OSError, TimeoutError) as exc:
                 took = self.now() - started
                 errors.append(exc)
-                why = "timed out" if isinstance(exc, TimeoutError) else (
-                    "refused" if isinstance(exc, ConnectionRefusedError) else (exc.strerror or type(exc).__name__))
+                why = _connect_failure(exc)
                 results.append(f"{_shown_host(address, port)} {why} after {_ms(took)}")
                 facts.append({"address": address, "port": port, "connected": False, "ms": round(took * 1000, 1)})
                 continue
