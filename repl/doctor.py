@@ -219,6 +219,7 @@ class Doctor:
         self.secrets = config.secrets
         self.client: Any = None
         self.addresses: list[tuple[str, int]] = []
+        self.reachable: tuple[str, int] | None = None  # the first address TCP connected to
 
     def now(self) -> float:
         if self._clock is not None:
@@ -373,6 +374,7 @@ class Doctor:
             took = self.now() - started
             await stream.aclose()
             connected = True
+            self.reachable = self.reachable or (address, port)
             results.append(f"{_shown_host(address, port)} connected in {_ms(took)}")
             facts.append({"address": address, "port": port, "connected": True, "ms": round(took * 1000, 1)})
         if connected:
@@ -392,30 +394,24 @@ class Doctor:
 
     async def tls(self) -> Step:
         import anyio
-        from anyio.streams.tls import TLSStream
 
         from dsh.llm.network import ssl_context
 
         parts = urlsplit(self.config.base_url)
         if parts.scheme != "https":
             return Step("TLS", SKIP, f"{parts.scheme}:// endpoint: no TLS")
-        if self.config.proxy:
-            return Step("TLS", SKIP, "through the proxy's tunnel: the HTTP step checks it")
+        proxy_scheme = urlsplit(self.config.proxy).scheme if self.config.proxy else None
+        if proxy_scheme not in (None, "http"):
+            return Step("TLS", SKIP, f"through a {proxy_scheme} proxy: the HTTP step checks it")
         host, port = parts.hostname or "", parts.port or 443
         cafile = self.env.get("SSL_CERT_FILE", "").strip()
         store = f"SSL_CERT_FILE={cafile}" if cafile else "the system trust store"
-        address, _ = self.addresses[0] if self.addresses else (host, port)
-        context = ssl_context(self.env)
+        tunnel = " (through the proxy's tunnel)" if self.config.proxy else ""
         try:
             with anyio.fail_after(self.connect_timeout):
-                raw = await anyio.connect_tcp(address, port)
-                try:
-                    stream = await TLSStream.wrap(raw, hostname=host, ssl_context=context, standard_compatible=False)
-                except BaseException:
-                    await raw.aclose()
-                    raise
+                stream = await self._tls_stream(host, port, ssl_context(self.env))
         except Exception as exc:
-            facts = await self._unverified_certificate(address, host, port)
+            facts = await self._unverified_certificate(host, port)
             step = self._failed("TLS", self._client().transport_failure(exc), {"trust": store, **facts})
             if facts.get("subject"):
                 step.details.append(f"certificate: subject {facts['subject']}; issuer {facts['issuer']}; "
@@ -426,23 +422,62 @@ class Doctor:
             der = stream.extra(anyio.streams.tls.TLSAttribute.peer_certificate_binary)
         finally:
             await stream.aclose()
-        facts = {"version": version, "trust": store, **_certificate_facts(der)}
-        text = (f"{version}; subject {facts.get('subject', '?')}; issuer {facts.get('issuer', '?')}; "
+        facts = {"version": version, "trust": store, "tunnel": bool(tunnel), **_certificate_facts(der)}
+        text = (f"{version}{tunnel}; subject {facts.get('subject', '?')}; issuer {facts.get('issuer', '?')}; "
                 f"{_days(facts.get('days_to_expiry', 0))}; verified against {store}")
         return Step("TLS", PASS, text, facts=facts)
 
-    async def _unverified_certificate(self, address: str, host: str, port: int) -> dict[str, Any]:
+    async def _tls_stream(self, host: str, port: int, context: ssl.SSLContext) -> Any:
+        """A TLS stream to the endpoint: over the address TCP reached, through a CONNECT tunnel under a proxy."""
+        import anyio
+        from anyio.streams.tls import TLSStream
+
+        address, target_port = self.reachable or self._target()[:2]
+        raw = await anyio.connect_tcp(address, target_port)
+        try:
+            if self.config.proxy:
+                await self._tunnel(raw, host, port)
+            return await TLSStream.wrap(raw, hostname=host, ssl_context=context, standard_compatible=False)
+        except BaseException:
+            await raw.aclose()
+            raise
+
+    async def _tunnel(self, raw: Any, host: str, port: int) -> None:
+        """``CONNECT host:port`` as httpx sends it; a refusal raises the ``ProxyError`` httpx would."""
+        import base64
+        from urllib.parse import unquote
+
+        import httpx
+
+        proxy = urlsplit(self.config.proxy or "")
+        authority = _shown_host(host, port)
+        head = [f"CONNECT {authority} HTTP/1.1", f"Host: {authority}"]
+        if proxy.username is not None:
+            credentials = f"{unquote(proxy.username)}:{unquote(proxy.password or '')}".encode()
+            head.append(f"Proxy-Authorization: Basic {base64.b64encode(credentials).decode()}")
+        await raw.send(("\r\n".join(head) + "\r\n\r\n").encode())
+        answer = b""
+        while b"\r\n\r\n" not in answer:
+            answer += await raw.receive()
+            if len(answer) > 64 * 1024:
+                raise httpx.ProxyError("the proxy's answer to CONNECT has no end")
+        status_line = answer.split(b"\r\n", 1)[0].decode("latin-1")
+        _, _, rest = status_line.partition(" ")
+        code, _, reason = rest.partition(" ")
+        if not code.isdigit() or not 200 <= int(code) < 300:
+            raise httpx.ProxyError(f"{code} {reason}".strip())
+
+    async def _unverified_certificate(self, host: str, port: int) -> dict[str, Any]:
         """The certificate the server shows, read without verifying it (to say what was refused)."""
         import anyio
-        from anyio.streams.tls import TLSAttribute, TLSStream
+        from anyio.streams.tls import TLSAttribute
 
         context = ssl.create_default_context()
         context.check_hostname = False
         context.verify_mode = ssl.CERT_NONE
         try:
             with anyio.fail_after(self.connect_timeout):
-                raw = await anyio.connect_tcp(address, port)
-                stream = await TLSStream.wrap(raw, hostname=host, ssl_context=context, standard_compatible=False)
+                stream = await self._tls_stream(host, port, context)
                 der = stream.extra(TLSAttribute.peer_certificate_binary)
                 await stream.aclose()
             return _certificate_facts(der)

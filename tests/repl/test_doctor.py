@@ -352,3 +352,38 @@ async def test_slash_doctor_in_the_demo_checks_the_demo_endpoint(env: dict[str, 
     assert lines[-1] == "doctor: every step passed"
     assert "  /doctor            check each step of a request to the endpoint (like dsh doctor)" in \
         commands.help_text(demo=False)
+
+
+# -- a real proxy (tinyproxy, a Debian package; skipped locally without it, required under CI) -------------
+
+from tests.llm.test_real_proxies import _PASSWORD, tinyproxy  # noqa: E402, F401 (the fixture)
+
+
+async def test_through_tinyproxy_every_step_passes_and_tls_goes_through_its_tunnel(
+        env: dict[str, str], tls_fault_server: FaultServer, tinyproxy: str) -> None:  # noqa: F811
+    env["SSL_CERT_FILE"] = tls_fault_server.tls_ca_file
+    env["HTTPS_PROXY"] = f"http://dshuser:{_PASSWORD}@{tinyproxy}"
+    report, lines = await _report(env, tls_fault_server.tls_url)
+    host = tinyproxy.split(":")[0]
+    assert lines[1:5] == [
+        f"✓ proxy: http://***@{tinyproxy} carries requests to 127.0.0.1 (HTTPS_PROXY (environment))",
+        f"✓ DNS: {host} is an address (no lookup)",
+        f"✓ TCP: {tinyproxy} connected in <ms>",
+        "✓ TLS: TLSv1.3 (through the proxy's tunnel); subject CN=dsh fault server (self-signed); issuer CN=dsh "
+        f"fault server (self-signed); 1 day to expiry; verified against SSL_CERT_FILE={tls_fault_server.tls_ca_file}",
+    ]
+    assert report.ok, lines
+    assert _PASSWORD not in "\n".join(lines)
+
+
+async def test_wrong_proxy_credentials_fail_at_tls_as_a_turn_fails(
+        env: dict[str, str], tls_fault_server: FaultServer, tinyproxy: str) -> None:  # noqa: F811
+    env["HTTPS_PROXY"] = f"http://{canaries.URL_USER}:{canaries.PROXY_PASSWORD}@{tinyproxy}"
+    url = tls_fault_server.tls_url
+    _, lines = await _report(env, url)
+    assert lines[4:6] == [
+        f"✗ TLS: [PROXY] DeepSeek API request to {url} via proxy http://***@{tinyproxy} failed: 401 Unauthorized",
+        "  fix: the proxy refused the credentials — check the user:password in HTTPS_PROXY (environment)",
+    ]
+    turn = await _turn_failure(env, _config(env, url))
+    assert turn.endswith(lines[4].removeprefix("✗ TLS: [PROXY] "))
