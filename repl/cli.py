@@ -78,7 +78,9 @@ def _doctor(args: list[str]) -> int:
     """``dsh doctor``: each step of one request, checked (dsh.repl.doctor, docs/doctor.md)."""
     from dsh.repl import doctor
 
-    return doctor.main(args, dict(os.environ))
+    env = dict(os.environ)
+    _setup_logging(env, tuple(s for s in (env.get("DEEPSEEK_API_KEY", "").strip(),) if s))  # not over the report
+    return doctor.main(args, env)
 
 
 # --- terminal safety net -------------------------------------------------------------------------

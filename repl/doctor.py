@@ -40,6 +40,8 @@ FIX_MISSING_KEY = "  fix: set DEEPSEEK_API_KEY (or api_key in config.toml)"
 FIX_MODEL = "  fix: this endpoint does not list the model {model} — check {source}"
 FIX_STATE_DIR = "  fix: dsh cannot write its state directory — check the permissions of {path}"
 
+_PRODUCT_BINARIES = {"claude-code": "claude", "codex": "codex"}  # what the product providers run
+
 Resolver = Callable[[str, int], Awaitable[list[tuple[Any, ...]]]]
 
 
@@ -654,22 +656,27 @@ class Doctor:
             provider = build_provider(name, table, ParentContext(self.config.model, self.config.base_url,
                                                                  self.config.api_key, os.getcwd()))
         except Exception as exc:  # SubagentConfigError names the table and key only
-            return False, redact_text(str(exc), self.secrets)
+            return False, f"{name} ({kind!s:.40}): {redact_text(str(exc), self.secrets)}"
         label = f"{name} ({kind})"
-        if provider.problem is not None:
-            return False, f"{label}: Subagent failure (provider: {name}; stage: initialize; category: configuration)"
+        if provider.problem is not None:  # the same: the table and the key, never a value
+            return False, f"{label}: {redact_text(provider.problem, self.secrets)}"
         if provider.hint:
             return False, f"{label}: {provider.hint}"
         settings = provider.settings
-        command = getattr(settings, "command", None) or ()
+        command = tuple(getattr(settings, "command", None) or ())
         if not command and getattr(settings, "cli_path", None):
             command = (settings.cli_path,)
+        product = _PRODUCT_BINARIES.get(str(kind))
+        if not command and product is not None and shutil.which(product):
+            command = (product,)
         if not command:
-            return True, f"{label}: configured (its default binary is checked when it runs)"
+            return True, f"{label}: configured (its bundled binary is used)"
         program = command[0]
         found = shutil.which(program)
         if found is None:
             return False, f"{label}: command not found: {redact_text(program, self.secrets)[:120]}"
+        if product is not None:
+            return await self._product_starts(label, (found, *command[1:]))
         if kind != "acp":
             return True, f"{label}: command found ({found})"
         import anyio
@@ -690,6 +697,26 @@ class Doctor:
         agent_name, agent_version = getattr(run, "agent_info", None) or ("", "")
         shown = " ".join(part for part in (agent_name[:60], agent_version[:30]) if part) or "no name given"
         return True, f"{label}: command found ({found}); initialize answered: {redact_text(shown, self.secrets)}"
+
+    async def _product_starts(self, label: str, argv: tuple[str, ...]) -> tuple[bool, str]:
+        """Whether a product's binary starts: ``--version`` exits 0. Only the exit status is shown."""
+        import subprocess
+
+        import anyio
+
+        env = {name: self.env[name] for name in ("PATH", "HOME", "LANG") if name in self.env}
+        outcome: Any = None
+        with anyio.move_on_after(SUBAGENT_TIMEOUT):
+            try:
+                outcome = await anyio.run_process([*argv, "--version"], check=False, env=env, stdin=subprocess.DEVNULL,
+                                                  stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+            except OSError:
+                return False, f"{label}: {argv[0]} --version did not start"
+        if outcome is None:
+            return False, f"{label}: {argv[0]} --version did not exit within {SUBAGENT_TIMEOUT:g}s"
+        if outcome.returncode != 0:
+            return False, f"{label}: {argv[0]} --version exited {outcome.returncode}"
+        return True, f"{label}: {argv[0]} starts (--version exited 0)"
 
     # -- the walk -------------------------------------------------------------------------------------
 

@@ -280,12 +280,14 @@ async def test_no_secret_reaches_the_report(env: dict[str, str], fault_server: F
         assert secret not in text
 
 
-async def test_an_acp_subagent_answers_initialize(env: dict[str, str], fault_server: FaultServer) -> None:
+async def test_each_configured_subagent_is_checked(env: dict[str, str], fault_server: FaultServer) -> None:
     config = _config(env, fault_server.url)
     tables = {"probe": {"provider": "acp", "command": sys.executable, "args": ["-m", "dsh.repl.demo.acp_agent"]},
               "dead": {"provider": "acp", "command": sys.executable, "args": ["-m", "dsh.repl.demo.acp_agent"],
                        "env": {"ACP_FAKE_EXIT_AT": "initialize", "ACP_FAKE_EXIT_CODE": "9"}},
-              "gone": {"provider": "acp", "command": "dsh-no-such-agent"}}
+              "gone": {"provider": "acp", "command": "dsh-no-such-agent"},
+              "typo": {"provider": "acp", "command": "x", "colour": "red"},
+              "cx": {"provider": "codex", "command": [sys.executable, "-m", "dsh.repl.demo.fake_codex_app_server"]}}
     import dataclasses
 
     doctor = Doctor(dataclasses.replace(config, subagents=tables), env, stdout=_NotATerminal())
@@ -295,8 +297,10 @@ async def test_an_acp_subagent_answers_initialize(env: dict[str, str], fault_ser
         f"✓ probe (acp): command found ({sys.executable}); initialize answered: fixtures-acp-agent 0.1",
         "✗ dead (acp): Subagent failure (provider: dead; stage: initialize; category: process-exit; exit code: 9)",
         "✗ gone (acp): command not found: dsh-no-such-agent",
+        "✗ typo (acp): [subagents.typo] unknown keys: colour",
+        f"✓ cx (codex): {sys.executable} starts (--version exited 0)",
     ]
-    assert step.text.endswith("; 3 subagents configured")
+    assert step.text.endswith("; 5 subagents configured")
 
 
 def _dsh(args: list[str], env: dict[str, str]) -> subprocess.CompletedProcess[str]:
