@@ -419,9 +419,11 @@ class Doctor:
                 step.details.append(f"certificate: subject {facts['subject']}; issuer {facts['issuer']}; "
                                     f"{_days(facts['days_to_expiry'])}")
             return step
+        from anyio.streams.tls import TLSAttribute
+
         try:
-            version = stream.extra(anyio.streams.tls.TLSAttribute.tls_version)
-            der = stream.extra(anyio.streams.tls.TLSAttribute.peer_certificate_binary)
+            version = stream.extra(TLSAttribute.tls_version)
+            der = stream.extra(TLSAttribute.peer_certificate_binary)
         finally:
             await stream.aclose()
         facts = {"version": version, "trust": store, "tunnel": bool(tunnel), **_certificate_facts(der)}
@@ -487,6 +489,8 @@ class Doctor:
             return {}
 
     async def http(self) -> Step:
+        import httpx  # noqa: F401 - loading httpx is dsh's time, not the endpoint's
+
         started = self.now()
         try:
             status, body = await self._client().get_json("/models")
