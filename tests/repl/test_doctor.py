@@ -238,6 +238,23 @@ async def test_ipv6_refused_and_ipv4_connecting_both_show(env: dict[str, str], f
     assert _ms(tcp.lines()[0]) == (f"✓ TCP: [::1]:{port} refused after <ms>; 127.0.0.1:{port} connected in <ms>")
 
 
+async def test_every_address_refused_fails_at_tcp_as_anyio_reports_it(env: dict[str, str]) -> None:
+    with closed_port() as port:
+        async def resolver(host: str, port_: int) -> list[tuple[Any, ...]]:
+            return [(socket.AF_INET6, socket.SOCK_STREAM, 6, "", ("::1", port_, 0, 0)),
+                    (socket.AF_INET, socket.SOCK_STREAM, 6, "", ("127.0.0.1", port_))]
+
+        doctor = Doctor(_config(env, f"http://doctor.test:{port}"), env, resolver=resolver)
+        await doctor.dns()
+        tcp = await doctor.tcp()
+    assert tcp.lines() == [
+        f"✗ TCP: [TRANSPORT] DeepSeek API request to http://doctor.test:{port} failed: All connection attempts "
+        f"failed: multiple connection attempts failed [[Errno 111] Connect call failed ('::1', {port}, 0, 0); "
+        f"[Errno 111] Connect call failed ('127.0.0.1', {port})]",
+        f"  fix: nothing is listening at doctor.test:{port} — check --base-url (flag)",
+    ]
+
+
 async def test_the_configuration_names_each_source_with_its_file_line(env: dict[str, str]) -> None:
     folder = Path(env["XDG_CONFIG_HOME"]) / "dsh"
     folder.mkdir(parents=True)
