@@ -169,6 +169,19 @@ async def test_an_unavailable_balance_fails_at_balance_with_quota(env: dict[str,
     assert lines[6:9] == ["✗ balance: [QUOTA] not available: 0.00 CNY (in <ms>)", FIX_QUOTA, f"– stream: {SKIPPED}"]
 
 
+async def test_an_endpoint_without_models_or_balance_skips_them(env: dict[str, str],
+                                                                fault_server: FaultServer) -> None:
+    url = f"{fault_server.url}/elsewhere"  # every route under it is a 404
+    report, lines = await _report(env, url)
+    assert lines[5:9] == [
+        "– HTTP: GET /models answered 404 in <ms>: this endpoint lists no models",
+        "– balance: GET /user/balance answered 404 in <ms>: no balance to check here",
+        "✗ stream: [HTTP_404] no route for POST /elsewhere/chat/completions",
+        _environment(env),
+    ]
+    assert not report.ok
+
+
 async def _turn_failure(env: dict[str, str], config: Config) -> str:
     """The failure line a real turn prints for the same configuration (no retries)."""
     sink = _Sink()
