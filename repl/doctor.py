@@ -5,7 +5,8 @@ The nine steps (docs/doctor.md): configuration, proxy, DNS, TCP, TLS, HTTP (``GE
 (failed) or ``–`` (skipped). The request path stops at its first failure: that line carries the rendered
 cause chain, and under it the same ``fix:`` line a turn would print, because the failure is built by the
 same code a turn uses (:meth:`DeepSeekClient.transport_failure`, its status table, ``fix_line``). The
-client is built as the shell builds it: the same proxy choice, the same trust store.
+client is built as the shell builds it: the same proxy choice, the same trust store. The probes below HTTP
+(TCP per address, TLS, an http proxy's tunnel) are network facts and live in :mod:`dsh.llm.probe`.
 
 Everything shown is redacted (the key, URL and proxy credentials) and goes through the terminal
 sanitizer at the sink. Checks are small functions of a :class:`Doctor`, whose clock and resolver can be
@@ -16,7 +17,6 @@ from __future__ import annotations
 
 import os
 import socket
-import ssl
 import stat
 import sys
 from collections.abc import Awaitable, Callable, Mapping
@@ -26,6 +26,7 @@ from typing import Any
 from urllib.parse import urlsplit
 
 from dsh.llm import ErrorCode, LlmError, redact_text, redact_url
+from dsh.llm.probe import all_attempts_failed, connect_failure_word, shown_host
 from dsh.repl.config import Config, state_dir
 
 __all__ = ["FAIL", "MARKS", "PASS", "SKIP", "Doctor", "Report", "Step", "run_doctor"]
@@ -111,10 +112,6 @@ async def _getaddrinfo(host: str, port: int) -> list[tuple[Any, ...]]:
     return await anyio.getaddrinfo(host, port, type=socket.SOCK_STREAM)
 
 
-def _shown_host(host: str, port: int) -> str:
-    return f"[{host}]:{port}" if ":" in host else f"{host}:{port}"
-
-
 def _is_address(host: str) -> bool:
     import ipaddress
 
@@ -154,43 +151,6 @@ def _with_line(source: str) -> str:
         if line.strip().startswith(key) and line.strip()[len(key):].lstrip().startswith("="):
             return f"{key} in {path}:{number}"
     return source
-
-
-def _certificate_facts(der: bytes | None) -> dict[str, Any]:
-    if not der:
-        return {}
-    import datetime
-
-    from cryptography import x509
-
-    certificate = x509.load_der_x509_certificate(der)
-    expires = certificate.not_valid_after_utc
-    days = (expires - datetime.datetime.now(datetime.UTC)).days
-    return {
-        "subject": certificate.subject.rfc4514_string(),
-        "issuer": certificate.issuer.rfc4514_string(),
-        "expires": expires.isoformat(),
-        "days_to_expiry": days,
-    }
-
-
-def _connect_failure(exc: BaseException) -> str:
-    """A failed connect in a word or two: what the deepest OS error says (anyio wraps it)."""
-    from dsh.llm.network import FailureDetail, classify_transport
-
-    if isinstance(exc, TimeoutError):
-        return "timed out"
-    if classify_transport(exc) == FailureDetail.REFUSED:
-        return "refused"
-    node: BaseException | None = exc
-    reason = type(exc).__name__
-    for _ in range(16):
-        if node is None:
-            break
-        if isinstance(node, OSError) and node.strerror:
-            reason = node.strerror
-        node = node.__cause__ or node.__context__
-    return reason
 
 
 def _days(days: int) -> str:
@@ -369,32 +329,27 @@ class Doctor:
             except (OSError, TimeoutError) as exc:
                 took = self.now() - started
                 errors.append(exc)
-                why = _connect_failure(exc)
-                results.append(f"{_shown_host(address, port)} {why} after {_ms(took)}")
+                why = connect_failure_word(exc)
+                results.append(f"{shown_host(address, port)} {why} after {_ms(took)}")
                 facts.append({"address": address, "port": port, "connected": False, "ms": round(took * 1000, 1)})
                 continue
             took = self.now() - started
             await stream.aclose()
             connected = True
             self.reachable = self.reachable or (address, port)
-            results.append(f"{_shown_host(address, port)} connected in {_ms(took)}")
+            results.append(f"{shown_host(address, port)} connected in {_ms(took)}")
             facts.append({"address": address, "port": port, "connected": True, "ms": round(took * 1000, 1)})
         if connected:
             return Step("TCP", PASS, "; ".join(results), facts={"connects": facts})
-        # What a turn's connect raises here, built as anyio builds it from each address's own error (so no
-        # second lookup), and named the way the turn names it.
-        roots = [error.__cause__ if isinstance(error.__cause__, OSError) else error for error in errors]
-        if not roots:
-            roots = [OSError("no address to connect to")]
-        cause: BaseException = OSError("All connection attempts failed")
-        cause.__cause__ = roots[0] if len(roots) == 1 else ExceptionGroup("multiple connection attempts failed",
-                                                                           roots)
+        # What a turn's connect raises here (anyio's shape, from each address's error: no second lookup).
+        cause = all_attempts_failed(errors)
         return self._failed("TCP", self._client().transport_failure(cause), {"connects": facts})
 
     async def tls(self) -> Step:
         import anyio
 
         from dsh.llm.network import ssl_context
+        from dsh.llm.probe import open_tls, unverified_certificate
 
         parts = urlsplit(self.config.base_url)
         if parts.scheme != "https":
@@ -406,84 +361,25 @@ class Doctor:
         cafile = self.env.get("SSL_CERT_FILE", "").strip()
         store = f"SSL_CERT_FILE={cafile}" if cafile else "the system trust store"
         tunnel = " (through the proxy's tunnel)" if self.config.proxy else ""
+        # Over the address TCP reached; under a proxy, through its tunnel to the endpoint.
+        address, target_port = self.reachable or self._target()[:2]
+        where = (address, target_port, host, port)
         try:
             with anyio.fail_after(self.connect_timeout):
-                stream = await self._tls_stream(host, port, ssl_context(self.env))
+                tls = await open_tls(*where, ssl_context(self.env), self.config.proxy)
         except Exception as exc:
-            facts = await self._unverified_certificate(host, port)
-            step = self._failed("TLS", self._client().transport_failure(exc), {"trust": store, **facts})
-            if facts.get("subject"):
-                step.details.append(f"certificate: subject {facts['subject']}; issuer {facts['issuer']}; "
-                                    f"{_days(facts['days_to_expiry'])}")
+            shown: dict[str, Any] = {}
+            with anyio.move_on_after(self.connect_timeout):
+                shown = await unverified_certificate(*where, self.config.proxy)
+            step = self._failed("TLS", self._client().transport_failure(exc), {"trust": store, **shown})
+            if shown.get("subject"):
+                step.details.append(f"certificate: subject {shown['subject']}; issuer {shown['issuer']}; "
+                                    f"{_days(shown['days_to_expiry'])}")
             return step
-        from anyio.streams.tls import TLSAttribute
-
-        try:
-            version = stream.extra(TLSAttribute.tls_version)
-            der = stream.extra(TLSAttribute.peer_certificate_binary)
-        finally:
-            await stream.aclose()
-        facts = {"version": version, "trust": store, "tunnel": bool(tunnel), **_certificate_facts(der)}
-        text = (f"{version}{tunnel}; subject {facts.get('subject', '?')}; issuer {facts.get('issuer', '?')}; "
+        facts = {"version": tls.version, "trust": store, "tunnel": bool(tunnel), **tls.certificate}
+        text = (f"{tls.version}{tunnel}; subject {facts.get('subject', '?')}; issuer {facts.get('issuer', '?')}; "
                 f"{_days(facts.get('days_to_expiry', 0))}; verified against {store}")
         return Step("TLS", PASS, text, facts=facts)
-
-    async def _tls_stream(self, host: str, port: int, context: ssl.SSLContext) -> Any:
-        """A TLS stream to the endpoint: over the address TCP reached, through a CONNECT tunnel under a proxy."""
-        import anyio
-        from anyio.streams.tls import TLSStream
-
-        address, target_port = self.reachable or self._target()[:2]
-        raw = await anyio.connect_tcp(address, target_port)
-        try:
-            if self.config.proxy:
-                await self._tunnel(raw, host, port)
-            return await TLSStream.wrap(raw, hostname=host, ssl_context=context, standard_compatible=False)
-        except BaseException:
-            await raw.aclose()
-            raise
-
-    async def _tunnel(self, raw: Any, host: str, port: int) -> None:
-        """``CONNECT host:port`` as httpx sends it; a refusal raises the ``ProxyError`` httpx would."""
-        import base64
-        from urllib.parse import unquote
-
-        import httpx
-
-        proxy = urlsplit(self.config.proxy or "")
-        authority = _shown_host(host, port)
-        head = [f"CONNECT {authority} HTTP/1.1", f"Host: {authority}"]
-        if proxy.username is not None:
-            credentials = f"{unquote(proxy.username)}:{unquote(proxy.password or '')}".encode()
-            head.append(f"Proxy-Authorization: Basic {base64.b64encode(credentials).decode()}")
-        await raw.send(("\r\n".join(head) + "\r\n\r\n").encode())
-        answer = b""
-        while b"\r\n\r\n" not in answer:
-            answer += await raw.receive()
-            if len(answer) > 64 * 1024:
-                raise httpx.ProxyError("the proxy's answer to CONNECT has no end")
-        status_line = answer.split(b"\r\n", 1)[0].decode("latin-1")
-        _, _, rest = status_line.partition(" ")
-        code, _, reason = rest.partition(" ")
-        if not code.isdigit() or not 200 <= int(code) < 300:
-            raise httpx.ProxyError(f"{code} {reason}".strip())
-
-    async def _unverified_certificate(self, host: str, port: int) -> dict[str, Any]:
-        """The certificate the server shows, read without verifying it (to say what was refused)."""
-        import anyio
-        from anyio.streams.tls import TLSAttribute
-
-        context = ssl.create_default_context()
-        context.check_hostname = False
-        context.verify_mode = ssl.CERT_NONE
-        try:
-            with anyio.fail_after(self.connect_timeout):
-                stream = await self._tls_stream(host, port, context)
-                der = stream.extra(TLSAttribute.peer_certificate_binary)
-                await stream.aclose()
-            return _certificate_facts(der)
-        except Exception:
-            return {}
 
     async def http(self) -> Step:
         import httpx  # noqa: F401 - loading httpx is dsh's time, not the endpoint's
