@@ -745,6 +745,80 @@ def edits_session(lab: Lab) -> str:
     return lab.once("edits", job).result()
 
 
+# --- dsh doctor ------------------------------------------------------------------------------------------
+
+DOCTOR_KEY = "sk-0123456789abcdef0123456789abcdef"  # DeepSeek's key shape; the fault server takes any key
+# The DNS transcript must not send a query to any resolver, so the resolver's answer is injected: the same
+# `dsh doctor` code runs, with getaddrinfo answering as it does for a name that does not exist.
+_NO_SUCH_NAME = """import socket, sys
+from dsh.repl import cli, doctor
+async def resolver(host, port):
+    raise socket.gaierror(socket.EAI_NONAME, "Name or service not known")
+doctor._getaddrinfo = resolver
+cli.main(["doctor", *sys.argv[1:]])
+"""
+
+
+def _doctor_normalise(text: str) -> str:
+    text = re.sub(r"\b\d+\.\d ms\b", "<n> ms", text)
+    text = re.sub(r"(Python|httpx|prompt_toolkit) \d+(\.\d+)*[\w+-]*", r"\1 <version>", text)
+    return re.sub(r"/\S*/fault-ca-\w+\.pem", "<ca.pem>", text)
+
+
+def _doctor_session(lab: Lab, server_args: list[str], url_of: Callable[[str], str], shown: str,
+                    *, env: dict[str, str] | None = None, resolver: bool = False) -> str:
+    """A fault server started by hand, then ``dsh doctor`` against it (or, with ``resolver``, against no server)."""
+    home = lab.home()
+    server = subprocess.Popen([PYTHON, "-m", "dsh.repl.demo.fault_server", "--port", "0", *server_args],
+                              env=lab.env(home), stdout=subprocess.PIPE, stderr=subprocess.STDOUT,
+                              stdin=subprocess.DEVNULL)
+    try:
+        assert server.stdout is not None
+        head = "".join(server.stdout.readline().decode() for _ in range(4 if "--tls" in server_args else 3))
+        extra = {"DEEPSEEK_API_KEY": DOCTOR_KEY, **(env or {})}
+        ca = re.search(r"CA: (\S+)\)", head)
+        extra = {key: value.replace("<ca>", ca.group(1) if ca else "") for key, value in extra.items()}
+        url = url_of(head)
+        argv = ["doctor", "--base-url", url]
+        command = [PYTHON, "-c", _NO_SUCH_NAME, *argv[1:]] if resolver else [PYTHON, "-m", "dsh.repl", *argv]
+        run = subprocess.run(command, cwd=home / "project", env=lab.env(home, **extra), stdin=subprocess.DEVNULL,
+                             stdout=subprocess.PIPE, stderr=subprocess.STDOUT, timeout=TIMEOUT)
+    finally:
+        server.send_signal(signal.SIGINT)
+        server.communicate(timeout=TIMEOUT)
+    output = _doctor_normalise(lab.normalise(run.stdout.decode("utf-8", "replace"), home))
+    shown_command = lab.normalise(f"{shown} dsh doctor --base-url {url}", home)
+    text = f"$ {shown_command}\n{output.rstrip()}\n$ echo $?\n{run.returncode}"
+    return fence(_doctor_normalise(text), "console")
+
+
+def _listening(head: str, kind: str) -> str:
+    pattern = r"tls listener: (\S+)" if kind == "tls" else r"listening on (\S+)"
+    found = re.search(pattern, head)
+    if found is None:
+        raise RuntimeError(f"fault server did not start: {head!r}")
+    return found.group(1)
+
+
+def doctor_healthy(lab: Lab) -> str:
+    return _doctor_session(lab, ["--tls"], lambda head: _listening(head, "tls"),
+                           f"DEEPSEEK_API_KEY={DOCTOR_KEY} SSL_CERT_FILE=<ca.pem>", env={"SSL_CERT_FILE": "<ca>"})
+
+
+def doctor_dns(lab: Lab) -> str:
+    return _doctor_session(lab, [], lambda head: "https://api.deepseek.invalid", f"DEEPSEEK_API_KEY={DOCTOR_KEY}",
+                           resolver=True)
+
+
+def doctor_tls(lab: Lab) -> str:
+    return _doctor_session(lab, ["--tls"], lambda head: _listening(head, "tls"), f"DEEPSEEK_API_KEY={DOCTOR_KEY}")
+
+
+def doctor_balance(lab: Lab) -> str:
+    return _doctor_session(lab, ["--account", "balance_unavailable"], lambda head: _listening(head, "plain"),
+                           f"DEEPSEEK_API_KEY={DOCTOR_KEY}")
+
+
 # --- the registry ---------------------------------------------------------------------------------------
 
 GENERATORS: dict[str, Callable[[Lab], str]] = {
@@ -770,6 +844,10 @@ GENERATORS: dict[str, Callable[[Lab], str]] = {
     "claude-max-turns": scenario_session("claude-max-turns", DELEGATE_PROMPT),
     "codex-approval": scenario_session("codex-approval", DELEGATE_PROMPT),
     "fault-server-log": fault_server_log,
+    "doctor-healthy": doctor_healthy,
+    "doctor-dns": doctor_dns,
+    "doctor-tls": doctor_tls,
+    "doctor-balance": doctor_balance,
     "fault-server-dsh": fault_server_dsh,
     "behaviours": table_behaviours,
     "session-log": session_log,

@@ -9,6 +9,7 @@ import re
 import time
 import zlib
 from collections.abc import AsyncIterator, Iterator, Mapping
+from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
 import anyio
@@ -46,7 +47,7 @@ if TYPE_CHECKING:
     # cost ~100 ms, which the first prompt should not wait for.
     import httpx
 
-__all__ = ["DeepSeekClient"]
+__all__ = ["DeepSeekClient", "StreamTrace"]
 
 _ERROR_BODY_LIMIT = 64 * 1024
 _PAYLOAD_PREVIEW = 120
@@ -57,6 +58,19 @@ _CONTEXT_WORDING = re.compile(
 _NORMAL_FINISH = frozenset({"stop", "tool_calls", "length"})
 _PIECE = 256 * 1024  # the most bytes one inflate step may produce (docs/reliability.md, "Hostile streams")
 _ACCEPT_ENCODING = "gzip, deflate"  # what _Inflater decodes; a server that sends anything else is refused
+_JSON_BODY_LIMIT = 1024 * 1024  # a GET answer (``/models``, ``/user/balance``) larger than this is not one
+
+
+@dataclass(slots=True)
+class StreamTrace:
+    """What ``dsh doctor`` wants to see of one stream that its events do not show (docs/doctor.md).
+
+    Times are ``anyio.current_time()`` readings; None until it happened.
+    """
+
+    started_at: float | None = None  # the request was ready to send
+    headers_at: float | None = None  # the response's status line and headers arrived
+    done: bool = False  # ``data: [DONE]`` ended the stream (not only a finish reason and a clean close)
 
 
 class _BadEncoding(Exception):
@@ -492,6 +506,11 @@ class DeepSeekClient:
         proxy = url_secrets(self.proxy) if self.proxy else ()
         return ((self._api_key,) if self._api_key else ()) + url_secrets(self._base_url) + proxy
 
+    def transport_failure(self, exc: BaseException) -> LlmError:
+        """The error a request of this client raises for ``exc`` before any response (``dsh doctor``'s probes
+        name their failures with it, so they read exactly as a turn's would)."""
+        return self._transport_failure(exc)
+
     def _transport_failure(self, exc: BaseException) -> LlmError:
         """A failure before any response: permanent ones get no retry; a proxy's own is ``PROXY``."""
         import httpx
@@ -545,8 +564,11 @@ class DeepSeekClient:
             )
         return LlmError(f"DeepSeek stream idle timeout after {limit}", ErrorCode.TIMEOUT)
 
-    async def stream(self, request: ChatRequest) -> AsyncIterator[StreamEvent]:
-        """POST the request and yield events as they arrive; ``Finish`` only after ``[DONE]``."""
+    async def stream(self, request: ChatRequest, *, trace: StreamTrace | None = None) -> AsyncIterator[StreamEvent]:
+        """POST the request and yield events as they arrive; ``Finish`` only after ``[DONE]``.
+
+        ``trace``, when given, is filled in with what the events do not show (``dsh doctor``).
+        """
         cancelled = anyio.get_cancelled_exc_class()
         body = _encode_body(json.dumps(self.build_body(request), ensure_ascii=False))
 
@@ -556,8 +578,12 @@ class DeepSeekClient:
             http_request = http.build_request("POST", self._endpoint(), content=body, headers=self._headers())
             # The clock starts once the request is ready: the first call's lazy client setup is ours.
             watchdog = _Watchdog(self.stream_idle_timeout, self.first_token_timeout)
+            if trace is not None:
+                trace.started_at = watchdog.start
             with anyio.CancelScope(deadline=watchdog.deadline()) as scope:
                 response = await http.send(http_request, stream=True)
+            if trace is not None and response is not None:
+                trace.headers_at = anyio.current_time()
         except cancelled as exc:
             raise self._aborted(exc)
         except Exception as exc:
@@ -571,9 +597,67 @@ class DeepSeekClient:
             if response.status_code >= 300:
                 await self._raise_for_status(response, watchdog)
             # `_events` hands over one list per read, so each event crosses a single generator.
-            async for batch in self._events(response, watchdog):
+            async for batch in self._events(response, watchdog, trace):
                 for event in batch:
                     yield event
+        finally:
+            with anyio.CancelScope(shield=True):
+                await response.aclose()
+
+    async def get_json(self, path: str) -> tuple[int, Any]:
+        """``GET {base_url}{path}`` with the key: ``(200, parsed JSON)``, or ``(404, None)`` for a route the
+        endpoint does not have. Every other failure raises the :class:`LlmError` a turn would raise for it
+        (same transport classification, same status table), so ``dsh doctor`` and a turn agree."""
+        import httpx
+
+        cancelled = anyio.get_cancelled_exc_class()
+        base = httpx.URL(self._base_url)
+        url = base.copy_with(path=base.path.rstrip("/") + path, userinfo=b"")
+        headers = {**self._headers(), "Accept": "application/json"}
+        headers.pop("Content-Type", None)
+        response: httpx.Response | None = None
+        watchdog = _Watchdog(self.stream_idle_timeout, self.first_token_timeout)
+        try:
+            http = self._client()
+            with anyio.CancelScope(deadline=watchdog.deadline()) as scope:
+                response = await http.send(http.build_request("GET", url, headers=headers), stream=True)
+        except cancelled as exc:
+            raise self._aborted(exc)
+        except Exception as exc:
+            raise self._transport_failure(exc)
+        if scope.cancelled_caught or response is None:
+            raise self._timeout(watchdog, headers=False)
+        try:
+            if response.status_code == 404:
+                return 404, None
+            if response.status_code >= 300:
+                await self._raise_for_status(response, watchdog)
+            body = b""
+            try:
+                inflater = _Inflater(response.headers.get("content-encoding"))
+                with anyio.CancelScope(deadline=watchdog.deadline()) as scope:
+                    async for chunk in response.aiter_raw():
+                        for piece in inflater.pieces(chunk):
+                            body += piece
+                            if len(body) > _JSON_BODY_LIMIT:
+                                raise _BadEncoding(f"the answer to GET {path} is larger than {_JSON_BODY_LIMIT} bytes")
+            except cancelled as exc:
+                raise self._aborted(exc)
+            except httpx.TransportError as exc:
+                raise LlmError(
+                    f"DeepSeek API stream from {self.base_url_display}{self._via} failed",
+                    ErrorCode.TRANSPORT,
+                    request_id=self._request_id(response),
+                    cause=exc,
+                )
+            except _BadEncoding as exc:
+                raise LlmError(str(exc), ErrorCode.MALFORMED_RESPONSE, request_id=self._request_id(response))
+            if scope.cancelled_caught:
+                raise self._timeout(watchdog)
+            try:
+                return response.status_code, json.loads(body)
+            except (ValueError, UnicodeDecodeError):
+                raise self._malformed(body[:_PAYLOAD_PREVIEW].decode("utf-8", "replace"), self._request_id(response))
         finally:
             with anyio.CancelScope(shield=True):
                 await response.aclose()
@@ -627,7 +711,9 @@ class DeepSeekClient:
         value = response.headers.get("x-request-id") or response.headers.get("x-deepseek-request-id")
         return value.strip() or None if value else None
 
-    async def _events(self, response: httpx.Response, watchdog: _Watchdog) -> AsyncIterator[list[StreamEvent]]:
+    async def _events(
+        self, response: httpx.Response, watchdog: _Watchdog, trace: StreamTrace | None = None
+    ) -> AsyncIterator[list[StreamEvent]]:
         """The events of each read, as one list per read (the per-event hop is ``stream``'s)."""
         import httpx
 
@@ -691,6 +777,8 @@ class DeepSeekClient:
                         else:
                             data = item.data
                         if data == "[DONE]":
+                            if trace is not None:
+                                trace.done = True
                             if out:
                                 yield out
                             finish = self._finish(parser, request_id)
@@ -712,6 +800,8 @@ class DeepSeekClient:
                 yield out
         for item in decoder.close_compact():
             if not isinstance(item, SseComment) and (item if type(item) is str else item.data) == "[DONE]":
+                if trace is not None:
+                    trace.done = True
                 yield self._finish(parser, request_id)
                 return
         if parser.finish_reason is not None:

@@ -33,6 +33,8 @@ def main(argv: Sequence[str] | None = None) -> NoReturn:
         raise SystemExit(0)
     if args[:1] == ["serve"]:
         raise SystemExit(_serve(args[1:]))
+    if args[:1] == ["doctor"]:
+        raise SystemExit(_doctor(args[1:]))
     raise SystemExit(_guarded(args))
 
 
@@ -70,6 +72,15 @@ def _serve(args: list[str]) -> int:
         _stderr("dsh: failed to start: `dsh serve` is not available in this build")
         return EXIT_USAGE
     return int(serve.main(args) or 0)
+
+
+def _doctor(args: list[str]) -> int:
+    """``dsh doctor``: each step of one request, checked (dsh.repl.doctor, docs/doctor.md)."""
+    from dsh.repl import doctor
+
+    env = dict(os.environ)
+    _setup_logging(env, tuple(s for s in (env.get("DEEPSEEK_API_KEY", "").strip(),) if s))  # not over the report
+    return doctor.main(args, env)
 
 
 # --- terminal safety net -------------------------------------------------------------------------
@@ -120,7 +131,8 @@ def _parser():  # type: ignore[no-untyped-def]
         prog="dsh",
         description="A terminal harness for LLM agents that never fails silently.",
         epilog="Config: $XDG_CONFIG_HOME/dsh/config.toml. Environment: DEEPSEEK_API_KEY, DEEPSEEK_BASE_URL, "
-        "DSH_MODEL, NO_COLOR, DSH_DEBUG. Also: dsh serve --stdio (child runtime).",
+        "DSH_MODEL, NO_COLOR, DSH_DEBUG. Also: dsh doctor (check each step of a request), "
+        "dsh serve --stdio (child runtime).",
     )
     parser.add_argument("-p", "--print", metavar="PROMPT", dest="print_prompt",
                         help="run one turn and exit: 0 completed, 1 failed, 3 rejected, 4 output-token limit, "

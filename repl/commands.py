@@ -34,6 +34,7 @@ class Host(Protocol):
     """What a command may use of the shell it runs in (:class:`dsh.repl.shell.Shell` is one)."""
 
     config: Config
+    env: dict[str, str]
     demo: Demo | None
     agent: Agent | None
     session: SessionLog | None
@@ -279,6 +280,21 @@ async def _resume(shell: Host, arg: str) -> None:
 async def _jobs(shell: Host, arg: str) -> None:
     lines = await shell.list_jobs()
     shell.say("\n".join(lines) if lines else "(no jobs)")
+
+
+@_command("doctor", "", "check each step of a request to the endpoint (like dsh doctor)")
+async def _doctor(shell: Host, arg: str) -> None:
+    import dataclasses
+
+    from dsh.repl.doctor import run_doctor
+
+    config = shell.config
+    if shell.demo is not None:  # the demo's own endpoint: no key, no proxy
+        config = dataclasses.replace(config, base_url=shell.demo.server.url, api_key=None, proxy=None)
+    config = dataclasses.replace(config, model=shell.model)
+    report = await run_doctor(config, shell.env, lambda step: shell.say("\n".join(step.lines())),
+                              demo=shell.demo is not None)
+    shell.say(report.lines()[-1])
 
 
 @_command("scenario", "[name]", "list demo scenarios, or pick one", demo_only=True)

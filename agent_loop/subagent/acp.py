@@ -65,6 +65,7 @@ from dsh.agent_loop.subagent.run import Outcome, Provider, Run, configured
 __all__ = [
     "DEFAULT_STARTUP_TIMEOUT",
     "PERMISSION_POLICIES",
+    "AcpInitializeRun",
     "AcpRun",
     "AcpSettings",
     "Category",
@@ -230,16 +231,7 @@ class AcpRun(Run):
 
     async def _session(self, acp: Any, proc: ManagedProcess, conn: Any, cwd: str) -> Outcome:
         settings, client = self.settings, self._client
-        answer = await self._call(
-            proc,
-            lambda: conn.initialize(
-                protocol_version=acp.PROTOCOL_VERSION,
-                client_capabilities=acp.schema.ClientCapabilities(),
-                client_info=acp.schema.Implementation(name="dsh", version="0.1.0"),
-            ),
-            Stage.INITIALIZE,
-            settings.startup_timeout,
-        )
+        answer = await self._initialize(acp, proc, conn)
         if isinstance(answer, Failure):
             return Outcome("error", failure=answer)
         session = await self._call(
@@ -279,6 +271,19 @@ class AcpRun(Run):
         if client.ran_unasked:
             outcome = replace(outcome, warning=mode_warning(self.name, client.mode))
         return outcome
+
+    async def _initialize(self, acp: Any, proc: ManagedProcess, conn: Any) -> Any:
+        """``initialize``: the agent's answer, or the :class:`Failure` it came to."""
+        return await self._call(
+            proc,
+            lambda: conn.initialize(
+                protocol_version=acp.PROTOCOL_VERSION,
+                client_capabilities=acp.schema.ClientCapabilities(),
+                client_info=acp.schema.Implementation(name="dsh", version="0.1.0"),
+            ),
+            Stage.INITIALIZE,
+            self.settings.startup_timeout,
+        )
 
     async def _choose_mode(self, proc: ManagedProcess, conn: Any, session_id: str, modes: Any) -> Failure | None:
         """Put the session in the configured mode, or under ``reject`` in one that asks (docs/subagents.md)."""
@@ -352,6 +357,25 @@ class AcpRun(Run):
         category = _CATEGORY[stage][fault]
         code = getattr(cause, "code", None) if category is Category.AGENT_ERROR else None
         return Failure(stage, category, error_code=code if isinstance(code, int) else None, cause=cause)
+
+
+class AcpInitializeRun(AcpRun):
+    """Spawn and ``initialize`` only, then the same teardown: ``dsh doctor``'s check of an ACP subagent.
+
+    Failures are the run's own (same stages, categories and lines). On success :attr:`agent_info` holds
+    the ``(name, version)`` the agent answered with, as sent (child text: the caller sanitizes it).
+    """
+
+    agent_info: tuple[str, str] | None = None
+
+    async def _session(self, acp: Any, proc: ManagedProcess, conn: Any, cwd: str) -> Outcome:
+        answer = await self._initialize(acp, proc, conn)
+        if isinstance(answer, Failure):
+            return Outcome("error", failure=answer)
+        info = getattr(answer, "agent_info", None)
+        name, version = getattr(info, "name", None), getattr(info, "version", None)
+        self.agent_info = (name if isinstance(name, str) else "", version if isinstance(version, str) else "")
+        return Outcome("completed")
 
 
 # Mode ids that ask before acting (claude-agent-acp's "default" is "Always ask before making changes").

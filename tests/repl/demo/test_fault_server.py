@@ -164,11 +164,38 @@ async def test_reset_is_an_rst_and_disconnect_is_a_fin():
 @pytest.mark.anyio
 async def test_unknown_route_is_404_and_does_not_consume_the_script():
     async with FaultServer(["http_402"]) as server, httpx.AsyncClient(trust_env=False) as http:
-        missing = await http.get(server.url + "/models")
+        missing = await http.get(server.url + "/nowhere")
         assert missing.status_code == 404
-        assert missing.json()["error"]["message"] == "no route for GET /models"
+        assert missing.json()["error"]["message"] == "no route for GET /nowhere"
         assert (await http.post(server.url + "/v1/chat/completions", json={})).status_code == 402
     assert [r.behaviour for r in server.requests] == ["not_found", "http_402"]
+
+
+@pytest.mark.anyio
+async def test_models_and_balance_answer_by_the_account_state_not_the_script():
+    async with FaultServer(["http_402"]) as server, httpx.AsyncClient(trust_env=False) as http:
+        models = await http.get(server.url + "/models")
+        assert models.status_code == 200
+        assert models.json() == {"object": "list", "data": [
+            {"id": "deepseek-v4-flash", "object": "model", "owned_by": "deepseek"},
+            {"id": "deepseek-v4-pro", "object": "model", "owned_by": "deepseek"}]}
+        balance = (await http.get(server.url + "/v1/user/balance")).json()
+        assert balance == {"is_available": True, "balance_infos": [
+            {"currency": "CNY", "total_balance": "110.00", "granted_balance": "10.00", "topped_up_balance": "100.00"}]}
+        server.account = "balance_unavailable"
+        balance = (await http.get(server.url + "/user/balance")).json()
+        assert balance["is_available"] is False and balance["balance_infos"][0]["total_balance"] == "0.00"
+        server.account = "unauthorized"
+        for path in ("/models", "/user/balance"):
+            denied = await http.get(server.url + path)
+            assert denied.status_code == 401
+            assert denied.json()["error"]["type"] == "authentication_error"
+        assert (await http.post(server.url + "/chat/completions", json={})).status_code == 402
+    assert [r.behaviour for r in server.requests] == [
+        "account_ok", "account_ok", "account_balance_unavailable", "account_unauthorized", "account_unauthorized",
+        "http_402"]
+    with pytest.raises(ValueError, match="unknown account state"):
+        FaultServer(account="broke")
 
 
 @pytest.mark.anyio
