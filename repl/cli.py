@@ -33,6 +33,8 @@ def main(argv: Sequence[str] | None = None) -> NoReturn:
         raise SystemExit(0)
     if args[:1] == ["serve"]:
         raise SystemExit(_serve(args[1:]))
+    if args[:1] == ["replay-server"]:
+        raise SystemExit(_guarded(args[1:], _replay_server))
     raise SystemExit(_guarded(args))
 
 
@@ -40,11 +42,11 @@ def _debug() -> bool:
     return os.environ.get("DSH_DEBUG", "") not in ("", "0")
 
 
-def _guarded(args: list[str]) -> int:
+def _guarded(args: list[str], run: Any = None) -> int:
     """Run, and turn anything unexpected into one line on stderr (a traceback only with DSH_DEBUG=1)."""
     saved = _save_terminal()
     try:
-        return _run(args)
+        return (run or _run)(args)
     except KeyboardInterrupt:
         return 130
     except SystemExit:
@@ -70,6 +72,46 @@ def _serve(args: list[str]) -> int:
         _stderr("dsh: failed to start: `dsh serve` is not available in this build")
         return EXIT_USAGE
     return int(serve.main(args) or 0)
+
+
+def _replay_server(args: list[str]) -> int:
+    """``dsh replay-server FILE --port P``: serve a recording to any client (docs/record-replay.md)."""
+    import argparse
+    import asyncio
+
+    parser = argparse.ArgumentParser(prog="dsh replay-server", description="Serve a --record trace on loopback.")
+    parser.add_argument("file", metavar="FILE", help="a trace written by dsh --record")
+    parser.add_argument("--port", type=int, default=0, help="port on 127.0.0.1 (default: any free one)")
+    parser.add_argument("--speed", type=_speed, default=1.0, metavar="N", help="replay N times faster")
+    options = parser.parse_args(args)
+    from dsh.repl.demo.replay_server import ReplayError, load_trace, serve_forever
+
+    try:
+        trace = load_trace(options.file)
+    except ReplayError as exc:
+        _stderr(f"dsh: failed to start: {exc}")
+        return EXIT_USAGE
+    try:
+        asyncio.run(serve_forever(trace, port=options.port, speed=options.speed, out=sys.stdout))
+    except OSError as exc:
+        from dsh.llm import error_chain
+
+        _stderr(f"dsh: failed to start: cannot listen on 127.0.0.1:{options.port}: {error_chain(exc)}")
+        return 1
+    return 0
+
+
+def _speed(text: str) -> float:
+    import argparse
+    import math
+
+    try:
+        value = float(text)
+    except ValueError:
+        value = 0.0
+    if not math.isfinite(value) or value <= 0:
+        raise argparse.ArgumentTypeError(f"must be a positive number, got {text!r:.40}")
+    return value
 
 
 # --- terminal safety net -------------------------------------------------------------------------
@@ -120,7 +162,8 @@ def _parser():  # type: ignore[no-untyped-def]
         prog="dsh",
         description="A terminal harness for LLM agents that never fails silently.",
         epilog="Config: $XDG_CONFIG_HOME/dsh/config.toml. Environment: DEEPSEEK_API_KEY, DEEPSEEK_BASE_URL, "
-        "DSH_MODEL, NO_COLOR, DSH_DEBUG. Also: dsh serve --stdio (child runtime).",
+        "DSH_MODEL, NO_COLOR, DSH_DEBUG. Also: dsh serve --stdio (child runtime), "
+        "dsh replay-server FILE --port P (serve a recording).",
     )
     parser.add_argument("-p", "--print", metavar="PROMPT", dest="print_prompt",
                         help="run one turn and exit: 0 completed, 1 failed, 3 rejected, 4 output-token limit, "
@@ -135,6 +178,10 @@ def _parser():  # type: ignore[no-untyped-def]
     parser.add_argument("--max-tokens", dest="max_tokens", type=int, metavar="N", help="output-token cap per step")
     parser.add_argument("--thinking", choices=("enabled", "disabled"), help="DeepSeek thinking mode")
     parser.add_argument("--reasoning-effort", dest="reasoning_effort", choices=("low", "high", "max"))
+    parser.add_argument("--record", metavar="FILE", help="write a masked wire trace of every model exchange")
+    parser.add_argument("--replay", metavar="FILE", help="answer from a --record trace instead of the API")
+    parser.add_argument("--replay-speed", dest="replay_speed", type=_speed, default=1.0, metavar="N",
+                        help="replay the recorded timing N times faster")
     parser.add_argument("--version", action="version", version=f"dsh {__version__}")
     return parser
 
@@ -210,11 +257,24 @@ def _run(argv: list[str]) -> int:
         "max_tokens": args.max_tokens,
         "thinking": args.thinking,
         "reasoning_effort": args.reasoning_effort,
+        "record": args.record,
     }
     try:
         config = load_config(
-            flags, env, require_key=not args.demo, config_path=Path(args.config) if args.config else None
+            flags, env, require_key=not (args.demo or args.replay),
+            config_path=Path(args.config) if args.config else None,
         )
+        if args.replay:
+            from dsh.repl.demo.replay_server import ReplayError, load_trace
+
+            if args.demo:
+                raise ConfigError("--replay and --demo each pick the endpoint; give one of them")
+            try:
+                args.trace = load_trace(args.replay)
+            except ReplayError as exc:
+                raise ConfigError(exc.message) from None
+        if args.demo and config.record:
+            raise ConfigError("--record records a real endpoint or a --replay; the demo's scenarios are scripted")
         if args.demo:
             from dsh.repl.demo.catalogue import SCENARIOS
 
@@ -294,6 +354,11 @@ async def _async_main(args: Any, config: Any, env: dict[str, str], mode: str) ->
                     demo, client, retry = await _start_demo(stack, args.scenario or "text")
                 except Exception as exc:
                     raise StartupError(exc)
+            elif args.replay:
+                try:
+                    client = await _start_replay(stack, args.trace, args.replay_speed, config)
+                except Exception as exc:
+                    raise StartupError(exc)
             shell = Shell(config, sink, color=_color(env), env=env, client=client, demo=demo, retry=retry,
                           approvals=mode == "interactive", show_usage=mode == "interactive")
             stack.push_async_callback(shell.aclose)
@@ -307,7 +372,10 @@ async def _async_main(args: Any, config: Any, env: dict[str, str], mode: str) ->
             from dsh.repl.config import history_path
 
             sink.flush()  # what start-up said (a repaired turn), before the app's own writes
-            return await InteractiveApp(shell, history=history_path(env), banner=_banner(shell)).run()
+            banner = _banner(shell)
+            if args.replay:
+                banner += f" · replaying {len(args.trace.exchanges)} recorded exchange(s) from {args.replay}"
+            return await InteractiveApp(shell, history=history_path(env), banner=banner).run()
         return 1  # pragma: no cover - the exit stack does not swallow
     finally:
         sink.flush()  # nothing written, even while closing down, is left behind
@@ -334,6 +402,21 @@ async def _start_demo(stack: Any, scenario: str) -> tuple[Any, Any, Any]:
     stack.push_async_callback(client.aclose)
     retry = demo_retry_policy()
     return Demo(server, client, retry, scenario), client, retry
+
+
+async def _start_replay(stack: Any, trace: Any, speed: float, config: Any) -> Any:
+    """The embedded replay server and a client that names the recorded endpoint in its messages."""
+    from dsh.llm.deepseek import DeepSeekClient
+    from dsh.repl.demo.replay_server import ReplayServer
+
+    server = await stack.enter_async_context(ReplayServer(trace, speed=speed))
+    # The recorded deadlines, so a recorded timeout fires again; one set on this run wins.
+    timeouts = {key: getattr(config, key) if key in config.sources else trace.timeouts.get(key, getattr(config, key))
+                for key in ("stream_idle_timeout", "first_token_timeout")}
+    client = DeepSeekClient(base_url=server.url, api_key=None, proxy=None, trust_env=False, env={},
+                            record=config.record, shown_as=(trace.base_url or server.url, trace.proxy), **timeouts)
+    stack.push_async_callback(client.aclose)
+    return client
 
 
 class StreamSink:

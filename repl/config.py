@@ -56,6 +56,7 @@ KNOWN_KEYS = frozenset(
         "system_prompt",
         "system_prompt_append",
         "models",
+        "record",
     }
 )
 
@@ -85,6 +86,7 @@ class Config:
     system_prompt_append: str | None = None  # follows the project instructions
     models: dict[str, dict[str, Any]] = field(default_factory=dict)  # per-model context window and prices
     proxy: str | None = None  # the proxy that carries requests: --proxy, HTTPS_PROXY & co, or the file
+    record: str | None = None  # write a masked wire trace of every model exchange here (docs/record-replay.md)
     config_path: Path | None = None  # the file that was read, if any
     warnings: tuple[str, ...] = ()
     # Where base_url, api_key and proxy came from, in words a fix line can name (docs/reliability.md).
@@ -254,6 +256,10 @@ def _check_text(key: str, value: object, where: str) -> str:
     return value
 
 
+def _check_path(key: str, value: object, where: str) -> str:
+    return os.path.expanduser(_check_str(key, value, where))
+
+
 _CHECKS = {
     "api_key": _check_str,
     "base_url": _check_url,
@@ -270,6 +276,7 @@ _CHECKS = {
     "system_prompt": _check_text,
     "system_prompt_append": _check_text,
     "models": _check_models,
+    "record": _check_path,
 }
 
 
