@@ -211,7 +211,7 @@ def recording_transport(inner: httpx.AsyncBaseTransport, trace: TraceWriter) -> 
         async def handle_async_request(self, request: httpx.Request) -> httpx.Response:
             n = trace.next_exchange()
             start = time.monotonic()
-            trace.request(n, request.method, str(request.url), request.url.raw_path.decode("ascii", "replace"),
+            trace.request(n, request.method, str(request.url), request.url.path,
                           _pairs(request.headers.raw), request.content)
             try:
                 response = await inner.handle_async_request(request)

@@ -272,7 +272,9 @@ def _run(argv: list[str]) -> int:
             try:
                 args.trace = load_trace(args.replay)
             except ReplayError as exc:
-                raise ConfigError(exc.message) from None
+                args.trace = exc
+            if isinstance(args.trace, ReplayError):
+                raise ConfigError(args.trace.message)  # outside the handler: one line, no chain beneath
         if args.demo and config.record:
             raise ConfigError("--record records a real endpoint or a --replay; the demo's scenarios are scripted")
         if args.demo:

@@ -112,9 +112,10 @@ def load_trace(path: str) -> Trace:
         with open(path, "rb") as handle:
             return _parse(path, handle)
     except OSError as exc:
-        raise ReplayError(f"replay file {path} cannot be read: {exc.strerror or type(exc).__name__}")
+        problem = f"cannot be read: {exc.strerror or type(exc).__name__}"
     except ValueError as exc:
-        raise ReplayError(f"replay file {path} is not a dsh wire trace ({exc})")
+        problem = f"is not a dsh wire trace ({exc})"
+    raise ReplayError(f"replay file {path} {problem}")  # outside the handler: the line is the whole chain
 
 
 def _parse(path: str, handle: Any) -> Trace:
