@@ -476,6 +476,42 @@ def fault_server_dsh(lab: Lab) -> str:
     return fence("$ cat ~/.config/dsh/config.toml\nmax_retries = 0\n" + session_text(run, stdin), "console")
 
 
+def _record_replay_session(lab: Lab) -> str:
+    """A mid-stream reset met live with ``--record``, the trace, and ``--replay`` printing the same line."""
+    home = lab.home("max_retries = 0\n")
+    argv = ["-m", "dsh.repl.demo.fault_server", "--port", "0", "--script", "reset_mid_stream"]
+    server = subprocess.Popen([PYTHON, *argv], env=lab.env(home), stdout=subprocess.PIPE,
+                              stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL)
+    try:
+        assert server.stdout is not None
+        url = re.search(r"listening on (\S+)", server.stdout.readline().decode())
+        if url is None:
+            raise RuntimeError("fault server did not start")
+        live = lab.dsh(["--base-url", url.group(1), "-p", "hello", "--record", "trace.jsonl"], home=home,
+                       env={"DEEPSEEK_API_KEY": "sk-secret0123456789"},
+                       shown_env="DEEPSEEK_API_KEY=sk-secret0123456789")
+    finally:
+        server.send_signal(signal.SIGINT)
+        server.communicate(timeout=TIMEOUT)
+    trace = (home / "project" / "trace.jsonl").read_text(encoding="utf-8").splitlines()
+    shown = [line[:120] for line in trace if '"type":"request"' not in line]
+    text = lab.normalise("\n".join(shown), home)
+    text = re.sub(r'"t":[0-9.e-]+', '"t":<t>', re.sub(r'"created":"[^"]+"', '"created":"<time>"', text))
+    text = re.sub(r'"dsh":"[^"]+"', '"dsh":"<version>"', text)
+    request = next(line for line in trace if '"type":"request"' in line)
+    headers = [[name, "<n>" if name.lower() == "content-length" else value]  # the prompt holds the tmp path
+               for name, value in json.loads(request)["headers"]]
+    replayed = lab.dsh(["--replay", "trace.jsonl", "-p", "hello"], home=home)
+    return fence("\n".join([
+        "$ cat ~/.config/dsh/config.toml", "max_retries = 0",
+        session_text(live, status=True),
+        "$ grep -v '\"type\":\"request\"' trace.jsonl | cut -c1-120", text,
+        "$ grep '\"type\":\"request\"' trace.jsonl | jq -c .headers",
+        lab.normalise(json.dumps(headers, separators=(",", ":")), home),
+        session_text(replayed, status=True),
+    ]), "console")
+
+
 # What each behaviour does, in words (checked against repl/demo/fault_server.py); the table's last column
 # is what dsh printed against it. A behaviour missing here fails the run, so the table stays complete.
 BEHAVIOURS: dict[str, str] = {
@@ -754,6 +790,7 @@ GENERATORS: dict[str, Callable[[Lab], str]] = {
     "codex-approval": scenario_session("codex-approval", DELEGATE_PROMPT),
     "fault-server-log": fault_server_log,
     "fault-server-dsh": fault_server_dsh,
+    "record-replay": lambda lab: lab.once("record-replay", lambda: _record_replay_session(lab)).result(),
     "behaviours": table_behaviours,
     "session-log": session_log,
     "error-codes": table_error_codes,
