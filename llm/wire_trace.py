@@ -19,6 +19,7 @@ from __future__ import annotations
 import base64
 import json
 import os
+import stat
 import time
 import zlib
 from collections.abc import AsyncIterator, Iterable
@@ -37,6 +38,7 @@ TRACE_VERSION = 1
 _SECRET_HEADERS = frozenset({"authorization", "proxy-authorization", "x-api-key", "api-key", "cookie", "set-cookie"})
 _HELD_LIMIT = 64 * 1024  # a body line longer than this is written in pieces (the memory bound)
 _PIECE = 256 * 1024  # the most bytes one inflate step may produce
+_BODY_LIMIT = 64 << 20  # body bytes recorded per exchange; past it (a gzip bomb, say) the trace notes the cut
 
 
 class TraceWriter:
@@ -50,7 +52,8 @@ class TraceWriter:
         flags = os.O_WRONLY | os.O_CREAT | os.O_TRUNC | os.O_CLOEXEC | getattr(os, "O_NOFOLLOW", 0)
         self._fd: int | None = os.open(self.path, flags, 0o600)
         try:
-            if os.fstat(self._fd).st_mode & 0o077:
+            mode = os.fstat(self._fd).st_mode
+            if stat.S_ISREG(mode) and mode & 0o077:
                 os.fchmod(self._fd, 0o600)  # an older, looser file of the same name is tightened
             self._write({
                 "type": TRACE_TYPE, "version": TRACE_VERSION, "dsh": __version__,
@@ -58,7 +61,7 @@ class TraceWriter:
                 "base_url": redact_url(base_url) if base_url else "",
                 "proxy": redact_url(proxy) if proxy else None,
                 "timeouts": dict(timeouts or {}),  # a replay uses them, so its deadlines fire as these did
-            })
+            }, first=True)
         except BaseException:
             self.close()
             raise
@@ -70,7 +73,7 @@ class TraceWriter:
         self._exchanges += 1
         return self._exchanges
 
-    def _write(self, record: dict[str, Any]) -> None:
+    def _write(self, record: dict[str, Any], *, first: bool = False) -> None:
         if self._fd is None:
             return
         line = json.dumps(record, ensure_ascii=False, separators=(",", ":")) + "\n"
@@ -79,7 +82,9 @@ class TraceWriter:
             while data:
                 data = data[os.write(self._fd, data):]
         except OSError:
-            self.close()  # a full disk ends the recording, never the turn
+            if first:
+                raise  # a file that cannot take its header is a start-up failure
+            self.close()  # later, a full disk ends the recording, never the turn
 
     def request(self, n: int, method: str, url: str, path: str, headers: list[tuple[str, str]],
                 body: bytes) -> None:
@@ -138,6 +143,8 @@ class _BodyTee:
         self._held = b""
         self._inflate: Any = None
         self.undecodable = False
+        self.cut = False  # more than _BODY_LIMIT bytes: the rest is not recorded
+        self._recorded = 0
         if encoding == "gzip":
             self._inflate = zlib.decompressobj(zlib.MAX_WBITS | 16)
         elif encoding == "deflate":
@@ -160,8 +167,15 @@ class _BodyTee:
                 yield piece
 
     def feed(self, chunk: bytes) -> None:
+        if self.cut:
+            return
         t = time.monotonic() - self.start
         for piece in self._decoded(chunk):
+            self._recorded += len(piece)
+            if self._recorded > _BODY_LIMIT:
+                self.cut = True
+                self.flush()
+                return
             held = self._held + piece
             cut = held.rfind(b"\n") + 1
             if not cut and len(held) > _HELD_LIMIT:
@@ -190,7 +204,7 @@ def recording_transport(inner: httpx.AsyncBaseTransport, trace: TraceWriter) -> 
             if not self._ended:
                 self._ended = True
                 self._tee.flush()
-                note = "undecodable" if self._tee.undecodable else None
+                note = "undecodable" if self._tee.undecodable else "cut" if self._tee.cut else None
                 trace.end(self._tee.n, time.monotonic() - self._tee.start, how, note=note, **fields)
 
         async def __aiter__(self) -> AsyncIterator[bytes]:
@@ -211,8 +225,11 @@ def recording_transport(inner: httpx.AsyncBaseTransport, trace: TraceWriter) -> 
         async def handle_async_request(self, request: httpx.Request) -> httpx.Response:
             n = trace.next_exchange()
             start = time.monotonic()
-            trace.request(n, request.method, str(request.url), request.url.path,
-                          _pairs(request.headers.raw), request.content)
+            try:
+                body = request.content
+            except httpx.RequestNotRead:  # a streamed upload (dsh sends bytes): not recorded
+                body = b""
+            trace.request(n, request.method, str(request.url), request.url.path, _pairs(request.headers.raw), body)
             try:
                 response = await inner.handle_async_request(request)
             except BaseException as exc:

@@ -277,6 +277,8 @@ def _run(argv: list[str]) -> int:
                 raise ConfigError(args.trace.message)  # outside the handler: one line, no chain beneath
         if args.demo and config.record:
             raise ConfigError("--record records a real endpoint or a --replay; the demo's scenarios are scripted")
+        if config.record:
+            _check_record_path(config.record)
         if args.demo:
             from dsh.repl.demo.catalogue import SCENARIOS
 
@@ -302,6 +304,20 @@ def _run(argv: list[str]) -> int:
         cause = exc.__cause__ or exc
         _startup_failure(cause, mode=mode, secrets=config.secrets + env_secrets)
         return EXIT_USAGE if getattr(cause, "code", None) == ErrorCode.CONFIG else 1
+
+
+def _check_record_path(path: str) -> None:
+    """Fail before the first prompt, not at the first request, when the trace cannot be written."""
+    from dsh.repl.config import ConfigError
+
+    try:
+        fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_APPEND | os.O_CLOEXEC, 0o600)
+    except OSError as exc:
+        problem = exc.strerror or type(exc).__name__
+    else:
+        os.close(fd)
+        return
+    raise ConfigError(f"record file {path} cannot be written: {problem}")
 
 
 def _setup_logging(env: dict[str, str], secrets: tuple[str, ...]) -> None:

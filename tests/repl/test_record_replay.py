@@ -100,7 +100,10 @@ def test_a_recorded_turn_replays_to_the_same_turn_end_line(
     requests = len(fault.requests)
     assert [r["n"] for r in records(trace) if r["type"] == "end"] == list(range(1, requests + 1))
 
-    replayed = dsh(home, "-p", "hi", "--replay", str(trace))  # no key, no server
+    # No key, no server, and no deadlines set: the recorded ones apply (the retry setting must match).
+    write_config(home, "".join(line + "\n" for line in config.splitlines() if "timeout" not in line)
+                 or "max_retries = 0\n")
+    replayed = dsh(home, "-p", "hi", "--replay", str(trace))
     assert len(fault.requests) == requests
     assert replayed.returncode == status, replayed.stderr
     assert turn_end(replayed.stdout) == turn_end(live.stdout)

@@ -1,0 +1,93 @@
+"""The recording transport: the client sees exactly what it sees without it, and the trace says what happened."""
+
+from __future__ import annotations
+
+import json
+import os
+from pathlib import Path
+
+import pytest
+
+from dsh.llm.wire_trace import TraceWriter
+from dsh.repl.demo.fault_server import Behaviour, FaultServer
+from tests import canaries
+from tests.llm.conftest import ClientFactory, StreamRunner
+
+pytestmark = pytest.mark.anyio
+
+
+def records(path: Path) -> list[dict]:
+    return [json.loads(line) for line in path.read_text(encoding="utf-8").splitlines()]
+
+
+def outcome_key(outcome) -> tuple:  # type: ignore[no-untyped-def]
+    error = outcome.error
+    return (outcome.events, None if error is None else (error.code, str(error)))  # request ids differ
+
+
+@pytest.mark.parametrize("behaviour", [
+    "text", "reasoning", "tool_call", "surrogates", "no_done", "no_finish", "malformed_json",
+    "reset_mid_stream", "fin_mid_stream", "http_429", "reset_before_headers", "disconnect_before_response",
+])
+async def test_recording_changes_nothing_the_client_sees(
+    fault_server: FaultServer, make_client: ClientFactory, stream_outcome: StreamRunner, tmp_path: Path,
+    behaviour: str,
+) -> None:
+    fault_server.push(behaviour, behaviour)
+    plain = await stream_outcome(make_client(fault_server.url))
+    trace = tmp_path / "trace.jsonl"
+    recorded = await stream_outcome(make_client(fault_server.url, record=trace))
+    assert outcome_key(recorded) == outcome_key(plain)
+    kinds = [r["type"] for r in records(trace)]
+    assert kinds[0] == "dsh-wire-trace" and kinds[1] == "request" and kinds[-1] == "end"
+
+
+async def test_a_gzip_body_is_recorded_inflated_and_a_deadline_ends_it_closed(
+    fault_server: FaultServer, make_client: ClientFactory, stream_outcome: StreamRunner, tmp_path: Path,
+) -> None:
+    fault_server.push(Behaviour("keepalive_bomb", inflated_mb=2))
+    trace = tmp_path / "bomb.jsonl"
+    outcome = await stream_outcome(make_client(fault_server.url, record=trace, first_token_timeout=0.5))
+    assert outcome.failure.code == "TIMEOUT"
+    lines = records(trace)
+    response = next(r for r in lines if r["type"] == "response")
+    assert response["decoded"] == "gzip"
+    assert "content-encoding" not in {name.lower() for name, _ in response["headers"]}
+    body = "".join(r["text"] for r in lines if r["type"] == "data")
+    assert len(body) == 2 << 20 and set(body) == {":", "\n"}
+    assert lines[-1]["how"] == "closed"
+
+
+async def test_a_proxy_carries_the_recorded_request(
+    fault_server: FaultServer, make_client: ClientFactory, stream_outcome: StreamRunner, tmp_path: Path,
+) -> None:
+    trace = tmp_path / "proxy.jsonl"
+    fault_server.push("proxy_407")
+    proxy = f"http://{canaries.URL_USER}:{canaries.PROXY_PASSWORD}@127.0.0.1:{fault_server.port}"
+    outcome = await stream_outcome(make_client("http://api.invalid", record=trace, proxy=proxy, env={}))
+    assert (outcome.failure.code, outcome.failure.status) == ("PROXY", 407)
+    assert fault_server.requests[0].behaviour == "proxy_407"  # it went through the proxy
+    text = trace.read_text()
+    assert canaries.PROXY_PASSWORD not in text and canaries.URL_USER not in text and canaries.API_KEY not in text
+
+
+async def test_a_full_disk_ends_the_recording_not_the_turn(
+    fault_server: FaultServer, make_client: ClientFactory, stream_outcome: StreamRunner, tmp_path: Path,
+) -> None:
+    trace = tmp_path / "full.jsonl"
+    client = make_client(fault_server.url, record=trace)
+    full = os.open("/dev/full", os.O_WRONLY)
+    try:
+        os.dup2(full, client._trace._fd)
+    finally:
+        os.close(full)
+    outcome = await stream_outcome(client)
+    assert outcome.error is None and outcome.events
+    assert client._trace._fd is None
+
+
+def test_a_trace_that_cannot_take_its_header_is_an_error_and_devices_keep_their_mode() -> None:
+    before = os.stat("/dev/full").st_mode
+    with pytest.raises(OSError):
+        TraceWriter("/dev/full")
+    assert os.stat("/dev/full").st_mode == before
