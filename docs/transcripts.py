@@ -479,7 +479,8 @@ def fault_server_dsh(lab: Lab) -> str:
 def _record_replay_session(lab: Lab) -> str:
     """A mid-stream reset met live with ``--record``, the trace, and ``--replay`` printing the same line."""
     home = lab.home("max_retries = 0\n")
-    argv = ["-m", "dsh.repl.demo.fault_server", "--port", "0", "--script", "reset_mid_stream"]
+    script = "reset_mid_stream:delay=0.05"  # a pause between frames: one read, one data record each
+    argv = ["-m", "dsh.repl.demo.fault_server", "--port", "0", "--script", script]
     server = subprocess.Popen([PYTHON, *argv], env=lab.env(home), stdout=subprocess.PIPE,
                               stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL)
     try:
@@ -493,20 +494,25 @@ def _record_replay_session(lab: Lab) -> str:
     finally:
         server.send_signal(signal.SIGINT)
         server.communicate(timeout=TIMEOUT)
-    trace = (home / "project" / "trace.jsonl").read_text(encoding="utf-8").splitlines()
-    shown = [line[:120] for line in trace if '"type":"request"' not in line]
-    text = lab.normalise("\n".join(shown), home)
-    text = re.sub(r'"t":[0-9.e-]+', '"t":<t>', re.sub(r'"created":"[^"]+"', '"created":"<time>"', text))
-    text = re.sub(r'"dsh":"[^"]+"', '"dsh":"<version>"', text)
-    request = next(line for line in trace if '"type":"request"' in line)
+    records = [json.loads(line) for line in (home / "project" / "trace.jsonl").read_text(encoding="utf-8").splitlines()]
+    shown = []
+    for record in records:
+        if "t" in record:
+            record["t"] = "<t>"
+        if "created" in record:
+            record["created"], record["dsh"] = "<time>", "<version>"
+        brief = {key: value for key, value in record.items() if key not in ("headers", "body")}
+        shown.append(lab.normalise(json.dumps(brief, ensure_ascii=False, separators=(",", ":")), home)[:110])
+    request = next(record for record in records if record["type"] == "request")
     headers = [[name, "<n>" if name.lower() == "content-length" else value]  # the prompt holds the tmp path
-               for name, value in json.loads(request)["headers"]]
+               for name, value in request["headers"]]
     replayed = lab.dsh(["--replay", "trace.jsonl", "-p", "hello"], home=home)
     return fence("\n".join([
         "$ cat ~/.config/dsh/config.toml", "max_retries = 0",
+        f"$ python -m dsh.repl.demo.fault_server --port 0 --script {script} &",
         session_text(live, status=True),
-        "$ grep -v '\"type\":\"request\"' trace.jsonl | cut -c1-120", text,
-        "$ grep '\"type\":\"request\"' trace.jsonl | jq -c .headers",
+        "$ jq -c 'del(.headers, .body)' trace.jsonl | cut -c1-110", *shown,
+        "$ jq -c 'select(.type == \"request\") | .headers' trace.jsonl",
         lab.normalise(json.dumps(headers, separators=(",", ":")), home),
         session_text(replayed, status=True),
     ]), "console")
