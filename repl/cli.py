@@ -310,12 +310,12 @@ def _check_record_path(path: str) -> None:
     """Fail before the first prompt, not at the first request, when the trace cannot be written."""
     from dsh.repl.config import ConfigError
 
-    try:
-        fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_APPEND | os.O_CLOEXEC, 0o600)
-    except OSError as exc:
-        problem = exc.strerror or type(exc).__name__
+    folder = os.path.dirname(path) or "."
+    if not os.path.isdir(folder):
+        problem = "its folder does not exist"
+    elif not os.access(folder, os.W_OK | os.X_OK) or (os.path.exists(path) and not os.access(path, os.W_OK)):
+        problem = "permission denied"
     else:
-        os.close(fd)
         return
     raise ConfigError(f"record file {path} cannot be written: {problem}")
 

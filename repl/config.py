@@ -256,8 +256,12 @@ def _check_text(key: str, value: object, where: str) -> str:
     return value
 
 
-def _check_path(key: str, value: object, where: str) -> str:
-    return os.path.expanduser(_check_str(key, value, where))
+def _check_record(key: str, value: object, where: str) -> str:
+    """A trace path; ``{time}`` (UTC) and ``{pid}`` make one file per run, so two sessions never share one."""
+    import time
+
+    path = os.path.expanduser(_check_str(key, value, where))
+    return path.replace("{time}", time.strftime("%Y%m%dT%H%M%SZ", time.gmtime())).replace("{pid}", str(os.getpid()))
 
 
 _CHECKS = {
@@ -276,7 +280,7 @@ _CHECKS = {
     "system_prompt": _check_text,
     "system_prompt_append": _check_text,
     "models": _check_models,
-    "record": _check_path,
+    "record": _check_record,
 }
 
 

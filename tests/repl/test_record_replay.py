@@ -224,3 +224,32 @@ def test_a_secret_split_across_two_reads_is_still_masked(tmp_path: Path) -> None
     assert data[0]["text"] == "data: *** and sk-***\n\n"
     assert data[1]["b64"] == "/w=="
     assert os.stat(path).st_mode & 0o077 == 0
+
+
+def test_the_record_key_gives_each_run_its_own_file(home: Path, fault: FaultServer) -> None:
+    (home / "traces").mkdir()
+    write_config(home, f'record = "{home}/traces/dsh-{{time}}-{{pid}}.jsonl"\n')
+    for _ in range(2):
+        result = dsh(home, "-p", "hi", DEEPSEEK_API_KEY=canaries.API_KEY, DEEPSEEK_BASE_URL=fault.url)
+        assert result.returncode == 0, result.stdout
+    names = sorted(path.name for path in (home / "traces").iterdir())
+    assert len(names) == 2 and all(re.fullmatch(r"dsh-\d{8}T\d{6}Z-\d+\.jsonl", name) for name in names), names
+
+
+@pytest.mark.parametrize(("args", "line"), [
+    (["--record", "/nonexistent/trace.jsonl"],
+     "dsh: failed to start: record file /nonexistent/trace.jsonl cannot be written: its folder does not exist"),
+    (["--demo", "--record", "trace.jsonl"],
+     "dsh: failed to start: --record records a real endpoint or a --replay; the demo's scenarios are scripted"),
+    (["--demo", "--replay", "trace.jsonl"],
+     "dsh: failed to start: --replay and --demo each pick the endpoint; give one of them"),
+])
+def test_record_and_replay_usage_errors_are_one_line(home: Path, args: list[str], line: str) -> None:
+    result = dsh(home, "-p", "hi", *args, DEEPSEEK_API_KEY=canaries.API_KEY)
+    assert (result.returncode, result.stderr.splitlines()) == (2, [line])
+
+
+def test_replay_speed_must_be_positive(home: Path) -> None:
+    result = dsh(home, "-p", "hi", "--replay", "x.jsonl", "--replay-speed", "0")
+    assert result.returncode == 2
+    assert result.stderr.splitlines()[-1] == "dsh: error: argument --replay-speed: must be a positive number, got '0'"
