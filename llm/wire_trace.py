@@ -38,6 +38,11 @@ TRACE_VERSION = 1
 _SECRET_HEADERS = frozenset({"authorization", "proxy-authorization", "x-api-key", "api-key", "cookie", "set-cookie"})
 _HELD_LIMIT = 64 * 1024  # a body line longer than this is written in pieces (the memory bound)
 _PIECE = 256 * 1024  # the most bytes one inflate step may produce
+# A body line that holds none of these (lower-cased) nor a configured secret has nothing redact_text
+# masks, so it is written as it is: the redaction regexes cost ~0.4 µs a byte, and a 40 MB stream must
+# not slow down for its recording. Keep in step with dsh.llm.redact (tests/llm/test_wire_trace.py).
+_TRIGGERS = ("bearer", "basic", "authorization", "api-key")  # case-insensitive in redact_text
+_MARKS = ("://", "sk-", "AIza", "ghp_", "xox", "AKIA", "-----BEGIN")  # key shapes and URLs, case-sensitive
 _BODY_LIMIT = 64 << 20  # body bytes recorded per exchange; past it (a gzip bomb, say) the trace notes the cut
 
 
@@ -100,11 +105,25 @@ class TraceWriter:
             record["decoded"] = decoded  # the body below is inflated; its Content-Encoding was dropped
         self._write(record)
 
+    def _mask_body(self, text: str) -> str:
+        """:meth:`mask`, applied only to the lines that could hold something to mask."""
+        if not self._suspect(text):
+            return text
+        if len(text) <= 4096:
+            return self.mask(text)
+        return "\n".join(self.mask(line) if self._suspect(line) else line for line in text.split("\n"))
+
+    def _suspect(self, text: str) -> bool:
+        if any(mark in text for mark in _MARKS) or any(secret in text for secret in self.secrets):
+            return True
+        lowered = text.lower()
+        return any(trigger in lowered for trigger in _TRIGGERS)
+
     def data(self, n: int, t: float, chunk: bytes) -> None:
         try:
-            record: dict[str, Any] = {"type": "data", "n": n, "t": round(t, 6), "text": self.mask(chunk.decode())}
+            record: dict[str, Any] = {"type": "data", "n": n, "t": round(t, 6), "text": self._mask_body(chunk.decode())}
         except UnicodeDecodeError:
-            masked = self.mask(chunk.decode("utf-8", "surrogateescape")).encode("utf-8", "surrogateescape")
+            masked = self._mask_body(chunk.decode("utf-8", "surrogateescape")).encode("utf-8", "surrogateescape")
             record = {"type": "data", "n": n, "t": round(t, 6), "b64": base64.b64encode(masked).decode()}
         self._write(record)
 

@@ -91,3 +91,28 @@ def test_a_trace_that_cannot_take_its_header_is_an_error_and_devices_keep_their_
     with pytest.raises(OSError):
         TraceWriter("/dev/full")
     assert os.stat("/dev/full").st_mode == before
+
+
+# Key shapes of DESIGN §7 and what redact_text masks today; a body line holding any of them is masked.
+SHAPES = [
+    canaries.UPSTREAM_KEY, "sk-ant-api03-abcdefghijklmnop", "AIzaSyA1234567890abcdefghijklmnopqrstu",
+    "ghp_abcdefghijklmnopqrstuvwxyz0123456789", "xoxb-1234567890-abcdefghij", "AKIAIOSFODNN7EXAMPLE",
+    "-----BEGIN RSA PRIVATE KEY-----\nMIIabc\n-----END RSA PRIVATE KEY-----", "Authorization: Bearer abc.def",
+    "authorization=xyz123", "BASIC dXNlcjpwYXNz", "x-api-key: k123456", f"https://u:{canaries.URL_PASSWORD}@h/v1",
+    f"http://h/v1?key={canaries.URL_QUERY}", canaries.API_KEY,
+]
+
+
+@pytest.mark.parametrize("shape", SHAPES)
+def test_the_body_prefilter_lets_every_maskable_line_through_to_redact_text(tmp_path: Path, shape: str) -> None:
+    from dsh.llm.redact import redact_text
+
+    trace = TraceWriter(tmp_path / "t.jsonl", secrets=(canaries.API_KEY,))
+    try:
+        line = f'data: {{"content": "see {shape} here"}}'
+        body = "\n".join(["data: {}"] * 1000 + [line] + ["data: {}"] * 1000)  # past the whole-chunk path
+        for text in (line, body):
+            assert trace._mask_body(text) == "\n".join(redact_text(part, (canaries.API_KEY,))
+                                                       for part in text.split("\n"))
+    finally:
+        trace.close()
