@@ -10,6 +10,7 @@ from __future__ import annotations
 import json
 import os
 import re
+import shutil
 import signal
 import stat
 import subprocess
@@ -253,3 +254,26 @@ def test_replay_speed_must_be_positive(home: Path) -> None:
     result = dsh(home, "-p", "hi", "--replay", "x.jsonl", "--replay-speed", "0")
     assert result.returncode == 2
     assert result.stderr.splitlines()[-1] == "dsh: error: argument --replay-speed: must be a positive number, got '0'"
+
+
+@pytest.mark.skipif(shutil.which("curl") is None, reason="needs curl")
+def test_curl_reads_a_recorded_answer_from_replay_server(home: Path, fault: FaultServer) -> None:
+    trace = home / "text.jsonl"
+    live = dsh(home, "-p", "hi", "--record", str(trace), DEEPSEEK_API_KEY=canaries.API_KEY,
+               DEEPSEEK_BASE_URL=fault.url)
+    assert live.returncode == 0
+    recorded = "".join(r["text"] for r in records(trace) if r["type"] == "data")
+    assert recorded.endswith("data: [DONE]\n\n")
+    child = subprocess.Popen([sys.executable, "-m", "dsh.repl", "replay-server", str(trace)], cwd=REPO,
+                             env=base_env(home), stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    try:
+        assert child.stdout is not None
+        url = re.search(r"at (\S+) \(Ctrl-C stops\)", child.stdout.readline())
+        assert url, "no banner"
+        result = subprocess.run(["curl", "-sS", "-N", "-H", "content-type: application/json", "-d", "{}", url.group(1)],
+                                capture_output=True, text=True, timeout=30)
+        assert (result.returncode, result.stdout, result.stderr) == (0, recorded, "")
+    finally:
+        child.send_signal(signal.SIGTERM)
+        child.communicate(timeout=10)
+    assert child.returncode == 0
