@@ -277,3 +277,26 @@ def test_curl_reads_a_recorded_answer_from_replay_server(home: Path, fault: Faul
         child.send_signal(signal.SIGTERM)
         child.communicate(timeout=10)
     assert child.returncode == 0
+
+
+def test_the_openai_sdk_streams_a_recorded_answer_from_replay_server(home: Path, fault: FaultServer) -> None:
+    openai = pytest.importorskip("openai")
+    trace = home / "text.jsonl"
+    live = dsh(home, "-p", "hi", "--record", str(trace), DEEPSEEK_API_KEY=canaries.API_KEY,
+               DEEPSEEK_BASE_URL=fault.url)
+    assert live.returncode == 0
+    child = subprocess.Popen([sys.executable, "-m", "dsh.repl", "replay-server", str(trace)], cwd=REPO,
+                             env=base_env(home), stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    try:
+        assert child.stdout is not None
+        url = re.search(r"at (\S+)/chat/completions \(Ctrl-C stops\)", child.stdout.readline())
+        assert url, "no banner"
+        client = openai.OpenAI(base_url=url.group(1), api_key="any", max_retries=0)
+        stream = client.chat.completions.create(model="deepseek-v4-flash", messages=[{"role": "user", "content": "hi"}],
+                                                stream=True)
+        text = "".join(chunk.choices[0].delta.content or "" for chunk in stream if chunk.choices)
+        assert text + "\n" == live.stdout.removeprefix("[main turn 1] ")
+    finally:
+        child.send_signal(signal.SIGTERM)
+        child.communicate(timeout=10)
+    assert child.returncode == 0
