@@ -417,6 +417,8 @@ class DeepSeekClient:
         self._connect_timeout = connect_timeout
         self._closed = False
         self._trace: Any = None
+        if record is not None and http_client is not None:
+            raise ValueError("record= wraps the client's own transport; it cannot record a caller's http_client")
         if record is not None:
             from dsh.llm.wire_trace import TraceWriter
 

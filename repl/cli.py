@@ -76,42 +76,15 @@ def _serve(args: list[str]) -> int:
 
 def _replay_server(args: list[str]) -> int:
     """``dsh replay-server FILE --port P``: serve a recording to any client (docs/record-replay.md)."""
-    import argparse
-    import asyncio
+    from dsh.repl.demo import replay_server
 
-    parser = argparse.ArgumentParser(prog="dsh replay-server", description="Serve a --record trace on loopback.")
-    parser.add_argument("file", metavar="FILE", help="a trace written by dsh --record")
-    parser.add_argument("--port", type=int, default=0, help="port on 127.0.0.1 (default: any free one)")
-    parser.add_argument("--speed", type=_speed, default=1.0, metavar="N", help="replay N times faster")
-    options = parser.parse_args(args)
-    from dsh.repl.demo.replay_server import ReplayError, load_trace, serve_forever
-
-    try:
-        trace = load_trace(options.file)
-    except ReplayError as exc:
-        _stderr(f"dsh: failed to start: {exc}")
-        return EXIT_USAGE
-    try:
-        asyncio.run(serve_forever(trace, port=options.port, speed=options.speed, out=sys.stdout))
-    except OSError as exc:
-        from dsh.llm import error_chain
-
-        _stderr(f"dsh: failed to start: cannot listen on 127.0.0.1:{options.port}: {error_chain(exc)}")
-        return 1
-    return 0
+    return replay_server.main(args, out=_stdout, err=_stderr)
 
 
-def _speed(text: str) -> float:
-    import argparse
-    import math
+def _replay_speed(text: str) -> float:
+    from dsh.repl.demo.replay_server import parse_speed
 
-    try:
-        value = float(text)
-    except ValueError:
-        value = 0.0
-    if not math.isfinite(value) or value <= 0:
-        raise argparse.ArgumentTypeError(f"must be a positive number, got {text!r:.40}")
-    return value
+    return parse_speed(text)
 
 
 # --- terminal safety net -------------------------------------------------------------------------
@@ -137,6 +110,16 @@ def _restore_terminal(saved: Any) -> None:
 
         termios.tcsetattr(0, termios.TCSADRAIN, saved)
     except Exception:
+        pass
+
+
+def _stdout(line: str) -> None:
+    from dsh.repl.render import sanitize
+
+    try:
+        sys.stdout.write(sanitize(line) + "\n")
+        sys.stdout.flush()
+    except (OSError, ValueError):
         pass
 
 
@@ -180,7 +163,7 @@ def _parser():  # type: ignore[no-untyped-def]
     parser.add_argument("--reasoning-effort", dest="reasoning_effort", choices=("low", "high", "max"))
     parser.add_argument("--record", metavar="FILE", help="write a masked wire trace of every model exchange")
     parser.add_argument("--replay", metavar="FILE", help="answer from a --record trace instead of the API")
-    parser.add_argument("--replay-speed", dest="replay_speed", type=_speed, default=1.0, metavar="N",
+    parser.add_argument("--replay-speed", dest="replay_speed", type=_replay_speed, default=1.0, metavar="N",
                         help="replay the recorded timing N times faster")
     parser.add_argument("--version", action="version", version=f"dsh {__version__}")
     return parser

@@ -15,6 +15,7 @@ import asyncio
 import base64
 import json
 import signal
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -29,7 +30,8 @@ from dsh.repl.demo.fault_server import (
     error_body,
 )
 
-__all__ = ["RecordedExchange", "ReplayError", "ReplayServer", "Trace", "load_trace", "serve_forever"]
+__all__ = ["RecordedExchange", "ReplayError", "ReplayServer", "Trace", "load_trace", "main", "parse_speed",
+           "serve_forever"]
 
 # Framing is the replay's own (chunked); what the recording's server said about framing is dropped.
 _HOP_BY_HOP = frozenset({"transfer-encoding", "content-length", "connection", "keep-alive", "content-encoding"})
@@ -239,16 +241,52 @@ class ReplayServer(FaultServer):
         return False
 
 
-async def serve_forever(trace: Trace, *, port: int, speed: float, out: Any) -> None:
-    """``dsh replay-server``: serve until SIGINT or SIGTERM, one line per request on ``out``."""
+async def serve_forever(trace: Trace, *, port: int, speed: float, out: Callable[[str], None]) -> None:
+    """Serve until SIGINT or SIGTERM; ``out`` gets one line on start and one on stop."""
     loop = asyncio.get_running_loop()
     stop = asyncio.Event()
     for signum in (signal.SIGINT, signal.SIGTERM):
         loop.add_signal_handler(signum, stop.set)
     async with ReplayServer(trace, speed=speed, port=port) as server:
-        out.write(f"dsh replay-server: {len(trace.exchanges)} exchange(s) from {trace.path} "
-                  f"at {server.url}/chat/completions (Ctrl-C stops)\n")
-        out.flush()
+        out(f"dsh replay-server: {len(trace.exchanges)} exchange(s) from {trace.path} "
+            f"at {server.url}/chat/completions (Ctrl-C stops)")
         await stop.wait()
-        out.write(f"dsh replay-server: stopped after {server.served} request(s)\n")
-        out.flush()
+        out(f"dsh replay-server: stopped after {server.served} request(s)")
+
+
+def parse_speed(text: str) -> float:
+    """``--replay-speed`` / ``--speed``: a positive, finite factor."""
+    import argparse
+    import math
+
+    try:
+        value = float(text)
+    except ValueError:
+        value = 0.0
+    if not math.isfinite(value) or value <= 0:
+        raise argparse.ArgumentTypeError(f"must be a positive number, got {text!r:.40}")
+    return value
+
+
+def main(args: Sequence[str], *, out: Callable[[str], None], err: Callable[[str], None]) -> int:
+    """``dsh replay-server FILE [--port P] [--speed N]``; ``out``/``err`` write one sanitized line each."""
+    import argparse
+
+    parser = argparse.ArgumentParser(prog="dsh replay-server", description="Serve a --record trace on loopback.")
+    parser.add_argument("file", metavar="FILE", help="a trace written by dsh --record")
+    parser.add_argument("--port", type=int, default=0, help="port on 127.0.0.1 (default: any free one)")
+    parser.add_argument("--speed", type=parse_speed, default=1.0, metavar="N", help="replay N times faster")
+    options = parser.parse_args(list(args))
+    try:
+        trace = load_trace(options.file)
+    except ReplayError as exc:
+        err(f"dsh: failed to start: {exc}")
+        return 2
+    try:
+        asyncio.run(serve_forever(trace, port=options.port, speed=options.speed, out=out))
+    except OSError as exc:
+        from dsh.llm.errors import error_chain
+
+        err(f"dsh: failed to start: cannot listen on 127.0.0.1:{options.port}: {error_chain(exc)}")
+        return 1
+    return 0

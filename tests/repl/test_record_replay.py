@@ -300,3 +300,17 @@ def test_the_openai_sdk_streams_a_recorded_answer_from_replay_server(home: Path,
         child.send_signal(signal.SIGTERM)
         child.communicate(timeout=10)
     assert child.returncode == 0
+
+
+def test_replay_server_start_failures_are_one_line(home: Path, fault: FaultServer) -> None:
+    bad = home / "bad.jsonl"
+    bad.write_text("garbage\n")
+    result = dsh(home, "replay-server", str(bad))
+    assert (result.returncode, result.stdout, result.stderr) == (
+        2, "", f"dsh: failed to start: replay file {bad} is not a dsh wire trace (line 1: not JSON)\n")
+    good = home / "good.jsonl"
+    good.write_text('{"type": "dsh-wire-trace", "version": 1}\n')
+    result = dsh(home, "replay-server", str(good), "--port", str(fault.port))  # taken
+    assert result.returncode == 1
+    assert result.stderr.startswith(f"dsh: failed to start: cannot listen on 127.0.0.1:{fault.port}: ")
+    assert len(result.stderr.splitlines()) == 1
