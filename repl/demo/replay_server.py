@@ -33,8 +33,9 @@ from dsh.repl.demo.fault_server import (
 __all__ = ["RecordedExchange", "ReplayError", "ReplayServer", "Trace", "load_trace", "main", "parse_speed",
            "serve_forever"]
 
-# Framing is the replay's own (chunked); what the recording's server said about framing is dropped.
-_HOP_BY_HOP = frozenset({"transfer-encoding", "content-length", "connection", "keep-alive", "content-encoding"})
+# Framing is the replay's own (chunked); what the recording's server said about framing is dropped. A
+# Content-Encoding the recorder inflated is gone from the trace already; one it could not is kept.
+_HOP_BY_HOP = frozenset({"transfer-encoding", "content-length", "connection", "keep-alive"})
 _MAX_LINE = 64 << 20
 
 
@@ -217,10 +218,13 @@ class ReplayServer(FaultServer):
             return await self._end(ex, exchange)
         await at(exchange.t_response)
         headers = [(k, v) for k, v in exchange.headers if k.lower() not in _HOP_BY_HOP]
+        bodiless = exchange.status < 200 or exchange.status in (204, 304)  # no body, so no framing either
         lines = [f"HTTP/1.1 {exchange.status} {_phrase(exchange.status)}", *(f"{k}: {v}" for k, v in headers),
-                 "transfer-encoding: chunked"]
+                 *([] if bodiless else ["transfer-encoding: chunked"])]
         ex.writer.write(("\r\n".join(lines) + "\r\n\r\n").encode("latin-1", "replace"))
         await ex.writer.drain()
+        if bodiless:
+            return exchange.status >= 200
         for offset, data in exchange.chunks:
             await at(offset)
             await ex.send(data)
