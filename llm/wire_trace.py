@@ -253,7 +253,7 @@ def recording_transport(inner: httpx.AsyncBaseTransport, trace: TraceWriter) -> 
                 response = await inner.handle_async_request(request)
             except BaseException as exc:
                 error = exc if isinstance(exc, Exception) else None
-                trace.end(n, time.monotonic() - start, "error" if error else "closed", where="request", error=error)
+                trace.end(n, time.monotonic() - start, "error" if error else "closed", where=_phase(exc), error=error)
                 raise
             headers = _pairs(response.headers.raw)
             encoding = response.headers.get("content-encoding", "").strip().lower() or None
@@ -273,6 +273,17 @@ def recording_transport(inner: httpx.AsyncBaseTransport, trace: TraceWriter) -> 
                 trace.close()
 
     return _Recording()
+
+
+def _phase(exc: BaseException) -> str:
+    """Where a failure before any response struck: ``connect`` (TCP, TLS, proxy), ``send`` or ``headers``."""
+    import httpx
+
+    if isinstance(exc, httpx.ConnectError | httpx.ConnectTimeout | httpx.ProxyError | httpx.PoolTimeout):
+        return "connect"
+    if isinstance(exc, httpx.WriteError | httpx.WriteTimeout):
+        return "send"
+    return "headers"  # the request went out; the answer's status line and headers did not come
 
 
 def _pairs(raw: Iterable[tuple[bytes, bytes]]) -> list[tuple[str, str]]:

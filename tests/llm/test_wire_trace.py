@@ -116,3 +116,25 @@ def test_the_body_prefilter_lets_every_maskable_line_through_to_redact_text(tmp_
                                                        for part in text.split("\n"))
     finally:
         trace.close()
+
+
+async def test_https_is_recorded_above_tls_and_a_refused_connect_says_where(
+    tls_fault_server: FaultServer, make_client: ClientFactory, stream_outcome: StreamRunner, tmp_path: Path,
+) -> None:
+    from dsh.repl.demo.fault_server import closed_port
+
+    trace = tmp_path / "tls.jsonl"
+    client = make_client(tls_fault_server.tls_url, record=trace, env={"SSL_CERT_FILE": tls_fault_server.tls_ca_file})
+    assert (await stream_outcome(client)).error is None
+    lines = records(trace)
+    assert lines[0]["base_url"] == tls_fault_server.tls_url
+    assert "data: [DONE]" in "".join(r["text"] for r in lines if r["type"] == "data")
+    assert lines[-1]["how"] == "complete"
+
+    with closed_port() as port:
+        refused = tmp_path / "refused.jsonl"
+        outcome = await stream_outcome(make_client(f"http://127.0.0.1:{port}", record=refused))
+    assert outcome.failure.code == "TRANSPORT"
+    end = records(refused)[-1]
+    assert (end["how"], end["where"], end["error"]) == ("error", "connect", "ConnectError")
+    assert end["message"].endswith(f"Connect call failed ('127.0.0.1', {port})")
