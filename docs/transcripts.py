@@ -476,6 +476,48 @@ def fault_server_dsh(lab: Lab) -> str:
     return fence("$ cat ~/.config/dsh/config.toml\nmax_retries = 0\n" + session_text(run, stdin), "console")
 
 
+def _record_replay_session(lab: Lab) -> str:
+    """A mid-stream reset met live with ``--record``, the trace, and ``--replay`` printing the same line."""
+    home = lab.home("max_retries = 0\n")
+    script = "reset_mid_stream:delay=0.05"  # a pause between frames: one read, one data record each
+    argv = ["-m", "dsh.repl.demo.fault_server", "--port", "0", "--script", script]
+    server = subprocess.Popen([PYTHON, *argv], env=lab.env(home), stdout=subprocess.PIPE,
+                              stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL)
+    try:
+        assert server.stdout is not None
+        url = re.search(r"listening on (\S+)", server.stdout.readline().decode())
+        if url is None:
+            raise RuntimeError("fault server did not start")
+        live = lab.dsh(["--base-url", url.group(1), "-p", "hello", "--record", "trace.jsonl"], home=home,
+                       env={"DEEPSEEK_API_KEY": "sk-secret0123456789"},
+                       shown_env="DEEPSEEK_API_KEY=sk-secret0123456789")
+    finally:
+        server.send_signal(signal.SIGINT)
+        server.communicate(timeout=TIMEOUT)
+    records = [json.loads(line) for line in (home / "project" / "trace.jsonl").read_text(encoding="utf-8").splitlines()]
+    shown = []
+    for record in records:
+        if "t" in record:
+            record["t"] = "<t>"
+        if "created" in record:
+            record["created"], record["dsh"] = "<time>", "<version>"
+        brief = {key: value for key, value in record.items() if key not in ("headers", "body")}
+        shown.append(lab.normalise(json.dumps(brief, ensure_ascii=False, separators=(",", ":")), home)[:110])
+    request = next(record for record in records if record["type"] == "request")
+    headers = [[name, "<n>" if name.lower() == "content-length" else value]  # the prompt holds the tmp path
+               for name, value in request["headers"]]
+    replayed = lab.dsh(["--replay", "trace.jsonl", "-p", "hello"], home=home)
+    return fence("\n".join([
+        "$ cat ~/.config/dsh/config.toml", "max_retries = 0",
+        f"$ python -m dsh.repl.demo.fault_server --port 0 --script {script} &",
+        session_text(live, status=True),
+        "$ jq -c 'del(.headers, .body)' trace.jsonl | cut -c1-110", *shown,
+        "$ jq -c 'select(.type == \"request\") | .headers' trace.jsonl",
+        lab.normalise(json.dumps(headers, separators=(",", ":")), home),
+        session_text(replayed, status=True),
+    ]), "console")
+
+
 # What each behaviour does, in words (checked against repl/demo/fault_server.py); the table's last column
 # is what dsh printed against it. A behaviour missing here fails the run, so the table stays complete.
 BEHAVIOURS: dict[str, str] = {
@@ -849,6 +891,7 @@ GENERATORS: dict[str, Callable[[Lab], str]] = {
     "doctor-tls": doctor_tls,
     "doctor-balance": doctor_balance,
     "fault-server-dsh": fault_server_dsh,
+    "record-replay": lambda lab: lab.once("record-replay", lambda: _record_replay_session(lab)).result(),
     "behaviours": table_behaviours,
     "session-log": session_log,
     "error-codes": table_error_codes,

@@ -406,7 +406,12 @@ class DeepSeekClient:
         proxy: str | None = None,
         trust_env: bool = True,
         env: Mapping[str, str] | None = None,
+        record: str | os.PathLike[str] | None = None,
+        shown_as: tuple[str, str | None] | None = None,
     ) -> None:
+        """``record``: write a masked wire trace of every exchange there (dsh.llm.wire_trace).
+        ``shown_as``: the endpoint and proxy that messages name instead of the real ones (a replay
+        names the recorded ones, so that its lines are the live run's)."""
         self._base_url = base_url.rstrip("/")
         self._api_key = api_key
         self.base_url_display = redact_url(self._base_url)
@@ -416,6 +421,8 @@ class DeepSeekClient:
             proxy = found[0] if found else None
         self.proxy = proxy
         self.proxy_display = redact_url(proxy) if proxy else None
+        if shown_as is not None:
+            self.base_url_display, self.proxy_display = shown_as
         self._via = f" via proxy {self.proxy_display}" if self.proxy_display else ""
         self.stream_idle_timeout = stream_idle_timeout
         self.first_token_timeout = first_token_timeout
@@ -423,6 +430,15 @@ class DeepSeekClient:
         self._http = http_client  # built on first use (see the httpx import note above)
         self._connect_timeout = connect_timeout
         self._closed = False
+        self._trace: Any = None
+        if record is not None and http_client is not None:
+            raise ValueError("record= wraps the client's own transport; it cannot record a caller's http_client")
+        if record is not None:
+            from dsh.llm.wire_trace import TraceWriter
+
+            timeouts = {"stream_idle_timeout": stream_idle_timeout, "first_token_timeout": first_token_timeout}
+            self._trace = TraceWriter(record, secrets=self.secrets, base_url=self.base_url_display,
+                                      proxy=self.proxy_display, timeouts=timeouts)
 
     async def __aenter__(self) -> DeepSeekClient:
         return self
@@ -434,6 +450,8 @@ class DeepSeekClient:
         self._closed = True
         if self._owns_http and self._http is not None:
             await self._http.aclose()
+        if self._trace is not None:
+            self._trace.close()
 
     def _client(self) -> httpx.AsyncClient:
         if self._http is None:
@@ -443,9 +461,18 @@ class DeepSeekClient:
                 raise RuntimeError("Cannot send a request, as the client has been closed.")
             # The proxy was picked above (environment_proxy) and the trust store by ssl_context, so
             # httpx reads neither from the environment itself.
+            verify = ssl_context(self._env)
+            transport = None
+            if self._trace is not None:
+                # The recorder wraps the transport the client would build itself (proxy included).
+                from dsh.llm.wire_trace import recording_transport
+
+                inner = httpx.AsyncHTTPTransport(verify=verify, proxy=self.proxy, trust_env=False)
+                transport = recording_transport(inner, self._trace)
             self._http = httpx.AsyncClient(
-                proxy=self.proxy,
-                verify=ssl_context(self._env),
+                proxy=self.proxy if transport is None else None,
+                transport=transport,
+                verify=verify,
                 trust_env=False,
                 timeout=httpx.Timeout(
                     connect=self._connect_timeout,

@@ -35,6 +35,8 @@ def main(argv: Sequence[str] | None = None) -> NoReturn:
         raise SystemExit(_serve(args[1:]))
     if args[:1] == ["doctor"]:
         raise SystemExit(_doctor(args[1:]))
+    if args[:1] == ["replay-server"]:
+        raise SystemExit(_guarded(args[1:], _replay_server))
     raise SystemExit(_guarded(args))
 
 
@@ -42,11 +44,11 @@ def _debug() -> bool:
     return os.environ.get("DSH_DEBUG", "") not in ("", "0")
 
 
-def _guarded(args: list[str]) -> int:
+def _guarded(args: list[str], run: Any = None) -> int:
     """Run, and turn anything unexpected into one line on stderr (a traceback only with DSH_DEBUG=1)."""
     saved = _save_terminal()
     try:
-        return _run(args)
+        return (run or _run)(args)
     except KeyboardInterrupt:
         return 130
     except SystemExit:
@@ -83,6 +85,19 @@ def _doctor(args: list[str]) -> int:
     return doctor.main(args, env)
 
 
+def _replay_server(args: list[str]) -> int:
+    """``dsh replay-server FILE --port P``: serve a recording to any client (docs/record-replay.md)."""
+    from dsh.repl.demo import replay_server
+
+    return replay_server.main(args, out=_stdout, err=_stderr)
+
+
+def _replay_speed(text: str) -> float:
+    from dsh.repl.demo.replay_server import parse_speed
+
+    return parse_speed(text)
+
+
 # --- terminal safety net -------------------------------------------------------------------------
 
 
@@ -109,6 +124,16 @@ def _restore_terminal(saved: Any) -> None:
         pass
 
 
+def _stdout(line: str) -> None:
+    from dsh.repl.render import sanitize
+
+    try:
+        sys.stdout.write(sanitize(line) + "\n")
+        sys.stdout.flush()
+    except (OSError, ValueError):
+        pass
+
+
 def _stderr(line: str) -> None:
     from dsh.repl.render import sanitize  # the sinks' sanitizer: an error chain is hostile text too
 
@@ -132,7 +157,7 @@ def _parser():  # type: ignore[no-untyped-def]
         description="A terminal harness for LLM agents that never fails silently.",
         epilog="Config: $XDG_CONFIG_HOME/dsh/config.toml. Environment: DEEPSEEK_API_KEY, DEEPSEEK_BASE_URL, "
         "DSH_MODEL, NO_COLOR, DSH_DEBUG. Also: dsh doctor (check each step of a request), "
-        "dsh serve --stdio (child runtime).",
+        "dsh serve --stdio (child runtime), dsh replay-server FILE --port P (serve a recording).",
     )
     parser.add_argument("-p", "--print", metavar="PROMPT", dest="print_prompt",
                         help="run one turn and exit: 0 completed, 1 failed, 3 rejected, 4 output-token limit, "
@@ -149,6 +174,10 @@ def _parser():  # type: ignore[no-untyped-def]
     parser.add_argument("--reasoning-effort", dest="reasoning_effort", choices=("low", "high", "max"))
     parser.add_argument("--allow-edits", dest="allow_edits", action="store_true", default=None,
                         help="piped and -p runs may write files in the working tree without asking")
+    parser.add_argument("--record", metavar="FILE", help="write a masked wire trace of every model exchange")
+    parser.add_argument("--replay", metavar="FILE", help="answer from a --record trace instead of the API")
+    parser.add_argument("--replay-speed", dest="replay_speed", type=_replay_speed, default=1.0, metavar="N",
+                        help="replay the recorded timing N times faster")
     parser.add_argument("--version", action="version", version=f"dsh {__version__}")
     return parser
 
@@ -225,11 +254,28 @@ def _run(argv: list[str]) -> int:
         "thinking": args.thinking,
         "reasoning_effort": args.reasoning_effort,
         "allow_edits": args.allow_edits,
+        "record": args.record,
     }
     try:
         config = load_config(
-            flags, env, require_key=not args.demo, config_path=Path(args.config) if args.config else None
+            flags, env, require_key=not (args.demo or args.replay),
+            config_path=Path(args.config) if args.config else None,
         )
+        if args.replay:
+            from dsh.repl.demo.replay_server import ReplayError, load_trace
+
+            if args.demo:
+                raise ConfigError("--replay and --demo each pick the endpoint; give one of them")
+            try:
+                args.trace = load_trace(args.replay)
+            except ReplayError as exc:
+                args.trace = exc
+            if isinstance(args.trace, ReplayError):
+                raise ConfigError(args.trace.message)  # outside the handler: one line, no chain beneath
+        if args.demo and config.record:
+            raise ConfigError("--record records a real endpoint or a --replay; the demo's scenarios are scripted")
+        if config.record:
+            _check_record_path(config.record)
         if args.demo:
             from dsh.repl.demo.catalogue import SCENARIOS
 
@@ -255,6 +301,20 @@ def _run(argv: list[str]) -> int:
         cause = exc.__cause__ or exc
         _startup_failure(cause, mode=mode, secrets=config.secrets + env_secrets)
         return EXIT_USAGE if getattr(cause, "code", None) == ErrorCode.CONFIG else 1
+
+
+def _check_record_path(path: str) -> None:
+    """Fail before the first prompt, not at the first request, when the trace cannot be written."""
+    from dsh.repl.config import ConfigError
+
+    folder = os.path.dirname(path) or "."
+    if not os.path.isdir(folder):
+        problem = "its folder does not exist"
+    elif not os.access(folder, os.W_OK | os.X_OK) or (os.path.exists(path) and not os.access(path, os.W_OK)):
+        problem = "permission denied"
+    else:
+        return
+    raise ConfigError(f"record file {path} cannot be written: {problem}")
 
 
 def _setup_logging(env: dict[str, str], secrets: tuple[str, ...]) -> None:
@@ -309,6 +369,11 @@ async def _async_main(args: Any, config: Any, env: dict[str, str], mode: str) ->
                     demo, client, retry = await _start_demo(stack, args.scenario or "text")
                 except Exception as exc:
                     raise StartupError(exc)
+            elif args.replay:
+                try:
+                    client = await _start_replay(stack, args.trace, args.replay_speed, config)
+                except Exception as exc:
+                    raise StartupError(exc)
             shell = Shell(config, sink, color=_color(env), env=env, client=client, demo=demo, retry=retry,
                           approvals=mode == "interactive", show_usage=mode == "interactive")
             stack.push_async_callback(shell.aclose)
@@ -322,7 +387,10 @@ async def _async_main(args: Any, config: Any, env: dict[str, str], mode: str) ->
             from dsh.repl.config import history_path
 
             sink.flush()  # what start-up said (a repaired turn), before the app's own writes
-            return await InteractiveApp(shell, history=history_path(env), banner=_banner(shell)).run()
+            banner = _banner(shell)
+            if args.replay:
+                banner += f" · replaying {len(args.trace.exchanges)} recorded exchange(s) from {args.replay}"
+            return await InteractiveApp(shell, history=history_path(env), banner=banner).run()
         return 1  # pragma: no cover - the exit stack does not swallow
     finally:
         sink.flush()  # nothing written, even while closing down, is left behind
@@ -349,6 +417,21 @@ async def _start_demo(stack: Any, scenario: str) -> tuple[Any, Any, Any]:
     stack.push_async_callback(client.aclose)
     retry = demo_retry_policy()
     return Demo(server, client, retry, scenario), client, retry
+
+
+async def _start_replay(stack: Any, trace: Any, speed: float, config: Any) -> Any:
+    """The embedded replay server and a client that names the recorded endpoint in its messages."""
+    from dsh.llm.deepseek import DeepSeekClient
+    from dsh.repl.demo.replay_server import ReplayServer
+
+    server = await stack.enter_async_context(ReplayServer(trace, speed=speed))
+    # The recorded deadlines, so a recorded timeout fires again; one set on this run wins.
+    timeouts = {key: getattr(config, key) if key in config.sources else trace.timeouts.get(key, getattr(config, key))
+                for key in ("stream_idle_timeout", "first_token_timeout")}
+    client = DeepSeekClient(base_url=server.url, api_key=None, proxy=None, trust_env=False, env={},
+                            record=config.record, shown_as=(trace.base_url or server.url, trace.proxy), **timeouts)
+    stack.push_async_callback(client.aclose)
+    return client
 
 
 class StreamSink:

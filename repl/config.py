@@ -57,6 +57,7 @@ KNOWN_KEYS = frozenset(
         "system_prompt_append",
         "models",
         "allow_edits",
+        "record",
     }
 )
 
@@ -87,6 +88,7 @@ class Config:
     models: dict[str, dict[str, Any]] = field(default_factory=dict)  # per-model context window and prices
     allow_edits: bool = False  # piped and -p runs may write files in the working tree without asking
     proxy: str | None = None  # the proxy that carries requests: --proxy, HTTPS_PROXY & co, or the file
+    record: str | None = None  # write a masked wire trace of every model exchange here (docs/record-replay.md)
     config_path: Path | None = None  # the file that was read, if any
     warnings: tuple[str, ...] = ()
     # Where base_url, api_key and proxy came from, in words a fix line can name (docs/reliability.md).
@@ -271,6 +273,14 @@ def _check_text(key: str, value: object, where: str) -> str:
     return value
 
 
+def _check_record(key: str, value: object, where: str) -> str:
+    """A trace path; ``{time}`` (UTC) and ``{pid}`` make one file per run, so two sessions never share one."""
+    import time
+
+    path = os.path.expanduser(_check_str(key, value, where))
+    return path.replace("{time}", time.strftime("%Y%m%dT%H%M%SZ", time.gmtime())).replace("{pid}", str(os.getpid()))
+
+
 _CHECKS = {
     "api_key": _check_str,
     "base_url": _check_url,
@@ -288,6 +298,7 @@ _CHECKS = {
     "system_prompt_append": _check_text,
     "models": _check_models,
     "allow_edits": _check_bool,
+    "record": _check_record,
 }
 
 

@@ -231,6 +231,7 @@ class Shell:
                 proxy=self.config.proxy,
                 trust_env=False,  # the config already read the proxy variables (and names them)
                 env=self.env,
+                record=self.config.record,
             )
 
     def ensure_agent(self) -> Agent:

@@ -1,0 +1,291 @@
+"""``--record``: a masked wire trace of every model exchange, written as the bytes arrive.
+
+The trace is JSON lines (docs/record-replay.md): a versioned header, then per exchange ``n`` a
+``request`` record, a ``response`` record (status and headers), one ``data`` record per piece of
+body with its offset ``t`` in seconds from the request's start, and an ``end`` record saying how
+the exchange ended (``complete``, ``error`` with the transport error's class and where it struck,
+or ``closed`` when dsh itself stopped reading: a deadline, a cancel).
+
+Everything is masked before it is written: the configured secrets (the key, base-URL and proxy
+credentials), ``Authorization``-like headers, key-shaped strings, URL credentials and queries. The
+file is created 0600. The recorder hooks in below httpx's client as a transport that tees the byte
+stream, so the live stream sees the same bytes at the same time; memory is bounded by one body line.
+
+``httpx`` is imported only by :func:`recording_transport`, when the first request is made.
+"""
+
+from __future__ import annotations
+
+import base64
+import json
+import os
+import stat
+import time
+import zlib
+from collections.abc import AsyncIterator, Iterable
+from typing import TYPE_CHECKING, Any
+
+from dsh.llm._version import __version__
+from dsh.llm.redact import MASK, redact_text, redact_url
+
+if TYPE_CHECKING:
+    import httpx
+
+__all__ = ["TRACE_TYPE", "TRACE_VERSION", "TraceWriter", "recording_transport"]
+
+TRACE_TYPE = "dsh-wire-trace"
+TRACE_VERSION = 1
+_SECRET_HEADERS = frozenset({"authorization", "proxy-authorization", "x-api-key", "api-key", "cookie", "set-cookie"})
+_HELD_LIMIT = 64 * 1024  # a body line longer than this is written in pieces (the memory bound)
+_PIECE = 256 * 1024  # the most bytes one inflate step may produce
+# A body line that holds none of these (lower-cased) nor a configured secret has nothing redact_text
+# masks, so it is written as it is: the redaction regexes cost ~0.4 µs a byte, and a 40 MB stream must
+# not slow down for its recording. Keep in step with dsh.llm.redact (tests/llm/test_wire_trace.py).
+_TRIGGERS = ("bearer", "basic", "authorization", "api-key")  # case-insensitive in redact_text
+_MARKS = ("://", "sk-", "AIza", "ghp_", "xox", "AKIA", "-----BEGIN")  # key shapes and URLs, case-sensitive
+_BODY_LIMIT = 64 << 20  # body bytes recorded per exchange; past it (a gzip bomb, say) the trace notes the cut
+
+
+class TraceWriter:
+    """The open trace file: one ``write(2)`` per record, masked with ``secrets`` first."""
+
+    def __init__(self, path: str | os.PathLike[str], *, secrets: Iterable[str] = (), base_url: str = "",
+                 proxy: str | None = None, timeouts: dict[str, float] | None = None) -> None:
+        self.path = os.fspath(path)
+        self.secrets = tuple(s for s in secrets if s)
+        self._exchanges = 0
+        flags = os.O_WRONLY | os.O_CREAT | os.O_TRUNC | os.O_CLOEXEC | getattr(os, "O_NOFOLLOW", 0)
+        self._fd: int | None = os.open(self.path, flags, 0o600)
+        try:
+            mode = os.fstat(self._fd).st_mode
+            if stat.S_ISREG(mode) and mode & 0o077:
+                os.fchmod(self._fd, 0o600)  # an older, looser file of the same name is tightened
+            self._write({
+                "type": TRACE_TYPE, "version": TRACE_VERSION, "dsh": __version__,
+                "created": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime()),
+                "base_url": redact_url(base_url) if base_url else "",
+                "proxy": redact_url(proxy) if proxy else None,
+                "timeouts": dict(timeouts or {}),  # a replay uses them, so its deadlines fire as these did
+            }, first=True)
+        except BaseException:
+            self.close()
+            raise
+
+    def mask(self, text: str) -> str:
+        return redact_text(text, self.secrets)
+
+    def next_exchange(self) -> int:
+        self._exchanges += 1
+        return self._exchanges
+
+    def _write(self, record: dict[str, Any], *, first: bool = False) -> None:
+        if self._fd is None:
+            return
+        line = json.dumps(record, ensure_ascii=False, separators=(",", ":")) + "\n"
+        data = line.encode("utf-8", "surrogatepass")
+        try:
+            while data:
+                data = data[os.write(self._fd, data):]
+        except OSError:
+            if first:
+                raise  # a file that cannot take its header is a start-up failure
+            self.close()  # later, a full disk ends the recording, never the turn
+
+    def request(self, n: int, method: str, url: str, path: str, headers: list[tuple[str, str]],
+                body: bytes) -> None:
+        self._write({"type": "request", "n": n, "method": method, "url": self.mask(redact_url(url)),
+                     "path": self.mask(path), "headers": self._headers(headers),
+                     "body": self.mask(body.decode("utf-8", "replace"))})
+
+    def response(self, n: int, t: float, status: int, headers: list[tuple[str, str]],
+                 decoded: str | None = None) -> None:
+        record: dict[str, Any] = {"type": "response", "n": n, "t": round(t, 6), "status": status,
+                                  "headers": self._headers(headers)}
+        if decoded:
+            record["decoded"] = decoded  # the body below is inflated; its Content-Encoding was dropped
+        self._write(record)
+
+    def _mask_body(self, text: str) -> str:
+        """:meth:`mask`, applied only to the lines that could hold something to mask."""
+        if not self._suspect(text):
+            return text
+        if len(text) <= 4096:
+            return self.mask(text)
+        return "\n".join(self.mask(line) if self._suspect(line) else line for line in text.split("\n"))
+
+    def _suspect(self, text: str) -> bool:
+        if any(mark in text for mark in _MARKS) or any(secret in text for secret in self.secrets):
+            return True
+        lowered = text.lower()
+        return any(trigger in lowered for trigger in _TRIGGERS)
+
+    def data(self, n: int, t: float, chunk: bytes) -> None:
+        try:
+            record: dict[str, Any] = {"type": "data", "n": n, "t": round(t, 6), "text": self._mask_body(chunk.decode())}
+        except UnicodeDecodeError:
+            masked = self._mask_body(chunk.decode("utf-8", "surrogateescape")).encode("utf-8", "surrogateescape")
+            record = {"type": "data", "n": n, "t": round(t, 6), "b64": base64.b64encode(masked).decode()}
+        self._write(record)
+
+    def end(self, n: int, t: float, how: str, *, where: str | None = None,
+            error: BaseException | None = None, note: str | None = None) -> None:
+        record: dict[str, Any] = {"type": "end", "n": n, "t": round(t, 6), "how": how}
+        if where:
+            record["where"] = where
+        if error is not None:
+            from dsh.llm.errors import error_chain
+
+            record["error"] = type(error).__name__
+            record["message"] = self.mask(error_chain(error))
+        if note:
+            record["note"] = note
+        self._write(record)
+
+    def _headers(self, headers: list[tuple[str, str]]) -> list[list[str]]:
+        return [[name, MASK if name.lower() in _SECRET_HEADERS else self.mask(value)] for name, value in headers]
+
+    def close(self) -> None:
+        fd, self._fd = self._fd, None
+        if fd is not None:
+            os.close(fd)
+
+
+class _BodyTee:
+    """Cuts a body into whole lines for masking (a secret split across two reads is still masked).
+
+    A line's bytes are written when its newline arrives, with that arrival's offset; what is left at the
+    end is written then. A compressed body is inflated for the trace in bounded pieces.
+    """
+
+    def __init__(self, trace: TraceWriter, n: int, start: float, encoding: str | None) -> None:
+        self.trace, self.n, self.start = trace, n, start
+        self._held = b""
+        self._inflate: Any = None
+        self.undecodable = False
+        self.cut = False  # more than _BODY_LIMIT bytes: the rest is not recorded
+        self._recorded = 0
+        if encoding == "gzip":
+            self._inflate = zlib.decompressobj(zlib.MAX_WBITS | 16)
+        elif encoding == "deflate":
+            self._inflate = zlib.decompressobj()
+
+    def _decoded(self, chunk: bytes) -> Iterable[bytes]:
+        if self._inflate is None:
+            yield chunk
+            return
+        if self.undecodable:
+            return
+        while chunk and not self._inflate.eof:
+            try:
+                piece = self._inflate.decompress(chunk, _PIECE)
+            except zlib.error:
+                self.undecodable = True  # the client reports it; the trace keeps what inflated
+                return
+            chunk = self._inflate.unconsumed_tail
+            if piece:
+                yield piece
+
+    def feed(self, chunk: bytes) -> None:
+        if self.cut:
+            return
+        t = time.monotonic() - self.start
+        for piece in self._decoded(chunk):
+            self._recorded += len(piece)
+            if self._recorded > _BODY_LIMIT:
+                self.cut = True
+                self.flush()
+                return
+            held = self._held + piece
+            cut = held.rfind(b"\n") + 1
+            if not cut and len(held) > _HELD_LIMIT:
+                cut = len(held)
+            if cut:
+                self.trace.data(self.n, t, held[:cut])
+            self._held = held[cut:]
+
+    def flush(self) -> None:
+        if self._held:
+            self.trace.data(self.n, time.monotonic() - self.start, self._held)
+            self._held = b""
+
+
+def recording_transport(inner: httpx.AsyncBaseTransport, trace: TraceWriter) -> httpx.AsyncBaseTransport:
+    """``inner`` with every exchange written to ``trace`` as it happens."""
+    import httpx
+
+    class _TeeStream(httpx.AsyncByteStream):
+        def __init__(self, stream: httpx.AsyncByteStream, tee: _BodyTee) -> None:
+            self._stream = stream
+            self._tee = tee
+            self._ended = False
+
+        def _end(self, how: str, **fields: Any) -> None:
+            if not self._ended:
+                self._ended = True
+                self._tee.flush()
+                note = "undecodable" if self._tee.undecodable else "cut" if self._tee.cut else None
+                trace.end(self._tee.n, time.monotonic() - self._tee.start, how, note=note, **fields)
+
+        async def __aiter__(self) -> AsyncIterator[bytes]:
+            try:
+                async for chunk in self._stream:
+                    self._tee.feed(chunk)
+                    yield chunk
+            except Exception as exc:
+                self._end("error", where="body", error=exc)
+                raise
+            self._end("complete")
+
+        async def aclose(self) -> None:
+            self._end("closed")  # dsh stopped reading first (a deadline, a cancel, [DONE] drained)
+            await self._stream.aclose()
+
+    class _Recording(httpx.AsyncBaseTransport):
+        async def handle_async_request(self, request: httpx.Request) -> httpx.Response:
+            n = trace.next_exchange()
+            start = time.monotonic()
+            try:
+                body = request.content
+            except httpx.RequestNotRead:  # a streamed upload (dsh sends bytes): not recorded
+                body = b""
+            trace.request(n, request.method, str(request.url), request.url.path, _pairs(request.headers.raw), body)
+            try:
+                response = await inner.handle_async_request(request)
+            except BaseException as exc:
+                error = exc if isinstance(exc, Exception) else None
+                trace.end(n, time.monotonic() - start, "error" if error else "closed", where=_phase(exc), error=error)
+                raise
+            headers = _pairs(response.headers.raw)
+            encoding = response.headers.get("content-encoding", "").strip().lower() or None
+            decoded = encoding if encoding in ("gzip", "x-gzip", "deflate") else None
+            if decoded:
+                headers = [(k, v) for k, v in headers if k.lower() != "content-encoding"]
+            trace.response(n, time.monotonic() - start, response.status_code, headers, decoded)
+            tee = _BodyTee(trace, n, start, "gzip" if decoded == "x-gzip" else decoded)
+            assert isinstance(response.stream, httpx.AsyncByteStream)
+            return httpx.Response(response.status_code, headers=response.headers,
+                                  stream=_TeeStream(response.stream, tee), extensions=response.extensions)
+
+        async def aclose(self) -> None:
+            try:
+                await inner.aclose()
+            finally:
+                trace.close()
+
+    return _Recording()
+
+
+def _phase(exc: BaseException) -> str:
+    """Where a failure before any response struck: ``connect`` (TCP, TLS, proxy), ``send`` or ``headers``."""
+    import httpx
+
+    if isinstance(exc, httpx.ConnectError | httpx.ConnectTimeout | httpx.ProxyError | httpx.PoolTimeout):
+        return "connect"
+    if isinstance(exc, httpx.WriteError | httpx.WriteTimeout):
+        return "send"
+    return "headers"  # the request went out; the answer's status line and headers did not come
+
+
+def _pairs(raw: Iterable[tuple[bytes, bytes]]) -> list[tuple[str, str]]:
+    return [(name.decode("latin-1"), value.decode("latin-1")) for name, value in raw]
+
