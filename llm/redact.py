@@ -64,6 +64,9 @@ _SHAPE_STARTS = (
     "sk-", "AIza", "ghp_", "gho_", "ghu_", "ghs_", "ghr_", "github_pat_",
     *(f"xox{kind}-" for kind in "abposr"), "AKIA", "ASIA", "-----BEGIN",
 )
+# Every pattern above needs one of these in the text (Redactor.may_mask); a new shape adds its own.
+_MARKS = ("://", *_SHAPE_STARTS[:-1], "-----BEGIN ")
+_TRIGGERS = ("bearer", "basic", "authorization", "api-key")  # matched case-insensitively
 _HOLD_WORD = re.compile(r"[:@=?#]")  # URLs, userinfo, header and query values
 _HEADER_BEFORE = re.compile(r"(?i)(bearer|basic|token|digest|authorization|api-key)\W{0,3}\s+$")
 _PEM_BEGIN = re.compile(r"-----BEGIN (?P<kind>(?:[A-Z0-9]+ ){0,4})PRIVATE KEY-----")
@@ -147,6 +150,13 @@ class Redactor:
             text = pattern.sub(mask, text)
         text = _URL_USERINFO.sub(lambda m: f"{m.group('scheme')}{MASK}@", text)
         return _URL_QUERY.sub(lambda m: m.group("url"), text)
+
+    def may_mask(self, text: str) -> bool:
+        """False only when :meth:`__call__` would return ``text`` unchanged: a cheap check for hot paths."""
+        if any(mark in text for mark in _MARKS) or any(secret in text for secret in self.secrets):
+            return True
+        lowered = text.lower()
+        return any(trigger in lowered for trigger in _TRIGGERS)
 
     def with_secrets(self, more: Iterable[str]) -> Redactor:
         """A redactor that masks these values too."""

@@ -26,7 +26,7 @@ from collections.abc import AsyncIterator, Iterable
 from typing import TYPE_CHECKING, Any
 
 from dsh.llm._version import __version__
-from dsh.llm.redact import MASK, redact_text, redact_url
+from dsh.llm.redact import MASK, Redactor, redact_url
 
 if TYPE_CHECKING:
     import httpx
@@ -38,11 +38,8 @@ TRACE_VERSION = 1
 _SECRET_HEADERS = frozenset({"authorization", "proxy-authorization", "x-api-key", "api-key", "cookie", "set-cookie"})
 _HELD_LIMIT = 64 * 1024  # a body line longer than this is written in pieces (the memory bound)
 _PIECE = 256 * 1024  # the most bytes one inflate step may produce
-# A body line that holds none of these (lower-cased) nor a configured secret has nothing redact_text
-# masks, so it is written as it is: the redaction regexes cost ~0.4 µs a byte, and a 40 MB stream must
-# not slow down for its recording. Keep in step with dsh.llm.redact (tests/llm/test_wire_trace.py).
-_TRIGGERS = ("bearer", "basic", "authorization", "api-key")  # case-insensitive in redact_text
-_MARKS = ("://", "sk-", "AIza", "ghp_", "xox", "AKIA", "-----BEGIN")  # key shapes and URLs, case-sensitive
+# A body line the redactor cannot change (Redactor.may_mask) is written as it is: the redaction regexes
+# cost ~0.4 µs a byte, and a 40 MB stream must not slow down for its recording.
 _BODY_LIMIT = 64 << 20  # body bytes recorded per exchange; past it (a gzip bomb, say) the trace notes the cut
 
 
@@ -53,6 +50,7 @@ class TraceWriter:
                  proxy: str | None = None, timeouts: dict[str, float] | None = None) -> None:
         self.path = os.fspath(path)
         self.secrets = tuple(s for s in secrets if s)
+        self._redactor = Redactor(self.secrets)
         self._exchanges = 0
         flags = os.O_WRONLY | os.O_CREAT | os.O_TRUNC | os.O_CLOEXEC | getattr(os, "O_NOFOLLOW", 0)
         self._fd: int | None = os.open(self.path, flags, 0o600)
@@ -72,7 +70,7 @@ class TraceWriter:
             raise
 
     def mask(self, text: str) -> str:
-        return redact_text(text, self.secrets)
+        return self._redactor(text)
 
     def next_exchange(self) -> int:
         self._exchanges += 1
@@ -109,15 +107,12 @@ class TraceWriter:
         """:meth:`mask`, applied only to the lines that could hold something to mask."""
         if not self._suspect(text):
             return text
-        if len(text) <= 4096:
+        if len(text) <= 4096 or "-----BEGIN " in text:  # a PEM block spans lines: masked whole
             return self.mask(text)
         return "\n".join(self.mask(line) if self._suspect(line) else line for line in text.split("\n"))
 
     def _suspect(self, text: str) -> bool:
-        if any(mark in text for mark in _MARKS) or any(secret in text for secret in self.secrets):
-            return True
-        lowered = text.lower()
-        return any(trigger in lowered for trigger in _TRIGGERS)
+        return self._redactor.may_mask(text)
 
     def data(self, n: int, t: float, chunk: bytes) -> None:
         try:

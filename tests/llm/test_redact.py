@@ -136,3 +136,20 @@ def test_a_word_that_cannot_become_a_secret_is_shown_at_once() -> None:
     assert redact.safe_length("working on it") == len("working on it")
     for growing in ("key sk-ab", "key hun", "see http://a", "Bearer abc", "x"):
         assert redact.safe_length(growing) == growing.rfind(" ") + 1, growing
+
+
+fragments = st.sampled_from(
+    [*"aZ09 :/@?=#-_\n\"'", "sk-", "AIza", "ghp_", "github_pat_", "xoxb-", "AKIA", "ASIA", "://", "Bearer ",
+     "basic ", "Authorization: ", "x-api-key=", "-----BEGIN PRIVATE KEY-----", "-----END ", SECRET, "0123456789"]
+)
+
+
+@settings(max_examples=500, deadline=None)
+@given(st.lists(fragments, max_size=40))
+def test_may_mask_is_false_only_when_nothing_would_change(pieces: list[str]) -> None:
+    redact = Redactor([SECRET])
+    text = "".join(pieces)
+    if not redact.may_mask(text):
+        assert redact(text) == text
+    for secret, mask in SHAPES.items():
+        assert redact.may_mask(f"x {secret} y") and mask in redact(f"x {secret} y")
