@@ -21,6 +21,7 @@ if TYPE_CHECKING:
 
     from dsh.agent_loop.agent import Agent
     from dsh.agent_loop.context import ProjectContext
+    from dsh.agent_loop.events import ToolResult
     from dsh.agent_loop.session_log import SessionLog
     from dsh.llm import ChainLink
     from dsh.repl.config import Config
@@ -43,6 +44,7 @@ class Host(Protocol):
     last_prompt: str | None
     last_failure: BaseException | None
     session_usage: UsageTally
+    last_tool_result: ToolResult | None  # the latest tool/result event, for /expand
 
     @property
     def root(self) -> Path: ...
@@ -273,6 +275,20 @@ async def _resume(shell: Host, arg: str) -> None:
     ident = await shell.resume(arg)
     turns = shell.agent.turn_number if shell.agent is not None else 0
     shell.say(f"resumed session {ident} ({turns} turn{'s' if turns != 1 else ''} so far)")
+
+
+@_command("expand", "", "show the last tool output in full (the turn shows a short preview)")
+async def _expand(shell: Host, arg: str) -> None:
+    result = shell.last_tool_result
+    if result is None:
+        shell.say("no tool output yet")
+        return
+    output = result.output.replace("\r\n", "\n").strip("\n")
+    lines = output.split("\n") if output else []
+    name = " ".join(result.name.split()) or "?"
+    count = f"{len(lines)} line{'s' if len(lines) != 1 else ''}"
+    head = f"  [tool output] {name}, {count}" + (" (error)" if result.is_error else "") + (":" if lines else "")
+    shell.say("\n".join([head, *(f"    {line}" for line in lines)]))
 
 
 @_command("jobs", "", "list background jobs")

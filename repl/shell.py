@@ -19,13 +19,13 @@ from collections.abc import AsyncIterator, Awaitable, Callable, Mapping, Sequenc
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, Protocol
 
-from dsh.agent_loop.events import AssistantMessage, Event, JobNotice, TurnEnd, TurnStart
+from dsh.agent_loop.events import AssistantMessage, Event, JobNotice, ToolResult, TurnEnd, TurnStart
 from dsh.agent_loop.retry import RetryPolicy
 from dsh.agent_loop.session_id import new_session_id
 from dsh.llm import ErrorCode, HarnessError, LlmError, error_chain, redact_text, redact_url
 from dsh.repl import commands
 from dsh.repl.config import Config, state_dir
-from dsh.repl.render import Renderer, TurnActivity, sanitize
+from dsh.repl.render import AnswerSplit, Renderer, TurnActivity, sanitize
 from dsh.repl.usage import UsageTally, usage_line
 
 if TYPE_CHECKING:
@@ -126,6 +126,7 @@ class Shell:
         retry: RetryPolicy | None = None,
         approvals: bool = False,
         show_usage: bool = False,
+        answer: Sink | None = None,
     ) -> None:
         self.config = config
         self.sink = sink
@@ -139,6 +140,10 @@ class Shell:
         sources = {"base_url": "the demo scenario", "proxy": "the demo scenario"} if demo else config.sources
         self.renderer = Renderer(color=color, secrets=config.secrets, sources=sources)
         self.activity = TurnActivity()
+        # -p: the answer text goes to ``answer`` (stdout), everything else to ``sink`` (stderr).
+        self.answer = answer
+        self.split = AnswerSplit(self.renderer) if answer is not None else None
+        self.last_tool_result: ToolResult | None = None  # what /expand shows in full
         self.turn_scope: TurnScope = _no_scope
         self.ask_approval: AskApproval | None = None
         self.approvals = approvals  # someone can answer (y / n / a): the interactive front end
@@ -368,7 +373,15 @@ class Shell:
             self.turn_usage = UsageTally()
         elif isinstance(event, AssistantMessage) and event.usage is not None:
             self._count_usage(event)
-        text = self.renderer.render(event)
+        elif isinstance(event, ToolResult):
+            self.last_tool_result = event
+        if self.split is not None:
+            answer, text = self.split.render(event)
+            if answer:
+                assert self.answer is not None
+                self.answer.write(answer)
+        else:
+            text = self.renderer.render(event)
         if text:
             self.sink.write(text)
         if isinstance(event, JobNotice) and not self.turn_running and self.on_idle_notice is not None:
@@ -445,6 +458,9 @@ class Shell:
                     if isinstance(end, Failed):
                         self.last_failure = getattr(self.agent, "last_failure", None) or _reason_error(end)
                 self.sink.write(self.renderer.end_line())
+                if self.split is not None:
+                    assert self.answer is not None
+                    self.answer.write(self.split.end())
                 if self.show_usage and self.turn_usage.requests:
                     self.sink.write(self.renderer.dim_line(usage_line(self.turn_usage, self.config.models)))
         finally:
