@@ -127,11 +127,15 @@ class Lab:
         config: str | None = None,
         home: Path | None = None,
         sigint_after: str | None = None,
+        sigint_on_turn: bool = False,
         signum: int = signal.SIGINT,
         env: dict[str, str] | None = None,
         shown_env: str = "",
     ) -> Run:
-        """One real ``dsh`` process; ``sigint_after``: send ``signum`` once the output contains that text."""
+        """One real ``dsh`` process; ``sigint_after``: send ``signum`` once the output contains that text.
+
+        ``sigint_on_turn``: once the session log shows the turn's first step (``-p`` prints nothing before).
+        """
         args = list(args)
         home = home or self.home(config)
         command = [PYTHON, "-m", "dsh.repl", *args]
@@ -143,10 +147,10 @@ class Lab:
             stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=subprocess.STDOUT,
         )
         assert child.stdin is not None and child.stdout is not None
-        if sigint_after is None:
+        if sigint_after is None and not sigint_on_turn:
             out, _ = child.communicate(stdin.encode() if stdin is not None else b"", timeout=TIMEOUT)
         else:
-            out = _read_until(child, sigint_after.encode())
+            out = _read_until(child, sigint_after.encode()) if sigint_after is not None else _await_step(child, home)
             time.sleep(0.5)  # the request is in flight: Ctrl-C now cancels the turn, not the start-up
             child.send_signal(signum)
             rest, _ = child.communicate(timeout=TIMEOUT)
@@ -169,6 +173,20 @@ def _read_until(child: subprocess.Popen, needle: bytes) -> bytes:
         time.sleep(0.02)
     os.set_blocking(child.stdout.fileno(), True)
     return data
+
+
+def _await_step(child: subprocess.Popen, home: Path) -> bytes:
+    """Wait until a session log under ``home`` has a ``step/start``: the request is on its way."""
+    assert child.stdin is not None
+    child.stdin.close()
+    child.stdin = None  # communicate() later must not flush it
+    sessions = home / ".local" / "state" / "dsh" / "sessions"
+    deadline = time.monotonic() + TIMEOUT
+    while not any('"step/start"' in path.read_text(encoding="utf-8") for path in sessions.glob("*.jsonl")):
+        if time.monotonic() > deadline or child.poll() is not None:
+            raise RuntimeError("dsh never started its turn")
+        time.sleep(0.02)
+    return b""
 
 
 def fence(text: str, lang: str = "") -> str:
@@ -317,16 +335,14 @@ def print_run(lab: Lab, name: str, signum: int = signal.SIGINT) -> Future:
     """``dsh --demo --scenario NAME -p hello`` (a signal, SIGINT unless told, for a scenario that waits), once."""
     from dsh.repl.demo.catalogue import SCENARIOS
 
-    sigint = "[main turn 1] " if SCENARIOS[name].cancel else None
+    cancel = SCENARIOS[name].cancel
     return lab.once(f"print:{name}:{signum}", lambda: lab.dsh(["--demo", "--scenario", name, "-p", SCENARIO_PROMPT],
-                                                              sigint_after=sigint, signum=signum))
+                                                              sigint_on_turn=cancel, signum=signum))
 
 
 def stall_session(lab: Lab) -> str:
     run = print_run(lab, "stall").result()
-    head, _, rest = run.output.partition("[main turn 1] ")
-    text = "\n".join([f"$ {run.shown}", head + "[main turn 1] " + "^C" + rest.rstrip("\n"), "$ echo $?",
-                      str(run.returncode)])
+    text = "\n".join([f"$ {run.shown}", "^C" + run.output.rstrip("\n"), "$ echo $?", str(run.returncode)])
     return fence(text, "console")
 
 

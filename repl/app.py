@@ -38,7 +38,7 @@ from prompt_toolkit.output import Output
 from prompt_toolkit.patch_stdout import patch_stdout
 
 from dsh.repl import commands
-from dsh.repl.render import Approval, approval_answer, approval_question, sanitize, terminal_text
+from dsh.repl.render import Approval, approval_answer, approval_question, fit_width, sanitize, terminal_text
 from dsh.repl.shell import Shell, StartupError
 
 __all__ = ["InteractiveApp", "SafeHistory", "TerminalSink"]
@@ -51,6 +51,8 @@ _LIVE_LIMIT = 8000  # characters of an unfinished line shown in the live view (i
 # Complete lines are written above the live view at most this often: each write erases and redraws
 # the view, and a fast stream completes lines on every network read.
 _COMMIT_INTERVAL = 0.03
+# At this width or less the toolbar puts the live status first: what is cut is the static part.
+NARROW_COLUMNS = 80
 
 
 class TerminalSink:
@@ -318,8 +320,14 @@ class InteractiveApp:
             text += f" · demo scenario: {self.shell.demo.scenario.name}"
         return sanitize(text)  # prompt_toolkit draws the toolbar: the sink's sanitizer, applied here
 
+    def _columns(self) -> int:
+        try:
+            return self._output.get_size().columns
+        except OSError:
+            return NARROW_COLUMNS
+
     def _prompt_toolbar(self) -> AnyFormattedText:
-        return self._toolbar_base() + " · /help"
+        return fit_width(self._toolbar_base() + " · /help", self._columns())
 
     def _build_prompt(self) -> PromptSession[str]:
         keys = KeyBindings()
@@ -372,11 +380,16 @@ class InteractiveApp:
 
     def _turn_toolbar(self) -> AnyFormattedText:
         activity = self.shell.activity.text(time.monotonic())
-        text = self._toolbar_base() + (f" · {activity}" if activity else "")
         hint = "Ctrl-C cancels"
         if self._question is not None:
             hint = "v views the command · n denies" if self._must_view() else "y / n / a"
-        return [("class:bottom-toolbar", sanitize(f"{text} · {hint}"))]
+        base = self._toolbar_base()
+        columns = self._columns()
+        if columns <= NARROW_COLUMNS:  # the live part first, so a narrow terminal cuts only the static part
+            text = " " + " · ".join(part for part in (activity, hint, base.strip()) if part)
+        else:
+            text = base + (f" · {activity}" if activity else "") + f" · {hint}"
+        return [("class:bottom-toolbar", fit_width(sanitize(text), columns))]
 
     def _must_view(self) -> bool:
         return self._approval is not None and self._approval.must_view and not self._viewed
