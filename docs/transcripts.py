@@ -131,6 +131,7 @@ class Lab:
         signum: int = signal.SIGINT,
         env: dict[str, str] | None = None,
         shown_env: str = "",
+        stderr: bool = True,
     ) -> Run:
         """One real ``dsh`` process; ``sigint_after``: send ``signum`` once the output contains that text.
 
@@ -142,9 +143,11 @@ class Lab:
         shown = " ".join(shlex.quote(arg) for arg in ["dsh", *args])
         if shown_env:
             shown = f"{shown_env} {shown}"
+        if not stderr:
+            shown += " 2>/dev/null"
         child = subprocess.Popen(
             command, cwd=home / "project", env=self.env(home, **(env or {})),
-            stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=subprocess.STDOUT,
+            stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=subprocess.STDOUT if stderr else subprocess.DEVNULL,
         )
         assert child.stdin is not None and child.stdout is not None
         if sigint_after is None and not sigint_on_turn:
@@ -354,6 +357,33 @@ SESSION_INPUT = "hello\n/scenario refused\nis anyone there?\n/why\n/scenario max
 def readme_session(lab: Lab) -> str:
     run = lab.once("session", lambda: lab.dsh(["--demo"], stdin=SESSION_INPUT)).result()
     return fence(session_text(run, SESSION_INPUT), "console")
+
+
+# --- scripting (-p) --------------------------------------------------------------------------------------
+
+
+def print_answer_only(lab: Lab) -> str:
+    """``-p`` with stderr thrown away: the answer alone (the reasoning and tool lines went to stderr)."""
+    run = lab.once("print-answer", lambda: lab.dsh(["--demo", "--scenario", "tool-call", "-p", "look around"],
+                                                  stderr=False)).result()
+    return fence(session_text(run), "console")
+
+
+def print_json(lab: Lab) -> str:
+    """``--output-format json``, shown as ``jq .`` would pretty-print it (the duration varies: ``<seconds>``)."""
+    run = lab.once("print-json", lambda: lab.dsh(["--demo", "--scenario", "http-402", "-p", "hello",
+                                                 "--output-format", "json"], stderr=False)).result()
+    answer = json.loads(run.output)
+    answer["duration_s"] = "<seconds>"
+    pretty = json.dumps(answer, indent=2, ensure_ascii=False).replace('"<seconds>"', "<seconds>")
+    shown = run.shown.replace(" 2>/dev/null", " 2>/dev/null | jq .")
+    return fence("\n".join([f"$ {shown}", pretty, "$ echo ${PIPESTATUS[0]}", str(run.returncode)]), "console")
+
+
+def print_stream_json(lab: Lab) -> str:
+    run = lab.once("print-stream-json", lambda: lab.dsh(["--demo", "--scenario", "retry-then-success", "-p", "hello",
+                                                        "--output-format", "stream-json"], stderr=False)).result()
+    return fence(session_text(run), "console")
 
 
 def readme_help(lab: Lab) -> str:
@@ -751,6 +781,9 @@ GENERATORS: dict[str, Callable[[Lab], str]] = {
     "front-failure": scenario_print("mid-stream-drop"),
     "session": readme_session,
     "help": readme_help,
+    "print-answer": print_answer_only,
+    "print-json": print_json,
+    "print-stream-json": print_stream_json,
     "slash-help": readme_slash_help,
     "turn-ends": table_turn_ends,
     "scenarios": table_scenarios,

@@ -34,6 +34,7 @@ from dsh.llm.network import FailureDetail
 from dsh.llm.redact import redact_text
 
 __all__ = [
+    "ANSWER",
     "APPROVAL_MAX_CHARS",
     "DIM",
     "FIX_AUTH",
@@ -52,6 +53,7 @@ __all__ = [
     "FIX_SERVER",
     "HIGHLIGHT",
     "RESET",
+    "REST",
     "STALL_AFTER_S",
     "AnswerSplit",
     "Approval",
@@ -442,12 +444,18 @@ class Renderer:
         return self._break_line() + f"[job] {_one_line(text)}\n"
 
 
+ANSWER = "answer"  # AnswerSplit: the chunk belongs on stdout
+REST = "rest"  # AnswerSplit: the chunk belongs on stderr
+
+
 class AnswerSplit:
     """``-p``: the answer text apart from everything else, so a script reads the answer alone.
 
-    :meth:`render` returns ``(answer, rest)``: the text deltas, verbatim, for stdout; every other
-    event rendered by ``renderer`` for stderr. No ``[main turn N]`` header on either stream (``-p``
-    runs one turn). Text of a later step (after a tool call) starts on its own line.
+    :meth:`render` returns the event's output as ``(stream, text)`` chunks in the order they must be
+    written: the text deltas, verbatim, to :data:`ANSWER` (stdout); every other event rendered by
+    ``renderer`` to :data:`REST` (stderr). No ``[main turn N]`` header on either stream (``-p`` runs one
+    turn). When both streams are one terminal (``2>&1``), neither may glue onto the other's unfinished
+    line: a stream that is mid-line gets its line break before the other one writes.
     """
 
     def __init__(self, renderer: Renderer) -> None:
@@ -455,22 +463,30 @@ class AnswerSplit:
         self._mid = False  # the answer stream's cursor is not at a line start
         self._gap = False  # a step or tool ran since the last text: the next text starts a new line
 
-    def render(self, event: Event) -> tuple[str, str]:
+    def render(self, event: Event) -> list[tuple[str, str]]:
         match event:
             case TextDelta(text=text):
                 if not text:
-                    return "", ""
+                    return []
                 prefix = "\n" if self._gap and self._mid else ""
                 self._gap, self._mid = False, not text.endswith("\n")
-                return prefix + text, ""
+                if self.renderer.at_line_start:
+                    return [(ANSWER, prefix + text)]
+                return [(REST, self.renderer.end_line()), (ANSWER, prefix + text)]
             case TurnStart():
                 self._gap = True
-                return "", ""
+                return []
             case ReasoningDelta() | StreamKeepAlive():
                 pass
             case _:
                 self._gap = True
-        return "", self.renderer.render(event)
+        rest = self.renderer.render(event)
+        if not rest:
+            return []
+        if self._mid:
+            self._mid = False
+            return [(ANSWER, "\n"), (REST, rest)]
+        return [(REST, rest)]
 
     def end(self) -> str:
         """The answer's last line ended, once the turn is over."""

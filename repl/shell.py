@@ -25,7 +25,7 @@ from dsh.agent_loop.session_id import new_session_id
 from dsh.llm import ErrorCode, HarnessError, LlmError, error_chain, redact_text, redact_url
 from dsh.repl import commands
 from dsh.repl.config import Config, state_dir
-from dsh.repl.render import AnswerSplit, Renderer, TurnActivity, sanitize
+from dsh.repl.render import ANSWER, AnswerSplit, Renderer, TurnActivity, sanitize
 from dsh.repl.usage import UsageTally, usage_line
 
 if TYPE_CHECKING:
@@ -143,6 +143,7 @@ class Shell:
         # -p: the answer text goes to ``answer`` (stdout), everything else to ``sink`` (stderr).
         self.answer = answer
         self.split = AnswerSplit(self.renderer) if answer is not None else None
+        self._last_target: Sink | None = None  # where the split wrote last
         self.last_tool_result: ToolResult | None = None  # what /expand shows in full
         self.turn_scope: TurnScope = _no_scope
         self.ask_approval: AskApproval | None = None
@@ -376,14 +377,17 @@ class Shell:
         elif isinstance(event, ToolResult):
             self.last_tool_result = event
         if self.split is not None:
-            answer, text = self.split.render(event)
-            if answer:
-                assert self.answer is not None
-                self.answer.write(answer)
+            assert self.answer is not None
+            for stream, chunk in self.split.render(event):
+                target = self.answer if stream == ANSWER else self.sink
+                if target is not self._last_target:  # keep the order across stdout and stderr (2>&1)
+                    _flush_sink(self._last_target)
+                    self._last_target = target
+                target.write(chunk)
         else:
             text = self.renderer.render(event)
-        if text:
-            self.sink.write(text)
+            if text:
+                self.sink.write(text)
         if isinstance(event, JobNotice) and not self.turn_running and self.on_idle_notice is not None:
             self.on_idle_notice()
 
@@ -510,6 +514,12 @@ class Shell:
         if inspect.isawaitable(lines):
             lines = await lines
         return [str(line) for line in lines]
+
+
+def _flush_sink(sink: Sink | None) -> None:
+    flush = getattr(sink, "flush", None)
+    if flush is not None:
+        flush()
 
 
 def _reason_error(reason: Failed) -> BaseException:

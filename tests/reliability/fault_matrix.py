@@ -523,7 +523,7 @@ def _shown(outcome: Outcome) -> str:
     if outcome.port is not None:
         text = text.replace(f":{outcome.port}", ":<port>").replace(f", {outcome.port})", ", <port>)")
     text = re.sub(r"_ssl\.c:\d+", "_ssl.c:…", text)
-    if outcome.fault.end != "startup":
+    if outcome.fault.end != "startup" and outcome.fault.mode != "print":  # -p prints no turn header
         text = "[main turn N] " + text
     return "<br>".join(_code(line.replace("|", "\\|")) for line in text.split("\n"))
 
