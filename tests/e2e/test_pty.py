@@ -626,3 +626,30 @@ def test_expand_shows_the_last_tool_output_in_full_and_sanitized(home: Path, spa
     assert "\x1b]0;pwned" not in dsh.raw
     dsh.child.sendeof()
     assert dsh.wait_exit() == 0
+
+
+# --- -p on a terminal: stderr is styled only when it is one (issue 15 §1) ---------------------------------
+
+
+def test_print_mode_styles_stderr_on_a_terminal_and_never_the_answer(home: Path, spawn) -> None:
+    answer = home / "answer.txt"
+    dsh = spawn("--demo", "--scenario", "reasoning", "-p", "think", via_sh=f" >{_quote(str(answer))}")
+    dsh.expect_exact("\x1b[2mThe \x1b[0m\x1b[2muser \x1b[0m")  # reasoning on the terminal (stderr): dim
+    dsh.expect_exact("\x1b[2mterminal.\x1b[0m\r\n")
+    assert dsh.wait_exit() == 0
+    assert answer.read_text() == "And this is the answer, in normal type.\n"  # stdout: the answer, plain
+
+
+def test_print_mode_keeps_a_piped_stderr_plain(home: Path, spawn) -> None:
+    err = home / "err.txt"
+    dsh = spawn("--demo", "--scenario", "reasoning", "-p", "think", via_sh=f" 2>{_quote(str(err))}")
+    dsh.expect_exact("And this is the answer, in normal type.\r\n")  # the answer on the terminal
+    assert dsh.wait_exit() == 0
+    assert err.read_text() == "The user wants to see reasoning. It streams first, dim on a terminal.\n"
+    assert "reasoning" not in dsh.raw
+
+
+def test_bare_print_flag_on_a_terminal_asks_for_a_prompt(spawn) -> None:
+    dsh = spawn("--demo", "-p")
+    dsh.expect_exact("dsh: failed to start: -p needs a prompt: dsh -p PROMPT, or pipe one into dsh -p -\r\n")
+    assert dsh.wait_exit() == 2
