@@ -350,6 +350,8 @@ class InteractiveApp:
         def _newline(event: KeyPressEvent) -> None:
             event.current_buffer.insert_text("\n")
 
+        keys.add("c-o")(self._expand)
+
         return PromptSession(
             history=SafeHistory(self.history_path),
             completer=SlashCompleter(self.shell),
@@ -361,6 +363,10 @@ class InteractiveApp:
             enable_history_search=False,
             erase_when_done=False,
         )
+
+    def _expand(self, event: KeyPressEvent) -> None:
+        """Ctrl-O, at the prompt or during a turn: the last tool output in full, above (like ``/expand``)."""
+        self.shell.say(commands.expanded_output(self.shell.last_tool_result))
 
     def _prompt_ctrl_c(self, buffer: object, app: Application[str]) -> None:
         text = getattr(buffer, "text", "")
@@ -407,6 +413,8 @@ class InteractiveApp:
         @keys.add("c-c")
         def _cancel(event: KeyPressEvent) -> None:
             self.shell.cancel_turn()
+
+        keys.add("c-o")(self._expand)
 
         asking = Condition(lambda: self._question is not None)
         for key, answer in (("y", "y"), ("Y", "y"), ("n", "n"), ("N", "n"), ("a", "a"), ("A", "a"),

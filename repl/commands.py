@@ -28,7 +28,7 @@ if TYPE_CHECKING:
     from dsh.repl.demo.catalogue import Demo
     from dsh.repl.usage import UsageTally
 
-__all__ = ["COMMANDS", "Command", "Host", "dispatch", "help_text"]
+__all__ = ["COMMANDS", "Command", "Host", "dispatch", "expanded_output", "help_text"]
 
 
 class Host(Protocol):
@@ -87,7 +87,8 @@ def _command(name: str, args: str, summary: str, *, demo_only: bool = False) -> 
 
 KEYS_HELP = (
     "keys: Enter sends · Esc Enter or a trailing \\ adds a line · Ctrl-C cancels a turn or clears the line\n"
-    "      Ctrl-C twice on an empty line or Ctrl-D exits · Up/Down walk the history · Tab completes /commands"
+    "      Ctrl-C twice on an empty line or Ctrl-D exits · Up/Down walk the history · Tab completes /commands\n"
+    "      Ctrl-O (or /expand) shows the last tool output in full"
 )
 
 
@@ -277,18 +278,24 @@ async def _resume(shell: Host, arg: str) -> None:
     shell.say(f"resumed session {ident} ({turns} turn{'s' if turns != 1 else ''} so far)")
 
 
-@_command("expand", "", "show the last tool output in full (the turn shows a short preview)")
-async def _expand(shell: Host, arg: str) -> None:
-    result = shell.last_tool_result
+def expanded_output(result: ToolResult | None) -> str:
+    """What ``/expand`` (and Ctrl-O) print: the whole tool output, indented under a counted header.
+
+    The sink sanitizes it like every other line; the output itself was redacted when the tool returned.
+    """
     if result is None:
-        shell.say("no tool output yet")
-        return
+        return "no tool output yet"
     output = result.output.replace("\r\n", "\n").strip("\n")
     lines = output.split("\n") if output else []
     name = " ".join(result.name.split()) or "?"
     count = f"{len(lines)} line{'s' if len(lines) != 1 else ''}"
     head = f"  [tool output] {name}, {count}" + (" (error)" if result.is_error else "") + (":" if lines else "")
-    shell.say("\n".join([head, *(f"    {line}" for line in lines)]))
+    return "\n".join([head, *(f"    {line}" for line in lines)])
+
+
+@_command("expand", "", "show the last tool output in full (the turn shows a short preview)")
+async def _expand(shell: Host, arg: str) -> None:
+    shell.say(expanded_output(shell.last_tool_result))
 
 
 @_command("jobs", "", "list background jobs")

@@ -623,6 +623,9 @@ def test_expand_shows_the_last_tool_output_in_full_and_sanitized(home: Path, spa
                  "    e\u241b]0;pwned\u2407vil.txt", "    sub/"]:
         dsh.expect_exact(line + "\r\n")
     dsh.prompt()
+    dsh.child.send("\x0f")  # Ctrl-O at the prompt: the same, printed above the prompt
+    for line in ["  [tool output] list_dir, 6 lines:", "    a.txt", "    e\u241b]0;pwned\u2407vil.txt", "    sub/"]:
+        dsh.expect_exact(line + "\r\n")
     assert "\x1b]0;pwned" not in dsh.raw
     dsh.child.sendeof()
     assert dsh.wait_exit() == 0
