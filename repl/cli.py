@@ -1,7 +1,9 @@
 """``dsh``: flags, config, the three modes, and startup failures.
 
 Modes: interactive (stdin and stdout are terminals), piped (each stdin line is a turn; EOF waits for
-the running turn, then exits 0), and ``-p PROMPT`` (one turn; the exit status says how it ended).
+the running turn, then exits 0), and ``-p PROMPT`` (one turn; the exit status says how it ended; the
+answer alone on stdout, or the JSON of ``--output-format``, and everything else on stderr; ``-p -`` reads
+the prompt from stdin; docs/scripting.md).
 Nothing here prints a traceback unless ``DSH_DEBUG=1``.
 
 ``dsh --version`` answers before anything heavy is imported (no prompt_toolkit, no httpx).

@@ -642,3 +642,27 @@ def test_load_warnings_on_resume_are_one_line_and_the_details_go_to_dsh_log(home
                      "skipped 3 unreadable records (details in dsh.log)"]
     details = (home / "state" / "dsh" / "dsh.log").read_text()
     assert f"skipped an unreadable record on line 6 of {log}" in details
+
+
+def test_output_format_json_for_a_rejected_prompt_and_the_exit_code(home: Path) -> None:
+    import json
+
+    result = dsh(home, "--demo", "--scenario", "prompt-rejected", "-p", "hi", "--output-format", "json")
+    assert result.returncode == 3
+    reason = json.loads(result.stdout)["reason"]
+    message = "prompt contains what looks like a secret (sk-…); not sent"
+    assert reason == {"kind": "rejected", "reason": message, "code": None, "message": message}
+    assert "sk-demoNotARealKey" not in result.stdout + result.stderr
+
+
+def test_print_mode_streams_read_as_one_terminal_when_merged(home: Path) -> None:
+    # `dsh -p x 2>&1`: the answer's unfinished line ends before the failure line is written after it.
+    result = subprocess.run(
+        [sys.executable, "-m", "dsh.repl", "--demo", "--scenario", "mid-stream-drop", "-p", "hi"], cwd=REPO,
+        env=base_env(home), stdin=subprocess.DEVNULL, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True,
+        timeout=30,
+    )
+    assert result.returncode == 1
+    lines = result.stdout.splitlines()
+    assert lines[0] == "Half an answer"
+    assert lines[1].startswith("[turn failed TRANSPORT] DeepSeek API stream from http://127.0.0.1:")
