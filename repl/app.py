@@ -391,10 +391,10 @@ class InteractiveApp:
             hint = "v views the command · n denies" if self._must_view() else "y / n / a"
         base = self._toolbar_base()
         columns = self._columns()
-        if columns <= NARROW_COLUMNS:  # the live part first, so a narrow terminal cuts only the static part
+        text = base + (f" · {activity}" if activity else "") + f" · {hint}"
+        if columns <= NARROW_COLUMNS or fit_width(text, columns) != text:
+            # The live part first, so what a narrow terminal (or a long endpoint) cuts is the static part.
             text = " " + " · ".join(part for part in (activity, hint, base.strip()) if part)
-        else:
-            text = base + (f" · {activity}" if activity else "") + f" · {hint}"
         return [("class:bottom-toolbar", fit_width(sanitize(text), columns))]
 
     def _must_view(self) -> bool:
