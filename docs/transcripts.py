@@ -127,26 +127,33 @@ class Lab:
         config: str | None = None,
         home: Path | None = None,
         sigint_after: str | None = None,
+        sigint_on_turn: bool = False,
         signum: int = signal.SIGINT,
         env: dict[str, str] | None = None,
         shown_env: str = "",
+        stderr: bool = True,
     ) -> Run:
-        """One real ``dsh`` process; ``sigint_after``: send ``signum`` once the output contains that text."""
+        """One real ``dsh`` process; ``sigint_after``: send ``signum`` once the output contains that text.
+
+        ``sigint_on_turn``: once the session log shows the turn's first step (``-p`` prints nothing before).
+        """
         args = list(args)
         home = home or self.home(config)
         command = [PYTHON, "-m", "dsh.repl", *args]
         shown = " ".join(shlex.quote(arg) for arg in ["dsh", *args])
         if shown_env:
             shown = f"{shown_env} {shown}"
+        if not stderr:
+            shown += " 2>/dev/null"
         child = subprocess.Popen(
             command, cwd=home / "project", env=self.env(home, **(env or {})),
-            stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=subprocess.STDOUT,
+            stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=subprocess.STDOUT if stderr else subprocess.DEVNULL,
         )
         assert child.stdin is not None and child.stdout is not None
-        if sigint_after is None:
+        if sigint_after is None and not sigint_on_turn:
             out, _ = child.communicate(stdin.encode() if stdin is not None else b"", timeout=TIMEOUT)
         else:
-            out = _read_until(child, sigint_after.encode())
+            out = _read_until(child, sigint_after.encode()) if sigint_after is not None else _await_step(child, home)
             time.sleep(0.5)  # the request is in flight: Ctrl-C now cancels the turn, not the start-up
             child.send_signal(signum)
             rest, _ = child.communicate(timeout=TIMEOUT)
@@ -169,6 +176,20 @@ def _read_until(child: subprocess.Popen, needle: bytes) -> bytes:
         time.sleep(0.02)
     os.set_blocking(child.stdout.fileno(), True)
     return data
+
+
+def _await_step(child: subprocess.Popen, home: Path) -> bytes:
+    """Wait until a session log under ``home`` has a ``step/start``: the request is on its way."""
+    assert child.stdin is not None
+    child.stdin.close()
+    child.stdin = None  # communicate() later must not flush it
+    sessions = home / ".local" / "state" / "dsh" / "sessions"
+    deadline = time.monotonic() + TIMEOUT
+    while not any('"step/start"' in path.read_text(encoding="utf-8") for path in sessions.glob("*.jsonl")):
+        if time.monotonic() > deadline or child.poll() is not None:
+            raise RuntimeError("dsh never started its turn")
+        time.sleep(0.02)
+    return b""
 
 
 def fence(text: str, lang: str = "") -> str:
@@ -317,16 +338,14 @@ def print_run(lab: Lab, name: str, signum: int = signal.SIGINT) -> Future:
     """``dsh --demo --scenario NAME -p hello`` (a signal, SIGINT unless told, for a scenario that waits), once."""
     from dsh.repl.demo.catalogue import SCENARIOS
 
-    sigint = "[main turn 1] " if SCENARIOS[name].cancel else None
+    cancel = SCENARIOS[name].cancel
     return lab.once(f"print:{name}:{signum}", lambda: lab.dsh(["--demo", "--scenario", name, "-p", SCENARIO_PROMPT],
-                                                              sigint_after=sigint, signum=signum))
+                                                              sigint_on_turn=cancel, signum=signum))
 
 
 def stall_session(lab: Lab) -> str:
     run = print_run(lab, "stall").result()
-    head, _, rest = run.output.partition("[main turn 1] ")
-    text = "\n".join([f"$ {run.shown}", head + "[main turn 1] " + "^C" + rest.rstrip("\n"), "$ echo $?",
-                      str(run.returncode)])
+    text = "\n".join([f"$ {run.shown}", "^C" + run.output.rstrip("\n"), "$ echo $?", str(run.returncode)])
     return fence(text, "console")
 
 
@@ -338,6 +357,33 @@ SESSION_INPUT = "hello\n/scenario refused\nis anyone there?\n/why\n/scenario max
 def readme_session(lab: Lab) -> str:
     run = lab.once("session", lambda: lab.dsh(["--demo"], stdin=SESSION_INPUT)).result()
     return fence(session_text(run, SESSION_INPUT), "console")
+
+
+# --- scripting (-p) --------------------------------------------------------------------------------------
+
+
+def print_answer_only(lab: Lab) -> str:
+    """``-p`` with stderr thrown away: the answer alone (the reasoning and tool lines went to stderr)."""
+    run = lab.once("print-answer", lambda: lab.dsh(["--demo", "--scenario", "tool-call", "-p", "look around"],
+                                                  stderr=False)).result()
+    return fence(session_text(run), "console")
+
+
+def print_json(lab: Lab) -> str:
+    """``--output-format json``, shown as ``jq .`` would pretty-print it (the duration varies: ``<seconds>``)."""
+    run = lab.once("print-json", lambda: lab.dsh(["--demo", "--scenario", "http-402", "-p", "hello",
+                                                 "--output-format", "json"], stderr=False)).result()
+    answer = json.loads(run.output)
+    answer["duration_s"] = "<seconds>"
+    pretty = json.dumps(answer, indent=2, ensure_ascii=False).replace('"<seconds>"', "<seconds>")
+    shown = run.shown.replace(" 2>/dev/null", " 2>/dev/null | jq .")
+    return fence("\n".join([f"$ {shown}", pretty, "$ echo ${PIPESTATUS[0]}", str(run.returncode)]), "console")
+
+
+def print_stream_json(lab: Lab) -> str:
+    run = lab.once("print-stream-json", lambda: lab.dsh(["--demo", "--scenario", "retry-then-success", "-p", "hello",
+                                                        "--output-format", "stream-json"], stderr=False)).result()
+    return fence(session_text(run), "console")
 
 
 def readme_help(lab: Lab) -> str:
@@ -867,6 +913,9 @@ GENERATORS: dict[str, Callable[[Lab], str]] = {
     "front-failure": scenario_print("mid-stream-drop"),
     "session": readme_session,
     "help": readme_help,
+    "print-answer": print_answer_only,
+    "print-json": print_json,
+    "print-stream-json": print_stream_json,
     "slash-help": readme_slash_help,
     "turn-ends": table_turn_ends,
     "scenarios": table_scenarios,

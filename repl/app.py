@@ -39,7 +39,15 @@ from prompt_toolkit.output import Output
 from prompt_toolkit.patch_stdout import patch_stdout
 
 from dsh.repl import commands
-from dsh.repl.render import Approval, approval_answer, approval_question, diff_approval, sanitize, terminal_text
+from dsh.repl.render import (
+    Approval,
+    approval_answer,
+    approval_question,
+    diff_approval,
+    fit_width,
+    sanitize,
+    terminal_text,
+)
 from dsh.repl.shell import Shell, StartupError
 
 __all__ = ["InteractiveApp", "SafeHistory", "TerminalSink"]
@@ -53,6 +61,8 @@ _LIVE_LIMIT = 8000  # characters of an unfinished line shown in the live view (i
 # Complete lines are written above the live view at most this often: each write erases and redraws
 # the view, and a fast stream completes lines on every network read.
 _COMMIT_INTERVAL = 0.03
+# At this width or less the toolbar puts the live status first: what is cut is the static part.
+NARROW_COLUMNS = 80
 
 
 class TerminalSink:
@@ -321,8 +331,14 @@ class InteractiveApp:
             text += f" · demo scenario: {self.shell.demo.scenario.name}"
         return sanitize(text)  # prompt_toolkit draws the toolbar: the sink's sanitizer, applied here
 
+    def _columns(self) -> int:
+        try:
+            return self._output.get_size().columns
+        except OSError:
+            return NARROW_COLUMNS
+
     def _prompt_toolbar(self) -> AnyFormattedText:
-        return self._toolbar_base() + " · /help"
+        return fit_width(self._toolbar_base() + " · /help", self._columns())
 
     def _build_prompt(self) -> PromptSession[str]:
         keys = KeyBindings()
@@ -345,6 +361,8 @@ class InteractiveApp:
         def _newline(event: KeyPressEvent) -> None:
             event.current_buffer.insert_text("\n")
 
+        keys.add("c-o")(self._expand)
+
         return PromptSession(
             history=SafeHistory(self.history_path),
             completer=SlashCompleter(self.shell),
@@ -356,6 +374,10 @@ class InteractiveApp:
             enable_history_search=False,
             erase_when_done=False,
         )
+
+    def _expand(self, event: KeyPressEvent) -> None:
+        """Ctrl-O, at the prompt or during a turn: the last tool output in full, above (like ``/expand``)."""
+        self.shell.say(commands.expanded_output(self.shell.last_tool_result))
 
     def _prompt_ctrl_c(self, buffer: object, app: Application[str]) -> None:
         text = getattr(buffer, "text", "")
@@ -375,13 +397,18 @@ class InteractiveApp:
 
     def _turn_toolbar(self) -> AnyFormattedText:
         activity = self.shell.activity.text(time.monotonic())
-        text = self._toolbar_base() + (f" · {activity}" if activity else "")
         hint = "Ctrl-C cancels"
         if self._typed:
             hint += f" · typed ahead: {len(self._typed)} chars, kept for the next prompt"
         if self._question is not None:
             hint = f"v views the {self._approval.noun} · n denies" if self._must_view() else "y / n / a"
-        return [("class:bottom-toolbar", sanitize(f"{text} · {hint}"))]
+        base = self._toolbar_base()
+        columns = self._columns()
+        text = base + (f" · {activity}" if activity else "") + f" · {hint}"
+        if columns <= NARROW_COLUMNS or fit_width(text, columns) != text:
+            # The live part first, so what a narrow terminal (or a long endpoint) cuts is the static part.
+            text = " " + " · ".join(part for part in (activity, hint, base.strip()) if part)
+        return [("class:bottom-toolbar", fit_width(sanitize(text), columns))]
 
     def _must_view(self) -> bool:
         return self._approval is not None and self._approval.must_view and not self._viewed
@@ -411,6 +438,8 @@ class InteractiveApp:
         @keys.add("c-c")
         def _cancel(event: KeyPressEvent) -> None:
             self.shell.cancel_turn()
+
+        keys.add("c-o")(self._expand)
 
         asking = Condition(lambda: self._question is not None)
         for key, answer in (("y", "y"), ("Y", "y"), ("n", "n"), ("N", "n"), ("a", "a"), ("A", "a"),

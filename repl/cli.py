@@ -1,7 +1,9 @@
 """``dsh``: flags, config, the three modes, and startup failures.
 
 Modes: interactive (stdin and stdout are terminals), piped (each stdin line is a turn; EOF waits for
-the running turn, then exits 0), and ``-p PROMPT`` (one turn; the exit status says how it ended).
+the running turn, then exits 0), and ``-p PROMPT`` (one turn; the exit status says how it ended; the
+answer alone on stdout, or the JSON of ``--output-format``, and everything else on stderr; ``-p -`` reads
+the prompt from stdin; docs/scripting.md).
 Nothing here prints a traceback unless ``DSH_DEBUG=1``.
 
 ``dsh --version`` answers before anything heavy is imported (no prompt_toolkit, no httpx).
@@ -23,6 +25,9 @@ if TYPE_CHECKING:
 __all__ = ["main"]
 
 EXIT_USAGE = 2
+MAX_STDIN_PROMPT = 1 << 20  # bytes of a prompt read from stdin (`-p -`)
+OUTPUT_FORMATS = ("text", "json", "stream-json")
+_FROM_STDIN = "\x00stdin"  # what a bare `-p` parses to: read the prompt from stdin when it is piped
 
 
 def main(argv: Sequence[str] | None = None) -> NoReturn:
@@ -159,9 +164,12 @@ def _parser():  # type: ignore[no-untyped-def]
         "DSH_MODEL, NO_COLOR, DSH_DEBUG. Also: dsh doctor (check each step of a request), "
         "dsh serve --stdio (child runtime), dsh replay-server FILE --port P (serve a recording).",
     )
-    parser.add_argument("-p", "--print", metavar="PROMPT", dest="print_prompt",
-                        help="run one turn and exit: 0 completed, 1 failed, 3 rejected, 4 output-token limit, "
-                        "130 aborted by SIGINT, 143 by SIGTERM")
+    parser.add_argument("-p", "--print", metavar="PROMPT", dest="print_prompt", nargs="?", const=_FROM_STDIN,
+                        help="run one turn and exit: the answer on stdout, everything else on stderr; "
+                        "PROMPT - (or none, with piped stdin) reads it from stdin. Exit 0 completed, 1 failed, "
+                        "3 rejected, 4 output-token limit, 130 aborted by SIGINT, 143 by SIGTERM")
+    parser.add_argument("--output-format", dest="output_format", choices=OUTPUT_FORMATS,
+                        help="with -p: text (default), json (one object at the end), stream-json (one per event)")
     parser.add_argument("--resume", metavar="ID|last", help="continue a saved session")
     parser.add_argument("--demo", action="store_true", help="no key, no network: an embedded scripted endpoint")
     parser.add_argument("--scenario", metavar="NAME", help="demo scenario to start with (implies --demo)")
@@ -180,6 +188,30 @@ def _parser():  # type: ignore[no-untyped-def]
                         help="replay the recorded timing N times faster")
     parser.add_argument("--version", action="version", version=f"dsh {__version__}")
     return parser
+
+
+def _stdin_prompt(explicit: bool) -> str:
+    """The ``-p`` prompt read from stdin (bounded); ConfigError when there is none."""
+    from dsh.repl.config import ConfigError
+
+    if not explicit and sys.stdin.isatty():
+        raise ConfigError("-p needs a prompt: dsh -p PROMPT, or pipe one into dsh -p -")
+    data = b""
+    try:
+        fd = sys.stdin.fileno()
+        while len(data) <= MAX_STDIN_PROMPT:
+            chunk = os.read(fd, 65536)
+            if not chunk:
+                break
+            data += chunk
+    except (OSError, ValueError) as exc:
+        raise ConfigError("cannot read the prompt from stdin") from exc
+    if len(data) > MAX_STDIN_PROMPT:
+        raise ConfigError(f"the prompt on stdin is longer than {MAX_STDIN_PROMPT >> 20} MiB")
+    text = data.decode("utf-8", "replace")
+    if not text.strip():
+        raise ConfigError("the prompt on stdin is empty")
+    return text.rstrip("\r\n")
 
 
 def _mode(args: Any) -> str:
@@ -236,6 +268,8 @@ def _startup_failure(exc: BaseException, *, mode: str, secrets: tuple[str, ...])
 def _run(argv: list[str]) -> int:
     parser = _parser()
     args = parser.parse_args(argv)
+    if args.output_format is not None and args.print_prompt is None:
+        parser.error("--output-format works only with -p/--print")
     mode = _mode(args)
     if args.scenario:
         args.demo = True
@@ -257,6 +291,8 @@ def _run(argv: list[str]) -> int:
         "record": args.record,
     }
     try:
+        if args.print_prompt in (_FROM_STDIN, "-"):
+            args.print_prompt = _stdin_prompt(explicit=args.print_prompt == "-")
         config = load_config(
             flags, env, require_key=not (args.demo or args.replay),
             config_path=Path(args.config) if args.config else None,
@@ -351,8 +387,8 @@ def _open_private_log(path: Path) -> Any:
         raise
 
 
-def _color(env: dict[str, str]) -> bool:
-    return sys.stdout.isatty() and not env.get("NO_COLOR") and env.get("TERM") != "dumb"
+def _color(env: dict[str, str], stream: Any) -> bool:
+    return stream.isatty() and not env.get("NO_COLOR") and env.get("TERM") != "dumb"
 
 
 async def _async_main(args: Any, config: Any, env: dict[str, str], mode: str) -> int:
@@ -360,7 +396,14 @@ async def _async_main(args: Any, config: Any, env: dict[str, str], mode: str) ->
 
     from dsh.repl.shell import Shell, StartupError
 
-    sink = StreamSink(sys.stdout)
+    # -p: the answer alone on stdout (or the JSON of --output-format), everything else on stderr.
+    printing = mode == "print"
+    sink = StreamSink(sys.stderr if printing else sys.stdout)
+    output = None
+    if printing:
+        from dsh.repl.print_output import PrintOutput
+
+        output = PrintOutput(args.output_format or "text", StreamSink(sys.stdout))
     try:
         async with contextlib.AsyncExitStack() as stack:
             client = demo = retry = None
@@ -374,13 +417,14 @@ async def _async_main(args: Any, config: Any, env: dict[str, str], mode: str) ->
                     client = await _start_replay(stack, args.trace, args.replay_speed, config)
                 except Exception as exc:
                     raise StartupError(exc)
-            shell = Shell(config, sink, color=_color(env), env=env, client=client, demo=demo, retry=retry,
-                          approvals=mode == "interactive", show_usage=mode == "interactive")
+            shell = Shell(config, sink, color=_color(env, sys.stderr if printing else sys.stdout), env=env,
+                          client=client, demo=demo, retry=retry, approvals=mode == "interactive",
+                          show_usage=mode == "interactive", answer=output.answer if output is not None else None)
             stack.push_async_callback(shell.aclose)
             # The interactive prompt is drawn first and the agent built behind it (the app sees to it).
             await shell.start(resume=args.resume, defer_agent=mode == "interactive")
-            if mode == "print":
-                return await _run_print(shell, args.print_prompt)
+            if output is not None:
+                return await _run_print(shell, args.print_prompt, output)
             if mode == "piped":
                 return await _run_piped(shell)
             from dsh.repl.app import InteractiveApp
@@ -394,6 +438,8 @@ async def _async_main(args: Any, config: Any, env: dict[str, str], mode: str) ->
         return 1  # pragma: no cover - the exit stack does not swallow
     finally:
         sink.flush()  # nothing written, even while closing down, is left behind
+        if output is not None:
+            output.flush()
 
 
 def _banner(shell: Any) -> str:
@@ -533,19 +579,25 @@ class _Signals:
         return 128 + self.received if self.received is not None else default
 
 
-async def _run_print(shell: Any, prompt: str) -> int:
+async def _run_print(shell: Any, prompt: str, output: Any) -> int:
+    import time
+
     import anyio
 
     from dsh.repl.shell import exit_code_for
 
     signals = _Signals(shell, lambda: None)
+    started = time.monotonic()
     async with anyio.create_task_group() as tasks:
         await tasks.start(signals.watch)
-        reason = await shell.run_turn(prompt)
+        with output.watching(shell):
+            reason = await shell.run_turn(prompt)
         _flush(shell)
         tasks.cancel_scope.cancel()
     aborted = reason is not None and reason.get("kind") == "aborted"
-    return signals.exit_status(exit_code_for(reason)) if aborted else exit_code_for(reason)
+    status = signals.exit_status(exit_code_for(reason)) if aborted else exit_code_for(reason)
+    output.finish(shell, reason, status, time.monotonic() - started)
+    return status
 
 
 async def _stdin_lines() -> Any:

@@ -21,13 +21,14 @@ if TYPE_CHECKING:
 
     from dsh.agent_loop.agent import Agent
     from dsh.agent_loop.context import ProjectContext
+    from dsh.agent_loop.events import ToolResult
     from dsh.agent_loop.session_log import SessionLog
     from dsh.llm import ChainLink
     from dsh.repl.config import Config
     from dsh.repl.demo.catalogue import Demo
     from dsh.repl.usage import UsageTally
 
-__all__ = ["COMMANDS", "Command", "Host", "dispatch", "help_text"]
+__all__ = ["COMMANDS", "Command", "Host", "dispatch", "expanded_output", "help_text"]
 
 
 class Host(Protocol):
@@ -44,6 +45,7 @@ class Host(Protocol):
     last_prompt: str | None
     last_failure: BaseException | None
     session_usage: UsageTally
+    last_tool_result: ToolResult | None  # the latest tool/result event, for /expand
 
     @property
     def root(self) -> Path: ...
@@ -86,7 +88,8 @@ def _command(name: str, args: str, summary: str, *, demo_only: bool = False) -> 
 
 KEYS_HELP = (
     "keys: Enter sends · Esc Enter or a trailing \\ adds a line · Ctrl-C cancels a turn or clears the line\n"
-    "      Ctrl-C twice on an empty line or Ctrl-D exits · Up/Down walk the history · Tab completes /commands"
+    "      Ctrl-C twice on an empty line or Ctrl-D exits · Up/Down walk the history · Tab completes /commands\n"
+    "      Ctrl-O (or /expand) shows the last tool output in full"
 )
 
 
@@ -274,6 +277,26 @@ async def _resume(shell: Host, arg: str) -> None:
     ident = await shell.resume(arg)
     turns = shell.agent.turn_number if shell.agent is not None else 0
     shell.say(f"resumed session {ident} ({turns} turn{'s' if turns != 1 else ''} so far)")
+
+
+def expanded_output(result: ToolResult | None) -> str:
+    """What ``/expand`` (and Ctrl-O) print: the whole tool output, indented under a counted header.
+
+    The sink sanitizes it like every other line; the output itself was redacted when the tool returned.
+    """
+    if result is None:
+        return "no tool output yet"
+    output = result.output.replace("\r\n", "\n").strip("\n")
+    lines = output.split("\n") if output else []
+    name = " ".join(result.name.split()) or "?"
+    count = f"{len(lines)} line{'s' if len(lines) != 1 else ''}"
+    head = f"  [tool output] {name}, {count}" + (" (error)" if result.is_error else "") + (":" if lines else "")
+    return "\n".join([head, *(f"    {line}" for line in lines)])
+
+
+@_command("expand", "", "show the last tool output in full (the turn shows a short preview)")
+async def _expand(shell: Host, arg: str) -> None:
+    shell.say(expanded_output(shell.last_tool_result))
 
 
 @_command("jobs", "", "list background jobs")

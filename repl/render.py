@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import math
 import re
+import unicodedata
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from urllib.parse import urlsplit
@@ -34,6 +35,7 @@ from dsh.llm.redact import redact_text
 
 __all__ = [
     "ADDED",
+    "ANSWER",
     "APPROVAL_MAX_CHARS",
     "DIM",
     "FIX_AUTH",
@@ -53,6 +55,9 @@ __all__ = [
     "HIGHLIGHT",
     "REMOVED",
     "RESET",
+    "REST",
+    "STALL_AFTER_S",
+    "AnswerSplit",
     "Approval",
     "Renderer",
     "Styled",
@@ -60,6 +65,7 @@ __all__ = [
     "approval_answer",
     "approval_question",
     "diff_approval",
+    "fit_width",
     "fix_line",
     "sanitize",
     "shown_command",
@@ -448,6 +454,56 @@ class Renderer:
         return self._break_line() + f"[job] {_one_line(text)}\n"
 
 
+ANSWER = "answer"  # AnswerSplit: the chunk belongs on stdout
+REST = "rest"  # AnswerSplit: the chunk belongs on stderr
+
+
+class AnswerSplit:
+    """``-p``: the answer text apart from everything else, so a script reads the answer alone.
+
+    :meth:`render` returns the event's output as ``(stream, text)`` chunks in the order they must be
+    written: the text deltas, verbatim, to :data:`ANSWER` (stdout); every other event rendered by
+    ``renderer`` to :data:`REST` (stderr). No ``[main turn N]`` header on either stream (``-p`` runs one
+    turn). When both streams are one terminal (``2>&1``), neither may glue onto the other's unfinished
+    line: a stream that is mid-line gets its line break before the other one writes.
+    """
+
+    def __init__(self, renderer: Renderer) -> None:
+        self.renderer = renderer
+        self._mid = False  # the answer stream's cursor is not at a line start
+        self._gap = False  # a step or tool ran since the last text: the next text starts a new line
+
+    def render(self, event: Event) -> list[tuple[str, str]]:
+        match event:
+            case TextDelta(text=text):
+                if not text:
+                    return []
+                prefix = "\n" if self._gap and self._mid else ""
+                self._gap, self._mid = False, not text.endswith("\n")
+                if self.renderer.at_line_start:
+                    return [(ANSWER, prefix + text)]
+                return [(REST, self.renderer.end_line()), (ANSWER, prefix + text)]
+            case TurnStart():
+                self._gap = True
+                return []
+            case ReasoningDelta() | StreamKeepAlive():
+                pass
+            case _:
+                self._gap = True
+        rest = self.renderer.render(event)
+        if not rest:
+            return []
+        if self._mid:
+            self._mid = False
+            return [(ANSWER, "\n"), (REST, rest)]
+        return [(REST, rest)]
+
+    def end(self) -> str:
+        """The answer's last line ended, once the turn is over."""
+        mid, self._mid = self._mid, False
+        return "\n" if mid else ""
+
+
 APPROVAL_MAX_CHARS = 2000  # a longer command is viewed in full before it can be approved
 _WHITE_RUN = re.compile(r"[^\S\n]{9,}")  # 9+ blanks in a row: counted, so nothing hides behind them
 _BLANK_LINES = 3  # this many blank lines in a row and more: one counted line
@@ -587,13 +643,23 @@ def approval_answer(answer: str | None) -> str:
 # --- the toolbar's view of a running turn --------------------------------------------------------
 
 
+# A stream that has sent content and then nothing for this long is shown as stalled, not "streaming".
+STALL_AFTER_S = 3.0
+
+
 class TurnActivity:
-    """``waiting for first token 12s · keep-alive 2s ago`` and friends, from events and a clock."""
+    """``waiting for first token 12s · keep-alive 2s ago`` and friends, from events and a clock.
+
+    Mid-stream too: once the content stops for :data:`STALL_AFTER_S`, ``streaming`` becomes
+    ``no content for 12s`` (with ``· keep-alive 2s ago`` when keep-alives still arrive), so a stall
+    is visible long before the idle timeout ends it.
+    """
 
     def __init__(self) -> None:
         self._state = "idle"
         self._since = 0.0
         self._keepalive_at: float | None = None
+        self._content_at = 0.0
         self._detail = ""
 
     @property
@@ -606,7 +672,7 @@ class TurnActivity:
     def on_event(self, event: Event, now: float) -> None:
         match event:
             case TextDelta() | ReasoningDelta():
-                self._state = "streaming"
+                self._state, self._content_at = "streaming", now
             case TurnStart() | StepStart():
                 self._wait(now)
             case StreamKeepAlive():
@@ -619,18 +685,44 @@ class TurnActivity:
             case TurnEnd():
                 self._state = "idle"
 
+    def _keepalive(self, now: float, after: float) -> str:
+        at = self._keepalive_at
+        return f" · keep-alive {max(0, int(now - at))}s ago" if at is not None and at >= after else ""
+
     def text(self, now: float) -> str:
         if self._state == "retry" and now >= self._since:
             self._state = "waiting"  # the backoff is over: the next request is out
         if self._state == "waiting":
-            text = f"waiting for first token {max(0, int(now - self._since))}s"
-            if self._keepalive_at is not None:
-                text += f" · keep-alive {max(0, int(now - self._keepalive_at))}s ago"
-            return text
+            return f"waiting for first token {max(0, int(now - self._since))}s" + self._keepalive(now, self._since)
         if self._state == "retry":
             return f"retry {self._detail} in {math.ceil(self._since - now)}s"
         if self._state == "streaming":
-            return "streaming"
+            silent = now - self._content_at
+            if silent < STALL_AFTER_S:
+                return "streaming"
+            return f"no content for {int(silent)}s" + self._keepalive(now, self._content_at)
         if self._state == "tool":
             return f"running {self._detail}" if self._detail else "running a tool"
         return ""
+
+
+def _cells(char: str) -> int:
+    if unicodedata.combining(char):
+        return 0
+    return 2 if unicodedata.east_asian_width(char) in ("W", "F") else 1
+
+
+def fit_width(text: str, width: int) -> str:
+    """``text`` cut to ``width`` terminal cells, ``…`` marking the cut (a toolbar line never wraps)."""
+    if width <= 0:
+        return ""
+    if len(text) <= width and text.isascii():
+        return text
+    cells = [_cells(char) for char in text]
+    if sum(cells) <= width:
+        return text
+    used, end = 0, 0
+    while end < len(text) and used + cells[end] <= width - 1:
+        used += cells[end]
+        end += 1
+    return text[:end] + _ELLIPSIS

@@ -25,7 +25,7 @@ from dsh.agent_loop.session_id import new_session_id
 from dsh.llm import ErrorCode, HarnessError, LlmError, error_chain, redact_text, redact_url
 from dsh.repl import commands
 from dsh.repl.config import Config, state_dir
-from dsh.repl.render import Renderer, TurnActivity, sanitize
+from dsh.repl.render import ANSWER, AnswerSplit, Renderer, TurnActivity, sanitize
 from dsh.repl.usage import UsageTally, usage_line
 
 if TYPE_CHECKING:
@@ -126,6 +126,7 @@ class Shell:
         retry: RetryPolicy | None = None,
         approvals: bool = False,
         show_usage: bool = False,
+        answer: Sink | None = None,
     ) -> None:
         self.config = config
         self.sink = sink
@@ -139,6 +140,11 @@ class Shell:
         sources = {"base_url": "the demo scenario", "proxy": "the demo scenario"} if demo else config.sources
         self.renderer = Renderer(color=color, secrets=config.secrets, sources=sources)
         self.activity = TurnActivity()
+        # -p: the answer text goes to ``answer`` (stdout), everything else to ``sink`` (stderr).
+        self.answer = answer
+        self.split = AnswerSplit(self.renderer) if answer is not None else None
+        self._last_target: Sink | None = None  # where the split wrote last
+        self.last_tool_result: ToolResult | None = None  # what /expand shows in full
         self.turn_scope: TurnScope = _no_scope
         self.ask_approval: AskApproval | None = None
         self.approvals = approvals  # someone can answer (y / n / a): the interactive front end
@@ -380,9 +386,20 @@ class Shell:
             self._count_usage(event)
         elif isinstance(event, ToolResult | JobNotice):
             self._note_subagent_failure(event)
-        text = self.renderer.render(event)
-        if text:
-            self.sink.write(text)
+            if isinstance(event, ToolResult):
+                self.last_tool_result = event
+        if self.split is not None:
+            assert self.answer is not None
+            for stream, chunk in self.split.render(event):
+                target = self.answer if stream == ANSWER else self.sink
+                if target is not self._last_target:  # keep the order across stdout and stderr (2>&1)
+                    _flush_sink(self._last_target)
+                    self._last_target = target
+                target.write(chunk)
+        else:
+            text = self.renderer.render(event)
+            if text:
+                self.sink.write(text)
         if isinstance(event, JobNotice) and not self.turn_running and self.on_idle_notice is not None:
             self.on_idle_notice()
 
@@ -467,6 +484,9 @@ class Shell:
                     if isinstance(end, Failed):
                         self.last_failure = getattr(self.agent, "last_failure", None) or _reason_error(end)
                 self.sink.write(self.renderer.end_line())
+                if self.split is not None:
+                    assert self.answer is not None
+                    self.answer.write(self.split.end())
                 if self.show_usage and self.turn_usage.requests:
                     self.sink.write(self.renderer.dim_line(usage_line(self.turn_usage, self.config.models)))
         finally:
@@ -516,6 +536,12 @@ class Shell:
         if inspect.isawaitable(lines):
             lines = await lines
         return [str(line) for line in lines]
+
+
+def _flush_sink(sink: Sink | None) -> None:
+    flush = getattr(sink, "flush", None)
+    if flush is not None:
+        flush()
 
 
 def _reason_error(reason: Failed) -> BaseException:

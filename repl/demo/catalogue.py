@@ -357,6 +357,9 @@ def _register_catalogue() -> None:
         expect=f"[turn failed TIMEOUT] no response headers from DeepSeek within {DEMO_FIRST_TOKEN_TIMEOUT:g}s")
     add("stall", "headers, then silence: press Ctrl-C to cancel", _default("stall_after_headers"),
         expect="[turn aborted] cancelled", cancel=True)
+    add("stall-mid-stream", "some text, then only keep-alives: the toolbar counts the silence; Ctrl-C cancels",
+        _default(Behaviour("keepalive_only", text="The first words arrive, then only keep-alives", interval=1.0)),
+        expect="[turn aborted] cancelled", cancel=True)
     add("mid-stream-drop", "connection reset after some text (not retried: the text is already on screen)",
         _default("reset_mid_stream"),
         expect="[turn failed TRANSPORT] DeepSeek API stream from http://127.0.0.1:")

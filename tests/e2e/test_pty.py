@@ -581,3 +581,95 @@ def test_a_forged_session_id_is_shown_visibly_in_sessions_and_resume(home: Path,
     assert dsh.wait_exit() == 0
     for raw in RAW_ESCAPES:
         assert raw not in dsh.raw
+
+
+# --- the toolbar tells the truth at any width; /expand (issue 15 §4) -------------------------------------
+
+
+def _toolbar_row(dsh: Dsh, needle: str) -> str | None:
+    rows = [row for row in dsh.screen.text().split("\n") if needle in row]
+    return rows[-1] if rows else None
+
+
+def test_a_stall_mid_stream_shows_how_long_no_content_came(spawn) -> None:
+    dsh = spawn("--demo", "--scenario", "stall-mid-stream")
+    dsh.prompt()
+    dsh.send("go")
+    dsh.wait_screen("[main turn 1] The first words arrive, then only keep-alives")
+    dsh.wait_screen(" · streaming · Ctrl-C cancels")  # while the text still arrives (or just did)
+    # Then the content stops and keep-alives go on: the toolbar counts the silence instead of "streaming".
+    dsh._wait(lambda: re.search(r" · no content for [3-9]s · keep-alive [01]s ago · Ctrl-C cancels$",
+                                _toolbar_row(dsh, "no content for") or ""), "the stalled-stream toolbar", 15)
+    dsh.child.sendintr()
+    dsh.expect_exact("[main turn 1] The first words arrive, then only keep-alives\r\n[turn aborted] cancelled\r\n")
+    dsh.prompt()
+
+
+@pytest.mark.parametrize(("rows", "cols"), [(24, 80), (20, 60)])
+def test_a_narrow_toolbar_puts_the_live_status_first_and_fits(spawn, rows: int, cols: int) -> None:
+    dsh = spawn("--demo", "--scenario", "stall-mid-stream", rows=rows, cols=cols)
+    dsh.prompt()  # (without cursor-position replies prompt_toolkit draws no toolbar under the prompt itself)
+    dsh.send("go")
+    dsh._wait(lambda: _toolbar_row(dsh, "no content for"), "the stalled-stream toolbar", 15)
+    bar = _toolbar_row(dsh, "no content for")
+    assert bar is not None and len(bar) == cols, (bar, len(bar or ""))  # cut to the width, not wrapped
+    # The live status leads; the static part (model, endpoint, scenario) is what the width cuts.
+    assert re.fullmatch(r" no content for \d+s · keep-alive \d+s ago · Ctrl-C cancels · d.*…", bar), bar
+    assert sum("Ctrl-C cancels" in row for row in dsh.screen.text().split("\n")) == 1  # one row, not wrapped
+    dsh.child.sendintr()
+    dsh.expect_exact("[turn aborted] cancelled\r\n")
+    dsh.prompt()
+
+
+def test_expand_shows_the_last_tool_output_in_full_and_sanitized(home: Path, spawn) -> None:
+    work = home / "work"
+    (work / "sub").mkdir(parents=True)
+    names = ["a.txt", "b.txt", "c.txt", "d.txt", "e\x1b]0;pwned\x07vil.txt"]
+    for name in names:
+        (work / name).write_text("x")
+    dsh = spawn("--demo", "--scenario", "tool-call", cwd=work)
+    dsh.prompt()
+    dsh.send("/expand")
+    dsh.expect_exact("no tool output yet\r\n")
+    dsh.prompt()
+    dsh.send("look")
+    dsh.expect_exact("  [tool result] a.txt\r\n    b.txt\r\n    c.txt\r\n    … (+3 more lines)\r\n")
+    dsh.prompt()
+    dsh.send("/expand")
+    for line in ["  [tool output] list_dir, 6 lines:", "    a.txt", "    b.txt", "    c.txt", "    d.txt",
+                 "    e\u241b]0;pwned\u2407vil.txt", "    sub/"]:
+        dsh.expect_exact(line + "\r\n")
+    dsh.prompt()
+    dsh.child.send("\x0f")  # Ctrl-O at the prompt: the same, printed above the prompt
+    for line in ["  [tool output] list_dir, 6 lines:", "    a.txt", "    e\u241b]0;pwned\u2407vil.txt", "    sub/"]:
+        dsh.expect_exact(line + "\r\n")
+    assert "\x1b]0;pwned" not in dsh.raw
+    dsh.child.sendeof()
+    assert dsh.wait_exit() == 0
+
+
+# --- -p on a terminal: stderr is styled only when it is one (issue 15 §1) ---------------------------------
+
+
+def test_print_mode_styles_stderr_on_a_terminal_and_never_the_answer(home: Path, spawn) -> None:
+    answer = home / "answer.txt"
+    dsh = spawn("--demo", "--scenario", "reasoning", "-p", "think", via_sh=f" >{_quote(str(answer))}")
+    dsh.expect_exact("\x1b[2mThe \x1b[0m\x1b[2muser \x1b[0m")  # reasoning on the terminal (stderr): dim
+    dsh.expect_exact("\x1b[2mterminal.\x1b[0m\r\n")
+    assert dsh.wait_exit() == 0
+    assert answer.read_text() == "And this is the answer, in normal type.\n"  # stdout: the answer, plain
+
+
+def test_print_mode_keeps_a_piped_stderr_plain(home: Path, spawn) -> None:
+    err = home / "err.txt"
+    dsh = spawn("--demo", "--scenario", "reasoning", "-p", "think", via_sh=f" 2>{_quote(str(err))}")
+    dsh.expect_exact("And this is the answer, in normal type.\r\n")  # the answer on the terminal
+    assert dsh.wait_exit() == 0
+    assert err.read_text() == "The user wants to see reasoning. It streams first, dim on a terminal.\n"
+    assert "reasoning" not in dsh.raw
+
+
+def test_bare_print_flag_on_a_terminal_asks_for_a_prompt(spawn) -> None:
+    dsh = spawn("--demo", "-p")
+    dsh.expect_exact("dsh: failed to start: -p needs a prompt: dsh -p PROMPT, or pipe one into dsh -p -\r\n")
+    assert dsh.wait_exit() == 2

@@ -450,9 +450,13 @@ def _run_alone(fault: Fault, root: Path) -> Outcome:
                                         prefix=endpoint.prefix))
     outcome.runs.append(_good_resume(home, fault, print_mode=fault.mode == "print"))
     first = outcome.runs[0]
-    outputs = turn_outputs(first.stdout)
-    outcome.fault_output = outputs.get(1, "")
-    outcome.next_output = turn_outputs(outcome.runs[1].stdout).get(3 if fault.mode == "piped" else 2)
+    if fault.mode == "print":
+        # -p: no turn header; the answer on stdout, then the turn's diagnostics on stderr.
+        outcome.fault_output = (first.stdout + first.stderr).removesuffix("\n")
+        outcome.next_output = outcome.runs[1].stdout.removesuffix("\n")
+    else:
+        outcome.fault_output = turn_outputs(first.stdout).get(1, "")
+        outcome.next_output = turn_outputs(outcome.runs[1].stdout).get(3 if fault.mode == "piped" else 2)
     outcome.seconds = first.seconds
     outcome.sessions, outcome.records = _records(home)
     return outcome
@@ -524,7 +528,7 @@ def _shown(outcome: Outcome) -> str:
     if outcome.port is not None:
         text = text.replace(f":{outcome.port}", ":<port>").replace(f", {outcome.port})", ", <port>)")
     text = re.sub(r"_ssl\.c:\d+", "_ssl.c:…", text)
-    if outcome.fault.end != "startup":
+    if outcome.fault.end != "startup" and outcome.fault.mode != "print":  # -p prints no turn header
         text = "[main turn N] " + text
     return "<br>".join(_code(line.replace("|", "\\|")) for line in text.split("\n"))
 

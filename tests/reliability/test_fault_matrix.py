@@ -85,6 +85,11 @@ def endpoint_failures_are_fast(outcome: Outcome) -> None:
 
 def nothing_else_on_stderr(outcome: Outcome) -> None:
     runs = outcome.runs[1:] if outcome.fault.end == "startup" else outcome.runs
+    if outcome.fault.mode == "print" and outcome.fault.end != "startup":
+        # -p puts the turn's own diagnostics (the end line, retries, fix lines) on stderr, and nothing else.
+        first, *runs = runs
+        assert outcome.fault_output.endswith(first.stderr.removesuffix("\n")), (first.transcript, first.stderr)
+        assert not any(line in first.stderr for line in first.stdout.splitlines() if line), first.transcript
     for run in runs:
         assert run.stderr == "", (run.transcript, run.stderr[-500:])
 

@@ -90,8 +90,8 @@ def test_print_mode_and_startup_failures_with_a_secret_laden_base_url(tmp_path: 
     with FaultServer(script=[Behaviour("http_403", message=f"key {canaries.API_KEY} may not do this")]) as server:
         failed = run_dsh(home, ["--base-url", _canary_url(server.port), "-p", "hello"],
                          env={"DEEPSEEK_API_KEY": canaries.API_KEY}, key=None, label="print")
-    assert failed.returncode == 1 and failed.stdout == (
-        "[main turn 1] [turn failed AUTH] key *** may not do this\n"
+    assert failed.returncode == 1 and failed.stdout == "" and failed.stderr == (  # -p: diagnostics on stderr
+        "[turn failed AUTH] key *** may not do this\n"
         "  fix: check your API key (DEEPSEEK_API_KEY, or api_key in config.toml)\n"
     )
     runs = [failed]
@@ -250,7 +250,7 @@ def test_bare_echo_of_base_url_credentials_is_masked(tmp_path: Path) -> None:
                              "-p", "x"], label="bare-echo")
     assert run.returncode == 1
     for value in (user, password, token):
-        assert value not in run.stdout
+        assert value not in run.stdout + run.stderr
 
 
 def test_a_plain_key_in_the_prompt_is_refused_and_secret_named_variables_are_masked(tmp_path: Path) -> None:

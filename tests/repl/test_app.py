@@ -3,6 +3,7 @@ and when the agent is built."""
 
 from __future__ import annotations
 
+import time
 from pathlib import Path
 
 import pytest
@@ -125,3 +126,42 @@ async def test_an_agent_that_cannot_be_built_ends_the_app_with_a_startup_error(t
     finally:
         shell_module._tool_factories.remove(broken)  # type: ignore[arg-type]
         await shell.aclose()
+
+
+# --- the toolbar fits the width, the live part first when it must be cut --------------------------------
+
+
+class _SizedOutput(DummyOutput):
+    def __init__(self, columns: int) -> None:
+        self.columns = columns
+
+    def get_size(self):  # type: ignore[no-untyped-def]
+        from prompt_toolkit.data_structures import Size
+
+        return Size(rows=24, columns=self.columns)
+
+
+def _toolbar(tmp_path: Path, columns: int, base_url: str) -> str:
+    from dsh.agent_loop import events as ev
+
+    env = {"HOME": str(tmp_path), "XDG_STATE_HOME": str(tmp_path / "state"), "XDG_CONFIG_HOME": str(tmp_path / "cfg")}
+    shell = Shell(Config(api_key="sk-appTestKey0000000000000000000", base_url=base_url), RecordingOutput(),  # type: ignore[arg-type]
+                  color=False, env=env)
+    shell.activity.on_event(ev.TurnStart(1, "x"), time.monotonic())  # waiting for the first token
+    with create_app_session(output=_SizedOutput(columns)):
+        app = InteractiveApp(shell, history=tmp_path / "history", banner="")
+        ((_, text),) = app._turn_toolbar()  # type: ignore[misc]
+    return text
+
+
+def test_the_turn_toolbar_keeps_its_order_when_it_fits_and_leads_with_the_live_part_otherwise(tmp_path: Path) -> None:
+    wide = _toolbar(tmp_path, 200, "http://127.0.0.1:9")
+    assert wide == " deepseek-v4-flash · http://127.0.0.1:9 · waiting for first token 0s · Ctrl-C cancels"
+    long_url = "https://a-very-long-gateway-name.internal.example.com/deepseek/compatible/v1"
+    cut = _toolbar(tmp_path, 100, long_url)  # wide, but the endpoint would push the live part off the line
+    assert cut.startswith(" waiting for first token ") and len(cut) == 100 and cut.endswith("…"), cut
+    # 80 columns or fewer: the live part first, and the line cut to the width.
+    live_first = " waiting for first token 0s · Ctrl-C cancels · deepseek-v4-flash · http://127.0.0.1:9"
+    assert _toolbar(tmp_path, 80, "http://127.0.0.1:9") == live_first[:79] + "…"
+    assert _toolbar(tmp_path, 60, "http://127.0.0.1:9") == live_first[:59] + "…"
+    assert _toolbar(tmp_path, 90, "http://127.0.0.1:9").startswith(" deepseek-v4-flash · ")  # fits: usual order

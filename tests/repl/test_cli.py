@@ -18,6 +18,7 @@ import pytest
 from dsh.agent_loop import events as ev
 from dsh.agent_loop.session_log import SessionLog
 from dsh.repl.demo.fault_server import FaultServer, closed_port
+from tests.waiting import wait_until
 
 REPO = Path(__file__).resolve().parents[2]
 KEY = "sk-cliTestKey00000000000000000000"
@@ -107,24 +108,27 @@ def test_version_is_defined_once() -> None:
 # --- -p exit codes --------------------------------------------------------------------------------------
 
 
+DEMO_TEXT = "Hello from the dsh demo! This text streamed from a real HTTP server on 127.0.0.1.\n"
+
+
 @pytest.mark.parametrize(
-    ("scenario", "status", "line"),
+    ("scenario", "status", "out", "err"),
     [
-        ("text", 0, "[main turn 1] Hello from the dsh demo! This text streamed from a real HTTP server on 127.0.0.1."),
-        ("http-400", 1, "[main turn 1] [turn failed INVALID_REQUEST] The `reasoning_content` in the thinking mode "
-                        "must be passed back to the API."),
-        ("prompt-rejected", 3,
-         "[main turn 1] [turn rejected] prompt contains what looks like a secret (sk-…); not sent"),
-        ("max-tokens", 4, "[main turn 1] The answer is cut here"),
+        ("text", 0, DEMO_TEXT, ""),
+        ("http-400", 1, "", "[turn failed INVALID_REQUEST] The `reasoning_content` in the thinking mode "
+                            "must be passed back to the API.\n"),
+        ("prompt-rejected", 3, "", "[turn rejected] prompt contains what looks like a secret (sk-…); not sent\n"),
+        ("max-tokens", 4, "The answer is cut here\n", "[turn hit the output-token limit]\n"),
     ],
 )
-def test_print_mode_exit_codes(home: Path, scenario: str, status: int, line: str) -> None:
+def test_print_mode_exit_codes(home: Path, scenario: str, status: int, out: str, err: str) -> None:
+    # -p: the answer alone on stdout, the turn-end line on stderr; no "[main turn 1] " anywhere.
     result = dsh(home, "--demo", "--scenario", scenario, "-p", "hello")
-    assert result.returncode == status, result.stderr
-    assert result.stdout.splitlines()[0] == line
-    assert result.stderr == ""
-    if scenario == "max-tokens":
-        assert result.stdout.splitlines()[1] == "[turn hit the output-token limit]"
+    assert (result.returncode, result.stdout, result.stderr) == (status, out, err)
+
+
+def _turn_started(home: Path) -> bool:
+    return any('"step/start"' in path.read_text() for path in (home / "state").rglob("*.jsonl"))
 
 
 @pytest.mark.parametrize(("signum", "status"), [(signal.SIGINT, 130), (signal.SIGTERM, 143)])
@@ -135,22 +139,20 @@ def test_print_mode_aborted_by_a_signal_exits_128_plus_its_number(home: Path, si
         text=True,
     )
     try:
-        assert process.stdout is not None
-        header = process.stdout.read(len("[main turn 1] "))
-        assert header == "[main turn 1] "  # the turn is running (its signal watch was installed before it)
+        wait_until(lambda: _turn_started(home), 20, "the turn to start")  # its signal watch came before it
         process.send_signal(signum)
         out, err = process.communicate(timeout=10)
     finally:
         process.kill()
         process.wait()
     assert process.returncode == status
-    assert out == "[turn aborted] cancelled\n" and err == ""
+    assert out == "" and err == "[turn aborted] cancelled\n"
 
 
 def test_print_mode_against_a_configured_endpoint(home: Path, server: FaultServer) -> None:
     result = dsh(home, "-p", "hello", DEEPSEEK_API_KEY=KEY, DEEPSEEK_BASE_URL=server.url)
     assert result.returncode == 0, result.stderr
-    assert result.stdout == "[main turn 1] Hello! How can I help you today?\n"
+    assert (result.stdout, result.stderr) == ("Hello! How can I help you today?\n", "")
 
 
 def test_refused_endpoint_prints_the_exact_transport_line(home: Path) -> None:
@@ -158,8 +160,9 @@ def test_refused_endpoint_prints_the_exact_transport_line(home: Path) -> None:
     with closed_port() as port:
         result = dsh(home, "-p", "hello", DEEPSEEK_API_KEY=KEY, DEEPSEEK_BASE_URL=f"http://127.0.0.1:{port}")
     assert result.returncode == 1
-    assert result.stdout == (
-        f"[main turn 1] [turn failed TRANSPORT] DeepSeek API request to http://127.0.0.1:{port} failed: "
+    assert result.stdout == ""
+    assert result.stderr == (
+        f"[turn failed TRANSPORT] DeepSeek API request to http://127.0.0.1:{port} failed: "
         f"All connection attempts failed: [Errno 111] Connect call failed ('127.0.0.1', {port})\n"
         f"  fix: nothing is listening at 127.0.0.1:{port} — check DEEPSEEK_BASE_URL (environment)\n"
     )
@@ -170,7 +173,132 @@ def test_the_api_key_never_reaches_the_output(home: Path, server: FaultServer) -
     result = dsh(home, "-p", f"echo {KEY[:8]}", DEEPSEEK_API_KEY=KEY, DEEPSEEK_BASE_URL=server.url)
     assert result.returncode == 1
     assert KEY not in result.stdout + result.stderr
-    assert result.stdout.splitlines()[1].startswith("  fix: check your API key")
+    assert result.stdout == ""
+    assert result.stderr.splitlines()[1].startswith("  fix: check your API key")
+
+
+# --- -p for scripts: stdout carries the answer, stderr the rest; stdin prompts; JSON formats ----------------
+
+
+def test_print_mode_puts_reasoning_and_tool_lines_on_stderr(home: Path) -> None:
+    result = dsh(home, "--demo", "--scenario", "tool-call", "-p", "look around")
+    assert result.returncode == 0, result.stderr
+    assert result.stdout == (
+        "That was a real tool round trip: the model asked for list_dir, dsh ran it, and the result went back "
+        "in the next request.\n"
+    )
+    lines = result.stderr.splitlines()
+    assert lines[:3] == ["Let me look at the working directory.", '  [tool call] list_dir({"path": "."})',
+                         "  [tool result] .ci/"]
+    assert "\x1b" not in result.stderr  # stderr is no terminal: no styling
+
+
+def test_print_mode_retries_go_to_stderr(home: Path) -> None:
+    result = dsh(home, "--demo", "--scenario", "retry-then-success", "-p", "hello")
+    assert result.returncode == 0, result.stderr
+    assert result.stdout == "This answer came on the second attempt.\n"
+    assert result.stderr == "[retry 1/5 in 0.1s] SERVER: Server Overloaded, please try again later\n"
+
+
+@pytest.mark.parametrize("args", [("-p", "-"), ("-p",), ("--print",)])
+def test_print_mode_reads_the_prompt_from_piped_stdin(home: Path, server: FaultServer, args: tuple[str, ...]) -> None:
+    result = dsh(home, *args, stdin="summarise this\nsecond line\n", DEEPSEEK_API_KEY=KEY,
+                 DEEPSEEK_BASE_URL=server.url)
+    assert (result.returncode, result.stdout, result.stderr) == (0, "Hello! How can I help you today?\n", "")
+    assert server.requests[-1].json["messages"][-1] == {"role": "user", "content": "summarise this\nsecond line"}
+
+
+@pytest.mark.parametrize(
+    ("stdin", "error"),
+    [("", "the prompt on stdin is empty"), (" \n\t\n", "the prompt on stdin is empty"),
+     ("x" * ((1 << 20) + 1), "the prompt on stdin is longer than 1 MiB")],
+)
+def test_print_mode_refuses_an_empty_or_oversized_stdin_prompt(home: Path, stdin: str, error: str) -> None:
+    result = dsh(home, "--demo", "-p", "-", stdin=stdin)
+    assert (result.returncode, result.stdout, result.stderr) == (2, "", f"dsh: failed to start: {error}\n")
+
+
+def test_output_format_needs_print_mode(home: Path) -> None:
+    result = dsh(home, "--demo", "--output-format", "json")
+    assert result.returncode == 2 and result.stdout == ""
+    assert result.stderr.splitlines()[-1] == "dsh: error: --output-format works only with -p/--print"
+    assert dsh(home, "--demo", "-p", "x", "--output-format", "yaml").returncode == 2
+
+
+def _session_records(home: Path) -> tuple[dict[str, Any], list[dict[str, Any]]]:
+    import json
+
+    (path,) = (home / "state" / "dsh" / "sessions").glob("*.jsonl")
+    header, *records = (json.loads(line) for line in path.read_text().splitlines())
+    return header, records
+
+
+def test_output_format_json_is_one_object_at_the_end(home: Path) -> None:
+    import json
+
+    result = dsh(home, "--demo", "-p", "hello", "--output-format", "json")
+    assert result.returncode == 0 and result.stderr == ""
+    assert result.stdout.count("\n") == 1
+    answer = json.loads(result.stdout)
+    header, records = _session_records(home)
+    (message,) = [r["data"] for r in records if r["type"] == "assistant/message"]
+    usage = message["usage"]
+    assert answer["type"] == "result" and answer["session_id"] == header["id"]
+    assert answer["reason"] == {"kind": "completed", "code": None, "message": None}
+    assert answer["exit_code"] == 0
+    assert answer["text"] == DEMO_TEXT.removesuffix("\n")
+    assert answer["usage"] == {"requests": 1, "prompt_tokens": usage["prompt_tokens"],
+                               "cached_tokens": usage["prompt_cache_hit_tokens"],
+                               "output_tokens": usage["completion_tokens"], "reasoning_tokens": 0}
+    assert isinstance(answer["cost_usd"], float) and answer["cost_usd"] > 0
+    assert 0 < answer["duration_s"] < 30
+
+
+def test_output_format_json_carries_the_failure_code_and_message(home: Path, server: FaultServer) -> None:
+    import json
+
+    server.push("http_401")
+    result = dsh(home, "-p", "hi", "--output-format", "json", DEEPSEEK_API_KEY=KEY, DEEPSEEK_BASE_URL=server.url)
+    assert result.returncode == 1
+    answer = json.loads(result.stdout)
+    assert answer["exit_code"] == 1 and answer["text"] == ""
+    assert answer["reason"]["kind"] == "error" and answer["reason"]["code"] == "AUTH"
+    assert answer["reason"]["message"] == "Authentication Fails, Your api key: ****abcd is invalid"
+    assert answer["usage"]["requests"] == 0
+    # stderr still has the human lines: the failure and its fix.
+    assert result.stderr.splitlines()[0] == "[turn failed AUTH] Authentication Fails, Your api key: ****abcd is invalid"
+    assert KEY not in result.stdout + result.stderr
+
+
+def test_output_format_stream_json_is_the_session_log_vocabulary(home: Path) -> None:
+    import json
+
+    result = dsh(home, "--demo", "--scenario", "tool-call", "-p", "hi", "--output-format", "stream-json")
+    assert result.returncode == 0, result.stderr
+    objects = [json.loads(line) for line in result.stdout.splitlines()]
+    header, records = _session_records(home)
+    assert objects[0] == header  # the log's own header line first
+    events = objects[1:]
+    assert events[0] == {"type": "turn/start", "data": {"turn": 1, "prompt": "hi"}}
+    assert events[-1] == {"type": "turn/end", "data": {"turn": 1, "reason": {"kind": "completed"}}}
+    # Every durable event is exactly the session log's record; live ones (deltas) come in between.
+    assert [e for e in events if e["type"] not in ("text/delta", "reasoning/delta", "stream/keepalive")] == [
+        {"type": r["type"], "data": r["data"]} for r in records
+    ]
+    text = "".join(e["data"]["text"] for e in events if e["type"] == "text/delta")
+    assert text.startswith("That was a real tool round trip")
+    assert {e["type"] for e in events} >= {"step/start", "reasoning/delta", "tool/call", "tool/result",
+                                           "assistant/message"}
+
+
+def test_output_format_stream_json_ends_with_the_failure(home: Path) -> None:
+    import json
+
+    result = dsh(home, "--demo", "--scenario", "http-402", "-p", "hi", "--output-format", "stream-json")
+    assert result.returncode == 1
+    last = json.loads(result.stdout.splitlines()[-1])
+    assert last["type"] == "turn/end"
+    assert (last["data"]["reason"]["code"], last["data"]["reason"]["message"]) == ("QUOTA", "Insufficient Balance")
 
 
 # --- piped stdin ---------------------------------------------------------------------------------------------
@@ -307,12 +435,16 @@ def test_piped_failure_then_success_and_exit_0(home: Path) -> None:
 
 
 def test_reasoning_is_plain_when_piped(home: Path) -> None:
-    result = dsh(home, "--demo", "--scenario", "reasoning", "-p", "think")
+    result = dsh(home, "--demo", stdin="/scenario reasoning\nthink\n")
     assert "\x1b" not in result.stdout
-    assert result.stdout.splitlines() == [
+    assert result.stdout.splitlines()[-2:] == [
         "[main turn 1] The user wants to see reasoning. It streams first, dim on a terminal.",
         "And this is the answer, in normal type.",
     ]
+    # -p: the reasoning on stderr, the answer alone on stdout.
+    printed = dsh(home, "--demo", "--scenario", "reasoning", "-p", "think")
+    assert printed.stdout == "And this is the answer, in normal type.\n"
+    assert printed.stderr == "The user wants to see reasoning. It streams first, dim on a terminal.\n"
 
 
 def test_piped_exit_command(home: Path) -> None:
@@ -401,9 +533,8 @@ def test_resume_print_mode_reports_interrupted_turn(home: Path) -> None:
     ident = open_turn_session(home)
     result = dsh(home, "--demo", "--resume", ident, "-p", "after")
     assert result.returncode == 0, result.stderr
-    lines = result.stdout.splitlines()
-    assert lines[0] == "[main turn 1] [turn interrupted by a previous process exit]"
-    assert lines[1].startswith("[main turn 2] Hello from the dsh demo!")
+    assert result.stderr == "[main turn 1] [turn interrupted by a previous process exit]\n"
+    assert result.stdout == DEMO_TEXT
 
 
 def test_resume_piped_reports_interrupted_turn(home: Path) -> None:
@@ -438,7 +569,7 @@ def test_a_character_the_output_cannot_encode_is_replaced_not_treated_as_a_close
     server.push("surrogates")
     result = dsh(home, "-p", "hi", DEEPSEEK_API_KEY=KEY, DEEPSEEK_BASE_URL=server.url, PYTHONIOENCODING="ascii")
     assert result.returncode == 0, result.stderr
-    assert result.stdout == "[main turn 1] Smile ?, a lone ?!\n"
+    assert result.stdout == "Smile ?, a lone ?!\n"
 
 
 def test_a_prompt_whose_bytes_are_not_utf8_is_sent_with_the_replacement_character(
@@ -511,3 +642,27 @@ def test_load_warnings_on_resume_are_one_line_and_the_details_go_to_dsh_log(home
                      "skipped 3 unreadable records (details in dsh.log)"]
     details = (home / "state" / "dsh" / "dsh.log").read_text()
     assert f"skipped an unreadable record on line 6 of {log}" in details
+
+
+def test_output_format_json_for_a_rejected_prompt_and_the_exit_code(home: Path) -> None:
+    import json
+
+    result = dsh(home, "--demo", "--scenario", "prompt-rejected", "-p", "hi", "--output-format", "json")
+    assert result.returncode == 3
+    reason = json.loads(result.stdout)["reason"]
+    message = "prompt contains what looks like a secret (sk-…); not sent"
+    assert reason == {"kind": "rejected", "reason": message, "code": None, "message": message}
+    assert "sk-demoNotARealKey" not in result.stdout + result.stderr
+
+
+def test_print_mode_streams_read_as_one_terminal_when_merged(home: Path) -> None:
+    # `dsh -p x 2>&1`: the answer's unfinished line ends before the failure line is written after it.
+    result = subprocess.run(
+        [sys.executable, "-m", "dsh.repl", "--demo", "--scenario", "mid-stream-drop", "-p", "hi"], cwd=REPO,
+        env=base_env(home), stdin=subprocess.DEVNULL, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True,
+        timeout=30,
+    )
+    assert result.returncode == 1
+    lines = result.stdout.splitlines()
+    assert lines[0] == "Half an answer"
+    assert lines[1].startswith("[turn failed TRANSPORT] DeepSeek API stream from http://127.0.0.1:")

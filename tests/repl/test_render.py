@@ -12,6 +12,7 @@ from hypothesis import strategies as st
 from dsh.agent_loop import events as ev
 from dsh.agent_loop.reasons import Aborted, Completed, Disposed, EndReason, Failed, Interrupted, MaxTokens, Rejected
 from dsh.repl.render import (
+    ANSWER,
     DIM,
     FIX_AUTH,
     FIX_QUOTA,
@@ -19,10 +20,13 @@ from dsh.repl.render import (
     FIX_SERVER,
     HIGHLIGHT,
     RESET,
+    REST,
+    AnswerSplit,
     Renderer,
     TurnActivity,
     approval_answer,
     approval_question,
+    fit_width,
     fix_line,
     sanitize,
     shown_command,
@@ -339,6 +343,58 @@ def test_turn_activity_waiting_and_keepalive() -> None:
     assert activity.text(123.0) == "waiting for first token 1s"
     activity.on_event(end(1, Completed().to_dict()), 124.0)
     assert activity.text(125.0) == "" and not activity.busy
+
+
+def test_turn_activity_shows_a_stall_mid_stream() -> None:
+    activity = TurnActivity()
+    activity.on_event(ev.TurnStart(1, "x"), 100.0)
+    activity.on_event(ev.TextDelta("some text"), 101.0)
+    assert activity.text(103.9) == "streaming"  # content came within STALL_AFTER_S
+    assert activity.text(113.5) == "no content for 12s"  # then nothing at all
+    activity.on_event(ev.StreamKeepAlive(), 111.0)
+    assert activity.text(113.5) == "no content for 12s · keep-alive 2s ago"
+    activity.on_event(ev.ReasoningDelta("more"), 114.0)
+    assert activity.text(114.5) == "streaming"
+    assert activity.text(118.0) == "no content for 4s"  # the keep-alive before the content no longer counts
+
+
+def test_fit_width_cuts_to_terminal_cells_with_an_ellipsis() -> None:
+    assert fit_width("abc", 3) == "abc"
+    assert fit_width("abcdef", 4) == "abc…"
+    assert fit_width("日本語テキスト", 6) == "日本…"  # wide characters take two cells each
+    assert fit_width("anything", 0) == ""
+    line = " no content for 12s · keep-alive 2s ago · Ctrl-C cancels · deepseek-v4-flash · http://127.0.0.1:1"
+    assert fit_width(line, 60) == line[:59] + "…" and len(fit_width(line, 60)) == 60
+
+
+def test_answer_split_keeps_the_answer_apart_from_everything_else() -> None:
+    split = AnswerSplit(Renderer(color=False))
+    outputs = [
+        split.render(event)
+        for event in (
+            ev.TurnStart(1, "x"),
+            ev.StepStart(1, 1),
+            ev.ReasoningDelta("thinking"),
+            ev.TextDelta("Let me look."),
+            ev.ToolCallStart(1, "c1", "list_dir", "{}"),
+            ev.ToolResult(1, "c1", "list_dir", "a\nb"),
+            ev.StepStart(1, 2),
+            ev.TextDelta("Two files."),
+            end(1, Failed(code="SERVER", message="boom").to_dict()),
+        )
+    ]
+    chunks = [chunk for output in outputs for chunk in output] + [(ANSWER, split.end())]
+    answer = "".join(text for stream, text in chunks if stream == ANSWER)
+    rest = "".join(text for stream, text in chunks if stream == REST)
+    assert answer == "Let me look.\nTwo files.\n"  # a later step's text on its own line; no header
+    assert rest == ("thinking\n  [tool call] list_dir({})\n  [tool result] a\n    b\n"
+                    "[turn failed SERVER] boom\n  fix: the DeepSeek server is having trouble; retry later\n")
+    # Both streams on one terminal (2>&1): in write order, nothing glues onto an unfinished line.
+    assert "".join(text for _, text in chunks) == (
+        "thinking\nLet me look.\n  [tool call] list_dir({})\n  [tool result] a\n    b\nTwo files.\n"
+        "[turn failed SERVER] boom\n  fix: the DeepSeek server is having trouble; retry later\n"
+    )
+    assert split.end() == ""
 
 
 # --- the one sanitizer (every sink calls terminal_text) -------------------------------------------------
