@@ -110,10 +110,10 @@ def test_a_recorded_turn_replays_to_the_same_turn_end_line(
     replayed = dsh(home, "-p", "hi", "--replay", str(trace))
     assert len(fault.requests) == requests
     assert replayed.returncode == status, replayed.stderr
-    assert turn_end(replayed.stdout) == turn_end(live.stdout)
+    assert turn_end(replayed.stderr) == turn_end(live.stderr)
     assert replayed.stdout == live.stdout  # the answer text too, line for line
     if status:
-        assert turn_end(live.stdout), live.stdout
+        assert turn_end(live.stderr), live.stderr
 
 
 def test_a_proxy_failure_replays_naming_the_recorded_proxy_and_no_credentials(
@@ -126,13 +126,13 @@ def test_a_proxy_failure_replays_naming_the_recorded_proxy_and_no_credentials(
     live = dsh(home, "-p", "hi", "--proxy", proxy, DEEPSEEK_API_KEY=canaries.API_KEY,
                DEEPSEEK_BASE_URL="http://api.invalid")
     assert live.returncode == 1
-    assert turn_end(live.stdout)[0] == f"[turn failed PROXY] proxy http://***@127.0.0.1:{fault.port} answered HTTP 407"
+    assert turn_end(live.stderr)[0] == f"[turn failed PROXY] proxy http://***@127.0.0.1:{fault.port} answered HTTP 407"
     assert_masked(trace)
     assert records(trace)[0]["proxy"] == f"http://***@127.0.0.1:{fault.port}"
 
     write_config(home, "")
     replayed = dsh(home, "-p", "hi", "--replay", str(trace))
-    assert (replayed.returncode, turn_end(replayed.stdout)[0]) == (1, turn_end(live.stdout)[0])
+    assert (replayed.returncode, turn_end(replayed.stderr)[0]) == (1, turn_end(live.stderr)[0])
 
 
 def test_a_request_beyond_the_recording_is_an_http_error_naming_it(home: Path, fault: FaultServer) -> None:
@@ -298,7 +298,7 @@ def test_the_openai_sdk_streams_a_recorded_answer_from_replay_server(home: Path,
         stream = client.chat.completions.create(model="deepseek-v4-flash", messages=[{"role": "user", "content": "hi"}],
                                                 stream=True)
         text = "".join(chunk.choices[0].delta.content or "" for chunk in stream if chunk.choices)
-        assert text + "\n" == live.stdout.removeprefix("[main turn 1] ")
+        assert text + "\n" == live.stdout
     finally:
         child.send_signal(signal.SIGTERM)
         child.communicate(timeout=10)
