@@ -40,6 +40,7 @@ from prompt_toolkit.patch_stdout import patch_stdout
 from dsh.repl import commands
 from dsh.repl.render import Approval, approval_answer, approval_question, sanitize, terminal_text
 from dsh.repl.shell import Shell, StartupError
+from dsh.repl.usage import context_text
 
 __all__ = ["InteractiveApp", "SafeHistory", "TerminalSink"]
 
@@ -314,6 +315,9 @@ class InteractiveApp:
 
     def _toolbar_base(self) -> str:
         text = f" {self.shell.model} · {self.shell.endpoint}"
+        context = context_text(self.shell.session_usage, self.shell.config.models)
+        if context is not None:
+            text += f" · {context}"
         if self.shell.demo is not None:
             text += f" · demo scenario: {self.shell.demo.scenario.name}"
         return sanitize(text)  # prompt_toolkit draws the toolbar: the sink's sanitizer, applied here

@@ -59,6 +59,8 @@ class Host(Protocol):
 
     async def ensure_context(self) -> ProjectContext: ...
 
+    async def compact(self, focus: str) -> None: ...
+
 
 Handler = Callable[[Host, str], Awaitable["dict[str, Any] | None"]]
 
@@ -192,6 +194,11 @@ async def _context(shell: Host, arg: str) -> None:
     if shell.session_usage.requests:
         lines.append(f"last request: {shell.session_usage.context:,} tokens in the window (reported by the server)")
     shell.say("\n".join(lines))
+
+
+@_command("compact", "[focus]", "summarize the conversation so far and continue from the summary")
+async def _compact(shell: Host, arg: str) -> None:
+    await shell.compact(arg)
 
 
 @_command("cost", "", "tokens and cost since dsh started")

@@ -15,6 +15,7 @@ from dataclasses import dataclass
 from urllib.parse import urlsplit
 
 from dsh.agent_loop.events import (
+    ContextCompacted,
     Event,
     JobNotice,
     LlmRetry,
@@ -37,6 +38,7 @@ __all__ = [
     "DIM",
     "FIX_AUTH",
     "FIX_CERTIFICATE",
+    "FIX_CONTEXT",
     "FIX_INVALID_URL",
     "FIX_NAME_NOT_FOUND",
     "FIX_PLAIN_HTTP",
@@ -57,6 +59,7 @@ __all__ = [
     "TurnActivity",
     "approval_answer",
     "approval_question",
+    "compacted_line",
     "fix_line",
     "sanitize",
     "shown_command",
@@ -74,6 +77,7 @@ FIX_AUTH = "  fix: check your API key (DEEPSEEK_API_KEY, or api_key in config.to
 FIX_QUOTA = "  fix: your DeepSeek balance has run out; top up at https://platform.deepseek.com/top_up"
 FIX_RATE_LIMIT = "  fix: requests are arriving too fast; back off and try again shortly"
 FIX_SERVER = "  fix: the DeepSeek server is having trouble; retry later"
+FIX_CONTEXT = "  fix: the conversation is too long for the model — /compact or /new"
 # Transport and proxy failures, by FailureDetail; {host} and {url} come from the failure, {source} names
 # the flag, environment variable or config file that set the value (docs/reliability.md).
 FIX_REFUSED = "  fix: nothing is listening at {host} — check {source}"
@@ -231,6 +235,7 @@ _FIX_BY_CODE = {
     ErrorCode.QUOTA: FIX_QUOTA,
     ErrorCode.RATE_LIMIT: FIX_RATE_LIMIT,
     ErrorCode.SERVER: FIX_SERVER,
+    ErrorCode.CONTEXT_WINDOW_EXCEEDED: FIX_CONTEXT,
 }
 
 
@@ -285,6 +290,16 @@ def fix_line(reason: EndReason, sources: Mapping[str, str] | None = None) -> str
     return _FIX_BY_CODE.get(reason.code)
 
 
+def compacted_line(event: ContextCompacted) -> str:
+    """``[compacted] 12 messages replaced by a summary of 340 tokens`` (then the retry, when automatic)."""
+    usage = event.usage
+    size = f"{usage.completion_tokens:,} tokens" if usage is not None and usage.completion_tokens else (
+        f"{len(event.summary):,} characters")
+    count = f"{event.replaced} message{'s' if event.replaced != 1 else ''}"
+    line = f"[compacted] {count} replaced by a summary of {size}"
+    return line + ("; sending the request again" if event.turn is not None else "")
+
+
 # Where the cursor stands on the current screen line.
 _START = "start"  # column 0
 _HEADER = "header"  # just after "[main turn N] ": a status line may follow on the same line
@@ -329,6 +344,9 @@ class Renderer:
                 return self._emit(self._turn_end(reason))
             case JobNotice(text=text):
                 return self._emit(self._job_notice(text))
+            case ContextCompacted():
+                self._stream = None
+                return self._emit(self._break_line() + compacted_line(event) + "\n")
         return ""  # step starts, assistant messages, keep-alives, unknown types: nothing to show
 
     def header(self, turn: int) -> str:

@@ -19,14 +19,14 @@ from collections.abc import AsyncIterator, Awaitable, Callable, Mapping, Sequenc
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, Protocol
 
-from dsh.agent_loop.events import AssistantMessage, Event, JobNotice, TurnEnd, TurnStart
+from dsh.agent_loop.events import AssistantMessage, ContextCompacted, Event, JobNotice, TurnEnd, TurnStart
 from dsh.agent_loop.retry import RetryPolicy
 from dsh.agent_loop.session_id import new_session_id
 from dsh.llm import ErrorCode, HarnessError, LlmError, error_chain, redact_text, redact_url
 from dsh.repl import commands
 from dsh.repl.config import Config, state_dir
 from dsh.repl.render import Renderer, TurnActivity, sanitize
-from dsh.repl.usage import UsageTally, usage_line
+from dsh.repl.usage import CONTEXT_WARNING_AT, UsageTally, context_fill, context_warning, usage_line
 
 if TYPE_CHECKING:
     from dsh.agent_loop.agent import Agent, Conversation
@@ -162,6 +162,7 @@ class Shell:
         self.turn_usage = UsageTally()
         self.session_usage = UsageTally()  # since this process started (``/cost``)
         self.context: ProjectContext | None = None  # gathered before the first turn of each session
+        self._context_warned = False  # the 80% line was shown and the fill has not dropped below since
         self._resumed: Conversation | None = None  # rebuilt by _open_session, taken by _attach
 
     # --- lifecycle ---------------------------------------------------------------------------
@@ -289,6 +290,7 @@ class Shell:
                 max_tokens=self.config.max_tokens,
                 thinking=self.config.thinking,
                 reasoning_effort=self.config.reasoning_effort,
+                auto_compact=self.config.auto_compact,
             )
         except BaseException:
             session.close()
@@ -368,13 +370,35 @@ class Shell:
             self.turn_usage = UsageTally()
         elif isinstance(event, AssistantMessage) and event.usage is not None:
             self._count_usage(event)
+        elif isinstance(event, ContextCompacted):
+            self._count_compaction(event)
         text = self.renderer.render(event)
         if text:
             self.sink.write(text)
         if isinstance(event, JobNotice) and not self.turn_running and self.on_idle_notice is not None:
             self.on_idle_notice()
 
-    def _count_usage(self, event: AssistantMessage) -> None:
+    def _count_compaction(self, event: ContextCompacted) -> None:
+        """The summary request costs like any other; afterwards the window holds about the new conversation."""
+        if event.usage is not None:
+            self._count_usage(event)
+        if self.agent is not None and self.session_usage.requests:
+            from dsh.agent_loop.context import estimate_tokens
+
+            # Applied before subscribers hear of it: the agent's messages are the compacted ones already.
+            left = estimate_tokens("".join(message.content for message in self.agent.messages))
+            self.session_usage.context = self.turn_usage.context = left
+
+    def _warn_context(self) -> None:
+        """One line when the window crosses 80% (again only after it dropped below, e.g. by /compact)."""
+        fill = context_fill(self.session_usage, self.config.models)
+        if fill is None or fill < CONTEXT_WARNING_AT:
+            self._context_warned = False
+        elif not self._context_warned:
+            self._context_warned = True
+            self.sink.write(self.renderer.line(context_warning(fill)))
+
+    def _count_usage(self, event: AssistantMessage | ContextCompacted) -> None:
         import datetime
 
         from dsh.llm.models import model_info
@@ -445,14 +469,47 @@ class Shell:
                     if isinstance(end, Failed):
                         self.last_failure = getattr(self.agent, "last_failure", None) or _reason_error(end)
                 self.sink.write(self.renderer.end_line())
-                if self.show_usage and self.turn_usage.requests:
-                    self.sink.write(self.renderer.dim_line(usage_line(self.turn_usage, self.config.models)))
+                self._show_usage()
         finally:
             self.turn_running = False
             self._cancel_pending = False
         reason = end.to_dict()
         self.last_reason = reason
         return reason
+
+    def _show_usage(self) -> None:
+        """The dim usage line after a turn or a compaction, then the context warning (interactive only)."""
+        if self.show_usage and self.turn_usage.requests:
+            self.sink.write(self.renderer.dim_line(usage_line(self.turn_usage, self.config.models)))
+        if self.show_usage:
+            self._warn_context()
+
+    async def compact(self, focus: str) -> None:
+        """``/compact [focus]``: the summary replaces the conversation, or one line says why it did not."""
+        agent = self.ensure_agent()
+        await self.ensure_context()
+        self.turn_usage = UsageTally()
+        self.turn_running = True  # Ctrl-C cancels it as it would a turn
+        self._cancel_pending = False
+        try:
+            async with self.turn_scope():
+                try:
+                    await agent.compact(focus or None)
+                except HarnessError as exc:
+                    self.last_failure = exc
+                    self.sink.write(self.renderer.line(self._compact_failure(exc)))
+                self._show_usage()
+        finally:
+            self.turn_running = False
+            self._cancel_pending = False
+
+    def _compact_failure(self, exc: HarnessError) -> str:
+        if exc.code == ErrorCode.ABORTED:
+            return "[compact cancelled] the conversation is unchanged"
+        if exc.code == ErrorCode.COMPACT and str(exc) == "nothing to compact yet":
+            return "nothing to compact yet"
+        message = redact_text(error_chain(exc), self.config.secrets).replace("\n", " ")
+        return f"[compact failed {exc.code}] {message}; the conversation is unchanged"
 
     async def deliver_notices(self) -> dict[str, Any] | None:
         """Run a turn for background-job notices the model has not seen (an idle owner is woken)."""
