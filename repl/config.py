@@ -57,6 +57,7 @@ KNOWN_KEYS = frozenset(
         "system_prompt_append",
         "models",
         "auto_compact",
+        "markdown",
     }
 )
 
@@ -86,6 +87,7 @@ class Config:
     system_prompt_append: str | None = None  # follows the project instructions
     models: dict[str, dict[str, Any]] = field(default_factory=dict)  # per-model context window and prices
     auto_compact: bool = False  # CONTEXT_WINDOW_EXCEEDED: one compaction and one retry (docs/compaction.md)
+    markdown: bool = True  # render assistant markdown on a colour terminal (docs/markdown.md)
     proxy: str | None = None  # the proxy that carries requests: --proxy, HTTPS_PROXY & co, or the file
     config_path: Path | None = None  # the file that was read, if any
     warnings: tuple[str, ...] = ()
@@ -273,6 +275,7 @@ _CHECKS = {
     "system_prompt_append": _check_text,
     "models": _check_models,
     "auto_compact": _check_thinking,  # the same true/false (or enabled/disabled) switch
+    "markdown": _check_thinking,
 }
 
 

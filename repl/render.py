@@ -32,6 +32,7 @@ from dsh.agent_loop.reasons import Aborted, EndReason, Failed, Interrupted, MaxT
 from dsh.llm import ErrorCode
 from dsh.llm.network import FailureDetail
 from dsh.llm.redact import redact_text
+from dsh.repl.markdown import MARKDOWN_STYLES, MarkdownLines, Segment
 
 __all__ = [
     "APPROVAL_MAX_CHARS",
@@ -55,6 +56,7 @@ __all__ = [
     "RESET",
     "Approval",
     "Renderer",
+    "Rewrite",
     "Styled",
     "TurnActivity",
     "approval_answer",
@@ -131,7 +133,7 @@ def sanitize(text: str) -> str:
     return (_UNSAFE_ASCII if text.isascii() else _UNSAFE).sub(_picture, text)
 
 
-_STYLES = {"dim": DIM, "highlight": HIGHLIGHT}
+_STYLES = {"dim": DIM, "highlight": HIGHLIGHT, **MARKDOWN_STYLES}
 
 
 class Styled(str):
@@ -161,6 +163,36 @@ class Styled(str):
             return NotImplemented
         shift = len(other)
         return Styled(str.__add__(other, self), tuple((a + shift, b + shift, s) for a, b, s in self.spans))
+
+
+class Rewrite(Styled):
+    """Text that replaces the sink's unfinished line: the raw line streamed so far, now rendered.
+
+    Only a sink that keeps its unfinished line aside (the interactive one, ``rewrites_partial``) gets
+    these; it drops that line and writes this text in its place.
+    """
+
+    rewrites_partial = True
+
+
+def _rewrite(text: str) -> Rewrite:
+    return Rewrite(str(text), getattr(text, "spans", ()))
+
+
+def segments_text(segments: list[Segment]) -> Styled:
+    """Styled text from ``(text, style)`` segments (the markdown renderer's output)."""
+    parts: list[str] = []
+    spans: list[tuple[int, int, str]] = []
+    at = 0
+    for text, style in segments:
+        if style is not None and text:
+            if spans and spans[-1][1] == at and spans[-1][2] == style:
+                spans[-1] = (spans[-1][0], at + len(text), style)  # one run for neighbours alike
+            else:
+                spans.append((at, at + len(text), style))
+        parts.append(text)
+        at += len(text)
+    return Styled("".join(parts), tuple(spans))
 
 
 def styled(text: str, style: str) -> Styled:
@@ -310,14 +342,26 @@ class Renderer:
     """Turns agent events into text. Holds only cursor-position state; never writes anywhere."""
 
     def __init__(
-        self, *, color: bool, label: str = "main", secrets: Sequence[str] = (), sources: Mapping[str, str] | None = None
+        self,
+        *,
+        color: bool,
+        label: str = "main",
+        secrets: Sequence[str] = (),
+        sources: Mapping[str, str] | None = None,
+        markdown: str | None = None,
     ) -> None:
+        """``markdown``: None (answer text verbatim), ``"lines"`` (each line rendered when its newline
+        arrives) or ``"live"`` (the same, and the unfinished line streams raw, then is rewritten)."""
         self.color = color
         self.sources = dict(sources or {})
         self.label = label
         self.secrets = tuple(secret for secret in secrets if secret)
         self._column = _START
         self._stream: str | None = None  # "text" or "reasoning": which kind of delta came last
+        self._markdown = MarkdownLines() if markdown is not None else None
+        self._live = markdown == "live"
+        self._line: list[str] = []  # the answer's unfinished line, raw (markdown only)
+        self._screen_prefix = ""  # dsh's own text before that line on the screen line (the turn header)
 
     @property
     def at_line_start(self) -> bool:
@@ -327,6 +371,14 @@ class Renderer:
 
     def render(self, event: Event) -> str:
         # Deltas first: a turn streams 100 000s of them.
+        if type(event) is TextDelta and self._markdown is not None:
+            return self._markdown_delta(event.text)
+        if self._line and type(event) is not StreamKeepAlive:  # anything shown ends the unfinished line
+            flushed = self._flush_line()
+            return self._rewritten(flushed, self._render(event))
+        return self._render(event)
+
+    def _render(self, event: Event) -> str:
         match event:
             case TextDelta(text=text):
                 return self._emit(self._stream_delta("text", text))
@@ -351,10 +403,15 @@ class Renderer:
 
     def header(self, turn: int) -> str:
         """``[main turn N] `` on a fresh line."""
+        flushed = self._flush_line()
         self._stream = None
-        text = self._break_line() + f"[{self.label} turn {turn}] "
+        if self._markdown is not None:
+            self._markdown.reset()
+        head = f"[{self.label} turn {turn}] "
+        text = self._break_line() + head
         self._column = _HEADER
-        return text
+        self._screen_prefix = head
+        return self._rewritten(flushed, text)
 
     def resume_notice(self, turn: int) -> str:
         """What ``--resume`` reports first for a turn the log repair just closed."""
@@ -362,22 +419,82 @@ class Renderer:
 
     def end_line(self) -> str:
         """End a partial line (or a bare header) so that what follows starts at column 0."""
-        return self._emit(self._break_line())
+        flushed = self._flush_line()
+        return self._rewritten(flushed, self._emit(self._break_line()))
 
     def line(self, text: str) -> str:
         """A free-standing message line (command output, hints) placed on its own line."""
-        return self._emit(self._break_line() + text + "\n")
+        flushed = self._flush_line()
+        return self._rewritten(flushed, self._emit(self._break_line() + text + "\n"))
 
     def dim_line(self, text: str) -> str:
         """A secondary line of dsh's own (the usage line), dim on a terminal."""
-        return self._emit(self._break_line() + self._styled(text, "dim") + "\n")
+        flushed = self._flush_line()
+        return self._rewritten(flushed, self._emit(self._break_line() + self._styled(text, "dim") + "\n"))
 
     # --- cursor bookkeeping -----------------------------------------------------------------
 
     def _emit(self, text: str) -> str:
         if text:
             self._column = _START if text.endswith("\n") else _MID
+            self._screen_prefix = ""
         return text
+
+    # --- markdown: answer text line by line -------------------------------------------------------
+
+    def _markdown_delta(self, text: str) -> str:
+        """Complete lines rendered; the unfinished one held (and, live, streamed raw until it completes)."""
+        if not text:
+            return ""
+        assert self._markdown is not None
+        prefix = ""
+        if self._stream not in (None, "text") and self._column == _MID:
+            prefix = "\n"  # reasoning and answer each get their own lines
+            self._screen_prefix = ""
+        self._stream = "text"
+        if "\n" not in text:
+            self._line.append(text)
+            if not self._live:
+                return self._emit(prefix) if prefix else ""
+            self._column = _MID
+            return prefix + text
+        first, *middle, rest = text.split("\n")
+        had_partial = bool(self._line)
+        self._line.append(first)
+        rendered = Styled("")
+        for line in ("".join(self._line), *middle):
+            rendered = rendered + segments_text(self._markdown.line(line)) + "\n"
+        self._line = [rest] if rest else []
+        live_rest = rest if self._live else ""
+        self._column = _MID if live_rest else _START
+        if had_partial and self._live:
+            out: str = _rewrite(self._screen_prefix + rendered + live_rest)
+        else:
+            out = prefix + rendered + live_rest
+        self._screen_prefix = ""
+        return out
+
+    def _flush_line(self) -> str:
+        """The held unfinished line, rendered as it stands (the answer stopped mid-line); "" if none."""
+        if not self._line:
+            return ""
+        assert self._markdown is not None
+        rendered = segments_text(self._markdown.line("".join(self._line)))
+        self._line = []
+        self._column = _MID if rendered else self._column
+        if not self._live:
+            return rendered
+        out = _rewrite(self._screen_prefix + rendered)
+        self._screen_prefix = ""
+        return out
+
+    @staticmethod
+    def _rewritten(flushed: str, text: str) -> str:
+        """``flushed + text``, still a :class:`Rewrite` when ``flushed`` was one."""
+        if not flushed:
+            return text
+        joined = flushed + text
+        return _rewrite(joined) if isinstance(flushed, Rewrite) else joined
 
     def _break_line(self) -> str:
         """Newline needed before a line of its own (tool lines, notices)."""

@@ -137,7 +137,11 @@ class Shell:
         self.client = client
         # In the demo the scenario picks the endpoint and the proxy, so fix lines point there.
         sources = {"base_url": "the demo scenario", "proxy": "the demo scenario"} if demo else config.sources
-        self.renderer = Renderer(color=color, secrets=config.secrets, sources=sources)
+        # Markdown needs colour (NO_COLOR and pipes get the text verbatim); a sink that keeps the
+        # unfinished line aside lets it stream raw and be rewritten, any other gets whole lines.
+        markdown = ("live" if getattr(sink, "rewrites_partial", False) else "lines") if color and config.markdown \
+            else None
+        self.renderer = Renderer(color=color, secrets=config.secrets, sources=sources, markdown=markdown)
         self.activity = TurnActivity()
         self.turn_scope: TurnScope = _no_scope
         self.ask_approval: AskApproval | None = None
