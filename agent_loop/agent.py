@@ -436,7 +436,9 @@ class Agent:
                     raise
             if event is None:
                 raise HarnessError("compaction cancelled", ErrorCode.ABORTED)
-            self._publish(event)
+            if self.session is not None:
+                self.session.append(event)  # first: a summary that is not on disk replaces nothing
+            self._deliver(event)
             return event
         finally:
             self._running = False

@@ -397,8 +397,8 @@ class Renderer:
             case JobNotice(text=text):
                 return self._emit(self._job_notice(text))
             case ContextCompacted():
-                self._stream = None
-                return self._emit(self._break_line() + compacted_line(event) + "\n")
+                self._stream = None  # inside a turn it is a status line, like a retry
+                return self._emit(self._status_break() + compacted_line(event) + "\n")
         return ""  # step starts, assistant messages, keep-alives, unknown types: nothing to show
 
     def header(self, turn: int) -> str:

@@ -68,6 +68,19 @@ async def test_a_failed_compaction_leaves_the_conversation_unchanged(server, mak
 
 
 @pytest.mark.anyio
+async def test_a_summary_the_log_cannot_hold_replaces_nothing(server, make_agent):
+    server.push("text", Behaviour("text", text=SUMMARY))
+    agent, _ = make_agent(server.url)
+    assert await agent.run_turn("hello") == Completed()
+    before = agent.messages
+    agent.session.close()  # every later append fails
+    with pytest.raises(HarnessError) as failure:
+        await agent.compact()
+    assert failure.value.code == ErrorCode.SESSION_LOG
+    assert agent.messages == before
+
+
+@pytest.mark.anyio
 async def test_nothing_to_compact(server, make_agent):
     agent, _ = make_agent(server.url, system_prompt="sys")
     with pytest.raises(HarnessError) as failure:

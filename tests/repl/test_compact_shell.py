@@ -122,8 +122,7 @@ async def test_auto_compact_shows_the_compaction_inside_the_turn(
         await shell.handle_line("again")
         tokens = sent_usage(SUMMARY)["completion_tokens"]
         assert sink.take().splitlines() == [
-            "[main turn 2] ",
-            f"[compacted] 3 messages replaced by a summary of {tokens} tokens; sending the request again",
+            f"[main turn 2] [compacted] 3 messages replaced by a summary of {tokens} tokens; sending the request again",
             HELLO,
         ]
     finally:
