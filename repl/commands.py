@@ -192,7 +192,9 @@ async def _context(shell: Host, arg: str) -> None:
     window = f" of {compact_count(info.context_window)}" if info is not None and info.context_window else ""
     lines.append(f"  {'total':<{width}}  ≈ {compact_count(total)}{window}")
     if shell.session_usage.requests:
-        lines.append(f"last request: {shell.session_usage.context:,} tokens in the window (reported by the server)")
+        tally = shell.session_usage
+        how = "estimated since /compact" if tally.context_estimated else "reported by the server"
+        lines.append(f"last request: {tally.context:,} tokens in the window ({how})")
     shell.say("\n".join(lines))
 
 

@@ -26,7 +26,14 @@ from dsh.llm import ErrorCode, HarnessError, LlmError, error_chain, redact_text,
 from dsh.repl import commands
 from dsh.repl.config import Config, state_dir
 from dsh.repl.render import Renderer, TurnActivity, sanitize
-from dsh.repl.usage import CONTEXT_WARNING_AT, UsageTally, context_fill, context_warning, usage_line
+from dsh.repl.usage import (
+    AUTO_COMPACT_AT,
+    CONTEXT_WARNING_AT,
+    UsageTally,
+    context_fill,
+    context_warning,
+    usage_line,
+)
 
 if TYPE_CHECKING:
     from dsh.agent_loop.agent import Agent, Conversation
@@ -391,7 +398,8 @@ class Shell:
 
             # Applied before subscribers hear of it: the agent's messages are the compacted ones already.
             left = estimate_tokens("".join(message.content for message in self.agent.messages))
-            self.session_usage.context = self.turn_usage.context = left
+            for tally in (self.session_usage, self.turn_usage):
+                tally.context, tally.context_estimated = left, True
 
     def _warn_context(self) -> None:
         """One line when the window crosses 80% (again only after it dropped below, e.g. by /compact)."""
@@ -453,6 +461,10 @@ class Shell:
         """One turn, rendered as it streams. Returns the turn-end reason as a dict."""
         self.ensure_agent()
         await self.ensure_context()
+        if self.config.auto_compact:
+            fill = context_fill(self.session_usage, self.config.models)
+            if fill is not None and fill >= AUTO_COMPACT_AT:
+                await self.compact("")  # near the limit: compact first (a failure is one line, the turn runs)
         sent = self.demo.before_turn(prompt) if self.demo is not None else prompt
         self.last_prompt = prompt
         self.turn_running = True

@@ -16,6 +16,7 @@ from dsh.llm.events import Usage
 from dsh.llm.models import ModelInfo, cost_usd, model_info
 
 __all__ = [
+    "AUTO_COMPACT_AT",
     "CONTEXT_WARNING_AT",
     "UsageTally",
     "compact_count",
@@ -27,6 +28,7 @@ __all__ = [
 ]
 
 CONTEXT_WARNING_AT = 0.8  # the share of the context window at which the REPL says what to do
+AUTO_COMPACT_AT = 0.9  # with auto_compact on, a prompt sent past this share is preceded by a compaction
 
 
 @dataclass
@@ -41,6 +43,7 @@ class UsageTally:
     cost: float | None = 0.0
     context: int = 0  # the latest request's prompt + output: how full the window is now
     model: str = ""
+    context_estimated: bool = False  # ``context`` is dsh's estimate (after a compaction), not the server's
 
     def add(self, usage: Usage, model: str, info: ModelInfo | None, when: _dt.datetime) -> None:
         self.requests += 1
@@ -49,6 +52,7 @@ class UsageTally:
         self.output += usage.completion_tokens
         self.reasoning += usage.reasoning_tokens
         self.context = usage.prompt_tokens + usage.completion_tokens
+        self.context_estimated = False
         self.model = model
         prices = info.prices_at(when) if info is not None else None
         if prices is None or self.cost is None:

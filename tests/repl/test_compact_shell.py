@@ -127,3 +127,25 @@ async def test_auto_compact_shows_the_compaction_inside_the_turn(
         ]
     finally:
         await shell.aclose()
+
+
+async def test_auto_compact_compacts_before_a_prompt_past_90_percent(
+    env: dict[str, str], server: FaultServer, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.chdir(tmp_path)
+    sink = ListSink()
+    config = Config(api_key=KEY, base_url=server.url, models=_window(0.95), auto_compact=True)
+    shell = Shell(config, sink, color=False, env=env)
+    server.push("text", Behaviour("text", text=SUMMARY), "text")
+    await shell.start()
+    try:
+        await shell.handle_line("hello")
+        sink.take()
+        await shell.handle_line("again")
+        tokens = sent_usage(SUMMARY)["completion_tokens"]
+        assert sink.take().splitlines() == [
+            f"[compacted] 2 messages replaced by a summary of {tokens} tokens", f"[main turn 2] {HELLO}",
+        ]
+        assert [m["role"] for m in server.requests[-1].json["messages"]] == ["system", "user", "user"]
+    finally:
+        await shell.aclose()
