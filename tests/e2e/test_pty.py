@@ -602,3 +602,23 @@ def test_no_color_keeps_markdown_as_written(home: Path, spawn) -> None:
         dsh.send("plan it")
         dsh.expect_exact("[main turn 1] # Plan\r\nSome **bold** and `code`:\r\n```python\r\nreturn 1\r\n```\r\n")
         dsh.prompt()
+
+
+def test_ctrl_c_cancels_a_compaction_and_the_conversation_is_unchanged(home: Path, spawn) -> None:
+    _no_retry_config(home)
+    with FaultServer(script=["text", "stall_after_headers"], default=Behaviour("text", text="ok\n")) as server:
+        dsh = spawn(DEEPSEEK_API_KEY=KEY, DEEPSEEK_BASE_URL=server.url)
+        dsh.prompt()
+        dsh.send("hello")
+        dsh.expect_exact("How can I help you today?")
+        dsh.prompt()
+        dsh.send("/compact")
+        dsh.expect_exact("Ctrl-C cancels")  # the live view of the compaction
+        time.sleep(0.3)  # the summary request is out and stalled
+        dsh.child.sendintr()
+        dsh.expect_exact("[compact cancelled] the conversation is unchanged\r\n")
+        dsh.prompt()
+        dsh.send("again")
+        dsh.expect_exact("ok")
+        dsh.prompt()
+    assert [m["role"] for m in server.requests[-1].json["messages"]] == ["system", "user", "assistant", "user"]
