@@ -364,6 +364,16 @@ class Renderer:
         self._screen_prefix = ""  # dsh's own text before that line on the screen line (the turn header)
 
     @property
+    def markdown_live(self) -> bool:
+        return self._live
+
+    @markdown_live.setter
+    def markdown_live(self, live: bool) -> None:
+        """Whether the sink keeps the unfinished line aside (set when the front end swaps sinks)."""
+        assert not self._line, "the sink changes between replies only"
+        self._live = live and self._markdown is not None
+
+    @property
     def at_line_start(self) -> bool:
         return self._column == _START
 

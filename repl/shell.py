@@ -135,7 +135,7 @@ class Shell:
         show_usage: bool = False,
     ) -> None:
         self.config = config
-        self.sink = sink
+        self._sink = sink
         self.env = dict(os.environ if env is None else env)
         self.demo = demo
         if retry is None:
@@ -177,6 +177,16 @@ class Shell:
         self._resumed: Conversation | None = None  # rebuilt by _open_session, taken by _attach
 
     # --- lifecycle ---------------------------------------------------------------------------
+
+    @property
+    def sink(self) -> Sink:
+        return self._sink
+
+    @sink.setter
+    def sink(self, sink: Sink) -> None:
+        """The interactive app swaps in its own sink, which lets an unfinished answer line stream raw."""
+        self._sink = sink
+        self.renderer.markdown_live = bool(getattr(sink, "rewrites_partial", False))
 
     @property
     def root(self) -> Path:

@@ -622,3 +622,16 @@ def test_ctrl_c_cancels_a_compaction_and_the_conversation_is_unchanged(home: Pat
         dsh.expect_exact("ok")
         dsh.prompt()
     assert [m["role"] for m in server.requests[-1].json["messages"]] == ["system", "user", "assistant", "user"]
+
+
+def test_the_unfinished_line_streams_raw_and_is_redrawn_rendered(home: Path, spawn) -> None:
+    _no_retry_config(home)
+    slow = Behaviour("slow_text", text="**bold** and then some more words\n", delay=0.25)
+    with FaultServer(script=[slow], default=Behaviour("text", text="ok\n")) as server:
+        dsh = spawn(DEEPSEEK_API_KEY=KEY, DEEPSEEK_BASE_URL=server.url)
+        dsh.prompt()
+        dsh.send("go")
+        dsh.wait_screen("[main turn 1] **bold**")  # live: the raw text while the line is unfinished
+        dsh.expect_exact("[main turn 1] \x1b[1mbold\x1b[0m and then some more words\r\n")
+        dsh.prompt()
+        assert "[main turn 1] bold and then some more words" in dsh.screen
