@@ -33,8 +33,10 @@ import anyio
 import anyio.lowlevel
 
 from dsh.agent_loop import events as ev  # ev.TextDelta and ev.ReasoningDelta: dsh.llm has its own
+from dsh.agent_loop.compact import FALLBACK_CODES, compaction_attempts, summary_message
 from dsh.agent_loop.events import (
     AssistantMessage,
+    ContextCompacted,
     Event,
     JobNotice,
     LlmRetry,
@@ -126,7 +128,8 @@ class Conversation:
     ``step/start``; queued ``job/notice`` texts join as user messages at the next ``step/start`` (a
     point where every tool call has its result); a turn that produced no assistant message leaves no
     trace (its prompt is withdrawn, its notices re-queued), so a failed or rejected prompt is not
-    silently resent with the next one.
+    silently resent with the next one. A ``context/compact`` replaces everything but the system prompt
+    by the summary; inside a turn (an automatic compaction) the summary stands for the turn so far too.
     """
 
     def __init__(self, system_prompt: str | None = None) -> None:
@@ -184,6 +187,13 @@ class Conversation:
         elif isinstance(event, JobNotice):
             if event.text:
                 self._notices.append(event.text)
+        elif isinstance(event, ContextCompacted):
+            system = self.messages[:1] if self.messages and self.messages[0].role == "system" else []
+            self.messages = [*system, summary_message(event.summary)]
+            if self._turn_mark is not None:
+                self._turn_mark = len(self.messages)  # nothing before the summary can be withdrawn
+                self._turn_notices = []
+                self._open_calls = {}
         elif isinstance(event, TurnEnd):
             for call_id in list(self._open_calls):  # defensive: the API rejects unanswered calls
                 self.messages.append(Message("tool", UNFINISHED_TOOL_OUTPUT, tool_call_id=call_id))
@@ -215,6 +225,7 @@ class _TurnState:
     announced: set[str] = field(default_factory=set)  # call ids with a tool/call event
     finished: dict[str, ToolOutput] = field(default_factory=dict)  # outputs not yet committed
     log_failure: HarnessError | None = None
+    compacted: bool = False  # an automatic compaction happened: at most one per turn
 
 
 def _unique_ids(calls: Sequence[ToolCall]) -> list[ToolCall]:
@@ -270,12 +281,14 @@ class Agent:
         cwd: str | os.PathLike[str] | None = None,
         conversation: Conversation | None = None,
         redactor: Redactor | None = None,
+        auto_compact: bool = False,
     ) -> None:
         """``conversation``, when given, is the one :func:`open_session` rebuilt from ``session``.
 
         ``redactor`` masks every tool result (subagent output included) before the model, the log
         or the screen get it; by default it knows the client's secrets (its key, URL and proxy
-        credentials) and the secret shapes.
+        credentials) and the secret shapes. ``auto_compact``: a request refused as
+        ``CONTEXT_WINDOW_EXCEEDED`` gets one compaction and one retry.
         """
         self.client = client
         self.model = model
@@ -291,6 +304,7 @@ class Agent:
         self.max_steps = max_steps
         self.approver = approver
         self._redactor = redactor
+        self.auto_compact = auto_compact
         self.cwd = Path(cwd) if cwd is not None else Path.cwd()
         self.last_failure: BaseException | None = None
         self.session_state: dict[str, Any] = {}
@@ -400,6 +414,90 @@ class Agent:
             raise TypeError("prompt must be a string")
         # Command-line prompts arrive surrogate-escaped when their bytes are not UTF-8.
         return await self._run(scrub_surrogates(prompt), source=None)
+
+    async def compact(self, focus: str | None = None) -> ContextCompacted:
+        """``/compact [focus]``: the model summarizes the conversation, and the summary replaces it.
+
+        The summary is a durable ``context/compact`` record (fsynced), so a resume rebuilds the compacted
+        conversation. Raises :class:`HarnessError` on failure (``ABORTED`` when cancelled), and then the
+        conversation is unchanged. Runs like a turn: one at a time, and :meth:`cancel` stops it.
+        """
+        if self._closed:
+            raise HarnessError("the agent is closed", ErrorCode.AGENT_CLOSED)
+        if self._running:
+            raise HarnessError("a turn is already running on this agent", ErrorCode.TURN_BUSY)
+        if not any(message.role != "system" for message in self._conversation.messages):
+            raise HarnessError("nothing to compact yet", ErrorCode.COMPACT)
+        self._running = True
+        self._idle = anyio.Event()
+        self._cancel_reason = None
+        scope = self._scope = anyio.CancelScope()
+        event: ContextCompacted | None = None
+        try:
+            try:
+                with scope:
+                    event = await self._summarize(focus, None)
+            except Exception:
+                if not scope.cancel_called:
+                    raise
+            if event is None:
+                raise HarnessError("compaction cancelled", ErrorCode.ABORTED)
+            if self.session is not None:
+                self.session.append(event)  # first: a summary that is not on disk replaces nothing
+            self._deliver(event)
+            return event
+        finally:
+            self._running = False
+            self._scope = None
+            self._idle.set()
+
+    async def _summarize(self, focus: str | None, turn: int | None) -> ContextCompacted:
+        """Ask the model for the summary (no tools): each of :func:`compaction_attempts` in turn, moving on
+        only when one is refused as too long; transient failures are retried as a step's request is."""
+        messages = self._conversation.messages
+        replaced = sum(1 for message in messages if message.role != "system")
+        refused: HarnessError | None = None
+        for attempt in compaction_attempts(messages, focus):
+            request = ChatRequest(
+                model=self.model, messages=attempt, max_tokens=self.max_tokens, thinking=self.thinking,
+                reasoning_effort=self.reasoning_effort,  # type: ignore[arg-type]
+            )
+            try:
+                builder = await self._stream_quietly(request)
+            except HarnessError as exc:
+                if exc.code not in FALLBACK_CODES:
+                    raise
+                refused = exc
+                continue
+            summary = builder.text.strip()
+            if builder.finish_reason == "length":
+                raise HarnessError("the summary was cut off at the output-token limit", ErrorCode.COMPACT)
+            if not summary:
+                raise HarnessError("the model wrote an empty summary", ErrorCode.COMPACT)
+            return ContextCompacted(summary, focus or None, replaced, builder.usage, turn)
+        assert refused is not None
+        raise refused
+
+    async def _stream_quietly(self, request: ChatRequest) -> ReplyBuilder:
+        """One request, its reply assembled but not shown; transient failures retried (no log records)."""
+        retries = 0
+        while True:
+            builder = ReplyBuilder()
+            try:
+                async with contextlib.aclosing(self.client.stream(request)) as stream:
+                    async for item in stream:
+                        builder.feed(item)
+                return builder
+            except Exception as exc:
+                if self._scope is not None and self._scope.cancel_called:
+                    raise
+                await anyio.lowlevel.checkpoint_if_cancelled()
+                code = exc.code if isinstance(exc, HarnessError) else ErrorCode.UNKNOWN
+                limit = getattr(exc, "retry_limit", None)
+                if not self.retry.should_retry(code, retries, limit):
+                    raise
+                retries += 1
+                await anyio.sleep(self.retry.delay(retries, getattr(exc, "retry_after_s", None)))
 
     def new_session(self) -> None:
         """``/new``: a fresh conversation, approvals and turn numbers, and a new log in the same root."""
@@ -626,6 +724,11 @@ class Agent:
                     raise
                 await anyio.lowlevel.checkpoint_if_cancelled()
                 code = exc.code if isinstance(exc, HarnessError) else ErrorCode.UNKNOWN
+                if code == ErrorCode.CONTEXT_WINDOW_EXCEEDED and self.auto_compact and not state.compacted:
+                    state.compacted = True  # one compaction and one retry, then the failure stands
+                    state.builder = None
+                    await self._compact_in_turn(state, exc)
+                    continue
                 # Content already on the user's screen is not streamed twice: such a failure ends the turn.
                 limit = getattr(exc, "retry_limit", None)
                 if builder.has_content or not self.retry.should_retry(code, retries, limit):
@@ -645,6 +748,20 @@ class Agent:
                     )
                 )
                 await anyio.sleep(delay)
+
+    async def _compact_in_turn(self, state: _TurnState, refused: Exception) -> None:
+        """The automatic compaction: on success the summary is published and the step's request is sent
+        again; on failure the refusal stands (the compaction's own failure goes to the host log)."""
+        event: ContextCompacted | None = None
+        try:
+            event = await self._summarize(None, state.turn)
+        except Exception as exc:
+            if self._scope is not None and self._scope.cancel_called:
+                raise
+            _log.warning("automatic compaction failed: %s", redact_text(error_chain(exc), self._secrets()))
+        if event is None:
+            raise refused  # outside the handler: its cause chain stays its own
+        self._publish(event)
 
     def _commit_reply(self, state: _TurnState, builder: ReplyBuilder) -> list[ToolCall]:
         calls = _unique_ids(builder.tool_calls)

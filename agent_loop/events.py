@@ -20,6 +20,7 @@ from dsh.llm import ToolCall, Usage
 
 __all__ = [
     "AssistantMessage",
+    "ContextCompacted",
     "Event",
     "JobNotice",
     "LlmRetry",
@@ -162,6 +163,25 @@ class JobNotice:
 
 
 @dataclass(frozen=True, slots=True)
+class ContextCompacted:
+    """The conversation so far was replaced by a summary the model wrote (``/compact``, or automatically).
+
+    Durable, so a resumed session rebuilds the compacted conversation, not the long one. ``replaced``
+    counts the messages the summary stands for; ``usage`` is the summary request's. ``turn`` is set when
+    an automatic compaction happened inside a turn (a request was too long), else None.
+    """
+
+    type: ClassVar[str] = "context/compact"
+    durable: ClassVar[bool] = True
+
+    summary: str
+    focus: str | None = None
+    replaced: int = 0
+    usage: Usage | None = None
+    turn: int | None = None
+
+
+@dataclass(frozen=True, slots=True)
 class UnknownEvent:
     """A type this version does not know, kept as it was read (never written to this session's log)."""
 
@@ -183,6 +203,7 @@ Event = (
     | LlmRetry
     | TurnEnd
     | JobNotice
+    | ContextCompacted
     | UnknownEvent
 )
 
@@ -239,6 +260,11 @@ def _data(event: Event) -> dict[str, Any]:
             return {"turn": turn, "reason": reason.to_dict()}
         case JobNotice(job_id=job_id, text=text):
             return {"job_id": job_id, "text": text}
+        case ContextCompacted():
+            compacted: dict[str, Any] = {"turn": event.turn} if event.turn is not None else {}
+            compacted.update(summary=event.summary, focus=event.focus, replaced=event.replaced,
+                             usage=asdict(event.usage) if event.usage is not None else None)
+            return compacted
         case UnknownEvent(data=data):
             return dict(data)
     raise TypeError(f"not a dsh event: {event!r}")
@@ -353,6 +379,13 @@ def _job_notice(data: dict[str, Any]) -> JobNotice:
     return JobNotice(_str(data.get("job_id")), _str(data.get("text")))
 
 
+def _context_compacted(data: dict[str, Any]) -> ContextCompacted:
+    get = data.get
+    turn = get("turn")
+    return ContextCompacted(_str(get("summary")), _opt_str(get("focus")), _int(get("replaced")), _usage(get("usage")),
+                            turn if type(turn) is int else None)
+
+
 _DECODERS: dict[str, Callable[[dict[str, Any]], Event]] = {
     TextDelta.type: lambda data: TextDelta(_str(data.get("text"))),
     ReasoningDelta.type: lambda data: ReasoningDelta(_str(data.get("text"))),
@@ -365,6 +398,7 @@ _DECODERS: dict[str, Callable[[dict[str, Any]], Event]] = {
     LlmRetry.type: _llm_retry,
     TurnEnd.type: _turn_end,
     JobNotice.type: _job_notice,
+    ContextCompacted.type: _context_compacted,
 }
 
 

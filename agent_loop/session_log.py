@@ -4,7 +4,8 @@ Line 1 is a header ``{"type":"session","version":1,"id","createdAt","cwd"}``; ev
 ``{"type","seq","time","data"}`` for one durable event, ``seq`` contiguous from 1. Each append is a
 single ``write(2)`` of the whole line on an ``O_APPEND`` descriptor (nothing is buffered in this
 process, so a SIGKILL loses at most the line being written), and the file is fsynced at turn
-boundaries. A torn last line is ignored on load and reported in ``load_warnings``.
+boundaries and after a ``context/compact`` record. A torn last line is ignored on load and reported in
+``load_warnings``.
 
 Opening a log to continue it takes an exclusive ``flock`` (a second dsh on the same session is
 refused), cuts a torn tail, and -- if the last turn has no ``turn/end`` -- durably appends the closers
@@ -36,6 +37,7 @@ from typing import Any
 
 from dsh.agent_loop.events import (
     AssistantMessage,
+    ContextCompacted,
     Event,
     ToolResult,
     TurnEnd,
@@ -533,7 +535,8 @@ class SessionLog:
         self._next_seq += 1
         if isinstance(event, TurnStart) and event.turn > self.last_turn:
             self.last_turn = event.turn
-        if sync if sync is not None else isinstance(event, TurnStart | TurnEnd):
+        # A compaction replaces the conversation a resume rebuilds: on disk before anyone relies on it.
+        if sync if sync is not None else isinstance(event, TurnStart | TurnEnd | ContextCompacted):
             self.sync()
         return record
 

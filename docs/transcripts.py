@@ -316,6 +316,26 @@ def table_scenarios(lab: Lab) -> str:
     return "\n".join(rows) + "\n"
 
 
+COMPACT_INPUT = "hello\n/compact the greeting\nwhat now?\n"
+
+
+def compact_session(lab: Lab) -> str:
+    """A turn, ``/compact``, and the next turn (whose request starts from the summary), then the log."""
+
+    def run() -> tuple[Run, str]:
+        home = lab.home()
+        shown = lab.dsh(["--demo"], stdin=COMPACT_INPUT, home=home)
+        (log,) = (home / ".local" / "state" / "dsh" / "sessions").glob("*.jsonl")
+        records = [json.loads(line) for line in log.read_text(encoding="utf-8").splitlines()[1:]]
+        compact = next(record for record in records if record["type"] == "context/compact")
+        compact["time"] = "<time>"
+        return shown, json.dumps(compact, ensure_ascii=False, separators=(",", ":"))
+
+    shown, record = lab.once("compact", run).result()
+    return (fence(session_text(shown, COMPACT_INPUT), "console").rstrip("\n")
+            + "\n\nand its record in the session log:\n\n" + fence(record, "json"))
+
+
 def scenario_session(name: str, prompt: str = SCENARIO_PROMPT, *, status: bool = False) -> Callable[[Lab], str]:
     def generate(lab: Lab) -> str:
         run = lab.once(f"scenario:{name}:{prompt}",
@@ -729,7 +749,7 @@ DECLARED_ONLY: list[tuple[str, str, str | None]] = [
 # Codes that reach the user as a start-up, command or protocol line, never as a turn end (architecture.md
 # names them in prose).
 NOT_TURN_ENDS = {"CONFIG", "STARTUP", "SESSION_NOT_FOUND", "SESSION_AMBIGUOUS", "SESSION_LOCKED", "TURN_BUSY",
-                 "AGENT_CLOSED", "PROTOCOL", "TRANSPORT_CLOSED", "PROCESS_START", "LINE_TOO_LONG"}
+                 "AGENT_CLOSED", "PROTOCOL", "TRANSPORT_CLOSED", "PROCESS_START", "LINE_TOO_LONG", "COMPACT"}
 
 
 def _fix_line(fix_line: Callable[..., str | None], code: str) -> str | None:
@@ -912,6 +932,7 @@ def doctor_balance(lab: Lab) -> str:
 GENERATORS: dict[str, Callable[[Lab], str]] = {
     "front-failure": scenario_print("mid-stream-drop"),
     "session": readme_session,
+    "compact": compact_session,
     "help": readme_help,
     "print-answer": print_answer_only,
     "print-json": print_json,

@@ -36,6 +36,7 @@ class ErrorCode(StrEnum):
     AGENT_CLOSED = "AGENT_CLOSED"
     TURN_BUSY = "TURN_BUSY"  # a turn is already running
     MAX_STEPS = "MAX_STEPS"  # the model kept calling tools past the step limit
+    COMPACT = "COMPACT"  # a compaction with nothing to compact, or a summary that cannot stand in
     SESSION_LOG = "SESSION_LOG"  # the session log cannot be read or written
     SESSION_LOCKED = "SESSION_LOCKED"  # another dsh process has the session open
     SESSION_NOT_FOUND = "SESSION_NOT_FOUND"

@@ -49,6 +49,7 @@ from dsh.repl.render import (
     terminal_text,
 )
 from dsh.repl.shell import Shell, StartupError
+from dsh.repl.usage import context_text
 
 __all__ = ["InteractiveApp", "SafeHistory", "TerminalSink"]
 
@@ -82,6 +83,7 @@ class TerminalSink:
         self._timer: asyncio.TimerHandle | None = None
         self._inflight: set[asyncio.Future[None]] = set()
         self.view: Application[None] | None = None  # the turn view to refresh when partial changes
+        self._line_open = False  # the last direct write left a line unfinished on the screen
 
     def _write_now(self, text: str) -> None:
         try:
@@ -96,14 +98,25 @@ class TerminalSink:
         app = get_app_or_none()
         return app is not None and app.is_running
 
+    # The renderer may stream an unfinished answer line raw and rewrite it once its newline arrives
+    # (markdown): this sink keeps that line aside in ``partial`` until then, so it can.
+    rewrites_partial = True
+
     def write(self, text: str) -> None:
         if not text:
             return
+        rewrite = getattr(text, "rewrites_partial", False)
         text = terminal_text(text)  # the one sanitizer: nothing reaches the terminal without it
+        if rewrite:
+            self.partial = ""  # the rewrite carries that line again, rendered
         if not self._app_running() and not (self._pending or self._inflight or self._scheduled):
+            if rewrite and self._line_open:
+                text = "\r\x1b[K" + text  # no live view held the line: it went out raw; redraw it (dsh's bytes)
             self._write_now(self.partial + text)
+            self._line_open = not text.endswith("\n")
             self.partial = ""
             return
+        self._line_open = False
         head, newline, tail = (self.partial + text).rpartition("\n")
         if newline:
             self._commit(head + "\n")
@@ -327,6 +340,9 @@ class InteractiveApp:
 
     def _toolbar_base(self) -> str:
         text = f" {self.shell.model} · {self.shell.endpoint}"
+        context = context_text(self.shell.session_usage, self.shell.config.models)
+        if context is not None:
+            text += f" · {context}"
         if self.shell.demo is not None:
             text += f" · demo scenario: {self.shell.demo.scenario.name}"
         return sanitize(text)  # prompt_toolkit draws the toolbar: the sink's sanitizer, applied here

@@ -62,6 +62,8 @@ class Host(Protocol):
 
     async def ensure_context(self) -> ProjectContext: ...
 
+    async def compact(self, focus: str) -> None: ...
+
 
 Handler = Callable[[Host, str], Awaitable["dict[str, Any] | None"]]
 
@@ -194,8 +196,15 @@ async def _context(shell: Host, arg: str) -> None:
     window = f" of {compact_count(info.context_window)}" if info is not None and info.context_window else ""
     lines.append(f"  {'total':<{width}}  ≈ {compact_count(total)}{window}")
     if shell.session_usage.requests:
-        lines.append(f"last request: {shell.session_usage.context:,} tokens in the window (reported by the server)")
+        tally = shell.session_usage
+        how = "estimated since /compact" if tally.context_estimated else "reported by the server"
+        lines.append(f"last request: {tally.context:,} tokens in the window ({how})")
     shell.say("\n".join(lines))
+
+
+@_command("compact", "[focus]", "summarize the conversation so far and continue from the summary")
+async def _compact(shell: Host, arg: str) -> None:
+    await shell.compact(arg)
 
 
 @_command("cost", "", "tokens and cost since dsh started")

@@ -58,6 +58,8 @@ KNOWN_KEYS = frozenset(
         "models",
         "allow_edits",
         "record",
+        "auto_compact",
+        "markdown",
     }
 )
 
@@ -87,6 +89,8 @@ class Config:
     system_prompt_append: str | None = None  # follows the project instructions
     models: dict[str, dict[str, Any]] = field(default_factory=dict)  # per-model context window and prices
     allow_edits: bool = False  # piped and -p runs may write files in the working tree without asking
+    auto_compact: bool = False  # CONTEXT_WINDOW_EXCEEDED: one compaction and one retry (docs/compaction.md)
+    markdown: bool = True  # render assistant markdown on a colour terminal (docs/markdown.md)
     proxy: str | None = None  # the proxy that carries requests: --proxy, HTTPS_PROXY & co, or the file
     record: str | None = None  # write a masked wire trace of every model exchange here (docs/record-replay.md)
     config_path: Path | None = None  # the file that was read, if any
@@ -299,6 +303,8 @@ _CHECKS = {
     "models": _check_models,
     "allow_edits": _check_bool,
     "record": _check_record,
+    "auto_compact": _check_thinking,  # the same true/false (or enabled/disabled) switch
+    "markdown": _check_thinking,
 }
 
 

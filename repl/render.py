@@ -16,6 +16,7 @@ from dataclasses import dataclass
 from urllib.parse import urlsplit
 
 from dsh.agent_loop.events import (
+    ContextCompacted,
     Event,
     JobNotice,
     LlmRetry,
@@ -32,6 +33,7 @@ from dsh.agent_loop.reasons import Aborted, EndReason, Failed, Interrupted, MaxT
 from dsh.llm import ErrorCode
 from dsh.llm.network import FailureDetail
 from dsh.llm.redact import redact_text
+from dsh.repl.markdown import MARKDOWN_STYLES, MarkdownLines, Segment
 
 __all__ = [
     "ADDED",
@@ -40,6 +42,7 @@ __all__ = [
     "DIM",
     "FIX_AUTH",
     "FIX_CERTIFICATE",
+    "FIX_CONTEXT",
     "FIX_INVALID_URL",
     "FIX_NAME_NOT_FOUND",
     "FIX_PLAIN_HTTP",
@@ -60,10 +63,12 @@ __all__ = [
     "AnswerSplit",
     "Approval",
     "Renderer",
+    "Rewrite",
     "Styled",
     "TurnActivity",
     "approval_answer",
     "approval_question",
+    "compacted_line",
     "diff_approval",
     "fit_width",
     "fix_line",
@@ -86,6 +91,7 @@ FIX_AUTH = "  fix: check your API key (DEEPSEEK_API_KEY, or api_key in config.to
 FIX_QUOTA = "  fix: your DeepSeek balance has run out; top up at https://platform.deepseek.com/top_up"
 FIX_RATE_LIMIT = "  fix: requests are arriving too fast; back off and try again shortly"
 FIX_SERVER = "  fix: the DeepSeek server is having trouble; retry later"
+FIX_CONTEXT = "  fix: the conversation is too long for the model — /compact or /new"
 # Transport and proxy failures, by FailureDetail; {host} and {url} come from the failure, {source} names
 # the flag, environment variable or config file that set the value (docs/reliability.md).
 FIX_REFUSED = "  fix: nothing is listening at {host} — check {source}"
@@ -139,7 +145,7 @@ def sanitize(text: str) -> str:
     return (_UNSAFE_ASCII if text.isascii() else _UNSAFE).sub(_picture, text)
 
 
-_STYLES = {"dim": DIM, "highlight": HIGHLIGHT, "added": ADDED, "removed": REMOVED}
+_STYLES = {"dim": DIM, "highlight": HIGHLIGHT, "added": ADDED, "removed": REMOVED, **MARKDOWN_STYLES}
 
 
 class Styled(str):
@@ -169,6 +175,36 @@ class Styled(str):
             return NotImplemented
         shift = len(other)
         return Styled(str.__add__(other, self), tuple((a + shift, b + shift, s) for a, b, s in self.spans))
+
+
+class Rewrite(Styled):
+    """Text that replaces the sink's unfinished line: the raw line streamed so far, now rendered.
+
+    Only a sink that keeps its unfinished line aside (the interactive one, ``rewrites_partial``) gets
+    these; it drops that line and writes this text in its place.
+    """
+
+    rewrites_partial = True
+
+
+def _rewrite(text: str) -> Rewrite:
+    return Rewrite(str(text), getattr(text, "spans", ()))
+
+
+def segments_text(segments: list[Segment]) -> Styled:
+    """Styled text from ``(text, style)`` segments (the markdown renderer's output)."""
+    parts: list[str] = []
+    spans: list[tuple[int, int, str]] = []
+    at = 0
+    for text, style in segments:
+        if style is not None and text:
+            if spans and spans[-1][1] == at and spans[-1][2] == style:
+                spans[-1] = (spans[-1][0], at + len(text), style)  # one run for neighbours alike
+            else:
+                spans.append((at, at + len(text), style))
+        parts.append(text)
+        at += len(text)
+    return Styled("".join(parts), tuple(spans))
 
 
 def styled(text: str, style: str) -> Styled:
@@ -243,6 +279,7 @@ _FIX_BY_CODE = {
     ErrorCode.QUOTA: FIX_QUOTA,
     ErrorCode.RATE_LIMIT: FIX_RATE_LIMIT,
     ErrorCode.SERVER: FIX_SERVER,
+    ErrorCode.CONTEXT_WINDOW_EXCEEDED: FIX_CONTEXT,
 }
 
 
@@ -297,6 +334,16 @@ def fix_line(reason: EndReason, sources: Mapping[str, str] | None = None) -> str
     return _FIX_BY_CODE.get(reason.code)
 
 
+def compacted_line(event: ContextCompacted) -> str:
+    """``[compacted] 12 messages replaced by a summary of 340 tokens`` (then the retry, when automatic)."""
+    usage = event.usage
+    size = f"{usage.completion_tokens:,} tokens" if usage is not None and usage.completion_tokens else (
+        f"{len(event.summary):,} characters")
+    count = f"{event.replaced} message{'s' if event.replaced != 1 else ''}"
+    line = f"[compacted] {count} replaced by a summary of {size}"
+    return line + ("; sending the request again" if event.turn is not None else "")
+
+
 # Where the cursor stands on the current screen line.
 _START = "start"  # column 0
 _HEADER = "header"  # just after "[main turn N] ": a status line may follow on the same line
@@ -307,14 +354,36 @@ class Renderer:
     """Turns agent events into text. Holds only cursor-position state; never writes anywhere."""
 
     def __init__(
-        self, *, color: bool, label: str = "main", secrets: Sequence[str] = (), sources: Mapping[str, str] | None = None
+        self,
+        *,
+        color: bool,
+        label: str = "main",
+        secrets: Sequence[str] = (),
+        sources: Mapping[str, str] | None = None,
+        markdown: str | None = None,
     ) -> None:
+        """``markdown``: None (answer text verbatim), ``"lines"`` (each line rendered when its newline
+        arrives) or ``"live"`` (the same, and the unfinished line streams raw, then is rewritten)."""
         self.color = color
         self.sources = dict(sources or {})
         self.label = label
         self.secrets = tuple(secret for secret in secrets if secret)
         self._column = _START
         self._stream: str | None = None  # "text" or "reasoning": which kind of delta came last
+        self._markdown = MarkdownLines() if markdown is not None else None
+        self._live = markdown == "live"
+        self._line: list[str] = []  # the answer's unfinished line, raw (markdown only)
+        self._screen_prefix = ""  # dsh's own text before that line on the screen line (the turn header)
+
+    @property
+    def markdown_live(self) -> bool:
+        return self._live
+
+    @markdown_live.setter
+    def markdown_live(self, live: bool) -> None:
+        """Whether the sink keeps the unfinished line aside (set when the front end swaps sinks)."""
+        assert not self._line, "the sink changes between replies only"
+        self._live = live and self._markdown is not None
 
     @property
     def at_line_start(self) -> bool:
@@ -324,6 +393,14 @@ class Renderer:
 
     def render(self, event: Event) -> str:
         # Deltas first: a turn streams 100 000s of them.
+        if type(event) is TextDelta and self._markdown is not None:
+            return self._markdown_delta(event.text)
+        if self._line and type(event) is not StreamKeepAlive:  # anything shown ends the unfinished line
+            flushed = self._flush_line()
+            return self._rewritten(flushed, self._render(event))
+        return self._render(event)
+
+    def _render(self, event: Event) -> str:
         match event:
             case TextDelta(text=text):
                 return self._emit(self._stream_delta("text", text))
@@ -341,14 +418,22 @@ class Renderer:
                 return self._emit(self._turn_end(reason))
             case JobNotice(text=text):
                 return self._emit(self._job_notice(text))
+            case ContextCompacted():
+                self._stream = None  # inside a turn it is a status line, like a retry
+                return self._emit(self._status_break() + compacted_line(event) + "\n")
         return ""  # step starts, assistant messages, keep-alives, unknown types: nothing to show
 
     def header(self, turn: int) -> str:
         """``[main turn N] `` on a fresh line."""
+        flushed = self._flush_line()
         self._stream = None
-        text = self._break_line() + f"[{self.label} turn {turn}] "
+        if self._markdown is not None:
+            self._markdown.reset()
+        head = f"[{self.label} turn {turn}] "
+        text = self._break_line() + head
         self._column = _HEADER
-        return text
+        self._screen_prefix = head
+        return self._rewritten(flushed, text)
 
     def resume_notice(self, turn: int) -> str:
         """What ``--resume`` reports first for a turn the log repair just closed."""
@@ -356,11 +441,13 @@ class Renderer:
 
     def end_line(self) -> str:
         """End a partial line (or a bare header) so that what follows starts at column 0."""
-        return self._emit(self._break_line())
+        flushed = self._flush_line()
+        return self._rewritten(flushed, self._emit(self._break_line()))
 
     def line(self, text: str) -> str:
         """A free-standing message line (command output, hints) placed on its own line."""
-        return self._emit(self._break_line() + text + "\n")
+        flushed = self._flush_line()
+        return self._rewritten(flushed, self._emit(self._break_line() + text + "\n"))
 
     def block(self, text: str) -> str:
         """Whole lines that already end in a newline (an approval's view), from a fresh line."""
@@ -368,14 +455,72 @@ class Renderer:
 
     def dim_line(self, text: str) -> str:
         """A secondary line of dsh's own (the usage line), dim on a terminal."""
-        return self._emit(self._break_line() + self._styled(text, "dim") + "\n")
+        flushed = self._flush_line()
+        return self._rewritten(flushed, self._emit(self._break_line() + self._styled(text, "dim") + "\n"))
 
     # --- cursor bookkeeping -----------------------------------------------------------------
 
     def _emit(self, text: str) -> str:
         if text:
             self._column = _START if text.endswith("\n") else _MID
+            self._screen_prefix = ""
         return text
+
+    # --- markdown: answer text line by line -------------------------------------------------------
+
+    def _markdown_delta(self, text: str) -> str:
+        """Complete lines rendered; the unfinished one held (and, live, streamed raw until it completes)."""
+        if not text:
+            return ""
+        assert self._markdown is not None
+        prefix = ""
+        if self._stream not in (None, "text") and self._column == _MID:
+            prefix = "\n"  # reasoning and answer each get their own lines
+            self._screen_prefix = ""
+        self._stream = "text"
+        if "\n" not in text:
+            self._line.append(text)
+            if not self._live:
+                return self._emit(prefix) if prefix else ""
+            self._column = _MID
+            return prefix + text
+        first, *middle, rest = text.split("\n")
+        had_partial = bool(self._line)
+        self._line.append(first)
+        rendered = Styled("")
+        for line in ("".join(self._line), *middle):
+            rendered = rendered + segments_text(self._markdown.line(line)) + "\n"
+        self._line = [rest] if rest else []
+        live_rest = rest if self._live else ""
+        self._column = _MID if live_rest else _START
+        if had_partial and self._live:
+            out: str = _rewrite(self._screen_prefix + rendered + live_rest)
+        else:
+            out = prefix + rendered + live_rest
+        self._screen_prefix = ""
+        return out
+
+    def _flush_line(self) -> str:
+        """The held unfinished line, rendered as it stands (the answer stopped mid-line); "" if none."""
+        if not self._line:
+            return ""
+        assert self._markdown is not None
+        rendered = segments_text(self._markdown.line("".join(self._line)))
+        self._line = []
+        self._column = _MID if rendered else self._column
+        if not self._live:
+            return rendered
+        out = _rewrite(self._screen_prefix + rendered)
+        self._screen_prefix = ""
+        return out
+
+    @staticmethod
+    def _rewritten(flushed: str, text: str) -> str:
+        """``flushed + text``, still a :class:`Rewrite` when ``flushed`` was one."""
+        if not flushed:
+            return text
+        joined = flushed + text
+        return _rewrite(joined) if isinstance(flushed, Rewrite) else joined
 
     def _break_line(self) -> str:
         """Newline needed before a line of its own (tool lines, notices)."""

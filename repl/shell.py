@@ -19,14 +19,29 @@ from collections.abc import AsyncIterator, Awaitable, Callable, Mapping, Sequenc
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, Protocol
 
-from dsh.agent_loop.events import AssistantMessage, Event, JobNotice, ToolResult, TurnEnd, TurnStart
+from dsh.agent_loop.events import (
+    AssistantMessage,
+    ContextCompacted,
+    Event,
+    JobNotice,
+    ToolResult,
+    TurnEnd,
+    TurnStart,
+)
 from dsh.agent_loop.retry import RetryPolicy
 from dsh.agent_loop.session_id import new_session_id
 from dsh.llm import ErrorCode, HarnessError, LlmError, error_chain, redact_text, redact_url
 from dsh.repl import commands
 from dsh.repl.config import Config, state_dir
 from dsh.repl.render import ANSWER, AnswerSplit, Renderer, TurnActivity, sanitize
-from dsh.repl.usage import UsageTally, usage_line
+from dsh.repl.usage import (
+    AUTO_COMPACT_AT,
+    CONTEXT_WARNING_AT,
+    UsageTally,
+    context_fill,
+    context_warning,
+    usage_line,
+)
 
 if TYPE_CHECKING:
     from dsh.agent_loop.agent import Agent, Conversation
@@ -129,7 +144,7 @@ class Shell:
         answer: Sink | None = None,
     ) -> None:
         self.config = config
-        self.sink = sink
+        self._sink = sink
         self.env = dict(os.environ if env is None else env)
         self.demo = demo
         if retry is None:
@@ -138,7 +153,11 @@ class Shell:
         self.client = client
         # In the demo the scenario picks the endpoint and the proxy, so fix lines point there.
         sources = {"base_url": "the demo scenario", "proxy": "the demo scenario"} if demo else config.sources
-        self.renderer = Renderer(color=color, secrets=config.secrets, sources=sources)
+        # Markdown needs colour (NO_COLOR and pipes get the text verbatim); a sink that keeps the
+        # unfinished line aside lets it stream raw and be rewritten, any other gets whole lines.
+        markdown = ("live" if getattr(sink, "rewrites_partial", False) else "lines") if color and config.markdown \
+            else None
+        self.renderer = Renderer(color=color, secrets=config.secrets, sources=sources, markdown=markdown)
         self.activity = TurnActivity()
         # -p: the answer text goes to ``answer`` (stdout), everything else to ``sink`` (stderr).
         self.answer = answer
@@ -168,9 +187,20 @@ class Shell:
         self.turn_usage = UsageTally()
         self.session_usage = UsageTally()  # since this process started (``/cost``)
         self.context: ProjectContext | None = None  # gathered before the first turn of each session
+        self._context_warned = False  # the 80% line was shown and the fill has not dropped below since
         self._resumed: Conversation | None = None  # rebuilt by _open_session, taken by _attach
 
     # --- lifecycle ---------------------------------------------------------------------------
+
+    @property
+    def sink(self) -> Sink:
+        return self._sink
+
+    @sink.setter
+    def sink(self, sink: Sink) -> None:
+        """The interactive app swaps in its own sink, which lets an unfinished answer line stream raw."""
+        self._sink = sink
+        self.renderer.markdown_live = bool(getattr(sink, "rewrites_partial", False))
 
     @property
     def root(self) -> Path:
@@ -305,6 +335,7 @@ class Shell:
                 max_tokens=self.config.max_tokens,
                 thinking=self.config.thinking,
                 reasoning_effort=self.config.reasoning_effort,
+                auto_compact=self.config.auto_compact,
             )
         except BaseException:
             session.close()
@@ -388,6 +419,8 @@ class Shell:
             self._note_subagent_failure(event)
             if isinstance(event, ToolResult):
                 self.last_tool_result = event
+        elif isinstance(event, ContextCompacted):
+            self._count_compaction(event)
         if self.split is not None:
             assert self.answer is not None
             for stream, chunk in self.split.render(event):
@@ -412,7 +445,28 @@ class Shell:
         if cause is not None:
             self.last_failure = cause
 
-    def _count_usage(self, event: AssistantMessage) -> None:
+    def _count_compaction(self, event: ContextCompacted) -> None:
+        """The summary request costs like any other; afterwards the window holds about the new conversation."""
+        if event.usage is not None:
+            self._count_usage(event)
+        if self.agent is not None and self.session_usage.requests:
+            from dsh.agent_loop.context import estimate_tokens
+
+            # Applied before subscribers hear of it: the agent's messages are the compacted ones already.
+            left = estimate_tokens("".join(message.content for message in self.agent.messages))
+            for tally in (self.session_usage, self.turn_usage):
+                tally.context, tally.context_estimated = left, True
+
+    def _warn_context(self) -> None:
+        """One line when the window crosses 80% (again only after it dropped below, e.g. by /compact)."""
+        fill = context_fill(self.session_usage, self.config.models)
+        if fill is None or fill < CONTEXT_WARNING_AT:
+            self._context_warned = False
+        elif not self._context_warned:
+            self._context_warned = True
+            self.sink.write(self.renderer.line(context_warning(fill)))
+
+    def _count_usage(self, event: AssistantMessage | ContextCompacted) -> None:
         import datetime
 
         from dsh.llm.models import model_info
@@ -464,6 +518,10 @@ class Shell:
         """One turn, rendered as it streams. Returns the turn-end reason as a dict."""
         self.ensure_agent()
         await self.ensure_context()
+        if self.config.auto_compact:
+            fill = context_fill(self.session_usage, self.config.models)
+            if fill is not None and fill >= AUTO_COMPACT_AT:
+                await self.compact("")  # near the limit: compact first (a failure is one line, the turn runs)
         sent = self.demo.before_turn(prompt) if self.demo is not None else prompt
         self.last_prompt = prompt
         self.turn_running = True
@@ -487,14 +545,47 @@ class Shell:
                 if self.split is not None:
                     assert self.answer is not None
                     self.answer.write(self.split.end())
-                if self.show_usage and self.turn_usage.requests:
-                    self.sink.write(self.renderer.dim_line(usage_line(self.turn_usage, self.config.models)))
+                self._show_usage()
         finally:
             self.turn_running = False
             self._cancel_pending = False
         reason = end.to_dict()
         self.last_reason = reason
         return reason
+
+    def _show_usage(self) -> None:
+        """The dim usage line after a turn or a compaction, then the context warning (interactive only)."""
+        if self.show_usage and self.turn_usage.requests:
+            self.sink.write(self.renderer.dim_line(usage_line(self.turn_usage, self.config.models)))
+        if self.show_usage:
+            self._warn_context()
+
+    async def compact(self, focus: str) -> None:
+        """``/compact [focus]``: the summary replaces the conversation, or one line says why it did not."""
+        agent = self.ensure_agent()
+        await self.ensure_context()
+        self.turn_usage = UsageTally()
+        self.turn_running = True  # Ctrl-C cancels it as it would a turn
+        self._cancel_pending = False
+        try:
+            async with self.turn_scope():
+                try:
+                    await agent.compact(focus or None)
+                except HarnessError as exc:
+                    self.last_failure = exc
+                    self.sink.write(self.renderer.line(self._compact_failure(exc)))
+                self._show_usage()
+        finally:
+            self.turn_running = False
+            self._cancel_pending = False
+
+    def _compact_failure(self, exc: HarnessError) -> str:
+        if exc.code == ErrorCode.ABORTED:
+            return "[compact cancelled] the conversation is unchanged"
+        if exc.code == ErrorCode.COMPACT and str(exc) == "nothing to compact yet":
+            return "nothing to compact yet"
+        message = redact_text(error_chain(exc), self.config.secrets).replace("\n", " ")
+        return f"[compact failed {exc.code}] {message}; the conversation is unchanged"
 
     async def deliver_notices(self) -> dict[str, Any] | None:
         """Run a turn for background-job notices the model has not seen (an idle owner is woken)."""

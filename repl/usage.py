@@ -15,7 +15,20 @@ from typing import Any
 from dsh.llm.events import Usage
 from dsh.llm.models import ModelInfo, cost_usd, model_info
 
-__all__ = ["UsageTally", "compact_count", "format_cost", "usage_line"]
+__all__ = [
+    "AUTO_COMPACT_AT",
+    "CONTEXT_WARNING_AT",
+    "UsageTally",
+    "compact_count",
+    "context_fill",
+    "context_text",
+    "context_warning",
+    "format_cost",
+    "usage_line",
+]
+
+CONTEXT_WARNING_AT = 0.8  # the share of the context window at which the REPL says what to do
+AUTO_COMPACT_AT = 0.9  # with auto_compact on, a prompt sent past this share is preceded by a compaction
 
 
 @dataclass
@@ -30,6 +43,7 @@ class UsageTally:
     cost: float | None = 0.0
     context: int = 0  # the latest request's prompt + output: how full the window is now
     model: str = ""
+    context_estimated: bool = False  # ``context`` is dsh's estimate (after a compaction), not the server's
 
     def add(self, usage: Usage, model: str, info: ModelInfo | None, when: _dt.datetime) -> None:
         self.requests += 1
@@ -38,6 +52,7 @@ class UsageTally:
         self.output += usage.completion_tokens
         self.reasoning += usage.reasoning_tokens
         self.context = usage.prompt_tokens + usage.completion_tokens
+        self.context_estimated = False
         self.model = model
         prices = info.prices_at(when) if info is not None else None
         if prices is None or self.cost is None:
@@ -58,9 +73,30 @@ def format_cost(cost: float) -> str:
     return f"${cost:.4f}" if cost < 1 else f"${cost:.2f}"
 
 
-def _percent(part: int, whole: int) -> str:
-    share = 100 * part / whole
+def _percent(fill: float) -> str:
+    share = 100 * fill
     return f"{share:.1f}%" if share < 10 else f"{share:.0f}%"
+
+
+def context_fill(tally: UsageTally, models: Mapping[str, Mapping[str, Any]] | None = None) -> float | None:
+    """How full the model's window is after the latest request (0.18 for 18%); None when unknown."""
+    if not tally.requests:
+        return None
+    info = model_info(tally.model, models)
+    if info is None or not info.context_window:
+        return None
+    return tally.context / info.context_window
+
+
+def context_text(tally: UsageTally, models: Mapping[str, Mapping[str, Any]] | None = None) -> str | None:
+    """``context 18%`` for the usage line and the toolbar, or None when the fill is not known."""
+    fill = context_fill(tally, models)
+    return None if fill is None else f"context {_percent(fill)}"
+
+
+def context_warning(fill: float) -> str:
+    """The one line shown when the window crosses :data:`CONTEXT_WARNING_AT`."""
+    return f"context {_percent(fill)} full — /compact summarizes the conversation so far, /new starts over"
 
 
 def usage_line(tally: UsageTally, models: Mapping[str, Mapping[str, Any]] | None = None) -> str:
@@ -71,9 +107,9 @@ def usage_line(tally: UsageTally, models: Mapping[str, Mapping[str, Any]] | None
     if tally.reasoning:
         out += f" ({compact_count(tally.reasoning)} reasoning)"
     parts.append(out)
-    info = model_info(tally.model, models)
-    if info is not None and info.context_window:
-        parts.append(f"context {_percent(tally.context, info.context_window)}")
+    context = context_text(tally, models)
+    if context is not None:
+        parts.append(context)
     if tally.cost is not None:
         parts.append(format_cost(tally.cost))
     return " · ".join(parts)

@@ -8,8 +8,9 @@ are what the writer promises, no more:
   ``time`` an ISO UTC timestamp with milliseconds, ``data`` an object;
 * turns: turn numbers strictly increase; a ``turn/start`` never opens inside another turn; each turn ends
   with exactly one ``turn/end`` for that turn; nothing of a turn comes after its end; the log ends with no
-  turn open (opening a log closes an open last turn with ``interrupted``); ``job/notice`` records belong
-  to no turn and may come anywhere;
+  turn open (opening a log closes an open last turn with ``interrupted``); ``job/notice`` and
+  ``context/compact`` records belong to no turn and may come anywhere (an automatic compaction inside a
+  turn names it);
 * steps: inside a turn, ``step/start`` numbers run 1, 2, 3 ...; ``assistant/message`` and ``llm/retry``
   carry the current step; at most one ``assistant/message`` per step;
 * tool calls: the calls of an ``assistant/message`` are pending until each has exactly one ``tool/result``
@@ -30,11 +31,11 @@ __all__ = ["DURABLE_TYPES", "assert_header", "assert_well_formed", "read_log"]
 
 # The record types a log holds: the on-disk format, pinned here rather than imported from the writer.
 DURABLE_TYPES = frozenset({"turn/start", "step/start", "assistant/message", "tool/call", "tool/result", "llm/retry",
-                           "turn/end", "job/notice"})
+                           "turn/end", "job/notice", "context/compact"})
 
 _RECORD_KEYS = {"type", "seq", "time", "data"}
 _TIME = re.compile(r"\d{4}-\d\d-\d\dT\d\d:\d\d:\d\d\.\d{3}Z")
-_NOT_IN_A_TURN = {"job/notice"}
+_NOT_IN_A_TURN = {"job/notice", "context/compact"}
 
 
 def read_log(path: Path) -> tuple[dict[str, Any], list[dict[str, Any]]]:

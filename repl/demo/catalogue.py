@@ -316,7 +316,7 @@ def _register_catalogue() -> None:
     add("http-400", "HTTP 400 invalid request (not retried)", _default("http_400"),
         expect="[turn failed INVALID_REQUEST] The `reasoning_content` in the thinking mode must be passed "
         "back to the API.")
-    add("http-400-context", "HTTP 400 context window exceeded", _default("http_400_context"),
+    add("http-400-context", "HTTP 400 context window exceeded, with the fix line", _default("http_400_context"),
         expect="[turn failed CONTEXT_WINDOW_EXCEEDED] This model's maximum context length is 131072 tokens.")
     add("http-401", "HTTP 401 bad API key, with the fix line", _default("http_401"),
         expect="[turn failed AUTH] Authentication Fails, Your api key: ****abcd is invalid")

@@ -74,6 +74,8 @@ EVENTS: dict[type, st.SearchStrategy] = {
     ),
     ev.ToolCallStart: st.builds(ev.ToolCallStart, counts, names, names, texts),
     ev.ToolResult: st.builds(ev.ToolResult, counts, names, names, texts, st.booleans(), maybe_text),
+    ev.ContextCompacted: st.builds(ev.ContextCompacted, texts, maybe_text, counts, st.none() | usages,
+                                   st.none() | counts),
     ev.LlmRetry: st.builds(
         ev.LlmRetry,
         counts,

@@ -673,3 +673,74 @@ def test_bare_print_flag_on_a_terminal_asks_for_a_prompt(spawn) -> None:
     dsh = spawn("--demo", "-p")
     dsh.expect_exact("dsh: failed to start: -p needs a prompt: dsh -p PROMPT, or pipe one into dsh -p -\r\n")
     assert dsh.wait_exit() == 2
+
+
+MARKDOWN_REPLY = "# Plan\nSome **bold** and `code`:\n```python\nreturn 1\n```\n"
+
+
+def test_markdown_renders_line_by_line_and_compact_continues_from_a_summary(home: Path, spawn) -> None:
+    _no_retry_config(home)
+    script = [Behaviour("slow_text", text=MARKDOWN_REPLY, delay=0.01), Behaviour("text", text="A short summary.")]
+    with FaultServer(script=script, default=Behaviour("text", text="ok\n")) as server:
+        dsh = spawn(DEEPSEEK_API_KEY=KEY, DEEPSEEK_BASE_URL=server.url)
+        dsh.prompt()
+        dsh.send("plan it")
+        dsh.expect_exact("[main turn 1] \x1b[1;4mPlan\x1b[0m\r\n")
+        # Complete lines are written above the live view in batches: each arrives whole, styled.
+        for line in ("Some \x1b[1mbold\x1b[0m and \x1b[36mcode\x1b[0m:", "\x1b[2m```python\x1b[0m",
+                     "\x1b[35mreturn\x1b[0m \x1b[33m1\x1b[0m", "\x1b[2m```\x1b[0m"):
+            dsh.expect_exact(line + "\r\n")
+        # The toolbar shows the fill once a request reported usage (the default model's window is 1M).
+        dsh.expect_exact("· context 0.0% · Ctrl-C cancels")
+        dsh.prompt()
+        dsh.send("/compact")
+        dsh.expect_exact("[compacted] 2 messages replaced by a summary of ")
+        dsh.prompt()
+        dsh.send("go on")
+        dsh.expect_exact("ok")
+        dsh.prompt()
+    sent = server.requests[-1].json["messages"]
+    assert [m["role"] for m in sent] == ["system", "user", "user"] and "A short summary." in sent[1]["content"]
+
+
+def test_no_color_keeps_markdown_as_written(home: Path, spawn) -> None:
+    _no_retry_config(home)
+    with FaultServer(default=Behaviour("text", text=MARKDOWN_REPLY)) as server:
+        dsh = spawn(DEEPSEEK_API_KEY=KEY, DEEPSEEK_BASE_URL=server.url, NO_COLOR="1")
+        dsh.prompt()
+        dsh.send("plan it")
+        dsh.expect_exact("[main turn 1] # Plan\r\nSome **bold** and `code`:\r\n```python\r\nreturn 1\r\n```\r\n")
+        dsh.prompt()
+
+
+def test_ctrl_c_cancels_a_compaction_and_the_conversation_is_unchanged(home: Path, spawn) -> None:
+    _no_retry_config(home)
+    with FaultServer(script=["text", "stall_after_headers"], default=Behaviour("text", text="ok\n")) as server:
+        dsh = spawn(DEEPSEEK_API_KEY=KEY, DEEPSEEK_BASE_URL=server.url)
+        dsh.prompt()
+        dsh.send("hello")
+        dsh.expect_exact("How can I help you today?")
+        dsh.prompt()
+        dsh.send("/compact")
+        dsh.expect_exact("Ctrl-C cancels")  # the live view of the compaction
+        time.sleep(0.3)  # the summary request is out and stalled
+        dsh.child.sendintr()
+        dsh.expect_exact("[compact cancelled] the conversation is unchanged\r\n")
+        dsh.prompt()
+        dsh.send("again")
+        dsh.expect_exact("ok")
+        dsh.prompt()
+    assert [m["role"] for m in server.requests[-1].json["messages"]] == ["system", "user", "assistant", "user"]
+
+
+def test_the_unfinished_line_streams_raw_and_is_redrawn_rendered(home: Path, spawn) -> None:
+    _no_retry_config(home)
+    slow = Behaviour("slow_text", text="**bold** and then some more words\n", delay=0.25)
+    with FaultServer(script=[slow], default=Behaviour("text", text="ok\n")) as server:
+        dsh = spawn(DEEPSEEK_API_KEY=KEY, DEEPSEEK_BASE_URL=server.url)
+        dsh.prompt()
+        dsh.send("go")
+        dsh.wait_screen("[main turn 1] **bold**")  # live: the raw text while the line is unfinished
+        dsh.expect_exact("[main turn 1] \x1b[1mbold\x1b[0m and then some more words\r\n")
+        dsh.prompt()
+        assert "[main turn 1] bold and then some more words" in dsh.screen

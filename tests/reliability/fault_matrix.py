@@ -70,6 +70,7 @@ FIX_AUTH = "  fix: check your API key (DEEPSEEK_API_KEY, or api_key in config.to
 FIX_QUOTA = "  fix: your DeepSeek balance has run out; top up at https://platform.deepseek.com/top_up"
 FIX_RATE = "  fix: requests are arriving too fast; back off and try again shortly"
 FIX_SERVER = "  fix: the DeepSeek server is having trouble; retry later"
+FIX_CONTEXT = "  fix: the conversation is too long for the model — /compact or /new"
 HUGE_DELTAS = 20_000
 
 
@@ -220,7 +221,8 @@ FAULTS: tuple[Fault, ...] = (
     Fault("http_400_context", "HTTP 400, context overflow",
           "[turn failed CONTEXT_WINDOW_EXCEEDED] This model's maximum context length is 131072 tokens. However, you "
           "requested 140000 tokens (140000 in the messages, 0 in the completion). Please reduce the length of the "
-          "messages or completion.", code="CONTEXT_WINDOW_EXCEEDED", behaviours=("http_400_context",), status=400,
+          "messages or completion.\n" + FIX_CONTEXT, code="CONTEXT_WINDOW_EXCEEDED", behaviours=("http_400_context",),
+          status=400,
           group="http"),
     Fault("http_401", "HTTP 401", "[turn failed AUTH] Authentication Fails, Your api key: ****abcd is invalid\n"
           + FIX_AUTH, code="AUTH", behaviours=("http_401",), status=401, group="http"),

@@ -181,3 +181,15 @@ def test_an_out_of_range_port_is_named_as_the_problem(tmp_path) -> None:
     assert str(caught.value) == (
         "command line: base_url has an invalid port (use 1-65535), got 'http://***@127.0.0.1:99999/v1'"
     )
+
+
+def test_auto_compact_and_markdown_switches(tmp_path: Path) -> None:
+    defaults = load_config({}, {"HOME": str(tmp_path)}, require_key=False)
+    assert (defaults.auto_compact, defaults.markdown) == (False, True)
+    env = write_config(tmp_path, 'auto_compact = true\nmarkdown = "off"\n')
+    config = load_config({}, env, require_key=False)
+    assert (config.auto_compact, config.markdown) == (True, False)
+    (tmp_path / "config/dsh/config.toml").write_text("auto_compact = 3\n")
+    with pytest.raises(ConfigError) as caught:
+        load_config({}, env, require_key=False)
+    assert "auto_compact must be true/false" in str(caught.value)

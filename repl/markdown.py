@@ -1,0 +1,182 @@
+"""Markdown in assistant replies, one complete line at a time: styled segments, never escape bytes.
+
+:class:`MarkdownLines` turns each finished line of a reply into ``(text, style)`` segments: headings,
+emphasis, inline code, links, lists, quotes, rules, and fenced code blocks highlighted by language with
+pygments (imported on the first fence). It works line by line because replies stream: the renderer
+hands it a line when its newline arrives (docs/markdown.md). The segments' text is the reply's own,
+untouched but for the markers it drops; style names map to SGR in :data:`MARKDOWN_STYLES`, and only the
+sink's sanitizer turns them into bytes, so a hostile reply cannot smuggle an escape in through markup.
+
+Costs stay linear in the line: the inline patterns never scan past the next marker character, lines
+longer than :data:`MAX_MARKUP_CHARS` are shown plain, and fence state is one small record.
+"""
+
+from __future__ import annotations
+
+import re
+from typing import Any
+
+__all__ = ["MARKDOWN_STYLES", "MAX_MARKUP_CHARS", "MarkdownLines", "Segment"]
+
+Segment = tuple[str, "str | None"]
+
+# Style name -> SGR. Names only travel with the text; the sink paints them after sanitizing.
+MARKDOWN_STYLES: dict[str, str] = {
+    "md-h1": "\x1b[1;4m",
+    "md-heading": "\x1b[1m",
+    "md-bold": "\x1b[1m",
+    "md-italic": "\x1b[3m",
+    "md-code": "\x1b[36m",
+    "md-link": "\x1b[4m",
+    "md-dim": "\x1b[2m",  # fences, rules, quote bars, link targets
+    "md-bullet": "\x1b[33m",
+    "syn-keyword": "\x1b[35m",
+    "syn-string": "\x1b[32m",
+    "syn-number": "\x1b[33m",
+    "syn-comment": "\x1b[2;3m",
+    "syn-name": "\x1b[34m",
+    "syn-builtin": "\x1b[36m",
+}
+
+MAX_MARKUP_CHARS = 4000  # a longer line is shown as it is: markup that long is not prose
+
+_FENCE = re.compile(r"^( {0,3})(`{3,}|~{3,})[ \t]*([\w+#.-]*)")
+_HEADING = re.compile(r"^ {0,3}(#{1,6})[ \t]+(.*?)(?:[ \t]+#+)?[ \t]*$")
+_RULE = re.compile(r"^ {0,3}([-*_])(?:[ \t]*\1){2,}[ \t]*$")
+_QUOTE = re.compile(r"^ {0,3}>[ \t]?(.*)$")
+_BULLET = re.compile(r"^([ \t]*)[-*+][ \t]+(.*)$")
+_NUMBERED = re.compile(r"^([ \t]*)(\d{1,9}[.)])[ \t]+(.*)$")
+# Each alternative stops at the next character of its own marker, so a line of unmatched markers
+# costs one pass, not one pass per marker.
+_INLINE = re.compile(
+    r"`(?P<code>[^`\n]+)`"
+    r"|\*\*(?P<bold>[^*\s](?:[^*\n]*[^*\s])?)\*\*"
+    r"|__(?P<bold2>[^_\s](?:[^_\n]*[^_\s])?)__"
+    r"|(?<![\w*])\*(?P<italic>[^*\s](?:[^*\n]*[^*\s])?)\*(?![\w*])"
+    r"|(?<![\w_])_(?P<italic2>[^_\s](?:[^_\n]*[^_\s])?)_(?![\w_])"
+    r"|\[(?P<label>[^\]\n]+)\]\((?P<url>[^)\s]+)\)"
+)
+_RULE_TEXT = "─" * 40
+
+
+def _inline(text: str, base: str | None = None) -> list[Segment]:
+    """Emphasis, inline code and links; everything else keeps ``base``."""
+    if len(text) > MAX_MARKUP_CHARS:
+        return [(text, base)]
+    segments: list[Segment] = []
+    at = 0
+    for match in _INLINE.finditer(text):
+        if match.start() > at:
+            segments.append((text[at : match.start()], base))
+        groups = match.groupdict()
+        if groups["code"] is not None:
+            segments.append((groups["code"], "md-code"))
+        elif groups["label"] is not None:
+            segments.append((groups["label"], "md-link"))
+            segments.append((f" ({groups['url']})", "md-dim"))
+        else:
+            bold = groups["bold"] if groups["bold"] is not None else groups["bold2"]
+            if bold is not None:
+                segments.append((bold, "md-bold"))
+            else:
+                italic = groups["italic"] if groups["italic"] is not None else groups["italic2"]
+                segments.append((italic or "", "md-italic"))
+        at = match.end()
+    if at < len(text):
+        segments.append((text[at:], base))
+    return segments or [("", base)]
+
+
+def _token_style(token: Any) -> str | None:
+    from pygments import token as t
+
+    if token in t.Comment:
+        return "syn-comment"
+    if token in t.Keyword:
+        return "syn-keyword"
+    if token in t.String:
+        return "syn-string"
+    if token in t.Number:
+        return "syn-number"
+    if token in t.Name.Builtin:
+        return "syn-builtin"
+    if token in t.Name.Function or token in t.Name.Class or token in t.Name.Decorator:
+        return "syn-name"
+    return None
+
+
+def _lexer(language: str) -> Any:
+    """The pygments lexer for a fence's info string, or None (then the block is plain code)."""
+    if not language:
+        return None
+    try:
+        from pygments.lexers import get_lexer_by_name
+        from pygments.util import ClassNotFound
+    except ImportError:  # pragma: no cover - prompt_toolkit brings pygments
+        return None
+    try:
+        return get_lexer_by_name(language, stripnl=False, ensurenl=False)
+    except ClassNotFound:
+        return None
+
+
+class MarkdownLines:
+    """Renders complete lines of one reply; remembers only whether a code fence is open."""
+
+    def __init__(self) -> None:
+        self._fence: str | None = None  # the opening marker (``` or ~~~, maybe longer)
+        self._lexer: Any = None
+
+    @property
+    def in_code(self) -> bool:
+        return self._fence is not None
+
+    def reset(self) -> None:
+        """A new reply: no fence carries over."""
+        self._fence = None
+        self._lexer = None
+
+    def line(self, text: str) -> list[Segment]:
+        """The segments of one complete line (without its newline)."""
+        if self._fence is not None:
+            return self._code_line(text)
+        fence = _FENCE.match(text)
+        if fence:
+            self._fence = fence.group(2)
+            self._lexer = _lexer(fence.group(3))
+            return [(text, "md-dim")]
+        if len(text) > MAX_MARKUP_CHARS:
+            return [(text, None)]
+        heading = _HEADING.match(text)
+        if heading:
+            style = "md-h1" if len(heading.group(1)) == 1 else "md-heading"
+            return _inline(heading.group(2), style)
+        if _RULE.match(text):
+            return [(_RULE_TEXT, "md-dim")]
+        quote = _QUOTE.match(text)
+        if quote:
+            return [("│ ", "md-dim"), *_inline(quote.group(1))]
+        bullet = _BULLET.match(text)
+        if bullet:
+            return [(bullet.group(1) + "• ", "md-bullet"), *_inline(bullet.group(2))]
+        numbered = _NUMBERED.match(text)
+        if numbered:
+            return [(f"{numbered.group(1)}{numbered.group(2)} ", "md-bullet"), *_inline(numbered.group(3))]
+        return _inline(text)
+
+    def _code_line(self, text: str) -> list[Segment]:
+        fence = self._fence
+        assert fence is not None
+        stripped = text.strip()
+        if len(stripped) >= len(fence) and stripped == fence[0] * len(stripped):
+            self._fence = None
+            self._lexer = None
+            return [(text, "md-dim")]
+        if self._lexer is None or len(text) > MAX_MARKUP_CHARS:
+            return [(text, "md-code")]
+        segments: list[Segment] = []
+        for token, value in self._lexer.get_tokens(text):
+            value = value.rstrip("\n") if value.endswith("\n") else value
+            if value:
+                segments.append((value, _token_style(token)))
+        return segments if "".join(value for value, _ in segments) == text else [(text, "md-code")]
