@@ -69,7 +69,8 @@ class ToolOutput:
     text: str
     is_error: bool = False
     diagnostic: str | None = None
-    cause: BaseException | None = None  # host-side only (the user's /why): never sent, never logged
+    # Host-side only (the user's /why): never sent, never logged, not part of what the output is.
+    cause: BaseException | None = field(default=None, compare=False, repr=False)
 
 
 @dataclass
