@@ -31,8 +31,9 @@ def main(argv: Sequence[str] | None = None) -> NoReturn:
         sys.stdout.write(f"dsh {__version__}\n")
         sys.stdout.flush()
         raise SystemExit(0)
-    if args[:1] == ["serve"]:
-        raise SystemExit(_serve(args[1:]))
+    subcommand = _SUBCOMMANDS.get(args[0]) if args else None
+    if subcommand is not None:
+        raise SystemExit(subcommand(args[1:]))
     raise SystemExit(_guarded(args))
 
 
@@ -70,6 +71,20 @@ def _serve(args: list[str]) -> int:
         _stderr("dsh: failed to start: `dsh serve` is not available in this build")
         return EXIT_USAGE
     return int(serve.main(args) or 0)
+
+
+def _sessions(args: list[str]) -> int:
+    """``dsh sessions list [--all] | show ID | rm ID`` (dsh.repl.sessions)."""
+    from dsh.repl.sessions import main as sessions_main
+
+    return sessions_main(args)
+
+
+# ``dsh NAME ...``: words that are not prompts or flags; each takes the rest of the arguments.
+_SUBCOMMANDS = {
+    "serve": _serve,
+    "sessions": _sessions,
+}
 
 
 # --- terminal safety net -------------------------------------------------------------------------
@@ -120,7 +135,8 @@ def _parser():  # type: ignore[no-untyped-def]
         prog="dsh",
         description="A terminal harness for LLM agents that never fails silently.",
         epilog="Config: $XDG_CONFIG_HOME/dsh/config.toml. Environment: DEEPSEEK_API_KEY, DEEPSEEK_BASE_URL, "
-        "DSH_MODEL, NO_COLOR, DSH_DEBUG. Also: dsh serve --stdio (child runtime).",
+        "DSH_MODEL, NO_COLOR, DSH_DEBUG. Also: dsh serve --stdio (child runtime), "
+        "dsh sessions list [--all] | show ID | rm ID.",
     )
     parser.add_argument("-p", "--print", metavar="PROMPT", dest="print_prompt",
                         help="run one turn and exit: 0 completed, 1 failed, 3 rejected, 4 output-token limit, "
@@ -299,6 +315,8 @@ async def _async_main(args: Any, config: Any, env: dict[str, str], mode: str) ->
             stack.push_async_callback(shell.aclose)
             # The interactive prompt is drawn first and the agent built behind it (the app sees to it).
             await shell.start(resume=args.resume, defer_agent=mode == "interactive")
+            if args.resume is not None and mode != "print":  # -p keeps stdout for the answer
+                shell.report_resumed()
             if mode == "print":
                 return await _run_print(shell, args.print_prompt)
             if mode == "piped":
