@@ -104,14 +104,16 @@ def age_text(seconds: float) -> str:
 
 
 def user_notice(job: Job) -> str:
-    """The completion line the user sees (the model gets :func:`notice_text`); closed values only."""
-    took = age_text(job.age())
+    """The completion line the user sees (the model gets :func:`notice_text`); closed values only.
+
+    No run time here, so that a transcript reads the same every time; ``/jobs`` shows ages.
+    """
     result = job.result
     if job.status == "failed" and result is not None:
         why = (result.diagnostic or "").split("\n")[0] or f"stop reason {safe_token(result.stop_reason)}"
-        head = f"job {job.id} ({job.label}) failed after {took}: {why}"
+        head = f"{job.id} ({job.label}) failed: {why}"
     else:
-        head = f"job {job.id} ({job.label}) {job.status} after {took}"
+        head = f"{job.id} ({job.label}) {job.status}"
     return f"{head} · /job {job.id} shows its output"
 
 

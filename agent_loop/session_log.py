@@ -671,12 +671,15 @@ class SessionLog:
 
 
 def _flock(fd: int, path: Path) -> None:
+    locked = False
     try:
         fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
     except BlockingIOError:
-        raise SessionLogError(f"session {path.stem} is open in another dsh process", ErrorCode.SESSION_LOCKED)
+        locked = True  # raised below, outside this block: error_chain would add EAGAIN's own text
     except OSError:
         pass  # a filesystem without flock: carry on unlocked rather than refuse to work
+    if locked:
+        raise SessionLogError(f"session {path.stem} is open in another dsh process", ErrorCode.SESSION_LOCKED)
 
 
 def _make_directory(directory: Path) -> None:

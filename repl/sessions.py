@@ -198,7 +198,7 @@ def main(args: list[str], env: Mapping[str, str] | None = None) -> int:
             _out("".join(redact_text(line, secrets) + "\n" for line in lines))
             return 0
         if command == "show" and len(rest) == 1:
-            path = resolve_session(rest[0], root)
+            path = resolve_session(rest[0], root, project=current_project())  # `last`: this project's
             view = Transcript(read_header(path), _out, secrets=secrets, env=env)
             _, _, warnings = load_session_file(path, on_record=view)
             view.close()

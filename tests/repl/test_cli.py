@@ -292,7 +292,7 @@ def test_eof_waits_for_background_jobs_and_shows_their_notice(home: Path) -> Non
     notice = next(line for line in lines if line.startswith("[job] "))
     # written for the user: what ended, how, after how long, and where its output is
     assert re.fullmatch(
-        r"\[job\] job subagent-1 \(dsh-exit-later\) failed after \d+s: Subagent failure \(provider: "
+        r"\[job\] subagent-1 \(dsh-exit-later\) failed: Subagent failure \(provider: "
         r"dsh-exit-later; stage: session-run; category: transport; exit code: 9\) · /job subagent-1 shows its output",
         notice,
     ), notice
