@@ -125,7 +125,7 @@ class Transcript:
     """A readable transcript of a log: each prompt as ``> …``, then the turn as dsh drew it live.
 
     Call it with each record in order (a log streams through it), then :meth:`close`. Reasoning is
-    left out; tool results show the same preview as the live view.
+    plain (no terminal styles here); tool results show the same preview as the live view.
     """
 
     def __init__(self, header: Mapping[str, Any], write: Callable[[str], None], *, secrets: Sequence[str] = (),
@@ -136,7 +136,7 @@ class Transcript:
         write(f"session {header.get('id', '?')} · project {project} · created {header.get('createdAt', '?')}\n")
 
     def __call__(self, record: dict[str, Any]) -> None:
-        from dsh.agent_loop.events import AssistantMessage, TextDelta, TurnStart, from_wire
+        from dsh.agent_loop.events import AssistantMessage, ReasoningDelta, TextDelta, TurnStart, from_wire
 
         if not isinstance(record.get("data"), dict):
             return
@@ -147,6 +147,8 @@ class Transcript:
             prompt = "(background job notices)" if event.source == "notice" else event.prompt
             self._write("> " + prompt.replace("\n", "\n  ") + "\n")
         elif isinstance(event, AssistantMessage):
+            if event.reasoning_content:
+                self._write(renderer.render(ReasoningDelta(event.reasoning_content)))
             if event.content:
                 self._write(renderer.render(TextDelta(event.content)))
             return

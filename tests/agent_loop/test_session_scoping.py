@@ -149,3 +149,30 @@ def test_rm_refuses_a_file_that_is_not_a_session_log(tmp_path: Path) -> None:
         remove_session("notes", tmp_path)
     assert stray.exists()
     os.unlink(stray)
+
+
+def test_the_recap_keeps_the_last_turns_bounded_and_the_whole_last_prompt(tmp_path: Path) -> None:
+    from dsh.agent_loop.agent import open_session
+    from dsh.agent_loop.recap import KEEP, LIMIT, Recap
+
+    log = SessionLog.create(tmp_path)
+    for turn in range(1, 6):
+        finished_turn(log, turn, f"prompt {turn}")
+    long_prompt = "x" * (LIMIT * 50)
+    log.append(ev.TurnStart(6, long_prompt))
+    log.append(ev.AssistantMessage(6, 1, "y" * (LIMIT * 50), interrupted=True))
+    log.append(ev.TurnStart(7, "notices", source="notice"))  # dsh's own turn: not what /retry sends
+    log.close()
+    recap = Recap()
+    session, _ = open_session(log.path, on_record=recap)
+    try:
+        assert [summary.turn for summary in recap.turns] == [5, 6, 7][-KEEP:]
+        five, six, seven = recap.turns
+        assert (five.prompt, five.end) == ("prompt 5", {"kind": "completed"})
+        assert len(six.prompt) == len(six.answer) == LIMIT and six.cut_prompt and six.cut_answer
+        assert six.end is None  # never ended: only the last open turn is repaired
+        assert seven.notice and session.repaired_turn == 7
+        assert seven.end == {"kind": "interrupted"}  # the repair's closer went through the hook too
+        assert (recap.last_prompt, recap.last_prompt_turn) == (long_prompt, 6)
+    finally:
+        session.close()
