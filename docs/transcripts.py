@@ -239,7 +239,8 @@ def scenario_turns(lab: Lab) -> dict[str, list[str]]:
 
     def job() -> dict[str, list[str]]:
         catalogue = _catalogue()
-        alone = {"dsh-background"}  # its job notice arrives after the turn: no neighbour may share the run
+        # their job notices arrive after the turn: no neighbour may share the run
+        alone = {"dsh-background", "dsh-background-slow"}
         batched = [name for name, _, cancel in catalogue if not cancel and name not in alone]
         futures = [
             lab.pool.submit(lab.dsh, ["--demo"], stdin="".join(f"/scenario {n}\n{SCENARIO_PROMPT}\n" for n in chunk))
