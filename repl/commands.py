@@ -308,6 +308,20 @@ JOB_OUTPUT_LINES = 40  # the tail of a job's output that /job shows
 JOB_OUTPUT_CHARS = 8000
 
 
+def _output_tail(text: str) -> tuple[list[str], bool]:
+    """The last lines of a job's output (bounded in lines and characters), and whether any were left out."""
+    text = text.replace("\r\n", "\n").rstrip("\n")
+    cut = len(text) > JOB_OUTPUT_CHARS
+    if cut:
+        tail = text[-JOB_OUTPUT_CHARS:]
+        newline = tail.find("\n")
+        text = tail[newline + 1 :] if 0 <= newline < len(tail) - 1 else tail  # start on a whole line
+    body = text.split("\n") if text else []
+    if len(body) > JOB_OUTPUT_LINES:
+        body, cut = body[-JOB_OUTPUT_LINES:], True
+    return body, cut
+
+
 @_command("job", "ID", "show a background job's output so far")
 async def _job(shell: Host, arg: str) -> None:
     from dsh.agent_loop.jobs import age_text
@@ -317,14 +331,10 @@ async def _job(shell: Host, arg: str) -> None:
         return
     verb = "running for" if job.status == "running" else f"{job.status} after"
     lines = [f"job {job.id} ({job.label}) {verb} {age_text(job.age())}"]
-    output = redact_text(job.output_so_far(), shell.config.secrets).replace("\r\n", "\n").rstrip("\n")
-    if len(output) > JOB_OUTPUT_CHARS:
-        output = output[-JOB_OUTPUT_CHARS:].partition("\n")[2]
-    body = output.split("\n") if output else []
-    hidden = len(body) - JOB_OUTPUT_LINES
-    if hidden > 0 or len(output) < len(job.output_so_far().rstrip("\n")) - 1:
+    body, cut = _output_tail(redact_text(job.output_so_far(), shell.config.secrets))
+    if cut:
         lines.append("  … (earlier output not shown)")
-    lines += [f"  {line}" for line in body[-JOB_OUTPUT_LINES:]] or ["  (no output yet)"]
+    lines += [f"  {line}" for line in body] or ["  (no output yet)"]
     result = job.result
     if job.settled and result is not None and result.diagnostic:
         lines += [f"  {line}" for line in result.diagnostic.split("\n")]
