@@ -495,6 +495,7 @@ class SessionLog:
             raise _log_error(f"cannot pick a fresh session id in {directory}")
         self._fd = fd
         self._pending = False
+        self.header["createdAt"] = self.created_at = _now()  # the session starts with its first turn
         try:
             self._lock()
             self._write(_dumps(self.header))
