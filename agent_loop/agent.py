@@ -246,16 +246,27 @@ def _unique_ids(calls: Sequence[ToolCall]) -> list[ToolCall]:
 
 
 def open_session(
-    id_or_last: str | os.PathLike[str], root: str | os.PathLike[str] | None = None, *, system_prompt: str | None = None
+    id_or_last: str | os.PathLike[str],
+    root: str | os.PathLike[str] | None = None,
+    *,
+    system_prompt: str | None = None,
+    on_record: Callable[[dict[str, Any]], None] | None = None,
 ) -> tuple[SessionLog, Conversation]:
     """Open a session to continue and rebuild its conversation in the same single pass over the log.
 
     Memory follows the conversation, not the file (docs/architecture.md, the session log); pass both
-    to :class:`Agent` (``session=``, ``conversation=``).
+    to :class:`Agent` (``session=``, ``conversation=``). ``on_record`` sees each record of that pass
+    too (the front end's resume recap, :class:`~dsh.agent_loop.recap.Recap`).
     """
     conversation = Conversation(system_prompt)
     apply = conversation.apply
-    session = SessionLog.open(id_or_last, root, on_record=lambda record: apply(from_wire(record)))
+
+    def take(record: dict[str, Any]) -> None:
+        apply(from_wire(record))
+        if on_record is not None:
+            on_record(record)
+
+    session = SessionLog.open(id_or_last, root, on_record=take)
     return session, conversation
 
 
@@ -505,7 +516,7 @@ class Agent:
             raise HarnessError("cannot start a new session while a turn is running", ErrorCode.TURN_BUSY)
         old = self.session
         if old is not None:
-            self.session = SessionLog.create(old.root, cwd=self.cwd)
+            self.session = SessionLog.create(old.root, cwd=self.cwd, lazy=True)  # written at its first turn
             old.close()
         self._conversation = Conversation(self.system_prompt)
         self.session_state.clear()

@@ -32,6 +32,7 @@ __all__ = [
     "ProjectContext",
     "estimate_tokens",
     "gather_project_context",
+    "project_root",
 ]
 
 SYSTEM_PROMPT_VERSION = 1
@@ -156,6 +157,16 @@ def _find_git_dir(cwd: Path) -> tuple[Path, Path] | None:
                 return directory, target if target.is_absolute() else directory / target
         return None
     return None
+
+
+def project_root(cwd: Path) -> Path:
+    """The project a session belongs to: the git work tree holding ``cwd``, else ``cwd`` itself.
+
+    Found by looking for ``.git`` upwards (a few ``lstat`` calls, no git process), so creating a
+    session stays cheap; see docs/architecture.md (the session log).
+    """
+    found = _find_git_dir(cwd)
+    return found[0] if found is not None else cwd
 
 
 async def _git_facts(cwd: Path) -> GitFacts | None:

@@ -13,7 +13,9 @@ same bounded diagnostic the foreground tool shows:
 
 When a job settles (other than killed) the owner gets, through the agent's notice hook,
 ``background job <id> (subagent: <label>) finished <status line>. Read its output with job_output.``
-The label is the configured subagent name — never the model's description or prompt.
+The label is the configured subagent name — never the model's description or prompt. That text is
+the model's; the user's screen gets :func:`user_notice` instead (what ended, how, and how long it ran),
+and ``/jobs``, ``/job ID``, ``/kill ID`` read the same jobs (:func:`age_text`).
 """
 
 from __future__ import annotations
@@ -21,6 +23,7 @@ from __future__ import annotations
 import itertools
 import logging
 import math
+import time
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 from typing import Any, Literal
@@ -38,10 +41,12 @@ __all__ = [
     "Job",
     "JobManager",
     "JobStatus",
+    "age_text",
     "job_tools",
     "notice_text",
     "run_subagent",
     "status_line",
+    "user_notice",
 ]
 
 log = logging.getLogger(__name__)
@@ -88,6 +93,30 @@ def notice_text(job_id: str, label: str, status: JobStatus, result: SubagentResu
     )
 
 
+def age_text(seconds: float) -> str:
+    """``4s``, ``2m05s``, ``1h02m``: short enough for a column."""
+    total = int(seconds)
+    if total < 60:
+        return f"{total}s"
+    if total < 3600:
+        return f"{total // 60}m{total % 60:02d}s"
+    return f"{total // 3600}h{total // 60 % 60:02d}m"
+
+
+def user_notice(job: Job) -> str:
+    """The completion line the user sees (the model gets :func:`notice_text`); closed values only.
+
+    No run time here, so that a transcript reads the same every time; ``/jobs`` shows ages.
+    """
+    result = job.result
+    if job.status == "failed" and result is not None:
+        why = (result.diagnostic or "").split("\n")[0] or f"stop reason {safe_token(result.stop_reason)}"
+        head = f"{job.id} ({job.label}) failed: {why}"
+    else:
+        head = f"{job.id} ({job.label}) {job.status}"
+    return f"{head} · /job {job.id} shows its output"
+
+
 # -- jobs ------------------------------------------------------------------------------------------
 
 
@@ -102,6 +131,13 @@ class Job:
     _scope: anyio.CancelScope | None = None
     _settled: anyio.Event = field(default_factory=anyio.Event)
     _returned: str = ""  # output already handed out by job_output
+    started: float = field(default_factory=time.monotonic)
+    ended: float | None = None  # time.monotonic() when it settled
+
+    def age(self, now: float | None = None) -> float:
+        """Seconds it has run (until it settled)."""
+        end = self.ended if self.ended is not None else (time.monotonic() if now is None else now)
+        return max(0.0, end - self.started)
 
     @property
     def settled(self) -> bool:
@@ -242,6 +278,7 @@ class JobManager:
         else:
             job.status = "failed"
         job._run = None
+        job.ended = time.monotonic()
         job._settled.set()
         if job.status != "killed" and post_notice is not None:
             try:

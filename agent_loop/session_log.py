@@ -1,6 +1,8 @@
 """The durable session log: one JSONL file per session.
 
-Line 1 is a header ``{"type":"session","version":1,"id","createdAt","cwd"}``; every later line is
+Line 1 is a header ``{"type":"session","version":1,"id","createdAt","cwd","project"}`` (``project``: the
+git work tree holding ``cwd``, else ``cwd``; older logs lack it and count ``cwd`` as their project);
+every later line is
 ``{"type","seq","time","data"}`` for one durable event, ``seq`` contiguous from 1. Each append is a
 single ``write(2)`` of the whole line on an ``O_APPEND`` descriptor (nothing is buffered in this
 process, so a SIGKILL loses at most the line being written), and the file is fsynced at turn
@@ -11,6 +13,10 @@ Opening a log to continue it takes an exclusive ``flock`` (a second dsh on the s
 refused), cuts a torn tail, and -- if the last turn has no ``turn/end`` -- durably appends the closers
 before anything else: a failed ``tool/result`` for every pending tool call, then
 ``turn/end {"kind":"interrupted"}``.
+
+A new session is created lazily (:meth:`SessionLog.create` with ``lazy=True``): its id is fixed at
+once, but the file -- header and all, fsynced, directory entry too -- is written by the first append,
+the first turn's ``turn/start``. A launch that runs no turn leaves nothing behind.
 
 A write failure (ENOSPC, EIO, ...) raises :class:`SessionLogError` (code ``SESSION_LOG``); the partial
 line is cut back off, and the log refuses further appends rather than writing records out of order.
@@ -59,7 +65,10 @@ __all__ = [
     "default_root",
     "list_sessions",
     "load_session_file",
+    "read_header",
+    "remove_session",
     "resolve_session",
+    "session_in_use",
 ]
 
 VERSION = 1
@@ -334,19 +343,40 @@ def _summary(loaded: _Loaded, path: Path) -> str | None:
     return f"session log {path}: {'; '.join(parts)} (details in dsh.log)"
 
 
-def load_session_file(path: str | os.PathLike[str]) -> tuple[dict[str, Any], list[dict[str, Any]], list[str]]:
-    """Read a log without opening it for append: ``(header, records, warnings)``. No repair, no lock."""
+def load_session_file(
+    path: str | os.PathLike[str], *, on_record: Callable[[dict[str, Any]], None] | None = None
+) -> tuple[dict[str, Any], list[dict[str, Any]], list[str]]:
+    """Read a log without opening it for append: ``(header, records, warnings)``. No repair, no lock.
+
+    With ``on_record`` each record goes there instead (``records`` comes back empty): memory stays
+    one record, whatever the file's size (``dsh sessions show``).
+    """
     file = Path(path)
     records: list[dict[str, Any]] = []
     fd, _ = _open_regular(file, os.O_RDONLY)
     try:
         with gc_paused():
-            loaded = _stream(fd, file, records.append)
+            loaded = _stream(fd, file, on_record or records.append)
     except OSError as exc:
         raise _log_error(f"cannot read session log {file}", exc)
     finally:
         os.close(fd)
     return loaded.header, records, loaded.warnings
+
+
+def read_header(path: str | os.PathLike[str]) -> dict[str, Any]:
+    """A log's header line alone (SessionLogError when the file is not a dsh session log)."""
+    file = Path(path)
+    fd, _ = _open_regular(file, os.O_RDONLY)
+    try:
+        _, first = next(_lines(fd))
+        if first is None or len(first) > _HEADER_LIMIT:
+            raise _log_error(f"{file} is not a dsh session log (no header line)")
+        return _read_header(first, file, [])
+    except OSError as exc:
+        raise _log_error(f"cannot read session log {file}", exc)
+    finally:
+        os.close(fd)
 
 
 _TURN_BOUNDARIES = frozenset({TurnStart.type, TurnEnd.type})
@@ -386,7 +416,7 @@ def _open_turn_closers(records: list[dict[str, Any]]) -> list[ToolResult | TurnE
 class SessionLog:
     """An open, appendable session log. Build with :meth:`create` or :meth:`open`."""
 
-    def __init__(self, path: Path, fd: int, loaded: _Loaded) -> None:
+    def __init__(self, path: Path, fd: int | None, loaded: _Loaded) -> None:
         self.path = path
         self.root = path.parent
         self.header = loaded.header
@@ -401,6 +431,7 @@ class SessionLog:
         self._next_seq = loaded.max_seq + 1
         self._failure: SessionLogError | None = None
         self.last_turn = loaded.last_turn
+        self._pending = False  # created lazily and not written yet: the file does not exist
 
     # --- construction ----------------------------------------------------------------------
 
@@ -411,45 +442,80 @@ class SessionLog:
         cwd: str | os.PathLike[str] | None = None,
         *,
         session_id: str | None = None,
+        project: str | os.PathLike[str] | None = None,
+        lazy: bool = False,
     ) -> SessionLog:
-        """A new empty session under ``root`` (created 0700), header written and fsynced."""
+        """A new empty session under ``root`` (created 0700), header written and fsynced.
+
+        With ``lazy`` the id is picked now and the file is written by the first :meth:`append` (see
+        the module docstring): a launch that runs no turn leaves no empty session behind.
+        """
         directory = Path(root) if root is not None else default_root()
-        try:
-            directory.mkdir(parents=True, exist_ok=True, mode=0o700)
-        except OSError as exc:
-            raise _log_error(f"cannot create the session directory {directory}", exc)
-        for _ in range(20):
-            ident = session_id or new_session_id()
-            if not _SAFE_ID.match(ident):
-                raise _log_error(f"invalid session id {ident!r}")
-            path = directory / (ident + SUFFIX)
-            try:
-                fd = os.open(path, os.O_RDWR | os.O_APPEND | os.O_CREAT | os.O_EXCL | os.O_CLOEXEC, 0o600)
-                break
-            except FileExistsError:
-                if session_id is not None:
-                    raise _log_error(f"session {session_id} already exists in {directory}")
-            except OSError as exc:
-                raise _log_error(f"cannot create session log {path}", exc)
-        else:  # pragma: no cover - twenty random collisions
-            raise _log_error(f"cannot pick a fresh session id in {directory}")
+        where = str(cwd if cwd is not None else os.getcwd())
+        if project is None:
+            from dsh.agent_loop.context import project_root
+
+            project = project_root(Path(where))
+        ident = session_id or new_session_id()
+        if not _SAFE_ID.match(ident):
+            raise _log_error(f"invalid session id {ident!r}")
         header = {
             "type": "session",
             "version": VERSION,
             "id": ident,
             "createdAt": _now(),
-            "cwd": str(cwd if cwd is not None else os.getcwd()),
+            "cwd": where,
+            "project": str(project),
         }
-        log = cls(path, fd, _Loaded(header, [], [], 0))
+        log = cls(directory / (ident + SUFFIX), None, _Loaded(header, [], [], 0))
+        log._pending = True
+        if lazy:
+            _make_directory(directory)  # an unusable state directory still fails at launch
+            if session_id is None and os.path.lexists(log.path):  # pragma: no cover - a random collision
+                log.id = header["id"] = new_session_id()
+                log.path = directory / (log.id + SUFFIX)
+            return log
+        log._materialize(fixed_id=session_id is not None)
+        return log
+
+    def _materialize(self, *, fixed_id: bool = True) -> None:
+        """Write the file of a lazily created session: header, fsync, directory entry (once)."""
+        directory = self.root
+        _make_directory(directory)
+        for _ in range(20):
+            try:
+                fd = os.open(self.path, os.O_RDWR | os.O_APPEND | os.O_CREAT | os.O_EXCL | os.O_CLOEXEC, 0o600)
+                break
+            except FileExistsError:
+                if fixed_id:
+                    raise _log_error(f"session {self.id} already exists in {directory}")
+                self.id = self.header["id"] = new_session_id()
+                self.path = directory / (self.id + SUFFIX)
+            except OSError as exc:
+                raise _log_error(f"cannot create session log {self.path}", exc)
+        else:  # pragma: no cover - twenty random collisions
+            raise _log_error(f"cannot pick a fresh session id in {directory}")
+        self._fd = fd
+        self._pending = False
+        self.header["createdAt"] = self.created_at = _now()  # the session starts with its first turn
         try:
-            log._lock()
-            log._write(_dumps(header))
-            log.sync()
+            self._lock()
+            self._write(_dumps(self.header))
+            self.sync()
         except BaseException:
-            log.close()
+            self.close()
             raise
         _fsync_dir(directory)
-        return log
+
+    @property
+    def written(self) -> bool:
+        """False while a lazily created session has no file yet (no turn has started)."""
+        return not self._pending
+
+    @property
+    def project(self) -> str:
+        """The project this session belongs to (the header's, else its ``cwd``)."""
+        return str(self.header.get("project") or self.cwd)
 
     @classmethod
     def open(
@@ -502,6 +568,8 @@ class SessionLog:
 
     def iter_records(self) -> Iterator[dict[str, Any]]:
         """Stream the records on disk, in order, one line at a time."""
+        if self._pending:
+            return
         fd = self._require_fd()
         lines = _lines(fd)
         next(lines)  # the header
@@ -519,12 +587,14 @@ class SessionLog:
 
     @property
     def closed(self) -> bool:
-        return self._fd is None
+        return self._fd is None and not self._pending
 
     # --- writing ---------------------------------------------------------------------------
 
     def append(self, event: Event, *, sync: bool | None = None) -> dict[str, Any]:
         """Append one durable event as one line; fsync at turn boundaries (or when ``sync`` says)."""
+        if self._pending:
+            self._materialize()
         wire = to_wire(event)
         record = {"type": wire["type"], "seq": self._next_seq, "time": _now(), "data": wire["data"]}
         try:
@@ -541,6 +611,8 @@ class SessionLog:
         return record
 
     def sync(self) -> None:
+        if self._pending:
+            return  # nothing written yet
         fd = self._require_fd()
         try:
             os.fsync(fd)
@@ -549,6 +621,7 @@ class SessionLog:
             raise self._failure
 
     def close(self) -> None:
+        self._pending = False  # a lazy session closed before its first turn is never written
         fd, self._fd = self._fd, None
         if fd is not None:
             with contextlib.suppress(OSError):
@@ -602,12 +675,22 @@ class SessionLog:
 
 
 def _flock(fd: int, path: Path) -> None:
+    locked = False
     try:
         fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
     except BlockingIOError:
-        raise SessionLogError(f"session {path.stem} is open in another dsh process", ErrorCode.SESSION_LOCKED)
+        locked = True  # raised below, outside this block: error_chain would add EAGAIN's own text
     except OSError:
         pass  # a filesystem without flock: carry on unlocked rather than refuse to work
+    if locked:
+        raise SessionLogError(f"session {path.stem} is open in another dsh process", ErrorCode.SESSION_LOCKED)
+
+
+def _make_directory(directory: Path) -> None:
+    try:
+        directory.mkdir(parents=True, exist_ok=True, mode=0o700)
+    except OSError as exc:
+        raise _log_error(f"cannot create the session directory {directory}", exc)
 
 
 def _fsync_dir(directory: Path) -> None:
@@ -636,6 +719,7 @@ class SessionInfo:
     modified: float  # st_mtime
     turns: int  # the turn of the last record that names one (turns are numbered from 1)
     title: str  # the first prompt, shortened; "" for a session without turns
+    project: str = ""  # the header's project (the git work tree, else cwd); older logs: their cwd
 
 
 _HEAD = 1 << 16  # bytes read from a log's start to list it: the header and the first prompt
@@ -795,30 +879,87 @@ def _info(path: Path) -> SessionInfo | None:
         modified=info.st_mtime,
         turns=turns,
         title=title,
+        project=str(header.get("project") or header.get("cwd") or ""),
     )
 
 
-def list_sessions(root: str | os.PathLike[str] | None = None) -> list[SessionInfo]:
-    """Sessions under ``root``, least recently written first (the last one is what ``last`` means)."""
+def list_sessions(
+    root: str | os.PathLike[str] | None = None, *, project: str | os.PathLike[str] | None = None
+) -> list[SessionInfo]:
+    """Sessions under ``root``, least recently written first (the last one is what ``last`` means).
+
+    With ``project``, only the sessions of that project (see :attr:`SessionInfo.project`).
+    """
     directory = Path(root) if root is not None else default_root()
     try:
         paths = sorted(directory.glob("*" + SUFFIX))
     except OSError:
         return []
     infos = [info for info in map(_info, paths) if info is not None]
+    if project is not None:
+        wanted = os.fspath(project)
+        infos = [info for info in infos if info.project == wanted]
     infos.sort(key=lambda info: (info.modified, info.created_at, info.id))
     return infos
 
 
-def resolve_session(id_or_last: str | os.PathLike[str], root: str | os.PathLike[str] | None = None) -> Path:
-    """A session file from ``last``, an id, a unique id prefix, or a path to a ``.jsonl`` file."""
+def session_in_use(path: Path) -> bool:
+    """True when another open log (in this process or another) holds the session's lock."""
+    try:
+        fd, _ = _open_regular(path, os.O_RDONLY)
+    except SessionLogError:
+        return False
+    try:
+        fcntl.flock(fd, fcntl.LOCK_SH | fcntl.LOCK_NB)
+    except BlockingIOError:
+        return True
+    except OSError:
+        return False  # no flock on this filesystem: nothing can say
+    finally:
+        os.close(fd)  # also drops the probe's lock
+    return False
+
+
+def remove_session(id_or_path: str | os.PathLike[str], root: str | os.PathLike[str] | None = None) -> Path:
+    """Delete a session log; refused (``SESSION_LOCKED``) while a dsh process has it open."""
+    path = resolve_session(id_or_path, root)
+    fd, _ = _open_regular(path, os.O_RDONLY)
+    try:
+        _flock(fd, path)  # held while unlinking: nobody opens it in between
+        read_header(path)
+        try:
+            path.unlink()
+        except OSError as exc:
+            raise _log_error(f"cannot remove session log {path}", exc)
+    finally:
+        os.close(fd)
+    _fsync_dir(path.parent)
+    return path
+
+
+def resolve_session(
+    id_or_last: str | os.PathLike[str],
+    root: str | os.PathLike[str] | None = None,
+    *,
+    project: str | os.PathLike[str] | None = None,
+    exclude: str | None = None,
+) -> Path:
+    """A session file from ``last``, an id, a unique id prefix, or a path to a ``.jsonl`` file.
+
+    ``last`` is the most recently written session that has turns, of ``project`` when given, other
+    than ``exclude`` (the caller's own session) and not open in another process.
+    """
     directory = Path(root) if root is not None else default_root()
     text = os.fspath(id_or_last)
     if text == "last":
-        sessions = list_sessions(directory)
-        if not sessions:
-            raise SessionLogError(f"no sessions to resume in {directory}", ErrorCode.SESSION_NOT_FOUND)
-        return sessions[-1].path
+        sessions = list_sessions(directory, project=project)
+        for info in reversed(sessions):
+            if info.turns > 0 and info.id != exclude and not session_in_use(info.path):
+                return info.path
+        where = f" of project {project}" if project is not None else ""
+        raise SessionLogError(
+            f"no session with turns to resume{where} in {directory}", ErrorCode.SESSION_NOT_FOUND
+        )
     if os.sep in text or text.endswith(SUFFIX):
         path = Path(text)
         if os.path.lexists(path):  # opening it decides whether it is a regular file

@@ -117,6 +117,8 @@ class Lab:
         text = re.sub(r"\('127\.0\.0\.1', \d+\)", "('127.0.0.1', <port>)", text)
         text = re.sub(r"\b\d{8}-\d{6}-[0-9a-f]{6}\b", "<session-id>", text)
         text = re.sub(r'"(time|createdAt)":"[^"]+"', r'"\1":"<time>"', text)
+        text = re.sub(r"\b\d{4}-\d\d-\d\dT\d\d:\d\d:\d\d\.\d{3}Z", "<time>", text)  # dsh sessions show
+        text = re.sub(r"\b\d{4}-\d\d-\d\d \d\d:\d\d\b", "<date>", text)  # dsh sessions list
         return re.sub(r"_ssl\.c:\d+", "_ssl.c:…", text)
 
     def dsh(
@@ -258,7 +260,8 @@ def scenario_turns(lab: Lab) -> dict[str, list[str]]:
 
     def job() -> dict[str, list[str]]:
         catalogue = _catalogue()
-        alone = {"dsh-background"}  # its job notice arrives after the turn: no neighbour may share the run
+        # their job notices arrive after the turn: no neighbour may share the run
+        alone = {"dsh-background", "dsh-background-slow"}
         batched = [name for name, _, cancel in catalogue if not cancel and name not in alone]
         futures = [
             lab.pool.submit(lab.dsh, ["--demo"], stdin="".join(f"/scenario {n}\n{SCENARIO_PROMPT}\n" for n in chunk))
@@ -430,7 +433,9 @@ def _resumed_after_crash(lab: Lab) -> Run:
     sessions = home / ".local" / "state" / "dsh" / "sessions"
     sessions.mkdir(parents=True, mode=0o700)
     log = sessions / "20260101-000000-000000.jsonl"
-    log.write_text("".join(json.dumps(record) + "\n" for record in _CRASHED_LOG), encoding="utf-8")
+    project = str(home / "project")  # where the runs start: `last` is this project's latest session
+    header = {**_CRASHED_LOG[0], "cwd": project, "project": project}
+    log.write_text("".join(json.dumps(record) + "\n" for record in [header, *_CRASHED_LOG[1:]]), encoding="utf-8")
     log.chmod(0o600)
     return lab.dsh(["--demo", "--resume", "last"], stdin="hello again\n", home=home)
 
@@ -467,6 +472,20 @@ def table_turn_ends(lab: Lab) -> str:
         ends = [line for line in lines if _END.match(line) or line.startswith("  fix: ")]
         rows.append(f"| {what} | `--scenario {name}` | {cell(ends)} | {run.returncode} |")
     return "\n".join(rows) + "\n"
+
+
+def sessions_cli(lab: Lab) -> str:
+    """Two sessions in one project, then ``dsh sessions list`` and ``dsh sessions show last``."""
+
+    def job() -> str:
+        home = lab.home()
+        runs = [lab.dsh(["--demo", "-p", "hello"], home=home),
+                lab.dsh(["--demo", "--scenario", "tool-call", "-p", "what is in this project?"], home=home),
+                lab.dsh(["sessions", "list"], home=home),
+                lab.dsh(["sessions", "show", "last"], home=home)]
+        return fence("\n".join(session_text(run) for run in runs), "console")
+
+    return lab.once("sessions-cli", job).result()
 
 
 def resume_session(lab: Lab) -> str:
@@ -944,6 +963,7 @@ GENERATORS: dict[str, Callable[[Lab], str]] = {
     "http-429": scenario_session("http-429"),
     "retry-then-success": scenario_session("retry-then-success"),
     "resume": resume_session,
+    "sessions-cli": sessions_cli,
     "config-errors": config_errors,
     "prompt-guard": prompt_guard,
     "edits": edits_session,

@@ -217,8 +217,8 @@ class SlashCompleter(Completer):
         if name == "resume":
             from dsh.agent_loop.session_log import list_sessions
 
-            return [("last", "the most recent session")] + [
-                (info.id, info.title) for info in reversed(list_sessions(self.shell.root))
+            return [("last", "this project's latest session")] + [
+                (info.id, info.title) for info in reversed(list_sessions(self.shell.root, project=self.shell.project))
             ]
         return []
 

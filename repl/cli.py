@@ -36,12 +36,9 @@ def main(argv: Sequence[str] | None = None) -> NoReturn:
         sys.stdout.write(f"dsh {__version__}\n")
         sys.stdout.flush()
         raise SystemExit(0)
-    if args[:1] == ["serve"]:
-        raise SystemExit(_serve(args[1:]))
-    if args[:1] == ["doctor"]:
-        raise SystemExit(_doctor(args[1:]))
-    if args[:1] == ["replay-server"]:
-        raise SystemExit(_guarded(args[1:], _replay_server))
+    subcommand = _SUBCOMMANDS.get(args[0]) if args else None
+    if subcommand is not None:
+        raise SystemExit(subcommand(args[1:]))
     raise SystemExit(_guarded(args))
 
 
@@ -103,6 +100,22 @@ def _replay_speed(text: str) -> float:
     return parse_speed(text)
 
 
+def _sessions(args: list[str]) -> int:
+    """``dsh sessions list [--all] | show ID | rm ID`` (dsh.repl.sessions)."""
+    from dsh.repl.sessions import main as sessions_main
+
+    return sessions_main(args)
+
+
+# ``dsh NAME ...``: words that are not prompts or flags; each takes the rest of the arguments.
+_SUBCOMMANDS = {
+    "serve": _serve,
+    "sessions": _sessions,
+    "doctor": _doctor,
+    "replay-server": lambda rest: _guarded(rest, _replay_server),
+}
+
+
 # --- terminal safety net -------------------------------------------------------------------------
 
 
@@ -162,7 +175,8 @@ def _parser():  # type: ignore[no-untyped-def]
         description="A terminal harness for LLM agents that never fails silently.",
         epilog="Config: $XDG_CONFIG_HOME/dsh/config.toml. Environment: DEEPSEEK_API_KEY, DEEPSEEK_BASE_URL, "
         "DSH_MODEL, NO_COLOR, DSH_DEBUG. Also: dsh doctor (check each step of a request), "
-        "dsh serve --stdio (child runtime), dsh replay-server FILE --port P (serve a recording).",
+        "dsh sessions list [--all] | show ID | rm ID, dsh serve --stdio (child runtime), "
+        "dsh replay-server FILE --port P (serve a recording).",
     )
     parser.add_argument("-p", "--print", metavar="PROMPT", dest="print_prompt", nargs="?", const=_FROM_STDIN,
                         help="run one turn and exit: the answer on stdout, everything else on stderr; "
@@ -423,6 +437,8 @@ async def _async_main(args: Any, config: Any, env: dict[str, str], mode: str) ->
             stack.push_async_callback(shell.aclose)
             # The interactive prompt is drawn first and the agent built behind it (the app sees to it).
             await shell.start(resume=args.resume, defer_agent=mode == "interactive")
+            if args.resume is not None and mode != "print":  # -p keeps stdout for the answer
+                shell.report_resumed()
             if output is not None:
                 return await _run_print(shell, args.print_prompt, output)
             if mode == "piped":

@@ -46,6 +46,15 @@ class Host(Protocol):
     last_failure: BaseException | None
     session_usage: UsageTally
     last_tool_result: ToolResult | None  # the latest tool/result event, for /expand
+    toolkit: Any  # dsh.agent_loop.subagent.tool.SubagentToolkit when subagents are configured, else None
+
+    @property
+    def project(self) -> str: ...
+
+    @property
+    def session_id(self) -> str | None: ...
+
+    def report_resumed(self) -> None: ...
 
     @property
     def root(self) -> Path: ...
@@ -257,35 +266,32 @@ async def _why(shell: Host, arg: str) -> None:
     shell.say("\n".join([head + ":", *(f"  {line}" for line in _link_lines(chain_links(failure), 0, secrets))]))
 
 
-@_command("sessions", "", "list saved sessions (newest last)")
+@_command("sessions", "[--all]", "list this project's saved sessions (--all: every project)")
 async def _sessions(shell: Host, arg: str) -> None:
     from dsh.agent_loop.session_log import list_sessions
+    from dsh.repl.sessions import listing_lines
 
-    sessions = list_sessions(shell.root)
-    if not sessions:
-        shell.say(f"no sessions in {shell.root}")
+    if arg not in ("", "--all"):
+        shell.say("usage: /sessions [--all]")
         return
-    current = shell.session.id if shell.session is not None else None
-    lines = []
-    for info in sessions[-20:]:
-        mark = "*" if info.id == current else " "
-        turns = f"{info.turns} turn{'s' if info.turns != 1 else ''}"
-        title = redact_text(info.title, shell.config.secrets)
-        lines.append(f"{mark} {info.id}  {turns:<9} {title}".rstrip())
-    if len(sessions) > 20:
-        lines.insert(0, f"(last 20 of {len(sessions)})")
+    project = None if arg else shell.project
+    sessions = list_sessions(shell.root, project=project)
+    if not sessions:
+        scope = f" of {project}" if project is not None else ""
+        shell.say(f"no sessions{scope} in {shell.root}" + (" (/sessions --all lists every project)" if project else ""))
+        return
+    lines = listing_lines(sessions, project=project, current=shell.session_id)
     lines.append("resume one with /resume ID (or dsh --resume ID)")
-    shell.say("\n".join(lines))
+    shell.say("\n".join(redact_text(line, shell.config.secrets) for line in lines))
 
 
-@_command("resume", "ID|last", "continue a saved session")
+@_command("resume", "ID|last", "continue a saved session (last: this project's latest)")
 async def _resume(shell: Host, arg: str) -> None:
     if not arg:
         shell.say("usage: /resume ID|last (see /sessions)")
         return
-    ident = await shell.resume(arg)
-    turns = shell.agent.turn_number if shell.agent is not None else 0
-    shell.say(f"resumed session {ident} ({turns} turn{'s' if turns != 1 else ''} so far)")
+    await shell.resume(arg)
+    shell.report_resumed()
 
 
 def expanded_output(result: ToolResult | None) -> str:
@@ -308,7 +314,24 @@ async def _expand(shell: Host, arg: str) -> None:
     shell.say(expanded_output(shell.last_tool_result))
 
 
-@_command("jobs", "", "list background jobs")
+def _jobs_manager(shell: Host) -> Any:
+    toolkit = shell.toolkit
+    return getattr(toolkit, "jobs", None) if toolkit is not None else None
+
+
+def _find_job(shell: Host, arg: str, usage: str) -> Any:
+    jobs = _jobs_manager(shell)
+    if not arg:
+        shell.say(usage)
+        return None
+    job = jobs.get(arg) if jobs is not None else None
+    if job is None:
+        known = ", ".join(j.id for j in jobs.jobs) if jobs is not None else ""
+        shell.say(f"no job {arg[:40]!r} (jobs: {known or 'none'})")
+    return job
+
+
+@_command("jobs", "", "list background jobs with status and age")
 async def _jobs(shell: Host, arg: str) -> None:
     lines = await shell.list_jobs()
     shell.say("\n".join(lines) if lines else "(no jobs)")
@@ -327,6 +350,57 @@ async def _doctor(shell: Host, arg: str) -> None:
     report = await run_doctor(config, shell.env, lambda step: shell.say("\n".join(step.lines())),
                               demo=shell.demo is not None)
     shell.say(report.lines()[-1])
+
+
+JOB_OUTPUT_LINES = 40  # the tail of a job's output that /job shows
+JOB_OUTPUT_CHARS = 8000
+
+
+def _output_tail(text: str) -> tuple[list[str], bool]:
+    """The last lines of a job's output (bounded in lines and characters), and whether any were left out."""
+    text = text.replace("\r\n", "\n").rstrip("\n")
+    cut = len(text) > JOB_OUTPUT_CHARS
+    if cut:
+        tail = text[-JOB_OUTPUT_CHARS:]
+        newline = tail.find("\n")
+        text = tail[newline + 1 :] if 0 <= newline < len(tail) - 1 else tail  # start on a whole line
+    body = text.split("\n") if text else []
+    if len(body) > JOB_OUTPUT_LINES:
+        body, cut = body[-JOB_OUTPUT_LINES:], True
+    return body, cut
+
+
+@_command("job", "ID", "show a background job's output so far")
+async def _job(shell: Host, arg: str) -> None:
+    from dsh.agent_loop.jobs import age_text
+
+    job = _find_job(shell, arg, "usage: /job ID (see /jobs)")
+    if job is None:
+        return
+    verb = "running for" if job.status == "running" else f"{job.status} after"
+    lines = [f"job {job.id} ({job.label}) {verb} {age_text(job.age())}"]
+    body, cut = _output_tail(redact_text(job.output_so_far(), shell.config.secrets))
+    if cut:
+        lines.append("  … (earlier output not shown)")
+    lines += [f"  {line}" for line in body] or ["  (no output yet)"]
+    result = job.result
+    if job.settled and result is not None and result.diagnostic:
+        lines += [f"  {line}" for line in result.diagnostic.split("\n")]
+    shell.say("\n".join(lines))
+
+
+@_command("kill", "ID", "stop a running background job")
+async def _kill(shell: Host, arg: str) -> None:
+    from dsh.agent_loop.jobs import age_text
+
+    job = _find_job(shell, arg, "usage: /kill ID (see /jobs)")
+    if job is None:
+        return
+    if job.settled:
+        shell.say(f"job {job.id} had already finished: {job.status}")
+        return
+    await _jobs_manager(shell).kill(job)
+    shell.say(f"killed job {job.id} ({job.label}) after {age_text(job.age())}")
 
 
 @_command("scenario", "[name]", "list demo scenarios, or pick one", demo_only=True)

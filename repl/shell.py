@@ -47,6 +47,7 @@ if TYPE_CHECKING:
     from dsh.agent_loop.agent import Agent, Conversation
     from dsh.agent_loop.context import ProjectContext
     from dsh.agent_loop.reasons import EndReason, Failed
+    from dsh.agent_loop.recap import Recap
     from dsh.agent_loop.session_log import SessionLog
     from dsh.agent_loop.tools import Tool
     from dsh.repl.demo.catalogue import Demo
@@ -189,6 +190,8 @@ class Shell:
         self.context: ProjectContext | None = None  # gathered before the first turn of each session
         self._context_warned = False  # the 80% line was shown and the fill has not dropped below since
         self._resumed: Conversation | None = None  # rebuilt by _open_session, taken by _attach
+        self.recap: Recap | None = None  # the last turns of the session resumed last (_open_session)
+        self._project: str | None = None
 
     # --- lifecycle ---------------------------------------------------------------------------
 
@@ -243,17 +246,41 @@ class Shell:
         """The current session's id, also while its log is still to be created."""
         return self.session.id if self.session is not None else self._new_session_id
 
-    def _open_session(self, ident: str) -> SessionLog:
-        """Open a log to continue, its conversation rebuilt in the same pass (kept for :meth:`_attach`)."""
-        from dsh.agent_loop.agent import open_session
+    @property
+    def project(self) -> str:
+        """This directory's project (the git work tree, else the cwd): what ``last`` and /sessions scope to."""
+        if self._project is None:
+            from dsh.repl.sessions import current_project
 
-        session, self._resumed = open_session(ident, root=self.root)
+            self._project = current_project()
+        return self._project
+
+    def _open_session(self, ident: str) -> SessionLog:
+        """Open a log to continue, its conversation rebuilt in the same pass (kept for :meth:`_attach`).
+
+        ``last`` is this project's latest session with turns, never the current one; the pass also
+        gathers the recap (:attr:`recap`), and ``/retry`` gets the last prompt.
+        """
+        from dsh.agent_loop.agent import open_session
+        from dsh.agent_loop.recap import Recap
+        from dsh.agent_loop.session_log import resolve_session
+
+        target: str | Path = ident
+        if ident == "last":
+            target = resolve_session("last", self.root, project=self.project, exclude=self.session_id)
+        recap = Recap()
+        session, self._resumed = open_session(target, root=self.root, on_record=recap)
+        self.recap = recap
+        if recap.last_prompt is not None:
+            self.last_prompt = recap.last_prompt
         return session
 
     def _create_session(self) -> SessionLog:
         from dsh.agent_loop.session_log import SessionLog
 
-        return SessionLog.create(root=self.root, cwd=os.getcwd(), session_id=self._new_session_id)
+        # Written at the first turn: a launch that runs none leaves no empty session behind.
+        return SessionLog.create(root=self.root, cwd=os.getcwd(), session_id=self._new_session_id,
+                                 project=self.project, lazy=True)
 
     def _build_client(self) -> None:
         if self.client is None:
@@ -361,6 +388,17 @@ class Shell:
                 log.warning("%s", warning)
             self.sink.write(self.renderer.line(sanitize(f"dsh: warning: {session.load_summary}")))
 
+    def report_resumed(self) -> None:
+        """``resumed session <id> (N turns)`` and a short recap of its last turns (sanitized by the sink)."""
+        from dsh.repl.sessions import recap_lines
+
+        session = self.session
+        if session is None:
+            return
+        for line in recap_lines(session.id, session.last_turn, self.recap, repaired_turn=session.repaired_turn,
+                                secrets=self.config.secrets):
+            self.sink.write(self.renderer.line(line))
+
     async def _detach(self) -> None:
         if self._unsubscribe is not None:
             self._unsubscribe()
@@ -421,6 +459,8 @@ class Shell:
                 self.last_tool_result = event
         elif isinstance(event, ContextCompacted):
             self._count_compaction(event)
+        if isinstance(event, JobNotice):
+            event = self._user_notice(event)
         if self.split is not None:
             assert self.answer is not None
             for stream, chunk in self.split.render(event):
@@ -444,6 +484,15 @@ class Shell:
             cause = job.result.cause if job is not None and job.result is not None else None
         if cause is not None:
             self.last_failure = cause
+
+    def _user_notice(self, event: JobNotice) -> JobNotice:
+        """The on-screen notice is written for the user; the model keeps the event's own text."""
+        job = self.toolkit.jobs.get(event.job_id) if self.toolkit is not None else None
+        if job is None:
+            return event
+        from dsh.agent_loop.jobs import user_notice
+
+        return JobNotice(event.job_id, user_notice(job))
 
     def _count_compaction(self, event: ContextCompacted) -> None:
         """The summary request costs like any other; afterwards the window holds about the new conversation."""
@@ -620,9 +669,16 @@ class Shell:
             return await commands.dispatch(self, text)
         return await self.run_turn(line)
 
+    def _job_lines(self) -> list[str]:
+        """``/jobs``: id, status, age and subagent of each job, then how to drive them."""
+        jobs = self.toolkit.jobs.jobs if self.toolkit is not None else []
+        if not jobs:
+            return []
+        return [*(_job_row(job) for job in jobs), "/job ID shows a job's output · /kill ID stops a running one"]
+
     async def list_jobs(self) -> list[str]:
         if not _jobs_lister:
-            return list(self.toolkit.jobs_summary()) if self.toolkit is not None else []
+            return self._job_lines()
         lines = _jobs_lister[0](self)
         if inspect.isawaitable(lines):
             lines = await lines
@@ -633,6 +689,12 @@ def _flush_sink(sink: Sink | None) -> None:
     flush = getattr(sink, "flush", None)
     if flush is not None:
         flush()
+
+
+def _job_row(job: Any) -> str:
+    from dsh.agent_loop.jobs import age_text
+
+    return f"{job.id:<12} {job.status:<9} {age_text(job.age()):>6}  {job.label}"
 
 
 def _reason_error(reason: Failed) -> BaseException:

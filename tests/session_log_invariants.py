@@ -48,8 +48,8 @@ def read_log(path: Path) -> tuple[dict[str, Any], list[dict[str, Any]]]:
 
 
 def assert_header(header: Mapping[str, Any]) -> None:
-    """Line 1: ``{"type": "session", "version": 1, "id", "createdAt", "cwd"}``."""
-    assert set(header) == {"type", "version", "id", "createdAt", "cwd"}, header
+    """Line 1: ``{"type": "session", "version": 1, "id", "createdAt", "cwd", "project"}``."""
+    assert set(header) == {"type", "version", "id", "createdAt", "cwd", "project"}, header
     assert header["type"] == "session" and header["version"] == 1, header
     assert isinstance(header["id"], str) and header["id"], header
     assert _TIME.fullmatch(header["createdAt"]), header

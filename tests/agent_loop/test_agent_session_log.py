@@ -64,8 +64,9 @@ def test_create_writes_a_private_header_line(tmp_path):
     root = tmp_path / "state" / "sessions"
     log = SessionLog.create(root, cwd="/some/dir")
     header, records = read_log(log.path)
-    assert set(header) == {"type", "version", "id", "createdAt", "cwd"}
+    assert set(header) == {"type", "version", "id", "createdAt", "cwd", "project"}
     assert (header["type"], header["version"], header["id"], header["cwd"]) == ("session", 1, log.id, "/some/dir")
+    assert header["project"] == "/some/dir"  # no git work tree holds it: the directory is the project
     assert header["createdAt"].endswith("Z")
     assert records == []
     assert log.path == root / f"{log.id}.jsonl"

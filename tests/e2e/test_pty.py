@@ -27,6 +27,7 @@ REPO = Path(__file__).resolve().parents[2]
 KEY = "sk-ptyTestKey000000000000000000000"
 PROMPT = re.compile(r"\x1b\[0m>(?:\x1b|\s)")
 TIMEOUT = 10
+LINE_BREAK = r"\r?\n(?:\x1b\[\?7h)?"  # between the lines of one command's output, as the app writes them
 
 pytestmark = pytest.mark.timeout(60)
 
@@ -425,17 +426,83 @@ def test_tab_completes_slash_commands(home: Path, spawn) -> None:
 
 
 def test_resume_reports_the_interrupted_turn_first(home: Path, spawn) -> None:
-    log = SessionLog.create(root=home / "state" / "dsh" / "sessions", cwd=str(home))
+    log = SessionLog.create(root=home / "state" / "dsh" / "sessions", cwd=str(REPO))  # the project dsh runs in
     log.append(ev.TurnStart(1, "cut short"))
     log.append(ev.StepStart(1, 1))
     log.close()
     dsh = spawn("--demo", "--resume", "last")
-    match = dsh.expect(r"\[main turn 1\] \[turn interrupted by a previous process exit\]\r\n(.*)\r\n")
+    dsh.expect_exact(
+        "[main turn 1] [turn interrupted by a previous process exit]\r\n"  # before anything else
+        f"resumed session {log.id} (1 turn)\r\n"
+        "  turn 1 > cut short\r\n"
+        "           (turn interrupted by a previous process exit)\r\n"
+        "turn 1 was interrupted; /retry sends its prompt again: cut short\r\n"
+    )
+    match = dsh.expect(r"(.*)\r\n")
     banner = re.sub(r"\x1b\[[0-9;?]*[A-Za-z]", "", match.group(1))
-    assert banner.startswith("dsh 0.1.0 demo")  # the notice comes before the banner, before anything else
+    assert banner.startswith("dsh 0.1.0 demo")
     dsh.prompt()
     dsh.send("next")
     dsh.expect_exact("[main turn 2] Hello from the dsh demo!")
+
+
+def _session_ids(home: Path) -> list[str]:
+    root = home / "state" / "dsh" / "sessions"
+    return [p.stem for p in sorted(root.glob("*.jsonl"), key=lambda p: p.stat().st_mtime)] if root.is_dir() else []
+
+
+def test_retry_after_kill_9_mid_turn_resends_the_interrupted_prompt(home: Path, spawn) -> None:
+    dsh = spawn("--demo", "--scenario", "stall")
+    dsh.prompt()
+    assert _session_ids(home) == []  # launched, no turn yet: no session file
+    dsh.send("the prompt that was cut")
+    dsh.wait_screen("waiting for first token")
+    [ident] = _session_ids(home)  # the first turn wrote it
+    dsh.child.kill(9)
+    while not dsh.eof:
+        dsh._pump(0.2)
+    again = spawn("--demo", "--resume", "last")
+    again.expect_exact(
+        "[main turn 1] [turn interrupted by a previous process exit]\r\n"
+        f"resumed session {ident} (1 turn)\r\n"
+        "  turn 1 > the prompt that was cut\r\n"
+        "           (turn interrupted by a previous process exit)\r\n"
+        "turn 1 was interrupted; /retry sends its prompt again: the prompt that was cut\r\n"
+    )
+    again.prompt()
+    again.send("/retry")
+    again.expect_exact("[main turn 2] Hello from the dsh demo!")
+    again.prompt()
+    again.child.sendeof()
+    assert again.wait_exit() == 0
+    assert prompts_in_log(home) == ["the prompt that was cut", "the prompt that was cut"]
+    assert _session_ids(home) == [ident]
+
+
+def test_resume_last_inside_the_repl_never_picks_the_current_session(home: Path, spawn) -> None:
+    dsh = spawn("--demo")
+    dsh.prompt()
+    dsh.send("first")
+    dsh.expect_exact("[main turn 1] Hello from the dsh demo!")
+    dsh.prompt()
+    [first] = _session_ids(home)
+    dsh.send("/new")
+    dsh.expect(r"new session \S+\r\n")
+    dsh.prompt()
+    dsh.send("second")
+    dsh.expect_exact("[main turn 1] Hello from the dsh demo!")
+    dsh.prompt()
+    assert len(_session_ids(home)) == 2
+    dsh.send("/resume last")  # the latest of this project is the current one: the one before it is meant
+    dsh.expect_exact(f"resumed session {first} (1 turn)")
+    dsh.expect_exact("  turn 1 > first")
+    dsh.prompt()
+    dsh.send("/resume last")  # now the other way round
+    dsh.expect(r"resumed session (?!" + re.escape(first) + r")\S+ \(1 turn\)")
+    dsh.expect_exact("  turn 1 > second")
+    dsh.prompt()
+    dsh.child.sendeof()
+    assert dsh.wait_exit() == 0
 
 
 def test_startup_failure_on_a_terminal(home: Path, spawn) -> None:
@@ -476,14 +543,57 @@ def test_a_background_job_notice_wakes_the_idle_prompt(spawn) -> None:
     dsh.send("delegate in the background")
     dsh.expect_exact("  [tool result] started background subagent job subagent-1\r\n", timeout=20)
     dsh.prompt()  # idle now; nobody types
-    dsh.expect_exact("[job] background job subagent-1 (subagent: dsh-exit-later) finished [status: failed, error; "
-                     "diagnostic: Subagent failure (provider: dsh-exit-later; stage: session-run; category: "
-                     "transport; exit code: 9)]. Read its output with job_output.\r\n", timeout=20)
+    # written for the user (the model's own notice text is in the session log)
+    dsh.expect_exact("[job] subagent-1 (dsh-exit-later) failed: Subagent failure (provider: dsh-exit-later; "
+                     "stage: session-run; category: transport; exit code: 9) · /job subagent-1 shows its output\r\n",
+                     timeout=20)
     dsh.expect_exact("[main turn 2] ")  # the model got a turn for the notice without a new prompt
     dsh.expect_exact('  [tool call] job_output({"job_id": "subagent-1"})\r\n')
     dsh.prompt()
     dsh.send("/jobs")
-    dsh.expect_exact("subagent-1 (subagent: dsh-exit-later) [status: failed, error; diagnostic: ")
+    dsh.expect(r"subagent-1   failed +\d+s  dsh-exit-later" + LINE_BREAK
+               + r"/job ID shows a job's output · /kill ID stops a running one")
+    dsh.prompt()
+    dsh.send("/job subagent-1")
+    dsh.expect(r"job subagent-1 \(dsh-exit-later\) failed after \d+s" + LINE_BREAK + r"  Read 3 of 5 files\."
+               + LINE_BREAK + r"  Subagent failure \(provider: dsh-exit-later; stage: session-run; category: "
+               r"transport; exit code: 9\)")
+    dsh.prompt()
+
+
+def test_kill_cancels_a_running_background_job(spawn) -> None:
+    dsh = spawn("--demo", "--scenario", "dsh-background-slow")
+    dsh.prompt()
+    dsh.send("work in the background")
+    dsh.expect_exact("  [tool result] started background subagent job subagent-1\r\n", timeout=20)
+    dsh.prompt()
+    dsh.send("/jobs")
+    dsh.expect(r"subagent-1   running +\d+s  dsh-working")
+    dsh.prompt()
+    deadline = time.monotonic() + 20
+    while True:  # the child streams its partial output, then keeps working
+        dsh.send("/job subagent-1")
+        match = dsh.expect(r"job subagent-1 \(dsh-working\) running for \d+s" + LINE_BREAK + r"  ([^\r\n]*)\r?\n")
+        dsh.prompt()
+        if match.group(1) == "Still working on it..." or time.monotonic() > deadline:
+            break
+        time.sleep(0.3)
+    assert match.group(1) == "Still working on it..."
+    dsh.send("/kill subagent-1")
+    dsh.expect(r"killed job subagent-1 \(dsh-working\) after \d+s", timeout=20)
+    dsh.prompt()
+    dsh.send("/jobs")
+    dsh.expect(r"subagent-1   killed +\d+s  dsh-working")
+    dsh.prompt()
+    dsh.send("/kill subagent-1")
+    dsh.expect_exact("job subagent-1 had already finished: killed")
+    dsh.prompt()
+    dsh.send("/job subagent-9")
+    dsh.expect_exact("no job 'subagent-9' (jobs: subagent-1)")
+    dsh.prompt()
+    assert "[job]" not in dsh.raw  # a job the user killed posts no completion notice
+    dsh.child.sendeof()
+    assert dsh.wait_exit() == 0
 
 
 # --- hostile text: what you approve is what runs; nothing reaches the terminal raw --------------------------
@@ -561,7 +671,7 @@ SHOWN_ID = "evil\u241b]0;pwned\u2407\u241b[2J<U+202E>id"
 
 def test_a_forged_session_id_is_shown_visibly_in_sessions_and_resume(home: Path, spawn) -> None:
     root = home / "state" / "dsh" / "sessions"
-    log = SessionLog.create(root=root, cwd=str(home))
+    log = SessionLog.create(root=root, cwd=str(REPO))
     log.append(ev.TurnStart(1, "title \x1b]52;c;eA==\x07 here"))
     log.append(ev.StepStart(1, 1))
     log.close()
@@ -575,7 +685,8 @@ def test_a_forged_session_id_is_shown_visibly_in_sessions_and_resume(home: Path,
     dsh.expect_exact(f"session {SHOWN_ID} ")  # the banner names the resumed session
     dsh.prompt()
     dsh.send("/sessions")
-    dsh.expect_exact(f"* {SHOWN_ID}  1 turn    title \u241b]52;c;eA==\u2407 here\r\n")
+    title = re.escape("title \u241b]52;c;eA==\u2407 here")
+    dsh.expect(rf"\* \d{{4}}-\d\d-\d\d \d\d:\d\d  {re.escape(SHOWN_ID)}  1 turn     {title}\r\n")
     dsh.prompt()
     dsh.child.sendeof()
     assert dsh.wait_exit() == 0

@@ -118,6 +118,18 @@ def _open_turn(records: list[dict[str, Any]]) -> tuple[int | None, list[str]]:
     return open_turn, pending
 
 
+def _turn_lines(text: str) -> int:
+    """Complete lines the turns printed; the resume recap (dsh's summary of earlier turns) does not count."""
+    count, in_recap = 0, False
+    for line in text.split("\n")[:-1]:
+        if line.startswith("resumed session "):
+            in_recap = True
+        elif in_recap and not line.startswith((" ", "turn ")):
+            in_recap = False
+        count += not in_recap
+    return count
+
+
 def _live_one(home: Home, url: str, index: int, prompts: list[str], kill: _Kill | None) -> _Life:
     before = _log_bytes(home)
     resumed = bool(home.session_files())
@@ -132,7 +144,7 @@ def _live_one(home: Home, url: str, index: int, prompts: list[str], kill: _Kill 
         deadline = time.monotonic() + 60
         alive = True
         if kill is not None:
-            while alive and reader.line_count() < kill.after_lines and time.monotonic() < deadline:
+            while alive and _turn_lines(reader.text) < kill.after_lines and time.monotonic() < deadline:
                 alive = reader.pump(0.05)
             if alive:
                 time.sleep(kill.extra_delay)  # the kill lands at a chosen moment: the behaviour under test

@@ -67,6 +67,7 @@ class FakeShell:
     def __init__(self, demo: bool, root: Path) -> None:
         self.demo = object() if demo else None
         self.root = root
+        self.project = str(root)  # /resume completes this project's sessions
 
 
 def complete(shell: FakeShell, text: str) -> list[str]:

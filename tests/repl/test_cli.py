@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import importlib.metadata
 import os
+import re
 import signal
 import subprocess
 import sys
@@ -416,12 +417,13 @@ def test_eof_waits_for_background_jobs_and_shows_their_notice(home: Path) -> Non
     result = dsh(home, "--demo", stdin="/scenario dsh-background\nstart a job\n", timeout=60)
     assert result.returncode == 0
     lines = result.stdout.splitlines()
-    notice = (
-        "[job] background job subagent-1 (subagent: dsh-exit-later) finished [status: failed, error; "
-        "diagnostic: Subagent failure (provider: dsh-exit-later; stage: session-run; category: transport; "
-        "exit code: 9)]. Read its output with job_output."
-    )
-    assert notice in lines
+    notice = next(line for line in lines if line.startswith("[job] "))
+    # written for the user: what ended, how, after how long, and where its output is
+    assert re.fullmatch(
+        r"\[job\] subagent-1 \(dsh-exit-later\) failed: Subagent failure \(provider: "
+        r"dsh-exit-later; stage: session-run; category: transport; exit code: 9\) · /job subagent-1 shows its output",
+        notice,
+    ), notice
     # The idle owner is woken for one more turn that reads the notice.
     assert lines[lines.index(notice) + 1].startswith("[main turn 2] ")
 
@@ -521,7 +523,7 @@ def test_startup_failure_masks_the_key(home: Path) -> None:
 
 
 def open_turn_session(home: Path) -> str:
-    log = SessionLog.create(root=home / "state" / "dsh" / "sessions", cwd=str(home))
+    log = SessionLog.create(root=home / "state" / "dsh" / "sessions", cwd=str(REPO))  # dsh() runs there
     log.append(ev.TurnStart(1, "before the crash"))
     log.append(ev.StepStart(1, 1))
     ident = log.id
@@ -538,11 +540,18 @@ def test_resume_print_mode_reports_interrupted_turn(home: Path) -> None:
 
 
 def test_resume_piped_reports_interrupted_turn(home: Path) -> None:
-    open_turn_session(home)
+    ident = open_turn_session(home)
     result = dsh(home, "--demo", "--resume", "last", stdin="after\n")
-    assert result.stdout.splitlines()[0] == "[main turn 1] [turn interrupted by a previous process exit]"
+    assert result.stdout.splitlines()[:4] == [
+        "[main turn 1] [turn interrupted by a previous process exit]",
+        f"resumed session {ident} (1 turn)",
+        "  turn 1 > before the crash",
+        "           (turn interrupted by a previous process exit)",
+    ]
     again = dsh(home, "--demo", "--resume", "last", stdin="")
-    assert again.stdout == ""  # repaired once; nothing to report the second time
+    # repaired once: nothing interrupted to report the second time, only what was resumed
+    assert again.stdout.splitlines()[0] == f"resumed session {ident} (2 turns)"
+    assert "interrupted; /retry" not in again.stdout
 
 
 # --- hostile characters: a lone surrogate never silences the output or poisons the session ----------------

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import re
 from pathlib import Path
 
 import anyio
@@ -178,10 +179,20 @@ async def test_new_sessions_and_resume(env: dict[str, str], server: FaultServer)
         await shell.handle_line("/sessions")
         listing = sink.take().splitlines()
         assert listing[-1] == "resume one with /resume ID (or dsh --resume ID)"
-        assert listing[0].startswith(f"  {first}  1 turn") and listing[0].endswith("first prompt")
-        assert listing[1].startswith(f"* {second}  1 turn")
+        assert listing[0] == f"sessions of {shell.project} (newest last; --all for every project):"
+        date = r"\d{4}-\d\d-\d\d \d\d:\d\d"
+        assert re.fullmatch(rf"  {date}  {first}  1 turn     first prompt", listing[1]), listing
+        assert re.fullmatch(rf"\* {date}  {second}  1 turn     again", listing[2]), listing
+        await shell.handle_line("/sessions --all")
+        listing = sink.take().splitlines()
+        assert listing[0] == "sessions of every project (newest last):"
+        assert re.fullmatch(rf"  {date}  {first}  1 turn     {re.escape(shell.project)}  first prompt", listing[1])
         await shell.handle_line(f"/resume {first}")
-        assert sink.take() == f"resumed session {first} (1 turn so far)\n"
+        assert sink.take() == (
+            f"resumed session {first} (1 turn)\n"
+            "  turn 1 > first prompt\n"
+            "         < Hello! How can I help you today?\n"
+        )
         await shell.handle_line("continue")
         assert sink.take().startswith("[main turn 2] ")
         assert user_messages(server.requests[-1].json) == ["first prompt", "continue"]
@@ -193,17 +204,28 @@ async def test_new_sessions_and_resume(env: dict[str, str], server: FaultServer)
 
 async def test_resume_reports_the_repaired_turn_first(env: dict[str, str], server: FaultServer) -> None:
     root = Path(env["XDG_STATE_HOME"]) / "dsh" / "sessions"
-    log = SessionLog.create(root=root, cwd="/")
+    elsewhere = SessionLog.create(root=root, cwd="/")  # another project's, written later: not "last" here
+    log = SessionLog.create(root=root)
     log.append(ev.TurnStart(1, "was running"))
     log.append(ev.StepStart(1, 1))
     log.close()  # the process "died" mid-turn
+    elsewhere.append(ev.TurnStart(1, "other project"))
+    elsewhere.close()
     sink = ListSink()
     shell = Shell(Config(api_key=KEY, base_url=server.url), sink, color=False, env=env)
     try:
         await shell.start(resume="last")
         assert sink.take() == "[main turn 1] [turn interrupted by a previous process exit]\n"
-        await shell.handle_line("next")
+        shell.report_resumed()
+        assert sink.take() == (
+            f"resumed session {log.id} (1 turn)\n"
+            "  turn 1 > was running\n"
+            "           (turn interrupted by a previous process exit)\n"
+            "turn 1 was interrupted; /retry sends its prompt again: was running\n"
+        )
+        await shell.handle_line("/retry")
         assert sink.take().startswith("[main turn 2] ")
+        assert user_messages(server.requests[-1].json) == ["was running"]  # the interrupted turn left no trace
     finally:
         await shell.aclose()
 

@@ -9,7 +9,7 @@ import anyio
 import pytest
 
 from dsh.agent_loop import ToolOutput
-from dsh.agent_loop.jobs import JobManager
+from dsh.agent_loop.jobs import JobManager, user_notice
 from dsh.agent_loop.subagent import ParentContext, SubagentConfigError, build_provider
 from dsh.agent_loop.subagent.result import SubagentResult
 from dsh.agent_loop.subagent.tool import SubagentToolkit, foreground_output, subagent_tool
@@ -208,9 +208,11 @@ async def test_each_demo_scenario_prints_its_line(scenario: Any) -> None:
                 for job in kit.jobs.jobs:
                     await job.wait()
                 await agent.deliver_notices()
+            # what the REPL shows for a settled job (the screen here renders the model's notice text)
+            notices = [f"[job] {user_notice(job)}" for job in kit.jobs.jobs if job.status != "killed"]
         finally:
             await agent.aclose()
-    lines = screen.text.split("\n")
+    lines = screen.text.split("\n") + notices
     assert any(line.startswith(scenario.expect) for line in lines), screen.text
 
 
