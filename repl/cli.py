@@ -623,11 +623,14 @@ async def _stdin_lines() -> Any:
     import anyio
 
     fd = sys.stdin.fileno()
-    regular = stat.S_ISREG(os.fstat(fd).st_mode)
+    pollable = not stat.S_ISREG(os.fstat(fd).st_mode)
     pending = b""
     while True:
-        if not regular:
-            await anyio.wait_readable(fd)
+        if pollable:
+            try:
+                await anyio.wait_readable(fd)
+            except PermissionError:  # /dev/null and the like: epoll cannot watch them, and reads never block
+                pollable = False
         chunk = os.read(fd, 65536)
         if not chunk:
             break

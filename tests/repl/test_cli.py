@@ -675,3 +675,11 @@ def test_print_mode_streams_read_as_one_terminal_when_merged(home: Path) -> None
     lines = result.stdout.splitlines()
     assert lines[0] == "Half an answer"
     assert lines[1].startswith("[turn failed TRANSPORT] DeepSeek API stream from http://127.0.0.1:")
+
+
+def test_stdin_from_dev_null_is_an_empty_piped_session(home: Path) -> None:
+    # /dev/null cannot be watched by epoll (EPERM): it is read directly, like a regular file.
+    with open(os.devnull, "rb") as null:
+        result = subprocess.run([sys.executable, "-m", "dsh.repl", "--demo"], cwd=REPO, env=base_env(home),
+                                stdin=null, capture_output=True, text=True, timeout=30)
+    assert (result.returncode, result.stderr) == (0, "")
