@@ -20,7 +20,7 @@ from collections.abc import Iterator, Mapping
 from typing import Any
 
 from dsh.agent_loop.events import Event, TurnStart, to_wire
-from dsh.llm import redact_text
+from dsh.llm import ErrorCode, redact_text
 from dsh.repl.shell import Shell, Sink
 
 __all__ = ["PrintOutput", "result_object"]
@@ -59,7 +59,7 @@ def _redacted(value: Any, secrets: tuple[str, ...]) -> Any:
 def result_object(shell: Shell, reason: Mapping[str, Any] | None, status: int, duration_s: float,
                   text: str) -> dict[str, Any]:
     """The ``--output-format json`` object for a finished ``-p`` turn."""
-    reason = dict(reason or {"kind": "error", "code": "STARTUP", "message": "no turn ran"})
+    reason = dict(reason or {"kind": "error", "code": str(ErrorCode.STARTUP), "message": "no turn ran"})
     kind = reason.get("kind")
     if kind == "error":
         message = reason.get("message")

@@ -24,6 +24,7 @@ import pytest
 from dsh.llm.wire_trace import TraceWriter, _BodyTee
 from dsh.repl.demo.fault_server import Behaviour, FaultServer
 from tests import canaries
+from tests.real_parts import missing
 from tests.repl.test_cli import REPO, base_env, dsh, write_config
 
 # (behaviour, extra config lines, exit status)
@@ -283,7 +284,10 @@ def test_curl_reads_a_recorded_answer_from_replay_server(home: Path, fault: Faul
 
 
 def test_the_openai_sdk_streams_a_recorded_answer_from_replay_server(home: Path, fault: FaultServer) -> None:
-    openai = pytest.importorskip("openai")
+    try:
+        import openai
+    except ImportError:
+        missing("the openai SDK", "pip install -e '.[test]'")
     trace = home / "text.jsonl"
     live = dsh(home, "-p", "hi", "--record", str(trace), DEEPSEEK_API_KEY=canaries.API_KEY,
                DEEPSEEK_BASE_URL=fault.url)
