@@ -41,6 +41,7 @@ __all__ = [
     "APPROVAL_MAX_CHARS",
     "DIM",
     "FIX_AUTH",
+    "FIX_AUTH_FROM",
     "FIX_CERTIFICATE",
     "FIX_CONTEXT",
     "FIX_INVALID_URL",
@@ -88,6 +89,7 @@ RESET = "\x1b[0m"
 
 # DeepSeek's documented remedies for the errors a user can act on, one short fixed line each.
 FIX_AUTH = "  fix: check your API key (DEEPSEEK_API_KEY, or api_key in config.toml)"
+FIX_AUTH_FROM = "  fix: the API key was refused — check {source}"  # where the key came from is known
 FIX_QUOTA = "  fix: your DeepSeek balance has run out; top up at https://platform.deepseek.com/top_up"
 FIX_RATE_LIMIT = "  fix: requests are arriving too fast; back off and try again shortly"
 FIX_SERVER = "  fix: the DeepSeek server is having trouble; retry later"
@@ -331,6 +333,8 @@ def fix_line(reason: EndReason, sources: Mapping[str, str] | None = None) -> str
         if detail == FailureDetail.INVALID_URL:
             return _one_line(FIX_INVALID_URL.format(source=source))
         return None
+    if reason.code == ErrorCode.AUTH and "api_key" in sources:
+        return _one_line(FIX_AUTH_FROM.format(source=sources["api_key"]))
     return _FIX_BY_CODE.get(reason.code)
 
 

@@ -66,7 +66,8 @@ from tests.real_parts import isolated_resolver
 HELLO = "Hello! How can I help you today?"
 IDLE, FIRST = 2, 3  # timeout rows: stream_idle_timeout / first_token_timeout (seconds)
 SSL = r"\(_ssl\.c:\d+\)"
-FIX_AUTH = "  fix: check your API key (DEEPSEEK_API_KEY, or api_key in config.toml)"
+# The rows' key comes from the environment, and the AUTH fix names where it came from.
+FIX_AUTH = "  fix: the API key was refused — check DEEPSEEK_API_KEY (environment)"
 FIX_QUOTA = "  fix: your DeepSeek balance has run out; top up at https://platform.deepseek.com/top_up"
 FIX_RATE = "  fix: requests are arriving too fast; back off and try again shortly"
 FIX_SERVER = "  fix: the DeepSeek server is having trouble; retry later"

@@ -92,7 +92,7 @@ def test_print_mode_and_startup_failures_with_a_secret_laden_base_url(tmp_path: 
                          env={"DEEPSEEK_API_KEY": canaries.API_KEY}, key=None, label="print")
     assert failed.returncode == 1 and failed.stdout == "" and failed.stderr == (  # -p: diagnostics on stderr
         "[turn failed AUTH] key *** may not do this\n"
-        "  fix: check your API key (DEEPSEEK_API_KEY, or api_key in config.toml)\n"
+        "  fix: the API key was refused — check DEEPSEEK_API_KEY (environment)\n"
     )
     runs = [failed]
     for variant in ({"args": ["--base-url", _canary_url(99999), "-p", "x"]},

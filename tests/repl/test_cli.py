@@ -175,7 +175,7 @@ def test_the_api_key_never_reaches_the_output(home: Path, server: FaultServer) -
     assert result.returncode == 1
     assert KEY not in result.stdout + result.stderr
     assert result.stdout == ""
-    assert result.stderr.splitlines()[1].startswith("  fix: check your API key")
+    assert result.stderr.splitlines()[1] == "  fix: the API key was refused — check DEEPSEEK_API_KEY (environment)"
 
 
 # --- -p for scripts: stdout carries the answer, stderr the rest; stdin prompts; JSON formats ----------------

@@ -20,7 +20,7 @@ from dsh.repl import commands
 from dsh.repl.config import Config, load_config
 from dsh.repl.demo.fault_server import Behaviour, FaultServer, closed_port
 from dsh.repl.doctor import Doctor, Report
-from dsh.repl.render import FIX_AUTH, FIX_CERTIFICATE, FIX_QUOTA
+from dsh.repl.render import FIX_AUTH_FROM, FIX_CERTIFICATE, FIX_QUOTA
 from dsh.repl.shell import Shell
 from tests import canaries
 
@@ -148,7 +148,7 @@ async def test_a_401_fails_at_http_with_auth(env: dict[str, str], fault_server: 
     _, lines = await _report(env, fault_server.url)
     assert lines[5:8] == [
         "✗ HTTP: [AUTH] Authentication Fails, Your api key: ****abcd is invalid",
-        FIX_AUTH,
+        FIX_AUTH_FROM.format(source="DEEPSEEK_API_KEY (environment)"),  # the fix names where the key came from
         f"– balance: {SKIPPED}",
     ]
 

@@ -485,6 +485,10 @@ def test_a_command_taller_than_the_screen_must_be_viewed() -> None:
     [
         ("TRANSPORT", "refused", "http://127.0.0.1:1", {"base_url": "DEEPSEEK_BASE_URL (environment)"},
          "  fix: nothing is listening at 127.0.0.1:1 — check DEEPSEEK_BASE_URL (environment)"),
+        ("AUTH", None, "https://api.deepseek.com", {"api_key": "api_key in /home/u/.config/dsh/config.toml"},
+         "  fix: the API key was refused — check api_key in /home/u/.config/dsh/config.toml"),
+        ("AUTH", None, "https://api.deepseek.com", {},
+         "  fix: check your API key (DEEPSEEK_API_KEY, or api_key in config.toml)"),
         ("TRANSPORT", "plain-http", "https://127.0.0.1:8765", {},
          "  fix: the server speaks plain HTTP — did you mean http://127.0.0.1:8765?"),
         ("TRANSPORT", "certificate", "https://127.0.0.1:8443", {},
