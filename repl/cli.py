@@ -11,6 +11,7 @@ Nothing here prints a traceback unless ``DSH_DEBUG=1``.
 
 from __future__ import annotations
 
+import contextlib
 import os
 import sys
 
@@ -38,8 +39,29 @@ def main(argv: Sequence[str] | None = None) -> NoReturn:
         raise SystemExit(0)
     subcommand = _SUBCOMMANDS.get(args[0]) if args else None
     if subcommand is not None:
-        raise SystemExit(subcommand(args[1:]))
-    raise SystemExit(_guarded(args))
+        finish(subcommand(args[1:]))
+    finish(_guarded(args))
+
+
+def finish(status: int) -> NoReturn:
+    """Exit with ``status``, even if a worker thread is stuck in a system call.
+
+    A file read that a cancelled turn abandoned (``abandon_on_cancel``) may still sit in its worker
+    thread, and the interpreter would wait for it at exit forever; so once everything is flushed and
+    logged, a process with such a thread leaves at once.
+    """
+    import threading
+
+    stuck = [t for t in threading.enumerate() if t is not threading.main_thread() and t.is_alive() and not t.daemon]
+    if not stuck:
+        raise SystemExit(status)
+    import logging
+
+    for stream in (sys.stdout, sys.stderr):
+        with contextlib.suppress(Exception):
+            stream.flush()
+    logging.shutdown()
+    os._exit(status)
 
 
 def _debug() -> bool:

@@ -521,6 +521,40 @@ def test_sigterm_cancels_and_exits(spawn) -> None:
     assert dsh.wait_exit() == 143
 
 
+def test_sigterm_during_a_slow_tool_kills_it_and_exits(home: Path, spawn) -> None:
+    work = home / "work"
+    work.mkdir()
+    _no_retry_config(home)
+    marker = work / "slow-tool-ran"
+    command = f"touch {marker}; sleep 60; echo late"
+    call = Behaviour("tool_call", id="call_1", name="run_shell", arguments=json.dumps({"command": command}))
+    with FaultServer(script=[call], default=Behaviour("text", text="done\n")) as server:
+        dsh = spawn(cwd=work, DEEPSEEK_API_KEY=KEY, DEEPSEEK_BASE_URL=server.url)
+        dsh.prompt()
+        dsh.send("be slow")
+        dsh.wait_screen("(y / n / a)")
+        dsh.child.send("y")
+        dsh._wait(marker.exists, "the slow command to start", 10)
+        started = time.monotonic()
+        dsh.child.kill(15)
+        dsh.expect_exact("[turn aborted] cancelled")
+        assert dsh.wait_exit() == 143
+        assert time.monotonic() - started < 5  # not the 60 s the command would take
+    assert not [pid for pid in _pids_running("sleep 60")], "the command's process group was not killed"
+
+
+def _pids_running(needle: str) -> list[int]:
+    found = []
+    for entry in Path("/proc").iterdir():
+        if entry.name.isdigit():
+            try:
+                if needle.encode() in (entry / "cmdline").read_bytes().replace(b"\0", b" "):
+                    found.append(int(entry.name))
+            except OSError:
+                continue
+    return found
+
+
 # --- subagents: the diagnostic inline, and a background job waking an idle prompt ---------------------
 
 

@@ -683,3 +683,17 @@ def test_stdin_from_dev_null_is_an_empty_piped_session(home: Path) -> None:
         result = subprocess.run([sys.executable, "-m", "dsh.repl", "--demo"], cwd=REPO, env=base_env(home),
                                 stdin=null, capture_output=True, text=True, timeout=30)
     assert (result.returncode, result.stderr) == (0, "")
+
+
+def test_a_stuck_worker_thread_does_not_keep_dsh_from_exiting() -> None:
+    # A read abandoned by a cancelled turn can sit in a (non-daemon) worker thread; exit must not wait for it.
+    code = (
+        "import os, threading\n"
+        "from dsh.repl.cli import finish\n"
+        "r, w = os.pipe()\n"
+        "threading.Thread(target=os.read, args=(r, 1)).start()\n"
+        "print('flushed first', flush=False)\n"
+        "finish(3)\n"
+    )
+    result = subprocess.run([sys.executable, "-c", code], cwd=REPO, capture_output=True, text=True, timeout=30)
+    assert (result.returncode, result.stdout) == (3, "flushed first\n")
