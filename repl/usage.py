@@ -70,6 +70,9 @@ def compact_count(count: int) -> str:
 
 
 def format_cost(cost: float) -> str:
+    """``$0.0031``; a cost that rounds to nothing but is not nothing reads ``<$0.0001``, never ``$0.0000``."""
+    if 0 < cost < 0.00005:
+        return "<$0.0001"
     return f"${cost:.4f}" if cost < 1 else f"${cost:.2f}"
 
 

@@ -164,3 +164,10 @@ def test_the_usage_line_shortens_large_counts() -> None:
     tally = UsageTally(requests=2, prompt=12_345, cached=9_100, output=420, reasoning=300, cost=0.0031,
                        context=189_000, model="deepseek-v4-flash")
     assert usage_line(tally) == "tokens 12.3k in (9.1k cached) · 420 out (300 reasoning) · context 18% · $0.0031"
+
+
+def test_a_tiny_cost_is_never_shown_as_zero() -> None:
+    from dsh.repl.usage import format_cost
+
+    assert [format_cost(c) for c in (0.0, 0.00001, 0.00031, 0.5, 12.345)] == [
+        "$0.0000", "<$0.0001", "$0.0003", "$0.5000", "$12.35"]
