@@ -1,7 +1,8 @@
 """``dsh doctor`` / ``/doctor`` against the real fault server on loopback: each fault is the right failing step.
 
 Times vary, so every ``<n> ms`` is compared as ``<ms>``; everything else is exact. DNS is never sent to an
-outside resolver: the resolver function is injected wherever a name (not an address) is looked up.
+outside resolver: the resolver function is injected wherever a name (not an address) is looked up, and
+the one real lookup runs in a loopback-only namespace (tests/real_parts.py).
 """
 
 from __future__ import annotations
@@ -421,3 +422,22 @@ async def test_wrong_proxy_credentials_fail_at_tls_as_a_turn_fails(
     ]
     turn = await _turn_failure(env, _config(env, url))
     assert turn.endswith(lines[4].removeprefix("✗ TLS: [PROXY] "))
+
+
+def test_a_real_lookup_of_a_name_that_does_not_exist_fails_at_dns(env: dict[str, str], tmp_path: Path) -> None:
+    # The real resolver, in a loopback-only namespace that reads /etc/hosts alone: no query leaves.
+    from tests.real_parts import isolated_resolver
+
+    done = subprocess.run(
+        [*isolated_resolver(tmp_path), sys.executable, "-m", "dsh.repl", "doctor", "--base-url",
+         "https://api.deepseek.invalid"],
+        env={**env, "PATH": "/usr/bin:/bin"}, capture_output=True, text=True, timeout=60, check=False,
+    )
+    lines = done.stdout.splitlines()
+    assert done.returncode == 1, done.stderr
+    assert lines[2:4] == [
+        "✗ DNS: [TRANSPORT] DeepSeek API request to https://api.deepseek.invalid failed: "
+        "[Errno -2] Name or service not known",
+        "  fix: the host name api.deepseek.invalid does not exist — check --base-url (flag)",
+    ]
+    assert lines[-1] == "doctor: failed at DNS"
