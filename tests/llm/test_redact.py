@@ -103,7 +103,8 @@ def test_environment_secrets_are_found_by_name() -> None:
         "HTTPS_PROXY": "http://user:proxypass@127.0.0.1:3128",
     }
     assert environment_secrets(env) == ("tok-0123456789", "hunter2hunter2", "user", "proxypass")
-    assert looks_secret("ANTHROPIC_API_KEY") and not looks_secret("PATH")
+    assert looks_secret("ANTHROPIC_API_KEY") and looks_secret("GH_AUTH") and not looks_secret("PATH")
+    assert not looks_secret("GIT_AUTHOR_NAME")  # a name, not a credential
 
 
 def test_hostile_input_costs_linear_time() -> None:
