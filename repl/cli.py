@@ -47,20 +47,24 @@ def finish(status: int) -> NoReturn:
     """Exit with ``status``, even if a worker thread is stuck in a system call.
 
     A file read that a cancelled turn abandoned (``abandon_on_cancel``) may still sit in its worker
-    thread, and the interpreter would wait for it at exit forever; so once everything is flushed and
-    logged, a process with such a thread leaves at once.
+    thread, and the interpreter would wait for it at exit forever. Idle workers end on their own within
+    a moment; a thread still there after that is stuck, so the exit handlers run and the process leaves.
     """
     import threading
+    import time
 
-    stuck = [t for t in threading.enumerate() if t is not threading.main_thread() and t.is_alive() and not t.daemon]
-    if not stuck:
+    deadline = time.monotonic() + 1.0
+    for thread in threading.enumerate():
+        if thread is not threading.main_thread() and not thread.daemon:
+            thread.join(max(0.0, deadline - time.monotonic()))
+    if not any(t.is_alive() and not t.daemon for t in threading.enumerate() if t is not threading.main_thread()):
         raise SystemExit(status)
-    import logging
+    import atexit
 
+    atexit._run_exitfuncs()  # what a normal exit runs after joining threads (the log, peak RSS, ...)
     for stream in (sys.stdout, sys.stderr):
         with contextlib.suppress(Exception):
             stream.flush()
-    logging.shutdown()
     os._exit(status)
 
 
