@@ -508,13 +508,14 @@ class DeepSeekClient:
             body["reasoning_effort"] = request.reasoning_effort
         return body
 
-    def _endpoint(self) -> httpx.URL:
+    def _url(self, path: str) -> httpx.URL:
+        """``{base_url}{path}``; raises ``httpx.InvalidURL`` for a base URL httpx cannot use."""
         import httpx
 
         # The path goes before any query; userinfo is dropped because httpx would turn it into
         # Basic auth that overwrites the bearer key.
         base = httpx.URL(self._base_url)
-        return base.copy_with(path=base.path.rstrip("/") + "/chat/completions", userinfo=b"")
+        return base.copy_with(path=base.path.rstrip("/") + path, userinfo=b"")
 
     def _headers(self) -> dict[str, str]:
         headers = {
@@ -534,12 +535,10 @@ class DeepSeekClient:
         return ((self._api_key,) if self._api_key else ()) + url_secrets(self._base_url) + proxy
 
     def transport_failure(self, exc: BaseException) -> LlmError:
-        """The error a request of this client raises for ``exc`` before any response (``dsh doctor``'s probes
-        name their failures with it, so they read exactly as a turn's would)."""
-        return self._transport_failure(exc)
+        """A failure before any response: permanent ones get no retry; a proxy's own is ``PROXY``.
 
-    def _transport_failure(self, exc: BaseException) -> LlmError:
-        """A failure before any response: permanent ones get no retry; a proxy's own is ``PROXY``."""
+        Public because ``dsh doctor``'s probes name their failures with it, so they read as a turn's would.
+        """
         import httpx
 
         detail = classify_transport(exc)
@@ -591,35 +590,38 @@ class DeepSeekClient:
             )
         return LlmError(f"DeepSeek stream idle timeout after {limit}", ErrorCode.TIMEOUT)
 
-    async def stream(self, request: ChatRequest, *, trace: StreamTrace | None = None) -> AsyncIterator[StreamEvent]:
-        """POST the request and yield events as they arrive; ``Finish`` only after ``[DONE]``.
-
-        ``trace``, when given, is filled in with what the events do not show (``dsh doctor``).
-        """
+    async def _send(
+        self, method: str, path: str, headers: dict[str, str], content: bytes | None = None
+    ) -> tuple[httpx.Response, _Watchdog]:
+        """Send and wait for the response headers under the first deadline; each failure is a turn's error."""
         cancelled = anyio.get_cancelled_exc_class()
-        body = _encode_body(json.dumps(self.build_body(request), ensure_ascii=False))
-
         response: httpx.Response | None = None
         try:
             http = self._client()
-            http_request = http.build_request("POST", self._endpoint(), content=body, headers=self._headers())
+            http_request = http.build_request(method, self._url(path), content=content, headers=headers)
             # The clock starts once the request is ready: the first call's lazy client setup is ours.
             watchdog = _Watchdog(self.stream_idle_timeout, self.first_token_timeout)
-            if trace is not None:
-                trace.started_at = watchdog.start
             with anyio.CancelScope(deadline=watchdog.deadline()) as scope:
                 response = await http.send(http_request, stream=True)
-            if trace is not None and response is not None:
-                trace.headers_at = anyio.current_time()
         except cancelled as exc:
             raise self._aborted(exc)
         except Exception as exc:
             # Anything before a Response exists is transport: httpx errors, and the OSError or
             # ExceptionGroup that escapes anyio's connect (e.g. port 99999).
-            raise self._transport_failure(exc)
+            raise self.transport_failure(exc)
         if scope.cancelled_caught or response is None:
             raise self._timeout(watchdog, headers=False)
+        return response, watchdog
 
+    async def stream(self, request: ChatRequest, *, trace: StreamTrace | None = None) -> AsyncIterator[StreamEvent]:
+        """POST the request and yield events as they arrive; ``Finish`` only after ``[DONE]``.
+
+        ``trace``, when given, is filled in with what the events do not show (``dsh doctor``).
+        """
+        body = _encode_body(json.dumps(self.build_body(request), ensure_ascii=False))
+        response, watchdog = await self._send("POST", "/chat/completions", self._headers(), body)
+        if trace is not None:
+            trace.started_at, trace.headers_at = watchdog.start, anyio.current_time()
         try:
             if response.status_code >= 300:
                 await self._raise_for_status(response, watchdog)
@@ -638,22 +640,9 @@ class DeepSeekClient:
         import httpx
 
         cancelled = anyio.get_cancelled_exc_class()
-        base = httpx.URL(self._base_url)
-        url = base.copy_with(path=base.path.rstrip("/") + path, userinfo=b"")
         headers = {**self._headers(), "Accept": "application/json"}
         headers.pop("Content-Type", None)
-        response: httpx.Response | None = None
-        watchdog = _Watchdog(self.stream_idle_timeout, self.first_token_timeout)
-        try:
-            http = self._client()
-            with anyio.CancelScope(deadline=watchdog.deadline()) as scope:
-                response = await http.send(http.build_request("GET", url, headers=headers), stream=True)
-        except cancelled as exc:
-            raise self._aborted(exc)
-        except Exception as exc:
-            raise self._transport_failure(exc)
-        if scope.cancelled_caught or response is None:
-            raise self._timeout(watchdog, headers=False)
+        response, watchdog = await self._send("GET", path, headers)
         try:
             if response.status_code == 404:
                 return 404, None
