@@ -453,14 +453,14 @@ class Shell:
             self.turn_usage = UsageTally()
         elif isinstance(event, AssistantMessage) and event.usage is not None:
             self._count_usage(event)
-        elif isinstance(event, ToolResult | JobNotice):
-            self._note_subagent_failure(event)
-            if isinstance(event, ToolResult):
-                self.last_tool_result = event
+        elif isinstance(event, ToolResult):
+            self.last_tool_result = event
+            if event.cause is not None:  # a failed subagent run: /why shows its host-side chain
+                self.last_failure = event.cause
+        elif isinstance(event, JobNotice):
+            event = self._settled_job(event)
         elif isinstance(event, ContextCompacted):
             self._count_compaction(event)
-        if isinstance(event, JobNotice):
-            event = self._user_notice(event)
         if self.split is not None:
             assert self.answer is not None
             for stream, chunk in self.split.render(event):
@@ -476,20 +476,14 @@ class Shell:
         if isinstance(event, JobNotice) and not self.turn_running and self.on_idle_notice is not None:
             self.on_idle_notice()
 
-    def _note_subagent_failure(self, event: ToolResult | JobNotice) -> None:
-        """A subagent's failure is the last failure until a later one: /why shows its host-side chain."""
-        cause = event.cause if isinstance(event, ToolResult) else None
-        if isinstance(event, JobNotice) and self.toolkit is not None:
-            job = self.toolkit.jobs.get(event.job_id)
-            cause = job.result.cause if job is not None and job.result is not None else None
-        if cause is not None:
-            self.last_failure = cause
-
-    def _user_notice(self, event: JobNotice) -> JobNotice:
-        """The on-screen notice is written for the user; the model keeps the event's own text."""
+    def _settled_job(self, event: JobNotice) -> JobNotice:
+        """A job settled: a failure's raw cause becomes /why's, and the on-screen notice is written for the
+        user (the model keeps the event's own text)."""
         job = self.toolkit.jobs.get(event.job_id) if self.toolkit is not None else None
         if job is None:
             return event
+        if job.result is not None and job.result.cause is not None:
+            self.last_failure = job.result.cause
         from dsh.agent_loop.jobs import user_notice
 
         return JobNotice(event.job_id, user_notice(job))
