@@ -83,7 +83,6 @@ from dsh.llm import (
     TextDelta,
     ToolCall,
     error_chain,
-    redact_text,
     unwrap_group,
 )
 from dsh.llm.reply import MAX_TOOL_CALLS
@@ -571,7 +570,7 @@ class Agent:
             try:
                 callback(event)
             except Exception as exc:  # a broken subscriber must not break the turn; say so
-                _log.warning("event subscriber failed on %s: %s", event.type, redact_text(error_chain(exc)))
+                _log.warning("event subscriber failed on %s: %s", event.type, self.redactor(error_chain(exc)))
 
     def _notify(self, event: Event) -> None:
         # For tools and background jobs: a log failure is recorded (it ends the running turn, or the
@@ -755,7 +754,7 @@ class Agent:
                         max_attempts=self.retry.attempts_for(limit),
                         delay_s=round(delay, 3),
                         code=code,
-                        message=redact_text(error_chain(exc), self._secrets()),
+                        message=self.redactor(error_chain(exc)),
                     )
                 )
                 await anyio.sleep(delay)
@@ -769,7 +768,7 @@ class Agent:
         except Exception as exc:
             if self._scope is not None and self._scope.cancel_called:
                 raise
-            _log.warning("automatic compaction failed: %s", redact_text(error_chain(exc), self._secrets()))
+            _log.warning("automatic compaction failed: %s", self.redactor(error_chain(exc)))
         if event is None:
             raise refused  # outside the handler: its cause chain stays its own
         self._publish(event)
