@@ -9,9 +9,8 @@ import pytest
 from dsh.agent_loop.compact import SUMMARY_HEADER
 from dsh.repl.config import Config
 from dsh.repl.demo.fault_server import Behaviour, FaultServer
-from dsh.repl.shell import Shell
-from tests.repl.test_shell_commands import KEY, ListSink
-from tests.repl.test_usage_and_context import sent_usage
+from tests.repl.test_shell_commands import KEY
+from tests.repl.test_usage_and_context import sent_usage, started_shell
 
 pytestmark = pytest.mark.anyio
 
@@ -37,12 +36,9 @@ async def test_the_warning_then_compact_then_the_next_request_starts_from_the_su
     env: dict[str, str], server: FaultServer, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     monkeypatch.chdir(tmp_path)
-    sink = ListSink()
     config = Config(api_key=KEY, base_url=server.url, models=_window(0.95))
-    shell = Shell(config, sink, color=False, env=env, show_usage=True)
     server.push("text", Behaviour("text", text=SUMMARY), "text", "text")
-    await shell.start()
-    try:
+    async with started_shell(config, env, show_usage=True) as (shell, sink):
         await shell.handle_line("hello")
         lines = sink.take().splitlines()
         assert lines[0] == f"[main turn 1] {HELLO}"
@@ -63,18 +59,13 @@ async def test_the_warning_then_compact_then_the_next_request_starts_from_the_su
         assert sink.take().splitlines()[-1].startswith("tokens ")  # well under 80% again: no warning
         await shell.handle_line("/cost")
         assert sink.take().startswith("3 requests: ")
-    finally:
-        await shell.aclose()
 
 
 async def test_a_failed_compaction_is_one_line_and_changes_nothing(
     env: dict[str, str], server: FaultServer, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     monkeypatch.chdir(tmp_path)
-    sink = ListSink()
-    shell = Shell(Config(api_key=KEY, base_url=server.url), sink, color=False, env=env)
-    await shell.start()
-    try:
+    async with started_shell(Config(api_key=KEY, base_url=server.url), env) as (shell, sink):
         await shell.handle_line("/compact")
         assert sink.take() == "nothing to compact yet\n"
         server.push("text", "http_401", "text")
@@ -87,36 +78,26 @@ async def test_a_failed_compaction_is_one_line_and_changes_nothing(
         )
         await shell.handle_line("again")
         assert [m["role"] for m in server.requests[-1].json["messages"]] == ["system", "user", "assistant", "user"]
-    finally:
-        await shell.aclose()
 
 
 async def test_context_window_exceeded_gets_its_fix_line(
     env: dict[str, str], server: FaultServer, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     monkeypatch.chdir(tmp_path)
-    sink = ListSink()
-    shell = Shell(Config(api_key=KEY, base_url=server.url), sink, color=False, env=env)
     server.push("http_400_context")
-    await shell.start()
-    try:
+    async with started_shell(Config(api_key=KEY, base_url=server.url), env) as (shell, sink):
         await shell.handle_line("hello")
         lines = sink.take().splitlines()
         assert lines[0].startswith("[main turn 1] [turn failed CONTEXT_WINDOW_EXCEEDED] This model's maximum")
         assert lines[1] == "  fix: the conversation is too long for the model — /compact or /new"
-    finally:
-        await shell.aclose()
 
 
 async def test_auto_compact_shows_the_compaction_inside_the_turn(
     env: dict[str, str], server: FaultServer, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     monkeypatch.chdir(tmp_path)
-    sink = ListSink()
-    shell = Shell(Config(api_key=KEY, base_url=server.url, auto_compact=True), sink, color=False, env=env)
     server.push("text", "http_400_context", Behaviour("text", text=SUMMARY), "text")
-    await shell.start()
-    try:
+    async with started_shell(Config(api_key=KEY, base_url=server.url, auto_compact=True), env) as (shell, sink):
         await shell.handle_line("hello")
         sink.take()
         await shell.handle_line("again")
@@ -125,20 +106,15 @@ async def test_auto_compact_shows_the_compaction_inside_the_turn(
             f"[main turn 2] [compacted] 3 messages replaced by a summary of {tokens} tokens; sending the request again",
             HELLO,
         ]
-    finally:
-        await shell.aclose()
 
 
 async def test_auto_compact_compacts_before_a_prompt_past_90_percent(
     env: dict[str, str], server: FaultServer, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     monkeypatch.chdir(tmp_path)
-    sink = ListSink()
     config = Config(api_key=KEY, base_url=server.url, models=_window(0.95), auto_compact=True)
-    shell = Shell(config, sink, color=False, env=env)
     server.push("text", Behaviour("text", text=SUMMARY), "text")
-    await shell.start()
-    try:
+    async with started_shell(config, env) as (shell, sink):
         await shell.handle_line("hello")
         sink.take()
         await shell.handle_line("again")
@@ -147,5 +123,3 @@ async def test_auto_compact_compacts_before_a_prompt_past_90_percent(
             f"[compacted] 2 messages replaced by a summary of {tokens} tokens", f"[main turn 2] {HELLO}",
         ]
         assert [m["role"] for m in server.requests[-1].json["messages"]] == ["system", "user", "user"]
-    finally:
-        await shell.aclose()

@@ -2,9 +2,12 @@
 
 from __future__ import annotations
 
+import contextlib
 import datetime as dt
 import json
+from collections.abc import AsyncIterator
 from pathlib import Path
+from typing import Any
 
 import pytest
 
@@ -40,6 +43,18 @@ def sent_usage(text: str) -> dict[str, int]:
     raise AssertionError("no usage chunk")
 
 
+@contextlib.asynccontextmanager
+async def started_shell(config: Config, env: dict[str, str], **options: Any) -> AsyncIterator[tuple[Shell, ListSink]]:
+    """A started shell writing to a list (no colour), closed when the block ends."""
+    sink = ListSink()
+    shell = Shell(config, sink, color=False, env=env, **options)
+    await shell.start()
+    try:
+        yield shell, sink
+    finally:
+        await shell.aclose()
+
+
 async def test_the_system_prompt_and_agents_md_arrive_in_every_request(
     env: dict[str, str], server: FaultServer, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
@@ -47,9 +62,7 @@ async def test_the_system_prompt_and_agents_md_arrive_in_every_request(
     project.mkdir()
     (project / "AGENTS.md").write_text("Always answer with a haiku.\n")
     monkeypatch.chdir(project)
-    shell = Shell(Config(api_key=KEY, base_url=server.url), ListSink(), color=False, env=env)
-    await shell.start()
-    try:
+    async with started_shell(Config(api_key=KEY, base_url=server.url), env) as (shell, _):
         await shell.handle_line("hello")
         await shell.handle_line("again")
         for request in server.requests[-2:]:
@@ -58,8 +71,6 @@ async def test_the_system_prompt_and_agents_md_arrive_in_every_request(
             assert f"# Instructions from {project / 'AGENTS.md'}\n\nAlways answer with a haiku." in system["content"]
             assert f"- working directory: {project}" in system["content"]
         assert [m["role"] for m in server.requests[-1].json["messages"]] == ["system", "user", "assistant", "user"]
-    finally:
-        await shell.aclose()
 
 
 async def test_context_lists_each_source_with_its_path_and_size(
@@ -67,10 +78,7 @@ async def test_context_lists_each_source_with_its_path_and_size(
 ) -> None:
     (tmp_path / "AGENTS.md").write_text("x" * 400)
     monkeypatch.chdir(tmp_path)
-    sink = ListSink()
-    shell = Shell(Config(api_key=KEY, base_url=server.url), sink, color=False, env=env)
-    await shell.start()
-    try:
+    async with started_shell(Config(api_key=KEY, base_url=server.url), env) as (shell, sink):
         await shell.handle_line("/context")
         lines = sink.take().splitlines()
         expected = estimate_tokens(f"# Instructions from {tmp_path / 'AGENTS.md'}\n\n" + "x" * 400)
@@ -79,18 +87,14 @@ async def test_context_lists_each_source_with_its_path_and_size(
         assert lines[3].startswith(f"  AGENTS.md  {tmp_path / 'AGENTS.md'}") and lines[3].endswith(f"≈ {expected}")
         assert lines[4].startswith("  tool definitions (6 tools)") and lines[5].startswith("  history (0 messages)")
         assert lines[6].startswith("  total") and lines[6].endswith("of 1M")
-    finally:
-        await shell.aclose()
 
 
 async def test_each_interactive_turn_ends_with_the_usage_the_server_reported(
     env: dict[str, str], server: FaultServer, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     monkeypatch.chdir(tmp_path)
-    sink = ListSink()
-    shell = Shell(Config(api_key=KEY, base_url=server.url, models=PRICED), sink, color=False, env=env, show_usage=True)
-    await shell.start()
-    try:
+    config = Config(api_key=KEY, base_url=server.url, models=PRICED)
+    async with started_shell(config, env, show_usage=True) as (shell, sink):
         await shell.handle_line("hello")
         usage = sent_usage("Hello! How can I help you today?")
         hit, prompt, out = usage["prompt_cache_hit_tokens"], usage["prompt_tokens"], usage["completion_tokens"]
@@ -104,33 +108,23 @@ async def test_each_interactive_turn_ends_with_the_usage_the_server_reported(
         assert sink.take().splitlines() == [
             f"1 request: tokens {prompt} in ({hit} cached) · {out} out · context {context:.1f}% · ${cost:.4f}"
         ]
-    finally:
-        await shell.aclose()
 
 
 async def test_piped_and_print_runs_keep_stdout_free_of_the_usage_line(
     env: dict[str, str], server: FaultServer, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     monkeypatch.chdir(tmp_path)
-    sink = ListSink()
-    shell = Shell(Config(api_key=KEY, base_url=server.url), sink, color=False, env=env)
-    await shell.start()
-    try:
+    async with started_shell(Config(api_key=KEY, base_url=server.url), env) as (shell, sink):
         await shell.handle_line("hello")
         assert sink.take() == "[main turn 1] Hello! How can I help you today?\n"
-    finally:
-        await shell.aclose()
 
 
 async def test_an_unknown_model_shows_tokens_without_a_cost(
     env: dict[str, str], server: FaultServer, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     monkeypatch.chdir(tmp_path)
-    sink = ListSink()
-    shell = Shell(Config(api_key=KEY, base_url=server.url, model="my-local-model"), sink, color=False, env=env,
-                  show_usage=True)
-    await shell.start()
-    try:
+    config = Config(api_key=KEY, base_url=server.url, model="my-local-model")
+    async with started_shell(config, env, show_usage=True) as (shell, sink):
         await shell.handle_line("hello")
         last = sink.take().splitlines()[-1]
         assert last.startswith("tokens ") and "$" not in last and "context" not in last
@@ -138,8 +132,6 @@ async def test_an_unknown_model_shows_tokens_without_a_cost(
         assert sink.take().splitlines()[-1] == (
             'no price known for my-local-model: set [models."my-local-model"] prices in config.toml'
         )
-    finally:
-        await shell.aclose()
 
 
 def test_peak_hours_are_weekday_beijing_business_hours() -> None:
