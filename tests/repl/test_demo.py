@@ -15,21 +15,10 @@ from dsh.repl.config import Config
 from dsh.repl.demo.catalogue import CORE_SCENARIOS, SCENARIOS, Demo, DemoClient, demo_retry_policy, register_scenario
 from dsh.repl.demo.fault_server import FaultServer, closed_port
 from dsh.repl.shell import Shell
+from tests.repl.test_shell_commands import ListSink
 from tests.waiting import async_wait_until
 
 pytestmark = pytest.mark.anyio
-
-
-class ListSink:
-    def __init__(self) -> None:
-        self.parts: list[str] = []
-
-    def write(self, text: str) -> None:
-        self.parts.append(text)
-
-    @property
-    def text(self) -> str:
-        return "".join(self.parts)
 
 
 @contextlib.asynccontextmanager

@@ -24,6 +24,7 @@ from dsh.repl.doctor import Doctor, Report
 from dsh.repl.render import FIX_AUTH_FROM, FIX_CERTIFICATE, FIX_QUOTA
 from dsh.repl.shell import Shell
 from tests import canaries
+from tests.repl.test_shell_commands import ListSink
 
 pytestmark = pytest.mark.anyio
 
@@ -185,7 +186,7 @@ async def test_an_endpoint_without_models_or_balance_skips_them(env: dict[str, s
 
 async def _turn_failure(env: dict[str, str], config: Config) -> str:
     """The failure line a real turn prints for the same configuration (no retries)."""
-    sink = _Sink()
+    sink = ListSink()
     shell = Shell(config, sink, color=False, env=env)
     await shell.start()
     try:
@@ -193,18 +194,6 @@ async def _turn_failure(env: dict[str, str], config: Config) -> str:
     finally:
         await shell.aclose()
     return next(line for line in sink.text.splitlines() if "[turn failed" in line)
-
-
-class _Sink:
-    def __init__(self) -> None:
-        self.parts: list[str] = []
-
-    def write(self, text: str) -> None:
-        self.parts.append(text)
-
-    @property
-    def text(self) -> str:
-        return "".join(self.parts)
 
 
 @pytest.mark.parametrize(("behaviour", "message"), [
@@ -374,7 +363,7 @@ async def test_slash_doctor_in_the_demo_checks_the_demo_endpoint(env: dict[str, 
 
     from dsh.repl.cli import _start_demo
 
-    sink = _Sink()
+    sink = ListSink()
     async with contextlib.AsyncExitStack() as stack:
         demo, client, retry = await _start_demo(stack, "text")
         shell = Shell(Config(), sink, color=False, env=env, client=client, demo=demo, retry=retry)

@@ -10,18 +10,11 @@ from dsh.repl import shell as shell_module
 from dsh.repl.config import Config
 from dsh.repl.demo.fault_server import FaultServer
 from dsh.repl.shell import Shell, StartupError
+from tests.repl.test_shell_commands import ListSink
 
 pytestmark = pytest.mark.anyio
 
 KEY = "sk-shellStartKey000000000000000"
-
-
-class ListSink:
-    def __init__(self) -> None:
-        self.parts: list[str] = []
-
-    def write(self, text: str) -> None:
-        self.parts.append(text)
 
 
 @pytest.fixture
