@@ -28,6 +28,7 @@ independent, so they go through a small thread pool; ``tests/test_docs.py`` runs
 from __future__ import annotations
 
 import argparse
+import contextlib
 import difflib
 import json
 import os
@@ -39,7 +40,7 @@ import sys
 import tempfile
 import threading
 import time
-from collections.abc import Callable, Iterable
+from collections.abc import Callable, Iterable, Iterator
 from concurrent.futures import Future, ThreadPoolExecutor
 from dataclasses import dataclass
 from pathlib import Path
@@ -527,25 +528,45 @@ FAULT_SCRIPT = "text,http_503,reset_mid_stream"
 FAULT_TURNS = "one\ntwo\nthree\n"
 
 
+@dataclass
+class _FaultServerProcess:
+    """``python -m dsh.repl.demo.fault_server --port 0 ...`` started by hand: its banner lines, then (once
+    :func:`_fault_server` has stopped it with Ctrl-C) the rest of its log."""
+
+    process: subprocess.Popen[bytes]
+    rest: str = ""
+
+    def readline(self) -> str:
+        assert self.process.stdout is not None
+        return self.process.stdout.readline().decode()
+
+
+@contextlib.contextmanager
+def _fault_server(lab: Lab, home: Path, args: list[str]) -> Iterator[_FaultServerProcess]:
+    process = subprocess.Popen([PYTHON, "-m", "dsh.repl.demo.fault_server", "--port", "0", *args],
+                               env=lab.env(home), stdout=subprocess.PIPE, stderr=subprocess.STDOUT,
+                               stdin=subprocess.DEVNULL)
+    server = _FaultServerProcess(process)
+    try:
+        yield server
+    finally:
+        process.send_signal(signal.SIGINT)
+        rest, _ = process.communicate(timeout=TIMEOUT)
+        server.rest = rest.decode()
+
+
 def _fault_server_session(lab: Lab) -> tuple[str, Run, str]:
     """The fault server by hand, and a dsh (no retries) whose three turns meet its three behaviours."""
     home = lab.home("max_retries = 0\n")
-    argv = ["-m", "dsh.repl.demo.fault_server", "--port", "0", "--script", FAULT_SCRIPT]
-    server = subprocess.Popen([PYTHON, *argv], env=lab.env(home), stdout=subprocess.PIPE,
-                              stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL)
-    try:
-        assert server.stdout is not None
-        head = [server.stdout.readline().decode() for _ in range(3)]
+    with _fault_server(lab, home, ["--script", FAULT_SCRIPT]) as server:
+        head = [server.readline() for _ in range(3)]
         url = re.search(r"listening on (\S+)", head[0])
         if url is None:
             raise RuntimeError(f"fault server did not start: {head!r}")
         run = lab.dsh(["--base-url", url.group(1)], stdin=FAULT_TURNS, home=home,
                       env={"DEEPSEEK_API_KEY": "any"}, shown_env="DEEPSEEK_API_KEY=any")
         time.sleep(0.2)
-    finally:
-        server.send_signal(signal.SIGINT)
-        rest, _ = server.communicate(timeout=TIMEOUT)
-    log = "".join(head) + rest.decode()
+    log = "".join(head) + server.rest
     log = log.replace("fault server stopping", "^Cfault server stopping")
     shown = "python -m dsh.repl.demo.fault_server --port 0 --script " + FAULT_SCRIPT
     return f"$ {shown}\n{lab.normalise(log, home)}", run, FAULT_TURNS
@@ -565,20 +586,13 @@ def _record_replay_session(lab: Lab) -> str:
     """A mid-stream reset met live with ``--record``, the trace, and ``--replay`` printing the same line."""
     home = lab.home("max_retries = 0\n")
     script = "reset_mid_stream:delay=0.05"  # a pause between frames: one read, one data record each
-    argv = ["-m", "dsh.repl.demo.fault_server", "--port", "0", "--script", script]
-    server = subprocess.Popen([PYTHON, *argv], env=lab.env(home), stdout=subprocess.PIPE,
-                              stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL)
-    try:
-        assert server.stdout is not None
-        url = re.search(r"listening on (\S+)", server.stdout.readline().decode())
+    with _fault_server(lab, home, ["--script", script]) as server:
+        url = re.search(r"listening on (\S+)", server.readline())
         if url is None:
             raise RuntimeError("fault server did not start")
         live = lab.dsh(["--base-url", url.group(1), "-p", "hello", "--record", "trace.jsonl"], home=home,
                        env={"DEEPSEEK_API_KEY": "sk-secret0123456789"},
                        shown_env="DEEPSEEK_API_KEY=sk-secret0123456789")
-    finally:
-        server.send_signal(signal.SIGINT)
-        server.communicate(timeout=TIMEOUT)
     records = [json.loads(line) for line in (home / "project" / "trace.jsonl").read_text(encoding="utf-8").splitlines()]
     shown = []
     for record in records:
@@ -677,20 +691,13 @@ def _behaviour_run(lab: Lab, names: list[str]) -> dict[str, list[str]]:
         script.append(_BEHAVIOUR_PARAMS.get(name, name))
         if name in _FOLLOW_UP:
             script.append(_FOLLOW_UP[name])
-    argv = ["-m", "dsh.repl.demo.fault_server", "--port", "0", "--script", ",".join(script)]
-    server = subprocess.Popen([PYTHON, *argv], env=lab.env(home), stdout=subprocess.PIPE,
-                              stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL)
-    try:
-        assert server.stdout is not None
-        url = re.search(r"listening on (\S+)", server.stdout.readline().decode())
+    with _fault_server(lab, home, ["--script", ",".join(script)]) as server:
+        url = re.search(r"listening on (\S+)", server.readline())
         if url is None:
             raise RuntimeError("fault server did not start")
         run = lab.dsh(["--base-url", url.group(1)], stdin="".join(f"{name}\n" for name in names), home=home,
                       env={"DEEPSEEK_API_KEY": "any"})
-    finally:
-        server.send_signal(signal.SIGINT)
-        log, _ = server.communicate(timeout=TIMEOUT)
-    served = re.findall(r"-> (\S+) \(fault-", log.decode())
+    served = re.findall(r"-> (\S+) \(fault-", server.rest)
     expected = [item.split(":")[0] for item in script]
     if served != expected:
         raise RuntimeError(f"the turns did not meet the behaviours in order: {served} != {expected}")
@@ -896,12 +903,8 @@ def _doctor_session(lab: Lab, server_args: list[str], url_of: Callable[[str], st
                     *, env: dict[str, str] | None = None, resolver: bool = False) -> str:
     """A fault server started by hand, then ``dsh doctor`` against it (or, with ``resolver``, against no server)."""
     home = lab.home()
-    server = subprocess.Popen([PYTHON, "-m", "dsh.repl.demo.fault_server", "--port", "0", *server_args],
-                              env=lab.env(home), stdout=subprocess.PIPE, stderr=subprocess.STDOUT,
-                              stdin=subprocess.DEVNULL)
-    try:
-        assert server.stdout is not None
-        head = "".join(server.stdout.readline().decode() for _ in range(4 if "--tls" in server_args else 3))
+    with _fault_server(lab, home, server_args) as server:
+        head = "".join(server.readline() for _ in range(4 if "--tls" in server_args else 3))
         extra = {"DEEPSEEK_API_KEY": DOCTOR_KEY, **(env or {})}
         ca = re.search(r"CA: (\S+)\)", head)
         extra = {key: value.replace("<ca>", ca.group(1) if ca else "") for key, value in extra.items()}
@@ -910,9 +913,6 @@ def _doctor_session(lab: Lab, server_args: list[str], url_of: Callable[[str], st
         command = [PYTHON, "-c", _NO_SUCH_NAME, *argv[1:]] if resolver else [PYTHON, "-m", "dsh.repl", *argv]
         run = subprocess.run(command, cwd=home / "project", env=lab.env(home, **extra), stdin=subprocess.DEVNULL,
                              stdout=subprocess.PIPE, stderr=subprocess.STDOUT, timeout=TIMEOUT)
-    finally:
-        server.send_signal(signal.SIGINT)
-        server.communicate(timeout=TIMEOUT)
     output = _doctor_normalise(lab.normalise(run.stdout.decode("utf-8", "replace"), home))
     shown_command = lab.normalise(f"{shown} dsh doctor --base-url {url}", home)
     text = f"$ {shown_command}\n{output.rstrip()}\n$ echo $?\n{run.returncode}"
