@@ -4,7 +4,7 @@ Between turns ``PromptSession.prompt_async`` reads a line (history, completion, 
 toolbar). While a turn runs a second, tiny application owns the terminal: it shows the line that
 is still streaming and the toolbar (``waiting for first token 12s · keep-alive 2s ago``), binds
 Ctrl-C to cancel the turn and asks shell-command approvals inline. Complete lines are written
-above it, raw, through ``run_in_terminal``; the partial line lives in the view until its newline
+above it, raw (erasing the view, writing, drawing it again); the partial line lives in the view until its newline
 arrives, so the view is always drawn from column 0 and nothing is ever glued or overdrawn.
 
 Outside any application (the short gaps between them) the terminal is in cooked mode and Ctrl-C
@@ -20,11 +20,10 @@ import signal
 import time
 from collections.abc import AsyncIterator, Iterable
 from pathlib import Path
-from typing import cast
 
 import anyio
 from prompt_toolkit import PromptSession
-from prompt_toolkit.application import Application, get_app_or_none, run_in_terminal
+from prompt_toolkit.application import Application, get_app_or_none
 from prompt_toolkit.application.current import get_app_session
 from prompt_toolkit.completion import CompleteEvent, Completer, Completion
 from prompt_toolkit.document import Document
@@ -70,7 +69,7 @@ class TerminalSink:
     """Receives rendered text; writes whole lines above any running application.
 
     With no application running, text goes straight to the terminal. While one runs, complete
-    lines are batched for up to ``_COMMIT_INTERVAL`` seconds and written through ``run_in_terminal`` (which
+    lines are batched for up to ``_COMMIT_INTERVAL`` seconds and written by :meth:`_write_above` (which
     erases the application, writes, and redraws it below); an unfinished line is kept in
     :attr:`partial` for the live view to show.
     """
@@ -81,7 +80,6 @@ class TerminalSink:
         self._pending: list[str] = []
         self._scheduled = False
         self._timer: asyncio.TimerHandle | None = None
-        self._inflight: set[asyncio.Future[None]] = set()
         self.view: Application[None] | None = None  # the turn view to refresh when partial changes
         self._line_open = False  # the last direct write left a line unfinished on the screen
 
@@ -109,7 +107,7 @@ class TerminalSink:
         text = terminal_text(text)  # the one sanitizer: nothing reaches the terminal without it
         if rewrite:
             self.partial = ""  # the rewrite carries that line again, rendered
-        if not self._app_running() and not (self._pending or self._inflight or self._scheduled):
+        if not self._app_running() and not (self._pending or self._scheduled):
             if rewrite and self._line_open:
                 text = "\r\x1b[K" + text  # no live view held the line: it went out raw; redraw it (dsh's bytes)
             self._write_now(self.partial + text)
@@ -141,19 +139,28 @@ class TerminalSink:
             return
         text = "".join(self._pending)
         self._pending.clear()
-        # prompt_toolkit schedules the write itself (run_in_terminal returns its future); settle()
-        # awaits every one of them, so none outlives the view that asked for it.
-        write = cast("asyncio.Future[None]", run_in_terminal(lambda: self._write_now(text), in_executor=False))
-        self._inflight.add(write)
-        write.add_done_callback(self._inflight.discard)
+        app = get_app_or_none()
+        if app is None or not app.is_running:
+            self._write_now(text)
+        else:
+            self._write_above(app, text)
+
+    def _write_above(self, app: Application[object], text: str) -> None:
+        """Erase the running application, write ``text``, and draw the application again below it.
+
+        What prompt_toolkit's ``run_in_terminal`` does, but with the input left in raw mode: that puts the
+        terminal in cooked mode while it writes, and a cooked terminal's line discipline swallows a key
+        typed meanwhile (Ctrl-D on an empty line becomes an end of file that no one reads, and is lost).
+        """
+        app.renderer.erase()  # also resets the renderer: the next draw starts where the view started
+        self._write_now(text)
+        app._request_absolute_cursor_position()  # as run_in_terminal does: the rows below may have changed
+        app._redraw()
 
     async def settle(self) -> None:
-        """Wait until every committed line is on the screen."""
-        while self._scheduled or self._pending or self._inflight:
-            if self._scheduled or self._pending:
-                self._flush()
-            if self._inflight:
-                await asyncio.gather(*list(self._inflight), return_exceptions=True)
+        """Write every committed line to the screen now."""
+        if self._scheduled or self._pending:
+            self._flush()
 
     async def drain(self) -> None:
         """After the live view closed: everything, the unfinished line included, to the screen."""
