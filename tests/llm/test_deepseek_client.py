@@ -322,16 +322,22 @@ async def test_cancellation_raises_aborted(fault_server, make_client, behaviour,
     client = make_client(fault_server.url)
     seen: list[object] = []
     caught: list[LlmError] = []
-    with anyio.CancelScope() as scope:
-        if cancel_after_events is None:
-            scope.deadline = anyio.current_time() + 0.2
-        try:
-            async for event in client.stream(dsh.llm.ChatRequest("m", (Message("user", "x"),))):
-                seen.append(event)
-                if len(seen) == cancel_after_events:
-                    scope.cancel()
-        except LlmError as exc:
-            caught.append(exc)
+    async def cancel_once_served(scope: anyio.CancelScope) -> None:
+        # Not a fixed delay: cancelled before the server took the behaviour, the next request would get it.
+        await async_wait_until(lambda: not fault_server.pending, 10, "the server to take the request")
+        scope.cancel()
+
+    async with anyio.create_task_group() as group:
+        with anyio.CancelScope() as scope:
+            if cancel_after_events is None:
+                group.start_soon(cancel_once_served, scope)
+            try:
+                async for event in client.stream(dsh.llm.ChatRequest("m", (Message("user", "x"),))):
+                    seen.append(event)
+                    if len(seen) == cancel_after_events:
+                        scope.cancel()
+            except LlmError as exc:
+                caught.append(exc)
     assert len(caught) == 1, seen
     error = caught[0]
     assert (error.code, error.message) == ("ABORTED", "DeepSeek request aborted by caller")
