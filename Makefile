@@ -6,7 +6,7 @@ VENV := .venv
 BIN := $(VENV)/bin
 PIP := $(BIN)/python -m pip install -q --disable-pip-version-check
 
-.PHONY: demo test lint bench clean
+.PHONY: demo test lint typecheck bench clean
 
 $(BIN)/python:
 	$(PYTHON) -m venv $(VENV)
@@ -42,6 +42,14 @@ test: $(VENV)/.test
 lint: $(VENV)/.test
 	$(BIN)/ruff check .
 	$(BIN)/lint-imports
+
+# mypy resolves the installed names (dsh.llm, ...) through links that give it the wheel's dsh/ layout.
+$(VENV)/typecheck/dsh: | $(BIN)/python
+	mkdir -p $@
+	for layer in llm agent_loop repl; do ln -sfn $(CURDIR)/$$layer $@/$$layer; done
+
+typecheck: $(VENV)/.test $(VENV)/typecheck/dsh
+	MYPYPATH=$(VENV)/typecheck $(BIN)/mypy -p dsh.llm -p dsh.agent_loop -p dsh.repl
 
 bench: $(VENV)/.bench
 	$(BIN)/python -m bench $(BENCH_ARGS)
