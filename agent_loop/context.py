@@ -22,6 +22,7 @@ from __future__ import annotations
 import datetime as _dt
 import os
 import platform
+import re
 import shutil
 import stat
 from collections.abc import Mapping
@@ -74,6 +75,7 @@ _GIT_ENV = {"GIT_OPTIONAL_LOCKS": "0", "GIT_TERMINAL_PROMPT": "0", "GIT_PAGER": 
 # Where the user keeps their own (trusted) git config; passed on so git-lfs and the like still apply.
 _GIT_USER_CONFIG = ("XDG_CONFIG_HOME", "GIT_CONFIG_GLOBAL", "GIT_CONFIG_SYSTEM", "GIT_CONFIG_NOSYSTEM")
 _NOTICE_KEY_CHARS = 80
+_OBJECT_NAME = re.compile(r"[0-9a-f]{40}|[0-9a-f]{64}")  # a SHA-1 or SHA-256 commit id
 
 
 def estimate_tokens(text: str) -> int:
@@ -204,10 +206,11 @@ async def _git_facts(cwd: Path) -> GitFacts | None:
     if found is None:
         return None
     root, git_dir = found
-    head = (_read_bounded(git_dir / "HEAD", 4096) or "").strip()
+    # One line, never through a symlink (HEAD -> /proc/self/environ would put its start in the prompt).
+    head = (_read_bounded(git_dir / "HEAD", 4096) or "").partition("\n")[0].strip()
     if head.startswith("ref: refs/heads/"):
         branch = head[len("ref: refs/heads/"):]
-    elif head:
+    elif _OBJECT_NAME.fullmatch(head):
         branch = f"detached at {head[:12]}"
     else:
         branch = "unknown"
@@ -355,7 +358,7 @@ def _read_instruction_file(file: _InstructionFile, limit: int) -> str | None:
         raise _LeftOut(f"{what} outside {file.root_name}")
     try:
         _refuse_irregular(os.stat(real).st_mode)  # names a socket, which cannot even be opened
-        return _read_regular(real, limit, follow=False)
+        return _read_regular(real, limit)
     except OSError as exc:
         raise _LeftOut(f"it cannot be read ({exc.strerror})") from None
 
@@ -367,7 +370,7 @@ def _kib(size: int) -> str:
 def _read_bounded(path: Path, limit: int) -> str | None:
     """At most ``limit`` bytes of one of git's small files (``HEAD``, a ``.git`` file); None for anything else."""
     try:
-        return _read_regular(path, limit, follow=True)
+        return _read_regular(path, limit)
     except (OSError, _LeftOut):
         return None
 
@@ -379,14 +382,13 @@ def _refuse_irregular(mode: int) -> None:
         raise _LeftOut(f"it is {file_kind(mode)}, not a regular file")
 
 
-def _read_regular(path: Path, limit: int, *, follow: bool) -> str:
-    """At most ``limit`` bytes of a regular file, decoded with U+FFFD. Raises ``OSError``, or :class:`_LeftOut`
-    naming what else it is.
+def _read_regular(path: Path, limit: int) -> str:
+    """At most ``limit`` bytes of a regular file that is not a symlink, decoded with U+FFFD.
 
-    Opened non-blocking so a FIFO planted under the name cannot stall the open; refused after fstat.
+    Raises ``OSError`` (``ELOOP`` for a symlink), or :class:`_LeftOut` naming what else it is. Opened
+    non-blocking so a FIFO planted under the name cannot stall the open; refused after fstat.
     """
-    flags = os.O_RDONLY | os.O_NONBLOCK | os.O_CLOEXEC | getattr(os, "O_NOCTTY", 0)
-    fd = os.open(path, flags if follow else flags | os.O_NOFOLLOW)
+    fd = os.open(path, os.O_RDONLY | os.O_NONBLOCK | os.O_CLOEXEC | os.O_NOFOLLOW | getattr(os, "O_NOCTTY", 0))
     try:
         _refuse_irregular(os.fstat(fd).st_mode)
         chunks: list[bytes] = []
