@@ -6,10 +6,15 @@
 
 Project instructions follow the open ``AGENTS.md`` convention: the user's own
 ``$XDG_CONFIG_HOME/dsh/AGENTS.md`` first, then one file per directory from the repository root down to
-the working directory, so the most specific instructions come last. Files are hostile input: only
-regular files are read (never a FIFO or a device), each read is bounded, and bytes that are not UTF-8
-become U+FFFD. Together they are capped at :data:`INSTRUCTIONS_CAP_BYTES`; what is cut is named in
-one notice line.
+the working directory, so the most specific instructions come last. Files are hostile input (a cloned
+repository chose them): a file is read only when its real path stays inside its own root (the repository,
+or dsh's config directory for the user's file), so ``AGENTS.md -> /proc/self/environ`` or ``-> ~/.ssh/id_ed25519``
+is left out; only regular files are read (never a FIFO or a device), each read is bounded, bytes that are
+not UTF-8 become U+FFFD, and the text passes through the redactor before it is sent. Together they are
+capped at :data:`INSTRUCTIONS_CAP_BYTES`. A file left out, cut or masked is named in one notice line.
+
+The environment block's ``git status`` runs no program the repository names: see :func:`_git_has_changes`
+and docs/configuration.md ("What a hostile repository can and cannot do").
 """
 
 from __future__ import annotations
@@ -17,10 +22,18 @@ from __future__ import annotations
 import datetime as _dt
 import os
 import platform
+import re
+import shutil
 import stat
 from collections.abc import Mapping
 from dataclasses import dataclass
 from pathlib import Path
+from typing import TYPE_CHECKING
+
+from dsh.llm.redact import MASK, Redactor, environment_secrets
+
+if TYPE_CHECKING:
+    from dsh.agent_loop.tools import CommandResult
 
 __all__ = [
     "AGENTS_FILE",
@@ -50,7 +63,19 @@ they conflict with the user's request in this conversation."""
 
 AGENTS_FILE = "AGENTS.md"
 INSTRUCTIONS_CAP_BYTES = 32 * 1024  # all AGENTS.md files together
-_GIT_STATUS_TIMEOUT = 2.0
+_GIT_TIMEOUT = 2.0  # each of the two git commands
+
+# Keys through which a repository's own config makes `git status` run a program it names. Hooks
+# (post-index-change) and core.fsmonitor are switched off on the command line instead; status runs no
+# diff driver (textconv, diff.external) and, with --ignore-submodules=all, no submodule's git.
+_PROGRAM_KEYS = r"^filter\..+\.(clean|smudge|process)$"
+_TRUSTED_SCOPES = frozenset({"system", "global", "command"})  # the admin's and the user's own config
+_GIT_SWITCHED_OFF = ("-c", "core.fsmonitor=false", "-c", "core.hooksPath=/dev/null")
+_GIT_ENV = {"GIT_OPTIONAL_LOCKS": "0", "GIT_TERMINAL_PROMPT": "0", "GIT_PAGER": "cat"}
+# Where the user keeps their own (trusted) git config; passed on so git-lfs and the like still apply.
+_GIT_USER_CONFIG = ("XDG_CONFIG_HOME", "GIT_CONFIG_GLOBAL", "GIT_CONFIG_SYSTEM", "GIT_CONFIG_NOSYSTEM")
+_NOTICE_KEY_CHARS = 80
+_OBJECT_NAME = re.compile(r"[0-9a-f]{40}|[0-9a-f]{64}")  # a SHA-1 or SHA-256 commit id
 
 
 def estimate_tokens(text: str) -> int:
@@ -77,7 +102,8 @@ class ContextSource:
 class GitFacts:
     root: Path
     branch: str  # the branch name, or "detached at <sha>"
-    changes: bool | None  # None: git could not tell in time
+    changes: bool | None  # None: git could not tell in time, or was not asked (see ``notice``)
+    notice: str | None = None  # why ``git status`` was not run, for the user
 
 
 @dataclass(frozen=True, slots=True)
@@ -98,14 +124,19 @@ async def gather_project_context(
     replace: str | None = None,
     append: str | None = None,
     now: _dt.datetime | None = None,
+    redactor: Redactor | None = None,
 ) -> ProjectContext:
     """The context for a session started in ``cwd``.
 
     ``replace`` (config ``system_prompt``) stands in for the built-in prompt; ``append``
     (config ``system_prompt_append``) follows the project instructions. ``user_dir`` is
-    ``$XDG_CONFIG_HOME/dsh``.
+    ``$XDG_CONFIG_HOME/dsh``. ``redactor`` masks the instruction files (default: the secrets of
+    ``env`` and every secret shape); the shell passes the agent's, which knows the configured key.
     """
+    if redactor is None:
+        redactor = Redactor(environment_secrets(env))
     git = await _git_facts(cwd)
+    notices = [git.notice] if git is not None and git.notice is not None else []
     sources: list[ContextSource] = []
     if replace is not None:
         sources.append(ContextSource("config", "system prompt (config system_prompt)", replace))
@@ -113,8 +144,9 @@ async def gather_project_context(
         sources.append(ContextSource("system prompt", f"system prompt (built-in v{SYSTEM_PROMPT_VERSION})",
                                      BASE_SYSTEM_PROMPT))
     sources.append(ContextSource("environment", "environment", _environment_block(cwd, env, git, now)))
-    instructions, notices = _instructions(_instruction_paths(cwd, git, user_dir))
+    instructions, file_notices = _instructions(_instruction_files(cwd, git, user_dir), redactor)
     sources.extend(instructions)
+    notices.extend(file_notices)
     if append is not None:
         sources.append(ContextSource("config", "appended (config system_prompt_append)", append))
     return ProjectContext(tuple(sources), tuple(notices), git)
@@ -174,92 +206,191 @@ async def _git_facts(cwd: Path) -> GitFacts | None:
     if found is None:
         return None
     root, git_dir = found
-    head = (_read_bounded(git_dir / "HEAD", 4096) or "").strip()
+    # One line, never through a symlink (HEAD -> /proc/self/environ would put its start in the prompt).
+    head = (_read_bounded(git_dir / "HEAD", 4096) or "").partition("\n")[0].strip()
     if head.startswith("ref: refs/heads/"):
         branch = head[len("ref: refs/heads/"):]
-    elif head:
+    elif _OBJECT_NAME.fullmatch(head):
         branch = f"detached at {head[:12]}"
     else:
         branch = "unknown"
-    return GitFacts(root, branch, await _git_has_changes(root))
+    changes, notice = await _git_has_changes(root)
+    return GitFacts(root, branch, changes, notice)
 
 
-async def _git_has_changes(root: Path) -> bool | None:
+async def _git_has_changes(root: Path) -> tuple[bool | None, str | None]:
+    """Whether the work tree has changes (None: unknown), and why ``git status`` was not run, if it was not.
+
+    The repository may be hostile (docs/configuration.md): ``git status`` re-reads every tracked file
+    whose stat data is stale (a tree copied with ``cp -a``, unpacked, on a shared mount) through the
+    clean filter its config names. So the config is read first with ``git config``, which runs nothing;
+    when the repository's own config names a filter program, status is not run at all. Hooks and
+    ``core.fsmonitor`` are switched off, no index lock is taken (no index write, so no
+    post-index-change hook), and git is found on the absolute entries of ``PATH`` only.
+    """
+    git, path = _trusted_git()
+    if git is None:
+        return None, None  # git is not installed
+    env = {**{name: os.environ[name] for name in _GIT_USER_CONFIG if name in os.environ}, **_GIT_ENV, "PATH": path}
+    listed = await _run_git([git, "--no-pager", "config", "--show-scope", "-z", "--get-regexp", _PROGRAM_KEYS],
+                            root, env)
+    if listed is None or listed.exit_code not in (0, 1):  # 1: no such key
+        return None, None
+    if listed.dropped_bytes:  # cut in the middle: what was cut cannot be vouched for
+        return None, "git status left out: git's filter settings are too long to check"
+    key = _repository_program_key(listed.output)
+    if key is not None:
+        return None, f"git status left out: the repository's git config sets {key} (a program git would run)"
+    status = await _run_git([git, "--no-pager", *_GIT_SWITCHED_OFF, "status", "--porcelain",
+                             "--untracked-files=normal", "--ignore-submodules=all"], root, env)
+    if status is None or status.exit_code != 0:
+        return None, None
+    return bool(status.output.strip()), None
+
+
+def _trusted_git() -> tuple[str | None, str]:
+    """git's absolute path, and ``PATH`` without relative entries (``.`` or empty would mean the repository)."""
+    path = os.pathsep.join(entry for entry in os.environ.get("PATH", os.defpath).split(os.pathsep)
+                           if os.path.isabs(entry))
+    return shutil.which("git", path=path), path
+
+
+async def _run_git(argv: list[str], root: Path, env: Mapping[str, str]) -> CommandResult | None:
     from dsh.agent_loop.tools import run_command
 
-    # The repository may be hostile: core.fsmonitor would run a program it names. No index lock is taken.
-    argv = ["git", "-c", "core.fsmonitor=false", "status", "--porcelain", "--untracked-files=normal"]
     try:
-        result = await run_command(argv, cwd=root, timeout=_GIT_STATUS_TIMEOUT, merge_stderr=False,
-                                   env={"GIT_OPTIONAL_LOCKS": "0"}, output_limit=4096)
+        result = await run_command(argv, cwd=root, timeout=_GIT_TIMEOUT, merge_stderr=False, env=env,
+                                   output_limit=64 * 1024)
     except OSError:
-        return None  # git is not installed
-    if result.timed_out or result.exit_code != 0:
         return None
-    return bool(result.output.strip())
+    return None if result.timed_out else result
+
+
+def _repository_program_key(listing: str) -> str | None:
+    """The first key of ``git config --show-scope -z`` output set by the repository itself, clipped for a line."""
+    fields = listing.split("\0")
+    for scope, entry in zip(fields[0::2], fields[1::2], strict=False):
+        if scope not in _TRUSTED_SCOPES:
+            key = entry.split("\n", 1)[0]
+            return key if len(key) <= _NOTICE_KEY_CHARS else key[: _NOTICE_KEY_CHARS - 1] + "…"
+    return None
 
 
 # --- AGENTS.md ---------------------------------------------------------------------------------------
 
 
-def _instruction_paths(cwd: Path, git: GitFacts | None, user_dir: Path | None) -> list[tuple[str, Path]]:
-    paths: list[tuple[str, Path]] = []
+@dataclass(frozen=True, slots=True)
+class _InstructionFile:
+    label: str  # "user AGENTS.md" | "AGENTS.md"
+    path: Path
+    root: Path  # the file's real path must stay inside this directory
+    root_name: str  # how a notice names ``root``
+
+
+class _LeftOut(Exception):
+    """Why a context file is not sent: the end of the line ``<path> left out: <why>``."""
+
+
+def _instruction_files(cwd: Path, git: GitFacts | None, user_dir: Path | None) -> list[_InstructionFile]:
+    files: list[_InstructionFile] = []
     if user_dir is not None:
-        paths.append(("user AGENTS.md", user_dir / AGENTS_FILE))
+        files.append(_InstructionFile("user AGENTS.md", user_dir / AGENTS_FILE, user_dir, "dsh's config directory"))
     top = git.root if git is not None else cwd
     chain = [cwd, *cwd.parents]
-    directories = list(reversed(chain[: chain.index(top) + 1])) if top in chain else [cwd]
-    paths.extend(("AGENTS.md", directory / AGENTS_FILE) for directory in directories)
-    return paths
+    if top not in chain:
+        top = cwd
+    root_name = "the repository" if git is not None and top == git.root else "the working directory"
+    directories = reversed(chain[: chain.index(top) + 1])
+    files.extend(_InstructionFile("AGENTS.md", directory / AGENTS_FILE, top, root_name) for directory in directories)
+    return files
 
 
-def _instructions(paths: list[tuple[str, Path]]) -> tuple[list[ContextSource], list[str]]:
+def _instructions(files: list[_InstructionFile], redactor: Redactor) -> tuple[list[ContextSource], list[str]]:
     sources: list[ContextSource] = []
     notices: list[str] = []
     budget = INSTRUCTIONS_CAP_BYTES
-    for label, path in paths:
-        if budget <= 0:
-            if _is_regular(path):
-                notices.append(f"{path} left out: project instructions are capped at {_kib(INSTRUCTIONS_CAP_BYTES)}")
+    for file in files:
+        path = file.path
+        try:
+            text = _read_instruction_file(file, budget + 1)
+        except _LeftOut as why:
+            notices.append(f"{path} left out: {why}")
             continue
-        text = _read_bounded(path, budget + 1)
         if text is None:
             continue
-        size = len(text.encode("utf-8", "surrogatepass"))
-        truncated = size > budget
+        if budget <= 0:
+            notices.append(f"{path} left out: project instructions are capped at {_kib(INSTRUCTIONS_CAP_BYTES)}")
+            continue
+        truncated = len(text.encode("utf-8", "surrogatepass")) > budget
         if truncated:
             text = text.encode()[:budget].decode("utf-8", "ignore")
+            text = text[: redactor.safe_length(text)]  # a secret cut in half is left out, not half sent
             notices.append(f"{path} cut to {_kib(budget)}: project instructions are capped at "
                            f"{_kib(INSTRUCTIONS_CAP_BYTES)}")
-        budget -= len(text.encode())
-        body = text.rstrip("\n")
+        masked = redactor(text)
+        label = file.label
+        if masked != text:
+            label += " (secrets masked)"
+            notices.append(f"{path} sent with secrets masked ({MASK})")
+        budget -= len(masked.encode())
+        body = masked.rstrip("\n")
         sources.append(ContextSource("AGENTS.md", label, f"# Instructions from {path}\n\n{body}", path, truncated))
     return sources, notices
+
+
+def _read_instruction_file(file: _InstructionFile, limit: int) -> str | None:
+    """At most ``limit`` bytes of an instruction file; None when there is none. Raises :class:`_LeftOut`.
+
+    The real path must stay inside the file's root: a symlink out of the repository could name
+    ``/proc/self/environ`` (dsh's environment, API key included; a regular file of size 0, so only
+    the path tells) or a private key. The resolved path is then opened with ``O_NOFOLLOW``, so a link
+    swapped in after the check is refused too; a hard link cannot reach into ``/proc``.
+    """
+    try:
+        info = file.path.lstat()
+    except (FileNotFoundError, NotADirectoryError):
+        return None
+    except OSError as exc:
+        raise _LeftOut(f"it cannot be read ({exc.strerror})") from None
+    real = Path(os.path.realpath(file.path))
+    if not real.is_relative_to(os.path.realpath(file.root)):
+        what = "it is a symlink to a path" if stat.S_ISLNK(info.st_mode) else "its real path is"
+        raise _LeftOut(f"{what} outside {file.root_name}")
+    try:
+        _refuse_irregular(os.stat(real).st_mode)  # names a socket, which cannot even be opened
+        return _read_regular(real, limit)
+    except OSError as exc:
+        raise _LeftOut(f"it cannot be read ({exc.strerror})") from None
 
 
 def _kib(size: int) -> str:
     return f"{size // 1024} KiB"
 
 
-def _is_regular(path: Path) -> bool:
-    try:
-        return stat.S_ISREG(path.stat().st_mode)
-    except OSError:
-        return False
-
-
 def _read_bounded(path: Path, limit: int) -> str | None:
-    """At most ``limit`` bytes of a regular file, decoded with U+FFFD; None for anything else.
-
-    Opened non-blocking so a FIFO planted under the name cannot stall the open; refused after fstat.
-    """
+    """At most ``limit`` bytes of one of git's small files (``HEAD``, a ``.git`` file); None for anything else."""
     try:
-        fd = os.open(path, os.O_RDONLY | os.O_NONBLOCK | os.O_CLOEXEC)
-    except OSError:
+        return _read_regular(path, limit)
+    except (OSError, _LeftOut):
         return None
+
+
+def _refuse_irregular(mode: int) -> None:
+    if not stat.S_ISREG(mode):
+        from dsh.agent_loop.tools import file_kind
+
+        raise _LeftOut(f"it is {file_kind(mode)}, not a regular file")
+
+
+def _read_regular(path: Path, limit: int) -> str:
+    """At most ``limit`` bytes of a regular file that is not a symlink, decoded with U+FFFD.
+
+    Raises ``OSError`` (``ELOOP`` for a symlink), or :class:`_LeftOut` naming what else it is. Opened
+    non-blocking so a FIFO planted under the name cannot stall the open; refused after fstat.
+    """
+    fd = os.open(path, os.O_RDONLY | os.O_NONBLOCK | os.O_CLOEXEC | os.O_NOFOLLOW | getattr(os, "O_NOCTTY", 0))
     try:
-        if not stat.S_ISREG(os.fstat(fd).st_mode):
-            return None
+        _refuse_irregular(os.fstat(fd).st_mode)
         chunks: list[bytes] = []
         remaining = limit
         while remaining > 0:
@@ -269,7 +400,5 @@ def _read_bounded(path: Path, limit: int) -> str | None:
             chunks.append(chunk)
             remaining -= len(chunk)
         return b"".join(chunks).decode("utf-8", "replace")
-    except OSError:
-        return None
     finally:
         os.close(fd)

@@ -386,7 +386,8 @@ _KINDS = (
 )  # fmt: skip
 
 
-def _kind(mode: int) -> str:
+def file_kind(mode: int) -> str:
+    """What a file that is not a regular file is, for a message: ``a FIFO``, ``a directory`` ..."""
     return next((name for test, name in _KINDS if test(mode)), "not a regular file")
 
 
@@ -394,7 +395,7 @@ class NotRegularFile(OSError):
     """A path a file tool will not read: opening or reading it could block forever (a FIFO, a device)."""
 
     def __init__(self, path: Path, mode: int) -> None:
-        super().__init__(f"{path} is {_kind(mode)}, not a regular file")
+        super().__init__(f"{path} is {file_kind(mode)}, not a regular file")
 
 
 def open_regular(path: Path) -> BinaryIO:

@@ -549,7 +549,7 @@ class Shell:
 
             self.context = await gather_project_context(
                 Path.cwd(), env=self.env, user_dir=config_file_path(self.env).parent,
-                replace=self.config.system_prompt, append=self.config.system_prompt_append,
+                replace=self.config.system_prompt, append=self.config.system_prompt_append, redactor=agent.redactor,
             )
             for notice in self.context.notices:
                 self.sink.write(self.renderer.line(f"[context] {notice}"))
