@@ -11,12 +11,20 @@ approved, then committed. What makes an edit trustworthy lives here:
   repeated after the approval, so a file changed while the user looked at the diff is not overwritten.
 - **The file stays what it was.** Only regular UTF-8 text files are changed (binary or undecodable ones
   are refused); a CRLF file stays CRLF, a BOM stays, and the file keeps its mode. The write is atomic:
-  a temporary file in the same directory, fsynced, then ``os.replace`` over the target (a symlink's
-  target is replaced, the link stays).
+  a temporary file in the same directory, fsynced, then renamed over the target (a symlink's target is
+  replaced, the link stays).
+- **Where it was approved.** The path is resolved once, when the edit is planned; the write then walks
+  to that directory from ``/`` following no symlink (``dsh.agent_loop.edit_paths``), so a directory
+  swapped for a symlink while the user looked at the diff refuses the write instead of redirecting it.
+- **What is written, shown.** The diff is shown as it will be written: only known secret values (the
+  redactor's configured ones) are masked, each as ``***(N chars)``, never a key *shape* or a URL query,
+  which would hide the model's text. A masked value on a line being written is counted in the request
+  (``hidden``): the approval then has to be viewed before it can be accepted.
 - **Approval.** The approver gets an :class:`EditRequest` (the repl shows the diff; docs/configuration.md).
-  ``always`` covers that tool for the rest of the session, but a path outside the working tree is asked
-  every time. With no approver (piped and ``-p`` runs) edits are denied unless ``allow_edits`` is set,
-  and even then only inside the working tree.
+  ``always`` covers that tool for the rest of the session, but a path outside the working tree, or in a
+  git directory (a hook or git's config can run a program: ``edit_paths.git_area``), is asked every time.
+  With no approver (piped and ``-p`` runs) edits are denied unless ``allow_edits`` is set, and even then
+  only inside the working tree and outside its git directories.
 """
 
 from __future__ import annotations
@@ -26,13 +34,13 @@ import difflib
 import os
 import secrets
 import stat
-from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
 import anyio.to_thread
 
+from dsh.agent_loop.edit_paths import DirectoryChanged, GitArea, git_area, open_parent
 from dsh.agent_loop.tools import (
     Approver,
     NotRegularFile,
@@ -45,7 +53,7 @@ from dsh.agent_loop.tools import (
     read_stamps,
 )
 from dsh.llm import error_chain
-from dsh.llm.redact import MASK
+from dsh.llm.redact import MASK, Redactor
 
 __all__ = [
     "EDIT_DENIED",
@@ -77,14 +85,24 @@ class EditRequest:
     removed: int
     new_file: bool
     outside: bool  # outside the working tree: asked every time, never written unattended
+    git: GitArea | None = None  # in a git directory: asked every time, even after "always"; never unattended
+    hidden: int = 0  # known secret values masked (``***(N chars)``) on the lines to be written
 
     @property
     def subject(self) -> str:
-        """``notes.txt (+1 -1)``, ``new.txt (new file, +3)``, ``/etc/x (+1 -0, outside the working tree)``."""
+        """``notes.txt (+1 -1)``, ``new.txt (new file, +3)``, ``/etc/x (+1 -0, outside the working tree)``,
+        ``.git/config (+1 -0, git config: can name programs git runs)``."""
         change = f"new file, +{self.added}" if self.new_file else f"+{self.added} -{self.removed}"
         if self.outside:
             change += ", outside the working tree"
+        if self.git is not None:
+            change += f", {self.git.note}"
         return f"{self.path} ({change})"
+
+    @property
+    def may_always(self) -> bool:
+        """Whether ``always`` may be offered: never for a git directory, which it would not cover."""
+        return self.git is None
 
 
 class EditRefused(Exception):
@@ -94,6 +112,7 @@ class EditRefused(Exception):
 @dataclass(frozen=True, slots=True)
 class _Plan:
     target: Path  # the real path (symlinks resolved) that is replaced
+    root: Path  # the working tree's real path: a directory that changed is named relative to it
     shown: str
     before: tuple[int, int] | None  # the stamp the plan was made from; None for a new file
     mode: int | None  # the existing file's permission bits
@@ -113,15 +132,17 @@ class _Current:
     owner: tuple[int, int]  # uid, gid
 
 
-def _where(ctx: ToolContext, raw: object) -> tuple[Path, str, bool]:
-    """(real path, how it is shown, outside the working tree?)."""
-    path = _resolve(ctx, raw)
-    target = Path(os.path.realpath(path))
-    root = Path(os.path.realpath(ctx.cwd))
-    outside = not target.is_relative_to(root)
-    shown = str(target) if outside else str(target.relative_to(root))
+def _shown(path: Path, root: Path) -> str:
+    """``path`` relative to the working tree, or absolute outside it, as the diff and the question show it."""
+    shown = str(path.relative_to(root)) if path.is_relative_to(root) else str(path)
     # A line break in a file name would start a forged line in the diff and the question: show it.
-    return target, shown.replace("\n", "\u240a").replace("\r", "\u240d"), outside
+    return shown.replace("\n", "\u240a").replace("\r", "\u240d")
+
+
+def _where(ctx: ToolContext, raw: object) -> tuple[Path, Path]:
+    """(real path, the working tree's real path)."""
+    path = _resolve(ctx, raw)
+    return Path(os.path.realpath(path)), Path(os.path.realpath(ctx.cwd))
 
 
 def _load(target: Path, shown: str) -> _Current | None:
@@ -178,6 +199,20 @@ def _unified(before: str | None, after: str, shown: str) -> tuple[str, int, int]
     return "\n".join(lines), added, removed
 
 
+def _mask_known(diff: str, redactor: Redactor) -> tuple[str, int]:
+    """The diff with known secret values masked (``***(N chars)``); how many of them are on added lines."""
+    if not any(secret in diff for secret in redactor.secrets):
+        return diff, 0
+    lines: list[str] = []
+    hidden = 0
+    for line in diff.split("\n"):
+        line, count = redactor.mask_known_counted(line)
+        lines.append(line)
+        if line.startswith("+"):  # written; a context or removed line is the file as it is
+            hidden += count
+    return "\n".join(lines), hidden
+
+
 def _encode(text: str, current: _Current | None) -> bytes:
     if current is not None:
         if current.crlf:
@@ -187,13 +222,14 @@ def _encode(text: str, current: _Current | None) -> bytes:
     return text.encode("utf-8", "surrogatepass")
 
 
-def _plan(tool: str, target: Path, shown: str, outside: bool, known: tuple[int, int] | None,
-          change: Any, redact: Callable[[str], str] = str) -> _Plan:
+def _plan(tool: str, target: Path, root: Path, known: tuple[int, int] | None, change: Any,
+          redact: Redactor) -> _Plan:
     """Read, check and build the edit.
 
     ``change(text or None) -> (new LF text, result text)`` may raise :class:`EditRefused`; ``{shown}``
     in its texts becomes the path as shown, ``{counts}`` in the result the diff's ``+a -r``.
     """
+    shown = _shown(target, root)
     current = _load(target, shown)
     if current is not None:
         _check_fresh(current, known, shown)
@@ -211,29 +247,49 @@ def _plan(tool: str, target: Path, shown: str, outside: bool, known: tuple[int, 
         raise EditRefused(f"Error: the new content of {shown} is larger than {EDIT_MAX_BYTES >> 20} MiB; "
                           "write it another way")
     diff, added, removed = _unified(before, after, shown)
-    diff = redact(diff)  # the approval shows context lines of the file: its secrets stay masked there too
-    request = EditRequest(tool, shown, diff, added, removed, current is None, outside)
+    # Exactly what will be written: only known secret values are masked, and counted (docs/configuration.md).
+    diff, hidden = _mask_known(diff, redact)
+    request = EditRequest(tool, shown, diff, added, removed, current is None, not target.is_relative_to(root),
+                          git_area(target), hidden)
     done = done.replace("{counts}", f"+{added} -{removed}").replace("{shown}", shown)
     if current is None:
-        return _Plan(target, shown, None, None, None, data, request, done)
-    return _Plan(target, shown, current.stamp, current.mode, current.owner, data, request, done,
+        return _Plan(target, root, shown, None, None, None, data, request, done)
+    return _Plan(target, root, shown, current.stamp, current.mode, current.owner, data, request, done,
                  unchanged=after == before)
 
 
-def _commit(plan: _Plan) -> tuple[int, int]:
-    """Write ``plan`` atomically, if the file is still as planned; the new stamp."""
-    try:
-        now: tuple[int, int] | None = file_stamp(os.stat(plan.target))
-    except FileNotFoundError:
-        now = None
-    if now != plan.before:
-        if plan.before is None:
-            raise EditRefused(f"Error: {plan.shown} was created while the edit waited; read it with read_file")
-        raise EditRefused(f"Error: {plan.shown} changed on disk since it was last read; read it again with read_file")
-    directory = plan.target.parent
+def _changed_on_disk(plan: _Plan) -> EditRefused:
     if plan.before is None:
-        directory.mkdir(parents=True, exist_ok=True)
-    temp, fd = _temp_file(directory, plan.target.name)
+        return EditRefused(f"Error: {plan.shown} was created while the edit waited; read it with read_file")
+    return EditRefused(f"Error: {plan.shown} changed on disk since it was last read; read it again with read_file")
+
+
+def _commit(plan: _Plan) -> tuple[int, int]:
+    """Write ``plan`` atomically into the directory it was planned in, if the file is still as planned."""
+    try:
+        directory = open_parent(plan.target, create=plan.before is None)
+    except DirectoryChanged as exc:
+        what = "became a symlink while the edit waited" if exc.symlink else "is not a directory now"
+        raise EditRefused(f"Error: {plan.shown} was not written: {_shown(exc.path, plan.root)} {what}") from None
+    except FileNotFoundError:
+        raise _changed_on_disk(plan) from None  # a directory of the file that was read is gone
+    try:
+        return _replace(plan, directory)
+    finally:
+        os.close(directory)
+
+
+def _replace(plan: _Plan, directory: int) -> tuple[int, int]:
+    """The temporary file, written and renamed over the target, all relative to ``directory``; the new stamp."""
+    name = plan.target.name
+    try:
+        info: os.stat_result | None = os.stat(name, dir_fd=directory, follow_symlinks=False)
+    except FileNotFoundError:
+        info = None
+    now = None if info is None else file_stamp(info)
+    if now != plan.before or (info is not None and not stat.S_ISREG(info.st_mode)):  # a symlink now, say
+        raise _changed_on_disk(plan)
+    temp, fd = _temp_file(directory, name)
     try:
         with os.fdopen(fd, "wb") as out:
             if plan.owner is not None and plan.owner != (os.getuid(), os.getgid()):
@@ -244,30 +300,30 @@ def _commit(plan: _Plan) -> tuple[int, int]:
             out.write(plan.data)
             out.flush()
             os.fsync(out.fileno())
-        os.replace(temp, plan.target)
+        os.rename(temp, name, src_dir_fd=directory, dst_dir_fd=directory)
     except BaseException:
         with contextlib.suppress(OSError):
-            os.unlink(temp)
+            os.unlink(temp, dir_fd=directory)
         raise
     _sync_directory(directory)
-    return file_stamp(os.stat(plan.target))
+    return file_stamp(os.stat(name, dir_fd=directory, follow_symlinks=False))
 
 
-def _temp_file(directory: Path, name: str) -> tuple[Path, int]:
+def _temp_file(directory: int, name: str) -> tuple[str, int]:
     """A new file beside the target (same file system, so the rename is atomic), mode 0666 minus the umask."""
     flags = os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_CLOEXEC | getattr(os, "O_NOFOLLOW", 0)
     for _ in range(100):
-        temp = directory / f".{name[:200]}.dsh-{secrets.token_hex(4)}.tmp"
+        temp = f".{name[:200]}.dsh-{secrets.token_hex(4)}.tmp"
         try:
-            return temp, os.open(temp, flags, 0o666)
+            return temp, os.open(temp, flags, 0o666, dir_fd=directory)
         except FileExistsError:
             continue
-    raise FileExistsError(f"no free temporary name in {directory}")
+    raise FileExistsError("no free temporary name beside the file")
 
 
-def _sync_directory(directory: Path) -> None:
+def _sync_directory(directory: int) -> None:
     with contextlib.suppress(OSError):
-        fd = os.open(directory, os.O_RDONLY | os.O_DIRECTORY)
+        fd = os.open(".", os.O_RDONLY | os.O_DIRECTORY | os.O_CLOEXEC, dir_fd=directory)  # O_PATH cannot fsync
         try:
             os.fsync(fd)
         finally:
@@ -278,10 +334,12 @@ async def _approve(plan: _Plan, ctx: ToolContext, approver: Approver | None, all
     """None when the edit may go ahead, else the result the model sees."""
     request = plan.request
     key = f"{request.tool}.always"
-    if ctx.session_state.get(key) and not request.outside:
+    if ctx.session_state.get(key) and not request.outside and request.may_always:
         return None
     ask = approver or ctx.approver
     if ask is None:
+        if request.git is not None:  # --allow-edits would not help: say why instead
+            return f"Error: {request.path} is {request.git.what}; unattended edits stay out of git directories"
         if not allow_unattended:
             return EDIT_NO_APPROVER
         if request.outside:
@@ -291,27 +349,27 @@ async def _approve(plan: _Plan, ctx: ToolContext, approver: Approver | None, all
         answer = await ask(request)
     except Exception as exc:
         return f"{EDIT_DENIED} (approval failed: {error_chain(exc)})"
-    if answer == "always":
+    if answer == "always" and request.may_always:
         ctx.session_state[key] = True
-    elif answer != "yes":
+    elif answer not in ("yes", "always"):
         return EDIT_DENIED
     return None
 
 
 async def _run(tool: str, ctx: ToolContext, raw_path: object, change: Any, approver: Approver | None,
                allow_unattended: bool) -> ToolOutput:
-    target, shown, outside = _where(ctx, raw_path)
+    target, root = _where(ctx, raw_path)
     stamps = read_stamps(ctx)
     known = stamps.get(str(target))
     try:
         # Planning only reads: abandoned on cancel, so Ctrl-C ends the turn at once.
         plan = await anyio.to_thread.run_sync(
-            _plan, tool, target, shown, outside, known, change, ctx.redact, abandon_on_cancel=True
+            _plan, tool, target, root, known, change, ctx.redact, abandon_on_cancel=True
         )
     except EditRefused as exc:
         return ToolOutput(str(exc), is_error=True)
     if plan.unchanged:
-        return ToolOutput(f"(no change: {shown} already has this content)")
+        return ToolOutput(f"(no change: {plan.shown} already has this content)")
     refusal = await _approve(plan, ctx, approver, allow_unattended)
     if refusal is not None:
         return ToolOutput(refusal, is_error=True)

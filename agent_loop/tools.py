@@ -33,6 +33,7 @@ from dsh.agent_loop.events import Event
 from dsh.agent_loop.process import ManagedProcess, ProcessStartError
 from dsh.llm import ToolCall, ToolSpec, error_chain
 from dsh.llm import text as json_text
+from dsh.llm.redact import Redactor
 
 __all__ = [
     "DEFAULT_MAX_PARALLEL",
@@ -90,8 +91,9 @@ class ToolContext:
     label: str = "main"
     call_id: str = ""
     post_notice: Callable[[str, str], None] | None = None  # (text, job_id) -> None; the agent's
-    # The agent's redactor: what the model saw of a file is masked, so an edit checks it (agent_loop/edits.py).
-    redact: Callable[[str], str] = str
+    # The agent's redactor: what the model saw of a file is masked, so an edit checks it, and an edit's
+    # approval masks only its known values (agent_loop/edits.py).
+    redact: Redactor = field(default_factory=Redactor)
 
 
 ToolFunction = Callable[[dict[str, Any], ToolContext], Awaitable["ToolOutput | str"]]

@@ -158,6 +158,17 @@ class Redactor:
         lowered = text.lower()
         return any(trigger in lowered for trigger in _TRIGGERS)
 
+    def mask_known_counted(self, text: str) -> tuple[str, int]:
+        """Only the known values, each as ``***(N chars)``; and how many were masked.
+
+        For text a user approves as it will be written (an edit's diff, docs/configuration.md "Edits"):
+        shapes are left alone there, since masking one would hide what is written, and the count
+        tells the reader how much each masked spot hides.
+        """
+        if self._known is None:
+            return text, 0
+        return self._known.subn(lambda match: f"{MASK}({len(match.group(0))} chars)", text)
+
     def with_secrets(self, more: Iterable[str]) -> Redactor:
         """A redactor that masks these values too."""
         return Redactor((*self.secrets, *more))

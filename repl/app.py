@@ -424,7 +424,7 @@ class InteractiveApp:
         if self._typed:
             hint += f" · typed ahead: {len(self._typed)} chars, kept for the next prompt"
         if self._question is not None:
-            hint = f"v views the {self._approval.noun} · n denies" if self._must_view() else "y / n / a"
+            hint = f"v views the {self._approval.noun} · n denies" if self._must_view() else self._answers()
         base = self._toolbar_base()
         columns = self._columns()
         text = base + (f" · {activity}" if activity else "") + f" · {hint}"
@@ -435,6 +435,9 @@ class InteractiveApp:
 
     def _must_view(self) -> bool:
         return self._approval is not None and self._approval.must_view and not self._viewed
+
+    def _answers(self) -> str:
+        return "y / n / a" if self._approval is None or self._approval.always else "y / n"
 
     def _live(self) -> AnyFormattedText:
         return ANSI(self.sink.live_text() + terminal_text(self._question or ""))
@@ -507,6 +510,8 @@ class InteractiveApp:
         def handle(event: KeyPressEvent) -> None:
             if answer in ("y", "a") and self._must_view():
                 return  # not shown yet: only v (view) or n (deny) count
+            if answer == "a" and self._approval is not None and not self._approval.always:
+                return  # asked every time (a git directory): "always" is not offered
             if self._answered is not None and self._answer is None:
                 self._answer = answer
                 self._answered.set()
@@ -554,7 +559,8 @@ class InteractiveApp:
 
         if isinstance(request, EditRequest):
             self._approval = diff_approval(request.diff, request.subject, tool=request.tool, rows=size.rows,
-                                           cols=size.columns, color=self.shell.renderer.color)
+                                           cols=size.columns, color=self.shell.renderer.color,
+                                           hidden=request.hidden, always=request.may_always)
         else:
             self._approval = approval_question(str(request), rows=size.rows, cols=size.columns)
         self._viewed = False

@@ -694,6 +694,7 @@ class Approval:
     view: str  # the whole command, as lines to print above the question ("" when it is inline)
     viewed_question: str  # the question once the command was viewed
     noun: str = "command"  # what ``v`` views: "command" or "diff"
+    always: bool = True  # ``a`` is offered; an edit in a git directory is asked every time (y / n)
 
 
 def _size(command: str) -> str:
@@ -760,28 +761,38 @@ def _indented_block(lines: Sequence[str], *, color: bool) -> Styled:
     return Styled("".join(parts), tuple(spans))
 
 
+def _hidden_note(hidden: int) -> str:
+    return f", hides {hidden} known secret{'s' if hidden != 1 else ''}" if hidden else ""
+
+
 def diff_approval(
-    diff: str, subject: str, *, tool: str, rows: int = 24, cols: int = 80, color: bool = False
+    diff: str, subject: str, *, tool: str, rows: int = 24, cols: int = 80, color: bool = False, hidden: int = 0,
+    always: bool = True,
 ) -> Approval:
     """The question for an edit: the whole diff above ``[approve] tool subject``; a long one needs ``v``.
 
     ``subject`` names the file and the change (``notes.txt (+1 -1)``). The diff lines follow the
     command rule (:func:`shown_command`), and a diff that does not fit the screen is announced as
-    ``diff is N lines / M chars — v to view``, exactly like a long command.
+    ``diff is N lines / M chars — v to view``, exactly like a long command. ``hidden`` known secret
+    values on the lines to be written (each shown as ``***(N chars)``) need ``v`` too: the question
+    says so (``hides 1 known secret``), and ``v`` shows the diff masked alike.
+    ``always=False`` (a git directory) offers ``y / n`` only.
     """
     head = f"  [approve] {tool} {subject}"
+    answers = "(y / n / a)" if always else "(y / n)"
     shown = shown_diff(diff)
     block = _indented_block(shown, color=color)
-    if _fits([*shown, head], diff, rows, cols):
-        text = block + head + "  (y / n / a) "
-        return Approval(text, False, "", text, "diff")
-    size = _size(diff.strip("\n"))
+    if not hidden and _fits([*shown, head], diff, rows, cols):
+        text = block + head + f"  {answers} "
+        return Approval(text, False, "", text, "diff", always)
+    size = _size(diff.strip("\n")) + _hidden_note(hidden)
     return Approval(
         f"{head}: diff is {size} \u2014 v to view  (v / n) ",
         True,
         f"  [diff] {tool} {subject}, {size}:\n" + block,
-        f"{head}: the diff above ({size})  (y / n / a) ",
+        f"{head}: the diff above ({size})  {answers} ",
         "diff",
+        always,
     )
 
 
