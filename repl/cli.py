@@ -517,6 +517,7 @@ async def _start_replay(stack: Any, trace: Any, speed: float, config: Any) -> An
     from dsh.llm.deepseek import DeepSeekClient
     from dsh.repl.demo.replay_server import ReplayServer
 
+    stack.callback(trace.close)  # the recording is read as it is served
     server = await stack.enter_async_context(ReplayServer(trace, speed=speed))
     # The recorded deadlines, so a recorded timeout fires again; one set on this run wins.
     timeouts = {key: getattr(config, key) if key in config.sources else trace.timeouts.get(key, getattr(config, key))
