@@ -9,6 +9,7 @@ The memory bounds themselves are measured in tests/reliability/test_attack_trace
 
 from __future__ import annotations
 
+import hashlib
 import json
 import os
 import re
@@ -28,7 +29,13 @@ from dsh.llm.codes import ErrorCode
 from dsh.llm.redact import MASK
 from dsh.llm.wire_trace import TraceFileError, TraceWriter
 from dsh.repl.demo.fault_server import Behaviour, FaultServer
-from dsh.repl.demo.replay_server import MAX_REQUEST_BODY
+from dsh.repl.demo.replay_server import (
+    MAX_REQUEST_BODY,
+    SUMMARIES_KEPT,
+    ReplayServer,
+    RequestSummary,
+    load_trace,
+)
 from dsh.repl.sessions import SHOW_RECORD_LIMIT
 from fixtures.big_files import TRACE_ANSWER, write_session, write_trace
 from tests import canaries
@@ -217,6 +224,28 @@ def test_replay_server_cuts_a_chunked_upload_at_its_limit(home: Path) -> None:
         assert refused.status_code == 413
         assert refused.json()["error"]["message"] == (
             "request body is over this server's limit of 33554432 bytes (32 MiB)")
+
+
+@pytest.mark.anyio
+async def test_replay_server_keeps_a_summary_of_the_last_requests_never_their_bodies(tmp_path: Path) -> None:
+    trace_path = tmp_path / "trace.jsonl"
+    write_trace(trace_path, 0)
+    trace = load_trace(str(trace_path))
+    body = json.dumps({"model": "deepseek-v4-flash", "messages": [{"role": "user", "content": "x" * 100_000}]})
+    try:
+        async with ReplayServer(trace) as server, httpx.AsyncClient(base_url=server.url, timeout=30) as client:
+            assert TRACE_ANSWER in (await client.post("/v1/chat/completions", content=body)).text
+            digest = hashlib.sha256(body.encode()).hexdigest()
+            assert server.summaries[0] == RequestSummary("POST", "/v1/chat/completions", len(body),
+                                                         "deepseek-v4-flash", digest)
+            for _ in range(SUMMARIES_KEPT):
+                assert (await client.post("/chat/completions", content=b"{}")).status_code == 410
+            assert len(server.summaries) == SUMMARIES_KEPT  # the first one is gone
+            assert server.summaries[0] == RequestSummary(
+                "POST", "/chat/completions", 2, None, hashlib.sha256(b"{}").hexdigest())
+            assert server.requests == []
+    finally:
+        trace.close()
 
 
 @pytest.mark.parametrize("command", [["--replay"], ["replay-server"]])
