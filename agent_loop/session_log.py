@@ -35,6 +35,7 @@ import json
 import os
 import re
 import stat
+import sys
 from collections.abc import Callable, Iterator, Mapping
 from dataclasses import dataclass
 from datetime import UTC, datetime
@@ -59,6 +60,7 @@ from dsh.llm.text import loads
 
 __all__ = [
     "INTERRUPTED_TOOL_OUTPUT",
+    "LongLine",
     "SessionInfo",
     "SessionLog",
     "SessionLogError",
@@ -66,6 +68,7 @@ __all__ = [
     "list_sessions",
     "load_session_file",
     "read_header",
+    "read_lines",
     "remove_session",
     "resolve_session",
     "session_in_use",
@@ -122,6 +125,7 @@ class _Loaded:
     skipped: int = 0  # counts behind the one-line summary (warnings keeps only the first few)
     gaps: int = 0
     torn: int = 0  # bytes of a torn last line
+    keep_tail: bool = True  # False: a reader that never repairs keeps not even the last turn
 
 
 _CHUNK = 1 << 22  # bytes read per pread while streaming a log
@@ -167,42 +171,69 @@ def _kind(mode: int) -> str:
     return "not a regular file"
 
 
-def _lines(fd: int, start: int = 0) -> Iterator[tuple[int, bytes | None]]:
+@dataclass(frozen=True, slots=True)
+class LongLine:
+    """A line longer than a reader's ``max_line``: its length and first bytes; the rest was never held."""
+
+    size: int
+    head: bytes
+
+    def field(self, name: str) -> str | None:
+        """A short string or number field of the record, read from the line's first bytes."""
+        match = re.search(rb'"%s":\s*"?([A-Za-z0-9/_.-]{1,64})' % name.encode(), self.head)
+        return match.group(1).decode() if match else None
+
+
+_LONG_HEAD = 256  # bytes of a long line kept for LongLine.head
+
+
+def read_lines(
+    fd: int, start: int = 0, *, max_line: int | None = None
+) -> Iterator[tuple[int, bytes | LongLine | None]]:
     """``(offset, line)`` for each complete line from ``start``, without its newline; last a torn tail.
 
-    Memory is one chunk plus the longest line. The final item is ``(offset, None)`` with the offset
-    where complete lines end; bytes past it are a torn last line.
+    Memory is one chunk plus the longest line, or with ``max_line`` one chunk plus ``max_line``: a
+    longer line comes as a :class:`LongLine` and is skipped, not held. The final item is
+    ``(offset, None)`` with the offset where complete lines end; bytes past it are a torn last line.
     """
-    offset = start
-    parts: list[bytes] = []  # a line longer than one chunk, gathered without quadratic joins
-    pending = 0
+    limit = max_line if max_line is not None else sys.maxsize
+    offset = start  # where the current line starts
+    pending: list[bytes] = []  # its pieces read so far, gathered without quadratic joins
+    length = 0  # its bytes read so far
+    head: bytes | None = None  # its first bytes, once it is longer than ``limit`` (then nothing is kept)
     while True:
-        chunk = os.pread(fd, _CHUNK, offset + pending)
+        chunk = os.pread(fd, _CHUNK, offset + length)
         if not chunk:
             yield offset, None
             return
-        cut = chunk.find(b"\n")
-        if cut < 0:
-            parts.append(chunk)
-            pending += len(chunk)
-            continue
-        if parts:
-            parts.append(chunk[:cut])
-            line = b"".join(parts)
-            parts, pending = [], 0
-            yield offset, line
-            offset += len(line) + 1
-            chunk = chunk[cut + 1 :]
-        last = chunk.rfind(b"\n")
-        if last >= 0:
-            body = chunk[:last]
-            for line in body.split(b"\n"):
-                yield offset, line
-                offset += len(line) + 1
-            chunk = chunk[last + 1 :]
-        if chunk:
-            parts.append(chunk)
-            pending += len(chunk)
+        *ends, rest = chunk.split(b"\n")  # each of ``ends`` ends a line; ``rest`` begins the next one
+        for piece in ends:
+            size = length + len(piece)
+            if head is None and size <= limit:
+                yield offset, b"".join([*pending, piece]) if pending else piece
+            else:
+                yield offset, LongLine(size, _first_bytes([head, piece] if head is not None else [*pending, piece]))
+            offset += size + 1
+            pending, length, head = [], 0, None
+        length += len(rest)
+        if head is not None:
+            head = _first_bytes([head, rest])
+        elif rest:
+            pending.append(rest)
+            if length > limit:
+                head, pending = _first_bytes(pending), []
+
+
+def _first_bytes(parts: list[bytes]) -> bytes:
+    """The first :data:`_LONG_HEAD` bytes of ``parts`` joined, without joining them."""
+    if len(parts[0]) >= _LONG_HEAD:
+        return parts[0][:_LONG_HEAD]
+    head = bytearray()
+    for part in parts:
+        head += part[: _LONG_HEAD - len(head)]
+        if len(head) >= _LONG_HEAD:
+            break
+    return bytes(head)
 
 
 def _read_header(line: bytes, path: Path, warnings: list[str]) -> dict[str, Any]:
@@ -217,16 +248,29 @@ def _read_header(line: bytes, path: Path, warnings: list[str]) -> dict[str, Any]
     return header
 
 
-def _stream(fd: int, path: Path, on_record: Callable[[dict[str, Any]], None] | None) -> _Loaded:
-    """One pass over the log: every record to ``on_record`` in order; keep only the last turn's."""
+def _stream(
+    fd: int,
+    path: Path,
+    on_record: Callable[[dict[str, Any]], None] | None,
+    *,
+    max_record: int | None = None,
+    on_long: Callable[[LongLine], None] | None = None,
+    keep_tail: bool = True,
+) -> _Loaded:
+    """One pass over the log: every record to ``on_record`` in order; keep only the last turn's.
+
+    With ``max_record``, a longer line is never held: it goes to ``on_long`` as a :class:`LongLine`.
+    ``keep_tail`` False keeps not even the last turn (a reader that does not repair the log).
+    """
     warnings: list[str] = []
-    lines = _lines(fd)
+    lines = read_lines(fd, max_line=max_record)
     _, first = next(lines)
     if first is None:
         raise _log_error(f"{path} is not a dsh session log (no header line)")
-    if len(first) > _HEADER_LIMIT:
-        raise _log_error(f"{path} is not a dsh session log (a first line of {len(first)} bytes)")
-    loaded = _Loaded(_read_header(first, path, warnings), [], warnings, len(first) + 1)
+    first_size = first.size if isinstance(first, LongLine) else len(first)
+    if isinstance(first, LongLine) or first_size > _HEADER_LIMIT:
+        raise _log_error(f"{path} is not a dsh session log (a first line of {first_size} bytes)")
+    loaded = _Loaded(_read_header(first, path, warnings), [], warnings, len(first) + 1, keep_tail=keep_tail)
     batch: list[bytes] = []
     batch_bytes = 0
     number = 2  # the line number of batch[0]
@@ -235,6 +279,12 @@ def _stream(fd: int, path: Path, on_record: Callable[[dict[str, Any]], None] | N
         if line is None:
             good_size = position
             break
+        if isinstance(line, LongLine):
+            _take(batch, number, path, loaded, on_record)
+            number += len(batch) + 1
+            batch, batch_bytes = [], 0
+            _skip_long(line, number - 1, path, loaded, on_long)
+            continue
         batch.append(line)
         batch_bytes += len(line)
         if batch_bytes >= _CHUNK or len(batch) >= 4096:
@@ -248,6 +298,16 @@ def _stream(fd: int, path: Path, on_record: Callable[[dict[str, Any]], None] | N
         loaded.torn = loaded.size - good_size
         warnings.append(f"ignored a torn last line ({loaded.torn} bytes) in {path}")
     return loaded
+
+
+def _skip_long(line: LongLine, number: int, path: Path, loaded: _Loaded,
+               on_long: Callable[[LongLine], None] | None) -> None:
+    """A record too long to read: its ``seq`` (from its first bytes) still counts, so no gap is reported."""
+    seq = line.field("seq")
+    if seq is not None and seq.isdigit():
+        _count_seq(int(seq), number, path, loaded)
+    if on_long is not None:
+        on_long(line)
 
 
 def _take(
@@ -268,7 +328,8 @@ def _take(
                 turn = record["data"].get("turn")
                 if isinstance(turn, int) and turn > loaded.last_turn:
                     loaded.last_turn = turn
-        tail.append(record)
+        if loaded.keep_tail:
+            tail.append(record)
         if on_record is not None:
             on_record(record)
 
@@ -315,15 +376,20 @@ def _parse_body_by_line(lines: list[bytes], path: Path, loaded: _Loaded, first_n
                 warnings.append(f"skipped an unreadable record on line {number} of {path}")
             continue
         seq = record.get("seq")
-        if isinstance(seq, int) and seq != loaded.next_seq:
-            loaded.gaps += 1
-            if len(warnings) < _WARNING_LIMIT:
-                warnings.append(f"sequence gap in {path}: expected seq {loaded.next_seq}, found {seq} on line {number}")
         if isinstance(seq, int):
-            loaded.next_seq = seq + 1
-            loaded.max_seq = max(loaded.max_seq, seq)
+            _count_seq(seq, number, path, loaded)
         records.append(record)
     return records
+
+
+def _count_seq(seq: int, number: int, path: Path, loaded: _Loaded) -> None:
+    if seq != loaded.next_seq:
+        loaded.gaps += 1
+        if len(loaded.warnings) < _WARNING_LIMIT:
+            loaded.warnings.append(
+                f"sequence gap in {path}: expected seq {loaded.next_seq}, found {seq} on line {number}")
+    loaded.next_seq = seq + 1
+    loaded.max_seq = max(loaded.max_seq, seq)
 
 
 def _summary(loaded: _Loaded, path: Path) -> str | None:
@@ -344,19 +410,25 @@ def _summary(loaded: _Loaded, path: Path) -> str | None:
 
 
 def load_session_file(
-    path: str | os.PathLike[str], *, on_record: Callable[[dict[str, Any]], None] | None = None
+    path: str | os.PathLike[str],
+    *,
+    on_record: Callable[[dict[str, Any]], None] | None = None,
+    max_record: int | None = None,
+    on_long: Callable[[LongLine], None] | None = None,
 ) -> tuple[dict[str, Any], list[dict[str, Any]], list[str]]:
     """Read a log without opening it for append: ``(header, records, warnings)``. No repair, no lock.
 
     With ``on_record`` each record goes there instead (``records`` comes back empty): memory stays
-    one record, whatever the file's size (``dsh sessions show``).
+    one record, whatever the file's size (``dsh sessions show``); with ``max_record`` too, a record
+    longer than that is never read into memory and goes to ``on_long`` instead.
     """
     file = Path(path)
     records: list[dict[str, Any]] = []
     fd, _ = _open_regular(file, os.O_RDONLY)
     try:
         with gc_paused():
-            loaded = _stream(fd, file, on_record or records.append)
+            loaded = _stream(fd, file, on_record or records.append, max_record=max_record, on_long=on_long,
+                             keep_tail=False)  # no repair here
     except OSError as exc:
         raise _log_error(f"cannot read session log {file}", exc)
     finally:
@@ -369,8 +441,8 @@ def read_header(path: str | os.PathLike[str]) -> dict[str, Any]:
     file = Path(path)
     fd, _ = _open_regular(file, os.O_RDONLY)
     try:
-        _, first = next(_lines(fd))
-        if first is None or len(first) > _HEADER_LIMIT:
+        _, first = next(read_lines(fd, max_line=_HEADER_LIMIT))
+        if not isinstance(first, bytes):
             raise _log_error(f"{file} is not a dsh session log (no header line)")
         return _read_header(first, file, [])
     except OSError as exc:
@@ -571,7 +643,7 @@ class SessionLog:
         if self._pending:
             return
         fd = self._require_fd()
-        lines = _lines(fd)
+        lines = read_lines(fd)
         next(lines)  # the header
         for _, line in lines:
             if line is None:

@@ -52,6 +52,7 @@ BENCHMARKS: tuple[Benchmark, ...] = (
     Benchmark("scaling", (("scaling_10x", "x", ("<=", 10.5)),), "bench.loop", "scaling_10x"),
     Benchmark("rss", (("peak_rss_mb", "MB", None),), "bench.rss", "peak_rss"),
     Benchmark("hostile", (("hostile_peak_rss_mb", "MB", ("<", 512.0)),), "bench.hostile", "hostile_peak_rss"),
+    Benchmark("traces", (("trace_attacks_peak_rss_mb", "MB", ("<", 128.0)),), "bench.traces", "trace_attacks"),
     Benchmark("resume", (("resume_100k_ms", "ms", ("<", 1000.0)),), "bench.loop", "resume_100k"),
     Benchmark("sessions_list", (("sessions_list_ms", "ms", ("<", 300.0)),), "bench.sessions", "sessions_list"),
     Benchmark("resume_1gb", (("resume_1gb", "s", ("<", 5.0)),), "bench.sessions", "resume_1gb"),

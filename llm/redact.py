@@ -29,6 +29,7 @@ __all__ = [
     "RedactingFilter",
     "Redactor",
     "environment_secrets",
+    "json_spelled_pattern",
     "looks_secret",
     "redact_text",
     "redact_url",
@@ -72,6 +73,7 @@ _HEADER_BEFORE = re.compile(r"(?i)(bearer|basic|token|digest|authorization|api-k
 _PEM_BEGIN = re.compile(r"-----BEGIN (?P<kind>(?:[A-Z0-9]+ ){0,4})PRIVATE KEY-----")
 _PEM_END = "-----END "
 _PEM_MASK = "-----BEGIN {kind}PRIVATE KEY-----" + MASK
+_BACKSLASHES = r"\\{1,16}"  # one escape, in JSON held in JSON strings up to 5 levels deep (1, 2, 4 … 16)
 
 _SECRET_NAME = re.compile(r"(?i)(KEY|TOKEN|SECRET|PASSWORD|PASSWD|PASSPHRASE|AUTH(?!OR)|CREDENTIAL|COOKIE|SESSION)")
 _NOT_SECRET_NAME = re.compile(r"(?i)(_SOCK|_FILE|_PATH|_DIR|_TYPE|_MODE)$")
@@ -228,6 +230,38 @@ class GrowingText:
 def _known_pattern(secrets: tuple[str, ...]) -> re.Pattern[str] | None:
     # Longest first, so a key that contains another configured value is masked whole.
     return re.compile("|".join(re.escape(s) for s in secrets)) if secrets else None
+
+
+@functools.lru_cache(maxsize=64)
+def json_spelled_pattern(secrets: tuple[str, ...]) -> re.Pattern[str] | None:
+    """The secrets in every spelling a JSON string allows, which decodes back to the secret.
+
+    JSON may write any character as ``\\uXXXX`` (either case of hex; a surrogate pair beyond the BMP),
+    ``/`` as ``\\/``, ``"`` and ``\\`` escaped. A run of backslashes stands for the same escape in JSON
+    held in a JSON string (tool arguments), and that in another. Each character is a small group of fixed
+    alternatives, so matching stays linear in the text (docs/record-replay.md, "What a recording holds").
+    """
+    kept = sorted({s for s in secrets if len(s) >= MIN_SECRET_CHARS}, key=lambda s: (-len(s), s))
+    if not kept:
+        return None
+    return re.compile("|".join("".join(_json_spellings(char) for char in secret) for secret in kept))
+
+
+def _json_spellings(char: str) -> str:
+    code = ord(char)
+    if code > 0xFFFF:  # a surrogate pair
+        high, low = 0xD800 + ((code - 0x10000) >> 10), 0xDC00 + ((code - 0x10000) & 0x3FF)
+        escape = _BACKSLASHES + "u" + _hex4(high) + _BACKSLASHES + "u" + _hex4(low)
+    else:
+        escape = _BACKSLASHES + "u" + _hex4(code)
+    spellings = [re.escape(char), escape]
+    if char in '/"\\':
+        spellings.append(_BACKSLASHES + re.escape(char))
+    return "(?:" + "|".join(spellings) + ")"
+
+
+def _hex4(code: int) -> str:
+    return "".join(f"[{d}{d.upper()}]" if d.isalpha() else d for d in f"{code:04x}")
 
 
 def _mask_pem(text: str) -> str:

@@ -17,6 +17,7 @@ stream, so the live stream sees the same bytes at the same time; memory is bound
 from __future__ import annotations
 
 import base64
+import errno
 import json
 import os
 import stat
@@ -26,12 +27,15 @@ from collections.abc import AsyncIterator, Iterable
 from typing import TYPE_CHECKING, Any
 
 from dsh.llm._version import __version__
-from dsh.llm.redact import MASK, Redactor, redact_url
+from dsh.llm.codes import ErrorCode
+from dsh.llm.errors import HarnessError
+from dsh.llm.redact import MASK, Redactor, json_spelled_pattern, redact_url
 
 if TYPE_CHECKING:
     import httpx
 
-__all__ = ["TRACE_TYPE", "TRACE_VERSION", "TraceWriter", "recording_transport"]
+__all__ = ["TRACE_TYPE", "TRACE_VERSION", "TraceFileError", "TraceWriter", "not_regular", "recording_transport",
+           "regular_file_problem"]
 
 TRACE_TYPE = "dsh-wire-trace"
 TRACE_VERSION = 1
@@ -43,6 +47,73 @@ _PIECE = 256 * 1024  # the most bytes one inflate step may produce
 _BODY_LIMIT = 64 << 20  # body bytes recorded per exchange; past it (a gzip bomb, say) the trace notes the cut
 
 
+class TraceFileError(HarnessError):
+    """A ``--record`` path dsh will not write: one line naming it and why (exit 2)."""
+
+    def __init__(self, path: str, problem: str) -> None:
+        super().__init__(f"record file {path} cannot be written: {problem}", ErrorCode.CONFIG)
+
+
+_KINDS = (
+    (stat.S_ISLNK, "a symbolic link"), (stat.S_ISFIFO, "a FIFO"), (stat.S_ISCHR, "a character device"),
+    (stat.S_ISBLK, "a block device"), (stat.S_ISSOCK, "a socket"), (stat.S_ISDIR, "a directory"),
+)  # fmt: skip
+
+
+def not_regular(path: str | os.PathLike[str]) -> str | None:
+    """Why ``path`` cannot take a trace (``it is a FIFO, not a regular file``), found without opening it.
+
+    None when it does not exist or is a regular file. A symbolic link is refused like the session log's
+    (docs/record-replay.md): a link planted where a trace goes must not aim the trace at another file.
+    """
+    try:
+        mode = os.lstat(path).st_mode
+    except OSError:
+        return None
+    return regular_file_problem(mode)
+
+
+def regular_file_problem(mode: int) -> str | None:
+    """``it is a FIFO, not a regular file`` for a file of ``mode`` that is not a regular file, else None."""
+    if stat.S_ISREG(mode):
+        return None
+    kind = next((name for test, name in _KINDS if test(mode)), "something else")
+    return f"it is {kind}, not a regular file"
+
+
+def _open_regular(path: str) -> int:
+    """``path`` opened for writing, created 0600 and emptied; only ever a regular file.
+
+    Checked before opening (opening a device can act on it), then opened ``O_NOFOLLOW | O_NONBLOCK``
+    (a FIFO swapped in between answers at once instead of blocking start-up) and checked again on the
+    descriptor, so nothing can be swapped in between.
+    """
+    problem = not_regular(path)
+    if problem is None:
+        flags = os.O_WRONLY | os.O_CREAT | os.O_CLOEXEC | os.O_NOFOLLOW | os.O_NONBLOCK
+        try:
+            fd = os.open(path, flags, 0o600)
+        except OSError as exc:
+            if exc.errno not in (errno.ELOOP, errno.ENXIO, errno.EISDIR):
+                raise
+            fd = -1  # swapped for a link, a FIFO or a folder since the check
+        if fd >= 0:
+            problem = regular_file_problem(os.fstat(fd).st_mode)
+            if problem is None:
+                os.set_blocking(fd, True)
+                os.ftruncate(fd, 0)
+                return fd
+            os.close(fd)
+        problem = problem or not_regular(path) or "it is not a regular file"
+    raise TraceFileError(path, problem)
+
+
+def _escape_marks(secrets: Iterable[str]) -> tuple[str, ...]:
+    """The escapes a JSON spelling of one of ``secrets`` must hold (json_spelled_pattern)."""
+    joined = "".join(secrets)
+    return ("\\u", *(f"\\{char}" for char in '/"\\' if char in joined)) if joined else ()
+
+
 class TraceWriter:
     """The open trace file: one ``write(2)`` per record, masked with ``secrets`` first."""
 
@@ -51,12 +122,13 @@ class TraceWriter:
         self.path = os.fspath(path)
         self.secrets = tuple(s for s in secrets if s)
         self._redactor = Redactor(self.secrets)
+        # The secrets spelled with JSON escapes (a hostile server's \u0073k-…): see json_spelled_pattern.
+        self._spelled = json_spelled_pattern(self._redactor.secrets)
+        self._escape_marks = _escape_marks(self._redactor.secrets)
         self._exchanges = 0
-        flags = os.O_WRONLY | os.O_CREAT | os.O_TRUNC | os.O_CLOEXEC | getattr(os, "O_NOFOLLOW", 0)
-        self._fd: int | None = os.open(self.path, flags, 0o600)
+        self._fd: int | None = _open_regular(self.path)
         try:
-            mode = os.fstat(self._fd).st_mode
-            if stat.S_ISREG(mode) and mode & 0o077:
+            if os.fstat(self._fd).st_mode & 0o077:
                 os.fchmod(self._fd, 0o600)  # an older, looser file of the same name is tightened
             self._write({
                 "type": TRACE_TYPE, "version": TRACE_VERSION, "dsh": __version__,
@@ -70,7 +142,13 @@ class TraceWriter:
             raise
 
     def mask(self, text: str) -> str:
+        if self._spelled is not None and self._may_spell(text):
+            text = self._spelled.sub(MASK, text)
         return self._redactor(text)
+
+    def _may_spell(self, text: str) -> bool:
+        """Whether ``text`` holds an escape that could spell a secret (a cheap check before the pattern)."""
+        return any(mark in text for mark in self._escape_marks)
 
     def next_exchange(self) -> int:
         self._exchanges += 1
@@ -112,7 +190,7 @@ class TraceWriter:
         return "\n".join(self.mask(line) if self._suspect(line) else line for line in text.split("\n"))
 
     def _suspect(self, text: str) -> bool:
-        return self._redactor.may_mask(text)
+        return self._redactor.may_mask(text) or self._may_spell(text)
 
     def data(self, n: int, t: float, chunk: bytes) -> None:
         try:

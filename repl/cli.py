@@ -380,17 +380,22 @@ def _run(argv: list[str]) -> int:
 
 
 def _check_record_path(path: str) -> None:
-    """Fail before the first prompt, not at the first request, when the trace cannot be written."""
+    """Fail before the first prompt, not at the first request, when the trace cannot be written.
+
+    Nothing is opened here: a FIFO, a device or a link is refused by its ``lstat`` alone (the writer
+    checks again on what it opens; docs/record-replay.md)."""
+    from dsh.llm.wire_trace import not_regular
     from dsh.repl.config import ConfigError
 
     folder = os.path.dirname(path) or "."
     if not os.path.isdir(folder):
-        problem = "its folder does not exist"
+        problem: str | None = "its folder does not exist"
     elif not os.access(folder, os.W_OK | os.X_OK) or (os.path.exists(path) and not os.access(path, os.W_OK)):
         problem = "permission denied"
     else:
-        return
-    raise ConfigError(f"record file {path} cannot be written: {problem}")
+        problem = not_regular(path)
+    if problem is not None:
+        raise ConfigError(f"record file {path} cannot be written: {problem}")
 
 
 def _setup_logging(env: dict[str, str], secrets: tuple[str, ...]) -> None:
@@ -512,6 +517,7 @@ async def _start_replay(stack: Any, trace: Any, speed: float, config: Any) -> An
     from dsh.llm.deepseek import DeepSeekClient
     from dsh.repl.demo.replay_server import ReplayServer
 
+    stack.callback(trace.close)  # the recording is read as it is served
     server = await stack.enter_async_context(ReplayServer(trace, speed=speed))
     # The recorded deadlines, so a recorded timeout fires again; one set on this run wins.
     timeouts = {key: getattr(config, key) if key in config.sources else trace.timeouts.get(key, getattr(config, key))

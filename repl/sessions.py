@@ -19,10 +19,11 @@ from dsh.repl.render import Renderer, terminal_text, turn_end_line
 
 if TYPE_CHECKING:
     from dsh.agent_loop.recap import Recap
-    from dsh.agent_loop.session_log import SessionInfo
+    from dsh.agent_loop.session_log import LongLine, SessionInfo
 
 __all__ = [
     "LISTING_LIMIT",
+    "SHOW_RECORD_LIMIT",
     "Transcript",
     "brief",
     "current_project",
@@ -32,6 +33,9 @@ __all__ = [
 ]
 
 LISTING_LIMIT = 20  # sessions shown by /sessions (the newest)
+# `dsh sessions show` reads no record longer than this (docs/configuration.md, sessions): more than a whole
+# 1M-token context, so no record a model could take is cut, and one forged line cannot fill the memory.
+SHOW_RECORD_LIMIT = 16 << 20
 _RECAP_WIDTH = 100  # characters of a prompt or answer in the recap
 _ELLIPSIS = "…"
 USAGE = "usage: dsh sessions list [--all] | show ID | rm ID"
@@ -156,6 +160,12 @@ class Transcript:
         if text:
             self._write(text)
 
+    def long_record(self, line: LongLine) -> None:
+        """A record over :data:`SHOW_RECORD_LIMIT`, never read: one line in its place."""
+        kind = line.field("type")
+        self._write(self._renderer.end_line())
+        self._write(f"({kind + ' ' if kind else ''}record of {line.size / 1e6:.1f} MB not shown)\n")
+
     def close(self) -> None:
         self._write(self._renderer.end_line())
 
@@ -202,7 +212,8 @@ def main(args: list[str], env: Mapping[str, str] | None = None) -> int:
         if command == "show" and len(rest) == 1:
             path = resolve_session(rest[0], root, project=current_project())  # `last`: this project's
             view = Transcript(read_header(path), _out, secrets=secrets, env=env)
-            _, _, warnings = load_session_file(path, on_record=view)
+            _, _, warnings = load_session_file(path, on_record=view, max_record=SHOW_RECORD_LIMIT,
+                                               on_long=view.long_record)
             view.close()
             for warning in warnings[:3]:
                 _err(f"warning: {warning}")

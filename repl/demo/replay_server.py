@@ -7,36 +7,57 @@ same bytes; a clean close mid-body closes (FIN) without the last chunk; a transp
 exchange dsh stopped reading stalls until the client goes away, so the client's own deadline fires
 again. A request beyond the recording gets HTTP 410 naming the recording. The trace format is
 written by ``dsh.llm.wire_trace`` (docs/record-replay.md).
+
+Memory does not follow the file or the requests (docs/record-replay.md, "Limits"): the trace is
+checked and indexed in one streamed pass (where each exchange's lines are), and an exchange's body is
+read back from the file as it is served. A request body is never kept: over :data:`MAX_REQUEST_BODY`
+it is answered 413, otherwise hashed as it arrives, and a :class:`RequestSummary` of the last
+:data:`SUMMARIES_KEPT` requests is all that stays.
 """
 
 from __future__ import annotations
 
 import asyncio
 import base64
+import collections
+import hashlib
 import json
+import os
+import re
 import signal
-from collections.abc import Callable, Sequence
+from collections.abc import AsyncIterator, Callable, Iterator, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
+from dsh.agent_loop.session_log import LongLine, read_lines
 from dsh.llm.codes import ErrorCode
 from dsh.llm.errors import HarnessError
-from dsh.llm.wire_trace import TRACE_TYPE, TRACE_VERSION
+from dsh.llm.wire_trace import TRACE_TYPE, TRACE_VERSION, regular_file_problem
 from dsh.repl.demo.fault_server import (
     FaultServer,
     RecordedRequest,
+    RequestHead,
     _Exchange,
     _phrase,
+    body_pieces,
     error_body,
+    read_head,
 )
 
-__all__ = ["RecordedExchange", "ReplayError", "ReplayServer", "Trace", "load_trace", "main", "parse_speed",
-           "serve_forever"]
+__all__ = ["MAX_REQUEST_BODY", "SUMMARIES_KEPT", "RecordedExchange", "ReplayError", "ReplayServer",
+           "RequestSummary", "Trace", "load_trace", "main", "parse_speed", "serve_forever"]
 
 # Framing is the replay's own (chunked); what the recording's server said about framing is dropped. A
 # Content-Encoding the recorder inflated is gone from the trace already; one it could not is kept.
 _HOP_BY_HOP = frozenset({"transfer-encoding", "content-length", "connection", "keep-alive"})
 _MAX_LINE = 64 << 20
+_MAX_EXCHANGES = 100_000  # exchanges indexed per trace: the index stays a few MB
+# A request body over this is answered 413 unread. A whole 1M-token context is ~4-6 MiB of JSON, so
+# no request dsh makes comes near it (docs/record-replay.md, "Limits").
+MAX_REQUEST_BODY = 32 << 20
+SUMMARIES_KEPT = 1000  # request summaries kept (the oldest go first)
+_SUMMARY_PREFIX = 64 * 1024  # body bytes searched for the model name
+_MODEL = re.compile(rb'"model"\s{0,8}:\s{0,8}"([^"\\]{1,128})"')
 
 
 class ReplayError(HarnessError):
@@ -46,24 +67,83 @@ class ReplayError(HarnessError):
         super().__init__(message, ErrorCode.CONFIG)
 
 
+@dataclass(frozen=True, slots=True)
+class RequestSummary:
+    """What the replay server keeps of a request: never its body."""
+
+    method: str
+    path: str
+    size: int  # body bytes
+    model: str | None  # the ``model`` named in the body's first 64 KiB
+    sha256: str  # of the body
+
+
 @dataclass(slots=True)
 class RecordedExchange:
-    """One request's recorded answer; ``status`` None when it failed before any response."""
+    """One request's recorded answer; ``status`` None when it failed before any response.
+
+    ``chunks`` reads the body's ``data`` records from the trace file as they are iterated.
+    """
 
     n: int
-    path: str = ""
     status: int | None = None
     headers: list[tuple[str, str]] = field(default_factory=list)
     t_response: float = 0.0
-    chunks: list[tuple[float, bytes]] = field(default_factory=list)
+    chunks: Callable[[], Iterator[tuple[float, bytes]]] = lambda: iter(())
     how: str = "closed"  # complete | error | closed; a trace cut short by a crash ends "closed"
     where: str | None = None
     error: str | None = None
     t_end: float = 0.0
 
-    @property
-    def body_bytes(self) -> int:
-        return sum(len(data) for _, data in self.chunks)
+
+@dataclass(slots=True)
+class _Slot:
+    """Where exchange ``n``'s records are in the file: offsets of its lines, -1 for none."""
+
+    n: int
+    first: int
+    last: int
+    response: int = -1
+    data: int = -1  # the first data record
+    end: int = -1
+
+
+class _Exchanges(Sequence[RecordedExchange]):
+    """The exchanges of a trace in order of ``n``, each read from the file when it is asked for."""
+
+    def __init__(self, fd: int, slots: list[_Slot]) -> None:
+        self._fd = fd
+        self._slots = slots
+
+    def __len__(self) -> int:
+        return len(self._slots)
+
+    def __getitem__(self, index: int) -> RecordedExchange:  # type: ignore[override]
+        slot = self._slots[index]
+        exchange = RecordedExchange(slot.n, chunks=lambda: self._chunks(slot))
+        if slot.response >= 0:
+            response = self._record_at(slot.response)
+            exchange.status, exchange.headers = response["status"], _headers(response.get("headers", []), "")
+            exchange.t_response = _offset(response, "")
+        if slot.end >= 0:
+            _apply_end(exchange, self._record_at(slot.end))
+        return exchange
+
+    def _record_at(self, offset: int) -> dict[str, Any]:
+        _, line = next(_trace_lines(self._fd, offset))
+        return _record(line, "")
+
+    def _chunks(self, slot: _Slot) -> Iterator[tuple[float, bytes]]:
+        if slot.data < 0:
+            return
+        for offset, line in _trace_lines(self._fd, slot.data):
+            if offset > slot.last:
+                return
+            if isinstance(line, bytes) and not line.strip():
+                continue
+            record = _record(line, "")
+            if record.get("type") == "data" and record.get("n") == slot.n:
+                yield _offset(record, ""), _data(record, "")
 
 
 @dataclass(slots=True)
@@ -72,7 +152,13 @@ class Trace:
     base_url: str
     proxy: str | None
     timeouts: dict[str, float]
-    exchanges: list[RecordedExchange]
+    exchanges: Sequence[RecordedExchange]
+    fd: int = -1
+
+    def close(self) -> None:
+        fd, self.fd = self.fd, -1
+        if fd >= 0:
+            os.close(fd)
 
 
 def _field(record: dict[str, Any], key: str, kind: type | tuple[type, ...], where: str) -> Any:
@@ -109,67 +195,62 @@ def _data(record: dict[str, Any], where: str) -> bytes:
         raise ValueError(f"{where}: neither 'text' nor valid 'b64'") from None
 
 
-def load_trace(path: str) -> Trace:
-    """Read and check a whole recording; any problem is one :class:`ReplayError` line."""
+def _apply_end(exchange: RecordedExchange, record: dict[str, Any]) -> None:
+    exchange.how, exchange.t_end = record["how"], _offset(record, "")
+    exchange.where = record.get("where") if isinstance(record.get("where"), str) else None
+    exchange.error = record.get("error") if isinstance(record.get("error"), str) else None
+
+
+def _record(line: bytes | LongLine, where: str) -> dict[str, Any]:
+    if isinstance(line, LongLine):
+        raise ValueError(f"{where}: longer than {_MAX_LINE >> 20} MiB")
     try:
-        with open(path, "rb") as handle:
-            return _parse(path, handle)
+        record = json.loads(line)
+    except (ValueError, RecursionError):
+        raise ValueError(f"{where}: not JSON") from None
+    if not isinstance(record, dict):
+        raise ValueError(f"{where}: not a JSON object")
+    return record
+
+
+def load_trace(path: str) -> Trace:
+    """Check a whole recording in one streamed pass and index it; any problem is one :class:`ReplayError` line.
+
+    The file stays open (``Trace.close``): each exchange is read from it when it is served.
+    """
+    fd = -1
+    try:
+        fd = os.open(path, os.O_RDONLY | os.O_NONBLOCK | os.O_CLOEXEC)  # a FIFO must not block start-up
+        problem = regular_file_problem(os.fstat(fd).st_mode)
+        if problem is None:
+            os.set_blocking(fd, True)
+            return _index(path, fd)
+        failure = f"cannot be read: {problem}"
     except OSError as exc:
-        problem = f"cannot be read: {exc.strerror or type(exc).__name__}"
+        failure = f"cannot be read: {exc.strerror or type(exc).__name__}"
     except ValueError as exc:
-        problem = f"is not a dsh wire trace ({exc})"
-    raise ReplayError(f"replay file {path} {problem}")  # outside the handler: the line is the whole chain
+        failure = f"is not a dsh wire trace ({exc})"
+    except BaseException:
+        if fd >= 0:
+            os.close(fd)
+        raise
+    if fd >= 0:
+        os.close(fd)
+    raise ReplayError(f"replay file {path} {failure}")  # outside the handler: the line is the whole chain
 
 
-def _parse(path: str, handle: Any) -> Trace:
+def _index(path: str, fd: int) -> Trace:
     header: dict[str, Any] | None = None
-    exchanges: dict[int, RecordedExchange] = {}
-    for number, raw in enumerate(handle, 1):
+    slots: dict[int, _Slot] = {}
+    for number, (offset, line) in enumerate(_trace_lines(fd), 1):
         where = f"line {number}"
-        if len(raw) > _MAX_LINE:
-            raise ValueError(f"{where}: longer than {_MAX_LINE >> 20} MiB")
-        if not raw.strip():
+        if isinstance(line, bytes) and not line.strip():
             continue
-        try:
-            record = json.loads(raw)
-        except (ValueError, RecursionError):
-            raise ValueError(f"{where}: not JSON") from None
-        if not isinstance(record, dict):
-            raise ValueError(f"{where}: not a JSON object")
+        record = _record(line, where)
         if header is None:
-            if record.get("type") != TRACE_TYPE:
-                raise ValueError(f"{where}: no {TRACE_TYPE} header")
-            if record.get("version") != TRACE_VERSION:
-                raise ValueError(f"{where}: version {record.get('version')!r} (this dsh reads {TRACE_VERSION})")
-            header = record
-            continue
-        kind = record.get("type")
-        if kind not in ("request", "response", "data", "end"):
-            raise ValueError(f"{where}: unknown record type {kind!r:.40}")
-        n = _field(record, "n", int, where)
-        if n < 1:
-            raise ValueError(f"{where}: 'n' must be 1 or more")
-        exchange = exchanges.setdefault(n, RecordedExchange(n))
-        if kind == "request":
-            exchange.path = str(record.get("path", ""))
-        elif kind == "response":
-            status = _field(record, "status", int, where)
-            if not 100 <= status <= 599:
-                raise ValueError(f"{where}: status {status} is not an HTTP status")
-            exchange.status = status
-            exchange.headers = _headers(record.get("headers", []), where)
-            exchange.t_response = _offset(record, where)
-        elif kind == "data":
-            if exchange.status is None:
-                raise ValueError(f"{where}: body data before the response of exchange {n}")
-            exchange.chunks.append((_offset(record, where), _data(record, where)))
+            header = _check_header(record, where)
         else:
-            how = record.get("how")
-            if how not in ("complete", "error", "closed"):
-                raise ValueError(f"{where}: 'how' must be complete, error or closed")
-            exchange.how, exchange.t_end = how, _offset(record, where)
-            exchange.where = record.get("where") if isinstance(record.get("where"), str) else None
-            exchange.error = record.get("error") if isinstance(record.get("error"), str) else None
+            _index_record(record, offset, where, slots)
     if header is None:
         raise ValueError("empty file")
     timeouts = header.get("timeouts")
@@ -177,21 +258,102 @@ def _parse(path: str, handle: Any) -> Trace:
                and v > 0} if isinstance(timeouts, dict) else {}
     base_url = header.get("base_url") if isinstance(header.get("base_url"), str) else ""
     proxy = header.get("proxy") if isinstance(header.get("proxy"), str) else None
-    return Trace(path, base_url, proxy, checked, [exchanges[n] for n in sorted(exchanges)])
+    exchanges = _Exchanges(fd, [slots[n] for n in sorted(slots)])
+    return Trace(path, base_url, proxy, checked, exchanges, fd)
+
+
+def _trace_lines(fd: int, start: int = 0) -> Iterator[tuple[int, bytes | LongLine]]:
+    """``(offset, line)`` from ``start``, a line over 64 MiB as a LongLine, a last line without its newline too."""
+    for offset, line in read_lines(fd, start, max_line=_MAX_LINE):
+        if line is not None:
+            yield offset, line
+            continue
+        rest = os.fstat(fd).st_size - offset
+        if rest > _MAX_LINE:
+            yield offset, LongLine(rest, b"")
+        elif rest > 0:
+            yield offset, os.pread(fd, rest, offset)
+        return
+
+
+def _check_header(record: dict[str, Any], where: str) -> dict[str, Any]:
+    if record.get("type") != TRACE_TYPE:
+        raise ValueError(f"{where}: no {TRACE_TYPE} header")
+    if record.get("version") != TRACE_VERSION:
+        raise ValueError(f"{where}: version {record.get('version')!r} (this dsh reads {TRACE_VERSION})")
+    return record
+
+
+def _index_record(record: dict[str, Any], offset: int, where: str, slots: dict[int, _Slot]) -> None:
+    """Check one record and note where it is; the record itself is dropped."""
+    kind = record.get("type")
+    if kind not in ("request", "response", "data", "end"):
+        raise ValueError(f"{where}: unknown record type {kind!r:.40}")
+    n = _field(record, "n", int, where)
+    if n < 1:
+        raise ValueError(f"{where}: 'n' must be 1 or more")
+    slot = slots.get(n)
+    if slot is None:
+        if len(slots) >= _MAX_EXCHANGES:
+            raise ValueError(f"{where}: more than {_MAX_EXCHANGES} exchanges")
+        slot = slots[n] = _Slot(n, offset, offset)
+    slot.last = offset
+    if kind == "response":
+        status = _field(record, "status", int, where)
+        if not 100 <= status <= 599:
+            raise ValueError(f"{where}: status {status} is not an HTTP status")
+        _headers(record.get("headers", []), where)
+        _offset(record, where)
+        slot.response = offset
+    elif kind == "data":
+        if slot.response < 0:
+            raise ValueError(f"{where}: body data before the response of exchange {n}")
+        _offset(record, where)
+        _data(record, where)
+        if slot.data < 0:
+            slot.data = offset
+    elif kind == "end":
+        if record.get("how") not in ("complete", "error", "closed"):
+            raise ValueError(f"{where}: 'how' must be complete, error or closed")
+        _offset(record, where)
+        slot.end = offset
+
+
+async def summarise(head: RequestHead, pieces: AsyncIterator[bytes]) -> RequestSummary:
+    """A request's summary, its body hashed as it arrives and dropped (only its first 64 KiB are searched)."""
+    digest = hashlib.sha256()
+    size = 0
+    prefix = bytearray()
+    async for piece in pieces:
+        digest.update(piece)
+        size += len(piece)
+        if len(prefix) < _SUMMARY_PREFIX:
+            prefix += piece[: _SUMMARY_PREFIX - len(prefix)]
+    match = _MODEL.search(prefix)
+    model = match.group(1).decode("utf-8", "replace") if match else None
+    return RequestSummary(head.method, head.path[:256], size, model, digest.hexdigest())
 
 
 class ReplayServer(FaultServer):
     """Answers the k-th POST with the k-th recorded exchange (see the module docstring)."""
 
     def __init__(self, trace: Trace, *, speed: float = 1.0, port: int = 0) -> None:
-        super().__init__(port=port)
+        super().__init__(port=port, max_body=MAX_REQUEST_BODY)
         self.trace = trace
         self.speed = speed
         self.served = 0
+        self.summaries: collections.deque[RequestSummary] = collections.deque(maxlen=SUMMARIES_KEPT)
+
+    async def _next_request(self, reader: asyncio.StreamReader) -> RecordedRequest | None:
+        """The request without its body: the body is summarised as it arrives, never kept."""
+        head = await read_head(reader)
+        if head is None:
+            return None
+        self.summaries.append(await summarise(head, body_pieces(reader, head.headers, self.max_body)))
+        return head.request(b"")
 
     async def _dispatch(self, request: RecordedRequest, reader: asyncio.StreamReader,
                         writer: asyncio.StreamWriter) -> bool:
-        self.requests.append(request)
         ex = _Exchange(reader, writer, request, {}, "")
         if request.method != "POST":
             body = error_body(f"the replay of {self.trace.path} answers POST requests only")
@@ -225,7 +387,7 @@ class ReplayServer(FaultServer):
         await ex.writer.drain()
         if bodiless:
             return exchange.status >= 200
-        for offset, data in exchange.chunks:
+        for offset, data in exchange.chunks():
             await at(offset)
             await ex.send(data)
         if exchange.how == "complete":
@@ -293,4 +455,6 @@ def main(args: Sequence[str], *, out: Callable[[str], None], err: Callable[[str]
 
         err(f"dsh: failed to start: cannot listen on 127.0.0.1:{options.port}: {error_chain(exc)}")
         return 1
+    finally:
+        trace.close()
     return 0

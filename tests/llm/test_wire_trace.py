@@ -2,13 +2,17 @@
 
 from __future__ import annotations
 
+import errno
 import json
 import os
+import resource
+import subprocess
+import sys
 from pathlib import Path
 
 import pytest
 
-from dsh.llm.wire_trace import TraceWriter
+from dsh.llm.wire_trace import TraceFileError, TraceWriter
 from dsh.repl.demo.fault_server import Behaviour, FaultServer
 from tests import canaries
 from tests.llm.conftest import ClientFactory, StreamRunner
@@ -86,11 +90,21 @@ async def test_a_full_disk_ends_the_recording_not_the_turn(
     assert client._trace._fd is None
 
 
-def test_a_trace_that_cannot_take_its_header_is_an_error_and_devices_keep_their_mode() -> None:
+def test_a_device_is_refused_unopened_and_keeps_its_mode() -> None:
     before = os.stat("/dev/full").st_mode
-    with pytest.raises(OSError):
+    with pytest.raises(TraceFileError) as refused:
         TraceWriter("/dev/full")
+    assert refused.value.message == (
+        "record file /dev/full cannot be written: it is a character device, not a regular file")
     assert os.stat("/dev/full").st_mode == before
+
+
+def test_a_trace_that_cannot_take_its_header_is_an_error(tmp_path: Path) -> None:
+    code = ("import sys\nfrom dsh.llm.wire_trace import TraceWriter\n"
+            "try:\n    TraceWriter(sys.argv[1])\nexcept OSError as exc:\n    print(exc.errno)")
+    done = subprocess.run([sys.executable, "-c", code, str(tmp_path / "t.jsonl")], capture_output=True, text=True,
+                          timeout=60, preexec_fn=lambda: resource.setrlimit(resource.RLIMIT_FSIZE, (0, 0)))
+    assert (done.returncode, done.stdout) == (0, f"{errno.EFBIG}\n")  # a file that may not grow: EFBIG
 
 
 # Key shapes of DESIGN §7 and what redact_text masks today; a body line holding any of them is masked.
