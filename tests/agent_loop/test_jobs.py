@@ -10,7 +10,7 @@ from dsh.agent_loop.jobs import JobManager, job_tools, notice_text, run_subagent
 from dsh.agent_loop.subagent import Outcome, Provider, Run
 from dsh.agent_loop.subagent.diagnostics import Failure
 from dsh.agent_loop.subagent.result import SubagentRequest, SubagentResult
-from dsh.repl.demo.fault_server import Behaviour, FaultServer
+from dsh.llm.loopback.fault_server import Behaviour, FaultServer
 from tests import canaries
 from tests.agent_loop.subagent.tool_support import (
     DESCRIPTION,

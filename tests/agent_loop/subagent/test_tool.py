@@ -13,9 +13,9 @@ from dsh.agent_loop.jobs import JobManager, user_notice
 from dsh.agent_loop.subagent import ParentContext, SubagentConfigError, build_provider
 from dsh.agent_loop.subagent.result import SubagentResult
 from dsh.agent_loop.subagent.tool import SubagentToolkit, foreground_output, subagent_tool
+from dsh.llm.loopback.fault_server import Behaviour, FaultServer
 from dsh.repl.demo.catalogue import DemoTurn
 from dsh.repl.demo.delegation import DELEGATION_SCENARIOS, demo_subagent_tables, scenario_setup
-from dsh.repl.demo.fault_server import Behaviour, FaultServer
 from tests import canaries
 from tests.agent_loop.subagent.tool_support import (
     CHILD_ERROR,

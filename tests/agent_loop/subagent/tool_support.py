@@ -12,7 +12,7 @@ from dsh.agent_loop.events import Event, to_wire
 from dsh.agent_loop.subagent import ParentContext
 from dsh.agent_loop.subagent.tool import SubagentToolkit
 from dsh.llm import DeepSeekClient
-from dsh.repl.demo.fault_server import Behaviour, FaultServer
+from dsh.llm.loopback.fault_server import Behaviour, FaultServer
 from dsh.repl.render import Renderer
 from tests import canaries
 

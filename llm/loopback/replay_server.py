@@ -21,14 +21,14 @@ from typing import Any
 
 from dsh.llm.codes import ErrorCode
 from dsh.llm.errors import HarnessError
-from dsh.llm.wire_trace import TRACE_TYPE, TRACE_VERSION
-from dsh.repl.demo.fault_server import (
+from dsh.llm.loopback.fault_server import (
     FaultServer,
     RecordedRequest,
     _Exchange,
     _phrase,
     error_body,
 )
+from dsh.llm.wire_trace import TRACE_TYPE, TRACE_VERSION
 
 __all__ = ["RecordedExchange", "ReplayError", "ReplayServer", "Trace", "load_trace", "main", "parse_speed",
            "serve_forever"]
