@@ -100,9 +100,15 @@ def _headers(value: object, where: str) -> list[tuple[str, str]]:
     return [(name, text) for name, text in value]
 
 
+def _text(record: dict[str, Any], key: str) -> str | None:
+    value = record.get(key)
+    return value if isinstance(value, str) else None
+
+
 def _data(record: dict[str, Any], where: str) -> bytes:
-    if isinstance(record.get("text"), str):
-        return record["text"].encode("utf-8", "surrogatepass")
+    text = record.get("text")
+    if isinstance(text, str):
+        return text.encode("utf-8", "surrogatepass")
     try:
         return base64.b64decode(_field(record, "b64", str, where), validate=True)
     except ValueError:
@@ -168,15 +174,13 @@ def _parse(path: str, handle: Any) -> Trace:
             if how not in ("complete", "error", "closed"):
                 raise ValueError(f"{where}: 'how' must be complete, error or closed")
             exchange.how, exchange.t_end = how, _offset(record, where)
-            exchange.where = record.get("where") if isinstance(record.get("where"), str) else None
-            exchange.error = record.get("error") if isinstance(record.get("error"), str) else None
+            exchange.where, exchange.error = _text(record, "where"), _text(record, "error")
     if header is None:
         raise ValueError("empty file")
     timeouts = header.get("timeouts")
     checked = {k: float(v) for k, v in timeouts.items() if isinstance(v, int | float) and not isinstance(v, bool)
                and v > 0} if isinstance(timeouts, dict) else {}
-    base_url = header.get("base_url") if isinstance(header.get("base_url"), str) else ""
-    proxy = header.get("proxy") if isinstance(header.get("proxy"), str) else None
+    base_url, proxy = _text(header, "base_url") or "", _text(header, "proxy")
     return Trace(path, base_url, proxy, checked, [exchanges[n] for n in sorted(exchanges)])
 
 
