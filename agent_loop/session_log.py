@@ -35,7 +35,6 @@ import json
 import os
 import re
 import stat
-import sys
 from collections.abc import Callable, Iterator, Mapping
 from dataclasses import dataclass
 from datetime import UTC, datetime
@@ -56,11 +55,11 @@ from dsh.agent_loop.gc_pause import gc_paused
 from dsh.agent_loop.reasons import Interrupted
 from dsh.agent_loop.session_id import new_session_id
 from dsh.llm import ErrorCode, HarnessError
+from dsh.llm.lines import LongLine, read_lines
 from dsh.llm.text import loads
 
 __all__ = [
     "INTERRUPTED_TOOL_OUTPUT",
-    "LongLine",
     "SessionInfo",
     "SessionLog",
     "SessionLogError",
@@ -68,7 +67,6 @@ __all__ = [
     "list_sessions",
     "load_session_file",
     "read_header",
-    "read_lines",
     "remove_session",
     "resolve_session",
     "session_in_use",
@@ -169,71 +167,6 @@ def _kind(mode: int) -> str:
         if test(mode):
             return name
     return "not a regular file"
-
-
-@dataclass(frozen=True, slots=True)
-class LongLine:
-    """A line longer than a reader's ``max_line``: its length and first bytes; the rest was never held."""
-
-    size: int
-    head: bytes
-
-    def field(self, name: str) -> str | None:
-        """A short string or number field of the record, read from the line's first bytes."""
-        match = re.search(rb'"%s":\s*"?([A-Za-z0-9/_.-]{1,64})' % name.encode(), self.head)
-        return match.group(1).decode() if match else None
-
-
-_LONG_HEAD = 256  # bytes of a long line kept for LongLine.head
-
-
-def read_lines(
-    fd: int, start: int = 0, *, max_line: int | None = None
-) -> Iterator[tuple[int, bytes | LongLine | None]]:
-    """``(offset, line)`` for each complete line from ``start``, without its newline; last a torn tail.
-
-    Memory is one chunk plus the longest line, or with ``max_line`` one chunk plus ``max_line``: a
-    longer line comes as a :class:`LongLine` and is skipped, not held. The final item is
-    ``(offset, None)`` with the offset where complete lines end; bytes past it are a torn last line.
-    """
-    limit = max_line if max_line is not None else sys.maxsize
-    offset = start  # where the current line starts
-    pending: list[bytes] = []  # its pieces read so far, gathered without quadratic joins
-    length = 0  # its bytes read so far
-    head: bytes | None = None  # its first bytes, once it is longer than ``limit`` (then nothing is kept)
-    while True:
-        chunk = os.pread(fd, _CHUNK, offset + length)
-        if not chunk:
-            yield offset, None
-            return
-        *ends, rest = chunk.split(b"\n")  # each of ``ends`` ends a line; ``rest`` begins the next one
-        for piece in ends:
-            size = length + len(piece)
-            if head is None and size <= limit:
-                yield offset, b"".join([*pending, piece]) if pending else piece
-            else:
-                yield offset, LongLine(size, _first_bytes([head, piece] if head is not None else [*pending, piece]))
-            offset += size + 1
-            pending, length, head = [], 0, None
-        length += len(rest)
-        if head is not None:
-            head = _first_bytes([head, rest])
-        elif rest:
-            pending.append(rest)
-            if length > limit:
-                head, pending = _first_bytes(pending), []
-
-
-def _first_bytes(parts: list[bytes]) -> bytes:
-    """The first :data:`_LONG_HEAD` bytes of ``parts`` joined, without joining them."""
-    if len(parts[0]) >= _LONG_HEAD:
-        return parts[0][:_LONG_HEAD]
-    head = bytearray()
-    for part in parts:
-        head += part[: _LONG_HEAD - len(head)]
-        if len(head) >= _LONG_HEAD:
-            break
-    return bytes(head)
 
 
 def _read_header(line: bytes, path: Path, warnings: list[str]) -> dict[str, Any]:

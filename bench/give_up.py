@@ -18,7 +18,7 @@ import time
 from collections.abc import Iterator
 from pathlib import Path
 
-from dsh.repl.demo.fault_server import Behaviour, FaultServer, closed_port
+from dsh.llm.loopback.fault_server import Behaviour, FaultServer, closed_port
 
 KEY = "sk-giveup0123456789abcdef0123456789"
 NSSWITCH = "hosts: files\n"

@@ -46,7 +46,7 @@ def _measure(base_url: str, root: Path) -> dict[str, float]:
 
 
 async def hostile_peak_rss(settings: Settings, server: BenchServer) -> list[Figure]:
-    from dsh.repl.demo.fault_server import Behaviour, FaultServer
+    from dsh.llm.loopback.fault_server import Behaviour, FaultServer
 
     streams = {
         "keepalive_bomb": Behaviour("keepalive_bomb", inflated_mb=settings.size(5120, 500)),

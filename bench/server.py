@@ -7,7 +7,7 @@ base URL of ``http://127.0.0.1:<port>/<stream>`` works for dsh and the openai SD
 
 Stream names:
 
-``tiny-N``        N one-to-three-character content deltas (``dsh.repl.demo.streams.huge_text_blob``)
+``tiny-N``        N one-to-three-character content deltas (``dsh.llm.loopback.streams.huge_text_blob``)
 ``tiny-N-xK``     the same N-delta body sent K times in one stream (10x scaling without 10x memory)
 ``tool-N``        N reasoning deltas, then two tool calls whose arguments arrive in N/2 fragments each
 ``text``          a short plain answer (the loop, subagent and startup benchmarks)
@@ -27,7 +27,7 @@ import sys
 import threading
 from functools import lru_cache
 
-from dsh.repl.demo.streams import (
+from dsh.llm.loopback.streams import (
     DONE,
     chunk,
     frame,

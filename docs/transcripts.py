@@ -530,7 +530,7 @@ FAULT_TURNS = "one\ntwo\nthree\n"
 
 @dataclass
 class _FaultServerProcess:
-    """``python -m dsh.repl.demo.fault_server --port 0 ...`` started by hand: its banner lines, then (once
+    """``python -m dsh.llm.loopback.fault_server --port 0 ...`` started by hand: its banner lines, then (once
     :func:`_fault_server` has stopped it with Ctrl-C) the rest of its log."""
 
     process: subprocess.Popen[bytes]
@@ -543,7 +543,7 @@ class _FaultServerProcess:
 
 @contextlib.contextmanager
 def _fault_server(lab: Lab, home: Path, args: list[str]) -> Iterator[_FaultServerProcess]:
-    process = subprocess.Popen([PYTHON, "-m", "dsh.repl.demo.fault_server", "--port", "0", *args],
+    process = subprocess.Popen([PYTHON, "-m", "dsh.llm.loopback.fault_server", "--port", "0", *args],
                                env=lab.env(home), stdout=subprocess.PIPE, stderr=subprocess.STDOUT,
                                stdin=subprocess.DEVNULL)
     server = _FaultServerProcess(process)
@@ -568,7 +568,7 @@ def _fault_server_session(lab: Lab) -> tuple[str, Run, str]:
         time.sleep(0.2)
     log = "".join(head) + server.rest
     log = log.replace("fault server stopping", "^Cfault server stopping")
-    shown = "python -m dsh.repl.demo.fault_server --port 0 --script " + FAULT_SCRIPT
+    shown = "python -m dsh.llm.loopback.fault_server --port 0 --script " + FAULT_SCRIPT
     return f"$ {shown}\n{lab.normalise(log, home)}", run, FAULT_TURNS
 
 
@@ -608,7 +608,7 @@ def _record_replay_session(lab: Lab) -> str:
     replayed = lab.dsh(["--replay", "trace.jsonl", "-p", "hello"], home=home)
     return fence("\n".join([
         "$ cat ~/.config/dsh/config.toml", "max_retries = 0",
-        f"$ python -m dsh.repl.demo.fault_server --port 0 --script {script} &",
+        f"$ python -m dsh.llm.loopback.fault_server --port 0 --script {script} &",
         session_text(live, status=True),
         "$ jq -c 'del(.headers, .body)' trace.jsonl | cut -c1-110", *shown,
         "$ jq -c 'select(.type == \"request\") | .headers' trace.jsonl",
@@ -617,7 +617,7 @@ def _record_replay_session(lab: Lab) -> str:
     ]), "console")
 
 
-# What each behaviour does, in words (checked against repl/demo/fault_server.py); the table's last column
+# What each behaviour does, in words (checked against llm/loopback/fault_server.py); the table's last column
 # is what dsh printed against it. A behaviour missing here fails the run, so the table stays complete.
 BEHAVIOURS: dict[str, str] = {
     "text": "a normal streamed answer (`text=` to choose it), usage, `[DONE]`",
@@ -674,7 +674,7 @@ _BEHAVIOUR_CONFIG = "max_retries = 0\nstream_idle_timeout = 1\nfirst_token_timeo
 
 
 def _behaviour_names(lab: Lab) -> list[str]:
-    listed = subprocess.run([PYTHON, "-m", "dsh.repl.demo.fault_server", "--list"], capture_output=True, text=True,
+    listed = subprocess.run([PYTHON, "-m", "dsh.llm.loopback.fault_server", "--list"], capture_output=True, text=True,
                             env=lab.env(lab.root), timeout=TIMEOUT, check=True)
     names = listed.stdout.split()
     unknown = sorted(set(names) - set(BEHAVIOURS))

@@ -115,13 +115,13 @@ def _doctor(args: list[str]) -> int:
 
 def _replay_server(args: list[str]) -> int:
     """``dsh replay-server FILE --port P``: serve a recording to any client (docs/record-replay.md)."""
-    from dsh.repl.demo import replay_server
+    from dsh.llm.loopback import replay_server
 
     return replay_server.main(args, out=_stdout, err=_stderr)
 
 
 def _replay_speed(text: str) -> float:
-    from dsh.repl.demo.replay_server import parse_speed
+    from dsh.llm.loopback.replay_server import parse_speed
 
     return parse_speed(text)
 
@@ -338,7 +338,7 @@ def _run(argv: list[str]) -> int:
             config_path=Path(args.config) if args.config else None,
         )
         if args.replay:
-            from dsh.repl.demo.replay_server import ReplayError, load_trace
+            from dsh.llm.loopback.replay_server import ReplayError, load_trace
 
             if args.demo:
                 raise ConfigError("--replay and --demo each pick the endpoint; give one of them")
@@ -500,8 +500,8 @@ def _banner(shell: Any) -> str:
 
 
 async def _start_demo(stack: Any, scenario: str) -> tuple[Any, Any, Any]:
+    from dsh.llm.loopback.fault_server import FaultServer, closed_port
     from dsh.repl.demo.catalogue import Demo, DemoClient, demo_retry_policy
-    from dsh.repl.demo.fault_server import FaultServer, closed_port
 
     server = await stack.enter_async_context(FaultServer(default="text", tls=True))
     refused_port = stack.enter_context(closed_port())
@@ -515,7 +515,7 @@ async def _start_demo(stack: Any, scenario: str) -> tuple[Any, Any, Any]:
 async def _start_replay(stack: Any, trace: Any, speed: float, config: Any) -> Any:
     """The embedded replay server and a client that names the recorded endpoint in its messages."""
     from dsh.llm.deepseek import DeepSeekClient
-    from dsh.repl.demo.replay_server import ReplayServer
+    from dsh.llm.loopback.replay_server import ReplayServer
 
     stack.callback(trace.close)  # the recording is read as it is served
     server = await stack.enter_async_context(ReplayServer(trace, speed=speed))

@@ -19,7 +19,8 @@ from dsh.repl.render import Renderer, terminal_text, turn_end_line
 
 if TYPE_CHECKING:
     from dsh.agent_loop.recap import Recap
-    from dsh.agent_loop.session_log import LongLine, SessionInfo
+    from dsh.agent_loop.session_log import SessionInfo
+    from dsh.llm.lines import LongLine
 
 __all__ = [
     "LISTING_LIMIT",

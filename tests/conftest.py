@@ -9,7 +9,7 @@ from pathlib import Path
 
 import pytest
 
-from dsh.repl.demo.fault_server import FaultServer
+from dsh.llm.loopback.fault_server import FaultServer
 from tests import canaries
 from tests.leak_check import leak_checker, no_leftover_processes  # noqa: F401 (fixtures for every folder)
 

@@ -1,5 +1,6 @@
-"""``dsh --demo``: the embedded endpoint, its scenario catalogue and the scripted child runtimes.
+"""``dsh --demo``: the scenario catalogue and the scripted child runtimes, over the loopback endpoint.
 
 Deliberately import-free, so ``python -m dsh.repl.demo.acp_agent`` (a demo child) loads only the module
-it runs. The catalogue is :mod:`dsh.repl.demo.catalogue`; the endpoint :mod:`dsh.repl.demo.fault_server`.
+it runs. The catalogue is :mod:`dsh.repl.demo.catalogue`; the endpoint it scripts is
+:mod:`dsh.llm.loopback.fault_server`.
 """

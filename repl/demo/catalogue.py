@@ -19,7 +19,7 @@ from typing import Any
 
 from dsh.agent_loop.retry import RetryPolicy
 from dsh.llm import ChatRequest, DeepSeekClient, StreamEvent
-from dsh.repl.demo.fault_server import Behaviour, FaultServer
+from dsh.llm.loopback.fault_server import Behaviour, FaultServer
 
 __all__ = [
     "CORE_SCENARIOS",

@@ -7,7 +7,7 @@ or ``fixtures`` (imports point one way). The front end:
   (plus the user's own ``[subagents.NAME]`` tables) with the demo server as the parent's base URL, so
   the child dsh streams from the same embedded endpoint;
 * calls :func:`register_demo_scenarios` with ``dsh.repl.demo.catalogue.register_scenario`` and
-  ``dsh.repl.demo.fault_server.Behaviour``.
+  ``dsh.llm.loopback.fault_server.Behaviour``.
 
 ``pip install dsh`` alone has no ACP or Claude Code SDK: the tables that need a missing extra are left
 out of the demo's subagents (so the toolkit never builds them), and their scenarios answer with the one

@@ -9,7 +9,7 @@ is the exact diagnostic line the REPL prints (indented like the other delegation
 
 The front end adds :func:`product_demo_tables` to the demo's subagent tables and calls
 :func:`register_product_demo_scenarios` with ``dsh.repl.demo.catalogue.register_scenario`` and
-``dsh.repl.demo.fault_server.Behaviour``.
+``dsh.llm.loopback.fault_server.Behaviour``.
 """
 
 from __future__ import annotations

@@ -12,7 +12,7 @@ import pytest
 
 from dsh.agent_loop import SessionLog
 from dsh.agent_loop.session_log import INTERRUPTED_TOOL_OUTPUT
-from dsh.repl.demo.fault_server import Behaviour, FaultServer
+from dsh.llm.loopback.fault_server import Behaviour, FaultServer
 from tests.agent_loop.agent_support import assert_well_formed, durable_types, read_log
 
 pytestmark = pytest.mark.anyio

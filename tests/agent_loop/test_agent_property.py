@@ -15,7 +15,7 @@ from hypothesis import strategies as st
 
 from dsh.agent_loop import Agent, RetryPolicy, SessionLog, ToolRegistry
 from dsh.llm import DeepSeekClient
-from dsh.repl.demo.fault_server import Behaviour, FaultServer
+from dsh.llm.loopback.fault_server import Behaviour, FaultServer
 from tests.agent_loop.agent_support import Recorder, assert_well_formed, echo_tool, read_log
 
 BEHAVIOURS = [

@@ -9,7 +9,7 @@ import anyio
 import pytest
 
 from dsh.agent_loop import NEVER_RETRIED, RETRYABLE_CODES, Aborted, Completed, Failed, RetryPolicy
-from dsh.repl.demo.fault_server import Behaviour
+from dsh.llm.loopback.fault_server import Behaviour
 from tests.agent_loop.agent_support import durable_types, read_log
 
 pytestmark = pytest.mark.anyio

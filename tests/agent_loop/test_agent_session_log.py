@@ -34,7 +34,7 @@ from dsh.agent_loop import (
 from dsh.agent_loop import events as ev
 from dsh.agent_loop.session_log import INTERRUPTED_TOOL_OUTPUT
 from dsh.llm import HarnessError, ToolCall
-from dsh.repl.demo.fault_server import Behaviour
+from dsh.llm.loopback.fault_server import Behaviour
 from tests.agent_loop.agent_support import assert_well_formed, durable_types, echo_tool, read_log
 
 REPO = Path(__file__).resolve().parents[2]

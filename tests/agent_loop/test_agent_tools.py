@@ -21,7 +21,7 @@ from dsh.agent_loop.tools import (
     run_tool_call,
 )
 from dsh.llm import ToolCall
-from dsh.repl.demo.fault_server import Behaviour
+from dsh.llm.loopback.fault_server import Behaviour
 from tests import canaries
 from tests.agent_loop.agent_support import assert_well_formed, echo_tool, read_log
 from tests.waiting import async_wait_until

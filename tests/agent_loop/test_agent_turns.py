@@ -23,8 +23,8 @@ from dsh.agent_loop import (
     ToolRegistry,
 )
 from dsh.llm import Finish, TextDelta
-from dsh.repl.demo import streams
-from dsh.repl.demo.fault_server import BEHAVIOURS, Behaviour, closed_port
+from dsh.llm.loopback import streams
+from dsh.llm.loopback.fault_server import BEHAVIOURS, Behaviour, closed_port
 from tests import canaries
 from tests.agent_loop.agent_support import (
     ScriptedClient,

@@ -8,7 +8,7 @@ from dsh.agent_loop import Completed, SessionLog, ToolRegistry
 from dsh.agent_loop import events as ev
 from dsh.agent_loop.compact import COMPACT_INSTRUCTION, SUMMARY_HEADER, compaction_attempts, transcript
 from dsh.llm import ErrorCode, HarnessError, Message, ToolCall
-from dsh.repl.demo.fault_server import Behaviour
+from dsh.llm.loopback.fault_server import Behaviour
 from tests.agent_loop.agent_support import assert_well_formed, echo_tool, read_log
 
 SUMMARY = "The user asked for the weather in Hangzhou; it is sunny. Nothing is left to do."

@@ -10,7 +10,7 @@ from dsh.agent_loop.jobs import JobManager, job_tools, notice_text, run_subagent
 from dsh.agent_loop.subagent import Outcome, Provider, Run
 from dsh.agent_loop.subagent.diagnostics import Failure
 from dsh.agent_loop.subagent.result import SubagentRequest, SubagentResult
-from dsh.repl.demo.fault_server import Behaviour, FaultServer
+from dsh.llm.loopback.fault_server import Behaviour, FaultServer
 from tests import canaries
 from tests.agent_loop.subagent.tool_support import (
     DESCRIPTION,
@@ -159,7 +159,7 @@ async def test_an_idle_owner_gets_the_notice_as_its_next_turn() -> None:
     # the child streams from its own endpoint, so the two request orders cannot interleave
     async with FaultServer(script=script) as server, FaultServer(script=[child_text]) as child_server:
         kit = toolkit({"dsh": {"provider": "dsh", "base_url": child_server.url, **FAST}}, server.url)
-        agent, screen = agent_for(server, kit)
+        agent, recorder = agent_for(server, kit)
         await kit.__aenter__()
         try:
             with anyio.fail_after(60):
@@ -171,8 +171,7 @@ async def test_an_idle_owner_gets_the_notice_as_its_next_turn() -> None:
                 "background job subagent-1 (subagent: dsh) finished [status: completed]. "
                 "Read its output with job_output."
             )
-            assert screen.of("job/notice") == [{"job_id": "subagent-1", "text": notice}]
-            assert f"[job] {notice}\n" in screen.text
+            assert recorder.of("job/notice") == [{"job_id": "subagent-1", "text": notice}]
             assert agent.pending_notices == 1
             with anyio.fail_after(30):
                 await agent.deliver_notices()  # what the REPL does for an idle owner
@@ -195,7 +194,7 @@ async def test_a_busy_owner_gets_the_notice_at_its_next_step() -> None:
         FaultServer(script=script) as server,
         toolkit({"fails": scripted(reason={"kind": "error"})}, server.url) as kit,
     ):
-        agent, _screen = agent_for(server, kit)
+        agent, _recorder = agent_for(server, kit)
         try:
             with anyio.fail_after(60):
                 await agent.run_turn("go")

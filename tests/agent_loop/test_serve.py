@@ -16,7 +16,7 @@ import pytest
 from dsh.agent_loop.jsonrpc import JsonRpcConnection, ProtocolError
 from dsh.agent_loop.process import ManagedProcess
 from dsh.agent_loop.serve import main as serve_main
-from dsh.repl.demo.fault_server import Behaviour, FaultServer
+from dsh.llm.loopback.fault_server import Behaviour, FaultServer
 from tests import canaries
 from tests.waiting import async_wait_until
 

@@ -7,7 +7,7 @@ from pathlib import Path
 import pytest
 from test_pty import KEY, home, spawn  # noqa: F401 (fixtures)
 
-from dsh.repl.demo.fault_server import closed_port
+from dsh.llm.loopback.fault_server import closed_port
 
 pytestmark = pytest.mark.timeout(60)
 

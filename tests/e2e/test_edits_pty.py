@@ -15,7 +15,7 @@ from pathlib import Path
 import pytest
 from test_pty import KEY, Dsh, home, pty_env, spawn  # noqa: F401  (fixtures)
 
-from dsh.repl.demo.fault_server import Behaviour, FaultServer
+from dsh.llm.loopback.fault_server import Behaviour, FaultServer
 
 pytestmark = pytest.mark.timeout(60)
 

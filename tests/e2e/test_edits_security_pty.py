@@ -18,7 +18,7 @@ import pytest
 from test_edits_pty import _call, _print_run, work  # noqa: F401  (work: a fixture)
 from test_pty import KEY, Dsh, home, spawn  # noqa: F401  (fixtures)
 
-from dsh.repl.demo.fault_server import Behaviour, FaultServer
+from dsh.llm.loopback.fault_server import Behaviour, FaultServer
 from tests.real_parts import missing
 
 pytestmark = pytest.mark.timeout(60)

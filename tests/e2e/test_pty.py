@@ -21,7 +21,7 @@ from pty_screen import Screen
 
 from dsh.agent_loop import events as ev
 from dsh.agent_loop.session_log import SessionLog
-from dsh.repl.demo.fault_server import Behaviour, FaultServer, closed_port
+from dsh.llm.loopback.fault_server import Behaviour, FaultServer, closed_port
 
 REPO = Path(__file__).resolve().parents[2]
 KEY = "sk-ptyTestKey000000000000000000000"

@@ -8,7 +8,7 @@ from pathlib import Path
 import pytest
 from test_pty import KEY, Dsh
 
-from dsh.repl.demo.fault_server import FaultServer
+from dsh.llm.loopback.fault_server import FaultServer
 
 pytestmark = pytest.mark.timeout(60)
 

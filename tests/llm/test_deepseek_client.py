@@ -29,8 +29,8 @@ from dsh.llm import (
     Usage,
     error_chain,
 )
-from dsh.repl.demo import streams
-from dsh.repl.demo.fault_server import Behaviour, FaultServer
+from dsh.llm.loopback import streams
+from dsh.llm.loopback.fault_server import Behaviour, FaultServer
 from tests import canaries
 from tests.waiting import async_wait_until
 
@@ -595,7 +595,7 @@ def assert_bearer_key(header: str | None) -> None:
 
 
 async def test_canaries_never_reach_a_transport_error(make_client, stream_outcome):
-    from dsh.repl.demo.fault_server import closed_port
+    from dsh.llm.loopback.fault_server import closed_port
 
     with closed_port() as port:
         client = make_client("http://" + CANARY_BASE.format(port=port))

@@ -8,8 +8,8 @@ import anyio
 import pytest
 
 from dsh.llm import error_chain
+from dsh.llm.loopback.fault_server import FaultServer, closed_port
 from dsh.llm.probe import all_attempts_failed, connect_failure_word, open_tls, shown_host, unverified_certificate
-from dsh.repl.demo.fault_server import FaultServer, closed_port
 
 pytestmark = pytest.mark.anyio
 

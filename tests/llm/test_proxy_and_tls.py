@@ -13,8 +13,8 @@ import socket
 import pytest
 
 from dsh.llm import error_chain
+from dsh.llm.loopback.fault_server import Behaviour
 from dsh.llm.network import FailureDetail, classify_transport, environment_proxy
-from dsh.repl.demo.fault_server import Behaviour
 from tests import canaries
 
 pytestmark = pytest.mark.anyio

@@ -21,7 +21,7 @@ import httpx
 import pytest
 
 from dsh.llm import error_chain
-from dsh.repl.demo.fault_server import FullBacklogListener, closed_port
+from dsh.llm.loopback.fault_server import FullBacklogListener, closed_port
 from tests import canaries
 from tests.real_parts import isolated_resolver
 

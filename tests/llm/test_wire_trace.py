@@ -12,8 +12,8 @@ from pathlib import Path
 
 import pytest
 
+from dsh.llm.loopback.fault_server import Behaviour, FaultServer
 from dsh.llm.wire_trace import TraceFileError, TraceWriter
-from dsh.repl.demo.fault_server import Behaviour, FaultServer
 from tests import canaries
 from tests.llm.conftest import ClientFactory, StreamRunner
 
@@ -134,7 +134,7 @@ def test_the_body_prefilter_lets_every_maskable_line_through_to_redact_text(tmp_
 async def test_https_is_recorded_above_tls_and_a_refused_connect_says_where(
     tls_fault_server: FaultServer, make_client: ClientFactory, stream_outcome: StreamRunner, tmp_path: Path,
 ) -> None:
-    from dsh.repl.demo.fault_server import closed_port
+    from dsh.llm.loopback.fault_server import closed_port
 
     trace = tmp_path / "tls.jsonl"
     client = make_client(tls_fault_server.tls_url, record=trace, env={"SSL_CERT_FILE": tls_fault_server.tls_ca_file})

@@ -165,7 +165,7 @@ def test_the_wheel_holds_every_product_module_and_nothing_else(built: Built) -> 
     }
     shipped = {name for name in built.names() if name.startswith("dsh/")}
     assert shipped == expected
-    assert "dsh/repl/demo/fault_server.py" in shipped  # the demo's runtime ships ...
+    assert "dsh/llm/loopback/fault_server.py" in shipped  # the demo's runtime ships ...
     assert not any(name.split("/")[1] in TEST_ONLY for name in shipped)  # ... test-only fixtures do not
     assert not any(Path(name).name in {"fake_anthropic.py", "fake_responses.py"} for name in built.names())
 

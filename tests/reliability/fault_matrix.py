@@ -52,8 +52,8 @@ from dsh_harness import (
     turn_ends,
 )
 
-from dsh.repl.demo import streams
-from dsh.repl.demo.fault_server import (
+from dsh.llm.loopback import streams
+from dsh.llm.loopback.fault_server import (
     Behaviour,
     FaultServer,
     FullBacklogListener,

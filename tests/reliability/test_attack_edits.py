@@ -27,8 +27,8 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from dsh.agent_loop.edits import EDIT_MAX_BYTES
+from dsh.llm.loopback.fault_server import Behaviour, FaultServer
 from dsh.llm.redact import Redactor
-from dsh.repl.demo.fault_server import Behaviour, FaultServer
 from tests.agent_loop.test_edits import Approver, Tools
 from tests.real_parts import missing
 

@@ -24,8 +24,8 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from dsh.agent_loop.context import INSTRUCTIONS_CAP_BYTES, gather_project_context
+from dsh.llm.loopback.fault_server import FaultServer
 from dsh.llm.redact import Redactor
-from dsh.repl.demo.fault_server import FaultServer
 from tests import canaries
 from tests.hostile_repository import committed_repository, copied_like_cp_a, git, leaves_marker, write_pem_key
 

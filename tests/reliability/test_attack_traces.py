@@ -17,8 +17,8 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from dsh.agent_loop import session_log
-from dsh.agent_loop.session_log import LongLine, read_lines
-from dsh.repl.demo.replay_server import MAX_REQUEST_BODY
+from dsh.llm.lines import LongLine, read_lines
+from dsh.llm.loopback.replay_server import MAX_REQUEST_BODY
 from fixtures.big_files import TRACE_ANSWER, write_session, write_trace
 from tests.reliability.dsh_harness import FIGURES, make_home, run_dsh
 from tests.repl.test_replay_security import pieces, replay_server

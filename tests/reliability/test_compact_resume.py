@@ -24,7 +24,7 @@ from dsh_harness import (
 )
 
 from dsh.agent_loop.compact import SUMMARY_HEADER
-from dsh.repl.demo.fault_server import Behaviour, FaultServer
+from dsh.llm.loopback.fault_server import Behaviour, FaultServer
 from tests.repl.test_usage_and_context import sent_usage
 
 SUMMARY = "The user greeted the assistant; nothing else happened yet."

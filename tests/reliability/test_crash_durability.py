@@ -51,7 +51,7 @@ from dsh_harness import (
 )
 
 from dsh.agent_loop.session_log import INTERRUPTED_TOOL_OUTPUT
-from dsh.repl.demo.fault_server import Behaviour, FaultServer
+from dsh.llm.loopback.fault_server import Behaviour, FaultServer
 
 HELLO = "Hello! How can I help you today?"
 INTERRUPTED_NOTICE = "[turn interrupted by a previous process exit]"

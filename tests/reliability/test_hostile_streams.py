@@ -14,7 +14,7 @@ from pathlib import Path
 
 import pytest
 
-from dsh.repl.demo.fault_server import Behaviour, FaultServer
+from dsh.llm.loopback.fault_server import Behaviour, FaultServer
 from tests.reliability.dsh_harness import FIGURES, Home, Run, config_text, make_home, read_log, run_dsh
 
 PEAK_LIMIT_MB = 512

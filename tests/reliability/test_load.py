@@ -33,8 +33,8 @@ from dsh.agent_loop.subagent import ParentContext, build_provider
 from dsh.agent_loop.subagent.result import SubagentRequest, SubagentResult
 from dsh.agent_loop.tools import default_tools
 from dsh.llm import DeepSeekClient
+from dsh.llm.loopback.fault_server import Behaviour, FaultServer
 from dsh.repl import demo
-from dsh.repl.demo.fault_server import Behaviour, FaultServer
 from tests import canaries
 
 RAW_AGENT = str(Path(__file__).with_name("raw_acp_agent.py"))

@@ -19,8 +19,8 @@ from pathlib import Path
 import pexpect
 from dsh_harness import COUNTS, REPO, Home, config_text, dsh_env, make_home, read_log, run_dsh
 
+from dsh.llm.loopback.fault_server import Behaviour, FaultServer, closed_port
 from dsh.repl import demo
-from dsh.repl.demo.fault_server import Behaviour, FaultServer, closed_port
 from tests import canaries
 
 STRICT = canaries.STRICT

@@ -23,7 +23,7 @@ import pexpect
 import pytest
 from dsh_harness import COUNTS, Home, assert_well_formed, config_text, dsh_env, make_home, read_log, turn_ends
 
-from dsh.repl.demo.fault_server import Behaviour, FaultServer
+from dsh.llm.loopback.fault_server import Behaviour, FaultServer
 
 pytestmark = pytest.mark.timeout(120)
 

@@ -18,7 +18,7 @@ import pytest
 
 from dsh.agent_loop import events as ev
 from dsh.agent_loop.session_log import SessionLog
-from dsh.repl.demo.fault_server import FaultServer, closed_port
+from dsh.llm.loopback.fault_server import FaultServer, closed_port
 from tests.waiting import wait_until
 
 REPO = Path(__file__).resolve().parents[2]

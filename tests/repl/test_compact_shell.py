@@ -7,8 +7,8 @@ from pathlib import Path
 import pytest
 
 from dsh.agent_loop.compact import SUMMARY_HEADER
+from dsh.llm.loopback.fault_server import Behaviour, FaultServer
 from dsh.repl.config import Config
-from dsh.repl.demo.fault_server import Behaviour, FaultServer
 from tests.repl.test_shell_commands import KEY
 from tests.repl.test_usage_and_context import sent_usage, started_shell
 

@@ -11,9 +11,9 @@ from pathlib import Path
 import anyio
 import pytest
 
+from dsh.llm.loopback.fault_server import FaultServer, closed_port
 from dsh.repl.config import Config
 from dsh.repl.demo.catalogue import CORE_SCENARIOS, SCENARIOS, Demo, DemoClient, demo_retry_policy, register_scenario
-from dsh.repl.demo.fault_server import FaultServer, closed_port
 from dsh.repl.shell import Shell
 from tests.repl.test_shell_commands import ListSink
 from tests.waiting import async_wait_until

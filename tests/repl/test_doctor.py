@@ -17,9 +17,9 @@ from typing import Any
 
 import pytest
 
+from dsh.llm.loopback.fault_server import Behaviour, FaultServer, closed_port
 from dsh.repl import commands
 from dsh.repl.config import Config, load_config
-from dsh.repl.demo.fault_server import Behaviour, FaultServer, closed_port
 from dsh.repl.doctor import Doctor, Report
 from dsh.repl.render import FIX_AUTH_FROM, FIX_CERTIFICATE, FIX_QUOTA
 from dsh.repl.shell import Shell

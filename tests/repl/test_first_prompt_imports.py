@@ -15,7 +15,7 @@ from pathlib import Path
 import pexpect
 import pytest
 
-from dsh.repl.demo.fault_server import closed_port
+from dsh.llm.loopback.fault_server import closed_port
 
 REPO = Path(__file__).resolve().parents[2]
 KEY = "sk-firstPromptKey0000000000000000"

@@ -21,8 +21,8 @@ from pathlib import Path
 import httpx
 import pytest
 
+from dsh.llm.loopback.fault_server import Behaviour, FaultServer
 from dsh.llm.wire_trace import TraceWriter, _BodyTee
-from dsh.repl.demo.fault_server import Behaviour, FaultServer
 from dsh.repl.render import FIX_AUTH
 from tests import canaries
 from tests.real_parts import missing

@@ -26,16 +26,16 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from dsh.llm.codes import ErrorCode
-from dsh.llm.redact import MASK
-from dsh.llm.wire_trace import TraceFileError, TraceWriter
-from dsh.repl.demo.fault_server import Behaviour, FaultServer
-from dsh.repl.demo.replay_server import (
+from dsh.llm.loopback.fault_server import Behaviour, FaultServer
+from dsh.llm.loopback.replay_server import (
     MAX_REQUEST_BODY,
     SUMMARIES_KEPT,
     ReplayServer,
     RequestSummary,
     load_trace,
 )
+from dsh.llm.redact import MASK
+from dsh.llm.wire_trace import TraceFileError, TraceWriter
 from dsh.repl.sessions import SHOW_RECORD_LIMIT
 from fixtures.big_files import TRACE_ANSWER, write_session, write_trace
 from tests import canaries

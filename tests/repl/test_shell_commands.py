@@ -12,10 +12,10 @@ import pytest
 from dsh.agent_loop import events as ev
 from dsh.agent_loop.session_log import SessionLog
 from dsh.agent_loop.tools import Tool, ToolOutput
+from dsh.llm.loopback.fault_server import FaultServer, closed_port
 from dsh.repl import commands
 from dsh.repl import shell as shell_module
 from dsh.repl.config import Config
-from dsh.repl.demo.fault_server import FaultServer, closed_port
 from dsh.repl.shell import Shell, exit_code_for
 from tests.waiting import async_wait_until
 
@@ -328,7 +328,7 @@ async def test_shell_approval_answers_reach_the_tool(env: dict[str, str], server
 
 
 def _shell_call():  # type: ignore[no-untyped-def]
-    from dsh.repl.demo.fault_server import Behaviour
+    from dsh.llm.loopback.fault_server import Behaviour
 
     return Behaviour("tool_call", name="run_shell", arguments=json.dumps({"command": "echo approved-output"}))
 

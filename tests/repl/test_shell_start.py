@@ -6,9 +6,9 @@ from pathlib import Path
 
 import pytest
 
+from dsh.llm.loopback.fault_server import FaultServer
 from dsh.repl import shell as shell_module
 from dsh.repl.config import Config
-from dsh.repl.demo.fault_server import FaultServer
 from dsh.repl.shell import Shell, StartupError
 from tests.repl.test_shell_commands import ListSink
 

@@ -13,10 +13,10 @@ import pytest
 
 from dsh.agent_loop.context import BASE_SYSTEM_PROMPT, estimate_tokens
 from dsh.llm.events import Usage
+from dsh.llm.loopback import streams
+from dsh.llm.loopback.fault_server import FaultServer
 from dsh.llm.models import MODELS, cost_usd, is_peak, model_info
 from dsh.repl.config import Config
-from dsh.repl.demo import streams
-from dsh.repl.demo.fault_server import FaultServer
 from dsh.repl.shell import Shell
 from dsh.repl.usage import UsageTally, usage_line
 from tests.repl.test_shell_commands import KEY, ListSink

@@ -22,10 +22,10 @@ from dsh.agent_loop.process import Teardown
 from dsh.agent_loop.subagent import Provider
 from dsh.agent_loop.subagent.acp import AcpRun, AcpSettings, from_config
 from dsh.agent_loop.subagent.result import SubagentRequest, SubagentResult
-from dsh.repl import demo
 
-AGENT = str(Path(demo.__file__).with_name("acp_agent.py"))
 REPO = str(Path(__file__).resolve().parents[3])
+# a scripted child: it runs as a process, never imported (tests of agent_loop load no front end)
+AGENT = str(Path(REPO, "repl", "demo", "acp_agent.py"))
 
 CANARY_TASK = "sk-canary-task-5b1e"
 CANARY_STDERR = "sk-canary-stderr-77aa"

@@ -22,13 +22,13 @@ import pytest
 from dsh.agent_loop.subagent import Provider, SubagentConfigError, build_provider
 from dsh.agent_loop.subagent.claude_code import DENY_MESSAGE, ClaudeCodeConfig, ClaudeCodeRun, from_config
 from dsh.agent_loop.subagent.result import SubagentRequest, SubagentResult
-from dsh.repl import demo
 from fixtures.fake_anthropic import FakeAnthropic
 
 pytestmark = [pytest.mark.anyio, pytest.mark.usefixtures("no_leftover_processes")]
 
 ROOT = Path(__file__).resolve().parents[3]
-FAKE_CLI = str(Path(demo.__file__).with_name("fake_claude_cli.py"))
+# a scripted child: it runs as a process, never imported (tests of agent_loop load no front end)
+FAKE_CLI = str(ROOT / "repl" / "demo" / "fake_claude_cli.py")
 PROMPT_CANARY = "PROMPT-CANARY-7f3a"
 STDERR_CANARY = "STDERR-CANARY-91bc"
 UPSTREAM_CANARY = "UPSTREAM-CANARY-c0de"
@@ -432,27 +432,3 @@ async def test_real_cli_two_concurrent_runs_stay_isolated(tmp_path: Path) -> Non
             tg.start_soon(one, "b", api_b, 1)
     assert results["a"] == SubagentResult("answer A", "completed", None)
     assert results["b"].diagnostic == failure("query-run", "error_max_turns", "; exit code: 1")
-
-
-# -- demo data: every Claude Code scenario prints the line it promises ---------------------------------
-
-
-def _demo_cases(product: str) -> list[Any]:
-    from dsh.repl.demo.product_delegation import PRODUCT_SCENARIOS, product_demo_tables
-
-    tables = product_demo_tables()
-    return [
-        pytest.param(tables[s.provider], s.expect, id=s.name)
-        for s in PRODUCT_SCENARIOS
-        if tables[s.provider]["provider"] == product
-    ]
-
-
-@pytest.mark.parametrize(("table", "expect"), _demo_cases("claude-code"))
-async def test_demo_scenario_line(tmp_path: Path, table: dict[str, Any], expect: str) -> None:
-    result = await run_once(build_provider("demo", table), request(tmp_path))
-    if expect.startswith("  [tool result] "):
-        assert (result.stop_reason, result.output) == ("completed", expect.removeprefix("  [tool result] "))
-    else:
-        assert result.diagnostic is not None
-        assert "    " + result.diagnostic.splitlines()[-1] == expect

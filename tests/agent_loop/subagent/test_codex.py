@@ -29,13 +29,13 @@ from dsh.agent_loop.subagent.codex import (
     from_config,
 )
 from dsh.agent_loop.subagent.result import SubagentRequest, SubagentResult
-from dsh.repl import demo
 from fixtures.fake_responses import FakeResponses, closed_port
 
 pytestmark = [pytest.mark.anyio, pytest.mark.usefixtures("no_leftover_processes")]
 
 ROOT = Path(__file__).resolve().parents[3]
-FAKE_SERVER = str(Path(demo.__file__).with_name("fake_codex_app_server.py"))
+# a scripted child: it runs as a process, never imported (tests of agent_loop load no front end)
+FAKE_SERVER = str(ROOT / "repl" / "demo" / "fake_codex_app_server.py")
 PROMPT_CANARY = "PROMPT-CANARY-4b1d"
 STDERR_CANARY = "STDERR-CANARY-77aa"
 UPSTREAM_CANARY = "UPSTREAM-CANARY-e9e9"
@@ -520,27 +520,3 @@ async def test_real_codex_two_concurrent_runs_stay_isolated(tmp_path: Path) -> N
             tg.start_soon(one, "b", api_b)
     assert results["a"] == SubagentResult("answer A", "completed", None)
     assert results["b"].diagnostic == failure("turn", "internalServerError")
-
-
-# -- demo data: every Codex scenario prints the line it promises ---------------------------------------
-
-
-def _demo_cases(product: str) -> list[Any]:
-    from dsh.repl.demo.product_delegation import PRODUCT_SCENARIOS, product_demo_tables
-
-    tables = product_demo_tables()
-    return [
-        pytest.param(tables[s.provider], s.expect, id=s.name)
-        for s in PRODUCT_SCENARIOS
-        if tables[s.provider]["provider"] == product
-    ]
-
-
-@pytest.mark.parametrize(("table", "expect"), _demo_cases("codex"))
-async def test_demo_scenario_line(tmp_path: Path, table: dict[str, Any], expect: str) -> None:
-    result = await run_once(build_provider("demo", table), request(tmp_path))
-    if expect.startswith("  [tool result] "):
-        assert (result.stop_reason, result.output) == ("completed", expect.removeprefix("  [tool result] "))
-    else:
-        assert result.diagnostic is not None
-        assert "    " + result.diagnostic.splitlines()[-1] == expect

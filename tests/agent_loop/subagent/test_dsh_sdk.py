@@ -23,7 +23,7 @@ from dsh.agent_loop.process import live_group_members
 from dsh.agent_loop.subagent import ParentContext, build_provider
 from dsh.agent_loop.subagent.dsh_sdk import DshSdkRun, from_config
 from dsh.agent_loop.subagent.result import SubagentRequest, SubagentResult
-from dsh.repl.demo.fault_server import Behaviour, FaultServer, RecordedRequest
+from dsh.llm.loopback.fault_server import Behaviour, FaultServer, RecordedRequest
 from tests import canaries
 
 REPO = str(Path(__file__).resolve().parents[3])

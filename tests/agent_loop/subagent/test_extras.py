@@ -16,7 +16,7 @@ from dsh.agent_loop.subagent import build_provider
 from dsh.agent_loop.subagent.extras import missing_extra, missing_extra_hint
 from dsh.agent_loop.subagent.result import SubagentRequest
 from dsh.agent_loop.subagent.tool import SubagentToolkit
-from dsh.repl.demo.fault_server import Behaviour, FaultServer
+from dsh.llm.loopback.fault_server import Behaviour, FaultServer
 from tests.reliability.dsh_harness import make_home, run_dsh
 
 ACP_HINT = "subagent probe (acp) needs the acp extra: pip install 'dsh[acp]'"

@@ -1,21 +1,17 @@
 """The ``subagent`` tool through a real Agent, real child processes (``dsh serve --stdio`` and the scripted
-child) and the real fault server; the registry; the demo's delegation scenarios."""
+child) and the real fault server; the registry. The demo's delegation scenarios: tests/repl/demo/."""
 
 from __future__ import annotations
-
-from typing import Any
 
 import anyio
 import pytest
 
 from dsh.agent_loop import ToolOutput
-from dsh.agent_loop.jobs import JobManager, user_notice
-from dsh.agent_loop.subagent import ParentContext, SubagentConfigError, build_provider
+from dsh.agent_loop.jobs import JobManager
+from dsh.agent_loop.subagent import SubagentConfigError, build_provider
 from dsh.agent_loop.subagent.result import SubagentResult
 from dsh.agent_loop.subagent.tool import SubagentToolkit, foreground_output, subagent_tool
-from dsh.repl.demo.catalogue import DemoTurn
-from dsh.repl.demo.delegation import DELEGATION_SCENARIOS, demo_subagent_tables, scenario_setup
-from dsh.repl.demo.fault_server import Behaviour, FaultServer
+from dsh.llm.loopback.fault_server import Behaviour, FaultServer
 from tests import canaries
 from tests.agent_loop.subagent.tool_support import (
     CHILD_ERROR,
@@ -131,7 +127,7 @@ async def test_a_shutdown_failure_joins_a_failed_result_only() -> None:
 
 @pytest.mark.anyio
 @pytest.mark.usefixtures("no_leftover_processes")
-async def test_foreground_failure_through_the_agent_renders_the_diagnostic_on_its_own_line() -> None:
+async def test_foreground_failure_through_the_agent_carries_the_diagnostic_to_the_event_and_the_model() -> None:
     upstream = Behaviour("http_401", message=f"key {canaries.UPSTREAM_KEY} is invalid")
     script = [
         call("subagent", description=DESCRIPTION, prompt=TASK, provider="dsh"),
@@ -140,17 +136,16 @@ async def test_foreground_failure_through_the_agent_renders_the_diagnostic_on_it
     ]
     async with FaultServer(script=script) as server:
         async with toolkit({"dsh": {"provider": "dsh", "env": {"X": canaries.CHILD_ENV}, **FAST}}, server.url) as kit:
-            agent, screen = agent_for(server, kit)
+            agent, recorder = agent_for(server, kit)
             try:
                 with anyio.fail_after(60):
                     reason = await agent.run_turn("delegate it")
             finally:
                 await agent.aclose()
         assert reason.kind == "completed"
-        (result,) = screen.of("tool/result")
+        (result,) = recorder.of("tool/result")
         assert result["output"] == f"subagent run failed\nDiagnostic: {CHILD_ERROR}"
         assert result["is_error"] is True and result["diagnostic"] == CHILD_ERROR
-        assert f"  [tool result] Error: subagent run failed\n    {CHILD_ERROR}\n" in screen.text
         # the model got the same text back as the tool message
         tool_message = server.requests[-1].json["messages"][-1]
         assert tool_message["role"] == "tool" and tool_message["content"] == result["output"]
@@ -181,56 +176,11 @@ async def test_twenty_parallel_subagent_calls_keep_their_diagnostics_apart() -> 
     ]
     script = [Behaviour("parallel_tool_calls", calls=calls), Behaviour("text", text="All done.")]
     async with FaultServer(script=script) as server, toolkit(tables, server.url) as kit:
-        agent, screen = agent_for(server, kit)
+        agent, recorder = agent_for(server, kit)
         try:
             with anyio.fail_after(120):
                 await agent.run_turn("fan out")
         finally:
             await agent.aclose()
-    results = {r["id"]: r["diagnostic"] for r in screen.of("tool/result")}
+    results = {r["id"]: r["diagnostic"] for r in recorder.of("tool/result")}
     assert results == {f"call_{n}": f"Subagent failure (provider: p{n}; {KINDS[n % len(KINDS)][1]}" for n in range(20)}
-
-
-# -- the demo scenarios ---------------------------------------------------------------------------------
-
-
-@pytest.mark.anyio
-@pytest.mark.usefixtures("no_leftover_processes")
-@pytest.mark.parametrize("scenario", DELEGATION_SCENARIOS, ids=[scenario.name for scenario in DELEGATION_SCENARIOS])
-async def test_each_demo_scenario_prints_its_line(scenario: Any) -> None:
-    async with FaultServer(default="text") as server, toolkit(demo_subagent_tables(), server.url) as kit:
-        agent, screen = agent_for(server, kit)
-        try:
-            turn = DemoTurn(prompt="please delegate", server=server)
-            scenario_setup(scenario, Behaviour)(turn)
-            with anyio.fail_after(60):
-                await agent.run_turn(turn.prompt)
-                for job in kit.jobs.jobs:
-                    await job.wait()
-                await agent.deliver_notices()
-            # what the REPL shows for a settled job (the screen here renders the model's notice text)
-            notices = [f"[job] {user_notice(job)}" for job in kit.jobs.jobs if job.status != "killed"]
-        finally:
-            await agent.aclose()
-    lines = screen.text.split("\n") + notices
-    assert any(line.startswith(scenario.expect) for line in lines), screen.text
-
-
-def test_demo_scenario_names_are_unique_and_every_provider_exists() -> None:
-    names = [scenario.name for scenario in DELEGATION_SCENARIOS]
-    assert len(names) == len(set(names))
-    tables = demo_subagent_tables()
-    assert all(scenario.provider in tables for scenario in DELEGATION_SCENARIOS)
-
-
-def test_the_toolkit_can_be_built_before_an_event_loop_runs() -> None:
-    # the REPL builds it while reading its configuration, before anyio.run
-    kit = SubagentToolkit.from_config(demo_subagent_tables(), ParentContext(base_url="http://127.0.0.1:9"))
-    assert kit.jobs_summary() == []
-
-    async def session() -> None:
-        async with kit:
-            assert kit.jobs.available
-        assert not kit.jobs.available
-
-    anyio.run(session)

@@ -1,4 +1,4 @@
-"""What the ``subagent`` tool and job tests share: scripted-child tables, a toolkit, a tool context, a screen."""
+"""What the ``subagent`` tool and job tests share: scripted-child tables, a toolkit, a tool context, an agent."""
 
 from __future__ import annotations
 
@@ -8,13 +8,12 @@ from pathlib import Path
 from typing import Any
 
 from dsh.agent_loop import Agent, RetryPolicy, ToolContext, ToolRegistry
-from dsh.agent_loop.events import Event, to_wire
 from dsh.agent_loop.subagent import ParentContext
 from dsh.agent_loop.subagent.tool import SubagentToolkit
 from dsh.llm import DeepSeekClient
-from dsh.repl.demo.fault_server import Behaviour, FaultServer
-from dsh.repl.render import Renderer
+from dsh.llm.loopback.fault_server import Behaviour, FaultServer
 from tests import canaries
+from tests.agent_loop.agent_support import Recorder
 
 REPO = str(Path(__file__).resolve().parents[3])
 SCRIPTED = [sys.executable, "-m", "dsh.repl.demo.scripted_dsh_child"]
@@ -50,27 +49,12 @@ def call(name: str, **arguments: Any) -> Behaviour:
     return Behaviour("tool_call", id=f"call_{name}", name=name, arguments=json.dumps(arguments))
 
 
-class Screen:
-    """The REPL's renderer over every event of an agent, plus the raw events."""
-
-    def __init__(self) -> None:
-        self.renderer = Renderer(color=False)
-        self.text = ""
-        self.events: list[Event] = []
-
-    def __call__(self, event: Event) -> None:
-        self.events.append(event)
-        self.text += self.renderer.render(event)
-
-    def of(self, kind: str) -> list[dict[str, Any]]:
-        return [to_wire(event)["data"] for event in self.events if event.type == kind]
-
-
-def agent_for(server: FaultServer, kit: SubagentToolkit) -> tuple[Agent, Screen]:
+def agent_for(server: FaultServer, kit: SubagentToolkit) -> tuple[Agent, Recorder]:
+    """An agent on ``server`` with the toolkit's tools, and a recorder of its events."""
     client = DeepSeekClient(base_url=server.url, api_key=None)
     agent = Agent(
         client, model="probe-model", tools=ToolRegistry(kit.tools()), cwd=REPO, retry=RetryPolicy(max_retries=0)
     )
-    screen = Screen()
-    agent.subscribe(screen)
-    return agent, screen
+    recorder = Recorder()
+    agent.subscribe(recorder)
+    return agent, recorder

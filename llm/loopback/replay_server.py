@@ -29,11 +29,10 @@ from collections.abc import AsyncIterator, Callable, Iterator, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
-from dsh.agent_loop.session_log import LongLine, read_lines
 from dsh.llm.codes import ErrorCode
 from dsh.llm.errors import HarnessError
-from dsh.llm.wire_trace import TRACE_TYPE, TRACE_VERSION, regular_file_problem
-from dsh.repl.demo.fault_server import (
+from dsh.llm.lines import LongLine, read_lines
+from dsh.llm.loopback.fault_server import (
     FaultServer,
     RecordedRequest,
     RequestHead,
@@ -43,6 +42,7 @@ from dsh.repl.demo.fault_server import (
     error_body,
     read_head,
 )
+from dsh.llm.wire_trace import TRACE_TYPE, TRACE_VERSION, regular_file_problem
 
 __all__ = ["MAX_REQUEST_BODY", "SUMMARIES_KEPT", "RecordedExchange", "ReplayError", "ReplayServer",
            "RequestSummary", "Trace", "load_trace", "main", "parse_speed", "serve_forever"]
@@ -186,9 +186,15 @@ def _headers(value: object, where: str) -> list[tuple[str, str]]:
     return [(name, text) for name, text in value]
 
 
+def _text(record: dict[str, Any], key: str) -> str | None:
+    value = record.get(key)
+    return value if isinstance(value, str) else None
+
+
 def _data(record: dict[str, Any], where: str) -> bytes:
-    if isinstance(record.get("text"), str):
-        return record["text"].encode("utf-8", "surrogatepass")
+    text = record.get("text")
+    if isinstance(text, str):
+        return text.encode("utf-8", "surrogatepass")
     try:
         return base64.b64decode(_field(record, "b64", str, where), validate=True)
     except ValueError:
@@ -197,8 +203,7 @@ def _data(record: dict[str, Any], where: str) -> bytes:
 
 def _apply_end(exchange: RecordedExchange, record: dict[str, Any]) -> None:
     exchange.how, exchange.t_end = record["how"], _offset(record, "")
-    exchange.where = record.get("where") if isinstance(record.get("where"), str) else None
-    exchange.error = record.get("error") if isinstance(record.get("error"), str) else None
+    exchange.where, exchange.error = _text(record, "where"), _text(record, "error")
 
 
 def _record(line: bytes | LongLine, where: str) -> dict[str, Any]:
@@ -256,8 +261,7 @@ def _index(path: str, fd: int) -> Trace:
     timeouts = header.get("timeouts")
     checked = {k: float(v) for k, v in timeouts.items() if isinstance(v, int | float) and not isinstance(v, bool)
                and v > 0} if isinstance(timeouts, dict) else {}
-    base_url = header.get("base_url") if isinstance(header.get("base_url"), str) else ""
-    proxy = header.get("proxy") if isinstance(header.get("proxy"), str) else None
+    base_url, proxy = _text(header, "base_url") or "", _text(header, "proxy")
     exchanges = _Exchanges(fd, [slots[n] for n in sorted(slots)])
     return Trace(path, base_url, proxy, checked, exchanges, fd)
 

@@ -19,8 +19,8 @@ import anyio
 import httpx
 import pytest
 
-from dsh.repl.demo import streams
-from dsh.repl.demo.fault_server import BEHAVIOURS, Behaviour, FaultServer, FullBacklogListener
+from dsh.llm.loopback import streams
+from dsh.llm.loopback.fault_server import BEHAVIOURS, Behaviour, FaultServer, FullBacklogListener
 from tests.waiting import async_wait_until
 
 REPO = Path(__file__).resolve().parents[3]
@@ -34,7 +34,7 @@ def spawn(*args: str) -> subprocess.Popen[str]:
     env = {**os.environ, "PYTHONPATH": str(REPO), "PYTHONUNBUFFERED": "1"}
     for name in ("HTTP_PROXY", "HTTPS_PROXY", "ALL_PROXY", "http_proxy", "https_proxy", "all_proxy"):
         env.pop(name, None)
-    return subprocess.Popen([sys.executable, "-m", "dsh.repl.demo.fault_server", *args], cwd=REPO, env=env,
+    return subprocess.Popen([sys.executable, "-m", "dsh.llm.loopback.fault_server", *args], cwd=REPO, env=env,
                             stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
 
 
