@@ -12,11 +12,13 @@ Two kinds of secret are masked (docs/architecture.md, "Redaction"):
 A :class:`Redactor` holds one set of known values. Every pattern is bounded, so the cost is linear in
 the text whatever it holds (a hostile 10 MB line of ``a://a://…`` included). Text that arrives in pieces
 (a subagent's output while it streams) goes through :class:`GrowingText`, which holds back the tail
-that could still turn out to be the start of a secret.
+that could still turn out to be the start of a secret. A model's answer and reasoning go through
+:class:`KnownValueStream`: the known values only, masked whole however the stream splits them.
 """
 
 from __future__ import annotations
 
+import bisect
 import functools
 import logging
 import re
@@ -26,6 +28,7 @@ from urllib.parse import parse_qsl, unquote, urlsplit, urlunsplit
 __all__ = [
     "MASK",
     "GrowingText",
+    "KnownValueStream",
     "RedactingFilter",
     "Redactor",
     "environment_secrets",
@@ -183,9 +186,10 @@ class Redactor:
     def _may_grow(self, word: str, before: str) -> bool:
         if _HOLD_WORD.search(word) or _HEADER_BEFORE.search(before):
             return True
+        ordered = _in_order(self.secrets)
         for position in range(len(word)):
             piece = word[position:]
-            if any(secret.startswith(piece) for secret in self.secrets):
+            if _starts_secret(piece, ordered):
                 return True
             boundary = position == 0 or not (word[position - 1].isalnum() or word[position - 1] in "_-")
             if boundary and any(shape.startswith(piece) or piece.startswith(shape) for shape in _SHAPE_STARTS):
@@ -213,10 +217,105 @@ class GrowingText:
         return self._redactor(self._released)
 
 
+class KnownValueStream:
+    """One channel of a model's answer (its text or its reasoning) with the redactor's known values masked.
+
+    Known values only, not shapes (docs/architecture.md, "Redaction"): an answer may rightly quote an
+    ``sk-`` example or a URL with a query, never the configured key. The text comes in pieces that may
+    split a value anywhere, so :meth:`feed` holds back the longest tail that could still be the start of
+    a value and releases the rest, masked; ordinary text, whose tail cannot, is released whole at once.
+    :meth:`flush` ends the text: a held tail of :data:`MIN_SECRET_CHARS` or more characters is a value the
+    end of the stream (or a cancel) cut off, and is masked; a shorter one is released as it is. What the
+    pieces release adds up to the whole text masked at once, whatever the split.
+
+    Cost: each piece is read once, plus the held tail (shorter than the longest value) again.
+    """
+
+    __slots__ = ("_chars", "_held", "_known", "_ordered", "_starts", "_window")
+
+    def __init__(self, redactor: Redactor) -> None:
+        self._known = redactor._known
+        self._ordered = _in_order(redactor.secrets)
+        self._window = redactor._longest  # a longer tail is longer than every value
+        self._chars = frozenset("".join(redactor.secrets))
+        firsts = "".join(sorted({secret[0] for secret in redactor.secrets}))
+        self._starts = re.compile(f"[{re.escape(firsts)}]") if firsts else None
+        self._held = ""
+
+    @property
+    def holding(self) -> bool:
+        """Whether a tail is held back, waiting for the next piece or the end."""
+        return bool(self._held)
+
+    def feed(self, piece: str) -> str:
+        """What can be shown of the text so far, masked, that was not shown before."""
+        if self._known is None:
+            return piece
+        text = self._held + piece if self._held else piece
+        released, self._held = self._release(text, self._tail_start(text))
+        return released
+
+    def flush(self) -> str:
+        """The end of the text: what was held back, masked (a value cut off at 4+ characters included)."""
+        text, self._held = self._held, ""
+        pieces: list[str] = []
+        while text:
+            cut = self._tail_start(text)
+            released, rest = self._release(text, cut)
+            pieces.append(released)
+            if len(rest) == len(text) - cut:  # all of the rest could start a value: the end cut it off
+                pieces.append(MASK if len(rest) >= MIN_SECRET_CHARS else rest)
+                break
+            text = rest  # a value ran past the cut: what follows it is decided the same way
+        return "".join(pieces)
+
+    def _tail_start(self, text: str) -> int:
+        """Where the longest tail of ``text`` that is the start of a known value begins; len(text) if none."""
+        if self._starts is None or not text or text[-1] not in self._chars:
+            return len(text)
+        at = max(0, len(text) - self._window)
+        while (found := self._starts.search(text, at)) is not None:
+            at = found.start()
+            if _starts_secret(text[at:], self._ordered):
+                return at
+            at += 1
+        return len(text)
+
+    def _release(self, text: str, cut: int) -> tuple[str, str]:
+        """``text`` masked up to ``cut`` (and to the end of a value that starts before it), and the rest.
+
+        A match that starts before ``cut`` is final: no later piece can make a longer value match there.
+        """
+        assert self._known is not None
+        match = self._known.search(text)
+        if match is None or match.start() >= cut:
+            return text[:cut], text[cut:]
+        pieces: list[str] = []
+        position = 0
+        while match is not None and match.start() < cut:
+            pieces += (text[position : match.start()], MASK)
+            position = match.end()
+            match = self._known.search(text, position)
+        end = max(position, cut)
+        pieces.append(text[position:end])
+        return "".join(pieces), text[end:]
+
+
 @functools.lru_cache(maxsize=64)
 def _known_pattern(secrets: tuple[str, ...]) -> re.Pattern[str] | None:
     # Longest first, so a key that contains another configured value is masked whole.
     return re.compile("|".join(re.escape(s) for s in secrets)) if secrets else None
+
+
+@functools.lru_cache(maxsize=64)
+def _in_order(secrets: tuple[str, ...]) -> tuple[str, ...]:
+    return tuple(sorted(secrets))
+
+
+def _starts_secret(piece: str, ordered: tuple[str, ...]) -> bool:
+    """Whether ``piece`` is the start (or the whole) of one of the sorted known values: a binary search."""
+    at = bisect.bisect_left(ordered, piece)
+    return at < len(ordered) and ordered[at].startswith(piece)
 
 
 def _mask_pem(text: str) -> str:
