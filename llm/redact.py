@@ -23,6 +23,7 @@ import functools
 import logging
 import re
 from collections.abc import Iterable, Mapping
+from typing import NamedTuple
 from urllib.parse import parse_qsl, unquote, urlsplit, urlunsplit
 
 __all__ = [
@@ -42,6 +43,7 @@ MASK = "***"
 MIN_SECRET_CHARS = 4  # shorter known values would mask ordinary text
 _MIN_ENVIRONMENT_CHARS = 8  # a value found by its variable's name, not configured as a secret
 _HOLD_BACK_CHARS = 256  # the longest tail of a streamed text held back when no secret is longer
+_SHORT_START_CHARS = 64  # starts of known values up to this long are kept in a set (longer: bisection)
 
 # Scheme starts are anchored (no letter before them) and every run is bounded, so no pattern rescans
 # the text from each position: see the module docstring.
@@ -186,10 +188,10 @@ class Redactor:
     def _may_grow(self, word: str, before: str) -> bool:
         if _HOLD_WORD.search(word) or _HEADER_BEFORE.search(before):
             return True
-        ordered = _in_order(self.secrets)
+        starts = _value_starts(self.secrets)
         for position in range(len(word)):
             piece = word[position:]
-            if _starts_secret(piece, ordered):
+            if _starts_secret(piece, starts):
                 return True
             boundary = position == 0 or not (word[position - 1].isalnum() or word[position - 1] in "_-")
             if boundary and any(shape.startswith(piece) or piece.startswith(shape) for shape in _SHAPE_STARTS):
@@ -231,15 +233,14 @@ class KnownValueStream:
     Cost: each piece is read once, plus the held tail (shorter than the longest value) again.
     """
 
-    __slots__ = ("_chars", "_held", "_known", "_ordered", "_starts", "_window")
+    __slots__ = ("_chars", "_firsts", "_held", "_known", "_starts", "_window")
 
     def __init__(self, redactor: Redactor) -> None:
         self._known = redactor._known
-        self._ordered = _in_order(redactor.secrets)
+        self._starts = _value_starts(redactor.secrets)
         self._window = redactor._longest  # a longer tail is longer than every value
         self._chars = frozenset("".join(redactor.secrets))
-        firsts = "".join(sorted({secret[0] for secret in redactor.secrets}))
-        self._starts = re.compile(f"[{re.escape(firsts)}]") if firsts else None
+        self._firsts = frozenset(secret[0] for secret in redactor.secrets)
         self._held = ""
 
     @property
@@ -249,9 +250,12 @@ class KnownValueStream:
 
     def feed(self, piece: str) -> str:
         """What can be shown of the text so far, masked, that was not shown before."""
-        if self._known is None:
-            return piece
-        text = self._held + piece if self._held else piece
+        if not self._held:
+            if self._firsts.isdisjoint(piece):
+                return piece  # no value can begin in it: the hot path does nothing else
+            text = piece
+        else:
+            text = self._held + piece
         released, self._held = self._release(text, self._tail_start(text))
         return released
 
@@ -271,15 +275,14 @@ class KnownValueStream:
 
     def _tail_start(self, text: str) -> int:
         """Where the longest tail of ``text`` that is the start of a known value begins; len(text) if none."""
-        if self._starts is None or not text or text[-1] not in self._chars:
-            return len(text)
-        at = max(0, len(text) - self._window)
-        while (found := self._starts.search(text, at)) is not None:
-            at = found.start()
-            if _starts_secret(text[at:], self._ordered):
+        end = len(text)
+        if text[-1] not in self._chars:
+            return end
+        firsts, starts = self._firsts, self._starts
+        for at in range(max(0, end - self._window), end):
+            if text[at] in firsts and _starts_secret(text[at:], starts):
                 return at
-            at += 1
-        return len(text)
+        return end
 
     def _release(self, text: str, cut: int) -> tuple[str, str]:
         """``text`` masked up to ``cut`` (and to the end of a value that starts before it), and the rest.
@@ -307,15 +310,25 @@ def _known_pattern(secrets: tuple[str, ...]) -> re.Pattern[str] | None:
     return re.compile("|".join(re.escape(s) for s in secrets)) if secrets else None
 
 
+class _ValueStarts(NamedTuple):
+    """The known values indexed for "is this the start of one?": short starts in a set, the rest sorted."""
+
+    short: frozenset[str]  # every start of every value, up to _SHORT_START_CHARS long
+    ordered: tuple[str, ...]  # the values, sorted: longer starts are found by bisection
+
+
 @functools.lru_cache(maxsize=64)
-def _in_order(secrets: tuple[str, ...]) -> tuple[str, ...]:
-    return tuple(sorted(secrets))
+def _value_starts(secrets: tuple[str, ...]) -> _ValueStarts:
+    short = frozenset(s[:n] for s in secrets for n in range(1, min(len(s), _SHORT_START_CHARS) + 1))
+    return _ValueStarts(short, tuple(sorted(secrets)))
 
 
-def _starts_secret(piece: str, ordered: tuple[str, ...]) -> bool:
-    """Whether ``piece`` is the start (or the whole) of one of the sorted known values: a binary search."""
-    at = bisect.bisect_left(ordered, piece)
-    return at < len(ordered) and ordered[at].startswith(piece)
+def _starts_secret(piece: str, starts: _ValueStarts) -> bool:
+    """Whether ``piece`` is the start (or the whole) of a known value: one set lookup, or a binary search."""
+    if len(piece) <= _SHORT_START_CHARS:
+        return piece in starts.short
+    at = bisect.bisect_left(starts.ordered, piece)
+    return at < len(starts.ordered) and starts.ordered[at].startswith(piece)
 
 
 def _mask_pem(text: str) -> str:
