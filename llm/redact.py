@@ -233,12 +233,13 @@ class KnownValueStream:
     Cost: each piece is read once, plus the held tail (shorter than the longest value) again.
     """
 
-    __slots__ = ("_chars", "_firsts", "_held", "_known", "_starts", "_window")
+    __slots__ = ("_chars", "_firsts", "_held", "_known", "_shortest", "_starts", "_window")
 
     def __init__(self, redactor: Redactor) -> None:
         self._known = redactor._known
         self._starts = _value_starts(redactor.secrets)
         self._window = redactor._longest  # a longer tail is longer than every value
+        self._shortest = min(map(len, redactor.secrets), default=0)  # a shorter text holds no value
         self._chars = frozenset("".join(redactor.secrets))
         self._firsts = frozenset(secret[0] for secret in redactor.secrets)
         self._held = ""
@@ -290,7 +291,7 @@ class KnownValueStream:
         A match that starts before ``cut`` is final: no later piece can make a longer value match there.
         """
         assert self._known is not None
-        match = self._known.search(text)
+        match = self._known.search(text) if len(text) >= self._shortest else None
         if match is None or match.start() >= cut:
             return text[:cut], text[cut:]
         pieces: list[str] = []
