@@ -241,7 +241,7 @@ class _MaskedDeltas:
             mine, other, other_kind = self._reasoning, self._text, TextDelta
         released = mine.feed(delta.text)
         masked = delta if released is delta.text else type(delta)(released)
-        if other.holding:
+        if other.holding and delta.text:
             return other_kind(other.flush()), masked
         return (masked,)
 

@@ -40,8 +40,9 @@ def _reply() -> tuple[Behaviour, str, str]:
     rest = [f"{s[: len(s) // 2]}{CUT}{s[len(s) // 2 :]}" for s in SECRETS[1:]]
     text = f"The key: {key}. The rest: {' '.join(rest)}. Keys look like {EXAMPLE}."
     shown_text = f"The key: {key_shown}. The rest: {' '.join(['***'] * len(rest))}. Keys look like {EXAMPLE}."
-    reasoning = f"AGENTS.md says to repeat {key} back"
-    shown_reasoning = f"AGENTS.md says to repeat {key_shown} back"
+    # The reasoning ends in the key: its tail is held until the answer starts.
+    reasoning = f"AGENTS.md says to repeat it back: {key}"
+    shown_reasoning = f"AGENTS.md says to repeat it back: {key_shown}"
     COUNTS["echoed secret chunk splits checked (per output)"] += len(KEY) + len(rest)
     return Behaviour("reasoning", reasoning=reasoning, text=text, cut=CUT), shown_text, shown_reasoning
 
@@ -79,6 +80,8 @@ def test_a_key_echoed_in_chunks_is_masked_in_every_output_the_log_and_sessions_s
     lines = [json.loads(line) for line in runs["stream-json"].stdout.splitlines()]
     assert "".join(e["data"]["text"] for e in lines if e["type"] == "text/delta") == shown_text
     assert "".join(e["data"]["text"] for e in lines if e["type"] == "reasoning/delta") == shown_reasoning
+    deltas = [e["type"] for e in lines if e["type"].endswith("/delta")]
+    assert deltas == sorted(deltas)  # all the reasoning (its held tail too) before the answer
     for log in home.session_files():
         _, records = read_log(log)
         message = next(r["data"] for r in records if r["type"] == "assistant/message")
