@@ -85,6 +85,7 @@ from dsh.llm import (
     error_chain,
     unwrap_group,
 )
+from dsh.llm.redact import KnownValueStream
 from dsh.llm.reply import MAX_TOOL_CALLS
 from dsh.llm.text import scrub_surrogates
 
@@ -214,12 +215,48 @@ class Conversation:
 # --- per-turn state ----------------------------------------------------------------------------
 
 
+_Delta = TextDelta | ReasoningDelta
+
+
+class _MaskedDeltas:
+    """A reply's text and reasoning with the known secrets masked as they stream (docs/architecture.md,
+    "Redaction"): each delta passes here before the reply builder keeps it and before any subscriber
+    sees it, so the conversation, the session log and every front end get the same masked text.
+
+    Each channel holds back a tail that could be the start of a secret (:class:`KnownValueStream`); a
+    channel's tail comes out when the other channel speaks (a reply thinks, then answers) or at the end.
+    """
+
+    __slots__ = ("_reasoning", "_text")
+
+    def __init__(self, redactor: Redactor) -> None:
+        self._text = KnownValueStream(redactor)
+        self._reasoning = KnownValueStream(redactor)
+
+    def mask(self, delta: _Delta) -> tuple[_Delta, ...]:
+        """What to keep and show for one delta (a released text may be empty)."""
+        if isinstance(delta, TextDelta):
+            mine, other, other_kind = self._text, self._reasoning, ReasoningDelta
+        else:
+            mine, other, other_kind = self._reasoning, self._text, TextDelta
+        released = mine.feed(delta.text)
+        masked = delta if released is delta.text else type(delta)(released)
+        if other.holding and delta.text:
+            return other_kind(other.flush()), masked
+        return (masked,)
+
+    def flush(self) -> tuple[_Delta, ...]:
+        """The held tails at the end of the reply (or at a cancel), masked: reasoning first."""
+        return ReasoningDelta(self._reasoning.flush()), TextDelta(self._text.flush())
+
+
 @dataclass
 class _TurnState:
     turn: int
     step: int = 0
     hit_max_tokens: bool = False
     builder: ReplyBuilder | None = None  # the reply being streamed, until committed
+    masks: _MaskedDeltas | None = None  # what the builder's text and reasoning pass through first
     pending: list[ToolCall] = field(default_factory=list)  # committed calls still owed a result
     announced: set[str] = field(default_factory=set)  # call ids with a tool/call event
     finished: dict[str, ToolOutput] = field(default_factory=dict)  # outputs not yet committed
@@ -493,10 +530,15 @@ class Agent:
         retries = 0
         while True:
             builder = ReplyBuilder()
+            masks = _MaskedDeltas(self.redactor)  # the summary is stored: masked like any reply
             try:
                 async with contextlib.aclosing(self.client.stream(request)) as stream:
                     async for item in stream:
-                        builder.feed(item)
+                        if isinstance(item, TextDelta | ReasoningDelta):
+                            self._take_deltas(builder, masks.mask(item), show=False)
+                        else:
+                            builder.feed(item)
+                self._take_deltas(builder, masks.flush(), show=False)
                 return builder
             except Exception as exc:
                 if self._scope is not None and self._scope.cancel_called:
@@ -646,6 +688,8 @@ class Agent:
         """Commit what the turn owes (interrupted prefix, results for pending calls) and the turn/end."""
         if state.builder is not None:
             builder, state.builder = state.builder, None
+            if state.masks is not None:  # a tail held back is masked and kept, never dropped unmasked
+                self._take_deltas(builder, state.masks.flush())
             if builder.text or builder.reasoning:
                 self._publish_quietly(
                     AssistantMessage(
@@ -714,20 +758,17 @@ class Agent:
         retries = 0
         while True:
             builder = state.builder = ReplyBuilder()
+            masks = state.masks = _MaskedDeltas(self.redactor)
             try:
                 async with contextlib.aclosing(self.client.stream(self._chat_request())) as stream:
                     async for item in stream:
+                        if isinstance(item, TextDelta | ReasoningDelta):
+                            self._take_deltas(builder, masks.mask(item))
+                            continue
                         builder.feed(item)
-                        if not self._subscribers:
-                            continue  # live-only events with nobody to tell: not worth building
-                        if isinstance(item, TextDelta):
-                            if item.text:
-                                self._deliver(ev.TextDelta(item.text))
-                        elif isinstance(item, ReasoningDelta):
-                            if item.text:
-                                self._deliver(ev.ReasoningDelta(item.text))
-                        elif isinstance(item, KeepAlive):
+                        if isinstance(item, KeepAlive) and self._subscribers:
                             self._deliver(_KEEPALIVE)
+                self._take_deltas(builder, masks.flush())
                 return builder
             except Exception as exc:
                 if self._scope is not None and self._scope.cancel_called:
@@ -758,6 +799,16 @@ class Agent:
                     )
                 )
                 await anyio.sleep(delay)
+
+    def _take_deltas(self, builder: ReplyBuilder, deltas: tuple[_Delta, ...], *, show: bool = True) -> None:
+        """Keep masked deltas in the reply and show them (live-only events: built only for a subscriber)."""
+        for delta in deltas:
+            if not delta.text:
+                continue
+            builder.feed(delta)
+            if show and self._subscribers:
+                kind = ev.TextDelta if isinstance(delta, TextDelta) else ev.ReasoningDelta
+                self._deliver(kind(delta.text))
 
     async def _compact_in_turn(self, state: _TurnState, refused: Exception) -> None:
         """The automatic compaction: on success the summary is published and the step's request is sent

@@ -48,6 +48,7 @@ BENCHMARKS: tuple[Benchmark, ...] = (
     Benchmark("openai", (("stream_vs_openai", "x", ("<=", 0.5)),), "bench.stream", "stream_vs_openai"),
     Benchmark("ttft", (("ttft_overhead_ms", "ms", ("<", 1.0)),), "bench.stream", "ttft_overhead"),
     Benchmark("loop", (("loop_vs_client", "x", None),), "bench.loop", "loop_vs_client"),
+    Benchmark("masking", (("masking_vs_plain", "x", None),), "bench.masking", "masking_vs_plain"),
     Benchmark("render", (("render_vs_loop", "x", None),), "bench.render", "render_vs_loop"),
     Benchmark("scaling", (("scaling_10x", "x", ("<=", 10.5)),), "bench.loop", "scaling_10x"),
     Benchmark("rss", (("peak_rss_mb", "MB", None),), "bench.rss", "peak_rss"),

@@ -30,9 +30,10 @@ def temp_root(prefix: str) -> Any:
 
 
 def agent_turn(
-    stack: contextlib.AsyncExitStack, base_url: str, root: Path, *, tools: bool = False
+    stack: contextlib.AsyncExitStack, base_url: str, root: Path, *, tools: bool = False, redactor: Any = None
 ) -> Callable[[], Awaitable[float]]:
-    """One full turn of a fresh agent with its own session log; times ``run_turn`` only."""
+    """One full turn of a fresh agent with its own session log; times ``run_turn`` only. ``redactor``: the
+    agent's (default: one that knows the client's key)."""
     from dsh.agent_loop import Agent, SessionLog, ToolRegistry, default_tools
     from dsh.llm import DeepSeekClient
 
@@ -41,7 +42,8 @@ def agent_turn(
 
     async def run() -> float:
         session = SessionLog.create(root, cwd=root)
-        agent = Agent(client, session=session, tools=default_tools(None) if tools else ToolRegistry(), cwd=root)
+        agent = Agent(client, session=session, tools=default_tools(None) if tools else ToolRegistry(), cwd=root,
+                      redactor=redactor)
         try:
             start = time.perf_counter()
             reason = await agent.run_turn(PROMPT)

@@ -12,20 +12,24 @@ Two kinds of secret are masked (docs/architecture.md, "Redaction"):
 A :class:`Redactor` holds one set of known values. Every pattern is bounded, so the cost is linear in
 the text whatever it holds (a hostile 10 MB line of ``a://a://…`` included). Text that arrives in pieces
 (a subagent's output while it streams) goes through :class:`GrowingText`, which holds back the tail
-that could still turn out to be the start of a secret.
+that could still turn out to be the start of a secret. A model's answer and reasoning go through
+:class:`KnownValueStream`: the known values only, masked whole however the stream splits them.
 """
 
 from __future__ import annotations
 
+import bisect
 import functools
 import logging
 import re
 from collections.abc import Iterable, Mapping
+from typing import NamedTuple
 from urllib.parse import parse_qsl, unquote, urlsplit, urlunsplit
 
 __all__ = [
     "MASK",
     "GrowingText",
+    "KnownValueStream",
     "RedactingFilter",
     "Redactor",
     "environment_secrets",
@@ -40,6 +44,7 @@ MASK = "***"
 MIN_SECRET_CHARS = 4  # shorter known values would mask ordinary text
 _MIN_ENVIRONMENT_CHARS = 8  # a value found by its variable's name, not configured as a secret
 _HOLD_BACK_CHARS = 256  # the longest tail of a streamed text held back when no secret is longer
+_SHORT_START_CHARS = 64  # starts of known values up to this long are kept in a set (longer: bisection)
 
 # Scheme starts are anchored (no letter before them) and every run is bounded, so no pattern rescans
 # the text from each position: see the module docstring.
@@ -196,9 +201,10 @@ class Redactor:
     def _may_grow(self, word: str, before: str) -> bool:
         if _HOLD_WORD.search(word) or _HEADER_BEFORE.search(before):
             return True
+        starts = _value_starts(self.secrets)
         for position in range(len(word)):
             piece = word[position:]
-            if any(secret.startswith(piece) for secret in self.secrets):
+            if _starts_secret(piece, starts):
                 return True
             boundary = position == 0 or not (word[position - 1].isalnum() or word[position - 1] in "_-")
             if boundary and any(shape.startswith(piece) or piece.startswith(shape) for shape in _SHAPE_STARTS):
@@ -224,6 +230,92 @@ class GrowingText:
         floor = len(self._released) if text.startswith(self._released) else 0
         self._released = text[: max(self._redactor.safe_length(text), floor)]
         return self._redactor(self._released)
+
+
+class KnownValueStream:
+    """One channel of a model's answer (its text or its reasoning) with the redactor's known values masked.
+
+    Known values only, not shapes (docs/architecture.md, "Redaction"): an answer may rightly quote an
+    ``sk-`` example or a URL with a query, never the configured key. The text comes in pieces that may
+    split a value anywhere, so :meth:`feed` holds back the longest tail that could still be the start of
+    a value and releases the rest, masked; ordinary text, whose tail cannot, is released whole at once.
+    :meth:`flush` ends the text: a held tail of :data:`MIN_SECRET_CHARS` or more characters is a value the
+    end of the stream (or a cancel) cut off, and is masked; a shorter one is released as it is. What the
+    pieces release adds up to the whole text masked at once, whatever the split.
+
+    Cost: each piece is read once, plus the held tail (shorter than the longest value) again.
+    """
+
+    __slots__ = ("_chars", "_firsts", "_held", "_known", "_shortest", "_starts", "_window")
+
+    def __init__(self, redactor: Redactor) -> None:
+        self._known = redactor._known
+        self._starts = _value_starts(redactor.secrets)
+        self._window = redactor._longest  # a longer tail is longer than every value
+        self._shortest = min(map(len, redactor.secrets), default=0)  # a shorter text holds no value
+        self._chars = frozenset("".join(redactor.secrets))
+        self._firsts = frozenset(secret[0] for secret in redactor.secrets)
+        self._held = ""
+
+    @property
+    def holding(self) -> bool:
+        """Whether a tail is held back, waiting for the next piece or the end."""
+        return bool(self._held)
+
+    def feed(self, piece: str) -> str:
+        """What can be shown of the text so far, masked, that was not shown before."""
+        if not self._held:
+            if self._firsts.isdisjoint(piece):
+                return piece  # no value can begin in it: the hot path does nothing else
+            text = piece
+        else:
+            text = self._held + piece
+        released, self._held = self._release(text, self._tail_start(text))
+        return released
+
+    def flush(self) -> str:
+        """The end of the text: what was held back, masked (a value cut off at 4+ characters included)."""
+        text, self._held = self._held, ""
+        pieces: list[str] = []
+        while text:
+            cut = self._tail_start(text)
+            released, rest = self._release(text, cut)
+            pieces.append(released)
+            if len(rest) == len(text) - cut:  # all of the rest could start a value: the end cut it off
+                pieces.append(MASK if len(rest) >= MIN_SECRET_CHARS else rest)
+                break
+            text = rest  # a value ran past the cut: what follows it is decided the same way
+        return "".join(pieces)
+
+    def _tail_start(self, text: str) -> int:
+        """Where the longest tail of ``text`` that is the start of a known value begins; len(text) if none."""
+        end = len(text)
+        if text[-1] not in self._chars:
+            return end
+        firsts, starts = self._firsts, self._starts
+        for at in range(max(0, end - self._window), end):
+            if text[at] in firsts and _starts_secret(text[at:], starts):
+                return at
+        return end
+
+    def _release(self, text: str, cut: int) -> tuple[str, str]:
+        """``text`` masked up to ``cut`` (and to the end of a value that starts before it), and the rest.
+
+        A match that starts before ``cut`` is final: no later piece can make a longer value match there.
+        """
+        assert self._known is not None
+        match = self._known.search(text) if len(text) >= self._shortest else None
+        if match is None or match.start() >= cut:
+            return text[:cut], text[cut:]
+        pieces: list[str] = []
+        position = 0
+        while match is not None and match.start() < cut:
+            pieces += (text[position : match.start()], MASK)
+            position = match.end()
+            match = self._known.search(text, position)
+        end = max(position, cut)
+        pieces.append(text[position:end])
+        return "".join(pieces), text[end:]
 
 
 @functools.lru_cache(maxsize=64)
@@ -262,6 +354,27 @@ def _json_spellings(char: str) -> str:
 
 def _hex4(code: int) -> str:
     return "".join(f"[{d}{d.upper()}]" if d.isalpha() else d for d in f"{code:04x}")
+
+
+class _ValueStarts(NamedTuple):
+    """The known values indexed for "is this the start of one?": short starts in a set, the rest sorted."""
+
+    short: frozenset[str]  # every start of every value, up to _SHORT_START_CHARS long
+    ordered: tuple[str, ...]  # the values, sorted: longer starts are found by bisection
+
+
+@functools.lru_cache(maxsize=64)
+def _value_starts(secrets: tuple[str, ...]) -> _ValueStarts:
+    short = frozenset(s[:n] for s in secrets for n in range(1, min(len(s), _SHORT_START_CHARS) + 1))
+    return _ValueStarts(short, tuple(sorted(secrets)))
+
+
+def _starts_secret(piece: str, starts: _ValueStarts) -> bool:
+    """Whether ``piece`` is the start (or the whole) of a known value: one set lookup, or a binary search."""
+    if len(piece) <= _SHORT_START_CHARS:
+        return piece in starts.short
+    at = bisect.bisect_left(starts.ordered, piece)
+    return at < len(starts.ordered) and starts.ordered[at].startswith(piece)
 
 
 def _mask_pem(text: str) -> str:
