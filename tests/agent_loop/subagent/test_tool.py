@@ -9,8 +9,8 @@ import anyio
 import pytest
 
 from dsh.agent_loop import ToolOutput
-from dsh.agent_loop.jobs import JobManager, user_notice
 from dsh.agent_loop.subagent import ParentContext, SubagentConfigError, build_provider
+from dsh.agent_loop.subagent.jobs import JobManager, user_notice
 from dsh.agent_loop.subagent.result import SubagentResult
 from dsh.agent_loop.subagent.tool import SubagentToolkit, foreground_output, subagent_tool
 from dsh.repl.demo.catalogue import DemoTurn

@@ -14,7 +14,7 @@ approved, then committed. What makes an edit trustworthy lives here:
   a temporary file in the same directory, fsynced, then renamed over the target (a symlink's target is
   replaced, the link stays).
 - **Where it was approved.** The path is resolved once, when the edit is planned; the write then walks
-  to that directory from ``/`` following no symlink (``dsh.agent_loop.edit_paths``), so a directory
+  to that directory from ``/`` following no symlink (``dsh.agent_loop.tools.edit_paths``), so a directory
   swapped for a symlink while the user looked at the diff refuses the write instead of redirecting it.
 - **What is written, shown.** The diff is shown as it will be written: only known secret values (the
   redactor's configured ones) are masked, each as ``***(N chars)``, never a key *shape* or a URL query,
@@ -40,7 +40,6 @@ from typing import Any
 
 import anyio.to_thread
 
-from dsh.agent_loop.edit_paths import DirectoryChanged, GitArea, git_area, open_parent
 from dsh.agent_loop.tools import (
     Approver,
     NotRegularFile,
@@ -52,6 +51,7 @@ from dsh.agent_loop.tools import (
     open_regular,
     read_stamps,
 )
+from dsh.agent_loop.tools.edit_paths import DirectoryChanged, GitArea, git_area, open_parent
 from dsh.llm import error_chain
 from dsh.llm.redact import MASK, Redactor
 

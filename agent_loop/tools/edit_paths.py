@@ -1,6 +1,6 @@
 """Where an edit writes: whether the path is in a git directory, and a walk to it that follows no symlink.
 
-Both serve ``dsh.agent_loop.edits`` (docs/configuration.md, "Edits"):
+Both serve ``dsh.agent_loop.tools.edits`` (docs/configuration.md, "Edits"):
 
 - **The git directory.** A file git reads as its own (a hook, its config) can make the next git command
   run a program, so writes there are asked every time and never made unattended. What counts as a git

@@ -7,7 +7,7 @@ parallel (see :func:`plan_batches`). Whatever goes wrong with one call -- argume
 object, an unknown tool, an exception -- becomes an error result the model sees; the turn goes on.
 
 Built-ins (:func:`default_tools`): ``read_file``, ``list_dir``, ``search_text`` (concurrency-safe),
-``write_file`` and ``edit_file`` (``dsh.agent_loop.edits``: a diff to approve) and ``run_shell``, which
+``write_file`` and ``edit_file`` (``dsh.agent_loop.tools.edits``: a diff to approve) and ``run_shell``, which
 asks the approver first (``yes`` / ``no`` / ``always`` for this session) and is denied when there is no
 approver. Shell commands run as real child processes in their own process
 group, with a timeout and bounded output, and are killed and reaped when the turn is cancelled.
@@ -59,7 +59,7 @@ MAX_RESULT_CHARS = 100_000  # a last bound on any tool's text, whoever wrote the
 
 Approval = Literal["yes", "no", "always"]
 # Called with what is to be approved: run_shell's command (a str), or an edit tool's
-# ``dsh.agent_loop.edits.EditRequest`` (its diff).
+# ``dsh.agent_loop.tools.edits.EditRequest`` (its diff).
 Approver = Callable[[Any], Awaitable["Approval | None"]]
 
 
@@ -92,7 +92,7 @@ class ToolContext:
     call_id: str = ""
     post_notice: Callable[[str, str], None] | None = None  # (text, job_id) -> None; the agent's
     # The agent's redactor: what the model saw of a file is masked, so an edit checks it, and an edit's
-    # approval masks only its known values (agent_loop/edits.py).
+    # approval masks only its known values (agent_loop/tools/edits.py).
     redact: Redactor = field(default_factory=Redactor)
 
 
@@ -708,7 +708,7 @@ def default_tools(approver: Approver | None = None, *, allow_edits: bool = False
     ``approver`` answers for run_shell and the edit tools; ``allow_edits`` lets the edit tools write
     inside the working tree when there is no approver (piped and ``-p`` runs).
     """
-    from dsh.agent_loop.edits import edit_file_tool, write_file_tool  # it builds on this module
+    from dsh.agent_loop.tools.edits import edit_file_tool, write_file_tool  # it builds on this module
 
     return ToolRegistry([
         read_file_tool(), list_dir_tool(), search_text_tool(),
