@@ -30,10 +30,12 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING
 
+from dsh.agent_loop.project import find_git_dir, read_git_file
+from dsh.agent_loop.safe_open import NotRegularFile, read_regular
 from dsh.llm.redact import MASK, Redactor, environment_secrets
 
 if TYPE_CHECKING:
-    from dsh.agent_loop.tools import CommandResult
+    from dsh.agent_loop.tools.shell import CommandResult
 
 __all__ = [
     "AGENTS_FILE",
@@ -45,7 +47,6 @@ __all__ = [
     "ProjectContext",
     "estimate_tokens",
     "gather_project_context",
-    "project_root",
 ]
 
 SYSTEM_PROMPT_VERSION = 1
@@ -172,42 +173,13 @@ def _environment_block(cwd: Path, env: Mapping[str, str], git: GitFacts | None, 
     return "\n".join(lines)
 
 
-def _find_git_dir(cwd: Path) -> tuple[Path, Path] | None:
-    """(work tree root, git dir) for the repository holding ``cwd``; ``.git`` may be a file (worktrees)."""
-    for directory in (cwd, *cwd.parents):
-        marker = directory / ".git"
-        try:
-            info = marker.lstat()
-        except OSError:
-            continue
-        if stat.S_ISDIR(info.st_mode):
-            return directory, marker
-        if stat.S_ISREG(info.st_mode):
-            text = _read_bounded(marker, 4096)
-            if text is not None and text.startswith("gitdir:"):
-                target = Path(text[len("gitdir:"):].strip())
-                return directory, target if target.is_absolute() else directory / target
-        return None
-    return None
-
-
-def project_root(cwd: Path) -> Path:
-    """The project a session belongs to: the git work tree holding ``cwd``, else ``cwd`` itself.
-
-    Found by looking for ``.git`` upwards (a few ``lstat`` calls, no git process), so creating a
-    session stays cheap; see docs/architecture.md (the session log).
-    """
-    found = _find_git_dir(cwd)
-    return found[0] if found is not None else cwd
-
-
 async def _git_facts(cwd: Path) -> GitFacts | None:
-    found = _find_git_dir(cwd)
+    found = find_git_dir(cwd)
     if found is None:
         return None
     root, git_dir = found
     # One line, never through a symlink (HEAD -> /proc/self/environ would put its start in the prompt).
-    head = (_read_bounded(git_dir / "HEAD", 4096) or "").partition("\n")[0].strip()
+    head = (read_git_file(git_dir / "HEAD") or "").partition("\n")[0].strip()
     if head.startswith("ref: refs/heads/"):
         branch = head[len("ref: refs/heads/"):]
     elif _OBJECT_NAME.fullmatch(head):
@@ -256,7 +228,7 @@ def _trusted_git() -> tuple[str | None, str]:
 
 
 async def _run_git(argv: list[str], root: Path, env: Mapping[str, str]) -> CommandResult | None:
-    from dsh.agent_loop.tools import run_command
+    from dsh.agent_loop.tools.shell import run_command  # loads the tools: only when git runs
 
     try:
         result = await run_command(argv, cwd=root, timeout=_GIT_TIMEOUT, merge_stderr=False, env=env,
@@ -357,48 +329,12 @@ def _read_instruction_file(file: _InstructionFile, limit: int) -> str | None:
         what = "it is a symlink to a path" if stat.S_ISLNK(info.st_mode) else "its real path is"
         raise _LeftOut(f"{what} outside {file.root_name}")
     try:
-        _refuse_irregular(os.stat(real).st_mode)  # names a socket, which cannot even be opened
-        return _read_regular(real, limit)
+        return read_regular(real, limit)
+    except NotRegularFile as exc:
+        raise _LeftOut(f"it is {exc.kind}, not a regular file") from None
     except OSError as exc:
         raise _LeftOut(f"it cannot be read ({exc.strerror})") from None
 
 
 def _kib(size: int) -> str:
     return f"{size // 1024} KiB"
-
-
-def _read_bounded(path: Path, limit: int) -> str | None:
-    """At most ``limit`` bytes of one of git's small files (``HEAD``, a ``.git`` file); None for anything else."""
-    try:
-        return _read_regular(path, limit)
-    except (OSError, _LeftOut):
-        return None
-
-
-def _refuse_irregular(mode: int) -> None:
-    if not stat.S_ISREG(mode):
-        from dsh.agent_loop.tools import file_kind
-
-        raise _LeftOut(f"it is {file_kind(mode)}, not a regular file")
-
-
-def _read_regular(path: Path, limit: int) -> str:
-    """At most ``limit`` bytes of a regular file that is not a symlink, decoded with U+FFFD.
-
-    Raises ``OSError`` (``ELOOP`` for a symlink), or :class:`_LeftOut` naming what else it is. Opened
-    non-blocking so a FIFO planted under the name cannot stall the open; refused after fstat.
-    """
-    fd = os.open(path, os.O_RDONLY | os.O_NONBLOCK | os.O_CLOEXEC | os.O_NOFOLLOW | getattr(os, "O_NOCTTY", 0))
-    try:
-        _refuse_irregular(os.fstat(fd).st_mode)
-        chunks: list[bytes] = []
-        remaining = limit
-        while remaining > 0:
-            chunk = os.read(fd, min(remaining, 64 * 1024))
-            if not chunk:
-                break
-            chunks.append(chunk)
-            remaining -= len(chunk)
-        return b"".join(chunks).decode("utf-8", "replace")
-    finally:
-        os.close(fd)

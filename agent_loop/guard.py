@@ -21,7 +21,7 @@ import re
 from collections.abc import Sequence
 from dataclasses import dataclass
 
-from dsh.agent_loop.tools import run_command
+from dsh.agent_loop.tools.shell import run_command
 from dsh.llm import redact_text
 from dsh.llm.redact import MASK, MIN_SECRET_CHARS
 

@@ -1,7 +1,7 @@
 """A managed child process: own process group, drained stderr, allowlisted env, a teardown ladder.
 
 Every child dsh starts goes through :class:`ManagedProcess`: the subagents, the shell tool
-(:func:`dsh.agent_loop.tools.run_command`) and the prompt hook. What it guarantees:
+(:func:`dsh.agent_loop.tools.shell.run_command`) and the prompt hook. What it guarantees:
 
 * the child leads its own session/process group, so teardown reaches its grandchildren too;
 * stdin/stdout are asyncio streams (the ACP SDK and our JSON-RPC client speak over them);

@@ -34,7 +34,6 @@ import fcntl
 import json
 import os
 import re
-import stat
 from collections.abc import Callable, Iterator, Mapping
 from dataclasses import dataclass
 from datetime import UTC, datetime
@@ -52,7 +51,9 @@ from dsh.agent_loop.events import (
     to_wire,
 )
 from dsh.agent_loop.gc_pause import gc_paused
+from dsh.agent_loop.project import project_root
 from dsh.agent_loop.reasons import Interrupted
+from dsh.agent_loop.safe_open import NotRegularFile, open_regular_fd
 from dsh.agent_loop.session_id import new_session_id
 from dsh.llm import ErrorCode, HarnessError
 from dsh.llm.lines import LongLine, read_lines
@@ -134,39 +135,20 @@ _WARNING_LIMIT = 20  # detailed warnings kept per load; the rest are only counte
 def _open_regular(path: Path, flags: int) -> tuple[int, os.stat_result]:
     """Open ``path`` without following a symlink or blocking on a FIFO; only a regular file is kept.
 
-    ``O_NONBLOCK`` makes opening a FIFO return at once, and ``fstat`` on the descriptor (not the
-    name) decides, so nothing can be swapped in between; see docs/architecture.md (the session log).
+    ``dsh.agent_loop.safe_open`` decides on what was opened, so nothing can be swapped in between; see
+    docs/architecture.md (the session log).
     """
+    refusal: str
     try:
-        fd = os.open(path, flags | os.O_NOFOLLOW | os.O_NONBLOCK | os.O_CLOEXEC)
+        return open_regular_fd(path, flags, follow_symlinks=False)
+    except NotRegularFile as exc:
+        refusal = f"session log {path} is not a regular file ({exc.kind})"
     except OSError as exc:
         if exc.errno != errno.ELOOP:
             raise _log_error(f"cannot open session log {path}", exc)
-        fd = -1  # raised below, outside this block: error_chain would show ELOOP's own text
-    if fd < 0:
-        raise _log_error(f"session log {path} is a symbolic link; dsh opens only regular files")
-    try:
-        info = os.fstat(fd)
-        if not stat.S_ISREG(info.st_mode):
-            raise _log_error(f"session log {path} is not a regular file ({_kind(info.st_mode)})")
-        os.set_blocking(fd, True)
-    except BaseException:
-        os.close(fd)
-        raise
-    return fd, info
-
-
-def _kind(mode: int) -> str:
-    for test, name in (
-        (stat.S_ISFIFO, "a FIFO"),
-        (stat.S_ISCHR, "a character device"),
-        (stat.S_ISBLK, "a block device"),
-        (stat.S_ISSOCK, "a socket"),
-        (stat.S_ISDIR, "a directory"),
-    ):
-        if test(mode):
-            return name
-    return "not a regular file"
+        refusal = f"session log {path} is a symbolic link; dsh opens only regular files"
+    # Raised here, outside the handlers: error_chain would show the OSError's own text beneath the line.
+    raise _log_error(refusal)
 
 
 def _read_header(line: bytes, path: Path, warnings: list[str]) -> dict[str, Any]:
@@ -458,8 +440,6 @@ class SessionLog:
         directory = Path(root) if root is not None else default_root()
         where = str(cwd if cwd is not None else os.getcwd())
         if project is None:
-            from dsh.agent_loop.context import project_root
-
             project = project_root(Path(where))
         ident = session_id or new_session_id()
         if not _SAFE_ID.match(ident):

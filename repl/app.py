@@ -555,7 +555,7 @@ class InteractiveApp:
         await self.sink.settle()  # every line before the question is on the screen above it
         self._answer, self._answered = None, anyio.Event()
         size = self._output.get_size()
-        from dsh.agent_loop.edits import EditRequest  # loaded with the agent's tools already
+        from dsh.agent_loop.tools.edits import EditRequest  # loaded with the agent's tools already
 
         if isinstance(request, EditRequest):
             self._approval = diff_approval(request.diff, request.subject, tool=request.tool, rows=size.rows,

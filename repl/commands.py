@@ -372,7 +372,7 @@ def _output_tail(text: str) -> tuple[list[str], bool]:
 
 @_command("job", "ID", "show a background job's output so far")
 async def _job(shell: Host, arg: str) -> None:
-    from dsh.agent_loop.jobs import age_text
+    from dsh.agent_loop.subagent.jobs import age_text
 
     job = _find_job(shell, arg, "usage: /job ID (see /jobs)")
     if job is None:
@@ -391,7 +391,7 @@ async def _job(shell: Host, arg: str) -> None:
 
 @_command("kill", "ID", "stop a running background job")
 async def _kill(shell: Host, arg: str) -> None:
-    from dsh.agent_loop.jobs import age_text
+    from dsh.agent_loop.subagent.jobs import age_text
 
     job = _find_job(shell, arg, "usage: /kill ID (see /jobs)")
     if job is None:

@@ -50,7 +50,7 @@ def brief(text: str, width: int) -> str:
 
 def current_project(cwd: Path | None = None) -> str:
     """The project of a session started here: the git work tree, else the working directory."""
-    from dsh.agent_loop.context import project_root
+    from dsh.agent_loop.project import project_root
 
     return str(project_root(cwd if cwd is not None else Path.cwd()))
 

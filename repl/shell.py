@@ -484,7 +484,7 @@ class Shell:
             return event
         if job.result is not None and job.result.cause is not None:
             self.last_failure = job.result.cause
-        from dsh.agent_loop.jobs import user_notice
+        from dsh.agent_loop.subagent.jobs import user_notice
 
         return JobNotice(event.job_id, user_notice(job))
 
@@ -686,7 +686,7 @@ def _flush_sink(sink: Sink | None) -> None:
 
 
 def _job_row(job: Any) -> str:
-    from dsh.agent_loop.jobs import age_text
+    from dsh.agent_loop.subagent.jobs import age_text
 
     return f"{job.id:<12} {job.status:<9} {age_text(job.age()):>6}  {job.label}"
 

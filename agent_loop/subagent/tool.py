@@ -12,9 +12,9 @@ Foreground results (exact):
   ``\\nPartial output before the run ended:\\n<text>`` when there is any. The same diagnostic is also
   the tool result's ``diagnostic`` field, which the REPL draws on its own highlighted line.
 
-Background: ``started background subagent job subagent-1``; see :mod:`dsh.agent_loop.jobs`.
+Background: ``started background subagent job subagent-1``; see :mod:`dsh.agent_loop.subagent.jobs`.
 
-:class:`SubagentToolkit` bundles the configured providers, one :class:`~dsh.agent_loop.jobs.JobManager`
+:class:`SubagentToolkit` bundles the configured providers, one :class:`~dsh.agent_loop.subagent.jobs.JobManager`
 and the four tools (``subagent``, ``job_output``, ``job_list``, ``job_kill``) for a front end; ``async
 with`` it for the session (background jobs live in that block), and show its :attr:`~SubagentToolkit.hints`.
 """
@@ -25,8 +25,8 @@ import logging
 from collections.abc import Mapping
 from typing import Any
 
-from dsh.agent_loop.jobs import JobManager, job_tools, run_subagent
 from dsh.agent_loop.subagent import ParentContext, build_providers
+from dsh.agent_loop.subagent.jobs import JobManager, job_tools, run_subagent
 from dsh.agent_loop.subagent.result import SubagentRequest, SubagentResult
 from dsh.agent_loop.subagent.run import Provider
 from dsh.agent_loop.tools import Tool, ToolContext, ToolOutput

@@ -12,14 +12,8 @@ import anyio.lowlevel
 import pytest
 
 from dsh.agent_loop import Aborted, Completed, Tool, ToolContext, ToolOutput, ToolRegistry, default_tools
-from dsh.agent_loop.tools import (
-    SHELL_DENIED,
-    SHELL_NO_APPROVER,
-    plan_batches,
-    run_command,
-    run_shell_tool,
-    run_tool_call,
-)
+from dsh.agent_loop.tools import plan_batches, run_tool_call
+from dsh.agent_loop.tools.shell import SHELL_DENIED, SHELL_NO_APPROVER, run_command, run_shell_tool
 from dsh.llm import ToolCall
 from dsh.llm.loopback.fault_server import Behaviour
 from tests import canaries

@@ -12,8 +12,8 @@ import anyio
 import pytest
 
 from dsh.agent_loop import Completed, ToolContext, ToolOutput, default_tools
-from dsh.agent_loop.edits import EDIT_DENIED, EDIT_MAX_BYTES, EDIT_NO_APPROVER, EditRequest
 from dsh.agent_loop.tools import run_tool_call
+from dsh.agent_loop.tools.edits import EDIT_DENIED, EDIT_MAX_BYTES, EDIT_NO_APPROVER, EditRequest
 from dsh.llm import ToolCall
 from dsh.llm.loopback.fault_server import Behaviour
 from dsh.llm.redact import Redactor

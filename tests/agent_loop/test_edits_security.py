@@ -16,8 +16,8 @@ from pathlib import Path
 import pytest
 
 from dsh.agent_loop import ToolOutput
-from dsh.agent_loop.edit_paths import GIT_CONFIG, GIT_DIRECTORY, GIT_HOOK, git_area
-from dsh.agent_loop.edits import EDIT_DENIED, EditRequest
+from dsh.agent_loop.tools.edit_paths import GIT_CONFIG, GIT_DIRECTORY, GIT_HOOK, git_area
+from dsh.agent_loop.tools.edits import EDIT_DENIED, EditRequest
 from dsh.llm.redact import Redactor
 from tests.agent_loop.test_edits import Approver, Tools, work  # noqa: F401  (work: a fixture)
 

@@ -14,7 +14,7 @@ from pathlib import Path
 import pytest
 
 from dsh.agent_loop import events as ev
-from dsh.agent_loop.context import project_root
+from dsh.agent_loop.project import project_root
 from dsh.agent_loop.reasons import Completed
 from dsh.agent_loop.session_log import (
     SessionLog,

@@ -26,7 +26,7 @@ from dsh_harness import COUNTS, FIGURES, Home, config_text, make_home, run_dsh
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from dsh.agent_loop.edits import EDIT_MAX_BYTES
+from dsh.agent_loop.tools.edits import EDIT_MAX_BYTES
 from dsh.llm.loopback.fault_server import Behaviour, FaultServer
 from dsh.llm.redact import Redactor
 from tests.agent_loop.test_edits import Approver, Tools

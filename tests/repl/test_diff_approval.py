@@ -8,7 +8,7 @@ import unicodedata
 from hypothesis import given
 from hypothesis import strategies as st
 
-from dsh.agent_loop.edits import _unified
+from dsh.agent_loop.tools.edits import _unified
 from dsh.repl.render import (
     ADDED,
     DIM,

@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from dsh.agent_loop.jobs import Job, age_text, notice_text, user_notice
+from dsh.agent_loop.subagent.jobs import Job, age_text, notice_text, user_notice
 from dsh.agent_loop.subagent.result import SubagentResult
 from dsh.repl.commands import JOB_OUTPUT_CHARS, JOB_OUTPUT_LINES, _output_tail
 

@@ -7,8 +7,8 @@ import anyio
 import pytest
 
 from dsh.agent_loop import ToolOutput
-from dsh.agent_loop.jobs import JobManager
 from dsh.agent_loop.subagent import SubagentConfigError, build_provider
+from dsh.agent_loop.subagent.jobs import JobManager
 from dsh.agent_loop.subagent.result import SubagentResult
 from dsh.agent_loop.subagent.tool import SubagentToolkit, foreground_output, subagent_tool
 from dsh.llm.loopback.fault_server import Behaviour, FaultServer

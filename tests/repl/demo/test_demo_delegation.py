@@ -9,8 +9,8 @@ from typing import Any
 import anyio
 import pytest
 
-from dsh.agent_loop.jobs import user_notice
 from dsh.agent_loop.subagent import ParentContext, build_provider
+from dsh.agent_loop.subagent.jobs import user_notice
 from dsh.agent_loop.subagent.result import SubagentRequest
 from dsh.agent_loop.subagent.tool import SubagentToolkit
 from dsh.llm.loopback.fault_server import Behaviour, FaultServer

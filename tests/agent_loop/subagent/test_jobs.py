@@ -1,4 +1,4 @@
-"""Background subagent jobs and the job tools (``dsh.agent_loop.jobs``), with real scripted children."""
+"""Background subagent jobs and the job tools (``dsh.agent_loop.subagent.jobs``), with real scripted children."""
 
 from __future__ import annotations
 
@@ -6,9 +6,9 @@ import anyio
 import pytest
 
 from dsh.agent_loop import ToolOutput
-from dsh.agent_loop.jobs import JobManager, job_tools, notice_text, run_subagent, status_line
 from dsh.agent_loop.subagent import Outcome, Provider, Run
 from dsh.agent_loop.subagent.diagnostics import Failure
+from dsh.agent_loop.subagent.jobs import JobManager, job_tools, notice_text, run_subagent, status_line
 from dsh.agent_loop.subagent.result import SubagentRequest, SubagentResult
 from dsh.llm.loopback.fault_server import Behaviour, FaultServer
 from tests import canaries

@@ -14,7 +14,7 @@ approved, then committed. What makes an edit trustworthy lives here:
   a temporary file in the same directory, fsynced, then renamed over the target (a symlink's target is
   replaced, the link stays).
 - **Where it was approved.** The path is resolved once, when the edit is planned; the write then walks
-  to that directory from ``/`` following no symlink (``dsh.agent_loop.edit_paths``), so a directory
+  to that directory from ``/`` following no symlink (``dsh.agent_loop.safe_open.open_parent``), so a directory
   swapped for a symlink while the user looked at the diff refuses the write instead of redirecting it.
 - **What is written, shown.** The diff is shown as it will be written: only known secret values (the
   redactor's configured ones) are masked, each as ``***(N chars)``, never a key *shape* or a URL query,
@@ -40,18 +40,10 @@ from typing import Any
 
 import anyio.to_thread
 
-from dsh.agent_loop.edit_paths import DirectoryChanged, GitArea, git_area, open_parent
-from dsh.agent_loop.tools import (
-    Approver,
-    NotRegularFile,
-    Tool,
-    ToolContext,
-    ToolOutput,
-    _resolve,
-    file_stamp,
-    open_regular,
-    read_stamps,
-)
+from dsh.agent_loop.safe_open import DirectoryChanged, NotRegularFile, open_parent, open_regular
+from dsh.agent_loop.tools.edit_paths import GitArea, git_area
+from dsh.agent_loop.tools.files import file_stamp, read_stamps
+from dsh.agent_loop.tools.registry import Approver, Tool, ToolContext, ToolOutput, resolve_path
 from dsh.llm import error_chain
 from dsh.llm.redact import MASK, Redactor
 
@@ -141,7 +133,7 @@ def _shown(path: Path, root: Path) -> str:
 
 def _where(ctx: ToolContext, raw: object) -> tuple[Path, Path]:
     """(real path, the working tree's real path)."""
-    path = _resolve(ctx, raw)
+    path = resolve_path(ctx, raw)
     return Path(os.path.realpath(path)), Path(os.path.realpath(ctx.cwd))
 
 

@@ -1,0 +1,178 @@
+"""Opening a path that hostile input may have chosen: only regular files, never waiting, never redirected.
+
+A repository, the model or a child can plant a FIFO, a device or a symlink where dsh expects a file. Every
+such open in agent_loop goes through here: the file tools and the edits (``dsh.agent_loop.tools``), the
+project instructions and git's small files (``dsh.agent_loop.context``, ``dsh.agent_loop.project``), and
+the session logs. What each open guarantees:
+
+- **Nothing is waited on.** The kind is checked with a ``stat`` first (it never blocks, and names a socket,
+  which cannot be opened), so a FIFO or a device is not even opened; the open itself is ``O_NONBLOCK``, so
+  a FIFO swapped in after that check returns at once instead of waiting for a writer, and ``fstat`` of what
+  was opened -- not the name -- decides (docs/reliability.md, "Nothing wedges dsh").
+- **No symlink where that matters.** ``follow_symlinks=False`` opens with ``O_NOFOLLOW`` (a symlink fails
+  with ``ELOOP``): a session log, ``HEAD -> /proc/self/environ``. The file tools follow links, as the user's
+  own tools would.
+- **Bounded.** :func:`read_regular` reads at most the bytes asked for.
+- **Where it was approved.** :func:`open_parent` walks to a directory from ``/`` following no symlink, so
+  an edit writes into the directory the user approved or not at all.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import errno
+import os
+import stat
+from pathlib import Path
+from typing import BinaryIO
+
+__all__ = [
+    "DirectoryChanged",
+    "NotRegularFile",
+    "file_kind",
+    "open_parent",
+    "open_regular",
+    "open_regular_fd",
+    "read_regular",
+]
+
+_KINDS = (
+    (stat.S_ISFIFO, "a FIFO"), (stat.S_ISCHR, "a character device"), (stat.S_ISBLK, "a block device"),
+    (stat.S_ISSOCK, "a socket"), (stat.S_ISDIR, "a directory"),
+)  # fmt: skip
+_READ_CHUNK = 64 * 1024
+
+
+def file_kind(mode: int) -> str:
+    """What a file that is not a regular file is, for a message: ``a FIFO``, ``a directory`` ..."""
+    return next((name for test, name in _KINDS if test(mode)), "not a regular file")
+
+
+class NotRegularFile(OSError):
+    """A path that is not a regular file: opening or reading it could block forever (a FIFO, a device)."""
+
+    def __init__(self, path: str | os.PathLike[str], mode: int) -> None:
+        self.kind = file_kind(mode)
+        super().__init__(f"{path} is {self.kind}, not a regular file")
+
+
+def _check_kind(path: str | os.PathLike[str], follow_symlinks: bool) -> None:
+    """Refuse what is not a regular file before opening it; a symlink not followed fails as ``O_NOFOLLOW`` would."""
+    mode = os.stat(path, follow_symlinks=follow_symlinks).st_mode
+    if stat.S_ISLNK(mode):
+        raise OSError(errno.ELOOP, os.strerror(errno.ELOOP), str(path))
+    if not stat.S_ISREG(mode):
+        raise NotRegularFile(path, mode)
+
+
+def open_regular_fd(
+    path: str | os.PathLike[str], flags: int = os.O_RDONLY, *, follow_symlinks: bool
+) -> tuple[int, os.stat_result]:
+    """A blocking descriptor of ``path`` opened with ``flags``, and its ``fstat``, only if it is a regular file.
+
+    ``flags`` open an existing file (``O_RDONLY``, ``O_RDWR | O_APPEND`` ...): its kind is checked first.
+    Raises :class:`NotRegularFile` naming what it is, ``OSError`` (``ELOOP`` for a symlink not followed) for
+    the rest. The caller closes the descriptor.
+    """
+    _check_kind(path, follow_symlinks)
+    no_follow = 0 if follow_symlinks else os.O_NOFOLLOW
+    fd = os.open(path, flags | os.O_NONBLOCK | os.O_CLOEXEC | getattr(os, "O_NOCTTY", 0) | no_follow)
+    try:
+        info = os.fstat(fd)
+        if not stat.S_ISREG(info.st_mode):  # swapped in after the check
+            raise NotRegularFile(path, info.st_mode)
+        os.set_blocking(fd, True)
+    except BaseException:
+        os.close(fd)
+        raise
+    return fd, info
+
+
+def open_regular(path: str | os.PathLike[str], *, follow_symlinks: bool = True) -> BinaryIO:
+    """``path`` opened for reading as a binary file, only if it is a regular file (see :func:`open_regular_fd`)."""
+    fd, _ = open_regular_fd(path, follow_symlinks=follow_symlinks)
+    try:
+        return os.fdopen(fd, "rb")
+    except BaseException:
+        os.close(fd)
+        raise
+
+
+def read_regular(path: str | os.PathLike[str], limit: int) -> str:
+    """At most ``limit`` bytes of a regular file that is not a symlink, decoded with U+FFFD for bad UTF-8."""
+    fd, _ = open_regular_fd(path, follow_symlinks=False)
+    try:
+        chunks: list[bytes] = []
+        remaining = limit
+        while remaining > 0:
+            chunk = os.read(fd, min(remaining, _READ_CHUNK))
+            if not chunk:
+                break
+            chunks.append(chunk)
+            remaining -= len(chunk)
+        return b"".join(chunks).decode("utf-8", "replace")
+    finally:
+        os.close(fd)
+
+
+# --- the walk to a directory ----------------------------------------------------------------------
+
+# O_PATH: a directory is walked through without needing read permission on it (Linux; elsewhere O_RDONLY).
+_DIRECTORY_FLAGS = getattr(os, "O_PATH", os.O_RDONLY) | os.O_DIRECTORY | os.O_NOFOLLOW | os.O_CLOEXEC
+
+
+class DirectoryChanged(Exception):
+    """A directory on the planned path is a symlink, or no directory, now."""
+
+    def __init__(self, path: Path, symlink: bool) -> None:
+        super().__init__(f"{path} is {'a symlink' if symlink else 'not a directory'}")
+        self.path = path
+        self.symlink = symlink
+
+
+def _is_symlink(directory: int, name: str) -> bool:
+    try:
+        return stat.S_ISLNK(os.stat(name, dir_fd=directory, follow_symlinks=False).st_mode)
+    except OSError:
+        return False
+
+
+def _open_directory(directory: int, name: str, path: Path, create: bool) -> int:
+    """``name`` in ``directory``, opened without following a symlink; made first when missing and ``create``."""
+    for _ in range(2):
+        try:
+            return os.open(name, _DIRECTORY_FLAGS, dir_fd=directory)
+        except FileNotFoundError:
+            if not create:
+                break
+            with contextlib.suppress(FileExistsError):  # made meanwhile: opened (and checked) next time round
+                os.mkdir(name, 0o777, dir_fd=directory)
+        except OSError as exc:
+            if exc.errno in (errno.ENOTDIR, errno.ELOOP):  # ELOOP: O_NOFOLLOW met a symlink (BSD, macOS)
+                raise DirectoryChanged(path, exc.errno == errno.ELOOP or _is_symlink(directory, name)) from None
+            raise OSError(exc.errno, exc.strerror, str(path)) from None
+    raise FileNotFoundError(errno.ENOENT, os.strerror(errno.ENOENT), str(path))
+
+
+def open_parent(target: Path, *, create: bool) -> int:
+    """A descriptor of the directory holding ``target`` (an absolute real path), reached from ``/`` with no
+    symlink followed; the caller closes it.
+
+    One directory at a time, each opened ``O_NOFOLLOW | O_DIRECTORY`` relative to the last, so the
+    descriptor is the planned directory or the walk fails naming the component that changed. ``create``
+    makes missing directories (mode 0777 minus the umask). Raises :class:`DirectoryChanged` when a directory
+    on the way is a symlink or no directory now, ``FileNotFoundError`` (naming it) when one is missing and
+    ``create`` is false.
+    """
+    current = os.open("/", _DIRECTORY_FLAGS)
+    path = Path("/")
+    try:
+        for name in target.parts[1:-1]:
+            path = path / name
+            opened = _open_directory(current, name, path, create)
+            os.close(current)
+            current = opened
+    except BaseException:
+        os.close(current)
+        raise
+    return current

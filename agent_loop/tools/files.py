@@ -1,0 +1,257 @@
+"""The file tools: ``read_file``, ``list_dir`` and ``search_text`` (concurrency-safe, read only).
+
+Each opens only regular files (``dsh.agent_loop.safe_open``: a FIFO or a device is never opened or waited
+on), reads a bounded amount, and runs in a worker thread that a cancelled turn abandons and that stops at
+its next check. ``read_file`` records what it read (:func:`read_stamps`), so the edit tools
+(``dsh.agent_loop.tools.edits``) can refuse to change a file the model has not seen as it is.
+"""
+
+from __future__ import annotations
+
+import os
+import re
+import threading
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any, BinaryIO
+
+import anyio.to_thread
+
+from dsh.agent_loop.safe_open import NotRegularFile, open_regular
+from dsh.agent_loop.tools.registry import Tool, ToolContext, ToolOutput, int_arg, resolve_path
+
+__all__ = [
+    "READ_STAMPS_KEY",
+    "file_stamp",
+    "list_dir_tool",
+    "read_file_tool",
+    "read_stamps",
+    "search_text_tool",
+]
+
+READ_LIMIT_LINES = 2000
+READ_LIMIT_BYTES = 64 * 1024
+LIST_LIMIT = 500
+SEARCH_LIMIT = 100
+SEARCH_MAX_FILE_BYTES = 2 * 1024 * 1024
+SEARCH_LINE_CHARS = 240
+_SKIP_DIRS = frozenset(
+    {".git", ".hg", ".svn", "node_modules", ".venv", "venv", "__pycache__", ".mypy_cache", ".pytest_cache",
+     ".ruff_cache", ".tox", ".hypothesis"}
+)  # fmt: skip
+READ_STAMPS_KEY = "read_file.stamps"  # session_state: {real path: (mtime_ns, size)} when the model read it
+
+
+def file_stamp(info: os.stat_result) -> tuple[int, int]:
+    """What says a file changed since it was read: its modification time (ns) and size."""
+    return (info.st_mtime_ns, info.st_size)
+
+
+def read_stamps(ctx: ToolContext) -> dict[str, tuple[int, int]]:
+    """The files the model has read this session, as they were then (the edit tools refuse stale ones)."""
+    stamps = ctx.session_state.get(READ_STAMPS_KEY)
+    if not isinstance(stamps, dict):
+        stamps = ctx.session_state[READ_STAMPS_KEY] = {}
+    return stamps
+
+
+def _read_file_sync(
+    path: Path, offset: int, limit: int, stop: threading.Event
+) -> tuple[ToolOutput, tuple[str, tuple[int, int]] | None]:
+    try:
+        file = open_regular(path)
+    except NotRegularFile as exc:
+        return ToolOutput(f"Error: {exc}", is_error=True), None
+    with file:
+        stamp = (os.path.realpath(path), file_stamp(os.fstat(file.fileno())))
+        return _read_lines(file, path, offset, limit, stop), stamp
+
+
+def _read_lines(file: BinaryIO, path: Path, offset: int, limit: int, stop: threading.Event) -> ToolOutput:
+    if b"\0" in file.read(8192):
+        return ToolOutput(f"Error: {path} looks like a binary file", is_error=True)
+    file.seek(0)
+    lines: list[str] = []
+    size = 0
+    number = 0
+    more = False
+    for number, raw in enumerate(file, start=1):
+        if number % 4096 == 0 and stop.is_set():
+            break  # the turn was cancelled: an abandoned read stops at its next check
+        if number < offset:
+            continue
+        if len(lines) >= limit or size >= READ_LIMIT_BYTES:
+            more = True
+            break
+        line = raw.decode("utf-8", "replace")
+        lines.append(line)
+        size += len(raw)
+    text = "".join(lines)
+    if not lines and offset > 1:
+        return ToolOutput(f"(no lines at offset {offset}; the file has {number} lines)")
+    if more:
+        text += f"\n[file continues; read more with offset={offset + len(lines)}]"
+    return ToolOutput(text if text else "(empty file)")
+
+
+async def _read_file(args: dict[str, Any], ctx: ToolContext) -> ToolOutput:
+    path = resolve_path(ctx, args.get("path"))
+    offset = int_arg(args, "offset", 1, 1, 1 << 40)
+    limit = int_arg(args, "limit", READ_LIMIT_LINES, 1, READ_LIMIT_LINES)
+    stop = threading.Event()
+    try:
+        # Abandoned on cancel so Ctrl-C ends the turn at once; the thread sees ``stop`` and ends.
+        output, stamp = await anyio.to_thread.run_sync(
+            _read_file_sync, path, offset, limit, stop, abandon_on_cancel=True
+        )
+    finally:
+        stop.set()
+    if stamp is not None and not output.is_error:
+        read_stamps(ctx)[stamp[0]] = stamp[1]
+    return output
+
+
+def read_file_tool() -> Tool:
+    return Tool(
+        "read_file",
+        "Read a text file. Relative paths are resolved against the session's working directory. "
+        f"Returns up to {READ_LIMIT_LINES} lines starting at `offset` (1-based).",
+        {
+            "type": "object",
+            "properties": {
+                "path": {"type": "string", "description": "file to read"},
+                "offset": {"type": "integer", "description": "first line to read, 1-based", "minimum": 1},
+                "limit": {"type": "integer", "description": "maximum number of lines", "minimum": 1},
+            },
+            "required": ["path"],
+        },
+        _read_file,
+        concurrency_safe=True,
+    )
+
+
+def _list_dir_sync(path: Path) -> ToolOutput:
+    with os.scandir(path) as entries:
+        names = sorted(
+            (entry.name + "/" if entry.is_dir(follow_symlinks=False) else entry.name) for entry in entries
+        )
+    if not names:
+        return ToolOutput("(empty directory)")
+    shown = names[:LIST_LIMIT]
+    text = "\n".join(shown)
+    if len(names) > LIST_LIMIT:
+        text += f"\n[… {len(names) - LIST_LIMIT} more entries]"
+    return ToolOutput(text)
+
+
+async def _list_dir(args: dict[str, Any], ctx: ToolContext) -> ToolOutput:
+    path = resolve_path(ctx, args.get("path"), default=".")
+    return await anyio.to_thread.run_sync(_list_dir_sync, path)
+
+
+def list_dir_tool() -> Tool:
+    return Tool(
+        "list_dir",
+        "List a directory (directories end with /). Defaults to the working directory.",
+        {
+            "type": "object",
+            "properties": {"path": {"type": "string", "description": "directory to list (default .)"}},
+        },
+        _list_dir,
+        concurrency_safe=True,
+    )
+
+
+def _search_sync(
+    pattern: re.Pattern[str], root: Path, glob: str | None, limit: int, stop: threading.Event
+) -> ToolOutput:
+    matches: list[str] = []
+    base = root if root.is_dir() else root.parent
+    files = [root] if root.is_file() else None
+    truncated = False
+
+    def candidates() -> Iterator[Path]:
+        if files is not None:
+            yield from files
+            return
+        for directory, dirnames, filenames in os.walk(root):
+            dirnames[:] = sorted(d for d in dirnames if d not in _SKIP_DIRS)
+            for name in sorted(filenames):
+                yield Path(directory, name)
+
+    for path in candidates():
+        if stop.is_set():
+            break
+        if glob and not path.match(glob):
+            continue
+        try:
+            with open_regular(path) as file:  # a FIFO or a device is refused unopened: it could block forever
+                if os.fstat(file.fileno()).st_size > SEARCH_MAX_FILE_BYTES:
+                    continue
+                data = file.read(SEARCH_MAX_FILE_BYTES + 1)
+        except OSError:
+            continue
+        if b"\0" in data[:8192]:
+            continue
+        text = data.decode("utf-8", "replace")
+        for number, line in enumerate(text.splitlines(), start=1):
+            if pattern.search(line):
+                shown = line if len(line) <= SEARCH_LINE_CHARS else line[:SEARCH_LINE_CHARS] + "…"
+                try:
+                    name = str(path.relative_to(base))
+                except ValueError:
+                    name = str(path)
+                matches.append(f"{name}:{number}: {shown}")
+                if len(matches) >= limit:
+                    truncated = True
+                    break
+        if truncated:
+            break
+    if not matches:
+        return ToolOutput("no matches")
+    text = "\n".join(matches)
+    if truncated:
+        text += f"\n[stopped after {limit} matches]"
+    return ToolOutput(text)
+
+
+async def _search_text(args: dict[str, Any], ctx: ToolContext) -> ToolOutput:
+    raw = args.get("pattern")
+    if not isinstance(raw, str) or not raw:
+        raise ValueError("pattern must be a non-empty string")
+    flags = re.IGNORECASE if args.get("ignore_case") else 0
+    try:
+        pattern = re.compile(raw, flags)
+    except re.error as exc:
+        return ToolOutput(f"Error: invalid regular expression: {exc}", is_error=True)
+    root = resolve_path(ctx, args.get("path"), default=".")
+    glob = args.get("glob") if isinstance(args.get("glob"), str) and args.get("glob") else None
+    limit = int_arg(args, "max_results", SEARCH_LIMIT, 1, 1000)
+    stop = threading.Event()
+    try:
+        return await anyio.to_thread.run_sync(
+            _search_sync, pattern, root, glob, limit, stop, abandon_on_cancel=True
+        )
+    finally:
+        stop.set()  # an abandoned walk stops at its next file
+
+
+def search_text_tool() -> Tool:
+    return Tool(
+        "search_text",
+        "Search files under a directory for a regular expression (Python syntax). Output lines are "
+        "`path:line: text`. Skips .git, virtualenvs, node_modules, binary and very large files.",
+        {
+            "type": "object",
+            "properties": {
+                "pattern": {"type": "string", "description": "regular expression"},
+                "path": {"type": "string", "description": "directory or file to search (default .)"},
+                "glob": {"type": "string", "description": "only files whose path matches, e.g. *.py"},
+                "ignore_case": {"type": "boolean"},
+                "max_results": {"type": "integer", "minimum": 1},
+            },
+            "required": ["pattern"],
+        },
+        _search_text,
+        concurrency_safe=True,
+    )

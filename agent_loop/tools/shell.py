@@ -1,0 +1,213 @@
+"""Child processes for tools: :func:`run_command`, and the ``run_shell`` tool built on it.
+
+``run_shell`` asks the approver first (``yes`` / ``no`` / ``always`` for this session) and is denied when
+there is no approver. Commands run as real child processes in their own process group
+(:class:`~dsh.agent_loop.process.ManagedProcess`), with a timeout and bounded output, and are killed and
+reaped when the turn is cancelled. The prompt hook (``dsh.agent_loop.guard``) and the project context's
+``git`` calls use :func:`run_command` too.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import os
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass
+from typing import Any
+
+import anyio
+
+from dsh.agent_loop.process import ManagedProcess, ProcessStartError
+from dsh.agent_loop.tools.registry import Approver, Tool, ToolContext, ToolOutput, int_arg
+from dsh.llm import error_chain
+
+__all__ = [
+    "SHELL_DENIED",
+    "SHELL_NO_APPROVER",
+    "CommandResult",
+    "run_command",
+    "run_shell_tool",
+]
+
+SHELL_TIMEOUT = 120.0
+SHELL_MAX_TIMEOUT = 600.0
+SHELL_OUTPUT_LIMIT = 32 * 1024
+SHELL_DENIED = "Error: the user denied this shell command"
+SHELL_NO_APPROVER = "Error: shell commands need approval and no one is available to approve them here"
+_ALWAYS_KEY = "run_shell.always"
+_READ_CHUNK = 64 * 1024
+
+
+class _HeadTail:
+    """Keeps the first and last ``limit // 2`` bytes of a stream and counts what it dropped."""
+
+    def __init__(self, limit: int) -> None:
+        self._half = max(1, limit // 2)
+        self._head = bytearray()
+        self._tail = bytearray()
+        self.dropped = 0
+
+    def add(self, chunk: bytes) -> None:
+        room = self._half - len(self._head)
+        if room > 0:
+            self._head += chunk[:room]
+            chunk = chunk[room:]
+        if not chunk:
+            return
+        self._tail += chunk
+        excess = len(self._tail) - self._half
+        if excess > 0:
+            del self._tail[:excess]
+            self.dropped += excess
+
+    def text(self) -> str:
+        head = self._head.decode("utf-8", "replace")
+        tail = self._tail.decode("utf-8", "replace")
+        if self.dropped:
+            return f"{head}\n[… {self.dropped} bytes of output omitted …]\n{tail}"
+        return head + tail
+
+
+@dataclass(frozen=True, slots=True)
+class CommandResult:
+    exit_code: int | None  # None when killed by a signal or never observed
+    signal: str | None  # e.g. "SIGKILL"
+    output: str  # stdout (and stderr, when merged), bounded, decoded with replacement
+    dropped_bytes: int
+    timed_out: bool
+
+
+async def run_command(
+    argv: Sequence[str],
+    *,
+    cwd: str | os.PathLike[str] | None = None,
+    input: bytes | None = None,
+    timeout: float = 120.0,
+    output_limit: int = 64 * 1024,
+    merge_stderr: bool = True,
+    env: Mapping[str, str] | None = None,
+    exit_grace: float = 0.5,
+    kill_grace: float = 0.5,
+) -> CommandResult:
+    """Run a :class:`~dsh.agent_loop.process.ManagedProcess` and collect its bounded output.
+
+    The environment is the one child policy (:func:`~dsh.agent_loop.process.child_env`: the
+    allowlist) plus ``env``. On timeout or cancellation the whole group gets SIGTERM, then SIGKILL
+    after ``kill_grace``, and the child is reaped before this returns (or re-raises the cancellation).
+    When the child exits but something it left in its group still holds the pipe, output is collected
+    for ``exit_grace`` more and the group is then killed, so a stray background job cannot hang the
+    call. Raises ``OSError`` when the command cannot be started.
+    """
+    process = ManagedProcess(
+        argv, env=env, cwd=cwd, merge_stderr=merge_stderr, stdin=input is not None, eof_grace=0, term_grace=kill_grace
+    )
+    # Shielded: a cancel that lands while asyncio is still wiring up the pipes would otherwise leave a
+    # started child that nobody owns. Once we hold the handle, the finally below owns the cleanup.
+    with anyio.CancelScope(shield=True):
+        try:
+            await process.start()
+        except ProcessStartError as exc:
+            raise exc.__cause__ or OSError("could not start the command") from None
+    buffer = _HeadTail(output_limit)
+    reader_done = anyio.Event()
+
+    async def read_output() -> None:
+        assert process.stdout is not None
+        try:
+            while chunk := await process.stdout.read(_READ_CHUNK):
+                buffer.add(chunk)
+        except OSError:
+            pass
+        finally:
+            reader_done.set()
+
+    async def feed_input() -> None:
+        assert process.stdin is not None and input is not None
+        with contextlib.suppress(OSError, RuntimeError):
+            process.stdin.write(input)
+            await process.stdin.drain()
+        with contextlib.suppress(OSError, RuntimeError):
+            process.stdin.close()
+
+    timed_out = False
+    try:
+        with anyio.move_on_after(timeout) as deadline:
+            async with anyio.create_task_group() as group:
+                group.start_soon(read_output)
+                if input is not None:
+                    group.start_soon(feed_input)
+                await process.wait_exit()
+                with anyio.move_on_after(exit_grace):
+                    await reader_done.wait()
+                group.cancel_scope.cancel()
+        timed_out = deadline.cancelled_caught
+    finally:
+        # Even after a clean exit, a background job the command left behind shares the group: the
+        # ladder's sweep kills it.
+        teardown = await process.terminate()
+    status = teardown.exit_status or process.exit_status
+    exit_code = status.exit_code if status is not None else None
+    signal_name = status.signal if status is not None else None
+    return CommandResult(exit_code, signal_name, buffer.text(), buffer.dropped, timed_out)
+
+
+# --- run_shell ------------------------------------------------------------------------------------
+
+def _format_command(result: CommandResult, timeout: float) -> ToolOutput:
+    text = result.output if result.output else "(no output)"
+    if not text.endswith("\n"):
+        text += "\n"
+    if result.timed_out:
+        return ToolOutput(text + f"[timed out after {timeout:g}s; the command was killed]", is_error=True)
+    if result.signal is not None:
+        return ToolOutput(text + f"[killed by {result.signal}]", is_error=True)
+    return ToolOutput(text + f"[exit code: {result.exit_code}]", is_error=result.exit_code != 0)
+
+
+def run_shell_tool(approver: Approver | None = None, *, shell: str = "/bin/sh") -> Tool:
+    """``run_shell``: asks ``approver`` (else the context's approver) before every command.
+
+    ``always`` approves shell commands for the rest of the session. No approver, a failing approver, or
+    any answer but ``yes``/``always`` denies the command.
+    """
+
+    async def run(args: dict[str, Any], ctx: ToolContext) -> ToolOutput:
+        command = args.get("command")
+        if not isinstance(command, str) or not command.strip():
+            raise ValueError("command must be a non-empty string")
+        timeout = float(int_arg(args, "timeout_s", int(SHELL_TIMEOUT), 1, int(SHELL_MAX_TIMEOUT)))
+        if not ctx.session_state.get(_ALWAYS_KEY):
+            ask = approver or ctx.approver
+            if ask is None:
+                return ToolOutput(SHELL_NO_APPROVER, is_error=True)
+            try:
+                answer = await ask(command)
+            except Exception as exc:
+                return ToolOutput(f"{SHELL_DENIED} (approval failed: {error_chain(exc)})", is_error=True)
+            if answer == "always":
+                ctx.session_state[_ALWAYS_KEY] = True
+            elif answer != "yes":
+                return ToolOutput(SHELL_DENIED, is_error=True)
+        result = await run_command(
+            [shell, "-c", command],
+            cwd=ctx.cwd,
+            timeout=timeout,
+            output_limit=SHELL_OUTPUT_LIMIT,
+        )
+        return _format_command(result, timeout)
+
+    return Tool(
+        "run_shell",
+        "Run a shell command (/bin/sh -c) in the working directory. The user approves each command. "
+        "stdout and stderr are merged; long output keeps its start and end. Default timeout 120 s.",
+        {
+            "type": "object",
+            "properties": {
+                "command": {"type": "string", "description": "the command line"},
+                "timeout_s": {"type": "integer", "description": "seconds before it is killed (max 600)"},
+            },
+            "required": ["command"],
+        },
+        run,
+        concurrency_safe=False,
+    )
