@@ -491,9 +491,11 @@ class Renderer:
         first, *middle, rest = text.split("\n")
         had_partial = bool(self._line)
         self._line.append(first)
-        rendered = Styled("")
+        segments: list[Segment] = []  # one Styled at the end: adding per line was quadratic in a big delta
         for line in ("".join(self._line), *middle):
-            rendered = rendered + segments_text(self._markdown.line(line)) + "\n"
+            segments += self._markdown.line(line)
+            segments.append(("\n", None))
+        rendered = segments_text(segments)
         self._line = [rest] if rest else []
         live_rest = rest if self._live else ""
         self._column = _MID if live_rest else _START
