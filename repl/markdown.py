@@ -21,8 +21,8 @@ import functools
 import re
 from typing import Any
 
-__all__ = ["HIGHLIGHTED_LANGUAGES", "HIGHLIGHT_MAX_CHARS", "MARKDOWN_STYLES", "MAX_MARKUP_CHARS", "MarkdownLines",
-           "Segment"]
+__all__ = ["CODE_CHAR_COST", "DELTA_MARKUP_BUDGET", "HIGHLIGHTED_LANGUAGES", "HIGHLIGHT_MAX_CHARS", "MARKDOWN_STYLES",
+           "MAX_MARKUP_CHARS", "MarkdownLines", "Segment"]
 
 Segment = tuple[str, "str | None"]
 
@@ -46,6 +46,11 @@ MARKDOWN_STYLES: dict[str, str] = {
 
 MAX_MARKUP_CHARS = 4000  # a longer line is shown as it is: markup that long is not prose
 HIGHLIGHT_MAX_CHARS = 200  # a longer code line is plain code: some lexers are quadratic below it (docs/markdown.md)
+# What the markdown of one delta may cost, in characters of markup; a code line counts CODE_CHAR_COST per
+# character (highlighting a hostile line costs up to ~30 us a character, markup ~0.3 us). The rest of a delta
+# that big (a server can send 64 MiB in one) is shown as written: about 20 ms of markdown per delta at most.
+DELTA_MARKUP_BUDGET = 64 * 1024
+CODE_CHAR_COST = 100
 
 # A fence's language, lower case -> the pygments lexer that highlights it. Nothing else is highlighted:
 # pygments has ~600 lexers and some take minutes on one hostile line (lilypond: 100 s for 2 000 ``a``).
@@ -215,16 +220,20 @@ class MarkdownLines:
         self._fence = None
         self._lexer = None
 
-    def line(self, text: str) -> list[Segment]:
-        """The segments of one complete line (without its newline)."""
+    def line(self, text: str, *, markup: bool = True) -> list[Segment]:
+        """The segments of one complete line (without its newline).
+
+        ``markup=False``: the line as written, code plain, only the fences followed (the rest of a delta past
+        :data:`DELTA_MARKUP_BUDGET`).
+        """
         if self._fence is not None:
-            return self._code_line(text)
+            return self._code_line(text, highlight=markup)
         fence = _FENCE.match(text)
         if fence:
             self._fence = fence.group(2)
             self._lexer = _lexer(fence.group(3))
             return [(text, "md-dim")]
-        if len(text) > MAX_MARKUP_CHARS:
+        if not markup or len(text) > MAX_MARKUP_CHARS:
             return [(text, None)]
         heading = _HEADING.match(text)
         if heading:
@@ -243,7 +252,7 @@ class MarkdownLines:
             return [(f"{numbered.group(1)}{numbered.group(2)} ", "md-bullet"), *_inline(numbered.group(3))]
         return _inline(text)
 
-    def _code_line(self, text: str) -> list[Segment]:
+    def _code_line(self, text: str, *, highlight: bool) -> list[Segment]:
         fence = self._fence
         assert fence is not None
         stripped = text.strip()
@@ -251,6 +260,6 @@ class MarkdownLines:
             self._fence = None
             self._lexer = None
             return [(text, "md-dim")]
-        if self._lexer is None or len(text) > HIGHLIGHT_MAX_CHARS:
+        if not highlight or self._lexer is None or len(text) > HIGHLIGHT_MAX_CHARS:
             return [(text, "md-code")]
         return _highlighted(self._lexer, text) or [(text, "md-code")]

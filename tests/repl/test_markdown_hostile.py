@@ -7,6 +7,8 @@ by ``python -m bench --only markdown_line,markdown_inline,markdown_answer,ctrl_c
   ``a``), only lines up to ``HIGHLIGHT_MAX_CHARS``, and a line the lexer cannot read is plain code.
 * No inline markup span runs past the next character of its own marker: each pattern's scans are then
   disjoint, which is what makes a line of 3 999 ``[`` one pass instead of 8 million steps.
+* One delta gets ``DELTA_MARKUP_BUDGET`` of markdown work (a code line's characters count ``CODE_CHAR_COST``
+  each); the rest of a bigger delta is shown as written, its fences still followed.
 """
 
 from __future__ import annotations
@@ -17,10 +19,17 @@ from hypothesis import strategies as st
 
 from dsh.agent_loop.events import TextDelta, TurnEnd, TurnStart
 from dsh.agent_loop.reasons import Completed
-from dsh.repl.markdown import _INLINE, HIGHLIGHT_MAX_CHARS, HIGHLIGHTED_LANGUAGES, MarkdownLines
+from dsh.repl.markdown import (
+    _INLINE,
+    CODE_CHAR_COST,
+    DELTA_MARKUP_BUDGET,
+    HIGHLIGHT_MAX_CHARS,
+    HIGHLIGHTED_LANGUAGES,
+    MarkdownLines,
+)
 from dsh.repl.render import RESET, Renderer, terminal_text
 
-CODE = "\x1b[36m"
+CODE, DIM, BOLD, KEYWORD, NUMBER = "\x1b[36m", "\x1b[2m", "\x1b[1m", "\x1b[35m", "\x1b[33m"
 
 # One ordinary line per highlighted language, and a style it must get somewhere in it.
 SAMPLES: dict[str, tuple[str, str]] = {
@@ -111,9 +120,31 @@ def test_a_hostile_fence_renders_as_written_in_the_terminal() -> None:
     parts = [renderer.render(TurnStart(1, "q")), renderer.render(TextDelta(answer)),
              renderer.render(TurnEnd(1, Completed()))]
     shown = "".join(terminal_text(part) for part in parts)
-    dim = "\x1b[2m"
-    assert shown == (f"[main turn 1] {dim}```lilypond{RESET}\n{CODE}{'a' * 2000}{RESET}\n{dim}```{RESET}\n"
+    assert shown == (f"[main turn 1] {DIM}```lilypond{RESET}\n{CODE}{'a' * 2000}{RESET}\n{DIM}```{RESET}\n"
                      + "[" * 3999 + "\n")
+
+
+def _one_delta(text: str) -> tuple[list[str], Renderer]:
+    renderer = Renderer(color=True, markdown="lines")
+    renderer.render(TurnStart(1, "q"))
+    return terminal_text(renderer.render(TextDelta(text))).split("\n"), renderer
+
+
+def test_past_its_markup_budget_the_rest_of_a_delta_is_shown_as_written() -> None:
+    filler = "**b**\n" * (DELTA_MARKUP_BUDGET // 5 + 1)  # five characters of markup a line
+    shown, renderer = _one_delta(filler + "**late**\n```python\nx = 1\n```\n")
+    assert shown[0] == f"{BOLD}b{RESET}"
+    assert shown[-5:] == ["**late**", f"{DIM}```python{RESET}", f"{CODE}x = 1{RESET}", f"{DIM}```{RESET}", ""]
+    # The next delta has a budget of its own.
+    assert terminal_text(renderer.render(TextDelta("**b** `c`\n"))) == f"{BOLD}b{RESET} {CODE}c{RESET}\n"
+
+
+def test_a_code_line_spends_the_budget_a_hundred_times_faster() -> None:
+    lines = DELTA_MARKUP_BUDGET // (5 * CODE_CHAR_COST) + 2  # the last two are past the budget
+    shown, _ = _one_delta("```python\n" + "x = 1\n" * lines + "```\n")
+    highlighted = f"x = {NUMBER}1{RESET}"
+    assert shown[1:-2] == [highlighted] * (lines - 1) + [f"{CODE}x = 1{RESET}"]
+    assert KEYWORD not in shown[-2] and shown[-2] == f"{DIM}```{RESET}"
 
 
 # --- inline markup --------------------------------------------------------------------------------
