@@ -72,7 +72,7 @@ def _code_line_seconds(language: str, line: str, loops: int = 1) -> float:
     return best
 
 
-def _worst_lines(language: str, length: int, quick: bool, keep: int = 5) -> list[tuple[str, str]]:
+def _worst_lines(language: str, length: int, quick: bool, keep: int = 20) -> list[tuple[str, str]]:
     timed = sorted(((_code_line_seconds(language, line), label, line) for label, line in _hostile_lines(length, quick)),
                    reverse=True)
     return [(label, line) for _, label, line in timed[:keep]]
