@@ -27,6 +27,7 @@ from dsh.llm.defaults import (
 )
 from dsh.llm.errors import LlmError
 from dsh.llm.events import (
+    USAGE_COUNT_LIMIT,
     ChatRequest,
     Finish,
     KeepAlive,
@@ -246,20 +247,27 @@ def _status_code(status: int, message: str | None) -> str:
     return f"HTTP_{status}"
 
 
-def _as_int(value: object) -> int:
-    return value if isinstance(value, int) and not isinstance(value, bool) else 0
+def _count(value: object) -> int:
+    """A token count as the server reported it, or 0 when it is not one dsh can believe.
+
+    Only an int in ``0 <= n < 2**53`` counts: a bool, a float (``1e400`` parses to inf), a string, a
+    negative number or a huge one (``10**400`` parses to an int that no float can hold) is treated like a
+    missing field, never clamped into a number that looks real (docs/reliability.md, "Attacks on the
+    renderer and usage").
+    """
+    return value if type(value) is int and 0 <= value < USAGE_COUNT_LIMIT else 0
 
 
 def _usage(raw: dict[str, Any]) -> Usage:
     details = raw.get("completion_tokens_details")
     reasoning = details.get("reasoning_tokens") if isinstance(details, dict) else 0
     return Usage(
-        prompt_tokens=_as_int(raw.get("prompt_tokens")),
-        completion_tokens=_as_int(raw.get("completion_tokens")),
-        total_tokens=_as_int(raw.get("total_tokens")),
-        prompt_cache_hit_tokens=_as_int(raw.get("prompt_cache_hit_tokens")),
-        prompt_cache_miss_tokens=_as_int(raw.get("prompt_cache_miss_tokens")),
-        reasoning_tokens=_as_int(reasoning),
+        prompt_tokens=_count(raw.get("prompt_tokens")),
+        completion_tokens=_count(raw.get("completion_tokens")),
+        total_tokens=_count(raw.get("total_tokens")),
+        prompt_cache_hit_tokens=_count(raw.get("prompt_cache_hit_tokens")),
+        prompt_cache_miss_tokens=_count(raw.get("prompt_cache_miss_tokens")),
+        reasoning_tokens=_count(reasoning),
     )
 
 

@@ -6,6 +6,7 @@ from dataclasses import dataclass
 from typing import Any, Literal
 
 __all__ = [
+    "USAGE_COUNT_LIMIT",
     "ChatRequest",
     "Finish",
     "KeepAlive",
@@ -43,8 +44,13 @@ class ToolCallDelta:
     arguments: str
 
 
+USAGE_COUNT_LIMIT = 2**53  # each Usage count is an int below this, so any float arithmetic on it is exact
+
+
 @dataclass(frozen=True, slots=True)
 class Usage:
+    """Token counts from a usage chunk; the client keeps each in ``0 <= n < USAGE_COUNT_LIMIT``."""
+
     prompt_tokens: int = 0
     completion_tokens: int = 0
     total_tokens: int = 0

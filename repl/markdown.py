@@ -7,16 +7,22 @@ hands it a line when its newline arrives (docs/markdown.md). The segments' text 
 untouched but for the markers it drops; style names map to SGR in :data:`MARKDOWN_STYLES`, and only the
 sink's sanitizer turns them into bytes, so a hostile reply cannot smuggle an escape in through markup.
 
-Costs stay linear in the line: the inline patterns never scan past the next marker character, lines
-longer than :data:`MAX_MARKUP_CHARS` are shown plain, and fence state is one small record.
+Costs stay bounded whatever the model writes (docs/markdown.md, "Hostile replies"). Markup is linear in
+the line: a scan that an inline marker starts never runs past the next marker of its kind, so the scans
+of one pattern are disjoint, and lines longer than :data:`MAX_MARKUP_CHARS` are shown plain. Code is
+highlighted only by the lexers of :data:`HIGHLIGHTED_LANGUAGES`, each measured on hostile lines, only in
+lines up to :data:`HIGHLIGHT_MAX_CHARS`, and a line stops at the lexer's first error token. Fence state
+is one small record.
 """
 
 from __future__ import annotations
 
+import functools
 import re
 from typing import Any
 
-__all__ = ["MARKDOWN_STYLES", "MAX_MARKUP_CHARS", "MarkdownLines", "Segment"]
+__all__ = ["CODE_CHAR_COST", "DELTA_MARKUP_BUDGET", "HIGHLIGHTED_LANGUAGES", "HIGHLIGHT_MAX_CHARS", "MARKDOWN_STYLES",
+           "MAX_MARKUP_CHARS", "MarkdownLines", "Segment"]
 
 Segment = tuple[str, "str | None"]
 
@@ -39,22 +45,66 @@ MARKDOWN_STYLES: dict[str, str] = {
 }
 
 MAX_MARKUP_CHARS = 4000  # a longer line is shown as it is: markup that long is not prose
+HIGHLIGHT_MAX_CHARS = 200  # a longer code line is plain code: some lexers are quadratic below it (docs/markdown.md)
+# What the markdown of one delta may cost, in characters of markup; a code line counts CODE_CHAR_COST per
+# character (highlighting a hostile line costs up to ~30 us a character, markup ~0.3 us). The rest of a delta
+# that big (a server can send 64 MiB in one) is shown as written: about 20 ms of markdown per delta at most.
+DELTA_MARKUP_BUDGET = 64 * 1024
+CODE_CHAR_COST = 100
+
+# A fence's language, lower case -> the pygments lexer that highlights it. Nothing else is highlighted:
+# pygments has ~600 lexers and some take minutes on one hostile line (lilypond: 100 s for 2 000 ``a``).
+# Each lexer here was measured on hostile lines of HIGHLIGHT_MAX_CHARS (``python -m bench --only
+# markdown_line``; docs/markdown.md has the figures); a language not here is plain code.
+HIGHLIGHTED_LANGUAGES: dict[str, str] = {
+    **dict.fromkeys(("python", "py", "python3", "py3"), "python"),
+    **dict.fromkeys(("javascript", "js"), "javascript"),
+    **dict.fromkeys(("typescript", "ts"), "typescript"),
+    "jsx": "jsx",
+    "tsx": "tsx",
+    "json": "json",
+    **dict.fromkeys(("yaml", "yml"), "yaml"),
+    "toml": "toml",
+    **dict.fromkeys(("bash", "sh", "shell", "zsh"), "bash"),
+    **dict.fromkeys(("diff", "udiff"), "diff"),
+    "c": "c",
+    **dict.fromkeys(("cpp", "c++"), "cpp"),
+    **dict.fromkeys(("rust", "rs"), "rust"),
+    **dict.fromkeys(("go", "golang"), "go"),
+    "java": "java",
+    **dict.fromkeys(("kotlin", "kt"), "kotlin"),
+    **dict.fromkeys(("ruby", "rb"), "ruby"),
+    "php": "php",
+    "sql": "sql",
+    "html": "html",
+    "css": "css",
+    **dict.fromkeys(("markdown", "md"), "markdown"),
+    **dict.fromkeys(("dockerfile", "docker"), "docker"),
+    **dict.fromkeys(("makefile", "make"), "make"),
+    **dict.fromkeys(("ini", "cfg"), "ini"),
+    **dict.fromkeys(("console", "shell-session"), "console"),
+    "xml": "xml",
+    "lua": "lua",
+    "swift": "swift",
+    **dict.fromkeys(("csharp", "cs", "c#"), "csharp"),
+}
 
 _FENCE = re.compile(r"^( {0,3})(`{3,}|~{3,})[ \t]*([\w+#.-]*)")
-_HEADING = re.compile(r"^ {0,3}(#{1,6})[ \t]+(.*?)(?:[ \t]+#+)?[ \t]*$")
+_HEADING = re.compile(r"^ {0,3}(#{1,6})[ \t]+(.*)$")  # the closing #s are cut in Python: a lazy .* was quadratic
 _RULE = re.compile(r"^ {0,3}([-*_])(?:[ \t]*\1){2,}[ \t]*$")
 _QUOTE = re.compile(r"^ {0,3}>[ \t]?(.*)$")
 _BULLET = re.compile(r"^([ \t]*)[-*+][ \t]+(.*)$")
 _NUMBERED = re.compile(r"^([ \t]*)(\d{1,9}[.)])[ \t]+(.*)$")
-# Each alternative stops at the next character of its own marker, so a line of unmatched markers
-# costs one pass, not one pass per marker.
+# Each alternative, started at its marker, stops before the next character of that marker (a link's label
+# and target both stop at ``[``): the scans of one alternative never overlap, so a line of unmatched
+# markers costs one pass, not one pass per marker (tests/repl/test_markdown_hostile.py).
 _INLINE = re.compile(
     r"`(?P<code>[^`\n]+)`"
     r"|\*\*(?P<bold>[^*\s](?:[^*\n]*[^*\s])?)\*\*"
     r"|__(?P<bold2>[^_\s](?:[^_\n]*[^_\s])?)__"
     r"|(?<![\w*])\*(?P<italic>[^*\s](?:[^*\n]*[^*\s])?)\*(?![\w*])"
     r"|(?<![\w_])_(?P<italic2>[^_\s](?:[^_\n]*[^_\s])?)_(?![\w_])"
-    r"|\[(?P<label>[^\]\n]+)\]\((?P<url>[^)\s]+)\)"
+    r"|\[(?P<label>[^\[\]\n]+)\]\((?P<url>[^)\s\[]+)\)"
 )
 _RULE_TEXT = "─" * 40
 
@@ -87,6 +137,15 @@ def _inline(text: str, base: str | None = None) -> list[Segment]:
     return segments or [("", base)]
 
 
+def _heading_text(rest: str) -> str:
+    """A heading's text without its closing run of ``#`` (one that stands alone or after a blank)."""
+    text = rest.rstrip(" \t")
+    body = text.rstrip("#")
+    if body != text and (not body or body[-1] in " \t"):
+        return body.rstrip(" \t")
+    return text
+
+
 def _token_style(token: Any) -> str | None:
     from pygments import token as t
 
@@ -106,18 +165,43 @@ def _token_style(token: Any) -> str | None:
 
 
 def _lexer(language: str) -> Any:
-    """The pygments lexer for a fence's info string, or None (then the block is plain code)."""
-    if not language:
-        return None
+    """The pygments lexer for a fence's language if it is in the allow-list, else None (plain code)."""
+    name = HIGHLIGHTED_LANGUAGES.get(language.lower())
+    return _load_lexer(name) if name is not None else None
+
+
+@functools.cache
+def _load_lexer(name: str) -> Any:
+    # One instance per language: a lexer keeps only its options, so fences and replies can share it.
     try:
         from pygments.lexers import get_lexer_by_name
         from pygments.util import ClassNotFound
     except ImportError:  # pragma: no cover - prompt_toolkit brings pygments
         return None
+    options = {"startinline": True} if name == "php" else {}  # a PHP block without ``<?php`` is PHP
     try:
-        return get_lexer_by_name(language, stripnl=False, ensurenl=False)
-    except ClassNotFound:
+        # The newline pygments appends lets line-based rules (a diff's ``+``, a C ``//`` comment) match.
+        return get_lexer_by_name(name, stripnl=False, ensurenl=True, **options)
+    except ClassNotFound:  # pragma: no cover - every name in HIGHLIGHTED_LANGUAGES is a pygments alias
         return None
+
+
+def _highlighted(lexer: Any, text: str) -> list[Segment] | None:
+    """The line's tokens as styled segments, or None: the lexer found a character it cannot read.
+
+    Giving up at the first error token is what bounds the cost of junk: an error is a position where every
+    rule of the lexer was tried and failed, the most expensive step there is (docs/markdown.md).
+    """
+    from pygments.token import Error
+
+    segments: list[Segment] = []
+    for token, value in lexer.get_tokens(text):
+        if token in Error:
+            return None
+        value = value.rstrip("\n")  # the newline pygments added (a ``\r`` it turned into one fails below)
+        if value:
+            segments.append((value, _token_style(token)))
+    return segments if "".join(value for value, _ in segments) == text else None
 
 
 class MarkdownLines:
@@ -136,21 +220,25 @@ class MarkdownLines:
         self._fence = None
         self._lexer = None
 
-    def line(self, text: str) -> list[Segment]:
-        """The segments of one complete line (without its newline)."""
+    def line(self, text: str, *, markup: bool = True) -> list[Segment]:
+        """The segments of one complete line (without its newline).
+
+        ``markup=False``: the line as written, code plain, only the fences followed (the rest of a delta past
+        :data:`DELTA_MARKUP_BUDGET`).
+        """
         if self._fence is not None:
-            return self._code_line(text)
+            return self._code_line(text, highlight=markup)
         fence = _FENCE.match(text)
         if fence:
             self._fence = fence.group(2)
             self._lexer = _lexer(fence.group(3))
             return [(text, "md-dim")]
-        if len(text) > MAX_MARKUP_CHARS:
+        if not markup or len(text) > MAX_MARKUP_CHARS:
             return [(text, None)]
         heading = _HEADING.match(text)
         if heading:
             style = "md-h1" if len(heading.group(1)) == 1 else "md-heading"
-            return _inline(heading.group(2), style)
+            return _inline(_heading_text(heading.group(2)), style)
         if _RULE.match(text):
             return [(_RULE_TEXT, "md-dim")]
         quote = _QUOTE.match(text)
@@ -164,7 +252,7 @@ class MarkdownLines:
             return [(f"{numbered.group(1)}{numbered.group(2)} ", "md-bullet"), *_inline(numbered.group(3))]
         return _inline(text)
 
-    def _code_line(self, text: str) -> list[Segment]:
+    def _code_line(self, text: str, *, highlight: bool) -> list[Segment]:
         fence = self._fence
         assert fence is not None
         stripped = text.strip()
@@ -172,11 +260,6 @@ class MarkdownLines:
             self._fence = None
             self._lexer = None
             return [(text, "md-dim")]
-        if self._lexer is None or len(text) > MAX_MARKUP_CHARS:
+        if not highlight or self._lexer is None or len(text) > HIGHLIGHT_MAX_CHARS:
             return [(text, "md-code")]
-        segments: list[Segment] = []
-        for token, value in self._lexer.get_tokens(text):
-            value = value.rstrip("\n") if value.endswith("\n") else value
-            if value:
-                segments.append((value, _token_style(token)))
-        return segments if "".join(value for value, _ in segments) == text else [(text, "md-code")]
+        return _highlighted(self._lexer, text) or [(text, "md-code")]

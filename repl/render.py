@@ -33,7 +33,7 @@ from dsh.agent_loop.reasons import Aborted, EndReason, Failed, Interrupted, MaxT
 from dsh.llm import ErrorCode
 from dsh.llm.network import FailureDetail
 from dsh.llm.redact import redact_text
-from dsh.repl.markdown import MARKDOWN_STYLES, MarkdownLines, Segment
+from dsh.repl.markdown import CODE_CHAR_COST, DELTA_MARKUP_BUDGET, MARKDOWN_STYLES, MarkdownLines, Segment
 
 __all__ = [
     "ADDED",
@@ -491,9 +491,14 @@ class Renderer:
         first, *middle, rest = text.split("\n")
         had_partial = bool(self._line)
         self._line.append(first)
-        rendered = Styled("")
+        segments: list[Segment] = []  # one Styled at the end: adding per line was quadratic in a big delta
+        budget = DELTA_MARKUP_BUDGET  # past it, the rest of this delta is shown as written (docs/markdown.md)
         for line in ("".join(self._line), *middle):
-            rendered = rendered + segments_text(self._markdown.line(line)) + "\n"
+            markup = budget > 0
+            budget -= len(line) * (CODE_CHAR_COST if self._markdown.in_code else 1)
+            segments += self._markdown.line(line, markup=markup)
+            segments.append(("\n", None))
+        rendered = segments_text(segments)
         self._line = [rest] if rest else []
         live_rest = rest if self._live else ""
         self._column = _MID if live_rest else _START

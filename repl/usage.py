@@ -62,6 +62,7 @@ class UsageTally:
 
 
 def compact_count(count: int) -> str:
+    count = max(count, 0)  # never a negative count on screen, whatever a Usage was built from
     if count < 1000:
         return str(count)
     if count < 1_000_000:
@@ -71,13 +72,14 @@ def compact_count(count: int) -> str:
 
 def format_cost(cost: float) -> str:
     """``$0.0031``; a cost that rounds to nothing but is not nothing reads ``<$0.0001``, never ``$0.0000``."""
+    cost = max(cost, 0.0)  # never a negative cost
     if 0 < cost < 0.00005:
         return "<$0.0001"
     return f"${cost:.4f}" if cost < 1 else f"${cost:.2f}"
 
 
 def _percent(fill: float) -> str:
-    share = 100 * fill
+    share = max(100 * fill, 0.0)  # over 100% is shown as it is (the server said so); below 0 is not a fill
     return f"{share:.1f}%" if share < 10 else f"{share:.0f}%"
 
 

@@ -145,13 +145,3 @@ def test_fuzz_markup_never_lets_a_control_character_through(text: str, size: int
     assert "\x1b" not in screen and not _UNSAFE.search(screen)
     # Markup only ever drops its own markers: no character of the reply appears that was not in it.
     assert set(screen) <= set(terminal_text(text)) | set("[main turn 1] •│─(),.\n") | set(terminal_text("\r"))
-
-
-def test_a_line_of_ten_thousand_markers_is_linear() -> None:
-    import time
-
-    lines = MarkdownLines()
-    start = time.perf_counter()
-    for marker in "*_`[":
-        lines.line(marker * 3900 + "x")
-    assert time.perf_counter() - start < 0.5
