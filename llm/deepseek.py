@@ -9,6 +9,7 @@ import re
 import time
 import zlib
 from collections.abc import AsyncIterator, Iterator, Mapping
+from contextlib import contextmanager, suppress
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
@@ -566,6 +567,34 @@ class DeepSeekClient:
         error.endpoint = self.proxy_display if code == ErrorCode.PROXY else self.base_url_display
         return error
 
+    @contextmanager
+    def _translating(self, response: httpx.Response | None = None) -> Iterator[None]:
+        """Every failure of an exchange as the :class:`LlmError` a turn raises for it (DESIGN §4, "Errors").
+
+        The caller's cancellation is ``ABORTED``. Before a ``response`` exists anything else is the
+        request's transport failure (httpx errors, and the OSError or ExceptionGroup that escapes
+        anyio's connect, e.g. port 99999); while its body is read, a transport error is the stream's
+        and a body that does not decode is ``MALFORMED_RESPONSE``.
+        """
+        import httpx
+
+        try:
+            yield
+        except LlmError:
+            raise
+        except anyio.get_cancelled_exc_class() as exc:
+            raise self._aborted(exc)
+        except Exception as exc:
+            if response is None:
+                raise self.transport_failure(exc)
+            request_id = self._request_id(response)
+            if isinstance(exc, httpx.TransportError):
+                message = f"DeepSeek API stream from {self.base_url_display}{self._via} failed"
+                raise LlmError(message, ErrorCode.TRANSPORT, request_id=request_id, cause=exc)
+            if isinstance(exc, _BadEncoding):
+                raise LlmError(str(exc), ErrorCode.MALFORMED_RESPONSE, request_id=request_id)
+            raise
+
     def _aborted(self, exc: BaseException) -> LlmError:
         error = LlmError("DeepSeek request aborted by caller", ErrorCode.ABORTED)
         error.__cause__ = exc
@@ -594,21 +623,14 @@ class DeepSeekClient:
         self, method: str, path: str, headers: dict[str, str], content: bytes | None = None
     ) -> tuple[httpx.Response, _Watchdog]:
         """Send and wait for the response headers under the first deadline; each failure is a turn's error."""
-        cancelled = anyio.get_cancelled_exc_class()
         response: httpx.Response | None = None
-        try:
+        with self._translating():
             http = self._client()
             http_request = http.build_request(method, self._url(path), content=content, headers=headers)
             # The clock starts once the request is ready: the first call's lazy client setup is ours.
             watchdog = _Watchdog(self.stream_idle_timeout, self.first_token_timeout)
             with anyio.CancelScope(deadline=watchdog.deadline()) as scope:
                 response = await http.send(http_request, stream=True)
-        except cancelled as exc:
-            raise self._aborted(exc)
-        except Exception as exc:
-            # Anything before a Response exists is transport: httpx errors, and the OSError or
-            # ExceptionGroup that escapes anyio's connect (e.g. port 99999).
-            raise self.transport_failure(exc)
         if scope.cancelled_caught or response is None:
             raise self._timeout(watchdog, headers=False)
         return response, watchdog
@@ -637,9 +659,6 @@ class DeepSeekClient:
         """``GET {base_url}{path}`` with the key: ``(200, parsed JSON)``, or ``(404, None)`` for a route the
         endpoint does not have. Every other failure raises the :class:`LlmError` a turn would raise for it
         (same transport classification, same status table), so ``dsh doctor`` and a turn agree."""
-        import httpx
-
-        cancelled = anyio.get_cancelled_exc_class()
         headers = {**self._headers(), "Accept": "application/json"}
         headers.pop("Content-Type", None)
         response, watchdog = await self._send("GET", path, headers)
@@ -648,27 +667,13 @@ class DeepSeekClient:
                 return 404, None
             if response.status_code >= 300:
                 await self._raise_for_status(response, watchdog)
-            body = b""
-            try:
-                inflater = _Inflater(response.headers.get("content-encoding"))
-                with anyio.CancelScope(deadline=watchdog.deadline()) as scope:
-                    async for chunk in response.aiter_raw():
-                        for piece in inflater.pieces(chunk):
-                            body += piece
-                            if len(body) > _JSON_BODY_LIMIT:
-                                raise _BadEncoding(f"the answer to GET {path} is larger than {_JSON_BODY_LIMIT} bytes")
-            except cancelled as exc:
-                raise self._aborted(exc)
-            except httpx.TransportError as exc:
-                raise LlmError(
-                    f"DeepSeek API stream from {self.base_url_display}{self._via} failed",
-                    ErrorCode.TRANSPORT,
-                    request_id=self._request_id(response),
-                    cause=exc,
-                )
-            except _BadEncoding as exc:
-                raise LlmError(str(exc), ErrorCode.MALFORMED_RESPONSE, request_id=self._request_id(response))
-            if scope.cancelled_caught:
+            body = bytearray()
+            with self._translating(response):
+                in_time = await self._read_body(response, watchdog, body, _JSON_BODY_LIMIT)
+            if len(body) > _JSON_BODY_LIMIT:
+                raise LlmError(f"the answer to GET {path} is larger than {_JSON_BODY_LIMIT} bytes",
+                               ErrorCode.MALFORMED_RESPONSE, request_id=self._request_id(response))
+            if not in_time:
                 raise self._timeout(watchdog)
             try:
                 return response.status_code, json.loads(body)
@@ -678,24 +683,24 @@ class DeepSeekClient:
             with anyio.CancelScope(shield=True):
                 await response.aclose()
 
+    async def _read_body(self, response: httpx.Response, watchdog: _Watchdog, body: bytearray, limit: int) -> bool:
+        """Inflate the body into ``body`` until it ends or passes ``limit`` bytes; False if the deadline fired."""
+        inflater = _Inflater(response.headers.get("content-encoding"))
+        with anyio.CancelScope(deadline=watchdog.deadline()) as scope:
+            async for chunk in response.aiter_raw():
+                for piece in inflater.pieces(chunk):
+                    body += piece
+                    if len(body) > limit:
+                        return True
+        return not scope.cancelled_caught
+
     async def _raise_for_status(self, response: httpx.Response, watchdog: _Watchdog) -> None:
         import httpx
 
-        body = b""
-        try:
-            inflater = _Inflater(response.headers.get("content-encoding"))
-            with anyio.CancelScope(deadline=watchdog.deadline()):
-                async for chunk in response.aiter_raw():
-                    for piece in inflater.pieces(chunk):
-                        body += piece
-                        if len(body) >= _ERROR_BODY_LIMIT:
-                            break
-                    if len(body) >= _ERROR_BODY_LIMIT:
-                        break
-        except anyio.get_cancelled_exc_class() as exc:
-            raise self._aborted(exc)
-        except (httpx.TransportError, _BadEncoding):
-            pass  # a status line and headers are enough to classify; a broken error body is not news
+        body = bytearray()
+        # A status line and headers are enough to classify; a broken error body is not news.
+        with self._translating(response), suppress(httpx.TransportError, _BadEncoding):
+            await self._read_body(response, watchdog, body, _ERROR_BODY_LIMIT - 1)
         status = response.status_code
         if self.proxy_display is not None and _proxy_answered(status, response.headers):
             squid = response.headers.get("x-squid-error")
@@ -709,7 +714,7 @@ class DeepSeekClient:
             )
             error.endpoint = self.proxy_display
             raise error
-        provider = _provider_message(body)
+        provider = _provider_message(bytes(body))
         message = redact_text(provider, self.secrets) if provider else f"DeepSeek API error (HTTP {status})"
         raise LlmError(
             message + self._via_suffix(),
@@ -731,35 +736,20 @@ class DeepSeekClient:
         self, response: httpx.Response, watchdog: _Watchdog, trace: StreamTrace | None = None
     ) -> AsyncIterator[list[StreamEvent]]:
         """The events of each read, as one list per read (the per-event hop is ``stream``'s)."""
-        import httpx
-
-        cancelled = anyio.get_cancelled_exc_class()
         request_id = self._request_id(response)
-        try:
+        with self._translating(response):
             inflater = _Inflater(response.headers.get("content-encoding"))
-        except _BadEncoding as exc:
-            raise LlmError(str(exc), ErrorCode.MALFORMED_RESPONSE, request_id=request_id)
         decoder = SseDecoder()
         parser = _ChunkParser()
         chunks = response.aiter_raw()
         saw_bytes = False
         while True:
-            try:
-                with anyio.CancelScope(deadline=watchdog.deadline()) as scope:
-                    chunk = await chunks.__anext__()
-            except StopAsyncIteration:
-                break
-            except cancelled as exc:
-                raise self._aborted(exc)
-            except httpx.TransportError as exc:
-                raise LlmError(
-                    f"DeepSeek API stream from {self.base_url_display}{self._via} failed",
-                    ErrorCode.TRANSPORT,
-                    request_id=request_id,
-                    cause=exc,
-                )
+            with self._translating(response), anyio.CancelScope(deadline=watchdog.deadline()) as scope:
+                chunk = await anext(chunks, None)
             if scope.cancelled_caught:
                 raise self._timeout(watchdog)
+            if chunk is None:
+                break
             if not chunk:
                 continue
             saw_bytes = True
@@ -772,10 +762,8 @@ class DeepSeekClient:
                         if out:
                             yield out
                             out = []
-                        try:
+                        with self._translating():
                             await anyio.lowlevel.checkpoint()
-                        except cancelled as exc:
-                            raise self._aborted(exc)
                         if anyio.current_time() >= watchdog.deadline():
                             raise self._timeout(watchdog)
                     content_before = parser.content_events
@@ -808,10 +796,11 @@ class DeepSeekClient:
                                 yield out
                             raise self._malformed(data, request_id)
                     watchdog.saw_bytes(content=parser.content_events != content_before)
-            except _BadEncoding as exc:
+            except _BadEncoding:
                 if out:
                     yield out
-                raise LlmError(str(exc), ErrorCode.MALFORMED_RESPONSE, request_id=request_id)
+                with self._translating(response):
+                    raise
             if out:
                 yield out
         for item in decoder.close_compact():
