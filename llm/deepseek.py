@@ -7,7 +7,6 @@ import math
 import os
 import re
 import time
-import zlib
 from collections.abc import AsyncIterator, Iterator, Mapping
 from contextlib import contextmanager, suppress
 from dataclasses import dataclass
@@ -29,19 +28,13 @@ from dsh.llm.defaults import (
 from dsh.llm.errors import LlmError
 from dsh.llm.events import (
     ChatRequest,
-    Finish,
-    KeepAlive,
     Message,
-    ReasoningDelta,
     StreamEvent,
-    TextDelta,
-    ToolCallDelta,
-    Usage,
 )
 from dsh.llm.network import PERMANENT, FailureDetail, classify_transport, environment_proxy, ssl_context
 from dsh.llm.redact import redact_text, redact_url, url_secrets
-from dsh.llm.sse import SseComment, SseDecoder, SseLineTooLong
-from dsh.llm.text import SurrogateJoiner, scrub_surrogates
+from dsh.llm.stream_decoder import PAYLOAD_PREVIEW, BadEncoding, Inflater, StreamDecoder, malformed_payload
+from dsh.llm.text import scrub_surrogates
 
 if TYPE_CHECKING:
     # httpx is imported when the first request is made: its import and the client's SSL context
@@ -51,14 +44,11 @@ if TYPE_CHECKING:
 __all__ = ["DeepSeekClient", "StreamTrace"]
 
 _ERROR_BODY_LIMIT = 64 * 1024
-_PAYLOAD_PREVIEW = 120
 _QUOTA_WORDING = re.compile(r"(?i)insufficient.?balance|quota|top.?up|billing")
 _CONTEXT_WORDING = re.compile(
     r"(?i)context.?(length|window)|maximum.{0,20}tokens|too many tokens|prompt is too long|reduce the length"
 )
-_NORMAL_FINISH = frozenset({"stop", "tool_calls", "length"})
-_PIECE = 256 * 1024  # the most bytes one inflate step may produce (docs/reliability.md, "Hostile streams")
-_ACCEPT_ENCODING = "gzip, deflate"  # what _Inflater decodes; a server that sends anything else is refused
+_ACCEPT_ENCODING = "gzip, deflate"  # what Inflater decodes; a server that sends anything else is refused
 _JSON_BODY_LIMIT = 1024 * 1024  # a GET answer (``/models``, ``/user/balance``) larger than this is not one
 
 
@@ -74,51 +64,6 @@ class StreamTrace:
     done: bool = False  # ``data: [DONE]`` ended the stream (not only a finish reason and a clean close)
 
 
-class _BadEncoding(Exception):
-    """A body in a Content-Encoding dsh did not offer, or one that does not inflate."""
-
-
-class _Inflater:
-    """Decodes a response body in pieces of at most ``_PIECE`` bytes.
-
-    httpx's own decoders inflate each network read whole: a 64 KiB read of a gzip bomb becomes 64 MiB
-    in one call. Reading the raw body and inflating with ``max_length`` bounds both the memory of one
-    piece and the time between two chances to cancel or time out.
-    """
-
-    def __init__(self, header: str | None) -> None:
-        codings = [c.strip().lower() for c in (header or "").split(",")]
-        codings = [c for c in codings if c and c != "identity"]
-        self._deflate_started = codings != ["deflate"]  # deflate may be zlib-wrapped or raw: try both
-        if not codings:
-            self._inflate: Any = None
-        elif codings in (["gzip"], ["x-gzip"]):
-            self._inflate = zlib.decompressobj(zlib.MAX_WBITS | 16)
-        elif codings == ["deflate"]:
-            self._inflate = zlib.decompressobj()
-        else:
-            raise _BadEncoding(f"unsupported Content-Encoding: {scrub_surrogates(', '.join(codings))[:80]}")
-
-    def pieces(self, data: bytes) -> Iterator[bytes]:
-        if self._inflate is None:
-            for start in range(0, len(data), _PIECE):
-                yield data[start : start + _PIECE]
-            return
-        while data and not self._inflate.eof:
-            try:
-                piece = self._inflate.decompress(data, _PIECE)
-            except zlib.error as exc:
-                if self._deflate_started:
-                    raise _BadEncoding(f"the response body does not inflate: {exc}") from None
-                self._deflate_started = True
-                self._inflate = zlib.decompressobj(-zlib.MAX_WBITS)
-                continue
-            self._deflate_started = True
-            data = self._inflate.unconsumed_tail
-            if piece:
-                yield piece
-
-
 def _nodes(exc: BaseException) -> list[BaseException]:
     nodes: list[BaseException] = []
     current: BaseException | None = exc
@@ -126,30 +71,6 @@ def _nodes(exc: BaseException) -> list[BaseException]:
         nodes.append(current)
         current = current.__cause__ or current.__context__
     return nodes
-
-
-class _Malformed(Exception):
-    """A payload that is not JSON, or JSON of the wrong shape (its text joins the rendered chain)."""
-
-
-_WRONG_SHAPE = "not a chat.completion.chunk object"
-
-
-_scan_json = json.JSONDecoder().scan_once  # the C scanner that json.loads wraps
-
-
-def _load_payload(payload: str) -> Any:
-    """``json.loads`` minus its Python-level wrapper, which costs a third of a small chunk's parse.
-
-    A payload that is exactly one JSON value (every DeepSeek chunk) takes the C scanner directly;
-    anything else (surrounding whitespace, extra data, not JSON) goes to ``json.loads``, which
-    accepts or raises exactly as before.
-    """
-    try:
-        value, end = _scan_json(payload, 0)
-    except StopIteration:
-        return json.loads(payload)
-    return value if end == len(payload) else json.loads(payload)
 
 
 def _message_to_wire(message: Message) -> dict[str, Any]:
@@ -245,118 +166,6 @@ def _status_code(status: int, message: str | None) -> str:
     if status >= 500:
         return ErrorCode.SERVER
     return f"HTTP_{status}"
-
-
-def _as_int(value: object) -> int:
-    return value if isinstance(value, int) and not isinstance(value, bool) else 0
-
-
-def _usage(raw: dict[str, Any]) -> Usage:
-    details = raw.get("completion_tokens_details")
-    reasoning = details.get("reasoning_tokens") if isinstance(details, dict) else 0
-    return Usage(
-        prompt_tokens=_as_int(raw.get("prompt_tokens")),
-        completion_tokens=_as_int(raw.get("completion_tokens")),
-        total_tokens=_as_int(raw.get("total_tokens")),
-        prompt_cache_hit_tokens=_as_int(raw.get("prompt_cache_hit_tokens")),
-        prompt_cache_miss_tokens=_as_int(raw.get("prompt_cache_miss_tokens")),
-        reasoning_tokens=_as_int(reasoning),
-    )
-
-
-class _ChunkParser:
-    """Turns one ``data:`` payload into stream events and remembers the finish reason."""
-
-    def __init__(self) -> None:
-        self.finish_reason: str | None = None
-        self.content_events = 0  # text, reasoning and tool-call deltas seen so far
-        self._joiner = SurrogateJoiner()  # rejoins a surrogate pair split across two deltas
-
-    @property
-    def has_content(self) -> bool:
-        return self.content_events > 0
-
-    def parse(self, payload: str, out: list[StreamEvent]) -> None:
-        try:
-            chunk = _load_payload(payload)
-        except (ValueError, RecursionError) as exc:
-            raise _Malformed(str(exc)) from exc
-        if not isinstance(chunk, dict):
-            raise _Malformed(_WRONG_SHAPE)
-        choices = chunk.get("choices", [])
-        usage = chunk.get("usage")
-        if not isinstance(choices, list) or (usage is not None and not isinstance(usage, dict)):
-            raise _Malformed(_WRONG_SHAPE)
-        for choice in choices:
-            if not isinstance(choice, dict):
-                raise _Malformed(_WRONG_SHAPE)
-            delta = choice.get("delta") or {}
-            if not isinstance(delta, dict):
-                raise _Malformed(_WRONG_SHAPE)
-            reasoning = delta.get("reasoning_content")
-            if reasoning:
-                if not isinstance(reasoning, str):
-                    raise _Malformed(_WRONG_SHAPE)
-                self.content_events += 1
-                reasoning = self._joiner.feed(ReasoningDelta, reasoning)
-                if reasoning:  # empty when it was only half a surrogate pair, held for the next delta
-                    out.append(ReasoningDelta(reasoning))
-            content = delta.get("content")
-            if content:
-                if not isinstance(content, str):
-                    raise _Malformed(_WRONG_SHAPE)
-                self.content_events += 1
-                content = self._joiner.feed(TextDelta, content)
-                if content:
-                    out.append(TextDelta(content))
-            tool_calls = delta.get("tool_calls")
-            if tool_calls:
-                self._tool_calls(tool_calls, out)
-            finish = choice.get("finish_reason")
-            if finish is not None:
-                if not isinstance(finish, str):
-                    raise _Malformed(_WRONG_SHAPE)
-                self.finish_reason = finish
-        if usage:
-            out.append(_usage(usage))
-
-    def _tool_calls(self, tool_calls: object, out: list[StreamEvent]) -> None:
-        if not isinstance(tool_calls, list):
-            raise _Malformed(_WRONG_SHAPE)
-        for position, call in enumerate(tool_calls):
-            if not isinstance(call, dict):
-                raise _Malformed(_WRONG_SHAPE)
-            function = call.get("function") or {}
-            if not isinstance(function, dict):
-                raise _Malformed(_WRONG_SHAPE)
-            index = call.get("index", position)
-            call_id, name = call.get("id"), function.get("name")
-            arguments = function.get("arguments") or ""
-            if (
-                not isinstance(index, int)
-                or not isinstance(arguments, str)
-                or (call_id is not None and not isinstance(call_id, str))
-                or (name is not None and not isinstance(name, str))
-            ):
-                raise _Malformed(_WRONG_SHAPE)
-            self.content_events += 1
-            if arguments:
-                arguments = self._joiner.feed(index, arguments)
-            name = scrub_surrogates(name) if name else name
-            call_id = scrub_surrogates(call_id) if call_id else call_id
-            out.append(ToolCallDelta(index, call_id or None, name or None, arguments))
-
-    def flush(self) -> list[StreamEvent]:
-        """The U+FFFD of a surrogate pair whose second half never came, per channel, before Finish."""
-        out: list[StreamEvent] = []
-        for channel, text in self._joiner.flush().items():
-            if channel is TextDelta:
-                out.append(TextDelta(text))
-            elif channel is ReasoningDelta:
-                out.append(ReasoningDelta(text))
-            else:
-                out.append(ToolCallDelta(channel, None, None, text))  # type: ignore[arg-type]
-        return out
 
 
 class _Watchdog:
@@ -591,7 +400,7 @@ class DeepSeekClient:
             if isinstance(exc, httpx.TransportError):
                 message = f"DeepSeek API stream from {self.base_url_display}{self._via} failed"
                 raise LlmError(message, ErrorCode.TRANSPORT, request_id=request_id, cause=exc)
-            if isinstance(exc, _BadEncoding):
+            if isinstance(exc, BadEncoding):
                 raise LlmError(str(exc), ErrorCode.MALFORMED_RESPONSE, request_id=request_id)
             raise
 
@@ -599,10 +408,6 @@ class DeepSeekClient:
         error = LlmError("DeepSeek request aborted by caller", ErrorCode.ABORTED)
         error.__cause__ = exc
         return error
-
-    def _malformed(self, payload: str, request_id: str | None) -> LlmError:
-        preview = redact_text(payload[:_PAYLOAD_PREVIEW], self.secrets)
-        return LlmError(f"malformed SSE payload: {preview}", ErrorCode.MALFORMED_RESPONSE, request_id=request_id)
 
     def _timeout(self, watchdog: _Watchdog, *, headers: bool = True) -> LlmError:
         """Which deadline fired, in words: no headers, keep-alives but no content, or idle after content.
@@ -678,14 +483,15 @@ class DeepSeekClient:
             try:
                 return response.status_code, json.loads(body)
             except (ValueError, UnicodeDecodeError):
-                raise self._malformed(body[:_PAYLOAD_PREVIEW].decode("utf-8", "replace"), self._request_id(response))
+                preview = bytes(body[:PAYLOAD_PREVIEW]).decode("utf-8", "replace")
+                raise malformed_payload(preview, self.secrets, self._request_id(response))
         finally:
             with anyio.CancelScope(shield=True):
                 await response.aclose()
 
     async def _read_body(self, response: httpx.Response, watchdog: _Watchdog, body: bytearray, limit: int) -> bool:
         """Inflate the body into ``body`` until it ends or passes ``limit`` bytes; False if the deadline fired."""
-        inflater = _Inflater(response.headers.get("content-encoding"))
+        inflater = Inflater(response.headers.get("content-encoding"))
         with anyio.CancelScope(deadline=watchdog.deadline()) as scope:
             async for chunk in response.aiter_raw():
                 for piece in inflater.pieces(chunk):
@@ -699,7 +505,7 @@ class DeepSeekClient:
 
         body = bytearray()
         # A status line and headers are enough to classify; a broken error body is not news.
-        with self._translating(response), suppress(httpx.TransportError, _BadEncoding):
+        with self._translating(response), suppress(httpx.TransportError, BadEncoding):
             await self._read_body(response, watchdog, body, _ERROR_BODY_LIMIT - 1)
         status = response.status_code
         if self.proxy_display is not None and _proxy_answered(status, response.headers):
@@ -735,88 +541,43 @@ class DeepSeekClient:
     async def _events(
         self, response: httpx.Response, watchdog: _Watchdog, trace: StreamTrace | None = None
     ) -> AsyncIterator[list[StreamEvent]]:
-        """The events of each read, as one list per read (the per-event hop is ``stream``'s)."""
-        request_id = self._request_id(response)
+        """The events of each piece of each read, as one list (the per-event hop is ``stream``'s)."""
         with self._translating(response):
-            inflater = _Inflater(response.headers.get("content-encoding"))
-        decoder = SseDecoder()
-        parser = _ChunkParser()
+            decoder = StreamDecoder(
+                response.headers.get("content-encoding"), request_id=self._request_id(response), secrets=self.secrets
+            )
         chunks = response.aiter_raw()
-        saw_bytes = False
-        while True:
+        while not decoder.done:
             with self._translating(response), anyio.CancelScope(deadline=watchdog.deadline()) as scope:
                 chunk = await anext(chunks, None)
             if scope.cancelled_caught:
                 raise self._timeout(watchdog)
             if chunk is None:
                 break
-            if not chunk:
-                continue
-            saw_bytes = True
-            out: list[StreamEvent] = []
-            try:
-                for index, piece in enumerate(inflater.pieces(chunk)):
-                    if index:
-                        # One read of a compressed body can inflate to GBs: hand over what is parsed,
-                        # let a cancel in, and hold the deadlines between pieces (docs/reliability.md).
-                        if out:
-                            yield out
-                            out = []
-                        with self._translating():
-                            await anyio.lowlevel.checkpoint()
-                        if anyio.current_time() >= watchdog.deadline():
-                            raise self._timeout(watchdog)
-                    content_before = parser.content_events
-                    try:
-                        items = decoder.feed_compact(piece)
-                    except SseLineTooLong as exc:
-                        raise self._malformed(exc.head, request_id)
-                    for item in items:
-                        # An unnamed event arrives as its bare data string (the hot path); named ones count too.
-                        if type(item) is str:
-                            data = item
-                        elif isinstance(item, SseComment):
-                            out.append(KeepAlive())
-                            continue
-                        else:
-                            data = item.data
-                        if data == "[DONE]":
-                            if trace is not None:
-                                trace.done = True
-                            if out:
-                                yield out
-                            finish = self._finish(parser, request_id)
-                            await self._drain(chunks)
-                            yield finish
-                            return
-                        try:
-                            parser.parse(data, out)
-                        except _Malformed:
-                            if out:
-                                yield out
-                            raise self._malformed(data, request_id)
-                    watchdog.saw_bytes(content=parser.content_events != content_before)
-            except _BadEncoding:
-                if out:
-                    yield out
-                with self._translating(response):
-                    raise
-            if out:
-                yield out
-        for item in decoder.close_compact():
-            if not isinstance(item, SseComment) and (item if type(item) is str else item.data) == "[DONE]":
-                if trace is not None:
-                    trace.done = True
-                yield self._finish(parser, request_id)
-                return
-        if parser.finish_reason is not None:
-            # A finish reason, then a clean close without [DONE]: the answer is whole (every peer client
-            # accepts it). A close with no finish reason may have cut the answer: that is STREAM_CLOSED.
-            yield self._finish(parser, request_id)
-            return
-        if not saw_bytes:
-            raise LlmError("DeepSeek API returned no response body", ErrorCode.EMPTY_RESPONSE, request_id=request_id)
-        raise LlmError("SSE stream ended without [DONE]", ErrorCode.STREAM_CLOSED, request_id=request_id)
+            content_before = decoder.content_events
+            for index, events in enumerate(decoder.pieces(chunk)):
+                if index:
+                    await self._between_pieces(watchdog)
+                watchdog.saw_bytes(content=decoder.content_events != content_before)
+                content_before = decoder.content_events
+                if events:
+                    yield events
+        try:
+            last = decoder.close()
+        finally:
+            if trace is not None:
+                trace.done = decoder.done
+        if chunk is not None:  # [DONE] came before the end of the body
+            await self._drain(chunks)
+        yield last
+
+    async def _between_pieces(self, watchdog: _Watchdog) -> None:
+        """One read of a compressed body can inflate to GBs: let a cancel in and hold the deadlines
+        between two bounded pieces (docs/reliability.md, "Hostile streams")."""
+        with self._translating():
+            await anyio.lowlevel.checkpoint()
+        if anyio.current_time() >= watchdog.deadline():
+            raise self._timeout(watchdog)
 
     @staticmethod
     async def _drain(chunks: AsyncIterator[bytes]) -> None:
@@ -832,16 +593,3 @@ class DeepSeekClient:
                         return
             except httpx.TransportError:
                 pass
-
-    def _finish(self, parser: _ChunkParser, request_id: str | None) -> list[StreamEvent]:
-        """The stream's last events: any half surrogate pair still held, then ``Finish``."""
-        reason = parser.finish_reason or "stop"
-        if reason not in _NORMAL_FINISH:
-            raise LlmError(
-                f'DeepSeek stream finished with finish_reason "{reason}"',
-                re.sub(r"[^A-Z0-9]+", "_", reason.upper()).strip("_") or ErrorCode.UNKNOWN_FINISH,
-                request_id=request_id,
-            )
-        if reason == "stop" and not parser.has_content:
-            raise LlmError("DeepSeek API returned an empty completion", ErrorCode.EMPTY_RESPONSE, request_id=request_id)
-        return [*parser.flush(), Finish(reason)]  # type: ignore[arg-type]
