@@ -266,6 +266,22 @@ class _TurnState:
     compacted: bool = False  # an automatic compaction happened: at most one per turn
 
 
+def _reply_message(
+    state: _TurnState, builder: ReplyBuilder, calls: tuple[ToolCall, ...], *, interrupted: bool = False
+) -> AssistantMessage:
+    """The step's reply as its event: whole, or the prefix of an interrupted one (no finish reason)."""
+    return AssistantMessage(
+        state.turn,
+        state.step,
+        content=builder.text,
+        reasoning_content=builder.reasoning or None,
+        tool_calls=calls,
+        finish_reason=None if interrupted else builder.finish_reason,
+        interrupted=interrupted,
+        usage=builder.usage,
+    )
+
+
 def _unique_ids(calls: Sequence[ToolCall]) -> list[ToolCall]:
     """Tool calls with ids made unique (results are matched by id; a repeat would be ambiguous)."""
     seen: set[str] = set()
@@ -333,12 +349,10 @@ class Agent:
         auto_compact: bool = False,
     ) -> None:
         """``conversation``, when given, is the one :func:`open_session` rebuilt from ``session``.
-
-        ``redactor`` masks every tool result (subagent output included) before the model, the log
-        or the screen get it; by default it knows the client's secrets (its key, URL and proxy
-        credentials) and the secret shapes. ``auto_compact``: a request refused as
-        ``CONTEXT_WINDOW_EXCEEDED`` gets one compaction and one retry.
-        """
+        ``redactor`` masks every tool result (subagent output included) before the model, the log or the
+        screen get it; by default it knows the client's secrets (its key, URL and proxy credentials) and
+        the secret shapes. ``auto_compact``: a request refused as ``CONTEXT_WINDOW_EXCEEDED`` gets one
+        compaction and one retry."""
         self.client = client
         self.model = model
         self.tools = tools if tools is not None else ToolRegistry()
@@ -721,19 +735,8 @@ class Agent:
             builder, state.builder = state.builder, None
             if state.masks is not None:  # a tail held back is masked and kept, never dropped unmasked
                 self._take_deltas(builder, state.masks.flush())
-            if builder.text or builder.reasoning:
-                self._publish_quietly(
-                    AssistantMessage(
-                        state.turn,
-                        state.step,
-                        content=builder.text,
-                        reasoning_content=builder.reasoning or None,
-                        tool_calls=(),  # half-streamed tool calls are dropped
-                        finish_reason=None,
-                        interrupted=True,
-                        usage=builder.usage,
-                    )
-                )
+            if builder.text or builder.reasoning:  # half-streamed tool calls are dropped
+                self._publish_quietly(_reply_message(state, builder, (), interrupted=True))
         if state.pending:
             text = (
                 DISPOSED_TOOL_OUTPUT
@@ -845,18 +848,7 @@ class Agent:
     def _commit_reply(self, state: _TurnState, builder: ReplyBuilder) -> list[ToolCall]:
         calls = _unique_ids(builder.tool_calls)
         state.builder = None
-        self._publish(
-            AssistantMessage(
-                state.turn,
-                state.step,
-                content=builder.text,
-                reasoning_content=builder.reasoning or None,
-                tool_calls=tuple(calls),
-                finish_reason=builder.finish_reason,
-                interrupted=False,
-                usage=builder.usage,
-            )
-        )
+        self._publish(_reply_message(state, builder, tuple(calls)))
         state.pending = list(calls)
         state.announced = set()
         state.finished = {}
