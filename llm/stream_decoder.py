@@ -269,17 +269,19 @@ class StreamDecoder:
             if piece is None:
                 return
             out: list[StreamEvent] = []
-            failure = self._decode(piece, out)
+            try:
+                self._decode(piece, out)
+            except LlmError:
+                yield out  # the events before the bad part first; the error keeps its cause chain
+                raise
             yield out
-            if failure is not None:
-                raise failure
 
-    def _decode(self, piece: bytes, out: list[StreamEvent]) -> LlmError | None:
-        """Append the events of ``piece`` to ``out``, up to ``[DONE]``; the stream's error if it went bad."""
+    def _decode(self, piece: bytes, out: list[StreamEvent]) -> None:
+        """Append the events of ``piece`` to ``out``, up to ``[DONE]``; raise the stream's error if it went bad."""
         try:
             items = self._sse.feed_compact(piece)
         except SseLineTooLong as exc:
-            return malformed_payload(exc.head, self._secrets, self.request_id)
+            raise malformed_payload(exc.head, self._secrets, self.request_id)
         for item in items:
             # An unnamed event arrives as its bare data string (the hot path); named ones count too.
             if isinstance(item, str):
@@ -291,12 +293,11 @@ class StreamDecoder:
                 data = item.data
             if data == "[DONE]":
                 self.done = True
-                return None
+                return
             try:
                 self._parser.parse(data, out)
             except _Malformed:
-                return malformed_payload(data, self._secrets, self.request_id)
-        return None
+                raise malformed_payload(data, self._secrets, self.request_id)
 
     def close(self) -> list[StreamEvent]:
         """The end of the body (or ``[DONE]``): the last events, or the error this stream's end is.

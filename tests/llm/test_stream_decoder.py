@@ -13,7 +13,17 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from dsh.llm import Finish, KeepAlive, LlmError, ReasoningDelta, StreamEvent, TextDelta, ToolCallDelta, Usage
+from dsh.llm import (
+    Finish,
+    KeepAlive,
+    LlmError,
+    ReasoningDelta,
+    StreamEvent,
+    TextDelta,
+    ToolCallDelta,
+    Usage,
+    error_chain,
+)
 from dsh.llm.stream_decoder import PIECE, StreamDecoder
 
 
@@ -61,9 +71,12 @@ CASES: dict[str, tuple[bytes, list[StreamEvent], tuple[str, str] | None]] = {
     "not JSON": (
         chunk({"content": "a"}) + b"data: {nope\n\n" + chunk({"content": "b"}),
         [TextDelta("a")],
-        ("MALFORMED_RESPONSE", "malformed SSE payload: {nope"),
+        ("MALFORMED_RESPONSE", "malformed SSE payload: {nope: "
+                               "Expecting property name enclosed in double quotes: line 1 column 2 (char 1)"),
     ),
-    "wrong shape": (b"data: [1, 2]\n\n", [], ("MALFORMED_RESPONSE", "malformed SSE payload: [1, 2]")),
+    "wrong shape": (b"data: [1, 2]\n\n", [], (
+        "MALFORMED_RESPONSE", "malformed SSE payload: [1, 2]: not a chat.completion.chunk object"
+    )),
     "content filter": (
         chunk({"content": "a"}, "content_filter") + DONE,
         [TextDelta("a")],
@@ -87,7 +100,7 @@ def decode(reads: list[bytes], **kwargs: object) -> tuple[list[StreamEvent], tup
                 events.extend(piece)
         events.extend(decoder.close())
     except LlmError as exc:
-        return events, (exc.code, str(exc))
+        return events, (exc.code, error_chain(exc))  # the line a user reads: the message and its causes
     return events, None
 
 
@@ -139,9 +152,9 @@ def test_an_encoding_that_was_not_offered_is_malformed_before_any_read() -> None
 
 
 def test_a_body_that_does_not_inflate_is_malformed() -> None:
+    zlib_says = "Error -3 while decompressing data: incorrect header check"
     assert decode([b"not gzip at all"], content_encoding="gzip") == (
-        [], ("MALFORMED_RESPONSE", "the response body does not inflate: Error -3 while decompressing data: "
-                                   "incorrect header check"),
+        [], ("MALFORMED_RESPONSE", f"the response body does not inflate: {zlib_says}: {zlib_says}"),
     )
 
 
@@ -150,7 +163,7 @@ def test_a_malformed_preview_masks_the_secrets_and_keeps_120_characters() -> Non
     _, end = decode([f"data: {payload}\n\n".encode()], secrets=("sk-canary-secret",))
     assert end is not None and end[0] == "MALFORMED_RESPONSE"
     assert "sk-canary-secret" not in end[1]
-    assert end[1].endswith("z" * 103)
+    assert end[1].startswith("malformed SSE payload: *** " + "z" * 103 + ": Expecting value: line 1 column 1")
 
 
 def test_a_line_that_never_ends_is_malformed_not_unbounded_memory() -> None:
@@ -158,4 +171,4 @@ def test_a_line_that_never_ends_is_malformed_not_unbounded_memory() -> None:
     with pytest.raises(LlmError) as caught:
         decoder.feed(b"data: " + b"a" * 2048)
     assert caught.value.code == "MALFORMED_RESPONSE"
-    assert str(caught.value).startswith("malformed SSE payload: data: aaa")
+    assert error_chain(caught.value) == f"malformed SSE payload: data: {'a' * 114}: SSE line longer than 1024 bytes"
