@@ -24,10 +24,10 @@ import contextlib
 import logging
 import os
 import sys
-from collections.abc import Callable, Sequence
+from collections.abc import Awaitable, Callable, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
+from typing import Any, Literal
 
 import anyio
 import anyio.lowlevel
@@ -104,6 +104,7 @@ NOTICE_SOURCE = "notice"
 
 _log = logging.getLogger("dsh.agent_loop")
 _KEEPALIVE = StreamKeepAlive()  # carries nothing: one instance serves every keep-alive
+_Triage = Literal["again", "stands", "policy"]  # a failed request: sent again now, final, or the policy's call
 
 
 # --- the conversation, derived from durable events -------------------------------------------
@@ -235,6 +236,7 @@ class _MaskedDeltas:
 
     def mask(self, delta: _Delta) -> tuple[_Delta, ...]:
         """What to keep and show for one delta (a released text may be empty)."""
+        other_kind: type[_Delta]
         if isinstance(delta, TextDelta):
             mine, other, other_kind = self._text, self._reasoning, ReasoningDelta
         else:
@@ -262,6 +264,22 @@ class _TurnState:
     finished: dict[str, ToolOutput] = field(default_factory=dict)  # outputs not yet committed
     log_failure: HarnessError | None = None
     compacted: bool = False  # an automatic compaction happened: at most one per turn
+
+
+def _reply_message(
+    state: _TurnState, builder: ReplyBuilder, calls: tuple[ToolCall, ...], *, interrupted: bool = False
+) -> AssistantMessage:
+    """The step's reply as its event: whole, or the prefix of an interrupted one (no finish reason)."""
+    return AssistantMessage(
+        state.turn,
+        state.step,
+        content=builder.text,
+        reasoning_content=builder.reasoning or None,
+        tool_calls=calls,
+        finish_reason=None if interrupted else builder.finish_reason,
+        interrupted=interrupted,
+        usage=builder.usage,
+    )
 
 
 def _unique_ids(calls: Sequence[ToolCall]) -> list[ToolCall]:
@@ -331,12 +349,10 @@ class Agent:
         auto_compact: bool = False,
     ) -> None:
         """``conversation``, when given, is the one :func:`open_session` rebuilt from ``session``.
-
-        ``redactor`` masks every tool result (subagent output included) before the model, the log
-        or the screen get it; by default it knows the client's secrets (its key, URL and proxy
-        credentials) and the secret shapes. ``auto_compact``: a request refused as
-        ``CONTEXT_WINDOW_EXCEEDED`` gets one compaction and one retry.
-        """
+        ``redactor`` masks every tool result (subagent output included) before the model, the log or the
+        screen get it; by default it knows the client's secrets (its key, URL and proxy credentials) and
+        the secret shapes. ``auto_compact``: a request refused as ``CONTEXT_WINDOW_EXCEEDED`` gets one
+        compaction and one retry."""
         self.client = client
         self.model = model
         self.tools = tools if tools is not None else ToolRegistry()
@@ -527,29 +543,58 @@ class Agent:
 
     async def _stream_quietly(self, request: ChatRequest) -> ReplyBuilder:
         """One request, its reply assembled but not shown; transient failures retried (no log records)."""
+
+        async def attempt() -> ReplyBuilder:
+            builder = ReplyBuilder()
+            # The summary is stored: masked like any reply.
+            await self._stream_reply(request, builder, _MaskedDeltas(self.redactor), show=False)
+            return builder
+
+        return await self._retrying(attempt)
+
+    async def _stream_reply(self, request: ChatRequest, builder: ReplyBuilder, masks: _MaskedDeltas, *,
+                            show: bool) -> None:
+        """Stream one request into ``builder``, its deltas masked (and shown, with keep-alives, if ``show``)."""
+        async with contextlib.aclosing(self.client.stream(request)) as stream:
+            async for item in stream:
+                if isinstance(item, TextDelta | ReasoningDelta):
+                    self._take_deltas(builder, masks.mask(item), show=show)
+                    continue
+                builder.feed(item)
+                if show and isinstance(item, KeepAlive) and self._subscribers:
+                    self._deliver(_KEEPALIVE)
+        self._take_deltas(builder, masks.flush(), show=show)
+
+    async def _retrying(
+        self,
+        attempt: Callable[[], Awaitable[ReplyBuilder]],
+        *,
+        triage: Callable[[Exception, str], Awaitable[_Triage]] | None = None,
+        announce: Callable[[Exception, str, int, float, int | None], None] | None = None,
+    ) -> ReplyBuilder:
+        """``attempt()`` until it returns: a failure the retry policy calls transient is tried again after the
+        policy's delay; a cancel of this agent never is. ``triage`` may settle a failure first; ``announce``
+        hears of each retry (its code, attempt number, delay and limit) before the delay."""
         retries = 0
         while True:
-            builder = ReplyBuilder()
-            masks = _MaskedDeltas(self.redactor)  # the summary is stored: masked like any reply
             try:
-                async with contextlib.aclosing(self.client.stream(request)) as stream:
-                    async for item in stream:
-                        if isinstance(item, TextDelta | ReasoningDelta):
-                            self._take_deltas(builder, masks.mask(item), show=False)
-                        else:
-                            builder.feed(item)
-                self._take_deltas(builder, masks.flush(), show=False)
-                return builder
+                return await attempt()
             except Exception as exc:
                 if self._scope is not None and self._scope.cancel_called:
                     raise
                 await anyio.lowlevel.checkpoint_if_cancelled()
                 code = exc.code if isinstance(exc, HarnessError) else ErrorCode.UNKNOWN
+                verdict = "policy" if triage is None else await triage(exc, code)
+                if verdict == "again":
+                    continue
                 limit = getattr(exc, "retry_limit", None)
-                if not self.retry.should_retry(code, retries, limit):
+                if verdict == "stands" or not self.retry.should_retry(code, retries, limit):
                     raise
                 retries += 1
-                await anyio.sleep(self.retry.delay(retries, getattr(exc, "retry_after_s", None)))
+                delay = self.retry.delay(retries, getattr(exc, "retry_after_s", None))
+                if announce is not None:
+                    announce(exc, code, retries, delay, limit)
+                await anyio.sleep(delay)
 
     def new_session(self) -> None:
         """``/new``: a fresh conversation, approvals and turn numbers, and a new log in the same root."""
@@ -690,19 +735,8 @@ class Agent:
             builder, state.builder = state.builder, None
             if state.masks is not None:  # a tail held back is masked and kept, never dropped unmasked
                 self._take_deltas(builder, state.masks.flush())
-            if builder.text or builder.reasoning:
-                self._publish_quietly(
-                    AssistantMessage(
-                        state.turn,
-                        state.step,
-                        content=builder.text,
-                        reasoning_content=builder.reasoning or None,
-                        tool_calls=(),  # half-streamed tool calls are dropped
-                        finish_reason=None,
-                        interrupted=True,
-                        usage=builder.usage,
-                    )
-                )
+            if builder.text or builder.reasoning:  # half-streamed tool calls are dropped
+                self._publish_quietly(_reply_message(state, builder, (), interrupted=True))
         if state.pending:
             text = (
                 DISPOSED_TOOL_OUTPUT
@@ -755,50 +789,37 @@ class Agent:
 
     async def _request(self, state: _TurnState) -> ReplyBuilder:
         """Stream one step's reply, retrying transient failures that happened before any content."""
-        retries = 0
-        while True:
+
+        async def attempt() -> ReplyBuilder:
             builder = state.builder = ReplyBuilder()
-            masks = state.masks = _MaskedDeltas(self.redactor)
-            try:
-                async with contextlib.aclosing(self.client.stream(self._chat_request())) as stream:
-                    async for item in stream:
-                        if isinstance(item, TextDelta | ReasoningDelta):
-                            self._take_deltas(builder, masks.mask(item))
-                            continue
-                        builder.feed(item)
-                        if isinstance(item, KeepAlive) and self._subscribers:
-                            self._deliver(_KEEPALIVE)
-                self._take_deltas(builder, masks.flush())
-                return builder
-            except Exception as exc:
-                if self._scope is not None and self._scope.cancel_called:
-                    raise
-                await anyio.lowlevel.checkpoint_if_cancelled()
-                code = exc.code if isinstance(exc, HarnessError) else ErrorCode.UNKNOWN
-                if code == ErrorCode.CONTEXT_WINDOW_EXCEEDED and self.auto_compact and not state.compacted:
-                    state.compacted = True  # one compaction and one retry, then the failure stands
-                    state.builder = None
-                    await self._compact_in_turn(state, exc)
-                    continue
-                # Content already on the user's screen is not streamed twice: such a failure ends the turn.
-                limit = getattr(exc, "retry_limit", None)
-                if builder.has_content or not self.retry.should_retry(code, retries, limit):
-                    raise
-                retries += 1
-                delay = self.retry.delay(retries, getattr(exc, "retry_after_s", None))
+            state.masks = _MaskedDeltas(self.redactor)
+            await self._stream_reply(self._chat_request(), builder, state.masks, show=True)
+            return builder
+
+        async def triage(exc: Exception, code: str) -> _Triage:
+            if code == ErrorCode.CONTEXT_WINDOW_EXCEEDED and self.auto_compact and not state.compacted:
+                state.compacted = True  # one compaction and one retry, then the failure stands
                 state.builder = None
-                self._publish(
-                    LlmRetry(
-                        state.turn,
-                        state.step,
-                        attempt=retries,
-                        max_attempts=self.retry.attempts_for(limit),
-                        delay_s=round(delay, 3),
-                        code=code,
-                        message=self.redactor(error_chain(exc)),
-                    )
+                await self._compact_in_turn(state, exc)
+                return "again"
+            # Content already on the user's screen is not streamed twice: such a failure ends the turn.
+            return "stands" if state.builder is not None and state.builder.has_content else "policy"
+
+        def announce(exc: Exception, code: str, attempt: int, delay: float, limit: int | None) -> None:
+            state.builder = None
+            self._publish(
+                LlmRetry(
+                    state.turn,
+                    state.step,
+                    attempt=attempt,
+                    max_attempts=self.retry.attempts_for(limit),
+                    delay_s=round(delay, 3),
+                    code=code,
+                    message=self.redactor(error_chain(exc)),
                 )
-                await anyio.sleep(delay)
+            )
+
+        return await self._retrying(attempt, triage=triage, announce=announce)
 
     def _take_deltas(self, builder: ReplyBuilder, deltas: tuple[_Delta, ...], *, show: bool = True) -> None:
         """Keep masked deltas in the reply and show them (live-only events: built only for a subscriber)."""
@@ -827,18 +848,7 @@ class Agent:
     def _commit_reply(self, state: _TurnState, builder: ReplyBuilder) -> list[ToolCall]:
         calls = _unique_ids(builder.tool_calls)
         state.builder = None
-        self._publish(
-            AssistantMessage(
-                state.turn,
-                state.step,
-                content=builder.text,
-                reasoning_content=builder.reasoning or None,
-                tool_calls=tuple(calls),
-                finish_reason=builder.finish_reason,
-                interrupted=False,
-                usage=builder.usage,
-            )
-        )
+        self._publish(_reply_message(state, builder, tuple(calls)))
         state.pending = list(calls)
         state.announced = set()
         state.finished = {}

@@ -12,8 +12,9 @@ missing or mistyped field, and keeps a type it does not know as an :class:`Unkno
 from __future__ import annotations
 
 from collections.abc import Callable, Mapping
-from dataclasses import asdict, dataclass, field
-from typing import Any, ClassVar
+from dataclasses import asdict, dataclass, field, fields
+from operator import attrgetter
+from typing import Any, ClassVar, get_args
 
 from dsh.agent_loop.reasons import EndReason
 from dsh.llm import ToolCall, Usage
@@ -37,6 +38,11 @@ __all__ = [
     "to_wire",
 ]
 
+# How a field is on the wire, when not simply always (field metadata; the codec below reads it).
+_LIVE = {"wire": "live"}  # never: live only
+_IF_SET = {"wire": "if-set"}  # only when not None (a field added after logs without it existed)
+_LEADS = {"wire": "leads"}  # only when not None, and first (where the version that added it wrote it)
+
 
 @dataclass(frozen=True, slots=True)
 class TurnStart:
@@ -45,7 +51,7 @@ class TurnStart:
 
     turn: int
     prompt: str
-    source: str | None = None  # "notice": a turn started to deliver background-job notices
+    source: str | None = field(default=None, metadata=_IF_SET)  # "notice": a turn that delivers job notices
 
 
 @dataclass(frozen=True, slots=True)
@@ -123,7 +129,7 @@ class ToolResult:
     is_error: bool = False
     diagnostic: str | None = None  # the closed failure line of a subagent run, shown to the user
     # Live only, never in the log or a request: the raw cause of a subagent failure, for /why.
-    cause: BaseException | None = field(default=None, compare=False, repr=False)
+    cause: BaseException | None = field(default=None, compare=False, repr=False, metadata=_LIVE)
 
 
 @dataclass(frozen=True, slots=True)
@@ -178,7 +184,7 @@ class ContextCompacted:
     focus: str | None = None
     replaced: int = 0
     usage: Usage | None = None
-    turn: int | None = None
+    turn: int | None = field(default=None, metadata=_LEADS)
 
 
 @dataclass(frozen=True, slots=True)
@@ -191,7 +197,7 @@ class UnknownEvent:
     data: dict[str, Any]
 
 
-Event = (
+_KnownEvent = (
     TurnStart
     | StepStart
     | TextDelta
@@ -204,84 +210,22 @@ Event = (
     | TurnEnd
     | JobNotice
     | ContextCompacted
-    | UnknownEvent
 )
+Event = _KnownEvent | UnknownEvent
 
 
-# --- to the wire ---------------------------------------------------------------------------------
-
-
-def _data(event: Event) -> dict[str, Any]:
-    match event:
-        case TextDelta(text=text) | ReasoningDelta(text=text):
-            return {"text": text}
-        case StreamKeepAlive():
-            return {}
-        case TurnStart(turn=turn, prompt=prompt, source=source):
-            data: dict[str, Any] = {"turn": turn, "prompt": prompt}
-            if source is not None:
-                data["source"] = source
-            return data
-        case StepStart(turn=turn, step=step):
-            return {"turn": turn, "step": step}
-        case AssistantMessage():
-            return {
-                "turn": event.turn,
-                "step": event.step,
-                "content": event.content,
-                "reasoning_content": event.reasoning_content,
-                "tool_calls": [{"id": c.id, "name": c.name, "arguments": c.arguments} for c in event.tool_calls],
-                "finish_reason": event.finish_reason,
-                "interrupted": event.interrupted,
-                "usage": asdict(event.usage) if event.usage is not None else None,
-            }
-        case ToolCallStart(turn=turn, id=call_id, name=name, arguments=arguments):
-            return {"turn": turn, "id": call_id, "name": name, "arguments": arguments}
-        case ToolResult():
-            return {
-                "turn": event.turn,
-                "id": event.id,
-                "name": event.name,
-                "output": event.output,
-                "is_error": event.is_error,
-                "diagnostic": event.diagnostic,
-            }
-        case LlmRetry():
-            return {
-                "turn": event.turn,
-                "step": event.step,
-                "attempt": event.attempt,
-                "max_attempts": event.max_attempts,
-                "delay_s": event.delay_s,
-                "code": str(event.code),
-                "message": event.message,
-            }
-        case TurnEnd(turn=turn, reason=reason):
-            return {"turn": turn, "reason": reason.to_dict()}
-        case JobNotice(job_id=job_id, text=text):
-            return {"job_id": job_id, "text": text}
-        case ContextCompacted():
-            compacted: dict[str, Any] = {"turn": event.turn} if event.turn is not None else {}
-            compacted.update(summary=event.summary, focus=event.focus, replaced=event.replaced,
-                             usage=asdict(event.usage) if event.usage is not None else None)
-            return compacted
-        case UnknownEvent(data=data):
-            return dict(data)
-    raise TypeError(f"not a dsh event: {event!r}")
-
-
-def to_wire(event: Event) -> dict[str, Any]:
-    """``{"type", "data"}`` for the session log and ``session/event`` notifications."""
-    return {"type": event.type, "data": _data(event)}
-
-
-# --- from the wire -------------------------------------------------------------------------------
-# Lenient on purpose: a field of the wrong type reads as its default instead of failing the load.
-# Resuming decodes every record of a log (100 000s), so the decoders avoid per-field calls.
+# --- the wire form, derived from the fields -------------------------------------------------------
+# Each field's annotation names how it reads and writes. Reading is lenient on purpose: a field of the
+# wrong type reads as its default instead of failing the load. Resuming decodes every record of a log
+# (100 000s), so the converters are plain functions on the value, without isinstance chains.
 
 
 def _int(value: Any) -> int:
     return value if type(value) is int else 0
+
+
+def _opt_int(value: Any) -> int | None:
+    return value if type(value) is int else None
 
 
 def _str(value: Any) -> str:
@@ -290,6 +234,10 @@ def _str(value: Any) -> str:
 
 def _opt_str(value: Any) -> str | None:
     return value if type(value) is str else None
+
+
+def _true(value: Any) -> bool:
+    return value is True
 
 
 def _float(value: Any) -> float:
@@ -316,90 +264,93 @@ def _usage(value: Any) -> Usage | None:
     return Usage(*[_int(get(key)) for key in _USAGE_FIELDS])
 
 
-def _turn_start(data: dict[str, Any]) -> TurnStart:
-    get = data.get
-    return TurnStart(_int(get("turn")), _str(get("prompt")), _opt_str(get("source")))
+def _reason(value: Any) -> EndReason:
+    return EndReason.from_dict(value if type(value) is dict else {})
 
 
-def _step_start(data: dict[str, Any]) -> StepStart:
-    get = data.get
-    return StepStart(_int(get("turn")), _int(get("step")))
+def _same(value: Any) -> Any:
+    return value
 
 
-def _assistant_message(data: dict[str, Any]) -> AssistantMessage:
-    get = data.get
-    return AssistantMessage(
-        _int(get("turn")),
-        _int(get("step")),
-        _str(get("content")),
-        _opt_str(get("reasoning_content")),
-        _tool_calls(get("tool_calls")),
-        _opt_str(get("finish_reason")),
-        get("interrupted") is True,
-        _usage(get("usage")),
-    )
+def _plain_str(value: Any) -> str:
+    return value if type(value) is str else str(value)  # an ErrorCode member is written as its text
 
 
-def _tool_call_start(data: dict[str, Any]) -> ToolCallStart:
-    get = data.get
-    return ToolCallStart(_int(get("turn")), _str(get("id")), _str(get("name")), _str(get("arguments")))
+def _tool_calls_to_wire(calls: tuple[ToolCall, ...]) -> list[dict[str, str]]:
+    return [{"id": call.id, "name": call.name, "arguments": call.arguments} for call in calls]
 
 
-def _tool_result(data: dict[str, Any]) -> ToolResult:
-    get = data.get
-    return ToolResult(
-        _int(get("turn")),
-        _str(get("id")),
-        _str(get("name")),
-        _str(get("output")),
-        get("is_error") is True,
-        _opt_str(get("diagnostic")),
-    )
+def _usage_to_wire(usage: Usage | None) -> dict[str, int] | None:
+    return asdict(usage) if usage is not None else None
 
 
-def _llm_retry(data: dict[str, Any]) -> LlmRetry:
-    get = data.get
-    return LlmRetry(
-        _int(get("turn")),
-        _int(get("step")),
-        _int(get("attempt")),
-        _int(get("max_attempts")),
-        _float(get("delay_s")),
-        _str(get("code")),
-        _str(get("message")),
-    )
+def _reason_to_wire(reason: EndReason) -> dict[str, Any]:
+    return reason.to_dict()
 
 
-def _turn_end(data: dict[str, Any]) -> TurnEnd:
-    reason = data.get("reason")
-    return TurnEnd(_int(data.get("turn")), EndReason.from_dict(reason if type(reason) is dict else {}))
+Converter = Callable[[Any], Any]
 
-
-def _job_notice(data: dict[str, Any]) -> JobNotice:
-    return JobNotice(_str(data.get("job_id")), _str(data.get("text")))
-
-
-def _context_compacted(data: dict[str, Any]) -> ContextCompacted:
-    get = data.get
-    turn = get("turn")
-    return ContextCompacted(_str(get("summary")), _opt_str(get("focus")), _int(get("replaced")), _usage(get("usage")),
-                            turn if type(turn) is int else None)
-
-
-_DECODERS: dict[str, Callable[[dict[str, Any]], Event]] = {
-    TextDelta.type: lambda data: TextDelta(_str(data.get("text"))),
-    ReasoningDelta.type: lambda data: ReasoningDelta(_str(data.get("text"))),
-    StreamKeepAlive.type: lambda data: StreamKeepAlive(),
-    TurnStart.type: _turn_start,
-    StepStart.type: _step_start,
-    AssistantMessage.type: _assistant_message,
-    ToolCallStart.type: _tool_call_start,
-    ToolResult.type: _tool_result,
-    LlmRetry.type: _llm_retry,
-    TurnEnd.type: _turn_end,
-    JobNotice.type: _job_notice,
-    ContextCompacted.type: _context_compacted,
+# annotation -> (from the wire, to the wire)
+_CONVERTERS: dict[str, tuple[Converter, Converter]] = {
+    "int": (_int, _same),
+    "int | None": (_opt_int, _same),
+    "str": (_str, _plain_str),
+    "str | None": (_opt_str, _same),
+    "bool": (_true, _same),
+    "float": (_float, _same),
+    "tuple[ToolCall, ...]": (_tool_calls, _tool_calls_to_wire),
+    "Usage | None": (_usage, _usage_to_wire),
+    "EndReason": (_reason, _reason_to_wire),
 }
+
+
+@dataclass(frozen=True, slots=True)
+class _Codec:
+    """One event class's wire form: its fields in constructor order and in wire order."""
+
+    kind: str  # the wire ``type``
+    decode: Callable[[dict[str, Any]], Event]
+    wire: tuple[tuple[str, Callable[[Any], Any], Converter, bool], ...]  # name, read it, convert, only if set
+
+    @classmethod
+    def of(cls, event_class: type[_KnownEvent]) -> _Codec:
+        kept = [f for f in fields(event_class) if f.metadata.get("wire") != "live"]
+        # Live-only fields are the trailing ones, so that a positional call leaves them at their defaults.
+        assert [f.name for f in fields(event_class)][: len(kept)] == [f.name for f in kept], event_class
+        readers = tuple((f.name, _CONVERTERS[str(f.type)][0]) for f in kept)
+
+        def decode(data: dict[str, Any]) -> Event:
+            get = data.get
+            return event_class(*[convert(get(name)) for name, convert in readers])
+
+        ordered = sorted(kept, key=lambda f: f.metadata.get("wire") != "leads")  # stable: the rest keep their order
+        wire = tuple(
+            (f.name, attrgetter(f.name), _CONVERTERS[str(f.type)][1], f.metadata.get("wire") in ("if-set", "leads"))
+            for f in ordered
+        )
+        return cls(event_class.type, decode, wire)
+
+    def data(self, event: Event) -> dict[str, Any]:
+        data: dict[str, Any] = {}
+        for name, read, convert, only_if_set in self.wire:
+            value = read(event)
+            if value is not None or not only_if_set:
+                data[name] = convert(value)
+        return data
+
+
+_CODECS: dict[type, _Codec] = {event_class: _Codec.of(event_class) for event_class in get_args(_KnownEvent)}
+_BY_TYPE: dict[str, _Codec] = {codec.kind: codec for codec in _CODECS.values()}
+
+
+def to_wire(event: Event) -> dict[str, Any]:
+    """``{"type", "data"}`` for the session log and ``session/event`` notifications."""
+    if type(event) is UnknownEvent:
+        return {"type": event.type, "data": dict(event.data)}
+    codec = _CODECS.get(type(event))
+    if codec is None:
+        raise TypeError(f"not a dsh event: {event!r}")
+    return {"type": event.type, "data": codec.data(event)}
 
 
 def from_wire(record: Mapping[str, Any]) -> Event:
@@ -408,7 +359,7 @@ def from_wire(record: Mapping[str, Any]) -> Event:
     data = record.get("data")
     if type(data) is not dict:
         data = dict(data) if isinstance(data, Mapping) else {}
-    decode = _DECODERS.get(kind) if type(kind) is str else None
-    if decode is None:
+    codec = _BY_TYPE.get(kind) if type(kind) is str else None
+    if codec is None:
         return UnknownEvent(kind if type(kind) is str else "", dict(data))
-    return decode(data)
+    return codec.decode(data)

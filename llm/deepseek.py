@@ -7,8 +7,8 @@ import math
 import os
 import re
 import time
-import zlib
 from collections.abc import AsyncIterator, Iterator, Mapping
+from contextlib import contextmanager, suppress
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
@@ -27,21 +27,14 @@ from dsh.llm.defaults import (
 )
 from dsh.llm.errors import LlmError
 from dsh.llm.events import (
-    USAGE_COUNT_LIMIT,
     ChatRequest,
-    Finish,
-    KeepAlive,
     Message,
-    ReasoningDelta,
     StreamEvent,
-    TextDelta,
-    ToolCallDelta,
-    Usage,
 )
 from dsh.llm.network import PERMANENT, FailureDetail, classify_transport, environment_proxy, ssl_context
 from dsh.llm.redact import redact_text, redact_url, url_secrets
-from dsh.llm.sse import SseComment, SseDecoder, SseLineTooLong
-from dsh.llm.text import SurrogateJoiner, scrub_surrogates
+from dsh.llm.stream_decoder import PAYLOAD_PREVIEW, BadEncoding, Inflater, StreamDecoder, malformed_payload
+from dsh.llm.text import scrub_surrogates
 
 if TYPE_CHECKING:
     # httpx is imported when the first request is made: its import and the client's SSL context
@@ -51,14 +44,11 @@ if TYPE_CHECKING:
 __all__ = ["DeepSeekClient", "StreamTrace"]
 
 _ERROR_BODY_LIMIT = 64 * 1024
-_PAYLOAD_PREVIEW = 120
 _QUOTA_WORDING = re.compile(r"(?i)insufficient.?balance|quota|top.?up|billing")
 _CONTEXT_WORDING = re.compile(
     r"(?i)context.?(length|window)|maximum.{0,20}tokens|too many tokens|prompt is too long|reduce the length"
 )
-_NORMAL_FINISH = frozenset({"stop", "tool_calls", "length"})
-_PIECE = 256 * 1024  # the most bytes one inflate step may produce (docs/reliability.md, "Hostile streams")
-_ACCEPT_ENCODING = "gzip, deflate"  # what _Inflater decodes; a server that sends anything else is refused
+_ACCEPT_ENCODING = "gzip, deflate"  # what Inflater decodes; a server that sends anything else is refused
 _JSON_BODY_LIMIT = 1024 * 1024  # a GET answer (``/models``, ``/user/balance``) larger than this is not one
 
 
@@ -74,51 +64,6 @@ class StreamTrace:
     done: bool = False  # ``data: [DONE]`` ended the stream (not only a finish reason and a clean close)
 
 
-class _BadEncoding(Exception):
-    """A body in a Content-Encoding dsh did not offer, or one that does not inflate."""
-
-
-class _Inflater:
-    """Decodes a response body in pieces of at most ``_PIECE`` bytes.
-
-    httpx's own decoders inflate each network read whole: a 64 KiB read of a gzip bomb becomes 64 MiB
-    in one call. Reading the raw body and inflating with ``max_length`` bounds both the memory of one
-    piece and the time between two chances to cancel or time out.
-    """
-
-    def __init__(self, header: str | None) -> None:
-        codings = [c.strip().lower() for c in (header or "").split(",")]
-        codings = [c for c in codings if c and c != "identity"]
-        self._deflate_started = codings != ["deflate"]  # deflate may be zlib-wrapped or raw: try both
-        if not codings:
-            self._inflate: Any = None
-        elif codings in (["gzip"], ["x-gzip"]):
-            self._inflate = zlib.decompressobj(zlib.MAX_WBITS | 16)
-        elif codings == ["deflate"]:
-            self._inflate = zlib.decompressobj()
-        else:
-            raise _BadEncoding(f"unsupported Content-Encoding: {scrub_surrogates(', '.join(codings))[:80]}")
-
-    def pieces(self, data: bytes) -> Iterator[bytes]:
-        if self._inflate is None:
-            for start in range(0, len(data), _PIECE):
-                yield data[start : start + _PIECE]
-            return
-        while data and not self._inflate.eof:
-            try:
-                piece = self._inflate.decompress(data, _PIECE)
-            except zlib.error as exc:
-                if self._deflate_started:
-                    raise _BadEncoding(f"the response body does not inflate: {exc}") from None
-                self._deflate_started = True
-                self._inflate = zlib.decompressobj(-zlib.MAX_WBITS)
-                continue
-            self._deflate_started = True
-            data = self._inflate.unconsumed_tail
-            if piece:
-                yield piece
-
-
 def _nodes(exc: BaseException) -> list[BaseException]:
     nodes: list[BaseException] = []
     current: BaseException | None = exc
@@ -126,30 +71,6 @@ def _nodes(exc: BaseException) -> list[BaseException]:
         nodes.append(current)
         current = current.__cause__ or current.__context__
     return nodes
-
-
-class _Malformed(Exception):
-    """A payload that is not JSON, or JSON of the wrong shape (its text joins the rendered chain)."""
-
-
-_WRONG_SHAPE = "not a chat.completion.chunk object"
-
-
-_scan_json = json.JSONDecoder().scan_once  # the C scanner that json.loads wraps
-
-
-def _load_payload(payload: str) -> Any:
-    """``json.loads`` minus its Python-level wrapper, which costs a third of a small chunk's parse.
-
-    A payload that is exactly one JSON value (every DeepSeek chunk) takes the C scanner directly;
-    anything else (surrounding whitespace, extra data, not JSON) goes to ``json.loads``, which
-    accepts or raises exactly as before.
-    """
-    try:
-        value, end = _scan_json(payload, 0)
-    except StopIteration:
-        return json.loads(payload)
-    return value if end == len(payload) else json.loads(payload)
 
 
 def _message_to_wire(message: Message) -> dict[str, Any]:
@@ -245,125 +166,6 @@ def _status_code(status: int, message: str | None) -> str:
     if status >= 500:
         return ErrorCode.SERVER
     return f"HTTP_{status}"
-
-
-def _count(value: object) -> int:
-    """A token count as the server reported it, or 0 when it is not one dsh can believe.
-
-    Only an int in ``0 <= n < 2**53`` counts: a bool, a float (``1e400`` parses to inf), a string, a
-    negative number or a huge one (``10**400`` parses to an int that no float can hold) is treated like a
-    missing field, never clamped into a number that looks real (docs/reliability.md, "Attacks on the
-    renderer and usage").
-    """
-    return value if type(value) is int and 0 <= value < USAGE_COUNT_LIMIT else 0
-
-
-def _usage(raw: dict[str, Any]) -> Usage:
-    details = raw.get("completion_tokens_details")
-    reasoning = details.get("reasoning_tokens") if isinstance(details, dict) else 0
-    return Usage(
-        prompt_tokens=_count(raw.get("prompt_tokens")),
-        completion_tokens=_count(raw.get("completion_tokens")),
-        total_tokens=_count(raw.get("total_tokens")),
-        prompt_cache_hit_tokens=_count(raw.get("prompt_cache_hit_tokens")),
-        prompt_cache_miss_tokens=_count(raw.get("prompt_cache_miss_tokens")),
-        reasoning_tokens=_count(reasoning),
-    )
-
-
-class _ChunkParser:
-    """Turns one ``data:`` payload into stream events and remembers the finish reason."""
-
-    def __init__(self) -> None:
-        self.finish_reason: str | None = None
-        self.content_events = 0  # text, reasoning and tool-call deltas seen so far
-        self._joiner = SurrogateJoiner()  # rejoins a surrogate pair split across two deltas
-
-    @property
-    def has_content(self) -> bool:
-        return self.content_events > 0
-
-    def parse(self, payload: str, out: list[StreamEvent]) -> None:
-        try:
-            chunk = _load_payload(payload)
-        except (ValueError, RecursionError) as exc:
-            raise _Malformed(str(exc)) from exc
-        if not isinstance(chunk, dict):
-            raise _Malformed(_WRONG_SHAPE)
-        choices = chunk.get("choices", [])
-        usage = chunk.get("usage")
-        if not isinstance(choices, list) or (usage is not None and not isinstance(usage, dict)):
-            raise _Malformed(_WRONG_SHAPE)
-        for choice in choices:
-            if not isinstance(choice, dict):
-                raise _Malformed(_WRONG_SHAPE)
-            delta = choice.get("delta") or {}
-            if not isinstance(delta, dict):
-                raise _Malformed(_WRONG_SHAPE)
-            reasoning = delta.get("reasoning_content")
-            if reasoning:
-                if not isinstance(reasoning, str):
-                    raise _Malformed(_WRONG_SHAPE)
-                self.content_events += 1
-                reasoning = self._joiner.feed(ReasoningDelta, reasoning)
-                if reasoning:  # empty when it was only half a surrogate pair, held for the next delta
-                    out.append(ReasoningDelta(reasoning))
-            content = delta.get("content")
-            if content:
-                if not isinstance(content, str):
-                    raise _Malformed(_WRONG_SHAPE)
-                self.content_events += 1
-                content = self._joiner.feed(TextDelta, content)
-                if content:
-                    out.append(TextDelta(content))
-            tool_calls = delta.get("tool_calls")
-            if tool_calls:
-                self._tool_calls(tool_calls, out)
-            finish = choice.get("finish_reason")
-            if finish is not None:
-                if not isinstance(finish, str):
-                    raise _Malformed(_WRONG_SHAPE)
-                self.finish_reason = finish
-        if usage:
-            out.append(_usage(usage))
-
-    def _tool_calls(self, tool_calls: object, out: list[StreamEvent]) -> None:
-        if not isinstance(tool_calls, list):
-            raise _Malformed(_WRONG_SHAPE)
-        for position, call in enumerate(tool_calls):
-            if not isinstance(call, dict):
-                raise _Malformed(_WRONG_SHAPE)
-            function = call.get("function") or {}
-            if not isinstance(function, dict):
-                raise _Malformed(_WRONG_SHAPE)
-            index = call.get("index", position)
-            call_id, name = call.get("id"), function.get("name")
-            arguments = function.get("arguments") or ""
-            if (
-                not isinstance(index, int)
-                or not isinstance(arguments, str)
-                or (call_id is not None and not isinstance(call_id, str))
-                or (name is not None and not isinstance(name, str))
-            ):
-                raise _Malformed(_WRONG_SHAPE)
-            self.content_events += 1
-            if arguments:
-                arguments = self._joiner.feed(index, arguments)
-            name = scrub_surrogates(name) if name else name
-            call_id = scrub_surrogates(call_id) if call_id else call_id
-            out.append(ToolCallDelta(index, call_id or None, name or None, arguments))
-
-    def flush(self) -> list[StreamEvent]:
-        """The U+FFFD of a surrogate pair whose second half never came, per channel, before Finish."""
-        out: list[StreamEvent] = []
-        for channel, text in self._joiner.flush().items():
-            if channel is TextDelta:
-                out.append(TextDelta(text))
-            elif channel is ReasoningDelta:
-                out.append(ReasoningDelta(text))
-            else:
-                out.append(ToolCallDelta(channel, None, None, text))  # type: ignore[arg-type]
-        return out
 
 
 class _Watchdog:
@@ -574,14 +376,38 @@ class DeepSeekClient:
         error.endpoint = self.proxy_display if code == ErrorCode.PROXY else self.base_url_display
         return error
 
+    @contextmanager
+    def _translating(self, response: httpx.Response | None = None) -> Iterator[None]:
+        """Every failure of an exchange as the :class:`LlmError` a turn raises for it (DESIGN §4, "Errors").
+
+        The caller's cancellation is ``ABORTED``. Before a ``response`` exists anything else is the
+        request's transport failure (httpx errors, and the OSError or ExceptionGroup that escapes
+        anyio's connect, e.g. port 99999); while its body is read, a transport error is the stream's
+        and a body that does not decode is ``MALFORMED_RESPONSE``.
+        """
+        import httpx
+
+        try:
+            yield
+        except LlmError:
+            raise
+        except anyio.get_cancelled_exc_class() as exc:
+            raise self._aborted(exc)
+        except Exception as exc:
+            if response is None:
+                raise self.transport_failure(exc)
+            request_id = self._request_id(response)
+            if isinstance(exc, httpx.TransportError):
+                message = f"DeepSeek API stream from {self.base_url_display}{self._via} failed"
+                raise LlmError(message, ErrorCode.TRANSPORT, request_id=request_id, cause=exc)
+            if isinstance(exc, BadEncoding):
+                raise LlmError(str(exc), ErrorCode.MALFORMED_RESPONSE, request_id=request_id)
+            raise
+
     def _aborted(self, exc: BaseException) -> LlmError:
         error = LlmError("DeepSeek request aborted by caller", ErrorCode.ABORTED)
         error.__cause__ = exc
         return error
-
-    def _malformed(self, payload: str, request_id: str | None) -> LlmError:
-        preview = redact_text(payload[:_PAYLOAD_PREVIEW], self.secrets)
-        return LlmError(f"malformed SSE payload: {preview}", ErrorCode.MALFORMED_RESPONSE, request_id=request_id)
 
     def _timeout(self, watchdog: _Watchdog, *, headers: bool = True) -> LlmError:
         """Which deadline fired, in words: no headers, keep-alives but no content, or idle after content.
@@ -602,21 +428,14 @@ class DeepSeekClient:
         self, method: str, path: str, headers: dict[str, str], content: bytes | None = None
     ) -> tuple[httpx.Response, _Watchdog]:
         """Send and wait for the response headers under the first deadline; each failure is a turn's error."""
-        cancelled = anyio.get_cancelled_exc_class()
         response: httpx.Response | None = None
-        try:
+        with self._translating():
             http = self._client()
             http_request = http.build_request(method, self._url(path), content=content, headers=headers)
             # The clock starts once the request is ready: the first call's lazy client setup is ours.
             watchdog = _Watchdog(self.stream_idle_timeout, self.first_token_timeout)
             with anyio.CancelScope(deadline=watchdog.deadline()) as scope:
                 response = await http.send(http_request, stream=True)
-        except cancelled as exc:
-            raise self._aborted(exc)
-        except Exception as exc:
-            # Anything before a Response exists is transport: httpx errors, and the OSError or
-            # ExceptionGroup that escapes anyio's connect (e.g. port 99999).
-            raise self.transport_failure(exc)
         if scope.cancelled_caught or response is None:
             raise self._timeout(watchdog, headers=False)
         return response, watchdog
@@ -645,9 +464,6 @@ class DeepSeekClient:
         """``GET {base_url}{path}`` with the key: ``(200, parsed JSON)``, or ``(404, None)`` for a route the
         endpoint does not have. Every other failure raises the :class:`LlmError` a turn would raise for it
         (same transport classification, same status table), so ``dsh doctor`` and a turn agree."""
-        import httpx
-
-        cancelled = anyio.get_cancelled_exc_class()
         headers = {**self._headers(), "Accept": "application/json"}
         headers.pop("Content-Type", None)
         response, watchdog = await self._send("GET", path, headers)
@@ -656,54 +472,41 @@ class DeepSeekClient:
                 return 404, None
             if response.status_code >= 300:
                 await self._raise_for_status(response, watchdog)
-            body = b""
-            try:
-                inflater = _Inflater(response.headers.get("content-encoding"))
-                with anyio.CancelScope(deadline=watchdog.deadline()) as scope:
-                    async for chunk in response.aiter_raw():
-                        for piece in inflater.pieces(chunk):
-                            body += piece
-                            if len(body) > _JSON_BODY_LIMIT:
-                                raise _BadEncoding(f"the answer to GET {path} is larger than {_JSON_BODY_LIMIT} bytes")
-            except cancelled as exc:
-                raise self._aborted(exc)
-            except httpx.TransportError as exc:
-                raise LlmError(
-                    f"DeepSeek API stream from {self.base_url_display}{self._via} failed",
-                    ErrorCode.TRANSPORT,
-                    request_id=self._request_id(response),
-                    cause=exc,
-                )
-            except _BadEncoding as exc:
-                raise LlmError(str(exc), ErrorCode.MALFORMED_RESPONSE, request_id=self._request_id(response))
-            if scope.cancelled_caught:
+            body = bytearray()
+            with self._translating(response):
+                in_time = await self._read_body(response, watchdog, body, _JSON_BODY_LIMIT)
+            if len(body) > _JSON_BODY_LIMIT:
+                raise LlmError(f"the answer to GET {path} is larger than {_JSON_BODY_LIMIT} bytes",
+                               ErrorCode.MALFORMED_RESPONSE, request_id=self._request_id(response))
+            if not in_time:
                 raise self._timeout(watchdog)
             try:
                 return response.status_code, json.loads(body)
             except (ValueError, UnicodeDecodeError):
-                raise self._malformed(body[:_PAYLOAD_PREVIEW].decode("utf-8", "replace"), self._request_id(response))
+                preview = bytes(body[:PAYLOAD_PREVIEW]).decode("utf-8", "replace")
+                raise malformed_payload(preview, self.secrets, self._request_id(response))
         finally:
             with anyio.CancelScope(shield=True):
                 await response.aclose()
 
+    async def _read_body(self, response: httpx.Response, watchdog: _Watchdog, body: bytearray, limit: int) -> bool:
+        """Inflate the body into ``body`` until it ends or passes ``limit`` bytes; False if the deadline fired."""
+        inflater = Inflater(response.headers.get("content-encoding"))
+        with anyio.CancelScope(deadline=watchdog.deadline()) as scope:
+            async for chunk in response.aiter_raw():
+                for piece in inflater.pieces(chunk):
+                    body += piece
+                    if len(body) > limit:
+                        return True
+        return not scope.cancelled_caught
+
     async def _raise_for_status(self, response: httpx.Response, watchdog: _Watchdog) -> None:
         import httpx
 
-        body = b""
-        try:
-            inflater = _Inflater(response.headers.get("content-encoding"))
-            with anyio.CancelScope(deadline=watchdog.deadline()):
-                async for chunk in response.aiter_raw():
-                    for piece in inflater.pieces(chunk):
-                        body += piece
-                        if len(body) >= _ERROR_BODY_LIMIT:
-                            break
-                    if len(body) >= _ERROR_BODY_LIMIT:
-                        break
-        except anyio.get_cancelled_exc_class() as exc:
-            raise self._aborted(exc)
-        except (httpx.TransportError, _BadEncoding):
-            pass  # a status line and headers are enough to classify; a broken error body is not news
+        body = bytearray()
+        # A status line and headers are enough to classify; a broken error body is not news.
+        with self._translating(response), suppress(httpx.TransportError, BadEncoding):
+            await self._read_body(response, watchdog, body, _ERROR_BODY_LIMIT - 1)
         status = response.status_code
         if self.proxy_display is not None and _proxy_answered(status, response.headers):
             squid = response.headers.get("x-squid-error")
@@ -717,7 +520,7 @@ class DeepSeekClient:
             )
             error.endpoint = self.proxy_display
             raise error
-        provider = _provider_message(body)
+        provider = _provider_message(bytes(body))
         message = redact_text(provider, self.secrets) if provider else f"DeepSeek API error (HTTP {status})"
         raise LlmError(
             message + self._via_suffix(),
@@ -738,104 +541,43 @@ class DeepSeekClient:
     async def _events(
         self, response: httpx.Response, watchdog: _Watchdog, trace: StreamTrace | None = None
     ) -> AsyncIterator[list[StreamEvent]]:
-        """The events of each read, as one list per read (the per-event hop is ``stream``'s)."""
-        import httpx
-
-        cancelled = anyio.get_cancelled_exc_class()
-        request_id = self._request_id(response)
-        try:
-            inflater = _Inflater(response.headers.get("content-encoding"))
-        except _BadEncoding as exc:
-            raise LlmError(str(exc), ErrorCode.MALFORMED_RESPONSE, request_id=request_id)
-        decoder = SseDecoder()
-        parser = _ChunkParser()
+        """The events of each piece of each read, as one list (the per-event hop is ``stream``'s)."""
+        with self._translating(response):
+            decoder = StreamDecoder(
+                response.headers.get("content-encoding"), request_id=self._request_id(response), secrets=self.secrets
+            )
         chunks = response.aiter_raw()
-        saw_bytes = False
-        while True:
-            try:
-                with anyio.CancelScope(deadline=watchdog.deadline()) as scope:
-                    chunk = await chunks.__anext__()
-            except StopAsyncIteration:
-                break
-            except cancelled as exc:
-                raise self._aborted(exc)
-            except httpx.TransportError as exc:
-                raise LlmError(
-                    f"DeepSeek API stream from {self.base_url_display}{self._via} failed",
-                    ErrorCode.TRANSPORT,
-                    request_id=request_id,
-                    cause=exc,
-                )
+        while not decoder.done:
+            with self._translating(response), anyio.CancelScope(deadline=watchdog.deadline()) as scope:
+                chunk = await anext(chunks, None)
             if scope.cancelled_caught:
                 raise self._timeout(watchdog)
-            if not chunk:
-                continue
-            saw_bytes = True
-            out: list[StreamEvent] = []
-            try:
-                for index, piece in enumerate(inflater.pieces(chunk)):
-                    if index:
-                        # One read of a compressed body can inflate to GBs: hand over what is parsed,
-                        # let a cancel in, and hold the deadlines between pieces (docs/reliability.md).
-                        if out:
-                            yield out
-                            out = []
-                        try:
-                            await anyio.lowlevel.checkpoint()
-                        except cancelled as exc:
-                            raise self._aborted(exc)
-                        if anyio.current_time() >= watchdog.deadline():
-                            raise self._timeout(watchdog)
-                    content_before = parser.content_events
-                    try:
-                        items = decoder.feed_compact(piece)
-                    except SseLineTooLong as exc:
-                        raise self._malformed(exc.head, request_id)
-                    for item in items:
-                        # An unnamed event arrives as its bare data string (the hot path); named ones count too.
-                        if type(item) is str:
-                            data = item
-                        elif isinstance(item, SseComment):
-                            out.append(KeepAlive())
-                            continue
-                        else:
-                            data = item.data
-                        if data == "[DONE]":
-                            if trace is not None:
-                                trace.done = True
-                            if out:
-                                yield out
-                            finish = self._finish(parser, request_id)
-                            await self._drain(chunks)
-                            yield finish
-                            return
-                        try:
-                            parser.parse(data, out)
-                        except _Malformed:
-                            if out:
-                                yield out
-                            raise self._malformed(data, request_id)
-                    watchdog.saw_bytes(content=parser.content_events != content_before)
-            except _BadEncoding as exc:
-                if out:
-                    yield out
-                raise LlmError(str(exc), ErrorCode.MALFORMED_RESPONSE, request_id=request_id)
-            if out:
-                yield out
-        for item in decoder.close_compact():
-            if not isinstance(item, SseComment) and (item if type(item) is str else item.data) == "[DONE]":
-                if trace is not None:
-                    trace.done = True
-                yield self._finish(parser, request_id)
-                return
-        if parser.finish_reason is not None:
-            # A finish reason, then a clean close without [DONE]: the answer is whole (every peer client
-            # accepts it). A close with no finish reason may have cut the answer: that is STREAM_CLOSED.
-            yield self._finish(parser, request_id)
-            return
-        if not saw_bytes:
-            raise LlmError("DeepSeek API returned no response body", ErrorCode.EMPTY_RESPONSE, request_id=request_id)
-        raise LlmError("SSE stream ended without [DONE]", ErrorCode.STREAM_CLOSED, request_id=request_id)
+            if chunk is None:
+                break
+            content_before = decoder.content_events
+            for index, events in enumerate(decoder.pieces(chunk)):
+                if index:
+                    await self._between_pieces(watchdog)
+                watchdog.saw_bytes(content=decoder.content_events != content_before)
+                content_before = decoder.content_events
+                if events:
+                    yield events
+        try:
+            last = decoder.close()
+        finally:
+            if trace is not None:
+                trace.done = decoder.done
+        if chunk is not None:  # [DONE] came before the end of the body
+            await self._drain(chunks)
+        yield last
+
+    async def _between_pieces(self, watchdog: _Watchdog) -> None:
+        """One read of a compressed body can inflate to GBs: let a cancel in and hold the deadlines
+        between two bounded pieces (docs/reliability.md, "Hostile streams")."""
+        with self._translating():
+            await anyio.lowlevel.checkpoint()
+        if anyio.current_time() >= watchdog.deadline():
+            raise self._timeout(watchdog)
 
     @staticmethod
     async def _drain(chunks: AsyncIterator[bytes]) -> None:
@@ -851,16 +593,3 @@ class DeepSeekClient:
                         return
             except httpx.TransportError:
                 pass
-
-    def _finish(self, parser: _ChunkParser, request_id: str | None) -> list[StreamEvent]:
-        """The stream's last events: any half surrogate pair still held, then ``Finish``."""
-        reason = parser.finish_reason or "stop"
-        if reason not in _NORMAL_FINISH:
-            raise LlmError(
-                f'DeepSeek stream finished with finish_reason "{reason}"',
-                re.sub(r"[^A-Z0-9]+", "_", reason.upper()).strip("_") or ErrorCode.UNKNOWN_FINISH,
-                request_id=request_id,
-            )
-        if reason == "stop" and not parser.has_content:
-            raise LlmError("DeepSeek API returned an empty completion", ErrorCode.EMPTY_RESPONSE, request_id=request_id)
-        return [*parser.flush(), Finish(reason)]  # type: ignore[arg-type]

@@ -142,6 +142,23 @@ def test_every_record_of_the_previous_format_reads_back_unchanged(line: str) -> 
     event = ev.from_wire(record)
     assert (type(event) is ev.UnknownEvent) == (record["type"] == "subagent/progress")
     assert ev.to_wire(event) == {"type": record["type"], "data": record["data"]}
+    assert json.dumps(ev.to_wire(event)["data"]) == json.dumps(record["data"])  # the same bytes, key order too
+
+
+def test_fields_added_later_are_written_only_when_set_where_they_were_first_written() -> None:
+    def wire(event: ev.Event) -> str:
+        return json.dumps(ev.to_wire(event))
+
+    assert wire(ev.TurnStart(1, "hi")) == '{"type": "turn/start", "data": {"turn": 1, "prompt": "hi"}}'
+    assert wire(ev.TurnStart(1, "hi", "notice")).endswith('"prompt": "hi", "source": "notice"}}')
+    assert wire(ev.ContextCompacted("s", None, 2)) == (
+        '{"type": "context/compact", "data": {"summary": "s", "focus": null, "replaced": 2, "usage": null}}'
+    )
+    assert wire(ev.ContextCompacted("s", "f", 2, None, 7)) == (
+        '{"type": "context/compact", "data": {"turn": 7, "summary": "s", "focus": "f", "replaced": 2, "usage": null}}'
+    )
+    result = ev.ToolResult(1, "c1", "read", "out", cause=RuntimeError("raw cause, live only"))
+    assert "raw cause" not in wire(result) and ev.from_wire(ev.to_wire(result)).cause is None
 
 
 def test_a_log_of_the_previous_format_loads_resumes_and_continues(tmp_path: Path) -> None:

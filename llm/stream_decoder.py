@@ -1,0 +1,351 @@
+"""The body of a chat-completions stream, decoded without I/O: raw bytes in, stream events out.
+
+:class:`StreamDecoder` is everything between the socket and the events (docs/architecture.md,
+"Errors"; docs/reliability.md, "Hostile streams"): the Content-Encoding, inflated in bounded pieces;
+SSE framing (:mod:`dsh.llm.sse`); each ``data:`` payload parsed into deltas, usage and the finish
+reason; ``[DONE]``; and the error a stream that ended badly is (DESIGN §4: ``MALFORMED_RESPONSE``,
+``STREAM_CLOSED``, ``EMPTY_RESPONSE``, a finish reason that is a failure). The client only reads,
+keeps the deadlines and lets a cancel in between pieces.
+"""
+
+from __future__ import annotations
+
+import json
+import re
+import zlib
+from collections.abc import Callable, Iterator
+from typing import Any
+
+from dsh.llm.codes import ErrorCode
+from dsh.llm.errors import LlmError
+from dsh.llm.events import (
+    USAGE_COUNT_LIMIT,
+    Finish,
+    KeepAlive,
+    ReasoningDelta,
+    StreamEvent,
+    TextDelta,
+    ToolCallDelta,
+    Usage,
+)
+from dsh.llm.redact import redact_text
+from dsh.llm.sse import MAX_LINE_BYTES, SseComment, SseDecoder, SseLineTooLong
+from dsh.llm.text import SurrogateJoiner, scrub_surrogates
+
+__all__ = ["PAYLOAD_PREVIEW", "PIECE", "BadEncoding", "Inflater", "StreamDecoder", "malformed_payload"]
+
+PIECE = 256 * 1024  # the most bytes one inflate step may produce (docs/reliability.md, "Hostile streams")
+PAYLOAD_PREVIEW = 120
+_NORMAL_FINISH = frozenset({"stop", "tool_calls", "length"})
+
+
+def malformed_payload(payload: str, secrets: tuple[str, ...], request_id: str | None) -> LlmError:
+    """``malformed SSE payload: <first 120 characters, masked>`` (DESIGN §4)."""
+    preview = redact_text(payload[:PAYLOAD_PREVIEW], secrets)
+    return LlmError(f"malformed SSE payload: {preview}", ErrorCode.MALFORMED_RESPONSE, request_id=request_id)
+
+
+class BadEncoding(Exception):
+    """A body in a Content-Encoding dsh did not offer, or one that does not inflate."""
+
+
+class Inflater:
+    """Decodes a response body in pieces of at most ``PIECE`` bytes.
+
+    httpx's own decoders inflate each network read whole: a 64 KiB read of a gzip bomb becomes 64 MiB
+    in one call. Reading the raw body and inflating with ``max_length`` bounds both the memory of one
+    piece and the time between two chances to cancel or time out.
+    """
+
+    def __init__(self, header: str | None) -> None:
+        codings = [c.strip().lower() for c in (header or "").split(",")]
+        codings = [c for c in codings if c and c != "identity"]
+        self._deflate_started = codings != ["deflate"]  # deflate may be zlib-wrapped or raw: try both
+        if not codings:
+            self._inflate: Any = None
+        elif codings in (["gzip"], ["x-gzip"]):
+            self._inflate = zlib.decompressobj(zlib.MAX_WBITS | 16)
+        elif codings == ["deflate"]:
+            self._inflate = zlib.decompressobj()
+        else:
+            raise BadEncoding(f"unsupported Content-Encoding: {scrub_surrogates(', '.join(codings))[:80]}")
+
+    def pieces(self, data: bytes) -> Iterator[bytes]:
+        if self._inflate is None:
+            for start in range(0, len(data), PIECE):
+                yield data[start : start + PIECE]
+            return
+        while data and not self._inflate.eof:
+            try:
+                piece = self._inflate.decompress(data, PIECE)
+            except zlib.error as exc:
+                if self._deflate_started:
+                    raise BadEncoding(f"the response body does not inflate: {exc}") from None
+                self._deflate_started = True
+                self._inflate = zlib.decompressobj(-zlib.MAX_WBITS)
+                continue
+            self._deflate_started = True
+            data = self._inflate.unconsumed_tail
+            if piece:
+                yield piece
+
+
+class _Malformed(Exception):
+    """A payload that is not JSON, or JSON of the wrong shape (its text joins the rendered chain)."""
+
+_WRONG_SHAPE = "not a chat.completion.chunk object"
+
+
+# The C scanner that json.loads wraps (set on the instance at run time; typeshed does not declare it).
+_scan_json: Callable[[str, int], tuple[Any, int]] = json.JSONDecoder().scan_once  # type: ignore[attr-defined]
+
+
+def _load_payload(payload: str) -> Any:
+    """``json.loads`` minus its Python-level wrapper, which costs a third of a small chunk's parse.
+
+    A payload that is exactly one JSON value (every DeepSeek chunk) takes the C scanner directly;
+    anything else (surrounding whitespace, extra data, not JSON) goes to ``json.loads``, which
+    accepts or raises exactly as before.
+    """
+    try:
+        value, end = _scan_json(payload, 0)
+    except StopIteration:
+        return json.loads(payload)
+    return value if end == len(payload) else json.loads(payload)
+
+
+def _count(value: object) -> int:
+    """A token count as the server reported it, or 0 when it is not one dsh can believe.
+
+    Only an int in ``0 <= n < 2**53`` counts: a bool, a float (``1e400`` parses to inf), a string, a
+    negative number or a huge one (``10**400`` parses to an int that no float can hold) is treated like a
+    missing field, never clamped into a number that looks real (docs/reliability.md, "Attacks on the
+    renderer and usage").
+    """
+    return value if type(value) is int and 0 <= value < USAGE_COUNT_LIMIT else 0
+
+
+def _usage(raw: dict[str, Any]) -> Usage:
+    details = raw.get("completion_tokens_details")
+    reasoning = details.get("reasoning_tokens") if isinstance(details, dict) else 0
+    return Usage(
+        prompt_tokens=_count(raw.get("prompt_tokens")),
+        completion_tokens=_count(raw.get("completion_tokens")),
+        total_tokens=_count(raw.get("total_tokens")),
+        prompt_cache_hit_tokens=_count(raw.get("prompt_cache_hit_tokens")),
+        prompt_cache_miss_tokens=_count(raw.get("prompt_cache_miss_tokens")),
+        reasoning_tokens=_count(reasoning),
+    )
+
+
+class _ChunkParser:
+    """Turns one ``data:`` payload into stream events and remembers the finish reason."""
+
+    def __init__(self) -> None:
+        self.finish_reason: str | None = None
+        self.content_events = 0  # text, reasoning and tool-call deltas seen so far
+        self._joiner = SurrogateJoiner()  # rejoins a surrogate pair split across two deltas
+
+    @property
+    def has_content(self) -> bool:
+        return self.content_events > 0
+
+    def parse(self, payload: str, out: list[StreamEvent]) -> None:
+        try:
+            chunk = _load_payload(payload)
+        except (ValueError, RecursionError) as exc:
+            raise _Malformed(str(exc)) from exc
+        if not isinstance(chunk, dict):
+            raise _Malformed(_WRONG_SHAPE)
+        choices = chunk.get("choices", [])
+        usage = chunk.get("usage")
+        if not isinstance(choices, list) or (usage is not None and not isinstance(usage, dict)):
+            raise _Malformed(_WRONG_SHAPE)
+        for choice in choices:
+            if not isinstance(choice, dict):
+                raise _Malformed(_WRONG_SHAPE)
+            delta = choice.get("delta") or {}
+            if not isinstance(delta, dict):
+                raise _Malformed(_WRONG_SHAPE)
+            reasoning = delta.get("reasoning_content")
+            if reasoning:
+                if not isinstance(reasoning, str):
+                    raise _Malformed(_WRONG_SHAPE)
+                self.content_events += 1
+                reasoning = self._joiner.feed(ReasoningDelta, reasoning)
+                if reasoning:  # empty when it was only half a surrogate pair, held for the next delta
+                    out.append(ReasoningDelta(reasoning))
+            content = delta.get("content")
+            if content:
+                if not isinstance(content, str):
+                    raise _Malformed(_WRONG_SHAPE)
+                self.content_events += 1
+                content = self._joiner.feed(TextDelta, content)
+                if content:
+                    out.append(TextDelta(content))
+            tool_calls = delta.get("tool_calls")
+            if tool_calls:
+                self._tool_calls(tool_calls, out)
+            finish = choice.get("finish_reason")
+            if finish is not None:
+                if not isinstance(finish, str):
+                    raise _Malformed(_WRONG_SHAPE)
+                self.finish_reason = finish
+        if usage:
+            out.append(_usage(usage))
+
+    def _tool_calls(self, tool_calls: object, out: list[StreamEvent]) -> None:
+        if not isinstance(tool_calls, list):
+            raise _Malformed(_WRONG_SHAPE)
+        for position, call in enumerate(tool_calls):
+            if not isinstance(call, dict):
+                raise _Malformed(_WRONG_SHAPE)
+            function = call.get("function") or {}
+            if not isinstance(function, dict):
+                raise _Malformed(_WRONG_SHAPE)
+            index = call.get("index", position)
+            call_id, name = call.get("id"), function.get("name")
+            arguments = function.get("arguments") or ""
+            if (
+                not isinstance(index, int)
+                or not isinstance(arguments, str)
+                or (call_id is not None and not isinstance(call_id, str))
+                or (name is not None and not isinstance(name, str))
+            ):
+                raise _Malformed(_WRONG_SHAPE)
+            self.content_events += 1
+            if arguments:
+                arguments = self._joiner.feed(index, arguments)
+            name = scrub_surrogates(name) if name else name
+            call_id = scrub_surrogates(call_id) if call_id else call_id
+            out.append(ToolCallDelta(index, call_id or None, name or None, arguments))
+
+    def flush(self) -> list[StreamEvent]:
+        """The U+FFFD of a surrogate pair whose second half never came, per channel, before Finish."""
+        out: list[StreamEvent] = []
+        for channel, text in self._joiner.flush().items():
+            if channel is TextDelta:
+                out.append(TextDelta(text))
+            elif channel is ReasoningDelta:
+                out.append(ReasoningDelta(text))
+            else:
+                out.append(ToolCallDelta(channel, None, None, text))  # type: ignore[arg-type]
+        return out
+
+
+class StreamDecoder:
+    """One response body: feed it the raw reads, then :meth:`close` it at the end of the body.
+
+    :meth:`pieces` gives one list of events per bounded piece of inflated body, so that the reader can
+    hand events over, let a cancel in and hold its deadlines between two pieces; :meth:`feed` is the
+    same for one whole read. A stream that goes bad raises its :class:`LlmError` right after the
+    events that came before the bad part. Once ``[DONE]`` arrived, :attr:`done` is set, what follows
+    is ignored, and :meth:`close` gives the last events.
+    """
+
+    def __init__(
+        self,
+        content_encoding: str | None = None,
+        *,
+        request_id: str | None = None,
+        secrets: tuple[str, ...] = (),
+        max_line_bytes: int = MAX_LINE_BYTES,
+    ) -> None:
+        self.request_id = request_id
+        self.done = False  # ``data: [DONE]`` arrived
+        self._secrets = secrets
+        self._sse = SseDecoder(max_line_bytes)
+        self._parser = _ChunkParser()
+        self._received = False  # any body byte at all (else the body was empty)
+        try:
+            self._inflater = Inflater(content_encoding)
+        except BadEncoding as exc:
+            raise LlmError(str(exc), ErrorCode.MALFORMED_RESPONSE, request_id=request_id)
+
+    @property
+    def content_events(self) -> int:
+        """Text, reasoning and tool-call deltas so far: what the idle deadline counts as content."""
+        return self._parser.content_events
+
+    def feed(self, chunk: bytes) -> list[StreamEvent]:
+        """The events of one read (raises the stream's error; :meth:`pieces` hands over what came before it)."""
+        return [event for events in self.pieces(chunk) for event in events]
+
+    def pieces(self, chunk: bytes) -> Iterator[list[StreamEvent]]:
+        """The events of one read, one list per inflated piece of at most ``PIECE`` bytes."""
+        if self.done or not chunk:
+            return
+        self._received = True
+        inflated = self._inflater.pieces(chunk)
+        while not self.done:
+            try:
+                piece = next(inflated, None)
+            except BadEncoding as exc:
+                raise LlmError(str(exc), ErrorCode.MALFORMED_RESPONSE, request_id=self.request_id)
+            if piece is None:
+                return
+            out: list[StreamEvent] = []
+            try:
+                self._decode(piece, out)
+            except LlmError:
+                yield out  # the events before the bad part first; the error keeps its cause chain
+                raise
+            yield out
+
+    def _decode(self, piece: bytes, out: list[StreamEvent]) -> None:
+        """Append the events of ``piece`` to ``out``, up to ``[DONE]``; raise the stream's error if it went bad."""
+        try:
+            items = self._sse.feed_compact(piece)
+        except SseLineTooLong as exc:
+            raise malformed_payload(exc.head, self._secrets, self.request_id)
+        for item in items:
+            # An unnamed event arrives as its bare data string (the hot path); named ones count too.
+            if isinstance(item, str):
+                data = item
+            elif isinstance(item, SseComment):
+                out.append(KeepAlive())
+                continue
+            else:
+                data = item.data
+            if data == "[DONE]":
+                self.done = True
+                return
+            try:
+                self._parser.parse(data, out)
+            except _Malformed:
+                raise malformed_payload(data, self._secrets, self.request_id)
+
+    def close(self) -> list[StreamEvent]:
+        """The end of the body (or ``[DONE]``): the last events, or the error this stream's end is.
+
+        Only a ``[DONE]`` counts in a last event left unterminated. A finish reason then a clean close
+        without ``[DONE]`` is a whole answer (every peer client accepts it); a close with no finish
+        reason may have cut the answer: ``STREAM_CLOSED``.
+        """
+        if not self.done:
+            self.done = any(
+                not isinstance(item, SseComment) and (item if isinstance(item, str) else item.data) == "[DONE]"
+                for item in self._sse.close_compact()
+            )
+        if self.done or self._parser.finish_reason is not None:
+            return self._finish()
+        if not self._received:
+            message = "DeepSeek API returned no response body"
+            raise LlmError(message, ErrorCode.EMPTY_RESPONSE, request_id=self.request_id)
+        raise LlmError("SSE stream ended without [DONE]", ErrorCode.STREAM_CLOSED, request_id=self.request_id)
+
+    def _finish(self) -> list[StreamEvent]:
+        """Any half surrogate pair still held, then ``Finish``; a finish reason that is a failure raises."""
+        parser = self._parser
+        reason = parser.finish_reason or "stop"
+        if reason not in _NORMAL_FINISH:
+            raise LlmError(
+                f'DeepSeek stream finished with finish_reason "{reason}"',
+                re.sub(r"[^A-Z0-9]+", "_", reason.upper()).strip("_") or ErrorCode.UNKNOWN_FINISH,
+                request_id=self.request_id,
+            )
+        if reason == "stop" and not parser.has_content:
+            raise LlmError(
+                "DeepSeek API returned an empty completion", ErrorCode.EMPTY_RESPONSE, request_id=self.request_id
+            )
+        return [*parser.flush(), Finish(reason)]  # type: ignore[arg-type]
