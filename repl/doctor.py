@@ -320,7 +320,7 @@ class Doctor:
         results: list[str] = []
         facts: list[dict[str, Any]] = []
         connected = False
-        errors: list[BaseException] = []
+        errors: list[Exception] = []
         for address, port in self.addresses:
             started = self.now()
             try:
