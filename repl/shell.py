@@ -51,6 +51,7 @@ if TYPE_CHECKING:
     from dsh.agent_loop.session_log import SessionLog
     from dsh.agent_loop.tools import Tool
     from dsh.agent_loop.tools.registry import Approval
+    from dsh.llm.events import ModelClient
     from dsh.repl.demo.catalogue import Demo
 
 __all__ = [
@@ -137,7 +138,7 @@ class Shell:
         *,
         color: bool,
         env: Mapping[str, str] | None = None,
-        client: Any = None,
+        client: ModelClient | None = None,
         demo: Demo | None = None,
         retry: RetryPolicy | None = None,
         approvals: bool = False,
