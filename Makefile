@@ -37,11 +37,13 @@ test: $(VENV)/.test
 	else echo "npm not found: the real ACP agent tests skip (install Node.js and npm to run them)"; fi
 	$(BIN)/ruff check .
 	$(BIN)/lint-imports
+	$(MAKE) --no-print-directory typecheck
 	$(BIN)/python -m pytest -q -p no:cacheprovider $(PYTEST_ARGS)
 
 lint: $(VENV)/.test
 	$(BIN)/ruff check .
 	$(BIN)/lint-imports
+	$(MAKE) --no-print-directory typecheck
 
 # mypy resolves the installed names (dsh.llm, ...) through links that give it the wheel's dsh/ layout.
 $(VENV)/typecheck/dsh: | $(BIN)/python

@@ -47,7 +47,7 @@ import itertools
 import json
 import logging
 import math
-from collections.abc import AsyncIterator, Awaitable, Callable
+from collections.abc import AsyncGenerator, Awaitable, Callable
 from typing import Any, Protocol
 
 import anyio
@@ -319,11 +319,11 @@ class JsonRpcConnection:
         except Exception as exc:
             # Never let a reader bug escape into the owner's task group; the connection just stops.
             log.exception("%s: reader failed", self._name)
-            failure = ProtocolError("JSON-RPC reader failed")
-            failure.__cause__ = exc
-            self._stop(failure)
+            broken = ProtocolError("JSON-RPC reader failed")
+            broken.__cause__ = exc
+            self._stop(broken)
 
-    async def _lines(self) -> AsyncIterator[Any]:
+    async def _lines(self) -> AsyncGenerator[Any, None]:
         """Lines without terminators; an oversized line is discarded and yielded as ``_OVERSIZED``."""
         buffer = bytearray()
         discarding = False

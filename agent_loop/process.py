@@ -176,7 +176,7 @@ class _ChildProtocol(asyncio.subprocess.SubprocessStreamProtocol):
         if fd == 2:
             self._ring.append(bytes(data))
             return
-        super().pipe_data_received(fd, data)
+        super().pipe_data_received(fd, bytes(data))  # the same object when it already is bytes
 
     def pipe_connection_lost(self, fd: int, exc: Exception | None) -> None:
         if fd == 2:
@@ -226,7 +226,7 @@ class ManagedProcess:
         self._protocol: _ChildProtocol | None = None
         self._ladder_lock = anyio.Lock()
         self._teardown: Teardown | None = None
-        self._finalizer: weakref.finalize | None = None
+        self._finalizer: weakref.finalize[[int], ManagedProcess] | None = None
         self.pid: int | None = None
         self.stdin: asyncio.StreamWriter | None = None
         self.stdout: asyncio.StreamReader | None = None

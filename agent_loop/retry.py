@@ -66,5 +66,5 @@ class RetryPolicy:
         """Seconds to wait before retry number ``attempt`` (1-based)."""
         if retry_after_s is not None and 0 < retry_after_s <= self.max_delay:
             return retry_after_s
-        backoff = min(self.max_delay, self.base_delay * (2 ** max(0, attempt - 1)))
+        backoff = min(self.max_delay, self.base_delay * (2.0 ** max(0, attempt - 1)))
         return min(self.max_delay, backoff * (1.0 + self.jitter * self.rng.random()))

@@ -40,7 +40,7 @@ import anyio.to_thread
 from dsh.agent_loop.agent import Agent
 from dsh.agent_loop.events import Event, to_wire
 from dsh.agent_loop.jsonrpc import INVALID_PARAMS, METHOD_NOT_FOUND, JsonRpcConnection, ProtocolError, TransportClosed
-from dsh.agent_loop.tools import default_tools
+from dsh.agent_loop.tools import Approval, default_tools
 from dsh.llm import DEFAULT_BASE_URL, DEFAULT_MODEL, DeepSeekClient, RedactingFilter, __version__
 
 __all__ = ["PROTOCOL_VERSION", "ChildSession", "main", "serve_stdio", "serve_streams"]
@@ -169,7 +169,7 @@ class ChildSession:
                 await self.client.aclose()
 
 
-async def _allow_all(command: str) -> str:
+async def _allow_all(command: object) -> Approval:
     return "yes"
 
 

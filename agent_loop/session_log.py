@@ -38,7 +38,7 @@ from collections.abc import Callable, Iterator, Mapping
 from dataclasses import dataclass
 from datetime import UTC, datetime
 from pathlib import Path
-from typing import Any
+from typing import Any, cast
 
 from dsh.agent_loop.events import (
     AssistantMessage,
@@ -272,7 +272,7 @@ def _parse_clean_body(lines: list[bytes], expected_seq: int = 1) -> list[dict[st
         if not isinstance(seq, int) or seq != expected_seq:
             return None
         expected_seq = seq + 1
-    return records
+    return cast(list[dict[str, Any]], records)  # each checked above
 
 
 def _parse_body_by_line(lines: list[bytes], path: Path, loaded: _Loaded, first_number: int) -> list[dict[str, Any]]:
@@ -559,7 +559,7 @@ class SessionLog:
         lines = read_lines(fd)
         next(lines)  # the header
         for _, line in lines:
-            if line is None:
+            if not isinstance(line, bytes):  # None: the torn tail (without max_line no line is a LongLine)
                 return
             with contextlib.suppress(ValueError):
                 record = loads(line)

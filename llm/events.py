@@ -2,8 +2,9 @@
 
 from __future__ import annotations
 
+from collections.abc import AsyncIterator
 from dataclasses import dataclass
-from typing import Any, Literal
+from typing import Any, Literal, Protocol
 
 __all__ = [
     "USAGE_COUNT_LIMIT",
@@ -11,6 +12,7 @@ __all__ = [
     "Finish",
     "KeepAlive",
     "Message",
+    "ModelClient",
     "ReasoningDelta",
     "StreamEvent",
     "TextDelta",
@@ -72,6 +74,17 @@ class KeepAlive:
 
 
 StreamEvent = TextDelta | ReasoningDelta | ToolCallDelta | Usage | Finish | KeepAlive
+
+
+class ModelClient(Protocol):
+    """What the agent loop and the front ends need from a model client: one streamed completion per request.
+
+    :class:`dsh.llm.deepseek.DeepSeekClient` conforms, as do the demo's client and the tests' fakes
+    (structurally: nothing subclasses this). Callers close the stream with ``contextlib.aclosing``. A client
+    may also offer ``secrets`` (values to redact), ``base_url_display`` and ``aclose()``; those are optional.
+    """
+
+    def stream(self, request: ChatRequest) -> AsyncIterator[StreamEvent]: ...
 
 
 # --- request -------------------------------------------------------------------------------

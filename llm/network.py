@@ -13,13 +13,16 @@ import errno
 import socket
 import ssl
 from collections.abc import Mapping
+from enum import StrEnum
 from urllib.parse import urlsplit
 
 __all__ = ["FailureDetail", "classify_transport", "environment_proxy", "ssl_context"]
 
 
-class FailureDetail:
-    """What a transport failure was, below its code: the fix line routes on it (never on message text)."""
+class FailureDetail(StrEnum):
+    """What a transport failure was, below its code: the fix line routes on it (never on message text).
+
+    Members are ``str``: they compare, hash and serialize (JSON, session log) as their values."""
 
     REFUSED = "refused"
     NAME_NOT_FOUND = "name-not-found"

@@ -51,7 +51,7 @@ def connect_failure_word(exc: BaseException) -> str:
     return reason
 
 
-def all_attempts_failed(errors: list[BaseException]) -> OSError:
+def all_attempts_failed(errors: list[Exception]) -> OSError:
     """The error anyio's ``connect_tcp`` raises when every address failed, built from each address's own
     (so the chain matches a request's without looking the name up again)."""
     roots = [error.__cause__ if isinstance(error.__cause__, OSError) else error for error in errors]

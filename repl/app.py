@@ -18,8 +18,9 @@ import contextlib
 import os
 import signal
 import time
-from collections.abc import AsyncIterator, Iterable
+from collections.abc import AsyncIterator, Callable, Iterable
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 import anyio
 from prompt_toolkit import PromptSession
@@ -50,6 +51,9 @@ from dsh.repl.render import (
 from dsh.repl.shell import Shell, StartupError
 from dsh.repl.usage import context_text
 
+if TYPE_CHECKING:
+    from dsh.agent_loop.tools.registry import Approval as ToolApproval
+
 __all__ = ["InteractiveApp", "SafeHistory", "TerminalSink"]
 
 DOUBLE_CTRL_C_WINDOW = 2.0
@@ -58,6 +62,7 @@ _WAKE = "\x00wake"  # what the prompt returns when a background job's notice wak
 EXIT_HINT = "(press Ctrl-C again to exit, or Ctrl-D)"
 TYPEAHEAD_LIMIT = 64 * 1024  # characters kept from typing during a turn; a runaway paste stops here
 _LIVE_LIMIT = 8000  # characters of an unfinished line shown in the live view (its tail)
+_ANSWERS: dict[str, ToolApproval] = {"y": "yes", "n": "no", "a": "always"}  # an approval key to its answer
 # Complete lines are written above the live view at most this often: each write erases and redraws
 # the view, and a fast stream completes lines on every network read.
 _COMMIT_INTERVAL = 0.03
@@ -424,7 +429,8 @@ class InteractiveApp:
         if self._typed:
             hint += f" · typed ahead: {len(self._typed)} chars, kept for the next prompt"
         if self._question is not None:
-            hint = f"v views the {self._approval.noun} · n denies" if self._must_view() else self._answers()
+            approval = self._approval
+            hint = f"v views the {approval.noun} · n denies" if approval and self._must_view() else self._answers()
         base = self._toolbar_base()
         columns = self._columns()
         text = base + (f" · {activity}" if activity else "") + f" · {hint}"
@@ -506,7 +512,7 @@ class InteractiveApp:
         self._question = approval.viewed_question
         self.sink.write(self.shell.renderer.block(approval.view))
 
-    def _answer_handler(self, answer: str):  # type: ignore[no-untyped-def]
+    def _answer_handler(self, answer: str) -> Callable[[KeyPressEvent], None]:
         def handle(event: KeyPressEvent) -> None:
             if answer in ("y", "a") and self._must_view():
                 return  # not shown yet: only v (view) or n (deny) count
@@ -547,7 +553,7 @@ class InteractiveApp:
         with anyio.CancelScope(shield=True):
             await self.sink.drain()
 
-    async def _ask_approval(self, request: object) -> str | None:
+    async def _ask_approval(self, request: object) -> ToolApproval | None:
         """The approver of run_shell (a command) and the edit tools (an EditRequest): inline, (y / n / a)."""
         view = self._view
         if view is None or not view.is_running:
@@ -573,4 +579,4 @@ class InteractiveApp:
             answered, self._answered = self._answer, None
             self._approval = None
         self.sink.write(self.shell.renderer.line(question + approval_answer(answered)))
-        return {"y": "yes", "n": "no", "a": "always"}.get(answered or "")
+        return _ANSWERS.get(answered or "")

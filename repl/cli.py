@@ -19,6 +19,7 @@ from dsh.repl import __version__
 
 TYPE_CHECKING = False  # typing costs ~15 ms to import; --version must not pay for it
 if TYPE_CHECKING:
+    import argparse
     from collections.abc import Sequence
     from pathlib import Path
     from typing import Any, NoReturn
@@ -97,7 +98,7 @@ def _guarded(args: list[str], run: Any = None) -> int:
 def _serve(args: list[str]) -> int:
     """``dsh serve --stdio``: the child runtime lives in dsh.agent_loop.serve (subagent issue)."""
     try:
-        from dsh.agent_loop import serve  # type: ignore[attr-defined]
+        from dsh.agent_loop import serve
     except ImportError:
         _stderr("dsh: failed to start: `dsh serve` is not available in this build")
         return EXIT_USAGE
@@ -191,7 +192,7 @@ def _stderr(line: str) -> None:
 # --- flags -----------------------------------------------------------------------------------------
 
 
-def _parser():  # type: ignore[no-untyped-def]
+def _parser() -> argparse.ArgumentParser:
     import argparse
 
     from dsh.llm.defaults import DEFAULT_MODEL

@@ -252,19 +252,19 @@ class Doctor:
             if value is not None:
                 parts.append(f"{key} {value} ({source(key)})")
                 facts[key] = {"value": value, "source": source(key)}
-        key = config.api_key
+        api_key = config.api_key
         if self.demo:
             parts.append("key not needed (demo)")
             return Step("configuration", PASS, "; ".join(parts), facts=facts)
-        if not key:
+        if not api_key:
             facts["api_key"] = {"present": False}
             parts.append("no API key")
             return Step("configuration", FAIL, "; ".join(parts), FIX_MISSING_KEY, facts)
-        shape = _key_shape(key)
-        facts["api_key"] = {"present": True, "masked": _masked(key), "length": len(key), "shape": shape,
+        shape = _key_shape(api_key)
+        facts["api_key"] = {"present": True, "masked": _masked(api_key), "length": len(api_key), "shape": shape,
                             "source": source("api_key")}
-        length = f"{len(key)} character{'s' if len(key) != 1 else ''}"
-        parts.append(f"key {_masked(key)} ({source('api_key')}; {length}; {shape})")
+        length = f"{len(api_key)} character{'s' if len(api_key) != 1 else ''}"
+        parts.append(f"key {_masked(api_key)} ({source('api_key')}; {length}; {shape})")
         return Step("configuration", PASS, "; ".join(parts), facts=facts)
 
     def proxy(self) -> Step:
@@ -320,7 +320,7 @@ class Doctor:
         results: list[str] = []
         facts: list[dict[str, Any]] = []
         connected = False
-        errors: list[BaseException] = []
+        errors: list[Exception] = []
         for address, port in self.addresses:
             started = self.now()
             try:
@@ -393,8 +393,8 @@ class Doctor:
         if status == 404:
             return Step("HTTP", SKIP, f"GET /models answered 404 in {_ms(took)}: this endpoint lists no models")
         data = body.get("data") if isinstance(body, dict) else None
-        names = [item.get("id") for item in data if isinstance(item, dict)] if isinstance(data, list) else []
-        names = [name for name in names if isinstance(name, str)]
+        items = data if isinstance(data, list) else []
+        names: list[str] = [item["id"] for item in items if isinstance(item, dict) and isinstance(item.get("id"), str)]
         shown = ", ".join(redact_text(name, self.secrets)[:60] for name in names[:8]) or "none"
         facts = {"status": status, "ms": round(took * 1000, 1), "models": names[:100]}
         model = self.config.model
@@ -437,7 +437,7 @@ class Doctor:
         from dsh.llm.events import ChatRequest, Finish, KeepAlive, Message, ReasoningDelta, TextDelta
 
         trace = StreamTrace()
-        request = ChatRequest(model=self.config.model, messages=[Message(role="user", content=PROMPT)],
+        request = ChatRequest(model=self.config.model, messages=(Message(role="user", content=PROMPT),),
                               max_tokens=1)
         keep_alives = 0
         first: float | None = None
@@ -601,7 +601,7 @@ class Doctor:
 
         import anyio
 
-        env = {name: self.env[name] for name in ("PATH", "HOME", "LANG") if name in self.env}
+        env: dict[str, str] = {name: self.env[name] for name in ("PATH", "HOME", "LANG") if name in self.env}
         outcome: Any = None
         with anyio.move_on_after(SUBAGENT_TIMEOUT):
             try:

@@ -165,7 +165,7 @@ class Styled(str):
         self.spans = spans
         return self
 
-    def __add__(self, other: str) -> Styled:  # type: ignore[override]
+    def __add__(self, other: str) -> Styled:
         if not isinstance(other, str):
             return NotImplemented
         shift = len(self)
@@ -276,7 +276,7 @@ def turn_end_line(reason: EndReason, secrets: Sequence[str] = ()) -> str | None:
     return None
 
 
-_FIX_BY_CODE = {
+_FIX_BY_CODE: dict[str, str] = {
     ErrorCode.AUTH: FIX_AUTH,
     ErrorCode.QUOTA: FIX_QUOTA,
     ErrorCode.RATE_LIMIT: FIX_RATE_LIMIT,

@@ -50,6 +50,8 @@ if TYPE_CHECKING:
     from dsh.agent_loop.recap import Recap
     from dsh.agent_loop.session_log import SessionLog
     from dsh.agent_loop.tools import Tool
+    from dsh.agent_loop.tools.registry import Approval
+    from dsh.llm.events import ModelClient
     from dsh.repl.demo.catalogue import Demo
 
 __all__ = [
@@ -93,8 +95,7 @@ class Sink(Protocol):
     def write(self, text: str) -> None: ...
 
 
-Approval = str | None  # "yes" | "no" | "always" | None (denied)
-AskApproval = Callable[[Any], Awaitable[Approval]]  # a command (str) or an EditRequest
+AskApproval = Callable[[Any], Awaitable["Approval | None"]]  # a command (str) or an EditRequest; None: denied
 TurnScope = Callable[[], contextlib.AbstractAsyncContextManager[None]]
 
 # --- extension seams for other packages (subagents, jobs) ------------------------------------------
@@ -137,7 +138,7 @@ class Shell:
         *,
         color: bool,
         env: Mapping[str, str] | None = None,
-        client: Any = None,
+        client: ModelClient | None = None,
         demo: Demo | None = None,
         retry: RetryPolicy | None = None,
         approvals: bool = False,
@@ -235,7 +236,7 @@ class Shell:
                 self._new_session_id = new_session_id()
             else:
                 self.session = self._create_session()
-            if not defer_agent:
+            if not defer_agent and self.session is not None:  # always set here: resumed or created
                 self._attach(self.session)
         except Exception as exc:
             raise StartupError(exc)
@@ -421,8 +422,9 @@ class Shell:
 
     async def new_session(self) -> str:
         """``/new``: close this conversation and start an empty one in a new log."""
-        self.ensure_agent().new_session()
-        self.session = self.agent.session
+        agent = self.ensure_agent()
+        agent.new_session()
+        self.session = agent.session
         self.last_failure = None
         assert self.session is not None
         return self.session.id
@@ -525,7 +527,7 @@ class Shell:
         for line in text.split("\n"):
             self.sink.write(self.renderer.line(line))
 
-    async def _approve(self, request: Any) -> Approval:
+    async def _approve(self, request: Any) -> Approval | None:
         """A shell command (str) or an edit (``EditRequest``) to the front end's question."""
         ask = self.ask_approval
         if ask is None:
@@ -559,7 +561,7 @@ class Shell:
 
     async def run_turn(self, prompt: str) -> dict[str, Any]:
         """One turn, rendered as it streams. Returns the turn-end reason as a dict."""
-        self.ensure_agent()
+        agent = self.ensure_agent()
         await self.ensure_context()
         if self.config.auto_compact:
             fill = context_fill(self.session_usage, self.config.models)
@@ -572,18 +574,18 @@ class Shell:
         try:
             async with self.turn_scope():
                 try:
-                    end: EndReason = await self.agent.run_turn(sent)
+                    end: EndReason = await agent.run_turn(sent)
                 except Exception as exc:  # the loop promises not to raise; if it does, still say why
                     from dsh.agent_loop.reasons import failure_from_exception
 
                     end = failure_from_exception(exc, 0, self.config.secrets)
                     self.last_failure = exc
-                    self._on_event(TurnEnd(self.agent.turn_number, end))
+                    self._on_event(TurnEnd(agent.turn_number, end))
                 else:
                     from dsh.agent_loop.reasons import Failed  # loaded with the agent already
 
                     if isinstance(end, Failed):
-                        self.last_failure = getattr(self.agent, "last_failure", None) or _reason_error(end)
+                        self.last_failure = agent.last_failure or _reason_error(end)
                 self.sink.write(self.renderer.end_line())
                 if self.split is not None:
                     assert self.answer is not None

@@ -105,10 +105,10 @@ def build_provider(name: str, config: Mapping[str, Any], parent: ParentContext |
     if not isinstance(config, Mapping):
         raise SubagentConfigError(name, "must be a table")
     kind = config.get("provider")
-    module_name = PROVIDER_MODULES.get(kind) if isinstance(kind, str) else None
-    if module_name is None:
+    if not isinstance(kind, str) or kind not in PROVIDER_MODULES:
         known = ", ".join(sorted(set(PROVIDER_MODULES) - _ALIASES))
         raise SubagentConfigError(name, f"provider must be one of: {known}")
+    module_name = PROVIDER_MODULES[kind]
     provider: Provider = importlib.import_module(module_name).from_config(name, config, parent)
     secrets = _run_secrets(config, parent)
     hint = missing_extra_hint(name, kind, config)

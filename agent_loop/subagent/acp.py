@@ -217,7 +217,9 @@ class AcpRun(Run):
             return Outcome("error", failure=Failure(Stage.PROCESS, Category.PROCESS_START, cause=exc))
         conn: Any = None
         try:
-            conn = acp.connect_to_agent(self._client, proc.stdin, proc.stdout)
+            # The SDK's Client protocol lists every optional method; its router answers method-not-found for
+            # the ones a client lacks (acp/router.py looks them up by name): a partial client is expected.
+            conn = acp.connect_to_agent(self._client, proc.stdin, proc.stdout)  # type: ignore[arg-type]
             outcome = await self._session(acp, proc, conn, cwd)
         finally:
             with anyio.CancelScope(shield=True):
@@ -384,15 +386,18 @@ _ASKING_MODE_IDS = ("default", "ask", "manual", "read-only")
 
 def _asking_mode(modes: Any) -> str | None:
     """The advertised mode to use under ``reject``: a known asking id, else one described as asking."""
-    available = [m for m in getattr(modes, "available_modes", None) or [] if isinstance(getattr(m, "id", None), str)]
+    available: list[tuple[str, object]] = [
+        (mode_id, getattr(m, "description", None))
+        for m in getattr(modes, "available_modes", None) or []
+        if isinstance(mode_id := getattr(m, "id", None), str)
+    ]
     for known in _ASKING_MODE_IDS:
-        for mode in available:
-            if mode.id.lower() == known:
-                return mode.id
-    for mode in available:
-        description = getattr(mode, "description", None)
+        for mode_id, _ in available:
+            if mode_id.lower() == known:
+                return mode_id
+    for mode_id, description in available:
         if isinstance(description, str) and " ask" in f" {description.lower()}":
-            return mode.id
+            return mode_id
     return None
 
 
@@ -498,14 +503,15 @@ class _PermissionClient:
         kind = getattr(update, "session_update", None)
         if kind == "agent_message_chunk":
             content = getattr(update, "content", None)
-            if getattr(content, "type", None) == "text" and isinstance(content.text, str):
+            text = getattr(content, "text", None)
+            if getattr(content, "type", None) == "text" and isinstance(text, str):
                 message_id = getattr(update, "message_id", None)
                 message_id = message_id if isinstance(message_id, str) else None
                 # Chunks of one message join verbatim; a new message starts on a new paragraph.
                 if self.chunks and message_id != self._message_id and self.chunks[-1]:
                     self.chunks.append("\n\n")
                 self._message_id = message_id
-                self.chunks.append(content.text)
+                self.chunks.append(text)
         elif kind in ("tool_call", "tool_call_update"):
             call_id = update.tool_call_id
             tool_kind = getattr(update, "kind", None)

@@ -36,7 +36,7 @@ from collections.abc import AsyncIterator, Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
 from types import ModuleType
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import anyio
 
@@ -58,6 +58,9 @@ from dsh.agent_loop.subagent._product import config_names, explicit_env
 from dsh.agent_loop.subagent.diagnostics import Failure, unattended_decision
 from dsh.agent_loop.subagent.result import SubagentRequest
 from dsh.agent_loop.subagent.run import Outcome, Provider, Run, configured
+
+if TYPE_CHECKING:
+    from dsh.agent_loop.subagent._claude_transport import ManagedCLITransport  # imports the SDK: only when run
 
 __all__ = [
     "DENY_MESSAGE",
@@ -186,7 +189,7 @@ class ClaudeCodeRun(Run):
     def __init__(self, provider: Provider, request: SubagentRequest) -> None:
         super().__init__(provider, request)
         self._observed = _Observed()
-        self.transport: Any = None  # the ManagedCLITransport once built (tests read its pid)
+        self.transport: ManagedCLITransport | None = None  # once built (tests read its pid)
         self.started = anyio.Event()  # set once the CLI is up and initialized
 
     def partial_output(self) -> str:
@@ -425,9 +428,10 @@ def _resolve_cli(sdk: ModuleType, cli_path: str | None) -> str:
         if found and os.path.isfile(found) and os.access(found, os.X_OK):
             return found
         raise sdk.CLINotFoundError("Claude Code not found")
-    bundled = Path(sdk.__file__).parent / "_bundled" / "claude"
-    if bundled.is_file() and os.access(bundled, os.X_OK):
-        return str(bundled)
+    if sdk.__file__ is not None:  # a regular package always has one
+        bundled = Path(sdk.__file__).parent / "_bundled" / "claude"
+        if bundled.is_file() and os.access(bundled, os.X_OK):
+            return str(bundled)
     found = shutil.which("claude")
     if found:
         return found

@@ -77,20 +77,62 @@ APPROVAL_POLICY = "never"
 SANDBOXES: frozenset[str] = frozenset({"read-only", "workspace-write"})
 
 # codexErrorInfo of app-server 0.163.0 (v2 schema): unit variants are bare strings, struct variants
-# single-key objects.
+# single-key objects. The category names them verbatim, then our own facts.
+class Category(diagnostics.Category):
+    contextWindowExceeded = "contextWindowExceeded"
+    sessionBudgetExceeded = "sessionBudgetExceeded"
+    usageLimitExceeded = "usageLimitExceeded"
+    rateLimitExceeded = "rateLimitExceeded"
+    flexUnavailable = "flexUnavailable"
+    serverOverloaded = "serverOverloaded"
+    cyberPolicy = "cyberPolicy"
+    misalignmentPolicyViolation = "misalignmentPolicyViolation"
+    tooManyDenials = "tooManyDenials"
+    internalServerError = "internalServerError"
+    unauthorized = "unauthorized"
+    badRequest = "badRequest"
+    threadRollbackFailed = "threadRollbackFailed"
+    sandboxError = "sandboxError"
+    other = "other"
+    httpConnectionFailed = "httpConnectionFailed"
+    responseStreamConnectionFailed = "responseStreamConnectionFailed"
+    responseStreamDisconnected = "responseStreamDisconnected"
+    responseTooManyFailedAttempts = "responseTooManyFailedAttempts"
+    activeTurnNotSteerable = "activeTurnNotSteerable"
+    PROCESS_EXIT = "process-exit"
+    TIMEOUT = "timeout"
+    CONFIGURATION = "configuration"
+    UNKNOWN = "unknown"
+
+
 STRING_VARIANTS: frozenset[str] = frozenset(
     {
-        "contextWindowExceeded", "sessionBudgetExceeded", "usageLimitExceeded", "rateLimitExceeded",
-        "flexUnavailable", "serverOverloaded", "cyberPolicy", "misalignmentPolicyViolation",
-        "tooManyDenials", "internalServerError", "unauthorized", "badRequest", "threadRollbackFailed",
-        "sandboxError", "other",
+        Category.contextWindowExceeded,
+        Category.sessionBudgetExceeded,
+        Category.usageLimitExceeded,
+        Category.rateLimitExceeded,
+        Category.flexUnavailable,
+        Category.serverOverloaded,
+        Category.cyberPolicy,
+        Category.misalignmentPolicyViolation,
+        Category.tooManyDenials,
+        Category.internalServerError,
+        Category.unauthorized,
+        Category.badRequest,
+        Category.threadRollbackFailed,
+        Category.sandboxError,
+        Category.other,
     }
-)  # fmt: skip
+)
 STATUS_VARIANTS: frozenset[str] = frozenset(
-    {"httpConnectionFailed", "responseStreamConnectionFailed", "responseStreamDisconnected",
-     "responseTooManyFailedAttempts"}
-)  # fmt: skip
-OBJECT_VARIANTS: frozenset[str] = STATUS_VARIANTS | {"activeTurnNotSteerable"}
+    {
+        Category.httpConnectionFailed,
+        Category.responseStreamConnectionFailed,
+        Category.responseStreamDisconnected,
+        Category.responseTooManyFailedAttempts,
+    }
+)
+OBJECT_VARIANTS: frozenset[str] = STATUS_VARIANTS | {Category.activeTurnNotSteerable}
 
 
 class Stage(diagnostics.Stage):
@@ -101,14 +143,6 @@ class Stage(diagnostics.Stage):
     PROCESS = "process"
     TEARDOWN = "teardown"
 
-
-# The codexErrorInfo variant names, verbatim, then our own facts.
-Category = diagnostics.Category(  # type: ignore[call-overload]
-    "Category",
-    [(name, name) for name in sorted(STRING_VARIANTS | OBJECT_VARIANTS)]
-    + [(value.upper().replace("-", "_"), value) for value in ("process-exit", "timeout", "configuration", "unknown")],
-    module=__name__,
-)  # fmt: skip
 
 _HANDSHAKE_STAGES = frozenset({Stage.INITIALIZE, Stage.THREAD_START})
 _EXIT_WAIT = 2.0  # the wire broke: how long to wait for the app-server's exit, which then classifies it

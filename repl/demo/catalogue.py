@@ -15,7 +15,7 @@ import contextlib
 import json
 from collections.abc import AsyncIterator, Callable
 from dataclasses import dataclass, field, fields
-from typing import Any
+from typing import Any, TypedDict
 
 from dsh.agent_loop.retry import RetryPolicy
 from dsh.llm import ChatRequest, DeepSeekClient, StreamEvent
@@ -37,7 +37,14 @@ __all__ = [
 DEMO_FIRST_TOKEN_TIMEOUT = 3.0  # the keep-alive stall scenario ends TIMEOUT after this
 DEMO_IDLE_TIMEOUT = 120.0  # long enough to practise Ctrl-C on a stalled stream
 # Backoff is shortened in the demo so that retried failures end in seconds, not half a minute.
-DEMO_RETRY = {"max_retries": 5, "base_delay": 0.1, "max_delay": 0.4, "jitter": 0.0}
+class _RetrySettings(TypedDict):
+    max_retries: int
+    base_delay: float
+    max_delay: float
+    jitter: float
+
+
+DEMO_RETRY: _RetrySettings = {"max_retries": 5, "base_delay": 0.1, "max_delay": 0.4, "jitter": 0.0}
 
 
 def demo_retry_policy() -> RetryPolicy:
@@ -123,7 +130,8 @@ class DemoClient:
         return client
 
     async def stream(self, request: ChatRequest) -> AsyncIterator[StreamEvent]:
-        async with contextlib.aclosing(self._client().stream(request)) as events:
+        # DeepSeekClient.stream is an async generator annotated AsyncIterator (llm/deepseek.py, owned elsewhere).
+        async with contextlib.aclosing(self._client().stream(request)) as events:  # type: ignore[type-var]
             async for event in events:
                 yield event
 
