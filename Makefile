@@ -6,7 +6,7 @@ VENV := .venv
 BIN := $(VENV)/bin
 PIP := $(BIN)/python -m pip install -q --disable-pip-version-check
 
-.PHONY: demo test lint typecheck bench clean
+.PHONY: demo test check lint typecheck bench clean
 
 $(BIN)/python:
 	$(PYTHON) -m venv $(VENV)
@@ -39,6 +39,12 @@ test: $(VENV)/.test
 	$(BIN)/lint-imports
 	$(MAKE) --no-print-directory typecheck
 	$(BIN)/python -m pytest -q -p no:cacheprovider $(PYTEST_ARGS)
+
+# The quick tier for the edit-and-test loop: lint and the unit tests (no pseudo-terminal, reliability,
+# packaging or real-product runs); `make test` runs everything.
+check: lint
+	$(BIN)/python -m pytest -q -p no:cacheprovider -m "not slow and not real_product" \
+		--ignore=tests/e2e --ignore=tests/reliability --ignore=tests/packaging $(PYTEST_ARGS)
 
 lint: $(VENV)/.test
 	$(BIN)/ruff check .
