@@ -233,9 +233,14 @@ async def test_approvals_are_declined_unattended_and_the_latest_is_recorded(tmp_
     assert_no_canary(result)
 
 
+# The turn deadline also covers turn/start's answer: 2 s, so a loaded machine cannot make it fire before the
+# fake has answered (the diagnostic would then be a turn-start timeout).
+TURN_DEADLINE = 2
+
+
 async def test_deadline_interrupts_the_turn_and_settles(tmp_path: Path) -> None:
     record = tmp_path / "record.json"
-    provider = fake_provider("hang_turn", turn_timeout=0.5, env={"FAKE_CODEX_RECORD": str(record)})
+    provider = fake_provider("hang_turn", turn_timeout=TURN_DEADLINE, env={"FAKE_CODEX_RECORD": str(record)})
     with anyio.fail_after(PROMPTLY):  # the turn never ends by itself: without the deadline this hangs
         result = await run_once(provider, request(tmp_path))
     # The retrying error Codex reported is why the turn never finished.
@@ -247,7 +252,7 @@ async def test_deadline_interrupts_the_turn_and_settles(tmp_path: Path) -> None:
 async def test_deadline_settles_even_when_the_interrupt_is_ignored(tmp_path: Path) -> None:
     # The fake answers turn/interrupt but never ends the turn: without the interrupt grace this hangs.
     with anyio.fail_after(PROMPTLY):
-        result = await run_once(fake_provider("ignore_interrupt", turn_timeout=0.5), request(tmp_path))
+        result = await run_once(fake_provider("ignore_interrupt", turn_timeout=TURN_DEADLINE), request(tmp_path))
     assert result.diagnostic == failure("turn", "responseStreamDisconnected")
 
 
