@@ -125,8 +125,11 @@ async def test_decision_line_names_the_configured_mode(tmp_path: Path) -> None:
 
 async def test_teardown_failure_when_the_cli_outlives_stdin_eof_and_sigterm(tmp_path: Path) -> None:
     provider = fake_provider("linger_after_success", env={"FAKE_CLAUDE_STUBBORN": "1"})
-    with anyio.fail_after(PROMPTLY):  # the CLI never exits by itself: the ladder's 0.5 s graces end it
-        result = await run_once(provider, request(tmp_path))
+    async with provider.run(request(tmp_path)) as run:
+        assert isinstance(run, ClaudeCodeRun)
+        await run.started.wait()  # not timed: the first run imports the SDK, seconds on a loaded machine
+        with anyio.fail_after(PROMPTLY):  # the CLI never exits by itself: the ladder's 0.5 s graces end it
+            result = await run.result()
     assert result.stop_reason == "error"
     assert result.diagnostic == failure("teardown", "unknown", "; signal: SIGKILL")
     assert result.output == "fake answer"  # the answer is kept, as partial output
