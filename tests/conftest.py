@@ -8,12 +8,24 @@ from collections.abc import AsyncIterator
 from pathlib import Path
 
 import pytest
+from hypothesis import HealthCheck, settings
 
 from dsh.llm.loopback.fault_server import FaultServer
 from tests import canaries
 from tests.leak_check import leak_checker, no_leftover_processes  # noqa: F401 (fixtures for every folder)
 
 CANARY_HITS: list[str] = []
+
+# Hypothesis times every example (200 ms) and the data generation: speed claims a loaded machine breaks.
+# Neither is a property under test, so no property test has them; everything else stays as loaded
+# (with CI set, Hypothesis's own CI profile: derandomized, no database).
+settings.register_profile(
+    "dsh-suite",
+    parent=settings.default,
+    deadline=None,
+    suppress_health_check=list(dict.fromkeys([*settings.default.suppress_health_check, HealthCheck.too_slow])),
+)
+settings.load_profile("dsh-suite")
 PROXY_VARIABLES = ("HTTP_PROXY", "HTTPS_PROXY", "ALL_PROXY", "NO_PROXY")
 
 

@@ -21,6 +21,7 @@ from dsh.agent_loop.process import (
     proc_stat_fields,
     read_line,
 )
+from tests.waiting import PROMPTLY
 
 pytestmark = [pytest.mark.anyio, pytest.mark.usefixtures("no_leftover_processes")]
 
@@ -33,7 +34,7 @@ def _alive(pid: int) -> bool:
     return fields is not None and fields[0] != b"Z"
 
 
-async def _line(proc: ManagedProcess, timeout: float = 5.0) -> bytes | None:
+async def _line(proc: ManagedProcess, timeout: float = PROMPTLY) -> bytes | None:
     assert proc.stdout is not None
     with anyio.fail_after(timeout):
         return await read_line(proc.stdout)
@@ -135,7 +136,7 @@ async def test_ten_megabytes_of_stderr_never_block_the_child(capfd: pytest.Captu
     async with ManagedProcess([PY, "-c", flood], stderr_limit=4096) as proc:
         # Without a continuous drain the child blocks on a full 64 KiB pipe and never prints "done".
         assert await _line(proc, timeout=20) == b"done"
-        with anyio.fail_after(5):
+        with anyio.fail_after(PROMPTLY):
             while proc.stderr_bytes_seen < 160 * 65536 + len("TAIL-MARKER"):
                 await anyio.sleep(0.01)
         tail = proc.stderr_tail()
@@ -148,7 +149,7 @@ async def test_ten_megabytes_of_stderr_never_block_the_child(capfd: pytest.Captu
 async def test_stderr_tail_is_bounded_and_lenient() -> None:
     script = "import sys; sys.stderr.buffer.write(b'\\xff' + 'é'.encode() * 10); sys.stderr.flush()"
     async with ManagedProcess([PY, "-c", script], stderr_limit=9) as proc:
-        await proc.wait_exit(5)
+        await proc.wait_exit(PROMPTLY)
     # The ring kept the last 9 bytes; a cut multibyte char decodes with a replacement, no exception.
     assert len(proc.stderr_tail()) <= 9
     assert proc.stderr_tail().endswith("é")
@@ -174,18 +175,17 @@ async def test_exit_code_and_signal_are_observed_independently(script: str, expe
 
 
 async def test_wait_exit_is_bounded_while_the_child_runs() -> None:
-    async with ManagedProcess(["sleep", "30"], eof_grace=0.1) as proc:
-        started = time.monotonic()
-        assert await proc.wait_exit(0.2) is None
-        assert time.monotonic() - started < 2
+    async with ManagedProcess(["sleep", "600"], eof_grace=0.1) as proc:
+        with anyio.fail_after(PROMPTLY):  # its 0.2 s, not the child's 600 s
+            assert await proc.wait_exit(0.2) is None
         assert proc.exit_status is None
 
 
 async def test_exit_is_seen_although_a_grandchild_holds_the_pipes() -> None:
     # asyncio's Process.wait() would hang here until the sleeper closes stdout/stderr.
-    async with ManagedProcess(["sh", "-c", "sleep 30 & echo $!; exit 3"]) as proc:
+    async with ManagedProcess(["sh", "-c", "sleep 600 & echo $!; exit 3"]) as proc:
         grandchild = int(await _line(proc) or b"0")
-        assert await proc.wait_exit(3) == ExitStatus(exit_code=3, signal=None)
+        assert await proc.wait_exit(PROMPTLY) == ExitStatus(exit_code=3, signal=None)
         assert _alive(grandchild)
         teardown = await proc.terminate()
         assert teardown.tier == "exited"
@@ -215,7 +215,7 @@ async def test_terminate_before_start_is_harmless() -> None:
 
 # -- the teardown ladder --------------------------------------------------------------------------
 
-_EOF_DEAF = "import sys, time\nprint('ready', flush=True)\ntime.sleep(60)\n"
+_EOF_DEAF = "import sys, time\nprint('ready', flush=True)\ntime.sleep(600)\n"
 _TERM_TRAP = (
     "import signal, sys, time\n"
     "signal.signal(signal.SIGTERM, signal.SIG_IGN)\n"
@@ -225,13 +225,14 @@ _TERM_TRAP = (
 
 
 async def test_ladder_eof_deaf_child_gets_sigterm() -> None:
-    proc = await ManagedProcess([PY, "-c", _EOF_DEAF]).start()
+    # Built with a 600 s EOF grace: a ladder that ignored the 0.3 s one given to terminate() would take that.
+    proc = await ManagedProcess([PY, "-c", _EOF_DEAF], eof_grace=600).start()
     assert await _line(proc) == b"ready"
     started = time.monotonic()
     teardown = await proc.terminate(eof_grace=0.3, term_grace=5)
     assert teardown.tier == "sigterm"
     assert teardown.exit_status == ExitStatus(exit_code=None, signal="SIGTERM")
-    assert 0.3 <= time.monotonic() - started < 4
+    assert 0.3 <= time.monotonic() - started < PROMPTLY
 
 
 async def test_ladder_sigterm_trapping_child_gets_sigkill() -> None:
@@ -301,8 +302,9 @@ async def test_natively_cancelled_caller_still_completes_teardown() -> None:
 
 async def test_cancelled_body_tears_the_child_down() -> None:
     pid: int | None = None
-    with anyio.move_on_after(0.3):
+    with anyio.CancelScope() as scope:
         async with ManagedProcess(["sleep", "60"], eof_grace=0.1) as proc:
             pid = proc.pid
+            scope.cancel()  # once the child runs (a fixed delay could land before the spawn on a loaded box)
             await anyio.sleep(30)
     assert pid is not None and not _alive(pid)

@@ -32,7 +32,7 @@ from dsh.llm import (
 from dsh.llm.loopback import streams
 from dsh.llm.loopback.fault_server import Behaviour, FaultServer
 from tests import canaries
-from tests.waiting import async_wait_until
+from tests.waiting import PROMPTLY, async_wait_until
 
 pytestmark = pytest.mark.anyio
 
@@ -109,12 +109,13 @@ async def test_length_finishes_as_max_tokens(fault_server, make_client, stream_o
 
 
 async def test_keepalives_before_content_are_out_of_band(fault_server, make_client, stream_outcome):
-    # 8 comments 0.1 s apart outlast a 0.5 s idle limit: before the first token they prove liveness.
-    fault_server.push(Behaviour("keepalive_then_text", count=8, interval=0.1, text="Done."))
-    client = make_client(fault_server.url, stream_idle_timeout=0.5, first_token_timeout=5.0)
+    # 15 comments 0.1 s apart outlast a 1 s idle limit: before the first token they prove liveness. (A gap
+    # of 0.1 s against 1 s: a loaded machine that delays one comment does not break the chain.)
+    fault_server.push(Behaviour("keepalive_then_text", count=15, interval=0.1, text="Done."))
+    client = make_client(fault_server.url, stream_idle_timeout=1.0, first_token_timeout=60.0)
     outcome = await stream_outcome(client)
     assert outcome.error is None
-    assert outcome.events == [KeepAlive()] * 8 + [TextDelta("Done."), usage(1), Finish("stop")]
+    assert outcome.events == [KeepAlive()] * 15 + [TextDelta("Done."), usage(1), Finish("stop")]
 
 
 @pytest.mark.parametrize("params", [{"crlf": True}, {"bom": True}, {"crlf": True, "bom": True},
@@ -127,7 +128,7 @@ async def test_wire_variants_decode_identically(fault_server, make_client, strea
 
 
 async def test_slow_text_streams_each_chunk_as_it_arrives(fault_server, make_client):
-    fault_server.push(Behaviour("slow_text", delay=0.1))
+    fault_server.push(Behaviour("slow_text", delay=0.2))  # 1.2 s from the first delta to the last
     client = make_client(fault_server.url)
     arrivals: list[float] = []
     start = time.monotonic()
@@ -135,7 +136,8 @@ async def test_slow_text_streams_each_chunk_as_it_arrives(fault_server, make_cli
         if isinstance(event, TextDelta):
             arrivals.append(time.monotonic() - start)
     assert len(arrivals) == 7
-    # Deltas are not buffered until the end: the first arrives well before the last.
+    # Deltas are not buffered until the end: the first arrives well before the last (a lower bound: the
+    # first delta would have to be read 0.9 s late for a loaded machine to break it).
     assert arrivals[-1] - arrivals[0] >= 0.3
 
 
@@ -272,14 +274,15 @@ async def test_idle_timeout_says_which_deadline_fired(
     fault_server, make_client, stream_outcome, behaviour, message, before
 ):
     fault_server.push(behaviour)
-    client = make_client(fault_server.url, stream_idle_timeout=0.3, first_token_timeout=5.0)
+    client = make_client(fault_server.url, stream_idle_timeout=0.3, first_token_timeout=60.0)
     start = time.monotonic()
     outcome = await stream_outcome(client)
     elapsed = time.monotonic() - start
     error = outcome.failure
     assert (error.code, error.message, error.retry_limit) == ("TIMEOUT", message, None)
     assert outcome.events == before
-    assert 0.25 <= elapsed < 3.0
+    # The 0.3 s deadline, not the 60 s first-token one (the stalls never end by themselves).
+    assert 0.25 <= elapsed < PROMPTLY
 
 
 async def test_first_token_deadline_bounds_a_keepalive_only_server(fault_server, make_client, stream_outcome):
@@ -291,22 +294,22 @@ async def test_first_token_deadline_bounds_a_keepalive_only_server(fault_server,
     error = outcome.failure
     assert (error.code, error.message) == ("TIMEOUT", "no content from DeepSeek within 0.8s (keep-alives only)")
     assert error.retry_limit == 1  # a keep-alive-only server does not hold the turn for the whole retry budget
-    assert 0.75 <= elapsed < 4.0
+    assert 0.75 <= elapsed < PROMPTLY  # the 0.8 s deadline: without it the keep-alives go on forever
     assert len(outcome.events) >= 5
     assert set(outcome.events) == {KeepAlive()}
-    await async_wait_until(lambda: fault_server.connections_open == 0, 3, "the server to see the client leave")
+    await async_wait_until(lambda: fault_server.connections_open == 0, PROMPTLY, "the server to see the client leave")
 
 
 async def test_keepalives_after_content_do_not_rearm_the_idle_timer(fault_server, make_client, stream_outcome):
     fault_server.push(Behaviour("keepalive_only", interval=0.05, text="Started"))
-    client = make_client(fault_server.url, stream_idle_timeout=0.3, first_token_timeout=30.0)
+    client = make_client(fault_server.url, stream_idle_timeout=0.3, first_token_timeout=60.0)
     start = time.monotonic()
     outcome = await stream_outcome(client)
     elapsed = time.monotonic() - start
     assert (outcome.failure.code, outcome.failure.message) == ("TIMEOUT", "DeepSeek stream idle timeout after 0.3s")
     assert outcome.events[0] == TextDelta("Started")
     assert KeepAlive() in outcome.events
-    assert 0.25 <= elapsed < 3.0
+    assert 0.25 <= elapsed < PROMPTLY  # the 0.3 s idle deadline: re-armed by keep-alives it never fires
 
 
 # --- cancellation --------------------------------------------------------------------------
@@ -345,7 +348,7 @@ async def test_cancellation_raises_aborted(fault_server, make_client, behaviour,
     assert len(seen) == (cancel_after_events or 0)
     # The client is still usable and the server let go of the cancelled connection.
     assert (await _one_text(client)) == "".join(DEFAULT_TEXT)
-    await async_wait_until(lambda: fault_server.connections_open <= 1, 3, "the cancelled connection to close")
+    await async_wait_until(lambda: fault_server.connections_open <= 1, PROMPTLY, "the cancelled connection to close")
 
 
 async def _one_text(client) -> str:

@@ -36,6 +36,7 @@ from dsh.llm import DeepSeekClient
 from dsh.llm.loopback.fault_server import Behaviour, FaultServer
 from dsh.repl import demo
 from tests import canaries
+from tests.waiting import PROMPTLY, async_wait_until
 
 RAW_AGENT = str(Path(__file__).with_name("raw_acp_agent.py"))
 SDK_AGENT = str(Path(demo.__file__).with_name("acp_agent.py"))
@@ -241,11 +242,12 @@ async def _soak(root: Path) -> dict[str, Any]:
             server.push(*script)
             if expected == "aborted":
                 async with anyio.create_task_group() as tg:
-                    async def cancel_soon() -> None:
-                        await anyio.sleep(0.02)  # a cancel 20 ms into the turn: the behaviour under test
+                    async def cancel_once_stalled() -> None:
+                        # Not a fixed delay: cancelled before the server took the stall, the next turn would get it.
+                        await async_wait_until(lambda: not server.pending, PROMPTLY, "the server to take the stall")
                         agent.cancel("soak cancel")
 
-                    tg.start_soon(cancel_soon)
+                    tg.start_soon(cancel_once_stalled)
                     reason = await agent.run_turn(f"soak turn {n}")
             else:
                 reason = await agent.run_turn(f"soak turn {n}")

@@ -25,6 +25,7 @@ from dsh.agent_loop.subagent.dsh_sdk import DshSdkRun, from_config
 from dsh.agent_loop.subagent.result import SubagentRequest, SubagentResult
 from dsh.llm.loopback.fault_server import Behaviour, FaultServer, RecordedRequest
 from tests import canaries
+from tests.waiting import PROMPTLY
 
 REPO = str(Path(__file__).resolve().parents[3])
 SCRIPTED = [sys.executable, "-m", "dsh.repl.demo.scripted_dsh_child"]
@@ -160,7 +161,7 @@ class Outcome:
     result: SubagentResult
     pid: int | None
     requests: list[RecordedRequest]
-    seconds: float
+    seconds_after_cancel: float | None  # from the local cancel until the run was disposed
     log_lines: list[str]
 
 
@@ -192,19 +193,21 @@ async def _drive(case: Case) -> Outcome:
         async with FaultServer(script=case.upstream) as server:
             parent = ParentContext(model="probe-model", base_url=server.url, api_key=canaries.API_KEY)
             provider = build_provider("probe", _table(case), parent)
-            started = time.monotonic()
+            cancelled_at: float | None = None
             async with provider.run(SubagentRequest(DESCRIPTION, case.prompt, case.cwd)) as run:
                 assert isinstance(run, DshSdkRun)
                 with anyio.fail_after(60):
                     if case.cancel_on_output:
                         while not run.partial_output():
                             await anyio.sleep(0.02)
+                        cancelled_at = time.monotonic()
                         await run.cancel()
                     result = await run.result()
                     pid = run.process.pid if run.process is not None else None
             assert await run.result() is result  # settled once
             await run.dispose()  # idempotent
-            return Outcome(result, pid, list(server.requests), time.monotonic() - started, collector.lines)
+            after_cancel = None if cancelled_at is None else time.monotonic() - cancelled_at
+            return Outcome(result, pid, list(server.requests), after_cancel, collector.lines)
     finally:
         root.removeHandler(collector)
         root.setLevel(old_level)
@@ -232,7 +235,9 @@ def _cancel_keeps_a_prefix(outcome: Outcome) -> None:
 
 
 def _cancel_does_not_wait_for_the_child(outcome: Outcome) -> None:
-    assert outcome.seconds < 10  # a child that ignores session/cancel does not hold the parent
+    # A child that ignores session/cancel (and would hang for ever) does not hold the parent: the run
+    # settles and is disposed promptly (the child's start-up, seconds on a loaded box, is not counted).
+    assert outcome.seconds_after_cancel is not None and outcome.seconds_after_cancel < PROMPTLY
 
 
 def _exit_code_only(outcome: Outcome) -> None:

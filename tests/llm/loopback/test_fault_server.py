@@ -21,7 +21,7 @@ import pytest
 
 from dsh.llm.loopback import streams
 from dsh.llm.loopback.fault_server import BEHAVIOURS, Behaviour, FaultServer, FullBacklogListener
-from tests.waiting import async_wait_until
+from tests.waiting import PROMPTLY, async_wait_until
 
 REPO = Path(__file__).resolve().parents[3]
 URL_LINE = re.compile(r"fault server listening on (http://127\.0\.0\.1:\d+)")
@@ -244,7 +244,7 @@ async def test_keepalive_only_runs_until_the_client_leaves():
                 if seen.count(streams.KEEPALIVE) >= 5:
                     break
         assert set(seen.split(b"\n\n")) <= {b": keep-alive", b""}
-        await async_wait_until(lambda: server.connections_open == 0, 3, "the server to close the connection")
+        await async_wait_until(lambda: server.connections_open == 0, PROMPTLY, "the server to close the connection")
 
 
 @pytest.mark.anyio
@@ -261,7 +261,8 @@ async def test_stop_cancels_every_connection_without_leaks():
 
         async def hang() -> None:
             try:
-                async with httpx.AsyncClient(timeout=10, trust_env=False) as http, \
+                # The clients would wait 600 s (the keep-alive one forever): a stop that waited for them hangs.
+                async with httpx.AsyncClient(timeout=600, trust_env=False) as http, \
                         http.stream("POST", server.url + "/chat/completions", json={}) as response:
                     async for _ in response.aiter_bytes():
                         pass
@@ -271,10 +272,9 @@ async def test_stop_cancels_every_connection_without_leaks():
         async with anyio.create_task_group() as group:
             for _ in script:
                 group.start_soon(hang)
-            await async_wait_until(lambda: len(server.requests) >= len(script), 3, "every request to arrive")
-            started = time.monotonic()
-            await server.aclose()
-            assert time.monotonic() - started < 2.0
+            await async_wait_until(lambda: len(server.requests) >= len(script), PROMPTLY, "every request to arrive")
+            with anyio.fail_after(PROMPTLY):
+                await server.aclose()
         assert server.connections_open == 0
         assert len(results) == len(script)  # every client saw the connection go
         assert not (set(asyncio.all_tasks()) - before)
@@ -299,18 +299,15 @@ def test_thread_mode_reports_a_port_in_use():
         FaultServer(port=first.port).start_in_thread()
 
 
-def test_huge_text_is_fast():
-    """The bench streams 200 000 one-to-three character deltas; serving them must not dominate."""
+def test_huge_text_serves_the_whole_blob():
+    """200 000 one-to-three character deltas arrive byte for byte (no speed claim: the bench has its own server)."""
     with FaultServer([Behaviour("huge_text", n=200_000)]) as server, \
-            httpx.Client(timeout=30, trust_env=False) as http:
-        started = time.monotonic()
-        with http.stream("POST", server.url + "/chat/completions", json={}) as response:
-            size = sum(len(chunk) for chunk in response.iter_raw())
-        elapsed = time.monotonic() - started
+            httpx.Client(timeout=30, trust_env=False) as http, \
+            http.stream("POST", server.url + "/chat/completions", json={}) as response:
+        size = sum(len(chunk) for chunk in response.iter_raw())
     blob, text = streams.huge_text_blob(200_000)
     assert size == len(blob)
     assert 200_000 <= len(text) <= 600_000
-    assert elapsed < 10.0, f"200k deltas took {elapsed:.1f}s"
 
 
 def test_full_backlog_listener_makes_connect_hang():
