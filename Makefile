@@ -41,10 +41,11 @@ test: $(VENV)/.test
 	$(BIN)/python -m pytest -q -p no:cacheprovider $(PYTEST_ARGS)
 
 # The quick tier for the edit-and-test loop: lint and the unit tests (no pseudo-terminal, reliability,
-# packaging or real-product runs); `make test` runs everything.
+# packaging, subagent-process or real-product runs, no transcript regeneration); `make test` runs everything.
 check: lint
 	$(BIN)/python -m pytest -q -p no:cacheprovider -m "not slow and not real_product" \
-		--ignore=tests/e2e --ignore=tests/reliability --ignore=tests/packaging $(PYTEST_ARGS)
+		--ignore=tests/e2e --ignore=tests/reliability --ignore=tests/packaging \
+		--ignore=tests/agent_loop/subagent --ignore=tests/test_docs.py $(PYTEST_ARGS)
 
 lint: $(VENV)/.test
 	$(BIN)/ruff check .

@@ -15,9 +15,9 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from dsh.llm import Finish, TextDelta, Usage
-from dsh.llm.deepseek import _ChunkParser
 from dsh.llm.events import USAGE_COUNT_LIMIT
 from dsh.llm.loopback.fault_server import Behaviour
+from dsh.llm.stream_decoder import _ChunkParser
 
 pytestmark = pytest.mark.anyio
 
