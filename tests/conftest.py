@@ -15,9 +15,10 @@ from tests import canaries
 from tests.leak_check import leak_checker, no_leftover_processes  # noqa: F401 (fixtures for every folder)
 
 CANARY_HITS: list[str] = []
+PROXY_VARIABLES = ("HTTP_PROXY", "HTTPS_PROXY", "ALL_PROXY", "NO_PROXY")
 
-# Hypothesis times every example (200 ms) and the data generation: speed claims a loaded machine breaks.
-# Neither is a property under test, so no property test has them; everything else stays as loaded
+# Hypothesis times every example (200 ms) and the data generation: speed claims a loaded machine breaks
+# and no property test is about. Both are off for the whole suite; every other setting stays as loaded
 # (with CI set, Hypothesis's own CI profile: derandomized, no database).
 settings.register_profile(
     "dsh-suite",
@@ -26,7 +27,6 @@ settings.register_profile(
     suppress_health_check=list(dict.fromkeys([*settings.default.suppress_health_check, HealthCheck.too_slow])),
 )
 settings.load_profile("dsh-suite")
-PROXY_VARIABLES = ("HTTP_PROXY", "HTTPS_PROXY", "ALL_PROXY", "NO_PROXY")
 
 
 @pytest.fixture

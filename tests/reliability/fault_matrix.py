@@ -68,7 +68,7 @@ IDLE, FIRST = 2, 3  # timeout rows: stream_idle_timeout / first_token_timeout (s
 # An endpoint row's whole run (start-up, two failing turns, exit) must end within this: a turn that fails at
 # once, against one that waits out a 30 s limit (connect, headers) twice. Start-up alone takes 5-7 s under
 # two busy loops, so a tighter bound would time the machine.
-FAST = 30
+ENDPOINT_FAST = 30
 SSL = r"\(_ssl\.c:\d+\)"
 # The rows' key comes from the environment, and the AUTH fix names where it came from.
 FIX_AUTH = "  fix: the API key was refused — check DEEPSEEK_API_KEY (environment)"
@@ -117,32 +117,32 @@ FAULTS: tuple[Fault, ...] = (
     # -- transport: the endpoint itself ---------------------------------------------------------------
     Fault("refused_port", "connection refused (closed port)", f"[turn failed TRANSPORT] {_TR}{_REFUSED}"
           "\n  fix: nothing is listening at 127.0.0.1:{port} — check --base-url (flag)",
-          code="TRANSPORT", endpoint="refused", fast=FAST, group="transport"),
+          code="TRANSPORT", endpoint="refused", fast=ENDPOINT_FAST, group="transport"),
     # In a loopback-only namespace whose resolver reads /etc/hosts alone: no query leaves the machine.
     Fault("dns_failure", "DNS failure (a name that does not exist)",
           "[turn failed TRANSPORT] DeepSeek API request to http://api.nonexistent.invalid failed: "
           "[Errno -2] Name or service not known"
           "\n  fix: the host name api.nonexistent.invalid does not exist — check --base-url (flag)",
-          code="TRANSPORT", endpoint="dns", fast=FAST, group="transport"),
+          code="TRANSPORT", endpoint="dns", fast=ENDPOINT_FAST, group="transport"),
     Fault("https_to_plain", "https:// to a plain-HTTP listener",
           re.escape("[turn failed TRANSPORT] DeepSeek API request to {url} failed: ")
           + r"\[SSL: WRONG_VERSION_NUMBER\] wrong version number " + SSL
           + re.escape("\n  fix: the server speaks plain HTTP — did you mean ") + r"http://127\.0\.0\.1:\d+\?",
-          code="TRANSPORT", endpoint="https_plain", regex=True, fast=FAST, group="transport"),
+          code="TRANSPORT", endpoint="https_plain", regex=True, fast=ENDPOINT_FAST, group="transport"),
     Fault("self_signed_tls", "self-signed TLS certificate",
           re.escape("[turn failed TRANSPORT] DeepSeek API request to {url} failed: ")
           + r"\[SSL: CERTIFICATE_VERIFY_FAILED\] certificate verify failed: self-signed certificate " + SSL
           + re.escape("\n  fix: the certificate is not trusted — install its CA in the system trust store, "
                       "or point SSL_CERT_FILE at it"),
-          code="TRANSPORT", endpoint="tls", regex=True, fast=FAST, group="transport"),
+          code="TRANSPORT", endpoint="tls", regex=True, fast=ENDPOINT_FAST, group="transport"),
     Fault("connect_timeout", "connect timeout (full accept backlog)",
           f"[turn failed TIMEOUT] no response headers from DeepSeek within {IDLE}s", code="TIMEOUT",
-          endpoint="backlog", timeouts=True, fast=FAST, group="transport"),
+          endpoint="backlog", timeouts=True, fast=ENDPOINT_FAST, group="transport"),
     Fault("https_proxy_closed", "HTTPS_PROXY at a closed port",
           "[turn failed PROXY] DeepSeek API request to https://api.deepseek.invalid via proxy "
           "http://127.0.0.1:{port} failed: " + _REFUSED
           + "\n  fix: nothing is listening at the proxy 127.0.0.1:{port} — check HTTPS_PROXY (environment)",
-          code="PROXY", endpoint="proxy", fast=FAST, group="transport"),
+          code="PROXY", endpoint="proxy", fast=ENDPOINT_FAST, group="transport"),
     Fault("port_99999", "port 99999 in the base URL",
           "dsh: failed to start: command line: base_url has an invalid port (use 1-65535), "
           "got 'http://127.0.0.1:99999'", end="startup", endpoint="port99999", exit_code=2, group="transport"),
