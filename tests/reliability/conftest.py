@@ -14,11 +14,14 @@ from __future__ import annotations
 import functools
 import json
 import os
+from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
 import pytest
 from dsh_harness import COUNTS, FIGURES
+
+from dsh.llm.loopback.fault_server import FaultServer
 
 _HERE = Path(__file__).resolve().parent
 
@@ -78,3 +81,13 @@ def pytest_terminal_summary(terminalreporter: Any, exitstatus: int, config: pyte
     if target:
         report = {"counts": dict(COUNTS), "fuzz_total": _fuzz_total(), "figures": dict(FIGURES)}
         Path(target).write_text(json.dumps(report, indent=2, sort_keys=True) + "\n", encoding="utf-8")
+
+
+@pytest.fixture
+def server() -> Iterator[FaultServer]:
+    """A fault server on loopback for one test (each attack scripts its own behaviours)."""
+    srv = FaultServer().start_in_thread()
+    try:
+        yield srv
+    finally:
+        srv.stop()

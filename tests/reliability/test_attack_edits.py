@@ -17,7 +17,6 @@ import os
 import shutil
 import subprocess
 import time
-from collections.abc import Iterator
 from pathlib import Path
 
 import anyio
@@ -87,15 +86,6 @@ def test_a_4_mib_write_is_planned_with_its_known_secrets_counted(tmp_path: Path)
 
 
 # --- 4: the git directory, under -p --allow-edits ------------------------------------------------
-
-
-@pytest.fixture
-def server() -> Iterator[FaultServer]:
-    srv = FaultServer().start_in_thread()
-    try:
-        yield srv
-    finally:
-        srv.stop()
 
 
 def _git(cwd: Path, *args: str) -> subprocess.CompletedProcess[str]:

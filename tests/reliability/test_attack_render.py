@@ -14,7 +14,6 @@ from __future__ import annotations
 
 import json
 import sys
-from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
@@ -28,15 +27,6 @@ HUGE = {"prompt_tokens": 10**400, "completion_tokens": 10**400, "total_tokens": 
         "prompt_cache_hit_tokens": 10**400, "prompt_cache_miss_tokens": 10**400}
 NEGATIVE = {"prompt_tokens": -95_400_000, "completion_tokens": -5, "total_tokens": -1,
             "prompt_cache_hit_tokens": -1, "prompt_cache_miss_tokens": -150_000}
-
-
-@pytest.fixture
-def server() -> Iterator[FaultServer]:
-    srv = FaultServer().start_in_thread()
-    try:
-        yield srv
-    finally:
-        srv.stop()
 
 
 def _print_json(tmp_path: Path, server: FaultServer, label: str) -> tuple[int, dict[str, object], str]:

@@ -14,7 +14,7 @@ import json
 import os
 import shutil
 import subprocess
-from collections.abc import Iterator, Mapping, Sequence
+from collections.abc import Mapping, Sequence
 from pathlib import Path
 
 import anyio
@@ -33,15 +33,6 @@ PLAIN_CANARY = "canaryPlainEnviron4821"  # in a variable whose name does not loo
 KEY_BODY = "b3BlbnNzaC1rZXktdjEAAAAABG5vbmUAAAAEbm9uZQcanaryPem"
 # Written into a file, so not one of tests/canaries.py's (the suite-end scan greps every file for those).
 USER_WRITTEN_KEY = "sk-userWrittenKey0123456789abcdef"
-
-
-@pytest.fixture
-def server() -> Iterator[FaultServer]:
-    srv = FaultServer().start_in_thread()
-    try:
-        yield srv
-    finally:
-        srv.stop()
 
 
 def cloned_into_workspace(

@@ -9,25 +9,13 @@ docs/reliability.md ("Hostile streams").
 from __future__ import annotations
 
 import os
-from collections.abc import Iterator
 from pathlib import Path
-
-import pytest
 
 from dsh.llm.loopback.fault_server import Behaviour, FaultServer
 from tests.reliability.dsh_harness import FIGURES, Home, Run, config_text, make_home, read_log, run_dsh
 
 PEAK_LIMIT_MB = 512
 LAUNCHER = ("-m", "tests.reliability.peak_rss_dsh")
-
-
-@pytest.fixture
-def server() -> Iterator[FaultServer]:
-    srv = FaultServer().start_in_thread()
-    try:
-        yield srv
-    finally:
-        srv.stop()
 
 
 def _run(home: Home, server: FaultServer, lines: list[str], label: str) -> tuple[Run, float]:
