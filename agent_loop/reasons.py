@@ -1,6 +1,7 @@
 """Turn-end reasons: every turn ends with exactly one of these.
 
-Each reason is a small frozen dataclass with ``kind``, ``to_dict()`` and ``EndReason.from_dict()``; the
+Each reason is a small frozen dataclass with ``kind``, ``exit_code`` (what ``dsh -p`` exits with after such a
+turn; docs/scripting.md), ``to_dict()`` and ``EndReason.from_dict()``; the
 ``turn/end`` event (:class:`dsh.agent_loop.events.TurnEnd`) carries one. A kind this version does not
 know (read from a newer log or child) becomes :class:`OtherEnd` and is treated as an ordinary end.
 """
@@ -30,6 +31,7 @@ __all__ = [
 @dataclass(frozen=True, slots=True)
 class EndReason:
     kind: ClassVar[str] = ""
+    exit_code: ClassVar[int] = 0  # an ordinary end
 
     def to_dict(self) -> dict[str, Any]:
         return {"kind": self.kind}
@@ -73,6 +75,7 @@ class Completed(EndReason):
 @dataclass(frozen=True, slots=True)
 class MaxTokens(EndReason):
     kind: ClassVar[str] = "max-tokens"
+    exit_code: ClassVar[int] = 4
 
 
 @dataclass(frozen=True, slots=True)
@@ -80,6 +83,7 @@ class Interrupted(EndReason):
     """Written only by log repair: the process that ran the turn exited before ending it."""
 
     kind: ClassVar[str] = "interrupted"
+    exit_code: ClassVar[int] = 1
 
 
 @dataclass(frozen=True, slots=True)
@@ -87,11 +91,13 @@ class Disposed(EndReason):
     """The agent was closed while the turn ran."""
 
     kind: ClassVar[str] = "disposed"
+    exit_code: ClassVar[int] = 1
 
 
 @dataclass(frozen=True, slots=True)
 class Aborted(EndReason):
     kind: ClassVar[str] = "aborted"
+    exit_code: ClassVar[int] = 130
     reason: str | None = "cancelled"
 
     def to_dict(self) -> dict[str, Any]:
@@ -101,6 +107,7 @@ class Aborted(EndReason):
 @dataclass(frozen=True, slots=True)
 class Rejected(EndReason):
     kind: ClassVar[str] = "rejected"
+    exit_code: ClassVar[int] = 3
     reason: str = ""
 
     def to_dict(self) -> dict[str, Any]:
@@ -112,6 +119,7 @@ class Failed(EndReason):
     """``error {code, message, step, status?, request_id?}``; ``message`` is the rendered cause chain."""
 
     kind: ClassVar[str] = "error"
+    exit_code: ClassVar[int] = 1
     code: str = ErrorCode.UNKNOWN
     message: str = ""
     step: int = 0

@@ -54,13 +54,15 @@ def _shell_turn(
     stack: contextlib.AsyncExitStack, base_url: str, root: Path, tty: Any
 ) -> Callable[[], Awaitable[float]]:
     from dsh.llm import DeepSeekClient
-    from dsh.repl.cli import StreamSink
     from dsh.repl.config import Config
+    from dsh.repl.frontend import PlainFrontEnd, StreamSink
     from dsh.repl.shell import Shell
 
     client = DeepSeekClient(base_url=base_url, api_key=subjects.BENCH_KEY)
     config = Config(api_key=subjects.BENCH_KEY, base_url=base_url)
-    shell = Shell(config, StreamSink(tty), color=True, env={"XDG_STATE_HOME": str(root)}, client=client)
+    sink = StreamSink(tty)
+    shell = Shell(config, PlainFrontEnd(sink, flush=sink.flush), color=True, env={"XDG_STATE_HOME": str(root)},
+                  client=client)
     stack.push_async_callback(shell.aclose)  # closes the client too
     started = False
 
@@ -70,11 +72,11 @@ def _shell_turn(
             await shell.start()
             started = True
         else:
-            await shell.new_session()  # a fresh conversation, so every turn sends the same request
+            await shell.session.new_session()  # a fresh conversation, so every turn sends the same request
         start = time.perf_counter()
         reason = await shell.run_turn(PROMPT)
         elapsed = time.perf_counter() - start
-        if reason.get("kind") != "completed":
+        if reason.kind != "completed":
             raise RuntimeError(f"the REPL turn ended {reason}")
         return elapsed
 

@@ -1,6 +1,6 @@
 """Subagent round trips: the child dsh provider, and the ACP provider against the raw ACP SDK.
 
-``child_dsh_roundtrip_ms``  spawn of ``python -m dsh.agent_loop.serve --stdio`` to its answer (one turn
+``child_dsh_roundtrip_ms``  spawn of ``python -m dsh.repl.serve --stdio`` to its answer (one turn
                             against the bench server), through the ``dsh`` provider.
 ``acp_vs_raw_sdk``          spawn -> initialize -> session/new -> prompt -> child reaped, against
                             ``repl/demo/acp_agent.py``: dsh's ACP provider over the SDK's own

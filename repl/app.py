@@ -13,10 +13,12 @@ is a SIGINT, which a signal receiver turns into the same actions.
 
 from __future__ import annotations
 
+import argparse
 import asyncio
 import contextlib
 import os
 import signal
+import sys
 import time
 from collections.abc import AsyncIterator, Callable, Iterable
 from pathlib import Path
@@ -26,6 +28,7 @@ import anyio
 from prompt_toolkit import PromptSession
 from prompt_toolkit.application import Application, get_app_or_none
 from prompt_toolkit.application.current import get_app_session
+from prompt_toolkit.buffer import Buffer
 from prompt_toolkit.completion import CompleteEvent, Completer, Completion
 from prompt_toolkit.document import Document
 from prompt_toolkit.filters import Condition
@@ -39,8 +42,10 @@ from prompt_toolkit.output import Output
 from prompt_toolkit.patch_stdout import patch_stdout
 
 from dsh.repl import commands
+from dsh.repl.config import Config, history_path
 from dsh.repl.render import (
     Approval,
+    Rewrite,
     approval_answer,
     approval_question,
     diff_approval,
@@ -49,12 +54,14 @@ from dsh.repl.render import (
     terminal_text,
 )
 from dsh.repl.shell import Shell, StartupError
+from dsh.repl.start import banner, color, open_shell
 from dsh.repl.usage import context_text
 
 if TYPE_CHECKING:
+    from dsh.agent_loop.tools.edits import EditRequest
     from dsh.agent_loop.tools.registry import Approval as ToolApproval
 
-__all__ = ["InteractiveApp", "SafeHistory", "TerminalSink"]
+__all__ = ["InteractiveApp", "SafeHistory", "TerminalSink", "run_interactive"]
 
 DOUBLE_CTRL_C_WINDOW = 2.0
 _SIGNALS = (signal.SIGINT, signal.SIGTERM)
@@ -108,7 +115,7 @@ class TerminalSink:
     def write(self, text: str) -> None:
         if not text:
             return
-        rewrite = getattr(text, "rewrites_partial", False)
+        rewrite = isinstance(text, Rewrite)
         text = terminal_text(text)  # the one sanitizer: nothing reaches the terminal without it
         if rewrite:
             self.partial = ""  # the rewrite carries that line again, rendered
@@ -227,27 +234,32 @@ class SlashCompleter(Completer):
 
             return [(s.name, s.summary) for s in SCENARIOS.values()]
         if name == "resume":
-            from dsh.agent_loop.session_log import list_sessions
+            from dsh.agent_loop.session_log import list_sessions  # the log's reader: not before the first prompt
 
+            session = self.shell.session
+            root = session.sessions_root
+            assert root is not None  # the REPL's sessions keep a log
             return [("last", "this project's latest session")] + [
-                (info.id, info.title) for info in reversed(list_sessions(self.shell.root, project=self.shell.project))
+                (info.id, info.title) for info in reversed(list_sessions(root, project=session.project))
             ]
         return []
 
 
 class InteractiveApp:
-    """Prompt, turns, keys. ``run()`` returns the exit status."""
+    """The terminal front end: prompt, turns, keys. ``run(shell)`` returns the exit status.
 
-    def __init__(self, shell: Shell, *, history: Path, banner: str) -> None:
-        self.shell = shell
-        self.banner = banner
+    It is the :class:`~dsh.repl.frontend.FrontEnd` its shell writes to: text goes through a
+    :class:`TerminalSink`, each turn runs under the live view, approvals are asked inline.
+    """
+
+    rewrites_partial = True  # the sink keeps an unfinished line aside
+    can_approve = True
+
+    def __init__(self, *, history: Path) -> None:
         self.history_path = history
+        self._shell: Shell | None = None  # given to run()
         self._output = get_app_session().output  # before patch_stdout replaces sys.stdout
         self.sink = TerminalSink(self._output)
-        shell.sink = self.sink
-        shell.turn_scope = self._turn_view
-        shell.ask_approval = self._ask_approval
-        shell.on_idle_notice = self._wake_for_notice
         self._session: PromptSession[str] | None = None
         self._view: Application[None] | None = None
         self._last_ctrl_c: float | None = None
@@ -260,9 +272,32 @@ class InteractiveApp:
         self._startup_error: StartupError | None = None
         self._typed = ""  # typed during a turn: the next prompt starts with it
 
+    # --- the front end a shell writes to ------------------------------------------------------------
+
+    def write(self, text: str) -> None:
+        self.sink.write(text)
+
+    def flush(self) -> None:
+        pass  # the sink writes complete lines itself, and drains when a view closes
+
+    def turn_view(self) -> contextlib.AbstractAsyncContextManager[None]:
+        return self._turn_view()
+
+    async def ask_approval(self, request: str | EditRequest) -> ToolApproval | None:
+        return await self._ask_approval(request)
+
+    def wake(self) -> None:
+        self._wake_for_notice()
+
+    @property
+    def shell(self) -> Shell:
+        assert self._shell is not None, "run() first"
+        return self._shell
+
     # --- the loop ---------------------------------------------------------------------------------
 
-    async def run(self) -> int:
+    async def run(self, shell: Shell, *, banner: str) -> int:
+        self._shell = shell
         # Plain asyncio (prompt_toolkit's loop) until the first prompt is drawn: anyio's backend is
         # loaded with the agent, just after (see _build_agent).
         loop = asyncio.get_running_loop()
@@ -270,14 +305,14 @@ class InteractiveApp:
             loop.add_signal_handler(signum, self._on_signal, signum)
         try:
             with patch_stdout(raw=True):
-                return await self._loop()
+                return await self._loop(banner)
         finally:
             for signum in _SIGNALS:
                 loop.remove_signal_handler(signum)
 
-    async def _loop(self) -> int:
+    async def _loop(self, banner: str) -> int:
         self._session = self._build_prompt()
-        self.shell.say(self.banner)
+        self.shell.say(banner)
         while True:
             line = await self._read_line()
             if self._startup_error is not None:
@@ -311,12 +346,12 @@ class InteractiveApp:
 
     def _schedule_agent(self) -> None:
         """Runs before the prompt is drawn: build the agent right after, while the user reads it."""
-        if self.shell.agent is None and self._session is not None:
+        if self.shell.session.agent is None and self._session is not None:
             self._session.app.create_background_task(self._build_agent())
 
     async def _build_agent(self) -> None:
         try:
-            self.shell.ensure_agent()  # a line sent before this ran builds it itself (Shell.run_turn)
+            self.shell.session.ensure_agent()  # a line sent before this ran builds it itself (Session.run_turn)
         except StartupError as exc:
             self._startup_error = exc
             self._exit_prompt()
@@ -330,7 +365,7 @@ class InteractiveApp:
             self._exit_status = 128 + signal.SIGTERM
             self.shell.cancel_turn()
             self._exit_prompt()
-        elif self.shell.turn_running:
+        elif self.shell.session.turn_running:
             self.shell.cancel_turn()
         elif self._session is not None and self._session.app.is_running:
             self._prompt_ctrl_c(self._session.app.current_buffer, self._session.app)
@@ -351,8 +386,9 @@ class InteractiveApp:
     # --- the prompt ----------------------------------------------------------------------------------
 
     def _toolbar_base(self) -> str:
-        text = f" {self.shell.model} · {self.shell.endpoint}"
-        context = context_text(self.shell.session_usage, self.shell.config.models)
+        session = self.shell.session
+        text = f" {session.model} · {session.endpoint}"
+        context = context_text(session.usage, self.shell.config.models)
         if context is not None:
             text += f" · {context}"
         if self.shell.demo is not None:
@@ -405,12 +441,11 @@ class InteractiveApp:
 
     def _expand(self, event: KeyPressEvent) -> None:
         """Ctrl-O, at the prompt or during a turn: the last tool output in full, above (like ``/expand``)."""
-        self.shell.say(commands.expanded_output(self.shell.last_tool_result))
+        self.shell.say(commands.expanded_output(self.shell.session.last_tool_result))
 
-    def _prompt_ctrl_c(self, buffer: object, app: Application[str]) -> None:
-        text = getattr(buffer, "text", "")
-        if text:
-            buffer.reset()  # type: ignore[attr-defined]
+    def _prompt_ctrl_c(self, buffer: Buffer, app: Application[str]) -> None:
+        if buffer.text:
+            buffer.reset()
             self._last_ctrl_c = None
             return
         now = time.monotonic()
@@ -424,7 +459,7 @@ class InteractiveApp:
     # --- the live view during a turn ---------------------------------------------------------------
 
     def _turn_toolbar(self) -> AnyFormattedText:
-        activity = self.shell.activity.text(time.monotonic())
+        activity = self.shell.display.activity.text(time.monotonic())
         hint = "Ctrl-C cancels"
         if self._typed:
             hint += f" · typed ahead: {len(self._typed)} chars, kept for the next prompt"
@@ -553,7 +588,7 @@ class InteractiveApp:
         with anyio.CancelScope(shield=True):
             await self.sink.drain()
 
-    async def _ask_approval(self, request: object) -> ToolApproval | None:
+    async def _ask_approval(self, request: str | EditRequest) -> ToolApproval | None:
         """The approver of run_shell (a command) and the edit tools (an EditRequest): inline, (y / n / a)."""
         view = self._view
         if view is None or not view.is_running:
@@ -561,14 +596,12 @@ class InteractiveApp:
         await self.sink.settle()  # every line before the question is on the screen above it
         self._answer, self._answered = None, anyio.Event()
         size = self._output.get_size()
-        from dsh.agent_loop.tools.edits import EditRequest  # loaded with the agent's tools already
-
-        if isinstance(request, EditRequest):
+        if isinstance(request, str):
+            self._approval = approval_question(request, rows=size.rows, cols=size.columns)
+        else:
             self._approval = diff_approval(request.diff, request.subject, tool=request.tool, rows=size.rows,
                                            cols=size.columns, color=self.shell.renderer.color,
                                            hidden=request.hidden, always=request.may_always)
-        else:
-            self._approval = approval_question(str(request), rows=size.rows, cols=size.columns)
         self._viewed = False
         self._question = self._approval.question
         view.invalidate()
@@ -580,3 +613,15 @@ class InteractiveApp:
             self._approval = None
         self.sink.write(self.shell.renderer.line(question + approval_answer(answered)))
         return _ANSWERS.get(answered or "")
+
+
+async def run_interactive(args: argparse.Namespace, config: Config, env: dict[str, str]) -> int:
+    """The REPL: the first prompt is drawn first and the agent built behind it (see ``_build_agent``)."""
+    app = InteractiveApp(history=history_path(env))
+    async with contextlib.AsyncExitStack() as stack:
+        shell = await open_shell(stack, args, config, env, app, color=color(env, sys.stdout), show_usage=True,
+                                 defer_agent=True)
+        if args.resume is not None:
+            shell.report_resumed()
+        return await app.run(shell, banner=banner(shell, args))
+    return 1  # pragma: no cover - the exit stack does not swallow

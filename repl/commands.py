@@ -9,24 +9,26 @@ The shell imports this module, never the other way round: a command sees the she
 
 from __future__ import annotations
 
+import dataclasses
+import json
 import re
 from collections.abc import Awaitable, Callable
 from dataclasses import dataclass
-from typing import TYPE_CHECKING, Any, Protocol
+from typing import TYPE_CHECKING, Protocol
 
-from dsh.llm import HarnessError, chain_links, error_chain, redact_text
+from dsh.agent_loop.context import estimate_tokens
+from dsh.agent_loop.reasons import EndReason
+from dsh.agent_loop.session import Session
+from dsh.llm import HarnessError, LlmError, chain_links, error_chain, redact_text
+from dsh.llm.models import PRICES_AS_OF, model_info
+from dsh.repl.usage import compact_count, usage_line
 
 if TYPE_CHECKING:
-    from pathlib import Path
-
-    from dsh.agent_loop.agent import Agent
-    from dsh.agent_loop.context import ProjectContext
     from dsh.agent_loop.events import ToolResult
-    from dsh.agent_loop.session_log import SessionLog
+    from dsh.agent_loop.subagent.jobs import Job, JobManager
     from dsh.llm import ChainLink
     from dsh.repl.config import Config
     from dsh.repl.demo.catalogue import Demo
-    from dsh.repl.usage import UsageTally
 
 __all__ = ["COMMANDS", "Command", "Host", "dispatch", "expanded_output", "help_text"]
 
@@ -35,46 +37,24 @@ class Host(Protocol):
     """What a command may use of the shell it runs in (:class:`dsh.repl.shell.Shell` is one)."""
 
     config: Config
-    env: dict[str, str]
     demo: Demo | None
-    agent: Agent | None
-    session: SessionLog | None
-    model: str
+    session: Session
     prefill: str  # text handed back to the next prompt
     exit_code: int | None
-    last_prompt: str | None
-    last_failure: BaseException | None
-    session_usage: UsageTally
-    last_tool_result: ToolResult | None  # the latest tool/result event, for /expand
-    toolkit: Any  # dsh.agent_loop.subagent.tool.SubagentToolkit when subagents are configured, else None
 
     @property
-    def project(self) -> str: ...
-
-    @property
-    def session_id(self) -> str | None: ...
-
-    def report_resumed(self) -> None: ...
-
-    @property
-    def root(self) -> Path: ...
+    def env(self) -> dict[str, str]: ...
 
     def say(self, text: str) -> None: ...
 
-    async def run_turn(self, prompt: str) -> dict[str, Any]: ...
+    def report_resumed(self) -> None: ...
 
-    async def new_session(self) -> str: ...
-
-    async def resume(self, ident: str) -> str: ...
-
-    async def list_jobs(self) -> list[str]: ...
-
-    async def ensure_context(self) -> ProjectContext: ...
+    async def run_turn(self, prompt: str) -> EndReason: ...
 
     async def compact(self, focus: str) -> None: ...
 
 
-Handler = Callable[[Host, str], Awaitable["dict[str, Any] | None"]]
+Handler = Callable[[Host, str], Awaitable["EndReason | None"]]
 
 
 @dataclass(frozen=True, slots=True)
@@ -116,7 +96,7 @@ def help_text(demo: bool) -> str:
     return "\n".join(lines)
 
 
-async def dispatch(shell: Host, text: str) -> dict[str, Any] | None:
+async def dispatch(shell: Host, text: str) -> EndReason | None:
     name, _, arg = text[1:].partition(" ")
     command = COMMANDS.get(name.lower())
     if command is None or (command.demo_only and shell.demo is None):
@@ -146,16 +126,17 @@ async def _exit(shell: Host, arg: str) -> None:
 
 @_command("new", "", "start a new conversation (new session log)")
 async def _new(shell: Host, arg: str) -> None:
-    ident = await shell.new_session()
+    ident = await shell.session.new_session()
     shell.say(f"new session {ident}")
 
 
 @_command("retry", "", "send the last prompt again")
-async def _retry(shell: Host, arg: str) -> dict[str, Any] | None:
-    if not shell.last_prompt:
+async def _retry(shell: Host, arg: str) -> EndReason | None:
+    prompt = shell.session.last_prompt
+    if not prompt:
         shell.say("nothing to retry yet")
         return None
-    return await shell.run_turn(shell.last_prompt)
+    return await shell.run_turn(prompt)
 
 
 _MODEL_NAME = re.compile(r"^[A-Za-z0-9][A-Za-z0-9._:/@+-]{0,127}$")
@@ -164,28 +145,21 @@ _MODEL_NAME = re.compile(r"^[A-Za-z0-9][A-Za-z0-9._:/@+-]{0,127}$")
 @_command("model", "[name]", "show or switch the model (from the next turn)")
 async def _model(shell: Host, arg: str) -> None:
     if not arg:
-        shell.say(f"model: {shell.model}")
+        shell.say(f"model: {shell.session.model}")
         return
     if not _MODEL_NAME.match(arg):
         shell.say(f"not a model name: {arg[:60]!r}")
         return
-    shell.model = arg
-    if shell.agent is not None:
-        shell.agent.model = arg
+    shell.session.set_model(arg)
     shell.say(f"model set to {arg} (from the next turn)")
 
 
 @_command("context", "", "show what is sent with each request, with sizes in tokens")
 async def _context(shell: Host, arg: str) -> None:
-    import json
-
-    from dsh.agent_loop.context import estimate_tokens
-    from dsh.llm.models import model_info
-    from dsh.repl.usage import compact_count
-
-    context = await shell.ensure_context()
-    agent = shell.agent
-    assert agent is not None  # ensure_context built it
+    session = shell.session
+    context = await session.ensure_context()
+    agent = session.agent
+    assert agent is not None and context is not None  # ensure_context built them
     rows: list[tuple[str, int]] = []
     for source in context.sources:
         label = f"{source.label}  {source.path}" if source.path is not None else source.label
@@ -201,11 +175,11 @@ async def _context(shell: Host, arg: str) -> None:
     width = max(len(label) for label, _ in rows)
     lines = ["context sent with each request (estimated at 4 characters a token):"]
     lines += [f"  {label:<{width}}  ≈ {compact_count(tokens)}" for label, tokens in rows]
-    info = model_info(shell.model, shell.config.models)
+    info = model_info(session.model, shell.config.models)
     window = f" of {compact_count(info.context_window)}" if info is not None and info.context_window else ""
     lines.append(f"  {'total':<{width}}  ≈ {compact_count(total)}{window}")
-    if shell.session_usage.requests:
-        tally = shell.session_usage
+    if session.usage.requests:
+        tally = session.usage
         how = "estimated since /compact" if tally.context_estimated else "reported by the server"
         lines.append(f"last request: {tally.context:,} tokens in the window ({how})")
     shell.say("\n".join(lines))
@@ -218,10 +192,7 @@ async def _compact(shell: Host, arg: str) -> None:
 
 @_command("cost", "", "tokens and cost since dsh started")
 async def _cost(shell: Host, arg: str) -> None:
-    from dsh.llm.models import PRICES_AS_OF, model_info
-    from dsh.repl.usage import usage_line
-
-    tally = shell.session_usage
+    tally = shell.session.usage
     if not tally.requests:
         shell.say("no requests yet")
         return
@@ -247,40 +218,40 @@ def _link_lines(links: list[ChainLink], depth: int, secrets: tuple[str, ...]) ->
 
 @_command("why", "", "the last failure's full cause chain, one link per line (subagents too)")
 async def _why(shell: Host, arg: str) -> None:
-    failure = shell.last_failure
+    failure = shell.session.last_failure
     if failure is None:
         shell.say("no failure yet")
         return
     secrets = shell.config.secrets
     head = "last failure"
-    code = getattr(failure, "code", None)
-    if isinstance(code, str):
-        head += f" ({code}"
-        status = getattr(failure, "status", None)
-        if isinstance(status, int):
-            head += f", HTTP {status}"
-        request_id = getattr(failure, "request_id", None)
-        if isinstance(request_id, str):
-            head += f", request id {redact_text(request_id, secrets)}"
+    if isinstance(failure, HarnessError):
+        head += f" ({failure.code}"
+        if isinstance(failure, LlmError) and failure.status is not None:
+            head += f", HTTP {failure.status}"
+        if isinstance(failure, LlmError) and failure.request_id is not None:
+            head += f", request id {redact_text(failure.request_id, secrets)}"
         head += ")"
     shell.say("\n".join([head + ":", *(f"  {line}" for line in _link_lines(chain_links(failure), 0, secrets))]))
 
 
 @_command("sessions", "[--all]", "list this project's saved sessions (--all: every project)")
 async def _sessions(shell: Host, arg: str) -> None:
-    from dsh.agent_loop.session_log import list_sessions
+    from dsh.agent_loop.session_log import list_sessions  # the log's reader: not before the first prompt
     from dsh.repl.sessions import listing_lines
 
     if arg not in ("", "--all"):
         shell.say("usage: /sessions [--all]")
         return
-    project = None if arg else shell.project
-    sessions = list_sessions(shell.root, project=project)
+    session = shell.session
+    root = session.sessions_root
+    assert root is not None  # the REPL's sessions keep a log
+    project = None if arg else session.project
+    sessions = list_sessions(root, project=project)
     if not sessions:
         scope = f" of {project}" if project is not None else ""
-        shell.say(f"no sessions{scope} in {shell.root}" + (" (/sessions --all lists every project)" if project else ""))
+        shell.say(f"no sessions{scope} in {root}" + (" (/sessions --all lists every project)" if project else ""))
         return
-    lines = listing_lines(sessions, project=project, current=shell.session_id)
+    lines = listing_lines(sessions, project=project, current=session.id)
     lines.append("resume one with /resume ID (or dsh --resume ID)")
     shell.say("\n".join(redact_text(line, shell.config.secrets) for line in lines))
 
@@ -290,7 +261,7 @@ async def _resume(shell: Host, arg: str) -> None:
     if not arg:
         shell.say("usage: /resume ID|last (see /sessions)")
         return
-    await shell.resume(arg)
+    await shell.session.resume(arg)
     shell.report_resumed()
 
 
@@ -311,15 +282,15 @@ def expanded_output(result: ToolResult | None) -> str:
 
 @_command("expand", "", "show the last tool output in full (the turn shows a short preview)")
 async def _expand(shell: Host, arg: str) -> None:
-    shell.say(expanded_output(shell.last_tool_result))
+    shell.say(expanded_output(shell.session.last_tool_result))
 
 
-def _jobs_manager(shell: Host) -> Any:
-    toolkit = shell.toolkit
-    return getattr(toolkit, "jobs", None) if toolkit is not None else None
+def _jobs_manager(shell: Host) -> JobManager | None:
+    toolkit = shell.session.toolkit
+    return toolkit.jobs if toolkit is not None else None
 
 
-def _find_job(shell: Host, arg: str, usage: str) -> Any:
+def _find_job(shell: Host, arg: str, usage: str) -> Job | None:
     jobs = _jobs_manager(shell)
     if not arg:
         shell.say(usage)
@@ -333,20 +304,24 @@ def _find_job(shell: Host, arg: str, usage: str) -> Any:
 
 @_command("jobs", "", "list background jobs with status and age")
 async def _jobs(shell: Host, arg: str) -> None:
-    lines = await shell.list_jobs()
-    shell.say("\n".join(lines) if lines else "(no jobs)")
+    from dsh.agent_loop.subagent.jobs import age_text  # only with subagents configured
+
+    jobs = _jobs_manager(shell)
+    if jobs is None or not jobs.jobs:
+        shell.say("(no jobs)")
+        return
+    rows = [f"{job.id:<12} {job.status:<9} {age_text(job.age()):>6}  {job.label}" for job in jobs.jobs]
+    shell.say("\n".join([*rows, "/job ID shows a job's output · /kill ID stops a running one"]))
 
 
 @_command("doctor", "", "check each step of a request to the endpoint (like dsh doctor)")
 async def _doctor(shell: Host, arg: str) -> None:
-    import dataclasses
-
-    from dsh.repl.doctor import run_doctor
+    from dsh.repl.doctor import run_doctor  # the endpoint checks: loaded when asked for
 
     config = shell.config
     if shell.demo is not None:  # the demo's own endpoint: no key, no proxy
         config = dataclasses.replace(config, base_url=shell.demo.server.url, api_key=None, proxy=None)
-    config = dataclasses.replace(config, model=shell.model)
+    config = dataclasses.replace(config, model=shell.session.model)
     report = await run_doctor(config, shell.env, lambda step: shell.say("\n".join(step.lines())),
                               demo=shell.demo is not None)
     shell.say(report.lines()[-1])
@@ -372,7 +347,7 @@ def _output_tail(text: str) -> tuple[list[str], bool]:
 
 @_command("job", "ID", "show a background job's output so far")
 async def _job(shell: Host, arg: str) -> None:
-    from dsh.agent_loop.subagent.jobs import age_text
+    from dsh.agent_loop.subagent.jobs import age_text  # only with subagents configured
 
     job = _find_job(shell, arg, "usage: /job ID (see /jobs)")
     if job is None:
@@ -391,7 +366,7 @@ async def _job(shell: Host, arg: str) -> None:
 
 @_command("kill", "ID", "stop a running background job")
 async def _kill(shell: Host, arg: str) -> None:
-    from dsh.agent_loop.subagent.jobs import age_text
+    from dsh.agent_loop.subagent.jobs import age_text  # only with subagents configured
 
     job = _find_job(shell, arg, "usage: /kill ID (see /jobs)")
     if job is None:
@@ -399,7 +374,9 @@ async def _kill(shell: Host, arg: str) -> None:
     if job.settled:
         shell.say(f"job {job.id} had already finished: {job.status}")
         return
-    await _jobs_manager(shell).kill(job)
+    jobs = _jobs_manager(shell)
+    assert jobs is not None  # the job was found there
+    await jobs.kill(job)
     shell.say(f"killed job {job.id} ({job.label}) after {age_text(job.age())}")
 
 

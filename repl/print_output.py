@@ -14,16 +14,27 @@ sanitizer never has to touch it.
 
 from __future__ import annotations
 
+import argparse
 import contextlib
 import json
+import sys
+import time
 from collections.abc import Iterator, Mapping
 from typing import Any
 
-from dsh.agent_loop.events import Event, TurnStart, to_wire
-from dsh.llm import ErrorCode, redact_text
-from dsh.repl.shell import Shell, Sink
+import anyio
 
-__all__ = ["PrintOutput", "result_object"]
+from dsh.agent_loop.events import Event, TurnStart, to_wire
+from dsh.agent_loop.reasons import Aborted, EndReason
+from dsh.agent_loop.session import SessionUpdate
+from dsh.llm import redact_text
+from dsh.repl.config import Config
+from dsh.repl.frontend import PlainFrontEnd, Sink, StreamSink
+from dsh.repl.piped import Signals
+from dsh.repl.shell import Shell
+from dsh.repl.start import color, open_shell
+
+__all__ = ["PrintFrontEnd", "result_object", "run_print"]
 
 
 def _dumps(value: Any) -> str:
@@ -56,10 +67,9 @@ def _redacted(value: Any, secrets: tuple[str, ...]) -> Any:
     return value
 
 
-def result_object(shell: Shell, reason: Mapping[str, Any] | None, status: int, duration_s: float,
-                  text: str) -> dict[str, Any]:
+def result_object(shell: Shell, end: EndReason, status: int, duration_s: float, text: str) -> dict[str, Any]:
     """The ``--output-format json`` object for a finished ``-p`` turn."""
-    reason = dict(reason or {"kind": "error", "code": str(ErrorCode.STARTUP), "message": "no turn ran"})
+    reason = end.to_dict()
     kind = reason.get("kind")
     if kind == "error":
         message = reason.get("message")
@@ -69,10 +79,10 @@ def result_object(shell: Shell, reason: Mapping[str, Any] | None, status: int, d
         message = None
     reason.setdefault("code", None)
     reason["message"] = message if isinstance(message, str) and message else None
-    tally = shell.turn_usage
+    tally = shell.session.turn_usage
     return {
         "type": "result",
-        "session_id": shell.session_id,
+        "session_id": shell.session.id,
         "reason": _redacted(reason, shell.config.secrets),
         "exit_code": status,
         "text": text,
@@ -88,10 +98,14 @@ def result_object(shell: Shell, reason: Mapping[str, Any] | None, status: int, d
     }
 
 
-class PrintOutput:
-    """stdout for one ``-p`` run: :attr:`answer` receives the answer text; the rest is by format."""
+class PrintFrontEnd(PlainFrontEnd):
+    """``-p``: everything but the answer to stderr; stdout gets what ``--output-format`` says.
 
-    def __init__(self, output_format: str, stdout: Any) -> None:
+    :attr:`answer` receives the answer text (the shell's display splits it off).
+    """
+
+    def __init__(self, output_format: str, stderr: StreamSink, stdout: StreamSink) -> None:
+        super().__init__(stderr, flush=stderr.flush)
         self.format = output_format
         self.stdout = stdout
         self._collected = _Collect() if output_format == "json" else None
@@ -106,26 +120,50 @@ class PrintOutput:
         if self.format != "stream-json":
             yield
             return
-        agent = shell.ensure_agent()
 
-        def on_event(event: Event) -> None:
-            if not self._header_sent and isinstance(event, TurnStart) and shell.session is not None:
+        def on_update(update: SessionUpdate) -> None:
+            if not isinstance(update, Event):
+                return  # the session's own notices are lines on stderr
+            log = shell.session.log
+            if not self._header_sent and isinstance(update, TurnStart) and log is not None:
                 self._header_sent = True
-                self.stdout.write(_dumps(dict(shell.session.header)))
-            self.stdout.write(_dumps(to_wire(event)))
+                self.stdout.write(_dumps(dict(log.header)))
+            self.stdout.write(_dumps(to_wire(update)))
 
-        unsubscribe = agent.subscribe(on_event)
+        unsubscribe = shell.session.subscribe(on_update)
         try:
             yield
         finally:
             unsubscribe()
 
-    def finish(self, shell: Shell, reason: Mapping[str, Any] | None, status: int, duration_s: float) -> None:
+    def finish(self, shell: Shell, end: EndReason, status: int, duration_s: float) -> None:
         if self._collected is not None:
-            self.stdout.write(_dumps(result_object(shell, reason, status, duration_s, self._collected.text())))
-        self.flush()
+            self.stdout.write(_dumps(result_object(shell, end, status, duration_s, self._collected.text())))
+        self.stdout.flush()
 
-    def flush(self) -> None:
-        flush = getattr(self.stdout, "flush", None)
-        if flush is not None:
-            flush()
+
+async def run_print(args: argparse.Namespace, config: Config, env: dict[str, str]) -> int:
+    stderr = StreamSink(sys.stderr)
+    frontend = PrintFrontEnd(args.output_format or "text", stderr, StreamSink(sys.stdout))
+    try:
+        async with contextlib.AsyncExitStack() as stack:
+            shell = await open_shell(stack, args, config, env, frontend, color=color(env, sys.stderr),
+                                     answer=frontend.answer)
+            return await _one_turn(shell, args.print_prompt, frontend)
+    finally:
+        stderr.flush()  # nothing written, even while closing down, is left behind
+        frontend.stdout.flush()
+
+
+async def _one_turn(shell: Shell, prompt: str, frontend: PrintFrontEnd) -> int:
+    signals = Signals(shell, lambda: None)
+    started = time.monotonic()
+    async with anyio.create_task_group() as tasks:
+        await tasks.start(signals.watch)
+        with frontend.watching(shell):
+            end = await shell.run_turn(prompt)
+        frontend.flush()
+        tasks.cancel_scope.cancel()
+    status = signals.exit_status(end.exit_code) if isinstance(end, Aborted) else end.exit_code
+    frontend.finish(shell, end, status, time.monotonic() - started)
+    return status

@@ -57,7 +57,7 @@ __all__ = ["DEFAULT_COMMAND", "Category", "DshSdkRun", "DshSettings", "Stage", "
 
 log = logging.getLogger(__name__)
 
-DEFAULT_COMMAND: tuple[str, ...] = (sys.executable, "-m", "dsh.agent_loop.serve", "--stdio")
+DEFAULT_COMMAND: tuple[str, ...] = (sys.executable, "-m", "dsh.repl.serve", "--stdio")
 API_KEY_ENV = "DEEPSEEK_API_KEY"
 _CANCEL_NOTIFY_TIMEOUT = 0.5
 _MAX_OUTPUT_CHARS = 1_000_000  # a runaway child cannot grow the parent's memory without bound

@@ -103,6 +103,8 @@ def register_scenario(
 class DemoClient:
     """Streams through a real :class:`DeepSeekClient` for the endpoint the scenario picked."""
 
+    secrets: tuple[str, ...] = ()  # no key, no credentials: nothing of the demo's to mask
+
     def __init__(self, server_url: str, refused_url: str) -> None:
         self.urls = {"server": server_url, "refused": refused_url}
         self.turn: DemoTurn | None = None

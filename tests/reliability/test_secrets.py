@@ -25,7 +25,6 @@ from tests import canaries
 
 STRICT = canaries.STRICT
 ACP_AGENT = str(Path(demo.__file__).with_name("acp_agent.py"))
-SUBAGENT_LAUNCHER = (str(Path(__file__).with_name("dsh_with_subagents.py")),)
 _files_checked: set[str] = set()
 
 
@@ -178,7 +177,7 @@ def test_subagent_env_stderr_and_upstream_secrets_stay_out_of_diagnostics(tmp_pa
             run = run_dsh(home, ["--base-url", server.url, "--config", str(config)],
                           [f"delegate to {p}" for p in providers], timeout=180,
                           env={"DEEPSEEK_API_KEY": canaries.API_KEY, "DSH_PARENT_ONLY": canaries.CHILD_ENV},
-                          key=None, launcher=SUBAGENT_LAUNCHER, label="subagents")
+                          key=None, label="subagents")
     assert run.returncode == 0 and run.stderr == "", run.stderr[-600:]
     fail = "    Subagent failure (provider: {}; stage: {}; category: {})"
     expected = [

@@ -13,10 +13,10 @@ from prompt_toolkit.document import Document
 from prompt_toolkit.input import create_pipe_input
 from prompt_toolkit.output import DummyOutput
 
-from dsh.repl import shell as shell_module
+from dsh.agent_loop.session import Session
 from dsh.repl.app import InteractiveApp, SafeHistory, SlashCompleter, TerminalSink
 from dsh.repl.config import Config
-from dsh.repl.shell import Shell, StartupError, register_tool_factory
+from dsh.repl.shell import Shell, StartupError
 
 
 class RecordingOutput:
@@ -63,11 +63,16 @@ def test_history_never_stores_secret_shaped_lines(tmp_path: Path) -> None:
     assert oct(path.parent.stat().st_mode & 0o777) == "0o700"
 
 
+class FakeSession:
+    def __init__(self, root: Path) -> None:
+        self.sessions_root = root
+        self.project = str(root)  # /resume completes this project's sessions
+
+
 class FakeShell:
     def __init__(self, demo: bool, root: Path) -> None:
         self.demo = object() if demo else None
-        self.root = root
-        self.project = str(root)  # /resume completes this project's sessions
+        self.session = FakeSession(root)
 
 
 def complete(shell: FakeShell, text: str) -> list[str]:
@@ -89,44 +94,39 @@ def test_slash_completion(tmp_path: Path) -> None:
 # --- the agent is built behind the first prompt ----------------------------------------------------
 
 
-def _deferred_shell(tmp_path: Path) -> Shell:
-    env = {"HOME": str(tmp_path), "XDG_STATE_HOME": str(tmp_path / "state"), "XDG_CONFIG_HOME": str(tmp_path / "cfg")}
+def _env(tmp_path: Path) -> dict[str, str]:
+    return {"HOME": str(tmp_path), "XDG_STATE_HOME": str(tmp_path / "state"), "XDG_CONFIG_HOME": str(tmp_path / "cfg")}
+
+
+async def _run_app(tmp_path: Path, keys: str, extra_tools: object = None) -> tuple[int, Session]:
+    """The app over a shell whose agent is deferred; its exit status and the session it ran."""
     config = Config(api_key="sk-appTestKey0000000000000000000", base_url="http://127.0.0.1:9")
-    return Shell(config, RecordingOutput(), color=False, env=env, approvals=True)  # type: ignore[arg-type]
-
-
-async def _run_app(shell: Shell, tmp_path: Path, keys: str) -> int:
-    await shell.start(defer_agent=True)
-    assert shell.agent is None
     with create_pipe_input() as pipe, create_app_session(input=pipe, output=DummyOutput()):
-        app = InteractiveApp(shell, history=tmp_path / "history", banner="banner")
-        pipe.send_text(keys)
-        return await app.run()
+        app = InteractiveApp(history=tmp_path / "history")
+        shell = Shell(config, app, color=False, env=_env(tmp_path), extra_tools=extra_tools)  # type: ignore[arg-type]
+        try:
+            await shell.start(defer_agent=True)
+            assert shell.session.agent is None
+            pipe.send_text(keys)
+            return await app.run(shell, banner="banner"), shell.session
+        finally:
+            await shell.aclose()
 
 
 @pytest.mark.anyio
 async def test_the_agent_is_built_once_the_first_prompt_is_up(tmp_path: Path) -> None:
-    shell = _deferred_shell(tmp_path)
-    try:
-        assert await _run_app(shell, tmp_path, "\x04") == 0  # Ctrl-D at the first prompt
-        assert shell.agent is not None and shell.agent.session is shell.session
-    finally:
-        await shell.aclose()
+    status, session = await _run_app(tmp_path, "\x04")  # Ctrl-D at the first prompt
+    assert status == 0
+    assert session.agent is None and session.log is not None  # built, then closed with the shell
 
 
 @pytest.mark.anyio
 async def test_an_agent_that_cannot_be_built_ends_the_app_with_a_startup_error(tmp_path: Path) -> None:
-    def broken(config: Config, shell: Shell) -> list[object]:
+    def broken(session: Session) -> list[object]:
         raise OSError("no tools today")
 
-    shell = _deferred_shell(tmp_path)
-    register_tool_factory(broken)  # type: ignore[arg-type]
-    try:
-        with pytest.raises(StartupError, match="no tools today"):
-            await _run_app(shell, tmp_path, "")  # no key at all: the prompt waits, the build fails
-    finally:
-        shell_module._tool_factories.remove(broken)  # type: ignore[arg-type]
-        await shell.aclose()
+    with pytest.raises(StartupError, match="no tools today"):
+        await _run_app(tmp_path, "", broken)  # no key at all: the prompt waits, the build fails
 
 
 # --- the toolbar fits the width, the live part first when it must be cut --------------------------------
@@ -145,12 +145,12 @@ class _SizedOutput(DummyOutput):
 def _toolbar(tmp_path: Path, columns: int, base_url: str) -> str:
     from dsh.agent_loop import events as ev
 
-    env = {"HOME": str(tmp_path), "XDG_STATE_HOME": str(tmp_path / "state"), "XDG_CONFIG_HOME": str(tmp_path / "cfg")}
-    shell = Shell(Config(api_key="sk-appTestKey0000000000000000000", base_url=base_url), RecordingOutput(),  # type: ignore[arg-type]
-                  color=False, env=env)
-    shell.activity.on_event(ev.TurnStart(1, "x"), time.monotonic())  # waiting for the first token
     with create_app_session(output=_SizedOutput(columns)):
-        app = InteractiveApp(shell, history=tmp_path / "history", banner="")
+        app = InteractiveApp(history=tmp_path / "history")
+        shell = Shell(Config(api_key="sk-appTestKey0000000000000000000", base_url=base_url), app, color=False,
+                      env=_env(tmp_path))
+        shell.display.activity.on_event(ev.TurnStart(1, "x"), time.monotonic())  # waiting for the first token
+        app._shell = shell  # what run() binds
         ((_, text),) = app._turn_toolbar()  # type: ignore[misc]
     return text
 

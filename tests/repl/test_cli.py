@@ -374,7 +374,7 @@ class _RecordingStream:
 async def test_the_stream_sink_writes_once_per_event_loop_iteration_in_order() -> None:
     import anyio
 
-    from dsh.repl.cli import StreamSink
+    from dsh.repl.frontend import StreamSink
 
     stream = _RecordingStream()
     sink = StreamSink(stream)
@@ -391,7 +391,7 @@ async def test_the_stream_sink_writes_once_per_event_loop_iteration_in_order() -
 
 
 def test_the_stream_sink_outside_an_event_loop_writes_at_once_and_a_dead_pipe_silences() -> None:
-    from dsh.repl.cli import StreamSink
+    from dsh.repl.frontend import StreamSink
 
     stream = _RecordingStream()
     sink = StreamSink(stream)
@@ -629,7 +629,7 @@ def test_resume_of_a_symlinked_log_fails_with_one_line_and_leaves_the_target_alo
 
 
 def test_the_stream_sink_sanitizes_every_write_and_keeps_dsh_styles() -> None:
-    from dsh.repl.cli import StreamSink
+    from dsh.repl.frontend import StreamSink
     from dsh.repl.render import DIM, RESET, styled
 
     stream = _RecordingStream()

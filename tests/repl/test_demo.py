@@ -11,9 +11,11 @@ from pathlib import Path
 import anyio
 import pytest
 
+from dsh.agent_loop.reasons import Completed
 from dsh.llm.loopback.fault_server import FaultServer, closed_port
 from dsh.repl.config import Config
 from dsh.repl.demo.catalogue import CORE_SCENARIOS, SCENARIOS, Demo, DemoClient, demo_retry_policy, register_scenario
+from dsh.repl.frontend import PlainFrontEnd
 from dsh.repl.shell import Shell
 from tests.repl.test_shell_commands import ListSink
 from tests.waiting import async_wait_until
@@ -31,7 +33,7 @@ async def demo_shell(tmp_path: Path, scenario: str):  # type: ignore[no-untyped-
             retry = demo_retry_policy()
             demo = Demo(server, client, retry, scenario)
             sink = ListSink()
-            shell = Shell(Config(), sink, color=False, env=env, client=client, demo=demo, retry=retry)
+            shell = Shell(Config(), PlainFrontEnd(sink), color=False, env=env, client=client, demo=demo, retry=retry)
             await shell.start()
             try:
                 yield shell, sink, server
@@ -91,12 +93,12 @@ async def test_the_scenario_prints_its_expected_line(tmp_path: Path, name: str) 
 )
 async def test_the_turn_ends_with_the_expected_reason(tmp_path: Path, name: str, kind: str) -> None:
     reason, _ = await run_scenario(tmp_path, name)
-    assert (reason or {}).get("kind") == kind
+    assert reason is not None and reason.kind == kind
 
 
 async def test_refused_is_the_exact_transport_line_after_five_retries(tmp_path: Path) -> None:
     async with demo_shell(tmp_path, "refused") as (shell, sink, _):
-        client = shell.client
+        client = shell.session.client
         port = int(client.urls["refused"].rsplit(":", 1)[1])
         await shell.handle_line("hi")
         lines = sink.text.splitlines()
@@ -126,7 +128,7 @@ async def test_tool_call_is_a_real_round_trip(tmp_path: Path) -> None:
     async with demo_shell(tmp_path, "tool-call") as (shell, sink, server):
         (tmp_path / "marker-file.txt").write_text("x")
         reason = await shell.handle_line("what is here?")
-        assert reason == {"kind": "completed"}
+        assert reason == Completed()
         assert '  [tool call] list_dir({"path": "."})\n  [tool result] ' in sink.text
         assert len(server.requests) == 2
         tool_messages = [m for m in server.requests[1].json["messages"] if m["role"] == "tool"]
@@ -157,7 +159,7 @@ async def test_a_cancelled_multi_request_scenario_does_not_leak_into_the_next_tu
     async with demo_shell(tmp_path, "retry-then-success") as (shell, sink, server):
         server.push("http_500", "http_500")  # leftovers, as if a previous turn was cut short
         await shell.handle_line("/scenario text")
-        assert await shell.handle_line("hi") == {"kind": "completed"}
+        assert await shell.handle_line("hi") == Completed()
         assert "Hello from the dsh demo!" in sink.text
 
 
@@ -178,7 +180,7 @@ async def test_why_after_a_failed_subagent_shows_its_host_side_cause(tmp_path: P
     async with demo_shell(tmp_path, "acp-agent-error") as (shell, sink, _server):
         with anyio.fail_after(30):
             reason = await shell.handle_line("delegate it")
-        assert reason is not None and reason["kind"] == "completed"  # the turn went on after the failure
+        assert reason == Completed()  # the turn went on after the failure
         assert "category: agent-error; error code: -32603)" in sink.text
         sink.parts.clear()
         await shell.handle_line("/why")

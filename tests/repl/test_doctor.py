@@ -21,6 +21,7 @@ from dsh.llm.loopback.fault_server import Behaviour, FaultServer, closed_port
 from dsh.repl import commands
 from dsh.repl.config import Config, load_config
 from dsh.repl.doctor import Doctor, Report
+from dsh.repl.frontend import PlainFrontEnd
 from dsh.repl.render import FIX_AUTH_FROM, FIX_CERTIFICATE, FIX_QUOTA
 from dsh.repl.shell import Shell
 from tests import canaries
@@ -187,7 +188,7 @@ async def test_an_endpoint_without_models_or_balance_skips_them(env: dict[str, s
 async def _turn_failure(env: dict[str, str], config: Config) -> str:
     """The failure line a real turn prints for the same configuration (no retries)."""
     sink = ListSink()
-    shell = Shell(config, sink, color=False, env=env)
+    shell = Shell(config, PlainFrontEnd(sink), color=False, env=env)
     await shell.start()
     try:
         await shell.handle_line("hello")
@@ -361,12 +362,13 @@ async def test_dsh_doctor_reports_a_broken_config_file_as_its_first_step(env: di
 async def test_slash_doctor_in_the_demo_checks_the_demo_endpoint(env: dict[str, str]) -> None:
     import contextlib
 
-    from dsh.repl.cli import _start_demo
+    from dsh.repl.start import _start_demo
 
     sink = ListSink()
     async with contextlib.AsyncExitStack() as stack:
-        demo, client, retry = await _start_demo(stack, "text")
-        shell = Shell(Config(), sink, color=False, env=env, client=client, demo=demo, retry=retry)
+        demo = await _start_demo(stack, "text")
+        shell = Shell(Config(), PlainFrontEnd(sink), color=False, env=env, client=demo.client, demo=demo,
+                      retry=demo.retry)
         stack.push_async_callback(shell.aclose)
         await shell.start()
         await commands.dispatch(shell, "/doctor")

@@ -10,13 +10,15 @@ import anyio
 import pytest
 
 from dsh.agent_loop import events as ev
+from dsh.agent_loop.reasons import Aborted, Completed, EndReason, Failed, MaxTokens, OtherEnd, Rejected
+from dsh.agent_loop.session import Session
 from dsh.agent_loop.session_log import SessionLog
 from dsh.agent_loop.tools import Tool, ToolOutput
 from dsh.llm.loopback.fault_server import FaultServer, closed_port
 from dsh.repl import commands
-from dsh.repl import shell as shell_module
 from dsh.repl.config import Config
-from dsh.repl.shell import Shell, exit_code_for
+from dsh.repl.frontend import PlainFrontEnd
+from dsh.repl.shell import Shell
 from tests.waiting import async_wait_until
 
 pytestmark = pytest.mark.anyio
@@ -41,6 +43,24 @@ class ListSink:
         return text
 
 
+class ListFrontEnd(PlainFrontEnd):
+    """A front end that keeps what it is given, answers approvals with ``answer`` and counts wake-ups."""
+
+    def __init__(self, sink: ListSink, answer: str | None = None) -> None:
+        super().__init__(sink)
+        self.can_approve = answer is not None
+        self.answer = answer
+        self.asked: list[object] = []
+        self.woken = 0
+
+    async def ask_approval(self, request: object) -> str | None:  # type: ignore[override]
+        self.asked.append(request)
+        return self.answer
+
+    def wake(self) -> None:
+        self.woken += 1
+
+
 @pytest.fixture
 def env(tmp_path: Path) -> dict[str, str]:
     return {"HOME": str(tmp_path), "XDG_STATE_HOME": str(tmp_path / "state"), "XDG_CONFIG_HOME": str(tmp_path / "cfg")}
@@ -48,7 +68,8 @@ def env(tmp_path: Path) -> dict[str, str]:
 
 async def make_shell(env: dict[str, str], base_url: str, **config: object) -> tuple[Shell, ListSink]:
     sink = ListSink()
-    shell = Shell(Config(api_key=KEY, base_url=base_url, **config), sink, color=False, env=env)  # type: ignore[arg-type]
+    config_ = Config(api_key=KEY, base_url=base_url, **config)  # type: ignore[arg-type]
+    shell = Shell(config_, ListFrontEnd(sink), color=False, env=env)
     await shell.start()
     return shell, sink
 
@@ -61,7 +82,7 @@ async def test_a_turn_renders_and_returns_its_reason(env: dict[str, str], server
     shell, sink = await make_shell(env, server.url)
     try:
         reason = await shell.handle_line("hello")
-        assert reason == {"kind": "completed"} and exit_code_for(reason) == 0
+        assert reason == Completed() and reason.exit_code == 0
         assert sink.text == "[main turn 1] Hello! How can I help you today?\n"
         assert server.requests[-1].headers["authorization"] == f"Bearer {KEY}"
     finally:
@@ -127,7 +148,7 @@ async def test_why_shows_the_full_chain_with_types(env: dict[str, str]) -> None:
             await shell.handle_line("/why")
             assert sink.take() == "no failure yet\n"
             reason = await shell.handle_line("hello")
-            assert reason is not None and reason["kind"] == "error" and exit_code_for(reason) == 1
+            assert isinstance(reason, Failed) and reason.exit_code == 1
             line = sink.take()
             assert line == (
                 f"[main turn 1] [turn failed TRANSPORT] DeepSeek API request to http://127.0.0.1:{port} failed: "
@@ -168,10 +189,10 @@ async def test_why_after_http_error_has_status_and_request_id(env: dict[str, str
 async def test_new_sessions_and_resume(env: dict[str, str], server: FaultServer) -> None:
     shell, sink = await make_shell(env, server.url)
     try:
-        first = shell.session.id  # type: ignore[union-attr]
+        first = shell.session.id
         await shell.handle_line("first prompt")
         await shell.handle_line("/new")
-        second = shell.session.id  # type: ignore[union-attr]
+        second = shell.session.id
         assert second != first and sink.text.endswith(f"new session {second}\n")
         sink.take()
         await shell.handle_line("again")
@@ -179,14 +200,15 @@ async def test_new_sessions_and_resume(env: dict[str, str], server: FaultServer)
         await shell.handle_line("/sessions")
         listing = sink.take().splitlines()
         assert listing[-1] == "resume one with /resume ID (or dsh --resume ID)"
-        assert listing[0] == f"sessions of {shell.project} (newest last; --all for every project):"
+        assert listing[0] == f"sessions of {shell.session.project} (newest last; --all for every project):"
         date = r"\d{4}-\d\d-\d\d \d\d:\d\d"
         assert re.fullmatch(rf"  {date}  {first}  1 turn     first prompt", listing[1]), listing
         assert re.fullmatch(rf"\* {date}  {second}  1 turn     again", listing[2]), listing
         await shell.handle_line("/sessions --all")
         listing = sink.take().splitlines()
         assert listing[0] == "sessions of every project (newest last):"
-        assert re.fullmatch(rf"  {date}  {first}  1 turn     {re.escape(shell.project)}  first prompt", listing[1])
+        project = re.escape(shell.session.project)
+        assert re.fullmatch(rf"  {date}  {first}  1 turn     {project}  first prompt", listing[1])
         await shell.handle_line(f"/resume {first}")
         assert sink.take() == (
             f"resumed session {first} (1 turn)\n"
@@ -212,7 +234,7 @@ async def test_resume_reports_the_repaired_turn_first(env: dict[str, str], serve
     elsewhere.append(ev.TurnStart(1, "other project"))
     elsewhere.close()
     sink = ListSink()
-    shell = Shell(Config(api_key=KEY, base_url=server.url), sink, color=False, env=env)
+    shell = Shell(Config(api_key=KEY, base_url=server.url), ListFrontEnd(sink), color=False, env=env)
     try:
         await shell.start(resume="last")
         assert sink.take() == "[main turn 1] [turn interrupted by a previous process exit]\n"
@@ -239,28 +261,19 @@ async def test_retry_resends_the_last_prompt(env: dict[str, str], server: FaultS
         await shell.handle_line("say it")
         sink.take()
         reason = await shell.handle_line("/retry")
-        assert reason == {"kind": "completed"}
+        assert reason == Completed()
         assert sink.take() == "[main turn 2] Hello! How can I help you today?\n"
         assert user_messages(server.requests[-1].json) == ["say it"]  # the failed turn left no trace
     finally:
         await shell.aclose()
 
 
-async def test_jobs_default_and_injected(env: dict[str, str], server: FaultServer) -> None:
+async def test_jobs_without_subagents_lists_none(env: dict[str, str], server: FaultServer) -> None:
     shell, sink = await make_shell(env, server.url)
     try:
         await shell.handle_line("/jobs")
         assert sink.take() == "(no jobs)\n"
-
-        async def lister(s: Shell) -> list[str]:
-            assert s is shell
-            return ["subagent-1  running   probe", "subagent-2  failed    probe"]
-
-        shell_module.register_jobs_lister(lister)
-        await shell.handle_line("/jobs")
-        assert sink.take() == "subagent-1  running   probe\nsubagent-2  failed    probe\n"
     finally:
-        shell_module.register_jobs_lister(None)
         await shell.aclose()
 
 
@@ -277,21 +290,18 @@ async def test_tool_factories_add_tools(env: dict[str, str], server: FaultServer
     async def echo(args: dict, ctx: object) -> ToolOutput:
         return ToolOutput("echoed")
 
-    def factory(config: Config, shell: Shell) -> list[Tool]:
+    def factory(session: Session) -> list[Tool]:
         return [Tool("echo", "echo back", {"type": "object", "properties": {}}, echo)]
 
-    shell_module.register_tool_factory(factory)
+    shell = Shell(Config(api_key=KEY, base_url=server.url), ListFrontEnd(ListSink()), color=False, env=env,
+                  extra_tools=factory)
+    await shell.start()
     try:
-        shell, _ = await make_shell(env, server.url)
-        try:
-            await shell.handle_line("hi")
-            names = [tool["function"]["name"] for tool in server.requests[-1].json["tools"]]
-            assert names == ["read_file", "list_dir", "search_text", "write_file", "edit_file", "run_shell",
-                             "echo"]
-        finally:
-            await shell.aclose()
+        await shell.handle_line("hi")
+        names = [tool["function"]["name"] for tool in server.requests[-1].json["tools"]]
+        assert names == ["read_file", "list_dir", "search_text", "write_file", "edit_file", "run_shell", "echo"]
     finally:
-        shell_module._tool_factories.remove(factory)
+        await shell.aclose()
 
 
 async def test_shell_approval_without_a_terminal_says_nobody_can_approve(
@@ -309,19 +319,13 @@ async def test_shell_approval_without_a_terminal_says_nobody_can_approve(
 
 async def test_shell_approval_answers_reach_the_tool(env: dict[str, str], server: FaultServer) -> None:
     sink = ListSink()
-    shell = Shell(Config(api_key=KEY, base_url=server.url), sink, color=False, env=env, approvals=True)
-    asked: list[str] = []
-
-    async def ask(command: str) -> str:
-        asked.append(command)
-        return "yes"
-
-    shell.ask_approval = ask
+    frontend = ListFrontEnd(sink, answer="yes")
+    shell = Shell(Config(api_key=KEY, base_url=server.url), frontend, color=False, env=env)
     await shell.start()
     try:
         server.push(_shell_call())
         await shell.handle_line("run it")
-        assert asked == ["echo approved-output"]
+        assert frontend.asked == ["echo approved-output"]
         assert "  [tool result] approved-output\n    [exit code: 0]\n" in sink.text
     finally:
         await shell.aclose()
@@ -338,7 +342,7 @@ async def test_cancel_turn_ends_aborted(env: dict[str, str], server: FaultServer
     try:
         server.push("stall_after_headers")
         async with anyio.create_task_group() as tasks:
-            result: list[dict] = []
+            result: list[EndReason] = []
 
             async def run() -> None:
                 reason = await shell.handle_line("wait")
@@ -348,17 +352,16 @@ async def test_cancel_turn_ends_aborted(env: dict[str, str], server: FaultServer
             tasks.start_soon(run)
             await async_wait_until(lambda: server.requests, 5, "the stalled request")
             shell.cancel_turn()
-        assert result == [{"kind": "aborted", "reason": "cancelled"}] and exit_code_for(result[0]) == 130
+        assert result == [Aborted("cancelled")] and result[0].exit_code == 130
         assert sink.text == "[main turn 1] [turn aborted] cancelled\n"
     finally:
         await shell.aclose()
 
 
-def test_exit_codes() -> None:
-    assert [exit_code_for({"kind": k}) for k in ("completed", "error", "rejected", "max-tokens", "aborted")] == [
-        0, 1, 3, 4, 130,
-    ]
-    assert exit_code_for({"kind": "future-kind"}) == 0 and exit_code_for(None) == 1
+def test_each_turn_end_carries_the_exit_code_of_dsh_p() -> None:
+    ends = (Completed(), Failed(), Rejected("no"), MaxTokens(), Aborted())
+    assert [end.exit_code for end in ends] == [0, 1, 3, 4, 130]
+    assert OtherEnd("future-kind").exit_code == 0  # a kind this version does not know is an ordinary end
 
 
 def test_help_text_in_demo_lists_scenario() -> None:
@@ -367,16 +370,15 @@ def test_help_text_in_demo_lists_scenario() -> None:
 
 async def test_an_idle_notice_wakes_the_owner_for_a_turn(env: dict[str, str], server: FaultServer) -> None:
     shell, sink = await make_shell(env, server.url)
-    woken: list[bool] = []
-    shell.on_idle_notice = lambda: woken.append(True)
+    assert isinstance(shell.frontend, ListFrontEnd)
     try:
         assert await shell.deliver_notices() is None  # nothing queued
         notice = "background job subagent-1 (subagent: probe) finished [status: completed]. Read its output."
-        shell.agent.post_notice(notice, "subagent-1")  # type: ignore[union-attr]
-        assert woken == [True]
+        shell.session.ensure_agent().post_notice(notice, "subagent-1")
+        assert shell.frontend.woken == 1
         assert sink.take() == f"[job] {notice}\n"
         reason = await shell.deliver_notices()
-        assert reason == {"kind": "completed"}
+        assert reason == Completed()
         assert sink.take() == "[main turn 1] Hello! How can I help you today?\n"
         assert user_messages(server.requests[-1].json)[-1] == notice
     finally:

@@ -17,6 +17,7 @@ from dsh.llm.loopback import streams
 from dsh.llm.loopback.fault_server import FaultServer
 from dsh.llm.models import MODELS, cost_usd, is_peak, model_info
 from dsh.repl.config import Config
+from dsh.repl.frontend import PlainFrontEnd
 from dsh.repl.shell import Shell
 from dsh.repl.usage import UsageTally, usage_line
 from tests.repl.test_shell_commands import KEY, ListSink
@@ -47,7 +48,7 @@ def sent_usage(text: str) -> dict[str, int]:
 async def started_shell(config: Config, env: dict[str, str], **options: Any) -> AsyncIterator[tuple[Shell, ListSink]]:
     """A started shell writing to a list (no colour), closed when the block ends."""
     sink = ListSink()
-    shell = Shell(config, sink, color=False, env=env, **options)
+    shell = Shell(config, PlainFrontEnd(sink), color=False, env=env, **options)
     await shell.start()
     try:
         yield shell, sink

@@ -15,15 +15,15 @@ import pytest
 
 from dsh.agent_loop.jsonrpc import JsonRpcConnection, ProtocolError
 from dsh.agent_loop.process import ManagedProcess
-from dsh.agent_loop.serve import main as serve_main
 from dsh.llm.loopback.fault_server import Behaviour, FaultServer
+from dsh.repl.serve import main as serve_main
 from tests import canaries
 from tests.waiting import async_wait_until
 
 pytestmark = [pytest.mark.anyio, pytest.mark.usefixtures("no_leftover_processes")]
 
 REPO = str(Path(__file__).resolve().parents[2])
-SERVE = [sys.executable, "-m", "dsh.agent_loop.serve", "--stdio"]
+SERVE = [sys.executable, "-m", "dsh.repl.serve", "--stdio"]
 
 
 class _Child:
@@ -248,7 +248,7 @@ def test_serve_module_is_importable_without_side_effects() -> None:
     import subprocess
 
     result = subprocess.run(
-        [sys.executable, "-c", "import dsh.agent_loop.serve"],
+        [sys.executable, "-c", "import dsh.repl.serve"],
         capture_output=True,
         cwd=REPO,
         env={**os.environ, "PYTHONPATH": REPO},

@@ -1,4 +1,8 @@
-"""``dsh serve --stdio``: the child dsh runtime — one agent session served over JSON-RPC on stdin/stdout.
+"""``dsh serve --stdio``: the child dsh runtime — one session served over JSON-RPC on stdin/stdout.
+
+A front end like the REPL's modes, over the same :class:`~dsh.agent_loop.session.Session`; it sends the
+session's events as frames instead of rendering them. The child keeps no session log (its parent keeps
+the record) and gathers no project context.
 
 Newline-delimited JSON-RPC 2.0 (see :mod:`dsh.agent_loop.jsonrpc`). Requests from the parent:
 
@@ -37,11 +41,13 @@ from typing import Any
 import anyio
 import anyio.to_thread
 
-from dsh.agent_loop.agent import Agent
 from dsh.agent_loop.events import Event, to_wire
 from dsh.agent_loop.jsonrpc import INVALID_PARAMS, METHOD_NOT_FOUND, JsonRpcConnection, ProtocolError, TransportClosed
-from dsh.agent_loop.tools import Approval, default_tools
+from dsh.agent_loop.session import Session, SessionUpdate
+from dsh.agent_loop.tools import Approval
+from dsh.agent_loop.tools.edits import EditRequest
 from dsh.llm import DEFAULT_BASE_URL, DEFAULT_MODEL, DeepSeekClient, RedactingFilter, __version__
+from dsh.repl.config import Config
 
 __all__ = ["PROTOCOL_VERSION", "ChildSession", "main", "serve_stdio", "serve_streams"]
 
@@ -53,13 +59,12 @@ _SHUTDOWN_DRAIN = 5.0  # how long a shutdown waits for the running turn to answe
 
 
 class ChildSession:
-    """The state behind one ``serve`` connection: an agent, once initialized."""
+    """The state behind one ``serve`` connection: a session, once initialized."""
 
     def __init__(self, env: Mapping[str, str]) -> None:
         self._env = env
         self.conn: JsonRpcConnection | None = None
-        self.agent: Agent | None = None
-        self.client: DeepSeekClient | None = None
+        self.session: Session | None = None
         self.done = anyio.Event()
         self._events: asyncio.Queue[Event] = asyncio.Queue()
         self._turn_running = False
@@ -86,7 +91,7 @@ class ChildSession:
     # -- methods ---------------------------------------------------------------------------------
 
     def _initialize(self, params: Any) -> dict[str, Any]:
-        if self.agent is not None:
+        if self.session is not None:
             raise ProtocolError("already initialized", rpc_code=SERVER_STATE_ERROR)
         if not isinstance(params, Mapping):
             raise ProtocolError("initialize params must be an object", rpc_code=INVALID_PARAMS)
@@ -108,19 +113,26 @@ class ChildSession:
         if permission not in ("allow", "reject"):
             raise ProtocolError('initialize: permission must be "allow" or "reject"', rpc_code=INVALID_PARAMS)
         api_key = self._env.get("DEEPSEEK_API_KEY") or None
-        self.client = DeepSeekClient(base_url=base_url, api_key=api_key)
-        tools = default_tools(_allow_all if permission == "allow" else None)
-        self.agent = Agent(self.client, model=model, tools=tools, label="child", max_tokens=max_tokens, cwd=cwd)
-        self.agent.subscribe(self._events.put_nowait)
+        config = Config(api_key=api_key, base_url=base_url, model=model, max_tokens=max_tokens)
+        self.session = Session(
+            config, sessions_root=None, env=self._env, client=DeepSeekClient(base_url=base_url, api_key=api_key),
+            approve=_allow_all if permission == "allow" else None, label="child", cwd=cwd, project_context=False,
+        )
+        self.session.ensure_agent()
+        self.session.subscribe(self._queue)
         return {
             "protocolVersion": PROTOCOL_VERSION,
             "serverInfo": {"name": "dsh", "version": __version__},
             "session": {"id": f"child-{os.getpid()}"},
         }
 
+    def _queue(self, update: SessionUpdate) -> None:
+        if isinstance(update, Event):  # the session's own notices are not part of the protocol
+            self._events.put_nowait(update)
+
     async def _prompt(self, params: Any) -> dict[str, Any]:
-        agent = self.agent
-        if agent is None:
+        session = self.session
+        if session is None:
             raise ProtocolError("not initialized", rpc_code=SERVER_STATE_ERROR)
         if self._turn_running or self.done.is_set():
             raise ProtocolError("a turn is already running", rpc_code=SERVER_STATE_ERROR)
@@ -129,15 +141,15 @@ class ChildSession:
             raise ProtocolError("session/prompt: prompt must be a string", rpc_code=INVALID_PARAMS)
         self._turn_running = True
         try:
-            reason = await agent.run_turn(prompt)
+            reason = await session.run_turn(prompt)
         finally:
             self._turn_running = False
         await self._events.join()  # every event of the turn is on the wire before the response
         return {"reason": reason.to_dict()}
 
     def _cancel(self) -> dict[str, Any]:
-        if self.agent is not None:
-            self.agent.cancel("cancelled")
+        if self.session is not None:
+            self.session.cancel_turn()
         return {}
 
     def _shutdown(self) -> dict[str, Any]:
@@ -163,13 +175,11 @@ class ChildSession:
 
     async def aclose(self) -> None:
         with anyio.CancelScope(shield=True):
-            if self.agent is not None:
-                await self.agent.aclose()  # a running turn ends ``disposed``
-            if self.client is not None:
-                await self.client.aclose()
+            if self.session is not None:
+                await self.session.aclose()  # a running turn ends ``disposed``
 
 
-async def _allow_all(command: object) -> Approval:
+async def _allow_all(request: str | EditRequest) -> Approval:
     return "yes"
 
 

@@ -1,0 +1,588 @@
+"""One main agent and what it keeps between turns, with no I/O: the core that every front end drives.
+
+A :class:`Session` owns the model client, the session log, the subagent toolkit and the agent built over
+them; it runs turns and compactions, sums usage, and remembers what ``/why``, ``/retry`` and ``/expand``
+need. It writes nothing to any screen or stream: a front end subscribes to it and renders what it hears,
+the agent's events and the session's own :class:`Notice` lines (docs/architecture.md, "Front ends over
+one session").
+
+The agent, its tools, the session log and the HTTP client are imported when they are first built, not
+with this module: the interactive front end draws its first prompt before it needs them.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import datetime
+import os
+from collections.abc import AsyncIterator, Awaitable, Callable, Mapping, Sequence
+from dataclasses import dataclass
+from pathlib import Path
+from typing import TYPE_CHECKING, Any, Protocol
+
+from dsh.agent_loop.events import AssistantMessage, ContextCompacted, Event, JobNotice, ToolResult, TurnEnd, TurnStart
+from dsh.agent_loop.project import project_root
+from dsh.agent_loop.reasons import EndReason, Failed, failure_from_exception
+from dsh.agent_loop.retry import RetryPolicy
+from dsh.agent_loop.session_id import new_session_id
+from dsh.agent_loop.usage import AUTO_COMPACT_AT, UsageTally, context_fill
+from dsh.llm import ErrorCode, HarnessError, LlmError, error_chain, redact_text, redact_url
+from dsh.llm.events import ModelClient
+
+if TYPE_CHECKING:
+    from dsh.agent_loop.agent import Agent, Conversation
+    from dsh.agent_loop.context import ProjectContext
+    from dsh.agent_loop.recap import Recap
+    from dsh.agent_loop.session_log import SessionLog
+    from dsh.agent_loop.subagent.tool import SubagentToolkit
+    from dsh.agent_loop.tools import Tool
+    from dsh.agent_loop.tools.edits import EditRequest
+    from dsh.agent_loop.tools.registry import Approval
+
+__all__ = [
+    "Approver",
+    "EndpointClient",
+    "Notice",
+    "RepairedTurn",
+    "Session",
+    "SessionConfig",
+    "SessionUpdate",
+    "StartupError",
+    "TurnScope",
+]
+
+
+class SessionConfig(Protocol):
+    """The settings a session is built from, already resolved (``dsh.repl.config.Config`` is one)."""
+
+    @property
+    def api_key(self) -> str | None: ...
+    @property
+    def base_url(self) -> str: ...
+    @property
+    def model(self) -> str: ...
+    @property
+    def max_tokens(self) -> int | None: ...
+    @property
+    def thinking(self) -> bool | None: ...
+    @property
+    def reasoning_effort(self) -> str | None: ...
+    @property
+    def stream_idle_timeout(self) -> float: ...
+    @property
+    def first_token_timeout(self) -> float: ...
+    @property
+    def prompt_hook(self) -> str | list[str] | None: ...
+    @property
+    def max_retries(self) -> int | None: ...
+    @property
+    def subagents(self) -> dict[str, dict[str, Any]]: ...
+    @property
+    def system_prompt(self) -> str | None: ...
+    @property
+    def system_prompt_append(self) -> str | None: ...
+    @property
+    def models(self) -> dict[str, dict[str, Any]]: ...
+    @property
+    def allow_edits(self) -> bool: ...
+    @property
+    def auto_compact(self) -> bool: ...
+    @property
+    def proxy(self) -> str | None: ...
+    @property
+    def record(self) -> str | None: ...
+    @property
+    def secrets(self) -> tuple[str, ...]: ...
+
+
+class EndpointClient(ModelClient, Protocol):
+    """A model client a session can name in its messages, mask and close (``DeepSeekClient`` and the demo's)."""
+
+    @property
+    def base_url_display(self) -> str: ...
+    @property
+    def secrets(self) -> tuple[str, ...]: ...
+    async def aclose(self) -> None: ...
+
+
+class StartupError(HarnessError):
+    """The main agent could not be built; ``__cause__`` holds why."""
+
+    def __init__(self, cause: BaseException) -> None:
+        code = cause.code if isinstance(cause, HarnessError) else ErrorCode.STARTUP
+        super().__init__(error_chain(cause), code, cause=cause)
+
+
+@dataclass(frozen=True, slots=True)
+class Notice:
+    """A line about the session itself, not a turn's event: a subagent hint, a project-context note, a log
+    that loaded with warnings, a compaction that did not happen. Plain text; the front end sanitizes it."""
+
+    text: str
+
+
+@dataclass(frozen=True, slots=True)
+class RepairedTurn:
+    """The session log's repair just closed turn ``turn``: the process that ran it exited before its end."""
+
+    turn: int
+
+
+SessionUpdate = Event | Notice | RepairedTurn  # what a subscriber hears
+Approver = Callable[["str | EditRequest"], Awaitable["Approval | None"]]  # None: nobody answered (denied)
+TurnScope = Callable[[], contextlib.AbstractAsyncContextManager[None]]  # wraps each turn (a live view, say)
+ExtraTools = Callable[["Session"], "Sequence[Tool]"]
+
+
+@contextlib.asynccontextmanager
+async def _no_scope() -> AsyncIterator[None]:
+    yield
+
+
+class Session:
+    """The main agent of one front end, its log, client, subagent toolkit, usage and last failure."""
+
+    def __init__(
+        self,
+        config: SessionConfig,
+        *,
+        sessions_root: Path | None,
+        env: Mapping[str, str] | None = None,
+        client: EndpointClient | None = None,
+        retry: RetryPolicy | None = None,
+        approve: Approver | None = None,
+        subagent_tables: Mapping[str, Mapping[str, Any]] | None = None,
+        parent_base_url: str | None = None,
+        user_dir: Path | None = None,
+        extra_tools: ExtraTools | None = None,
+        label: str = "main",
+        cwd: str | None = None,
+        project_context: bool = True,
+    ) -> None:
+        """``sessions_root`` None keeps no session log (the child runtime: its parent keeps the record).
+
+        ``approve`` answers shell commands and edits; without it nobody can, and the tools say so.
+        ``subagent_tables`` come before the config's ``[subagents.*]`` (the demo's own), and
+        ``parent_base_url`` is the endpoint subagents are told about (the config's by default).
+        """
+        self.config = config
+        self.env = dict(os.environ if env is None else env)
+        self.sessions_root = sessions_root
+        self.client = client
+        if retry is None:
+            retry = RetryPolicy() if config.max_retries is None else RetryPolicy(max_retries=config.max_retries)
+        self.retry = retry
+        self.model = config.model
+        self.cwd = cwd or os.getcwd()
+        self._approve = approve
+        self._subagent_tables = {**(subagent_tables or {}), **config.subagents}
+        self._parent_base_url = parent_base_url or config.base_url
+        self._user_dir = user_dir
+        self._extra_tools = extra_tools
+        self._label = label
+        self._project_context = project_context
+        self.agent: Agent | None = None
+        self.log: SessionLog | None = None
+        self.toolkit: SubagentToolkit | None = None
+        self._toolkit_scope = contextlib.AsyncExitStack()
+        self._new_session_id: str | None = None  # named by start(defer_agent=True), created on first need
+        self._subscribers: list[Callable[[SessionUpdate], None]] = []
+        self._unsubscribe_agent: Callable[[], None] | None = None
+        self._resumed: Conversation | None = None  # rebuilt by _open, taken by _attach
+        self._project: str | None = None
+        self.recap: Recap | None = None  # the last turns of the session resumed last
+        self.context: ProjectContext | None = None  # gathered before the first turn of each session
+        self.last_prompt: str | None = None
+        self.last_reason: EndReason | None = None
+        self.last_failure: BaseException | None = None  # what /why shows
+        self.last_tool_result: ToolResult | None = None  # what /expand shows in full
+        self.turn_usage = UsageTally()
+        self.usage = UsageTally()  # since this process started (``/cost``)
+        self.turn_running = False
+        self._cancel_pending = False  # a cancel arrived while a turn was being set up
+
+    # --- identity ---------------------------------------------------------------------------------
+
+    @property
+    def id(self) -> str | None:
+        """The current session's id, also while its log is still to be created."""
+        return self.log.id if self.log is not None else self._new_session_id
+
+    @property
+    def project(self) -> str:
+        """This directory's project (the git work tree, else the cwd): what ``last`` and /sessions scope to."""
+        if self._project is None:
+            self._project = str(project_root(Path(self.cwd)))
+        return self._project
+
+    @property
+    def endpoint(self) -> str:
+        """The endpoint as the messages name it: never a credential."""
+        if self.client is None:  # not built yet: what DeepSeekClient.base_url_display will say
+            return redact_url(self.config.base_url.rstrip("/"))
+        return self.client.base_url_display
+
+    def subscribe(self, callback: Callable[[SessionUpdate], None]) -> Callable[[], None]:
+        """Hear every event of the main agent (whichever agent that is after /new or /resume) and notice."""
+        self._subscribers.append(callback)
+        return lambda: self._subscribers.remove(callback)
+
+    def _publish(self, update: SessionUpdate) -> None:
+        for callback in list(self._subscribers):
+            callback(update)
+
+    # --- lifecycle --------------------------------------------------------------------------------
+
+    async def start(self, resume: str | None = None, *, defer_agent: bool = False) -> None:
+        """Open the toolkit and a resumed or new session log; StartupError on failure.
+
+        With ``defer_agent`` the client, the agent and a new session's log are built by
+        :meth:`ensure_agent` instead, called by the first turn at the latest; the new session is named
+        now (:attr:`id`). A session to resume is still opened (and repaired) here.
+        """
+        try:
+            await self._open_toolkit()
+            if resume is not None:
+                self.log = self._open(resume)
+            elif defer_agent:
+                self._new_session_id = new_session_id()
+            else:
+                self.log = self._create()
+            if not defer_agent:
+                self._attach(self.log)
+        except Exception as exc:
+            raise StartupError(exc)
+        self._report_repair()
+
+    async def _open_toolkit(self) -> None:
+        """``[subagents.NAME]`` tables -> the subagent and job tools, held open until :meth:`aclose`."""
+        if not self._subagent_tables:
+            return
+        from dsh.agent_loop.subagent import ParentContext
+        from dsh.agent_loop.subagent.tool import SubagentToolkit
+
+        parent = ParentContext(model=self.model, base_url=self._parent_base_url, api_key=self.config.api_key,
+                               cwd=self.cwd, secrets=self.config.secrets)
+        toolkit = SubagentToolkit.from_config(dict(self._subagent_tables), parent=parent)
+        self.toolkit = await self._toolkit_scope.enter_async_context(toolkit)
+        for hint in toolkit.hints:
+            self._publish(Notice(hint))
+
+    def _open(self, ident: str) -> SessionLog:
+        """Open a log to continue, its conversation rebuilt in the same pass (kept for :meth:`_attach`).
+
+        ``last`` is this project's latest session with turns, never the current one; the pass also
+        gathers the recap (:attr:`recap`), and ``/retry`` gets the last prompt.
+        """
+        from dsh.agent_loop.agent import open_session
+        from dsh.agent_loop.recap import Recap
+        from dsh.agent_loop.session_log import resolve_session
+
+        root = self._root()
+        target: str | Path = ident
+        if ident == "last":
+            target = resolve_session("last", root, project=self.project, exclude=self.id)
+        recap = Recap()
+        log, self._resumed = open_session(target, root=root, on_record=recap)
+        self.recap = recap
+        if recap.last_prompt is not None:
+            self.last_prompt = recap.last_prompt
+        return log
+
+    def _root(self) -> Path:
+        if self.sessions_root is None:
+            raise HarnessError("this session keeps no log", ErrorCode.CONFIG)
+        return self.sessions_root
+
+    def _create(self) -> SessionLog | None:
+        if self.sessions_root is None:
+            return None
+        from dsh.agent_loop.session_log import SessionLog
+
+        # Written at the first turn: a launch that runs none leaves no empty session behind.
+        return SessionLog.create(root=self.sessions_root, cwd=self.cwd, session_id=self._new_session_id,
+                                 project=self.project, lazy=True)
+
+    def _build_client(self) -> EndpointClient:
+        if self.client is None:
+            from dsh.llm.deepseek import DeepSeekClient
+
+            config = self.config
+            self.client = DeepSeekClient(
+                base_url=config.base_url,
+                api_key=config.api_key,
+                stream_idle_timeout=config.stream_idle_timeout,
+                first_token_timeout=config.first_token_timeout,
+                proxy=config.proxy,
+                trust_env=False,  # the config already read the proxy variables (and names them)
+                env=self.env,
+                record=config.record,
+            )
+        return self.client
+
+    def ensure_agent(self) -> Agent:
+        """The main agent, built now if :meth:`start` deferred it; StartupError if it cannot be."""
+        if self.agent is None:
+            try:
+                self._attach(self.log if self.log is not None else self._create())
+            except Exception as exc:
+                raise StartupError(exc)
+        assert self.agent is not None
+        return self.agent
+
+    def _attach(self, log: SessionLog | None) -> None:
+        """Bind a fresh agent to ``log`` (the previous agent must already be closed)."""
+        from dsh.agent_loop.agent import Agent
+        from dsh.agent_loop.guard import PromptGuard
+        from dsh.agent_loop.tools import default_tools
+        from dsh.llm import Redactor
+
+        client = self._build_client()
+        self.log = log
+        # Without an approver nobody can answer: the shell tool then says so instead of "denied".
+        tools = default_tools(self._approve, allow_edits=self.config.allow_edits)
+        extra = [*(self.toolkit.tools() if self.toolkit is not None else ()),
+                 *(self._extra_tools(self) if self._extra_tools is not None else ())]
+        for tool in extra:
+            tools.add(tool, replace=True)
+        conversation, self._resumed = self._resumed, None
+        config = self.config
+        try:
+            agent = Agent(
+                client, conversation=conversation, model=self.model, tools=tools, session=log, label=self._label,
+                retry=self.retry, cwd=self.cwd,
+                guard=PromptGuard(hook_command=config.prompt_hook, api_key=config.api_key),
+                redactor=Redactor((*config.secrets, *client.secrets)),
+                max_tokens=config.max_tokens, thinking=config.thinking, reasoning_effort=config.reasoning_effort,
+                auto_compact=config.auto_compact,
+            )
+        except BaseException:
+            if log is not None:
+                log.close()
+            raise
+        self.agent = agent
+        self._unsubscribe_agent = agent.subscribe(self._on_event)
+
+    def _report_repair(self) -> None:
+        """A turn the log repair just closed is reported before anything else, then load warnings.
+
+        The warnings are one notice; each detail goes to dsh.log (docs/configuration.md).
+        """
+        log = self.log
+        if log is None:
+            return
+        if log.repaired_turn is not None:
+            self._publish(RepairedTurn(log.repaired_turn))
+        if log.load_summary is not None:
+            import logging  # only a damaged log gets here
+
+            logger = logging.getLogger("dsh.session")
+            for warning in log.load_warnings:
+                logger.warning("%s", warning)
+            self._publish(Notice(f"dsh: warning: {log.load_summary}"))
+
+    async def _detach(self) -> None:
+        if self._unsubscribe_agent is not None:
+            self._unsubscribe_agent()
+            self._unsubscribe_agent = None
+        agent, self.agent = self.agent, None
+        if agent is not None:
+            await agent.aclose()
+
+    async def aclose(self) -> None:
+        self.toolkit = None
+        with contextlib.suppress(Exception):  # background jobs end with the session that owns them
+            await self._toolkit_scope.aclose()
+        await self._detach()
+        if self.log is not None and not self.log.closed:
+            self.log.close()
+        if self.client is not None:
+            with contextlib.suppress(Exception):
+                await self.client.aclose()
+
+    async def new_session(self) -> str | None:
+        """``/new``: close this conversation and start an empty one in a new log."""
+        agent = self.ensure_agent()
+        agent.new_session()
+        self.log = agent.session
+        self.last_failure = None
+        return self.id
+
+    async def resume(self, ident: str) -> str:
+        """``/resume ID``: continue another session (its open turn, if any, is closed and reported)."""
+        resumed = self._resumed
+        try:
+            log = self._open(ident)  # raises before we let go of the current one
+        except BaseException:
+            self._resumed = resumed
+            raise
+        await self._detach()
+        if self.log is not None and not self.log.closed:
+            self.log.close()
+        self._attach(log)
+        self._report_repair()
+        return log.id
+
+    def set_model(self, name: str) -> None:
+        """``/model NAME``: the next request uses it."""
+        self.model = name
+        if self.agent is not None:
+            self.agent.model = name
+
+    # --- events -----------------------------------------------------------------------------------
+
+    def _on_event(self, event: Event) -> None:
+        if isinstance(event, TurnStart):
+            self.turn_usage = UsageTally()
+            if self._cancel_pending and self.agent is not None:
+                self._cancel_pending = False
+                self.agent.cancel("cancelled")  # a cancel that came before the agent's turn existed
+        elif isinstance(event, AssistantMessage) and event.usage is not None:
+            self._count_usage(event)
+        elif isinstance(event, ToolResult):
+            self.last_tool_result = event
+            if event.cause is not None:  # a failed subagent run: /why shows its host-side chain
+                self.last_failure = event.cause
+        elif isinstance(event, JobNotice):
+            event = self._settled_job(event)
+        elif isinstance(event, ContextCompacted):
+            self._count_compaction(event)
+        self._publish(event)
+
+    def _settled_job(self, event: JobNotice) -> JobNotice:
+        """A job settled: a failure's raw cause becomes /why's, and subscribers hear the notice in the
+        user's words (the model keeps the event's own text)."""
+        job = self.toolkit.jobs.get(event.job_id) if self.toolkit is not None else None
+        if job is None:
+            return event
+        if job.result is not None and job.result.cause is not None:
+            self.last_failure = job.result.cause
+        from dsh.agent_loop.subagent.jobs import user_notice  # loaded with the toolkit already
+
+        return JobNotice(event.job_id, user_notice(job))
+
+    def _count_compaction(self, event: ContextCompacted) -> None:
+        """The summary request costs like any other; afterwards the window holds about the new conversation."""
+        if event.usage is not None:
+            self._count_usage(event)
+        if self.agent is not None and self.usage.requests:
+            from dsh.agent_loop.context import estimate_tokens  # loaded with the agent already
+
+            # Applied before subscribers hear of it: the agent's messages are the compacted ones already.
+            left = estimate_tokens("".join(message.content for message in self.agent.messages))
+            for tally in (self.usage, self.turn_usage):
+                tally.context, tally.context_estimated = left, True
+
+    def _count_usage(self, event: AssistantMessage | ContextCompacted) -> None:
+        from dsh.llm.models import model_info
+
+        assert event.usage is not None
+        info = model_info(self.model, self.config.models)
+        now = datetime.datetime.now(datetime.UTC)
+        self.turn_usage.add(event.usage, self.model, info, now)
+        self.usage.add(event.usage, self.model, info, now)
+
+    def context_fill(self) -> float | None:
+        """How full the model's window is after the latest request; None when unknown."""
+        return context_fill(self.usage, self.config.models)
+
+    def compaction_due(self) -> bool:
+        """With ``auto_compact`` on, a prompt sent this close to the window's end is preceded by a compaction."""
+        fill = self.context_fill()
+        return self.config.auto_compact and fill is not None and fill >= AUTO_COMPACT_AT
+
+    # --- turns ------------------------------------------------------------------------------------
+
+    def cancel_turn(self) -> None:
+        if self.agent is not None and self.turn_running and not self.agent.cancel("cancelled"):
+            # The turn is being set up (a live view, the prompt guard) and the agent has no scope yet:
+            # cancel it as soon as it starts instead of losing the request.
+            self._cancel_pending = True
+
+    @contextlib.asynccontextmanager
+    async def _running(self, scope: TurnScope | None) -> AsyncIterator[None]:
+        """While a turn or a compaction runs: cancellable (:meth:`cancel_turn`), inside the front end's scope."""
+        self.turn_running = True
+        self._cancel_pending = False
+        try:
+            async with (scope or _no_scope)():
+                yield
+        finally:
+            self.turn_running = False
+            self._cancel_pending = False
+
+    async def ensure_context(self) -> ProjectContext | None:
+        """The project context of this session, gathered once and set as the agent's system prompt."""
+        agent = self.ensure_agent()
+        if not self._project_context:
+            return None
+        if self.context is None:
+            from dsh.agent_loop.context import gather_project_context
+
+            self.context = await gather_project_context(
+                Path(self.cwd), env=self.env, user_dir=self._user_dir, replace=self.config.system_prompt,
+                append=self.config.system_prompt_append, redactor=agent.redactor,
+            )
+            for notice in self.context.notices:
+                self._publish(Notice(f"[context] {notice}"))
+        if agent.system_prompt is None:
+            agent.set_system_prompt(self.context.system_prompt())
+        return self.context
+
+    async def run_turn(self, prompt: str, *, sent: str | None = None, scope: TurnScope | None = None) -> EndReason:
+        """One turn of ``prompt`` (``sent`` to the model instead, if given), inside ``scope``; how it ended."""
+        agent = self.ensure_agent()
+        await self.ensure_context()
+        self.last_prompt = prompt
+        async with self._running(scope):
+            try:
+                end = await agent.run_turn(prompt if sent is None else sent)
+            except Exception as exc:  # the loop promises not to raise; if it does, still say why
+                end = failure_from_exception(exc, 0, self.config.secrets)
+                self.last_failure = exc
+                self._publish(TurnEnd(agent.turn_number, end))
+            else:
+                self._note_failure(end, agent)
+        self.last_reason = end
+        return end
+
+    def _note_failure(self, end: EndReason, agent: Agent) -> None:
+        if isinstance(end, Failed):
+            self.last_failure = agent.last_failure or _reason_error(end)
+
+    async def compact(self, focus: str, *, scope: TurnScope | None = None) -> None:
+        """``/compact [focus]``: the summary replaces the conversation, or a :class:`Notice` says why it did not."""
+        agent = self.ensure_agent()
+        await self.ensure_context()
+        self.turn_usage = UsageTally()
+        async with self._running(scope):  # cancellable as a turn is
+            try:
+                await agent.compact(focus or None)
+            except HarnessError as exc:
+                self.last_failure = exc
+                self._publish(Notice(self._compact_failure(exc)))
+
+    def _compact_failure(self, exc: HarnessError) -> str:
+        if exc.code == ErrorCode.ABORTED:
+            return "[compact cancelled] the conversation is unchanged"
+        if exc.code == ErrorCode.COMPACT and str(exc) == "nothing to compact yet":
+            return "nothing to compact yet"
+        message = redact_text(error_chain(exc), self.config.secrets).replace("\n", " ")
+        return f"[compact failed {exc.code}] {message}; the conversation is unchanged"
+
+    async def deliver_notices(self, *, scope: TurnScope | None = None) -> EndReason | None:
+        """Run a turn for background-job notices the model has not seen (an idle owner is woken)."""
+        agent = self.agent
+        if agent is None or self.turn_running or not agent.pending_notices:
+            return None
+        async with self._running(scope):
+            end = await agent.deliver_notices()
+        if end is not None:
+            self._note_failure(end, agent)
+            self.last_reason = end
+        return end
+
+
+def _reason_error(reason: Failed) -> BaseException:
+    """A stand-in for /why when the loop kept no exception (e.g. a failure read back from a log)."""
+    return LlmError(reason.message or "turn failed", reason.code or ErrorCode.UNKNOWN)

@@ -1,0 +1,399 @@
+"""``dsh`` past ``--version``: flags, config, logging, the subcommands, and which mode runs.
+
+Modes: interactive (stdin and stdout are terminals; :mod:`dsh.repl.app`), piped (each stdin line is a
+turn; EOF waits for the running turn, then exits 0; :mod:`dsh.repl.piped`), and ``-p PROMPT`` (one turn;
+the exit status says how it ended; the answer alone on stdout, or the JSON of ``--output-format``, and
+everything else on stderr; ``-p -`` reads the prompt from stdin; :mod:`dsh.repl.print_output`,
+docs/scripting.md). The mode's module is imported once the mode is known, and imports what it needs at
+its top (docs/architecture.md, "Start-up and lazy imports"). Nothing here prints a traceback unless
+``DSH_DEBUG=1``.
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import logging
+import os
+import select
+import stat
+import sys
+import termios
+from collections.abc import Callable, Coroutine
+from pathlib import Path
+from typing import Any, TextIO
+
+from dsh.agent_loop.session import StartupError
+from dsh.llm import ErrorCode, HarnessError, RedactingFilter, error_chain, redact_text, unwrap_group
+from dsh.llm.defaults import DEFAULT_MODEL
+from dsh.llm.wire_trace import not_regular
+from dsh.repl import __version__
+from dsh.repl.config import Config, ConfigError, load_config, state_dir
+from dsh.repl.render import sanitize
+
+__all__ = ["run"]
+
+EXIT_USAGE = 2
+MAX_STDIN_PROMPT = 1 << 20  # bytes of a prompt read from stdin (`-p -`)
+OUTPUT_FORMATS = ("text", "json", "stream-json")
+_FROM_STDIN = "\x00stdin"  # what a bare `-p` parses to: read the prompt from stdin when it is piped
+ModeMain = Callable[[argparse.Namespace, Config, dict[str, str]], Coroutine[Any, Any, int]]
+
+
+def run(args: list[str]) -> int:
+    """The exit status of ``dsh ARGS`` (``--version`` aside)."""
+    subcommand = _SUBCOMMANDS.get(args[0]) if args else None
+    if subcommand is not None:
+        return subcommand(args[1:])
+    return _guarded(args)
+
+
+def _debug() -> bool:
+    return os.environ.get("DSH_DEBUG", "") not in ("", "0")
+
+
+def _guarded(args: list[str], command: Callable[[list[str]], int] | None = None) -> int:
+    """Run, and turn anything unexpected into one line on stderr (a traceback only with DSH_DEBUG=1)."""
+    saved = _save_terminal()
+    try:
+        return (command or _main)(args)
+    except KeyboardInterrupt:
+        return 130
+    except SystemExit:
+        raise
+    except BaseException as exc:
+        if _debug():
+            raise
+        secrets = tuple(s for s in (os.environ.get("DEEPSEEK_API_KEY", ""),) if s)
+        line = redact_text(error_chain(unwrap_group(exc)), secrets)
+        _stderr(f"dsh: internal error: {line} (DSH_DEBUG=1 shows a traceback)")
+        return 1
+    finally:
+        _restore_terminal(saved)
+
+
+def _serve(args: list[str]) -> int:
+    """``dsh serve --stdio``: the JSON-RPC child runtime (dsh.repl.serve)."""
+    from dsh.repl import serve  # each subcommand loads its own module
+
+    return serve.main(args)
+
+
+def _doctor(args: list[str]) -> int:
+    """``dsh doctor``: each step of one request, checked (dsh.repl.doctor, docs/doctor.md)."""
+    from dsh.repl import doctor  # each subcommand loads its own module
+
+    env = dict(os.environ)
+    _setup_logging(env, tuple(s for s in (env.get("DEEPSEEK_API_KEY", "").strip(),) if s))  # not over the report
+    return doctor.main(args, env)
+
+
+def _replay_server(args: list[str]) -> int:
+    """``dsh replay-server FILE --port P``: serve a recording to any client (docs/record-replay.md)."""
+    from dsh.llm.loopback import replay_server  # each subcommand loads its own module
+
+    return replay_server.main(args, out=_stdout, err=_stderr)
+
+
+def _replay_speed(text: str) -> float:
+    from dsh.llm.loopback.replay_server import parse_speed  # only with --replay-speed
+
+    return parse_speed(text)
+
+
+def _sessions(args: list[str]) -> int:
+    """``dsh sessions list [--all] | show ID | rm ID`` (dsh.repl.sessions)."""
+    from dsh.repl.sessions import main as sessions_main  # each subcommand loads its own module
+
+    return sessions_main(args)
+
+
+# ``dsh NAME ...``: words that are not prompts or flags; each takes the rest of the arguments.
+_SUBCOMMANDS = {
+    "serve": _serve,
+    "sessions": _sessions,
+    "doctor": _doctor,
+    "replay-server": lambda rest: _guarded(rest, _replay_server),
+}
+
+
+# --- terminal safety net -------------------------------------------------------------------------
+
+
+def _save_terminal() -> list[Any] | None:
+    try:
+        if os.isatty(0):
+            return termios.tcgetattr(0)
+    except Exception:
+        pass
+    return None
+
+
+def _restore_terminal(saved: list[Any] | None) -> None:
+    """Whatever happened, hand the terminal back the way we found it (echo, icanon ...)."""
+    if saved is None:
+        return
+    try:
+        termios.tcsetattr(0, termios.TCSADRAIN, saved)
+    except Exception:
+        pass
+
+
+def _stdout(line: str) -> None:
+    try:
+        sys.stdout.write(sanitize(line) + "\n")
+        sys.stdout.flush()
+    except (OSError, ValueError):
+        pass
+
+
+def _stderr(line: str) -> None:
+    """One line on stderr, through the sinks' sanitizer: an error chain is hostile text too."""
+    try:
+        sys.stderr.write(sanitize(line) + "\n")
+        sys.stderr.flush()
+    except (OSError, ValueError):
+        pass
+
+
+# --- flags -----------------------------------------------------------------------------------------
+
+
+def _parser() -> argparse.ArgumentParser:
+    parser = argparse.ArgumentParser(
+        prog="dsh",
+        description="A terminal harness for LLM agents that never fails silently.",
+        epilog="Config: $XDG_CONFIG_HOME/dsh/config.toml. Environment: DEEPSEEK_API_KEY, DEEPSEEK_BASE_URL, "
+        "DSH_MODEL, NO_COLOR, DSH_DEBUG. Also: dsh doctor (check each step of a request), "
+        "dsh sessions list [--all] | show ID | rm ID, dsh serve --stdio (child runtime), "
+        "dsh replay-server FILE --port P (serve a recording).",
+    )
+    parser.add_argument("-p", "--print", metavar="PROMPT", dest="print_prompt", nargs="?", const=_FROM_STDIN,
+                        help="run one turn and exit: the answer on stdout, everything else on stderr; "
+                        "PROMPT - (or none, with piped stdin) reads it from stdin. Exit 0 completed, 1 failed, "
+                        "3 rejected, 4 output-token limit, 130 aborted by SIGINT, 143 by SIGTERM")
+    parser.add_argument("--output-format", dest="output_format", choices=OUTPUT_FORMATS,
+                        help="with -p: text (default), json (one object at the end), stream-json (one per event)")
+    parser.add_argument("--resume", metavar="ID|last", help="continue a saved session")
+    parser.add_argument("--demo", action="store_true", help="no key, no network: an embedded scripted endpoint")
+    parser.add_argument("--scenario", metavar="NAME", help="demo scenario to start with (implies --demo)")
+    parser.add_argument("--model", help=f"model name (default {DEFAULT_MODEL})")
+    parser.add_argument("--base-url", dest="base_url", metavar="URL", help="API base URL")
+    parser.add_argument("--proxy", metavar="URL", help="proxy for API requests (default: HTTPS_PROXY & co)")
+    parser.add_argument("--config", metavar="PATH", help="config file (default $XDG_CONFIG_HOME/dsh/config.toml)")
+    parser.add_argument("--max-tokens", dest="max_tokens", type=int, metavar="N", help="output-token cap per step")
+    parser.add_argument("--thinking", choices=("enabled", "disabled"), help="DeepSeek thinking mode")
+    parser.add_argument("--reasoning-effort", dest="reasoning_effort", choices=("low", "high", "max"))
+    parser.add_argument("--allow-edits", dest="allow_edits", action="store_true", default=None,
+                        help="piped and -p runs may write files in the working tree without asking")
+    parser.add_argument("--record", metavar="FILE", help="write a masked wire trace of every model exchange")
+    parser.add_argument("--replay", metavar="FILE", help="answer from a --record trace instead of the API")
+    parser.add_argument("--replay-speed", dest="replay_speed", type=_replay_speed, default=1.0, metavar="N",
+                        help="replay the recorded timing N times faster")
+    parser.add_argument("--version", action="version", version=f"dsh {__version__}")
+    return parser
+
+
+def _stdin_prompt(explicit: bool) -> str:
+    """The ``-p`` prompt read from stdin (bounded); ConfigError when there is none."""
+    if not explicit and sys.stdin.isatty():
+        raise ConfigError("-p needs a prompt: dsh -p PROMPT, or pipe one into dsh -p -")
+    data = b""
+    try:
+        fd = sys.stdin.fileno()
+        while len(data) <= MAX_STDIN_PROMPT:
+            chunk = os.read(fd, 65536)
+            if not chunk:
+                break
+            data += chunk
+    except (OSError, ValueError) as exc:
+        raise ConfigError("cannot read the prompt from stdin") from exc
+    if len(data) > MAX_STDIN_PROMPT:
+        raise ConfigError(f"the prompt on stdin is longer than {MAX_STDIN_PROMPT >> 20} MiB")
+    text = data.decode("utf-8", "replace")
+    if not text.strip():
+        raise ConfigError("the prompt on stdin is empty")
+    return text.rstrip("\r\n")
+
+
+def _mode(args: argparse.Namespace) -> str:
+    if args.print_prompt is not None:
+        return "print"
+    if sys.stdin.isatty() and sys.stdout.isatty():
+        return "interactive"
+    return "piped"
+
+
+# --- startup failures --------------------------------------------------------------------------------
+
+
+def _queued_stdin_lines(grace: float = 0.2, limit: int = 16 << 20) -> int:
+    """Lines already waiting on a piped stdin (read without blocking past ``grace`` of silence)."""
+    try:
+        fd = sys.stdin.fileno()
+        regular = stat.S_ISREG(os.fstat(fd).st_mode)
+    except (OSError, ValueError):
+        return 0
+    data = b""
+    try:
+        while len(data) < limit:
+            if not regular:
+                ready, _, _ = select.select([fd], [], [], grace)
+                if not ready:
+                    break
+            chunk = os.read(fd, 65536)
+            if not chunk:
+                break
+            data += chunk
+    except OSError:
+        pass
+    return sum(1 for line in data.split(b"\n") if line.strip())
+
+
+def _startup_failure(exc: BaseException, *, mode: str, secrets: tuple[str, ...]) -> None:
+    chain = redact_text(error_chain(exc), secrets)
+    queued = _queued_stdin_lines() if mode == "piped" else 0
+    if queued:
+        _stderr(f"dsh: main agent failed to start; dropped queued stdin ({queued} line(s)): {chain}")
+    else:
+        _stderr(f"dsh: failed to start: {chain}")
+
+
+# --- running -------------------------------------------------------------------------------------------
+
+
+def _main(argv: list[str]) -> int:
+    parser = _parser()
+    args = parser.parse_args(argv)
+    if args.output_format is not None and args.print_prompt is None:
+        parser.error("--output-format works only with -p/--print")
+    mode = _mode(args)
+    if args.scenario:
+        args.demo = True
+    env = dict(os.environ)
+    env_secrets = tuple(s for s in (env.get("DEEPSEEK_API_KEY", "").strip(),) if s)
+    try:
+        config = _configure(args, env)
+    except ConfigError as exc:
+        _startup_failure(exc, mode=mode, secrets=env_secrets)
+        return EXIT_USAGE
+    for warning in config.warnings:
+        _stderr(f"dsh: warning: {warning}")
+    _setup_logging(env, config.secrets)
+    mode_main = _mode_main(mode)
+    try:
+        # asyncio, prompt_toolkit's loop, with anyio inside it: anyio loads its backend on first use,
+        # which in the interactive mode comes after the first prompt is drawn.
+        return asyncio.run(mode_main(args, config, env))
+    except StartupError as exc:
+        cause = exc.__cause__ or exc
+        _startup_failure(cause, mode=mode, secrets=config.secrets + env_secrets)
+        return EXIT_USAGE if isinstance(cause, HarnessError) and cause.code == ErrorCode.CONFIG else 1
+
+
+def _mode_main(mode: str) -> ModeMain:
+    """The mode's entry, its module imported now that the mode is known (each imports what it needs)."""
+    if mode == "print":
+        from dsh.repl.print_output import run_print
+
+        return run_print
+    if mode == "piped":
+        from dsh.repl.piped import run_piped
+
+        return run_piped
+    from dsh.repl.app import run_interactive  # prompt_toolkit: only a terminal needs it
+
+    return run_interactive
+
+
+def _configure(args: argparse.Namespace, env: dict[str, str]) -> Config:
+    """The config of this run from flags, environment and file; ConfigError (exit 2) for what cannot work.
+
+    Sets ``args.print_prompt`` when it is read from stdin and ``args.trace`` for ``--replay``.
+    """
+    flags = {
+        "model": args.model,
+        "base_url": args.base_url,
+        "proxy": args.proxy,
+        "max_tokens": args.max_tokens,
+        "thinking": args.thinking,
+        "reasoning_effort": args.reasoning_effort,
+        "allow_edits": args.allow_edits,
+        "record": args.record,
+    }
+    if args.print_prompt in (_FROM_STDIN, "-"):
+        args.print_prompt = _stdin_prompt(explicit=args.print_prompt == "-")
+    config = load_config(
+        flags, env, require_key=not (args.demo or args.replay),
+        config_path=Path(args.config) if args.config else None,
+    )
+    if args.replay:
+        if args.demo:
+            raise ConfigError("--replay and --demo each pick the endpoint; give one of them")
+        args.trace = _load_trace(args.replay)
+    if args.demo and config.record:
+        raise ConfigError("--record records a real endpoint or a --replay; the demo's scenarios are scripted")
+    if config.record:
+        _check_record_path(config.record)
+    if args.demo:
+        from dsh.repl.demo.catalogue import SCENARIOS  # only the demo
+
+        if args.scenario and args.scenario not in SCENARIOS:
+            raise ConfigError(f"no demo scenario {args.scenario!r} (known: {', '.join(SCENARIOS)})")
+    return config
+
+
+def _load_trace(path: str) -> Any:
+    """The recording ``--replay`` serves; ConfigError (one line, no chain beneath) when it cannot be read."""
+    from dsh.llm.loopback.replay_server import ReplayError, load_trace  # only with --replay
+
+    try:
+        return load_trace(path)
+    except ReplayError as exc:
+        message = exc.message
+    raise ConfigError(message)  # outside the handler: one line, no chain beneath
+
+
+def _check_record_path(path: str) -> None:
+    """Fail before the first prompt, not at the first request, when the trace cannot be written.
+
+    Nothing is opened here: a FIFO, a device or a link is refused by its ``lstat`` alone (the writer
+    checks again on what it opens; docs/record-replay.md)."""
+    folder = os.path.dirname(path) or "."
+    if not os.path.isdir(folder):
+        problem: str | None = "its folder does not exist"
+    elif not os.access(folder, os.W_OK | os.X_OK) or (os.path.exists(path) and not os.access(path, os.W_OK)):
+        problem = "permission denied"
+    else:
+        problem = not_regular(path)
+    if problem is not None:
+        raise ConfigError(f"record file {path} cannot be written: {problem}")
+
+
+def _setup_logging(env: dict[str, str], secrets: tuple[str, ...]) -> None:
+    """Warnings from the loop go to a host log file (never over the prompt), masked."""
+    root = logging.getLogger()
+    if root.handlers:
+        return
+    try:
+        directory = state_dir(env)
+        directory.mkdir(parents=True, exist_ok=True, mode=0o700)
+        handler: logging.Handler = logging.StreamHandler(_open_private_log(directory / "dsh.log"))
+    except OSError:
+        handler = logging.NullHandler()
+    handler.addFilter(RedactingFilter(secrets))
+    handler.setFormatter(logging.Formatter("%(asctime)s %(levelname)s %(name)s: %(message)s"))
+    root.addHandler(handler)
+    root.setLevel(logging.DEBUG if _debug() else logging.INFO)
+
+
+def _open_private_log(path: Path) -> TextIO:
+    """dsh.log holds child stderr and task text: created 0600, and an older, looser one is tightened."""
+    fd = os.open(path, os.O_WRONLY | os.O_APPEND | os.O_CREAT | os.O_CLOEXEC | os.O_NOFOLLOW, 0o600)
+    try:
+        if os.fstat(fd).st_mode & 0o077:
+            os.fchmod(fd, 0o600)
+        return os.fdopen(fd, "a", encoding="utf-8", errors="backslashreplace")
+    except BaseException:
+        os.close(fd)
+        raise

@@ -1,0 +1,110 @@
+"""What every mode does before its first line: the endpoint it talks to, and its shell over a session.
+
+The endpoint is the configured one, the demo's embedded fault server (``--demo``) or an embedded
+replay server (``--replay``); each is held open by the mode's exit stack and closed with it.
+"""
+
+from __future__ import annotations
+
+import argparse
+import contextlib
+from collections.abc import Mapping
+from typing import TYPE_CHECKING, TextIO
+
+from dsh.agent_loop.session import EndpointClient, StartupError
+from dsh.repl import __version__
+from dsh.repl.config import Config
+from dsh.repl.frontend import FrontEnd, Sink
+from dsh.repl.shell import Shell
+
+if TYPE_CHECKING:
+    from dsh.agent_loop.retry import RetryPolicy
+    from dsh.llm.loopback.replay_server import Trace
+    from dsh.repl.demo.catalogue import Demo
+
+__all__ = ["banner", "color", "open_shell"]
+
+
+def color(env: Mapping[str, str], stream: TextIO) -> bool:
+    return stream.isatty() and not env.get("NO_COLOR") and env.get("TERM") != "dumb"
+
+
+async def open_shell(
+    stack: contextlib.AsyncExitStack,
+    args: argparse.Namespace,
+    config: Config,
+    env: dict[str, str],
+    frontend: FrontEnd,
+    *,
+    color: bool,
+    show_usage: bool = False,
+    answer: Sink | None = None,
+    defer_agent: bool = False,
+) -> Shell:
+    """A started shell on ``frontend`` over the endpoint ``args`` pick, closed by ``stack``; StartupError if not.
+
+    With ``defer_agent`` the agent is built behind the first prompt (the interactive mode sees to it).
+    """
+    client: EndpointClient | None = None
+    demo: Demo | None = None
+    retry: RetryPolicy | None = None
+    try:
+        if args.demo:
+            demo = await _start_demo(stack, args.scenario or "text")
+            client, retry = demo.client, demo.retry
+        elif args.replay:
+            client = await _start_replay(stack, args.trace, args.replay_speed, config)
+    except Exception as exc:
+        raise StartupError(exc)
+    shell = Shell(config, frontend, color=color, env=env, client=client, demo=demo, retry=retry,
+                  show_usage=show_usage, answer=answer)
+    stack.push_async_callback(shell.aclose)
+    await shell.start(resume=args.resume, defer_agent=defer_agent)
+    return shell
+
+
+def banner(shell: Shell, args: argparse.Namespace) -> str:
+    """The interactive REPL's first line."""
+    session = shell.session
+    if shell.demo is not None:
+        return (
+            f"dsh {__version__} demo · no key, no network: scripted endpoint {session.endpoint} · "
+            f"scenario {shell.demo.scenario.name} · /scenario lists the failure kit · /help"
+        )
+    text = f"dsh {__version__} · {session.model} · {session.endpoint} · session {session.id or '?'} · /help"
+    text += " · Ctrl-D exits"
+    if args.replay:
+        text += f" · replaying {len(args.trace.exchanges)} recorded exchange(s) from {args.replay}"
+    return text
+
+
+async def _start_demo(stack: contextlib.AsyncExitStack, scenario: str) -> Demo:
+    from dsh.llm.loopback.fault_server import FaultServer, closed_port  # only the demo
+    from dsh.repl.demo.catalogue import Demo, DemoClient, demo_retry_policy
+
+    server = await stack.enter_async_context(FaultServer(default="text", tls=True))
+    refused_port = stack.enter_context(closed_port())
+    client = DemoClient(server.url, f"http://127.0.0.1:{refused_port}")
+    client.urls.update(plain_https=server.plain_url_for_https, tls=server.tls_url)
+    stack.push_async_callback(client.aclose)
+    return Demo(server, client, demo_retry_policy(), scenario)
+
+
+async def _start_replay(stack: contextlib.AsyncExitStack, trace: Trace, speed: float, config: Config) -> EndpointClient:
+    """The embedded replay server and a client that names the recorded endpoint in its messages."""
+    from dsh.llm.deepseek import DeepSeekClient  # only a replay
+    from dsh.llm.loopback.replay_server import ReplayServer
+
+    stack.callback(trace.close)  # the recording is read as it is served
+    server = await stack.enter_async_context(ReplayServer(trace, speed=speed))
+    # The recorded deadlines, so a recorded timeout fires again; one set on this run wins.
+    idle, first = config.stream_idle_timeout, config.first_token_timeout
+    if "stream_idle_timeout" not in config.sources:
+        idle = trace.timeouts.get("stream_idle_timeout", idle)
+    if "first_token_timeout" not in config.sources:
+        first = trace.timeouts.get("first_token_timeout", first)
+    client = DeepSeekClient(base_url=server.url, api_key=None, proxy=None, trust_env=False, env={},
+                            record=config.record, shown_as=(trace.base_url or server.url, trace.proxy),
+                            stream_idle_timeout=idle, first_token_timeout=first)
+    stack.push_async_callback(client.aclose)
+    return client
