@@ -382,15 +382,24 @@ class Doctor:
                 f"{_days(facts.get('days_to_expiry', 0))}; verified against {store}")
         return Step("TLS", PASS, text, facts=facts)
 
-    async def http(self) -> Step:
+    async def _get_json(self, name: str, path: str, absent: str) -> Step | tuple[int, Any, float]:
+        """``GET path`` as a turn's client sends it: ``(status, body, seconds)``; or the step itself when it
+        failed, or was skipped because the endpoint has no such route (``absent`` says what that means)."""
         started = self.now()
         try:
-            status, body = await self._client().get_json("/models")
+            status, body = await self._client().get_json(path)
         except LlmError as exc:
-            return self._failed("HTTP", exc)
+            return self._failed(name, exc)
         took = self.now() - started
         if status == 404:
-            return Step("HTTP", SKIP, f"GET /models answered 404 in {_ms(took)}: this endpoint lists no models")
+            return Step(name, SKIP, f"GET {path} answered 404 in {_ms(took)}: {absent}")
+        return status, body, took
+
+    async def http(self) -> Step:
+        answer = await self._get_json("HTTP", "/models", "this endpoint lists no models")
+        if isinstance(answer, Step):
+            return answer
+        status, body, took = answer
         data = body.get("data") if isinstance(body, dict) else None
         items = data if isinstance(data, list) else []
         names: list[str] = [item["id"] for item in items if isinstance(item, dict) and isinstance(item.get("id"), str)]
@@ -404,14 +413,10 @@ class Doctor:
                     FIX_MODEL.format(model=model, source=source), facts)
 
     async def balance(self) -> Step:
-        started = self.now()
-        try:
-            status, body = await self._client().get_json("/user/balance")
-        except LlmError as exc:
-            return self._failed("balance", exc)
-        took = self.now() - started
-        if status == 404:
-            return Step("balance", SKIP, f"GET /user/balance answered 404 in {_ms(took)}: no balance to check here")
+        answer = await self._get_json("balance", "/user/balance", "no balance to check here")
+        if isinstance(answer, Step):
+            return answer
+        status, body, took = answer
         available = body.get("is_available") if isinstance(body, dict) else None
         infos = body.get("balance_infos") if isinstance(body, dict) else None
         amounts = [f"{info.get('total_balance')} {info.get('currency')}" for info in infos or []
