@@ -28,14 +28,11 @@ import stat
 from collections.abc import Mapping
 from dataclasses import dataclass
 from pathlib import Path
-from typing import TYPE_CHECKING
 
 from dsh.agent_loop.project import find_git_dir, read_git_file
 from dsh.agent_loop.safe_open import NotRegularFile, read_regular
+from dsh.agent_loop.tools.shell import CommandResult, run_command
 from dsh.llm.redact import MASK, Redactor, environment_secrets
-
-if TYPE_CHECKING:
-    from dsh.agent_loop.tools.shell import CommandResult
 
 __all__ = [
     "AGENTS_FILE",
@@ -228,8 +225,6 @@ def _trusted_git() -> tuple[str | None, str]:
 
 
 async def _run_git(argv: list[str], root: Path, env: Mapping[str, str]) -> CommandResult | None:
-    from dsh.agent_loop.tools.shell import run_command  # loads the tools: only when git runs
-
     try:
         result = await run_command(argv, cwd=root, timeout=_GIT_TIMEOUT, merge_stderr=False, env=env,
                                    output_limit=64 * 1024)

@@ -816,42 +816,15 @@ def _info(path: Path) -> SessionInfo | None:
     try:
         good_end = _good_end(fd, info.st_size)
         head = os.pread(fd, min(_HEAD, good_end), 0)
-        lines = head.split(b"\n")
-        if head.endswith(b"\n"):
-            lines.pop()
-            cut = None
-        else:
-            cut = lines.pop()  # a line longer than the head window, whole in the file
-        if not lines:
+        lines, cut = _head_lines(head)
+        header = _session_header(lines)
+        if header is None:
             return None
-        try:
-            header = loads(lines[0])
-        except ValueError:
-            return None
-        if not isinstance(header, dict) or header.get("type") != "session":
-            return None
-        title, turns = "", 0
-        for line in lines[1:]:
-            if _TURN_START_MARK in line:  # a cheap filter; the parsed type decides
-                with contextlib.suppress(ValueError):
-                    record = loads(line)
-                    if isinstance(record, dict) and record.get("type") == TurnStart.type:
-                        data = record.get("data")
-                        prompt = data.get("prompt") if isinstance(data, dict) else None
-                        title = _title(prompt) if isinstance(prompt, str) else ""
-                        break
-        else:
-            if cut is not None and _TURN_START_MARK in cut[:200]:
-                title = _title(_partial_prompt(cut))
+        title = _first_prompt_title(lines[1:], cut)
         if len(head) == good_end:  # the whole log was in the head window
-            for line in reversed(lines[1:]):
-                turn = _line_turn(line)
-                if turn is not None:
-                    turns = turn
-                    break
+            turns = next((turn for turn in map(_line_turn, reversed(lines[1:])) if turn is not None), 0)
         else:
-            turn, _ = _last_line_turn(fd, good_end, len(lines[0]) + 1)
-            turns = turn or 0
+            turns = _last_line_turn(fd, good_end, len(lines[0]) + 1)[0] or 0
     except OSError:
         return None
     finally:
@@ -866,6 +839,39 @@ def _info(path: Path) -> SessionInfo | None:
         title=title,
         project=str(header.get("project") or header.get("cwd") or ""),
     )
+
+
+def _head_lines(head: bytes) -> tuple[list[bytes], bytes | None]:
+    """The whole lines of the head window, and the line it cut (longer than the window) if any."""
+    lines = head.split(b"\n")
+    cut = lines.pop()  # after the last newline: b"" when the window ends on one
+    return lines, None if head.endswith(b"\n") else cut
+
+
+def _session_header(lines: list[bytes]) -> dict[str, Any] | None:
+    """The first line's ``session`` record, or None when the file is not a dsh session log."""
+    if not lines:
+        return None
+    try:
+        header = loads(lines[0])
+    except ValueError:
+        return None
+    return header if isinstance(header, dict) and header.get("type") == "session" else None
+
+
+def _first_prompt_title(lines: list[bytes], cut: bytes | None) -> str:
+    """The listing title: the first ``turn/start``'s prompt, from a whole line or else the cut one."""
+    for line in lines:
+        if _TURN_START_MARK in line:  # a cheap filter; the parsed type decides
+            with contextlib.suppress(ValueError):
+                record = loads(line)
+                if isinstance(record, dict) and record.get("type") == TurnStart.type:
+                    data = record.get("data")
+                    prompt = data.get("prompt") if isinstance(data, dict) else None
+                    return _title(prompt) if isinstance(prompt, str) else ""
+    if cut is not None and _TURN_START_MARK in cut[:200]:
+        return _title(_partial_prompt(cut))
+    return ""
 
 
 def list_sessions(

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import email.utils
 import json
 import math
 import os
@@ -35,10 +36,12 @@ from dsh.llm.network import PERMANENT, FailureDetail, classify_transport, enviro
 from dsh.llm.redact import redact_text, redact_url, url_secrets
 from dsh.llm.stream_decoder import PAYLOAD_PREVIEW, BadEncoding, Inflater, StreamDecoder, malformed_payload
 from dsh.llm.text import scrub_surrogates
+from dsh.llm.wire_trace import TraceWriter
 
 if TYPE_CHECKING:
     # httpx is imported when the first request is made: its import and the client's SSL context
-    # cost ~100 ms, which the first prompt should not wait for.
+    # cost ~100 ms, which the first prompt should not wait for (the agent and this client are built
+    # behind it: tests/repl/test_first_prompt_imports.py). Each ``import httpx`` below is this one.
     import httpx
 
 __all__ = ["DeepSeekClient", "StreamTrace"]
@@ -98,8 +101,6 @@ def _retry_after_seconds(value: str | None) -> float | None:
         seconds = float(value)
     except ValueError:
         try:
-            import email.utils  # only for an HTTP-date Retry-After; the package costs ~15 ms at startup
-
             when = email.utils.parsedate_to_datetime(value)
         except (TypeError, ValueError, IndexError):
             return None
@@ -133,6 +134,13 @@ def _provider_message(body: bytes) -> str | None:
         if isinstance(parsed.get("message"), str) and parsed["message"].strip():
             return scrub_surrogates(parsed["message"].strip())
     return None
+
+
+def _transport_error() -> type[httpx.TransportError]:
+    """httpx's transport failure, for code that runs once a response exists (httpx is loaded by then)."""
+    import httpx  # the first request (see the note at the top)
+
+    return httpx.TransportError
 
 
 class _ProxyAnswer(Exception):
@@ -240,12 +248,10 @@ class DeepSeekClient:
         self._http = http_client  # built on first use (see the httpx import note above)
         self._connect_timeout = connect_timeout
         self._closed = False
-        self._trace: Any = None
+        self._trace: TraceWriter | None = None
         if record is not None and http_client is not None:
             raise ValueError("record= wraps the client's own transport; it cannot record a caller's http_client")
         if record is not None:
-            from dsh.llm.wire_trace import TraceWriter
-
             timeouts = {"stream_idle_timeout": stream_idle_timeout, "first_token_timeout": first_token_timeout}
             self._trace = TraceWriter(record, secrets=self.secrets, base_url=self.base_url_display,
                                       proxy=self.proxy_display, timeouts=timeouts)
@@ -265,7 +271,7 @@ class DeepSeekClient:
 
     def _client(self) -> httpx.AsyncClient:
         if self._http is None:
-            import httpx
+            import httpx  # the first request (see above)
 
             if self._closed:
                 raise RuntimeError("Cannot send a request, as the client has been closed.")
@@ -275,7 +281,7 @@ class DeepSeekClient:
             transport = None
             if self._trace is not None:
                 # The recorder wraps the transport the client would build itself (proxy included).
-                from dsh.llm.wire_trace import recording_transport
+                from dsh.llm.wire_recorder import recording_transport  # built on httpx, as above
 
                 inner = httpx.AsyncHTTPTransport(verify=verify, proxy=self.proxy, trust_env=False)
                 transport = recording_transport(inner, self._trace)
@@ -320,7 +326,7 @@ class DeepSeekClient:
 
     def _url(self, path: str) -> httpx.URL:
         """``{base_url}{path}``; raises ``httpx.InvalidURL`` for a base URL httpx cannot use."""
-        import httpx
+        import httpx  # the first request (see above)
 
         # The path goes before any query; userinfo is dropped because httpx would turn it into
         # Basic auth that overwrites the bearer key.
@@ -349,7 +355,7 @@ class DeepSeekClient:
 
         Public because ``dsh doctor``'s probes name their failures with it, so they read as a turn's would.
         """
-        import httpx
+        import httpx  # a request was tried (see above)
 
         detail = classify_transport(exc)
         code = ErrorCode.TRANSPORT
@@ -385,8 +391,6 @@ class DeepSeekClient:
         anyio's connect, e.g. port 99999); while its body is read, a transport error is the stream's
         and a body that does not decode is ``MALFORMED_RESPONSE``.
         """
-        import httpx
-
         try:
             yield
         except LlmError:
@@ -397,7 +401,7 @@ class DeepSeekClient:
             if response is None:
                 raise self.transport_failure(exc)
             request_id = self._request_id(response)
-            if isinstance(exc, httpx.TransportError):
+            if isinstance(exc, _transport_error()):
                 message = f"DeepSeek API stream from {self.base_url_display}{self._via} failed"
                 raise LlmError(message, ErrorCode.TRANSPORT, request_id=request_id, cause=exc)
             if isinstance(exc, BadEncoding):
@@ -501,11 +505,9 @@ class DeepSeekClient:
         return not scope.cancelled_caught
 
     async def _raise_for_status(self, response: httpx.Response, watchdog: _Watchdog) -> None:
-        import httpx
-
         body = bytearray()
         # A status line and headers are enough to classify; a broken error body is not news.
-        with self._translating(response), suppress(httpx.TransportError, BadEncoding):
+        with self._translating(response), suppress(_transport_error(), BadEncoding):
             await self._read_body(response, watchdog, body, _ERROR_BODY_LIMIT - 1)
         status = response.status_code
         if self.proxy_display is not None and _proxy_answered(status, response.headers):
@@ -582,8 +584,6 @@ class DeepSeekClient:
     @staticmethod
     async def _drain(chunks: AsyncIterator[bytes]) -> None:
         """Read (and ignore) what follows ``[DONE]`` so httpcore can return the connection to the pool."""
-        import httpx
-
         with anyio.move_on_after(0.5):
             received = 0
             try:
@@ -591,5 +591,5 @@ class DeepSeekClient:
                     received += len(chunk)
                     if received > 64 * 1024:
                         return
-            except httpx.TransportError:
+            except _transport_error():
                 pass

@@ -9,10 +9,19 @@ and shape their failures as the request's would be shaped, so the client's own c
 
 from __future__ import annotations
 
+import base64
+import datetime
 import ssl
 from dataclasses import dataclass
 from typing import Any
 from urllib.parse import unquote, urlsplit
+
+import anyio
+import httpx
+from anyio.streams.tls import TLSAttribute, TLSStream
+from cryptography import x509
+
+from dsh.llm.network import FailureDetail, classify_transport
 
 __all__ = [
     "TlsFacts",
@@ -34,8 +43,6 @@ def shown_host(host: str, port: int) -> str:
 
 def connect_failure_word(exc: BaseException) -> str:
     """A failed connect in a word or two: ``refused``, ``timed out``, else what the deepest OS error says."""
-    from dsh.llm.network import FailureDetail, classify_transport
-
     if isinstance(exc, TimeoutError):
         return "timed out"
     if classify_transport(exc) == FailureDetail.REFUSED:
@@ -66,10 +73,6 @@ def certificate_facts(der: bytes | None) -> dict[str, Any]:
     """Subject, issuer, expiry and whole days left of a DER certificate (empty when there is none)."""
     if not der:
         return {}
-    import datetime
-
-    from cryptography import x509
-
     certificate = x509.load_der_x509_certificate(der)
     expires = certificate.not_valid_after_utc
     return {
@@ -88,10 +91,6 @@ class TlsFacts:
 
 async def _tunnel(stream: Any, host: str, port: int, proxy: str) -> None:
     """``CONNECT host:port`` as httpx sends it; a refusal raises the ``ProxyError`` httpx would raise."""
-    import base64
-
-    import httpx
-
     parts = urlsplit(proxy)
     authority = shown_host(host, port)
     head = [f"CONNECT {authority} HTTP/1.1", f"Host: {authority}"]
@@ -114,9 +113,6 @@ async def open_tls(address: str, port: int, host: str, port_behind: int, context
                    proxy: str | None = None) -> TlsFacts:
     """Connect to ``address:port`` (the endpoint's, or an http proxy's, then ``CONNECT host:port_behind``),
     shake hands for ``host`` with ``context``, and close. Raises what the handshake raised."""
-    import anyio
-    from anyio.streams.tls import TLSAttribute, TLSStream
-
     raw = await anyio.connect_tcp(address, port)
     try:
         if proxy is not None:

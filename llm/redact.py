@@ -26,6 +26,8 @@ from collections.abc import Iterable, Mapping
 from typing import NamedTuple
 from urllib.parse import parse_qsl, unquote, urlsplit, urlunsplit
 
+from dsh.llm.errors import error_chain
+
 __all__ = [
     "MASK",
     "GrowingText",
@@ -434,8 +436,6 @@ class RedactingFilter(logging.Filter):
         record.msg = self.redactor(message)
         record.args = None
         if record.exc_info and record.exc_info[1] is not None:
-            from dsh.llm.errors import error_chain
-
             record.msg += " | " + self.redactor(error_chain(record.exc_info[1]))
             record.exc_info = None
             record.exc_text = None

@@ -11,7 +11,7 @@ credentials), ``Authorization``-like headers, key-shaped strings, URL credential
 file is created 0600. The recorder hooks in below httpx's client as a transport that tees the byte
 stream, so the live stream sees the same bytes at the same time; memory is bounded by one body line.
 
-``httpx`` is imported only by :func:`recording_transport`, when the first request is made.
+The transport that feeds the trace is :mod:`dsh.llm.wire_recorder` (it is built on httpx; this module is not).
 """
 
 from __future__ import annotations
@@ -23,18 +23,15 @@ import os
 import stat
 import time
 import zlib
-from collections.abc import AsyncIterator, Iterable
-from typing import TYPE_CHECKING, Any
+from collections.abc import Iterable
+from typing import Any
 
 from dsh.llm._version import __version__
 from dsh.llm.codes import ErrorCode
-from dsh.llm.errors import HarnessError
+from dsh.llm.errors import HarnessError, error_chain
 from dsh.llm.redact import MASK, Redactor, json_spelled_pattern, redact_url
 
-if TYPE_CHECKING:
-    import httpx
-
-__all__ = ["TRACE_TYPE", "TRACE_VERSION", "TraceFileError", "TraceWriter", "not_regular", "recording_transport",
+__all__ = ["TRACE_TYPE", "TRACE_VERSION", "BodyTee", "TraceFileError", "TraceWriter", "not_regular",
            "regular_file_problem"]
 
 TRACE_TYPE = "dsh-wire-trace"
@@ -206,8 +203,6 @@ class TraceWriter:
         if where:
             record["where"] = where
         if error is not None:
-            from dsh.llm.errors import error_chain
-
             record["error"] = type(error).__name__
             record["message"] = self.mask(error_chain(error))
         if note:
@@ -223,7 +218,7 @@ class TraceWriter:
             os.close(fd)
 
 
-class _BodyTee:
+class BodyTee:
     """Cuts a body into whole lines for masking (a secret split across two reads is still masked).
 
     A line's bytes are written when its newline arrives, with that arrival's offset; what is left at the
@@ -280,85 +275,3 @@ class _BodyTee:
         if self._held:
             self.trace.data(self.n, time.monotonic() - self.start, self._held)
             self._held = b""
-
-
-def recording_transport(inner: httpx.AsyncBaseTransport, trace: TraceWriter) -> httpx.AsyncBaseTransport:
-    """``inner`` with every exchange written to ``trace`` as it happens."""
-    import httpx
-
-    class _TeeStream(httpx.AsyncByteStream):
-        def __init__(self, stream: httpx.AsyncByteStream, tee: _BodyTee) -> None:
-            self._stream = stream
-            self._tee = tee
-            self._ended = False
-
-        def _end(self, how: str, **fields: Any) -> None:
-            if not self._ended:
-                self._ended = True
-                self._tee.flush()
-                note = "undecodable" if self._tee.undecodable else "cut" if self._tee.cut else None
-                trace.end(self._tee.n, time.monotonic() - self._tee.start, how, note=note, **fields)
-
-        async def __aiter__(self) -> AsyncIterator[bytes]:
-            try:
-                async for chunk in self._stream:
-                    self._tee.feed(chunk)
-                    yield chunk
-            except Exception as exc:
-                self._end("error", where="body", error=exc)
-                raise
-            self._end("complete")
-
-        async def aclose(self) -> None:
-            self._end("closed")  # dsh stopped reading first (a deadline, a cancel, [DONE] drained)
-            await self._stream.aclose()
-
-    class _Recording(httpx.AsyncBaseTransport):
-        async def handle_async_request(self, request: httpx.Request) -> httpx.Response:
-            n = trace.next_exchange()
-            start = time.monotonic()
-            try:
-                body = request.content
-            except httpx.RequestNotRead:  # a streamed upload (dsh sends bytes): not recorded
-                body = b""
-            trace.request(n, request.method, str(request.url), request.url.path, _pairs(request.headers.raw), body)
-            try:
-                response = await inner.handle_async_request(request)
-            except BaseException as exc:
-                error = exc if isinstance(exc, Exception) else None
-                trace.end(n, time.monotonic() - start, "error" if error else "closed", where=_phase(exc), error=error)
-                raise
-            headers = _pairs(response.headers.raw)
-            encoding = response.headers.get("content-encoding", "").strip().lower() or None
-            decoded = encoding if encoding in ("gzip", "x-gzip", "deflate") else None
-            if decoded:
-                headers = [(k, v) for k, v in headers if k.lower() != "content-encoding"]
-            trace.response(n, time.monotonic() - start, response.status_code, headers, decoded)
-            tee = _BodyTee(trace, n, start, "gzip" if decoded == "x-gzip" else decoded)
-            assert isinstance(response.stream, httpx.AsyncByteStream)
-            return httpx.Response(response.status_code, headers=response.headers,
-                                  stream=_TeeStream(response.stream, tee), extensions=response.extensions)
-
-        async def aclose(self) -> None:
-            try:
-                await inner.aclose()
-            finally:
-                trace.close()
-
-    return _Recording()
-
-
-def _phase(exc: BaseException) -> str:
-    """Where a failure before any response struck: ``connect`` (TCP, TLS, proxy), ``send`` or ``headers``."""
-    import httpx
-
-    if isinstance(exc, httpx.ConnectError | httpx.ConnectTimeout | httpx.ProxyError | httpx.PoolTimeout):
-        return "connect"
-    if isinstance(exc, httpx.WriteError | httpx.WriteTimeout):
-        return "send"
-    return "headers"  # the request went out; the answer's status line and headers did not come
-
-
-def _pairs(raw: Iterable[tuple[bytes, bytes]]) -> list[tuple[str, str]]:
-    return [(name.decode("latin-1"), value.decode("latin-1")) for name, value in raw]
-

@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import math
 import os
+import time
 from collections.abc import Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -23,6 +24,7 @@ from dsh.llm.defaults import (
     DEFAULT_STREAM_IDLE_TIMEOUT,
 )
 from dsh.llm.errors import HarnessError
+from dsh.llm.network import environment_proxy
 from dsh.llm.redact import MIN_SECRET_CHARS, environment_secrets, redact_url, url_secrets
 
 __all__ = [
@@ -279,8 +281,6 @@ def _check_text(key: str, value: object, where: str) -> str:
 
 def _check_record(key: str, value: object, where: str) -> str:
     """A trace path; ``{time}`` (UTC) and ``{pid}`` make one file per run, so two sessions never share one."""
-    import time
-
     path = os.path.expanduser(_check_str(key, value, where))
     return path.replace("{time}", time.strftime("%Y%m%dT%H%M%SZ", time.gmtime())).replace("{pid}", str(os.getpid()))
 
@@ -315,7 +315,7 @@ def _read_file(path: Path) -> dict[str, Any]:
         return {}
     except OSError as exc:
         raise ConfigError(f"config file {path} cannot be read: {exc.strerror or type(exc).__name__}")
-    import tomllib  # only when there is a file: the parser costs start-up ~10 ms
+    import tomllib  # only when there is a file: the parser costs the first prompt ~10 ms
 
     try:
         with handle:
@@ -376,8 +376,6 @@ def load_config(
 
     if "proxy" not in flags or flags.get("proxy") is None:
         # The proxy variables httpx would honour for this base URL; they beat the file, as env does.
-        from dsh.llm.network import environment_proxy
-
         found = environment_proxy(values.get("base_url", DEFAULT_BASE_URL), env)
         if found is not None:
             values["proxy"] = _check_proxy(found[1], found[0], "environment")

@@ -15,19 +15,40 @@ replaced (tests never query an outside resolver).
 
 from __future__ import annotations
 
+import argparse
+import contextlib
+import dataclasses
+import ipaddress
+import json
 import os
+import platform
+import shutil
 import socket
 import stat
+import subprocess
 import sys
 from collections.abc import Awaitable, Callable, Mapping
 from dataclasses import dataclass, field
+from importlib import metadata
 from pathlib import Path
 from typing import Any
 from urllib.parse import urlsplit
 
-from dsh.llm import ErrorCode, LlmError, redact_text, redact_url
-from dsh.llm.probe import all_attempts_failed, connect_failure_word, shown_host
-from dsh.repl.config import Config, state_dir
+import anyio
+import httpx  # noqa: F401 - loaded before the HTTP step, so that its time is the endpoint's, not dsh's
+
+from dsh.agent_loop.reasons import failure_from_exception
+from dsh.agent_loop.subagent import ParentContext, build_provider
+from dsh.agent_loop.subagent.acp import AcpInitializeRun
+from dsh.agent_loop.subagent.result import SubagentRequest
+from dsh.llm import ErrorCode, LlmError, error_chain, redact_text, redact_url
+from dsh.llm.deepseek import DeepSeekClient, StreamTrace
+from dsh.llm.events import ChatRequest, Finish, KeepAlive, Message, ReasoningDelta, TextDelta
+from dsh.llm.network import environment_proxy, ssl_context
+from dsh.llm.probe import all_attempts_failed, connect_failure_word, open_tls, shown_host, unverified_certificate
+from dsh.repl import __version__
+from dsh.repl.config import Config, ConfigError, load_config, state_dir
+from dsh.repl.render import FIX_QUOTA, fix_line, terminal_text
 
 __all__ = ["FAIL", "MARKS", "PASS", "SKIP", "Doctor", "Report", "Step", "run_doctor"]
 
@@ -107,14 +128,10 @@ def _ms(seconds: float) -> str:
 
 
 async def _getaddrinfo(host: str, port: int) -> list[tuple[Any, ...]]:
-    import anyio
-
     return await anyio.getaddrinfo(host, port, type=socket.SOCK_STREAM)
 
 
 def _is_address(host: str) -> bool:
-    import ipaddress
-
     try:
         ipaddress.ip_address(host)
     except ValueError:
@@ -186,8 +203,6 @@ class Doctor:
     def now(self) -> float:
         if self._clock is not None:
             return self._clock()
-        import anyio
-
         return anyio.current_time()
 
     # -- shared ----------------------------------------------------------------------------------
@@ -195,8 +210,6 @@ class Doctor:
     def _client(self) -> Any:
         """The client a turn would use (the shell builds its own the same way)."""
         if self.client is None:
-            from dsh.llm.deepseek import DeepSeekClient
-
             self.client = DeepSeekClient(
                 base_url=self.config.base_url,
                 api_key=self.config.api_key,
@@ -216,9 +229,6 @@ class Doctor:
 
     def _failed(self, name: str, exc: BaseException, facts: dict[str, Any] | None = None) -> Step:
         """A failure rendered as a turn renders it: the cause chain (redacted) and the same fix line."""
-        from dsh.agent_loop.reasons import failure_from_exception
-        from dsh.repl.render import fix_line
-
         reason = failure_from_exception(exc, 0, self.secrets)
         head = f"[{reason.code}] " if reason.code else ""
         return Step(name, FAIL, head + reason.message, fix_line(reason, self._sources()), facts or {})
@@ -268,8 +278,6 @@ class Doctor:
         return Step("configuration", PASS, "; ".join(parts), facts=facts)
 
     def proxy(self) -> Step:
-        from dsh.llm.network import environment_proxy
-
         no_proxy = self.env.get("no_proxy", "") or self.env.get("NO_PROXY", "")
         no_proxy_shown = redact_text(no_proxy, self.secrets)
         host = urlsplit(self.config.base_url).hostname or ""
@@ -315,8 +323,6 @@ class Doctor:
         return Step("DNS", PASS, text, facts=facts)
 
     async def tcp(self) -> Step:
-        import anyio
-
         results: list[str] = []
         facts: list[dict[str, Any]] = []
         connected = False
@@ -346,11 +352,6 @@ class Doctor:
         return self._failed("TCP", self._client().transport_failure(cause), {"connects": facts})
 
     async def tls(self) -> Step:
-        import anyio
-
-        from dsh.llm.network import ssl_context
-        from dsh.llm.probe import open_tls, unverified_certificate
-
         parts = urlsplit(self.config.base_url)
         if parts.scheme != "https":
             return Step("TLS", SKIP, f"{parts.scheme}:// endpoint: no TLS")
@@ -381,17 +382,24 @@ class Doctor:
                 f"{_days(facts.get('days_to_expiry', 0))}; verified against {store}")
         return Step("TLS", PASS, text, facts=facts)
 
-    async def http(self) -> Step:
-        import httpx  # noqa: F401 - loading httpx is dsh's time, not the endpoint's
-
+    async def _get_json(self, name: str, path: str, absent: str) -> Step | tuple[int, Any, float]:
+        """``GET path`` as a turn's client sends it: ``(status, body, seconds)``; or the step itself when it
+        failed, or was skipped because the endpoint has no such route (``absent`` says what that means)."""
         started = self.now()
         try:
-            status, body = await self._client().get_json("/models")
+            status, body = await self._client().get_json(path)
         except LlmError as exc:
-            return self._failed("HTTP", exc)
+            return self._failed(name, exc)
         took = self.now() - started
         if status == 404:
-            return Step("HTTP", SKIP, f"GET /models answered 404 in {_ms(took)}: this endpoint lists no models")
+            return Step(name, SKIP, f"GET {path} answered 404 in {_ms(took)}: {absent}")
+        return status, body, took
+
+    async def http(self) -> Step:
+        answer = await self._get_json("HTTP", "/models", "this endpoint lists no models")
+        if isinstance(answer, Step):
+            return answer
+        status, body, took = answer
         data = body.get("data") if isinstance(body, dict) else None
         items = data if isinstance(data, list) else []
         names: list[str] = [item["id"] for item in items if isinstance(item, dict) and isinstance(item.get("id"), str)]
@@ -405,16 +413,10 @@ class Doctor:
                     FIX_MODEL.format(model=model, source=source), facts)
 
     async def balance(self) -> Step:
-        from dsh.repl.render import FIX_QUOTA
-
-        started = self.now()
-        try:
-            status, body = await self._client().get_json("/user/balance")
-        except LlmError as exc:
-            return self._failed("balance", exc)
-        took = self.now() - started
-        if status == 404:
-            return Step("balance", SKIP, f"GET /user/balance answered 404 in {_ms(took)}: no balance to check here")
+        answer = await self._get_json("balance", "/user/balance", "no balance to check here")
+        if isinstance(answer, Step):
+            return answer
+        status, body, took = answer
         available = body.get("is_available") if isinstance(body, dict) else None
         infos = body.get("balance_infos") if isinstance(body, dict) else None
         amounts = [f"{info.get('total_balance')} {info.get('currency')}" for info in infos or []
@@ -431,11 +433,6 @@ class Doctor:
                     facts=facts)
 
     async def stream(self) -> Step:
-        import contextlib
-
-        from dsh.llm.deepseek import StreamTrace
-        from dsh.llm.events import ChatRequest, Finish, KeepAlive, Message, ReasoningDelta, TextDelta
-
         trace = StreamTrace()
         request = ChatRequest(model=self.config.model, messages=(Message(role="user", content=PROMPT),),
                               max_tokens=1)
@@ -467,11 +464,6 @@ class Doctor:
         return Step("stream", PASS, "; ".join(parts) + f"; {_ms(ended - started)} in all", facts=facts)
 
     async def environment(self) -> Step:
-        import platform
-        from importlib import metadata
-
-        from dsh.repl import __version__
-
         def version(name: str) -> str:
             try:
                 return metadata.version(name)
@@ -543,11 +535,6 @@ class Doctor:
 
     async def _subagent(self, name: str, table: Mapping[str, Any]) -> tuple[bool, str]:
         """``(passed, line)`` for one ``[subagents.NAME]``: its command found, and for ACP, ``initialize``."""
-        import dataclasses
-        import shutil
-
-        from dsh.agent_loop.subagent import ParentContext, build_provider
-
         kind = table.get("provider")
         try:
             provider = build_provider(name, table, ParentContext(self.config.model, self.config.base_url,
@@ -576,11 +563,6 @@ class Doctor:
             return await self._product_starts(label, (found, *command[1:]))
         if kind != "acp":
             return True, f"{label}: command found ({found})"
-        import anyio
-
-        from dsh.agent_loop.subagent.acp import AcpInitializeRun
-        from dsh.agent_loop.subagent.result import SubagentRequest
-
         probe = dataclasses.replace(provider, run_type=AcpInitializeRun)
         run = probe.run(SubagentRequest(description="dsh doctor", prompt="", cwd=os.getcwd()))
         result = None
@@ -597,10 +579,6 @@ class Doctor:
 
     async def _product_starts(self, label: str, argv: tuple[str, ...]) -> tuple[bool, str]:
         """Whether a product's binary starts: ``--version`` exits 0. Only the exit status is shown."""
-        import subprocess
-
-        import anyio
-
         env: dict[str, str] = {name: self.env[name] for name in ("PATH", "HOME", "LANG") if name in self.env}
         outcome: Any = None
         with anyio.move_on_after(SUBAGENT_TIMEOUT):
@@ -657,8 +635,6 @@ async def run_doctor(
 
 def config_failure(exc: BaseException, secrets: tuple[str, ...] = ()) -> Report:
     """The report when the configuration cannot even be read: that step fails, the path is skipped."""
-    from dsh.llm import error_chain
-
     steps = [Step("configuration", FAIL, redact_text(error_chain(exc), secrets))]
     steps += [Step(name, SKIP, "skipped (an earlier step failed)") for name in STEPS[1:]]
     return Report(steps)
@@ -667,14 +643,6 @@ def config_failure(exc: BaseException, secrets: tuple[str, ...] = ()) -> Report:
 def main(argv: list[str], env: Mapping[str, str], *, resolver: Resolver | None = None) -> int:
     """``dsh doctor [--json] [--base-url URL] [--model NAME] [--proxy URL] [--config PATH]``: 0 when every
     step passed, 1 otherwise."""
-    import argparse
-    import json
-
-    import anyio
-
-    from dsh.repl.config import ConfigError, load_config
-    from dsh.repl.render import terminal_text
-
     parser = argparse.ArgumentParser(prog="dsh doctor", description="Check each step of a request to the endpoint.")
     parser.add_argument("--json", action="store_true", help="print one JSON object instead of lines")
     parser.add_argument("--base-url", dest="base_url", metavar="URL")

@@ -17,9 +17,11 @@ is one small record.
 
 from __future__ import annotations
 
-import functools
 import re
-from typing import Any
+from typing import TYPE_CHECKING
+
+if TYPE_CHECKING:
+    from dsh.repl.highlight import CodeHighlighter
 
 __all__ = ["CODE_CHAR_COST", "DELTA_MARKUP_BUDGET", "HIGHLIGHTED_LANGUAGES", "HIGHLIGHT_MAX_CHARS", "MARKDOWN_STYLES",
            "MAX_MARKUP_CHARS", "MarkdownLines", "Segment"]
@@ -146,62 +148,14 @@ def _heading_text(rest: str) -> str:
     return text
 
 
-def _token_style(token: Any) -> str | None:
-    from pygments import token as t
-
-    if token in t.Comment:
-        return "syn-comment"
-    if token in t.Keyword:
-        return "syn-keyword"
-    if token in t.String:
-        return "syn-string"
-    if token in t.Number:
-        return "syn-number"
-    if token in t.Name.Builtin:
-        return "syn-builtin"
-    if token in t.Name.Function or token in t.Name.Class or token in t.Name.Decorator:
-        return "syn-name"
-    return None
-
-
-def _lexer(language: str) -> Any:
-    """The pygments lexer for a fence's language if it is in the allow-list, else None (plain code)."""
+def _highlighter(language: str) -> CodeHighlighter | None:
+    """The highlighter for a fence's language if it is in the allow-list, else None (plain code)."""
     name = HIGHLIGHTED_LANGUAGES.get(language.lower())
-    return _load_lexer(name) if name is not None else None
-
-
-@functools.cache
-def _load_lexer(name: str) -> Any:
-    # One instance per language: a lexer keeps only its options, so fences and replies can share it.
-    try:
-        from pygments.lexers import get_lexer_by_name
-        from pygments.util import ClassNotFound
-    except ImportError:  # pragma: no cover - prompt_toolkit brings pygments
+    if name is None:
         return None
-    options = {"startinline": True} if name == "php" else {}  # a PHP block without ``<?php`` is PHP
-    try:
-        # The newline pygments appends lets line-based rules (a diff's ``+``, a C ``//`` comment) match.
-        return get_lexer_by_name(name, stripnl=False, ensurenl=True, **options)
-    except ClassNotFound:  # pragma: no cover - every name in HIGHLIGHTED_LANGUAGES is a pygments alias
-        return None
+    from dsh.repl.highlight import highlighter  # pygments costs the first prompt ~10 ms: loaded at the first fence
 
-
-def _highlighted(lexer: Any, text: str) -> list[Segment] | None:
-    """The line's tokens as styled segments, or None: the lexer found a character it cannot read.
-
-    Giving up at the first error token is what bounds the cost of junk: an error is a position where every
-    rule of the lexer was tried and failed, the most expensive step there is (docs/markdown.md).
-    """
-    from pygments.token import Error
-
-    segments: list[Segment] = []
-    for token, value in lexer.get_tokens(text):
-        if token in Error:
-            return None
-        value = value.rstrip("\n")  # the newline pygments added (a ``\r`` it turned into one fails below)
-        if value:
-            segments.append((value, _token_style(token)))
-    return segments if "".join(value for value, _ in segments) == text else None
+    return highlighter(name)
 
 
 class MarkdownLines:
@@ -209,7 +163,7 @@ class MarkdownLines:
 
     def __init__(self) -> None:
         self._fence: str | None = None  # the opening marker (``` or ~~~, maybe longer)
-        self._lexer: Any = None
+        self._highlighter: CodeHighlighter | None = None
 
     @property
     def in_code(self) -> bool:
@@ -218,7 +172,7 @@ class MarkdownLines:
     def reset(self) -> None:
         """A new reply: no fence carries over."""
         self._fence = None
-        self._lexer = None
+        self._highlighter = None
 
     def line(self, text: str, *, markup: bool = True) -> list[Segment]:
         """The segments of one complete line (without its newline).
@@ -231,7 +185,7 @@ class MarkdownLines:
         fence = _FENCE.match(text)
         if fence:
             self._fence = fence.group(2)
-            self._lexer = _lexer(fence.group(3))
+            self._highlighter = _highlighter(fence.group(3))
             return [(text, "md-dim")]
         if not markup or len(text) > MAX_MARKUP_CHARS:
             return [(text, None)]
@@ -258,8 +212,8 @@ class MarkdownLines:
         stripped = text.strip()
         if len(stripped) >= len(fence) and stripped == fence[0] * len(stripped):
             self._fence = None
-            self._lexer = None
+            self._highlighter = None
             return [(text, "md-dim")]
-        if not highlight or self._lexer is None or len(text) > HIGHLIGHT_MAX_CHARS:
+        if not highlight or self._highlighter is None or len(text) > HIGHLIGHT_MAX_CHARS:
             return [(text, "md-code")]
-        return _highlighted(self._lexer, text) or [(text, "md-code")]
+        return self._highlighter.segments(text) or [(text, "md-code")]

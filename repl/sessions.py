@@ -15,11 +15,24 @@ from collections.abc import Callable, Mapping, Sequence
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
+from dsh.agent_loop.events import AssistantMessage, ReasoningDelta, TextDelta, TurnStart, from_wire
+from dsh.agent_loop.project import project_root
+from dsh.agent_loop.reasons import EndReason
+from dsh.agent_loop.session_log import (
+    SessionInfo,
+    SessionLogError,
+    list_sessions,
+    load_session_file,
+    read_header,
+    remove_session,
+    resolve_session,
+)
+from dsh.llm import error_chain, redact_text
+from dsh.repl.config import state_dir
 from dsh.repl.render import Renderer, terminal_text, turn_end_line
 
 if TYPE_CHECKING:
     from dsh.agent_loop.recap import Recap
-    from dsh.agent_loop.session_log import SessionInfo
     from dsh.llm.lines import LongLine
 
 __all__ = [
@@ -50,8 +63,6 @@ def brief(text: str, width: int) -> str:
 
 def current_project(cwd: Path | None = None) -> str:
     """The project of a session started here: the git work tree, else the working directory."""
-    from dsh.agent_loop.project import project_root
-
     return str(project_root(cwd if cwd is not None else Path.cwd()))
 
 
@@ -102,9 +113,6 @@ def listing_lines(
 def recap_lines(ident: str, turns: int, recap: Recap | None, *, repaired_turn: int | None,
                 secrets: Sequence[str] = ()) -> list[str]:
     """``resumed session <id> (N turns)``, then the last turns in brief; after a crash, what /retry sends."""
-    from dsh.agent_loop.reasons import EndReason
-    from dsh.llm import redact_text
-
     lines = [f"resumed session {ident} ({_turns(turns)})"]
     if recap is None:
         return lines
@@ -141,8 +149,6 @@ class Transcript:
         write(f"session {header.get('id', '?')} · project {project} · created {header.get('createdAt', '?')}\n")
 
     def __call__(self, record: dict[str, Any]) -> None:
-        from dsh.agent_loop.events import AssistantMessage, ReasoningDelta, TextDelta, TurnStart, from_wire
-
         if not isinstance(record.get("data"), dict):
             return
         event = from_wire(record)
@@ -184,17 +190,6 @@ def _err(text: str) -> None:
 
 def main(args: list[str], env: Mapping[str, str] | None = None) -> int:
     """``dsh sessions list [--all] | show ID | rm ID``: 0 done, 1 failed (not found, in use), 2 usage."""
-    from dsh.agent_loop.session_log import (
-        SessionLogError,
-        list_sessions,
-        load_session_file,
-        read_header,
-        remove_session,
-        resolve_session,
-    )
-    from dsh.llm import error_chain, redact_text
-    from dsh.repl.config import state_dir
-
     env = dict(os.environ if env is None else env)
     root = state_dir(env) / "sessions"
     secrets = tuple(s for s in (env.get("DEEPSEEK_API_KEY", "").strip(),) if s)

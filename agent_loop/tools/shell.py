@@ -101,46 +101,11 @@ async def run_command(
     process = ManagedProcess(
         argv, env=env, cwd=cwd, merge_stderr=merge_stderr, stdin=input is not None, eof_grace=0, term_grace=kill_grace
     )
-    # Shielded: a cancel that lands while asyncio is still wiring up the pipes would otherwise leave a
-    # started child that nobody owns. Once we hold the handle, the finally below owns the cleanup.
-    with anyio.CancelScope(shield=True):
-        try:
-            await process.start()
-        except ProcessStartError as exc:
-            raise exc.__cause__ or OSError("could not start the command") from None
+    await _start(process)
     buffer = _HeadTail(output_limit)
-    reader_done = anyio.Event()
-
-    async def read_output() -> None:
-        assert process.stdout is not None
-        try:
-            while chunk := await process.stdout.read(_READ_CHUNK):
-                buffer.add(chunk)
-        except OSError:
-            pass
-        finally:
-            reader_done.set()
-
-    async def feed_input() -> None:
-        assert process.stdin is not None and input is not None
-        with contextlib.suppress(OSError, RuntimeError):
-            process.stdin.write(input)
-            await process.stdin.drain()
-        with contextlib.suppress(OSError, RuntimeError):
-            process.stdin.close()
-
     timed_out = False
     try:
-        with anyio.move_on_after(timeout) as deadline:
-            async with anyio.create_task_group() as group:
-                group.start_soon(read_output)
-                if input is not None:
-                    group.start_soon(feed_input)
-                await process.wait_exit()
-                with anyio.move_on_after(exit_grace):
-                    await reader_done.wait()
-                group.cancel_scope.cancel()
-        timed_out = deadline.cancelled_caught
+        timed_out = await _collect(process, buffer, input, timeout=timeout, exit_grace=exit_grace)
     finally:
         # Even after a clean exit, a background job the command left behind shares the group: the
         # ladder's sweep kills it.
@@ -149,6 +114,55 @@ async def run_command(
     exit_code = status.exit_code if status is not None else None
     signal_name = status.signal if status is not None else None
     return CommandResult(exit_code, signal_name, buffer.text(), buffer.dropped, timed_out)
+
+
+async def _start(process: ManagedProcess) -> None:
+    """Start the child; ``OSError`` when it cannot be started."""
+    # Shielded: a cancel that lands while asyncio is still wiring up the pipes would otherwise leave a
+    # started child that nobody owns. Once the caller holds the handle, its finally owns the cleanup.
+    with anyio.CancelScope(shield=True):
+        try:
+            await process.start()
+        except ProcessStartError as exc:
+            raise exc.__cause__ or OSError("could not start the command") from None
+
+
+async def _collect(
+    process: ManagedProcess, buffer: _HeadTail, input: bytes | None, *, timeout: float, exit_grace: float
+) -> bool:
+    """Feed ``input``, read the output into ``buffer`` until the child exits (and ``exit_grace`` more for
+    the pipe to drain); whether ``timeout`` struck first."""
+    reader_done = anyio.Event()
+    with anyio.move_on_after(timeout) as deadline:
+        async with anyio.create_task_group() as group:
+            group.start_soon(_read_output, process, buffer, reader_done)
+            if input is not None:
+                group.start_soon(_feed_input, process, input)
+            await process.wait_exit()
+            with anyio.move_on_after(exit_grace):
+                await reader_done.wait()
+            group.cancel_scope.cancel()
+    return deadline.cancelled_caught
+
+
+async def _read_output(process: ManagedProcess, buffer: _HeadTail, done: anyio.Event) -> None:
+    assert process.stdout is not None
+    try:
+        while chunk := await process.stdout.read(_READ_CHUNK):
+            buffer.add(chunk)
+    except OSError:
+        pass
+    finally:
+        done.set()
+
+
+async def _feed_input(process: ManagedProcess, data: bytes) -> None:
+    assert process.stdin is not None
+    with contextlib.suppress(OSError, RuntimeError):
+        process.stdin.write(data)
+        await process.stdin.drain()
+    with contextlib.suppress(OSError, RuntimeError):
+        process.stdin.close()
 
 
 # --- run_shell ------------------------------------------------------------------------------------

@@ -17,11 +17,13 @@ it is answered 413, otherwise hashed as it arrives, and a :class:`RequestSummary
 
 from __future__ import annotations
 
+import argparse
 import asyncio
 import base64
 import collections
 import hashlib
 import json
+import math
 import os
 import re
 import signal
@@ -30,7 +32,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from dsh.llm.codes import ErrorCode
-from dsh.llm.errors import HarnessError
+from dsh.llm.errors import HarnessError, error_chain
 from dsh.llm.lines import LongLine, read_lines
 from dsh.llm.loopback.fault_server import (
     FaultServer,
@@ -426,9 +428,6 @@ async def serve_forever(trace: Trace, *, port: int, speed: float, out: Callable[
 
 def parse_speed(text: str) -> float:
     """``--replay-speed`` / ``--speed``: a positive, finite factor."""
-    import argparse
-    import math
-
     try:
         value = float(text)
     except ValueError:
@@ -440,8 +439,6 @@ def parse_speed(text: str) -> float:
 
 def main(args: Sequence[str], *, out: Callable[[str], None], err: Callable[[str], None]) -> int:
     """``dsh replay-server FILE [--port P] [--speed N]``; ``out``/``err`` write one sanitized line each."""
-    import argparse
-
     parser = argparse.ArgumentParser(prog="dsh replay-server", description="Serve a --record trace on loopback.")
     parser.add_argument("file", metavar="FILE", help="a trace written by dsh --record")
     parser.add_argument("--port", type=int, default=0, help="port on 127.0.0.1 (default: any free one)")
@@ -455,8 +452,6 @@ def main(args: Sequence[str], *, out: Callable[[str], None], err: Callable[[str]
     try:
         asyncio.run(serve_forever(trace, port=options.port, speed=options.speed, out=out))
     except OSError as exc:
-        from dsh.llm.errors import error_chain
-
         err(f"dsh: failed to start: cannot listen on 127.0.0.1:{options.port}: {error_chain(exc)}")
         return 1
     finally:

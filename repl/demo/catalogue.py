@@ -20,6 +20,8 @@ from typing import Any, TypedDict
 from dsh.agent_loop.retry import RetryPolicy
 from dsh.llm import ChatRequest, DeepSeekClient, StreamEvent
 from dsh.llm.loopback.fault_server import Behaviour, FaultServer
+from dsh.repl.demo.delegation import demo_subagent_tables, register_demo_scenarios
+from dsh.repl.demo.product_delegation import product_demo_tables, register_product_demo_scenarios
 
 __all__ = [
     "CORE_SCENARIOS",
@@ -162,17 +164,7 @@ class Demo:
     @staticmethod
     def subagent_tables() -> dict[str, dict[str, Any]]:
         """The demo's ``[subagents.NAME]`` tables (a real child dsh, scripted faults, fake agents)."""
-        tables: dict[str, dict[str, Any]] = {}
-        try:
-            from dsh.repl.demo.delegation import demo_subagent_tables
-
-            tables.update(demo_subagent_tables())
-            from dsh.repl.demo.product_delegation import product_demo_tables
-
-            tables.update(product_demo_tables())
-        except ImportError:  # pragma: no cover - a build without the subagent package
-            pass
-        return tables
+        return {**demo_subagent_tables(), **product_demo_tables()}
 
     def listing(self) -> str:
         width = max(len(name) for name in SCENARIOS)
@@ -391,15 +383,8 @@ def _register_catalogue() -> None:
 
 def _register_delegation() -> None:
     """One scenario per subagent failure category, from the subagent packages' own catalogues."""
-    try:
-        from dsh.repl.demo.delegation import register_demo_scenarios
-
-        register_demo_scenarios(register_scenario, Behaviour)
-        from dsh.repl.demo.product_delegation import register_product_demo_scenarios
-
-        register_product_demo_scenarios(register_scenario, Behaviour)
-    except ImportError:  # pragma: no cover - a build without the subagent package
-        pass
+    register_demo_scenarios(register_scenario, Behaviour)
+    register_product_demo_scenarios(register_scenario, Behaviour)
 
 
 _register_catalogue()

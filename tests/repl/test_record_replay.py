@@ -22,7 +22,7 @@ import httpx
 import pytest
 
 from dsh.llm.loopback.fault_server import Behaviour, FaultServer
-from dsh.llm.wire_trace import TraceWriter, _BodyTee
+from dsh.llm.wire_trace import BodyTee, TraceWriter
 from dsh.repl.render import FIX_AUTH
 from tests import canaries
 from tests.real_parts import missing
@@ -220,7 +220,7 @@ def test_replay_server_serves_the_recording_to_other_clients(home: Path, fault: 
 def test_a_secret_split_across_two_reads_is_still_masked(tmp_path: Path) -> None:
     path = tmp_path / "split.jsonl"
     trace = TraceWriter(path, secrets=(canaries.PROXY_PASSWORD,))
-    tee = _BodyTee(trace, trace.next_exchange(), 0.0, None)
+    tee = BodyTee(trace, trace.next_exchange(), 0.0, None)
     half = len(canaries.PROXY_PASSWORD) // 2
     tee.feed(b"data: " + canaries.PROXY_PASSWORD[:half].encode())
     tee.feed(canaries.PROXY_PASSWORD[half:].encode() + b" and " + canaries.UPSTREAM_KEY[:9].encode())
