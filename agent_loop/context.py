@@ -32,6 +32,7 @@ from pathlib import Path
 from dsh.agent_loop.project import find_git_dir, read_git_file
 from dsh.agent_loop.safe_open import NotRegularFile, read_regular
 from dsh.agent_loop.tools.shell import CommandResult, run_command
+from dsh.agent_loop.usage import estimate_tokens
 from dsh.llm.redact import MASK, Redactor, environment_secrets
 
 __all__ = [
@@ -42,7 +43,6 @@ __all__ = [
     "ContextSource",
     "GitFacts",
     "ProjectContext",
-    "estimate_tokens",
     "gather_project_context",
 ]
 
@@ -74,11 +74,6 @@ _GIT_ENV = {"GIT_OPTIONAL_LOCKS": "0", "GIT_TERMINAL_PROMPT": "0", "GIT_PAGER": 
 _GIT_USER_CONFIG = ("XDG_CONFIG_HOME", "GIT_CONFIG_GLOBAL", "GIT_CONFIG_SYSTEM", "GIT_CONFIG_NOSYSTEM")
 _NOTICE_KEY_CHARS = 80
 _OBJECT_NAME = re.compile(r"[0-9a-f]{40}|[0-9a-f]{64}")  # a SHA-1 or SHA-256 commit id
-
-
-def estimate_tokens(text: str) -> int:
-    """A rough count for display (about four characters a token); requests report the real one."""
-    return (len(text) + 3) // 4
 
 
 @dataclass(frozen=True, slots=True)

@@ -14,30 +14,32 @@ from __future__ import annotations
 
 import contextlib
 import datetime
+import logging
 import os
-from collections.abc import AsyncIterator, Awaitable, Callable, Mapping, Sequence
+from collections.abc import AsyncIterator, Callable, Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
-from typing import TYPE_CHECKING, Any, Protocol
+from typing import TYPE_CHECKING, Any
 
 from dsh.agent_loop.events import AssistantMessage, ContextCompacted, Event, JobNotice, ToolResult, TurnEnd, TurnStart
 from dsh.agent_loop.project import project_root
 from dsh.agent_loop.reasons import EndReason, Failed, failure_from_exception
 from dsh.agent_loop.retry import RetryPolicy
+from dsh.agent_loop.session_config import Approver, EndpointClient, SessionConfig
 from dsh.agent_loop.session_id import new_session_id
-from dsh.agent_loop.usage import AUTO_COMPACT_AT, UsageTally, context_fill
+from dsh.agent_loop.usage import AUTO_COMPACT_AT, UsageTally, context_fill, estimate_tokens
 from dsh.llm import ErrorCode, HarnessError, LlmError, error_chain, redact_text, redact_url
-from dsh.llm.events import ModelClient
+from dsh.llm.models import model_info
 
 if TYPE_CHECKING:
     from dsh.agent_loop.agent import Agent, Conversation
     from dsh.agent_loop.context import ProjectContext
     from dsh.agent_loop.recap import Recap
-    from dsh.agent_loop.session_log import SessionLog
+    from dsh.agent_loop.session_log import SessionInfo, SessionLog
     from dsh.agent_loop.subagent.tool import SubagentToolkit
     from dsh.agent_loop.tools import Tool
-    from dsh.agent_loop.tools.edits import EditRequest
-    from dsh.agent_loop.tools.registry import Approval
+
+_log = logging.getLogger("dsh.session")
 
 __all__ = [
     "Approver",
@@ -50,59 +52,6 @@ __all__ = [
     "StartupError",
     "TurnScope",
 ]
-
-
-class SessionConfig(Protocol):
-    """The settings a session is built from, already resolved (``dsh.repl.config.Config`` is one)."""
-
-    @property
-    def api_key(self) -> str | None: ...
-    @property
-    def base_url(self) -> str: ...
-    @property
-    def model(self) -> str: ...
-    @property
-    def max_tokens(self) -> int | None: ...
-    @property
-    def thinking(self) -> bool | None: ...
-    @property
-    def reasoning_effort(self) -> str | None: ...
-    @property
-    def stream_idle_timeout(self) -> float: ...
-    @property
-    def first_token_timeout(self) -> float: ...
-    @property
-    def prompt_hook(self) -> str | list[str] | None: ...
-    @property
-    def max_retries(self) -> int | None: ...
-    @property
-    def subagents(self) -> dict[str, dict[str, Any]]: ...
-    @property
-    def system_prompt(self) -> str | None: ...
-    @property
-    def system_prompt_append(self) -> str | None: ...
-    @property
-    def models(self) -> dict[str, dict[str, Any]]: ...
-    @property
-    def allow_edits(self) -> bool: ...
-    @property
-    def auto_compact(self) -> bool: ...
-    @property
-    def proxy(self) -> str | None: ...
-    @property
-    def record(self) -> str | None: ...
-    @property
-    def secrets(self) -> tuple[str, ...]: ...
-
-
-class EndpointClient(ModelClient, Protocol):
-    """A model client a session can name in its messages, mask and close (``DeepSeekClient`` and the demo's)."""
-
-    @property
-    def base_url_display(self) -> str: ...
-    @property
-    def secrets(self) -> tuple[str, ...]: ...
-    async def aclose(self) -> None: ...
 
 
 class StartupError(HarnessError):
@@ -129,7 +78,6 @@ class RepairedTurn:
 
 
 SessionUpdate = Event | Notice | RepairedTurn  # what a subscriber hears
-Approver = Callable[["str | EditRequest"], Awaitable["Approval | None"]]  # None: nobody answered (denied)
 TurnScope = Callable[[], contextlib.AbstractAsyncContextManager[None]]  # wraps each turn (a live view, say)
 ExtraTools = Callable[["Session"], "Sequence[Tool]"]
 
@@ -258,12 +206,10 @@ class Session:
         """``[subagents.NAME]`` tables -> the subagent and job tools, held open until :meth:`aclose`."""
         if not self._subagent_tables:
             return
-        from dsh.agent_loop.subagent import ParentContext
-        from dsh.agent_loop.subagent.tool import SubagentToolkit
+        from dsh.agent_loop import build  # the agent's modules: imported behind the first prompt
 
-        parent = ParentContext(model=self.model, base_url=self._parent_base_url, api_key=self.config.api_key,
-                               cwd=self.cwd, secrets=self.config.secrets)
-        toolkit = SubagentToolkit.from_config(dict(self._subagent_tables), parent=parent)
+        toolkit = build.subagent_toolkit(self._subagent_tables, model=self.model, base_url=self._parent_base_url,
+                                         api_key=self.config.api_key, cwd=self.cwd, secrets=self.config.secrets)
         self.toolkit = await self._toolkit_scope.enter_async_context(toolkit)
         for hint in toolkit.hints:
             self._publish(Notice(hint))
@@ -274,20 +220,19 @@ class Session:
         ``last`` is this project's latest session with turns, never the current one; the pass also
         gathers the recap (:attr:`recap`), and ``/retry`` gets the last prompt.
         """
-        from dsh.agent_loop.agent import open_session
-        from dsh.agent_loop.recap import Recap
-        from dsh.agent_loop.session_log import resolve_session
+        from dsh.agent_loop import build  # the agent's modules: imported behind the first prompt
 
-        root = self._root()
-        target: str | Path = ident
-        if ident == "last":
-            target = resolve_session("last", root, project=self.project, exclude=self.id)
-        recap = Recap()
-        log, self._resumed = open_session(target, root=root, on_record=recap)
+        log, self._resumed, recap = build.open_log(ident, self._root(), project=self.project, current=self.id)
         self.recap = recap
         if recap.last_prompt is not None:
             self.last_prompt = recap.last_prompt
         return log
+
+    def saved_sessions(self, project: str | None) -> list[SessionInfo]:
+        """The saved sessions of ``project`` (every project's with None), oldest first."""
+        from dsh.agent_loop import build  # the log's reader: imported behind the first prompt
+
+        return build.saved_sessions(self._root(), project)
 
     def _root(self) -> Path:
         if self.sessions_root is None:
@@ -297,28 +242,10 @@ class Session:
     def _create(self) -> SessionLog | None:
         if self.sessions_root is None:
             return None
-        from dsh.agent_loop.session_log import SessionLog
+        from dsh.agent_loop import build  # the agent's modules: imported behind the first prompt
 
-        # Written at the first turn: a launch that runs none leaves no empty session behind.
-        return SessionLog.create(root=self.sessions_root, cwd=self.cwd, session_id=self._new_session_id,
-                                 project=self.project, lazy=True)
-
-    def _build_client(self) -> EndpointClient:
-        if self.client is None:
-            from dsh.llm.deepseek import DeepSeekClient
-
-            config = self.config
-            self.client = DeepSeekClient(
-                base_url=config.base_url,
-                api_key=config.api_key,
-                stream_idle_timeout=config.stream_idle_timeout,
-                first_token_timeout=config.first_token_timeout,
-                proxy=config.proxy,
-                trust_env=False,  # the config already read the proxy variables (and names them)
-                env=self.env,
-                record=config.record,
-            )
-        return self.client
+        return build.create_log(self.sessions_root, cwd=self.cwd, session_id=self._new_session_id,
+                                project=self.project)
 
     def ensure_agent(self) -> Agent:
         """The main agent, built now if :meth:`start` deferred it; StartupError if it cannot be."""
@@ -332,34 +259,17 @@ class Session:
 
     def _attach(self, log: SessionLog | None) -> None:
         """Bind a fresh agent to ``log`` (the previous agent must already be closed)."""
-        from dsh.agent_loop.agent import Agent
-        from dsh.agent_loop.guard import PromptGuard
-        from dsh.agent_loop.tools import default_tools
-        from dsh.llm import Redactor
+        from dsh.agent_loop import build  # the agent's modules: imported behind the first prompt
 
-        client = self._build_client()
+        if self.client is None:
+            self.client = build.deepseek_client(self.config, self.env)
         self.log = log
-        # Without an approver nobody can answer: the shell tool then says so instead of "denied".
-        tools = default_tools(self._approve, allow_edits=self.config.allow_edits)
         extra = [*(self.toolkit.tools() if self.toolkit is not None else ()),
                  *(self._extra_tools(self) if self._extra_tools is not None else ())]
-        for tool in extra:
-            tools.add(tool, replace=True)
         conversation, self._resumed = self._resumed, None
-        config = self.config
-        try:
-            agent = Agent(
-                client, conversation=conversation, model=self.model, tools=tools, session=log, label=self._label,
-                retry=self.retry, cwd=self.cwd,
-                guard=PromptGuard(hook_command=config.prompt_hook, api_key=config.api_key),
-                redactor=Redactor((*config.secrets, *client.secrets)),
-                max_tokens=config.max_tokens, thinking=config.thinking, reasoning_effort=config.reasoning_effort,
-                auto_compact=config.auto_compact,
-            )
-        except BaseException:
-            if log is not None:
-                log.close()
-            raise
+        agent = build.build_agent(self.config, self.client, log, conversation=conversation, model=self.model,
+                                  approve=self._approve, extra_tools=extra, retry=self.retry, label=self._label,
+                                  cwd=self.cwd)
         self.agent = agent
         self._unsubscribe_agent = agent.subscribe(self._on_event)
 
@@ -374,11 +284,8 @@ class Session:
         if log.repaired_turn is not None:
             self._publish(RepairedTurn(log.repaired_turn))
         if log.load_summary is not None:
-            import logging  # only a damaged log gets here
-
-            logger = logging.getLogger("dsh.session")
             for warning in log.load_warnings:
-                logger.warning("%s", warning)
+                _log.warning("%s", warning)
             self._publish(Notice(f"dsh: warning: {log.load_summary}"))
 
     async def _detach(self) -> None:
@@ -452,30 +359,26 @@ class Session:
     def _settled_job(self, event: JobNotice) -> JobNotice:
         """A job settled: a failure's raw cause becomes /why's, and subscribers hear the notice in the
         user's words (the model keeps the event's own text)."""
-        job = self.toolkit.jobs.get(event.job_id) if self.toolkit is not None else None
-        if job is None:
+        if self.toolkit is None:
             return event
-        if job.result is not None and job.result.cause is not None:
-            self.last_failure = job.result.cause
-        from dsh.agent_loop.subagent.jobs import user_notice  # loaded with the toolkit already
+        from dsh.agent_loop import build  # loaded with the toolkit already
 
-        return JobNotice(event.job_id, user_notice(job))
+        notice, cause = build.settled_notice(self.toolkit, event)
+        if cause is not None:
+            self.last_failure = cause
+        return notice
 
     def _count_compaction(self, event: ContextCompacted) -> None:
         """The summary request costs like any other; afterwards the window holds about the new conversation."""
         if event.usage is not None:
             self._count_usage(event)
         if self.agent is not None and self.usage.requests:
-            from dsh.agent_loop.context import estimate_tokens  # loaded with the agent already
-
             # Applied before subscribers hear of it: the agent's messages are the compacted ones already.
             left = estimate_tokens("".join(message.content for message in self.agent.messages))
             for tally in (self.usage, self.turn_usage):
                 tally.context, tally.context_estimated = left, True
 
     def _count_usage(self, event: AssistantMessage | ContextCompacted) -> None:
-        from dsh.llm.models import model_info
-
         assert event.usage is not None
         info = model_info(self.model, self.config.models)
         now = datetime.datetime.now(datetime.UTC)

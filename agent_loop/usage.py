@@ -15,7 +15,7 @@ from typing import Any
 from dsh.llm.events import Usage
 from dsh.llm.models import ModelInfo, cost_usd, model_info
 
-__all__ = ["AUTO_COMPACT_AT", "CONTEXT_WARNING_AT", "UsageTally", "context_fill"]
+__all__ = ["AUTO_COMPACT_AT", "CONTEXT_WARNING_AT", "UsageTally", "context_fill", "estimate_tokens"]
 
 CONTEXT_WARNING_AT = 0.8  # the share of the context window at which the REPL says what to do
 AUTO_COMPACT_AT = 0.9  # with auto_compact on, a prompt sent past this share is preceded by a compaction
@@ -59,3 +59,8 @@ def context_fill(tally: UsageTally, models: Mapping[str, Mapping[str, Any]] | No
     if info is None or not info.context_window:
         return None
     return tally.context / info.context_window
+
+
+def estimate_tokens(text: str) -> int:
+    """A rough count for display (about four characters a token); requests report the real one."""
+    return (len(text) + 3) // 4

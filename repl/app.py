@@ -230,17 +230,11 @@ class SlashCompleter(Completer):
 
     def _arguments(self, name: str) -> list[tuple[str, str]]:
         if name == "scenario" and self.shell.demo is not None:
-            from dsh.repl.demo.catalogue import SCENARIOS
-
-            return [(s.name, s.summary) for s in SCENARIOS.values()]
+            return self.shell.demo.scenarios()
         if name == "resume":
-            from dsh.agent_loop.session_log import list_sessions  # the log's reader: not before the first prompt
-
             session = self.shell.session
-            root = session.sessions_root
-            assert root is not None  # the REPL's sessions keep a log
             return [("last", "this project's latest session")] + [
-                (info.id, info.title) for info in reversed(list_sessions(root, project=session.project))
+                (info.id, info.title) for info in reversed(session.saved_sessions(session.project))
             ]
         return []
 

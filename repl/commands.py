@@ -16,9 +16,9 @@ from collections.abc import Awaitable, Callable
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Protocol
 
-from dsh.agent_loop.context import estimate_tokens
 from dsh.agent_loop.reasons import EndReason
 from dsh.agent_loop.session import Session
+from dsh.agent_loop.usage import estimate_tokens
 from dsh.llm import HarnessError, LlmError, chain_links, error_chain, redact_text
 from dsh.llm.models import PRICES_AS_OF, model_info
 from dsh.repl.usage import compact_count, usage_line
@@ -236,8 +236,7 @@ async def _why(shell: Host, arg: str) -> None:
 
 @_command("sessions", "[--all]", "list this project's saved sessions (--all: every project)")
 async def _sessions(shell: Host, arg: str) -> None:
-    from dsh.agent_loop.session_log import list_sessions  # the log's reader: not before the first prompt
-    from dsh.repl.sessions import listing_lines
+    from dsh.repl.sessions import listing_lines  # the log's reader: not before the first prompt
 
     if arg not in ("", "--all"):
         shell.say("usage: /sessions [--all]")
@@ -246,7 +245,7 @@ async def _sessions(shell: Host, arg: str) -> None:
     root = session.sessions_root
     assert root is not None  # the REPL's sessions keep a log
     project = None if arg else session.project
-    sessions = list_sessions(root, project=project)
+    sessions = session.saved_sessions(project)
     if not sessions:
         scope = f" of {project}" if project is not None else ""
         shell.say(f"no sessions{scope} in {root}" + (" (/sessions --all lists every project)" if project else ""))
@@ -285,6 +284,12 @@ async def _expand(shell: Host, arg: str) -> None:
     shell.say(expanded_output(shell.session.last_tool_result))
 
 
+def _age(job: Job) -> str:
+    from dsh.agent_loop.subagent.jobs import age_text  # only with subagents configured
+
+    return age_text(job.age())
+
+
 def _jobs_manager(shell: Host) -> JobManager | None:
     toolkit = shell.session.toolkit
     return toolkit.jobs if toolkit is not None else None
@@ -304,13 +309,11 @@ def _find_job(shell: Host, arg: str, usage: str) -> Job | None:
 
 @_command("jobs", "", "list background jobs with status and age")
 async def _jobs(shell: Host, arg: str) -> None:
-    from dsh.agent_loop.subagent.jobs import age_text  # only with subagents configured
-
     jobs = _jobs_manager(shell)
     if jobs is None or not jobs.jobs:
         shell.say("(no jobs)")
         return
-    rows = [f"{job.id:<12} {job.status:<9} {age_text(job.age()):>6}  {job.label}" for job in jobs.jobs]
+    rows = [f"{job.id:<12} {job.status:<9} {_age(job):>6}  {job.label}" for job in jobs.jobs]
     shell.say("\n".join([*rows, "/job ID shows a job's output · /kill ID stops a running one"]))
 
 
@@ -347,13 +350,11 @@ def _output_tail(text: str) -> tuple[list[str], bool]:
 
 @_command("job", "ID", "show a background job's output so far")
 async def _job(shell: Host, arg: str) -> None:
-    from dsh.agent_loop.subagent.jobs import age_text  # only with subagents configured
-
     job = _find_job(shell, arg, "usage: /job ID (see /jobs)")
     if job is None:
         return
     verb = "running for" if job.status == "running" else f"{job.status} after"
-    lines = [f"job {job.id} ({job.label}) {verb} {age_text(job.age())}"]
+    lines = [f"job {job.id} ({job.label}) {verb} {_age(job)}"]
     body, cut = _output_tail(redact_text(job.output_so_far(), shell.config.secrets))
     if cut:
         lines.append("  … (earlier output not shown)")
@@ -366,8 +367,6 @@ async def _job(shell: Host, arg: str) -> None:
 
 @_command("kill", "ID", "stop a running background job")
 async def _kill(shell: Host, arg: str) -> None:
-    from dsh.agent_loop.subagent.jobs import age_text  # only with subagents configured
-
     job = _find_job(shell, arg, "usage: /kill ID (see /jobs)")
     if job is None:
         return
@@ -377,7 +376,7 @@ async def _kill(shell: Host, arg: str) -> None:
     jobs = _jobs_manager(shell)
     assert jobs is not None  # the job was found there
     await jobs.kill(job)
-    shell.say(f"killed job {job.id} ({job.label}) after {age_text(job.age())}")
+    shell.say(f"killed job {job.id} ({job.label}) after {_age(job)}")
 
 
 @_command("scenario", "[name]", "list demo scenarios, or pick one", demo_only=True)

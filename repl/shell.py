@@ -25,7 +25,7 @@ from dsh.repl.usage import CONTEXT_WARNING_AT, context_warning, usage_line
 
 if TYPE_CHECKING:
     from dsh.agent_loop.retry import RetryPolicy
-    from dsh.agent_loop.session import EndpointClient
+    from dsh.agent_loop.session_config import EndpointClient
     from dsh.agent_loop.tools import Tool
     from dsh.repl.demo.catalogue import Demo
 

@@ -11,7 +11,8 @@ import contextlib
 from collections.abc import Mapping
 from typing import TYPE_CHECKING, TextIO
 
-from dsh.agent_loop.session import EndpointClient, StartupError
+from dsh.agent_loop.session import StartupError
+from dsh.agent_loop.session_config import EndpointClient
 from dsh.repl import __version__
 from dsh.repl.config import Config
 from dsh.repl.frontend import FrontEnd, Sink
@@ -50,7 +51,9 @@ async def open_shell(
     retry: RetryPolicy | None = None
     try:
         if args.demo:
-            demo = await _start_demo(stack, args.scenario or "text")
+            from dsh.repl.demo.catalogue import start_demo  # only the demo
+
+            demo = await start_demo(stack, args.scenario or "text")
             client, retry = demo.client, demo.retry
         elif args.replay:
             client = await _start_replay(stack, args.trace, args.replay_speed, config)
@@ -76,18 +79,6 @@ def banner(shell: Shell, args: argparse.Namespace) -> str:
     if args.replay:
         text += f" · replaying {len(args.trace.exchanges)} recorded exchange(s) from {args.replay}"
     return text
-
-
-async def _start_demo(stack: contextlib.AsyncExitStack, scenario: str) -> Demo:
-    from dsh.llm.loopback.fault_server import FaultServer, closed_port  # only the demo
-    from dsh.repl.demo.catalogue import Demo, DemoClient, demo_retry_policy
-
-    server = await stack.enter_async_context(FaultServer(default="text", tls=True))
-    refused_port = stack.enter_context(closed_port())
-    client = DemoClient(server.url, f"http://127.0.0.1:{refused_port}")
-    client.urls.update(plain_https=server.plain_url_for_https, tls=server.tls_url)
-    stack.push_async_callback(client.aclose)
-    return Demo(server, client, demo_retry_policy(), scenario)
 
 
 async def _start_replay(stack: contextlib.AsyncExitStack, trace: Trace, speed: float, config: Config) -> EndpointClient:

@@ -19,7 +19,7 @@ from typing import Any, TypedDict
 
 from dsh.agent_loop.retry import RetryPolicy
 from dsh.llm import ChatRequest, DeepSeekClient, StreamEvent
-from dsh.llm.loopback.fault_server import Behaviour, FaultServer
+from dsh.llm.loopback.fault_server import Behaviour, FaultServer, closed_port
 from dsh.repl.demo.delegation import demo_subagent_tables, register_demo_scenarios
 from dsh.repl.demo.product_delegation import product_demo_tables, register_product_demo_scenarios
 
@@ -34,6 +34,7 @@ __all__ = [
     "Scenario",
     "demo_retry_policy",
     "register_scenario",
+    "start_demo",
 ]
 
 DEMO_FIRST_TOKEN_TIMEOUT = 3.0  # the keep-alive stall scenario ends TIMEOUT after this
@@ -165,6 +166,10 @@ class Demo:
     def subagent_tables() -> dict[str, dict[str, Any]]:
         """The demo's ``[subagents.NAME]`` tables (a real child dsh, scripted faults, fake agents)."""
         return {**demo_subagent_tables(), **product_demo_tables()}
+
+    def scenarios(self) -> list[tuple[str, str]]:
+        """Each scenario's name and summary, for completion."""
+        return [(scenario.name, scenario.summary) for scenario in SCENARIOS.values()]
 
     def listing(self) -> str:
         width = max(len(name) for name in SCENARIOS)
@@ -390,3 +395,13 @@ def _register_delegation() -> None:
 _register_catalogue()
 CORE_SCENARIOS = tuple(SCENARIOS)
 _register_delegation()
+
+
+async def start_demo(stack: contextlib.AsyncExitStack, scenario: str) -> Demo:
+    """The demo's endpoint (a fault server with TLS, a closed port) and its client, held open by ``stack``."""
+    server = await stack.enter_async_context(FaultServer(default="text", tls=True))
+    refused_port = stack.enter_context(closed_port())
+    client = DemoClient(server.url, f"http://127.0.0.1:{refused_port}")
+    client.urls.update(plain_https=server.plain_url_for_https, tls=server.tls_url)
+    stack.push_async_callback(client.aclose)
+    return Demo(server, client, demo_retry_policy(), scenario)

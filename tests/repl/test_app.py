@@ -16,6 +16,7 @@ from prompt_toolkit.output import DummyOutput
 from dsh.agent_loop.session import Session
 from dsh.repl.app import InteractiveApp, SafeHistory, SlashCompleter, TerminalSink
 from dsh.repl.config import Config
+from dsh.repl.demo.catalogue import SCENARIOS
 from dsh.repl.shell import Shell, StartupError
 
 
@@ -65,13 +66,20 @@ def test_history_never_stores_secret_shaped_lines(tmp_path: Path) -> None:
 
 class FakeSession:
     def __init__(self, root: Path) -> None:
-        self.sessions_root = root
         self.project = str(root)  # /resume completes this project's sessions
+
+    def saved_sessions(self, project: str | None) -> list[object]:
+        return []
+
+
+class FakeDemo:
+    def scenarios(self) -> list[tuple[str, str]]:
+        return [(scenario.name, scenario.summary) for scenario in SCENARIOS.values()]
 
 
 class FakeShell:
     def __init__(self, demo: bool, root: Path) -> None:
-        self.demo = object() if demo else None
+        self.demo = FakeDemo() if demo else None
         self.session = FakeSession(root)
 
 

@@ -362,11 +362,11 @@ async def test_dsh_doctor_reports_a_broken_config_file_as_its_first_step(env: di
 async def test_slash_doctor_in_the_demo_checks_the_demo_endpoint(env: dict[str, str]) -> None:
     import contextlib
 
-    from dsh.repl.start import _start_demo
+    from dsh.repl.demo.catalogue import start_demo
 
     sink = ListSink()
     async with contextlib.AsyncExitStack() as stack:
-        demo = await _start_demo(stack, "text")
+        demo = await start_demo(stack, "text")
         shell = Shell(Config(), PlainFrontEnd(sink), color=False, env=env, client=demo.client, demo=demo,
                       retry=demo.retry)
         stack.push_async_callback(shell.aclose)

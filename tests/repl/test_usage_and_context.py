@@ -11,7 +11,8 @@ from typing import Any
 
 import pytest
 
-from dsh.agent_loop.context import BASE_SYSTEM_PROMPT, estimate_tokens
+from dsh.agent_loop.context import BASE_SYSTEM_PROMPT
+from dsh.agent_loop.usage import estimate_tokens
 from dsh.llm.events import Usage
 from dsh.llm.loopback import streams
 from dsh.llm.loopback.fault_server import FaultServer

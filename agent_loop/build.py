@@ -1,0 +1,117 @@
+"""What a :class:`~dsh.agent_loop.session.Session` builds once its first turn is near: the model client,
+the session log, the subagent toolkit and the agent over them.
+
+The session imports this module when it first needs one of them, so the interactive front end draws its
+first prompt without the HTTP client, the agent, its tools or the log (docs/architecture.md, "Start-up and
+lazy imports"); everything here is imported at the top.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping, Sequence
+from pathlib import Path
+from typing import TYPE_CHECKING, Any
+
+from dsh.agent_loop.agent import Agent, Conversation, open_session
+from dsh.agent_loop.events import JobNotice
+from dsh.agent_loop.guard import PromptGuard
+from dsh.agent_loop.recap import Recap
+from dsh.agent_loop.retry import RetryPolicy
+from dsh.agent_loop.session_log import SessionInfo, SessionLog, list_sessions, resolve_session
+from dsh.agent_loop.subagent import ParentContext
+from dsh.agent_loop.subagent.jobs import user_notice
+from dsh.agent_loop.subagent.tool import SubagentToolkit
+from dsh.agent_loop.tools import Tool, default_tools
+from dsh.llm import Redactor
+from dsh.llm.deepseek import DeepSeekClient
+
+if TYPE_CHECKING:
+    from dsh.agent_loop.session_config import Approver, EndpointClient, SessionConfig
+
+__all__ = ["build_agent", "create_log", "deepseek_client", "open_log", "saved_sessions", "settled_notice",
+           "subagent_toolkit"]
+
+
+def deepseek_client(config: SessionConfig, env: Mapping[str, str]) -> EndpointClient:
+    return DeepSeekClient(
+        base_url=config.base_url,
+        api_key=config.api_key,
+        stream_idle_timeout=config.stream_idle_timeout,
+        first_token_timeout=config.first_token_timeout,
+        proxy=config.proxy,
+        trust_env=False,  # the config already read the proxy variables (and names them)
+        env=env,
+        record=config.record,
+    )
+
+
+def open_log(ident: str, root: Path, *, project: str, current: str | None) -> tuple[SessionLog, Conversation, Recap]:
+    """A log to continue, its conversation rebuilt and its recap gathered in the same pass.
+
+    ``last`` is this project's latest session with turns, never the ``current`` one.
+    """
+    target: str | Path = ident
+    if ident == "last":
+        target = resolve_session("last", root, project=project, exclude=current)
+    recap = Recap()
+    log, conversation = open_session(target, root=root, on_record=recap)
+    return log, conversation, recap
+
+
+def saved_sessions(root: Path, project: str | None) -> list[SessionInfo]:
+    return list_sessions(root, project=project)
+
+
+def create_log(root: Path, *, cwd: str, session_id: str | None, project: str) -> SessionLog:
+    # Written at the first turn: a launch that runs none leaves no empty session behind.
+    return SessionLog.create(root=root, cwd=cwd, session_id=session_id, project=project, lazy=True)
+
+
+def subagent_toolkit(
+    tables: Mapping[str, Mapping[str, Any]], *, model: str, base_url: str, api_key: str | None, cwd: str,
+    secrets: tuple[str, ...],
+) -> SubagentToolkit:
+    """The ``subagent`` and job tools of ``[subagents.NAME]`` tables, inheriting what the tables leave out."""
+    parent = ParentContext(model=model, base_url=base_url, api_key=api_key, cwd=cwd, secrets=secrets)
+    return SubagentToolkit.from_config(dict(tables), parent=parent)
+
+
+def settled_notice(toolkit: SubagentToolkit, event: JobNotice) -> tuple[JobNotice, BaseException | None]:
+    """A settled job's notice in the user's words (the model keeps the event's own text), and its raw cause."""
+    job = toolkit.jobs.get(event.job_id)
+    if job is None:
+        return event, None
+    cause = job.result.cause if job.result is not None else None
+    return JobNotice(event.job_id, user_notice(job)), cause
+
+
+def build_agent(
+    config: SessionConfig,
+    client: EndpointClient,
+    log: SessionLog | None,
+    *,
+    conversation: Conversation | None,
+    model: str,
+    approve: Approver | None,
+    extra_tools: Sequence[Tool],
+    retry: RetryPolicy,
+    label: str,
+    cwd: str,
+) -> Agent:
+    """The agent over ``log`` (closed again if the agent cannot be built)."""
+    # Without an approver nobody can answer: the shell tool then says so instead of "denied".
+    tools = default_tools(approve, allow_edits=config.allow_edits)
+    for tool in extra_tools:
+        tools.add(tool, replace=True)
+    try:
+        return Agent(
+            client, conversation=conversation, model=model, tools=tools, session=log, label=label, retry=retry,
+            cwd=cwd, guard=PromptGuard(hook_command=config.prompt_hook, api_key=config.api_key),
+            redactor=Redactor((*config.secrets, *client.secrets)),
+            max_tokens=config.max_tokens, thinking=config.thinking, reasoning_effort=config.reasoning_effort,
+            auto_compact=config.auto_compact,
+        )
+    except BaseException:
+        if log is not None:
+            log.close()
+        raise

@@ -1,0 +1,74 @@
+"""What a session is built from: its settings, its model client and who approves, as protocols.
+
+:class:`~dsh.agent_loop.session.Session` and :mod:`dsh.agent_loop.build` both read them; a front end
+provides them (``dsh.repl.config.Config`` is a :class:`SessionConfig`).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Awaitable, Callable
+from typing import TYPE_CHECKING, Any, Protocol
+
+from dsh.llm.events import ModelClient
+
+if TYPE_CHECKING:
+    from dsh.agent_loop.tools.edits import EditRequest
+    from dsh.agent_loop.tools.registry import Approval
+
+__all__ = ["Approver", "EndpointClient", "SessionConfig"]
+
+
+class SessionConfig(Protocol):
+    """The settings a session is built from, already resolved (``dsh.repl.config.Config`` is one)."""
+
+    @property
+    def api_key(self) -> str | None: ...
+    @property
+    def base_url(self) -> str: ...
+    @property
+    def model(self) -> str: ...
+    @property
+    def max_tokens(self) -> int | None: ...
+    @property
+    def thinking(self) -> bool | None: ...
+    @property
+    def reasoning_effort(self) -> str | None: ...
+    @property
+    def stream_idle_timeout(self) -> float: ...
+    @property
+    def first_token_timeout(self) -> float: ...
+    @property
+    def prompt_hook(self) -> str | list[str] | None: ...
+    @property
+    def max_retries(self) -> int | None: ...
+    @property
+    def subagents(self) -> dict[str, dict[str, Any]]: ...
+    @property
+    def system_prompt(self) -> str | None: ...
+    @property
+    def system_prompt_append(self) -> str | None: ...
+    @property
+    def models(self) -> dict[str, dict[str, Any]]: ...
+    @property
+    def allow_edits(self) -> bool: ...
+    @property
+    def auto_compact(self) -> bool: ...
+    @property
+    def proxy(self) -> str | None: ...
+    @property
+    def record(self) -> str | None: ...
+    @property
+    def secrets(self) -> tuple[str, ...]: ...
+
+
+class EndpointClient(ModelClient, Protocol):
+    """A model client a session can name in its messages, mask and close (``DeepSeekClient`` and the demo's)."""
+
+    @property
+    def base_url_display(self) -> str: ...
+    @property
+    def secrets(self) -> tuple[str, ...]: ...
+    async def aclose(self) -> None: ...
+
+
+Approver = Callable[["str | EditRequest"], Awaitable["Approval | None"]]  # None: nobody answered (denied)
