@@ -33,16 +33,10 @@ __all__ = ["build_agent", "create_log", "deepseek_client", "open_log", "saved_se
 
 
 def deepseek_client(config: SessionConfig, env: Mapping[str, str]) -> EndpointClient:
-    return DeepSeekClient(
-        base_url=config.base_url,
-        api_key=config.api_key,
-        stream_idle_timeout=config.stream_idle_timeout,
-        first_token_timeout=config.first_token_timeout,
-        proxy=config.proxy,
-        trust_env=False,  # the config already read the proxy variables (and names them)
-        env=env,
-        record=config.record,
-    )
+    # trust_env off: the config already read the proxy variables (and names them in fix lines).
+    return DeepSeekClient(base_url=config.base_url, api_key=config.api_key, proxy=config.proxy, trust_env=False,
+                          stream_idle_timeout=config.stream_idle_timeout,
+                          first_token_timeout=config.first_token_timeout, env=env, record=config.record)
 
 
 def open_log(ident: str, root: Path, *, project: str, current: str | None) -> tuple[SessionLog, Conversation, Recap]:

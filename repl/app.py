@@ -94,10 +94,14 @@ class TerminalSink:
         self._timer: asyncio.TimerHandle | None = None
         self.view: Application[None] | None = None  # the turn view to refresh when partial changes
         self._line_open = False  # the last direct write left a line unfinished on the screen
+        # prompt_toolkit turns autowrap off while it draws and leaves it off: once it has run, each direct
+        # write turns it on again (before, the terminal's own setting stands and nothing is added).
+        self.prompt_toolkit_ran = False
 
     def _write_now(self, text: str) -> None:
         try:
-            self._output.enable_autowrap()
+            if self.prompt_toolkit_ran:
+                self._output.enable_autowrap()
             self._output.write_raw(text)
             self._output.flush()
         except OSError:
@@ -305,6 +309,7 @@ class InteractiveApp:
                 loop.remove_signal_handler(signum)
 
     async def _loop(self, banner: str) -> int:
+        self.sink.prompt_toolkit_ran = True  # from the banner on (patch_stdout is running)
         self._session = self._build_prompt()
         self.shell.say(banner)
         while True:
