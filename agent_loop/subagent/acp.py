@@ -142,7 +142,7 @@ class AcpSettings:
     mode: str | None = None  # a session mode id the agent must advertise; None: chosen by the policy
 
 
-def from_config(name: str, config: Mapping[str, Any], parent: ParentContext | None = None) -> Provider:
+def from_config(name: str, config: Mapping[str, Any], parent: ParentContext | None = None) -> Provider[AcpSettings]:
     """``[subagents.NAME]`` with ``provider = "acp"``. Nothing is inherited from ``parent``.
 
     Never raises: a bad table gives runs that fail with ``stage: initialize; category:
@@ -178,13 +178,12 @@ def _settings(name: str, config: Mapping[str, Any]) -> AcpSettings:
 # -- one run ------------------------------------------------------------------------------------------
 
 
-class AcpRun(Run):
+class AcpRun(Run[AcpSettings]):
     """Spawn, ``initialize``, ``session/new``, one ``session/prompt``; then the teardown ladder."""
 
     configuration = Failure(Stage.INITIALIZE, Category.CONFIGURATION)
-    settings: AcpSettings
 
-    def __init__(self, provider: Provider, request: SubagentRequest) -> None:
+    def __init__(self, provider: Provider[AcpSettings], request: SubagentRequest) -> None:
         super().__init__(provider, request)
         self._client = _PermissionClient(self.settings.permission if self.settings else "reject")
 
