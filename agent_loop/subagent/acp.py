@@ -60,7 +60,7 @@ from dsh.agent_loop.subagent import (
 )
 from dsh.agent_loop.subagent.diagnostics import Failure, mode_warning
 from dsh.agent_loop.subagent.result import SubagentRequest
-from dsh.agent_loop.subagent.run import Outcome, Provider, Run, configured
+from dsh.agent_loop.subagent.run import ChildExited, Outcome, Provider, Run, before_exit, configured
 
 if TYPE_CHECKING:  # the SDK loads only when a run starts (AcpRun.execute)
     from acp.schema import SessionModeState
@@ -314,30 +314,15 @@ class AcpRun(Run[AcpSettings]):
         timeout: float | None,
     ) -> _Answer | Failure:  # fmt: skip
         """One SDK request while watching the child: its answer, or the :class:`Failure` it came to."""
-        answers: list[_Answer] = []
-        errors: list[Exception] = []
+        cause: Exception | None = None
         with anyio.move_on_after(math.inf if timeout is None else timeout):
-            async with anyio.create_task_group() as tg:
-
-                async def ask() -> None:
-                    try:
-                        answers.append(await request())
-                    except Exception as exc:  # classified below, by type
-                        errors.append(exc)
-                    tg.cancel_scope.cancel()
-
-                async def watch_exit() -> None:
-                    await proc.wait_exit()
-                    # The child is gone; an answer it wrote just before dying may still be in the pipe.
-                    await anyio.sleep(_ANSWER_AFTER_EXIT_GRACE)
-                    tg.cancel_scope.cancel()
-
-                tg.start_soon(ask)
-                tg.start_soon(watch_exit)
-        if answers:
-            return answers[0]
-        cause = errors[0] if errors else None
-        # No answer: the deadline passed, or the child died without one.
+            try:
+                return await before_exit(proc, request, _ANSWER_AFTER_EXIT_GRACE)
+            except ChildExited:
+                pass
+            except Exception as exc:  # classified below, by type
+                cause = exc
+        # No answer: the deadline passed, the child died without one, or the request failed.
         fault = conn.fault_of(cause) if cause is not None else "timeout"
         if fault == "closed" or proc.exited:
             # Classify by the observed exit, not by the transport error that usually arrives first.

@@ -22,21 +22,32 @@ See ``docs/adding-a-provider.md`` for a worked example.
 from __future__ import annotations
 
 import logging
-from collections.abc import Callable, Mapping
+from collections.abc import Awaitable, Callable, Mapping
 from dataclasses import dataclass
 from typing import Any, ClassVar, Generic, Protocol, TypeAlias, TypeVar
 
 import anyio
 import anyio.abc
 
+from dsh.agent_loop.process import ManagedProcess
 from dsh.agent_loop.subagent.diagnostics import Failure, failure_line, join_lines, safe_token
 from dsh.agent_loop.subagent.result import SubagentRequest, SubagentResult
 from dsh.llm.codes import ErrorCode
 from dsh.llm.errors import HarnessError, chain_links
 from dsh.llm.redact import MIN_SECRET_CHARS, GrowingText, Redactor, environment_secrets
 
-__all__ = ["AnyProvider", "AnyRun", "Outcome", "Provider", "ProviderSettings", "Run", "SubagentConfigError",
-           "configured"]
+__all__ = [
+    "AnyProvider",
+    "AnyRun",
+    "ChildExited",
+    "Outcome",
+    "Provider",
+    "ProviderSettings",
+    "Run",
+    "SubagentConfigError",
+    "before_exit",
+    "configured",
+]
 
 log = logging.getLogger(__name__)
 
@@ -54,6 +65,7 @@ class ProviderSettings(Protocol):
 # Covariant: a Provider[AcpSettings] is an AnyProvider (the settings are read, never replaced).
 SettingsT = TypeVar("SettingsT", bound=ProviderSettings, covariant=True)
 _Settings = TypeVar("_Settings", bound=ProviderSettings)
+_Answer = TypeVar("_Answer")
 
 
 @dataclass(frozen=True, slots=True)
@@ -282,3 +294,38 @@ def configured(name: str, run_type: type[Run[_Settings]], parse: Callable[[], _S
         log.warning("%s", exc)
         return Provider(name, run_type, problem=str(exc))
     return Provider(name, run_type, settings)
+
+
+class ChildExited(Exception):
+    """The child exited, and its pipe had the grace to drain, before the request was answered."""
+
+
+async def before_exit(process: ManagedProcess, request: Callable[[], Awaitable[_Answer]], grace: float) -> _Answer:
+    """``await request()`` while watching ``process``: its answer (or what it raised), else :class:`ChildExited`.
+
+    An answer the child wrote just before it died may still be in the pipe: ``grace`` seconds after the
+    exit it still counts.
+    """
+    answers: list[_Answer] = []
+    errors: list[Exception] = []
+    async with anyio.create_task_group() as tg:
+
+        async def ask() -> None:
+            try:
+                answers.append(await request())
+            except Exception as exc:  # re-raised below, outside the task group
+                errors.append(exc)
+            tg.cancel_scope.cancel()
+
+        async def watch_exit() -> None:
+            await process.wait_exit()
+            await anyio.sleep(grace)
+            tg.cancel_scope.cancel()
+
+        tg.start_soon(ask)
+        tg.start_soon(watch_exit)
+    if errors:
+        raise errors[0]
+    if not answers:
+        raise ChildExited
+    return answers[0]
