@@ -83,7 +83,8 @@ class ModelClient(Protocol):
 
     :class:`dsh.llm.deepseek.DeepSeekClient` conforms, as do the demo's client and the tests' fakes
     (structurally: nothing subclasses this). Callers close the stream with ``contextlib.aclosing``. A client
-    may also offer ``secrets`` (values to redact), ``base_url_display`` and ``aclose()``; those are optional.
+    may also offer ``secrets`` (values to redact: read them with :func:`client_secrets`), ``base_url_display``
+    and ``aclose()``; those are optional.
     """
 
     def stream(self, request: ChatRequest) -> AsyncIterator[StreamEvent]: ...
