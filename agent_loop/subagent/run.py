@@ -24,17 +24,19 @@ from __future__ import annotations
 import logging
 from collections.abc import Awaitable, Callable, Mapping
 from dataclasses import dataclass
-from typing import Any, ClassVar, Generic, Protocol, TypeAlias, TypeVar
+from typing import TYPE_CHECKING, Any, ClassVar, Generic, Protocol, TypeAlias, TypeVar
 
 import anyio
 import anyio.abc
 
-from dsh.agent_loop.process import ManagedProcess
 from dsh.agent_loop.subagent.diagnostics import Failure, failure_line, join_lines, safe_token
 from dsh.agent_loop.subagent.result import SubagentRequest, SubagentResult
 from dsh.llm.codes import ErrorCode
 from dsh.llm.errors import HarnessError, chain_links
 from dsh.llm.redact import MIN_SECRET_CHARS, GrowingText, Redactor, environment_secrets
+
+if TYPE_CHECKING:  # the providers load it (with asyncio) when they run; the registry alone need not
+    from dsh.agent_loop.process import ManagedProcess
 
 __all__ = [
     "AnyProvider",
