@@ -76,12 +76,14 @@ from dsh.llm import (
     ErrorCode,
     HarnessError,
     KeepAlive,
+    LlmError,
     Message,
     ReasoningDelta,
     Redactor,
     ReplyBuilder,
     TextDelta,
     ToolCall,
+    client_secrets,
     error_chain,
     unwrap_group,
 )
@@ -587,11 +589,11 @@ class Agent:
                 verdict = "policy" if triage is None else await triage(exc, code)
                 if verdict == "again":
                     continue
-                limit = getattr(exc, "retry_limit", None)
+                limit = exc.retry_limit if isinstance(exc, LlmError) else None
                 if verdict == "stands" or not self.retry.should_retry(code, retries, limit):
                     raise
                 retries += 1
-                delay = self.retry.delay(retries, getattr(exc, "retry_after_s", None))
+                delay = self.retry.delay(retries, exc.retry_after_s if isinstance(exc, LlmError) else None)
                 if announce is not None:
                     announce(exc, code, retries, delay, limit)
                 await anyio.sleep(delay)
@@ -670,9 +672,7 @@ class Agent:
     def redactor(self) -> Redactor:
         """What masks tool and subagent output (docs/architecture.md, "Redaction")."""
         if self._redactor is None:
-            secrets = getattr(self.client, "secrets", ())
-            known = tuple(s for s in secrets if isinstance(s, str)) if isinstance(secrets, tuple | list) else ()
-            self._redactor = Redactor(known)
+            self._redactor = Redactor(client_secrets(self.client))
         return self._redactor
 
     def _secrets(self) -> tuple[str, ...]:

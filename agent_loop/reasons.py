@@ -162,7 +162,7 @@ def failure_from_exception(exc: BaseException, step: int, secrets: tuple[str, ..
     status = exc.status if isinstance(exc, LlmError) else None
     request_id = exc.request_id if isinstance(exc, LlmError) else None
     detail = exc.detail if isinstance(exc, LlmError) else None
-    endpoint = getattr(exc, "endpoint", None) if isinstance(exc, LlmError) else None
+    endpoint = exc.endpoint if isinstance(exc, LlmError) else None
     return Failed(
         code=code,
         message=redact_text(error_chain(exc), secrets),

@@ -76,7 +76,7 @@ def open_regular_fd(
     """
     _check_kind(path, follow_symlinks)
     no_follow = 0 if follow_symlinks else os.O_NOFOLLOW
-    fd = os.open(path, flags | os.O_NONBLOCK | os.O_CLOEXEC | getattr(os, "O_NOCTTY", 0) | no_follow)
+    fd = os.open(path, flags | os.O_NONBLOCK | os.O_CLOEXEC | os.O_NOCTTY | no_follow)
     try:
         info = os.fstat(fd)
         if not stat.S_ISREG(info.st_mode):  # swapped in after the check
@@ -117,7 +117,8 @@ def read_regular(path: str | os.PathLike[str], limit: int) -> str:
 
 # --- the walk to a directory ----------------------------------------------------------------------
 
-# O_PATH: a directory is walked through without needing read permission on it (Linux; elsewhere O_RDONLY).
+# O_PATH: a directory is walked through without needing read permission on it. Linux only, hence getattr:
+# elsewhere O_RDONLY.
 _DIRECTORY_FLAGS = getattr(os, "O_PATH", os.O_RDONLY) | os.O_DIRECTORY | os.O_NOFOLLOW | os.O_CLOEXEC
 
 

@@ -25,12 +25,14 @@ if TYPE_CHECKING:
         Message,
         ModelClient,
         ReasoningDelta,
+        SecretHolder,
         StreamEvent,
         TextDelta,
         ToolCall,
         ToolCallDelta,
         ToolSpec,
         Usage,
+        client_secrets,
     )
     from dsh.llm.redact import RedactingFilter, Redactor, redact_text, redact_url, url_secrets
     from dsh.llm.reply import ReplyBuilder
@@ -53,6 +55,8 @@ _EXPORTS: dict[str, str] = {
     "Message": "dsh.llm.events",
     "ModelClient": "dsh.llm.events",
     "ReasoningDelta": "dsh.llm.events",
+    "SecretHolder": "dsh.llm.events",
+    "client_secrets": "dsh.llm.events",
     "StreamEvent": "dsh.llm.events",
     "TextDelta": "dsh.llm.events",
     "ToolCall": "dsh.llm.events",
@@ -87,6 +91,7 @@ __all__ = [
     "RedactingFilter",
     "Redactor",
     "ReplyBuilder",
+    "SecretHolder",
     "SseComment",
     "SseDecoder",
     "SseEvent",
@@ -98,6 +103,7 @@ __all__ = [
     "Usage",
     "__version__",
     "chain_links",
+    "client_secrets",
     "error_chain",
     "redact_text",
     "redact_url",
@@ -110,6 +116,6 @@ def __getattr__(name: str) -> Any:
     module = _EXPORTS.get(name)
     if module is None:
         raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
-    value = getattr(importlib.import_module(module), name)
+    value = getattr(importlib.import_module(module), name)  # PEP 562 lazy export: the name is only known now
     globals()[name] = value
     return value

@@ -371,16 +371,15 @@ class DeepSeekClient:
                 code = ErrorCode.PROXY
                 match = re.match(r"(\d{3}) ", str(exc))
                 status = int(match.group(1)) if match and 100 <= int(match.group(1)) <= 599 else None
-        error = LlmError(
+        return LlmError(
             f"DeepSeek API request to {self.base_url_display}{self._via} failed",
             code,
             status=status,
             retry_limit=0 if detail in PERMANENT else None,
             detail=detail,
+            endpoint=self.proxy_display if code == ErrorCode.PROXY else self.base_url_display,
             cause=exc,
         )
-        error.endpoint = self.proxy_display if code == ErrorCode.PROXY else self.base_url_display
-        return error
 
     @contextmanager
     def _translating(self, response: httpx.Response | None = None) -> Iterator[None]:
@@ -512,16 +511,15 @@ class DeepSeekClient:
         status = response.status_code
         if self.proxy_display is not None and _proxy_answered(status, response.headers):
             squid = response.headers.get("x-squid-error")
-            error = LlmError(
+            raise LlmError(
                 f"proxy {self.proxy_display} answered HTTP {status}",
                 ErrorCode.PROXY,
                 status=status if 100 <= status <= 599 else None,
                 retry_limit=0 if status in (401, 407) else None,
                 detail=FailureDetail.PROXY_AUTH if status in (401, 407) else None,
+                endpoint=self.proxy_display,
                 cause=_ProxyAnswer(redact_text(scrub_surrogates(squid), self.secrets)) if squid else None,
             )
-            error.endpoint = self.proxy_display
-            raise error
         provider = _provider_message(bytes(body))
         message = redact_text(provider, self.secrets) if provider else f"DeepSeek API error (HTTP {status})"
         raise LlmError(

@@ -74,6 +74,7 @@ class LlmError(HarnessError):
         request_id: str | None = None,
         retry_limit: int | None = None,
         detail: str | None = None,
+        endpoint: str | None = None,
         cause: BaseException | None = None,
     ) -> None:
         super().__init__(message, code, cause=cause)
@@ -102,7 +103,8 @@ class LlmError(HarnessError):
         self.retry_limit = retry_limit
         # What the failure was below its code (dsh.llm.network.FailureDetail): the REPL's fix line routes on it.
         self.detail = detail
-        self.endpoint: str | None = None  # the redacted URL that failed, set by the client that knows it
+        # The redacted URL that failed, given by the client that made the request (the REPL's fix line names it).
+        self.endpoint = endpoint
 
 
 def unwrap_group(exc: BaseException) -> BaseException:
@@ -125,7 +127,7 @@ class ChainLink:
 def _type_name(value: object) -> str:
     try:
         cls = type(value)
-        module = getattr(cls, "__module__", "") or ""
+        module = cls.__module__ or ""
         name = cls.__qualname__
         return name if module in ("builtins", "") else f"{module}.{name}"
     except Exception:
@@ -142,8 +144,9 @@ def _node_text(value: object) -> str:
             text = str(value)
         elif isinstance(value, Mapping) and isinstance(value.get("message"), str):
             text = value["message"]
-        elif not isinstance(value, str) and isinstance(getattr(value, "message", None), str):
-            text = value.message  # type: ignore[attr-defined]
+        # Duck typing: a cause may be any object with a ``message`` (an SDK's error payload, a JSON-RPC error).
+        elif not isinstance(value, str) and isinstance(attribute := getattr(value, "message", None), str):
+            text = attribute
         else:
             text = str(value)
         if not isinstance(text, str):

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from collections.abc import AsyncIterator
 from dataclasses import dataclass
-from typing import Any, Literal, Protocol
+from typing import Any, Literal, Protocol, runtime_checkable
 
 __all__ = [
     "USAGE_COUNT_LIMIT",
@@ -14,12 +14,14 @@ __all__ = [
     "Message",
     "ModelClient",
     "ReasoningDelta",
+    "SecretHolder",
     "StreamEvent",
     "TextDelta",
     "ToolCall",
     "ToolCallDelta",
     "ToolSpec",
     "Usage",
+    "client_secrets",
 ]
 
 
@@ -81,10 +83,25 @@ class ModelClient(Protocol):
 
     :class:`dsh.llm.deepseek.DeepSeekClient` conforms, as do the demo's client and the tests' fakes
     (structurally: nothing subclasses this). Callers close the stream with ``contextlib.aclosing``. A client
-    may also offer ``secrets`` (values to redact), ``base_url_display`` and ``aclose()``; those are optional.
+    may also offer ``secrets`` (values to redact: read them with :func:`client_secrets`), ``base_url_display``
+    and ``aclose()``; those are optional.
     """
 
     def stream(self, request: ChatRequest) -> AsyncIterator[StreamEvent]: ...
+
+
+@runtime_checkable
+class SecretHolder(Protocol):
+    """A client that knows values to mask (its key, URL and proxy credentials), as ``DeepSeekClient`` does."""
+
+    @property
+    def secrets(self) -> tuple[str, ...]: ...
+
+
+def client_secrets(client: object) -> tuple[str, ...]:
+    """The strings ``client`` asks to have masked; none for a client without ``secrets`` (a test's fake)."""
+    secrets = client.secrets if isinstance(client, SecretHolder) else ()
+    return tuple(s for s in secrets if isinstance(s, str)) if isinstance(secrets, tuple | list) else ()
 
 
 # --- request -------------------------------------------------------------------------------

@@ -45,9 +45,8 @@ PERMANENT = frozenset(
     }
 )
 
-_NAME_NOT_FOUND_ERRNOS = frozenset(
-    code for code in (getattr(socket, "EAI_NONAME", None), getattr(socket, "EAI_NODATA", None)) if code is not None
-)
+# EAI_NODATA is glibc's (macOS has only EAI_NONAME), hence getattr.
+_NAME_NOT_FOUND_ERRNOS = frozenset({socket.EAI_NONAME, getattr(socket, "EAI_NODATA", socket.EAI_NONAME)})
 _NAME_NOT_FOUND_TEXT = ("Name or service not known", "No address associated with hostname", "nodename nor servname")
 
 

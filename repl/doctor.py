@@ -548,8 +548,9 @@ class Doctor:
             return False, f"{label}: {provider.hint}"
         settings = provider.settings
         command = tuple(getattr(settings, "command", None) or ())
-        if not command and getattr(settings, "cli_path", None):
-            command = (settings.cli_path,)
+        cli_path = getattr(settings, "cli_path", None)
+        if not command and cli_path:
+            command = (cli_path,)
         product = _PRODUCT_BINARIES.get(str(kind))
         if not command and product is not None and shutil.which(product):
             command = (product,)

@@ -169,7 +169,7 @@ class Styled(str):
         if not isinstance(other, str):
             return NotImplemented
         shift = len(self)
-        extra = tuple((a + shift, b + shift, s) for a, b, s in getattr(other, "spans", ()))
+        extra = tuple((a + shift, b + shift, s) for a, b, s in _spans_of(other))
         return Styled(str.__add__(self, other), self.spans + extra)
 
     def __radd__(self, other: str) -> Styled:
@@ -177,6 +177,11 @@ class Styled(str):
             return NotImplemented
         shift = len(other)
         return Styled(str.__add__(other, self), tuple((a + shift, b + shift, s) for a, b, s in self.spans))
+
+
+def _spans_of(text: str) -> tuple[tuple[int, int, str], ...]:
+    """The style spans of ``text``: none for a plain str."""
+    return text.spans if isinstance(text, Styled) else ()
 
 
 class Rewrite(Styled):
@@ -190,7 +195,7 @@ class Rewrite(Styled):
 
 
 def _rewrite(text: str) -> Rewrite:
-    return Rewrite(str(text), getattr(text, "spans", ()))
+    return Rewrite(str(text), _spans_of(text))
 
 
 def segments_text(segments: list[Segment]) -> Styled:
@@ -221,7 +226,7 @@ def _paint(text: str, style: str) -> str:
 
 def terminal_text(text: str) -> str:
     """What a sink writes for ``text``: every untrusted character sanitized, then dsh's own styles as SGR."""
-    spans = getattr(text, "spans", ())
+    spans = _spans_of(text)
     if not spans:
         return sanitize(str(text))
     plain = str(text)

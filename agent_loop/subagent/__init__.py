@@ -35,16 +35,24 @@ from dsh.agent_loop.subagent.result import (
     SubagentResult,
     limit_diagnostic,
 )
-from dsh.agent_loop.subagent.run import Outcome, Provider, Run
-from dsh.llm import ErrorCode, HarnessError
+from dsh.agent_loop.subagent.run import (
+    AnyProvider,
+    Outcome,
+    Provider,
+    ProviderSettings,
+    Run,
+    SubagentConfigError,
+)
 
 __all__ = [
     "DIAGNOSTIC_LIMIT_BYTES",
     "PROVIDER_MODULES",
     "STOP_REASONS",
+    "AnyProvider",
     "Outcome",
     "ParentContext",
     "Provider",
+    "ProviderSettings",
     "Run",
     "SubagentConfigError",
     "SubagentRequest",
@@ -84,15 +92,7 @@ class ParentContext:
     secrets: tuple[str, ...] = ()  # the parent's masked values: a child's output has them masked too
 
 
-class SubagentConfigError(HarnessError):
-    """A ``[subagents.NAME]`` table that cannot be used. The message names the table and key only."""
-
-    def __init__(self, name: str, message: str) -> None:
-        super().__init__(f"[subagents.{name}] {message}", ErrorCode.CONFIG)
-        self.subagent = name
-
-
-def build_provider(name: str, config: Mapping[str, Any], parent: ParentContext | None = None) -> Provider:
+def build_provider(name: str, config: Mapping[str, Any], parent: ParentContext | None = None) -> AnyProvider:
     """The provider for one ``[subagents.NAME]`` table (its module is imported only now).
 
     Raises :class:`SubagentConfigError` for a bad name or an unknown ``provider``; problems inside a
@@ -109,7 +109,7 @@ def build_provider(name: str, config: Mapping[str, Any], parent: ParentContext |
         known = ", ".join(sorted(set(PROVIDER_MODULES) - _ALIASES))
         raise SubagentConfigError(name, f"provider must be one of: {known}")
     module_name = PROVIDER_MODULES[kind]
-    provider: Provider = importlib.import_module(module_name).from_config(name, config, parent)
+    provider: AnyProvider = importlib.import_module(module_name).from_config(name, config, parent)
     secrets = _run_secrets(config, parent)
     hint = missing_extra_hint(name, kind, config)
     return dataclasses.replace(provider, hint=hint, secrets=secrets)
@@ -130,7 +130,7 @@ def _run_secrets(config: Mapping[str, Any], parent: ParentContext | None) -> tup
 
 def build_providers(
     tables: Mapping[str, Mapping[str, Any]], parent: ParentContext | None = None
-) -> dict[str, Provider]:
+) -> dict[str, AnyProvider]:
     """Every configured subagent, by name, in table order."""
     return {name: build_provider(name, table, parent) for name, table in tables.items()}
 

@@ -26,6 +26,7 @@ from claude_agent_sdk import CLIConnectionError, CLIJSONDecodeError, CLINotFound
 
 from dsh.agent_loop.process import ExitStatus, LineTooLong, ManagedProcess, ProcessStartError, read_line
 from dsh.agent_loop.subagent._product import descendants, kill_survivors
+from dsh.agent_loop.subagent.run import ChildExited, before_exit
 from dsh.llm import text as json_text
 
 __all__ = ["ManagedCLITransport"]
@@ -148,27 +149,10 @@ class ManagedCLITransport(Transport):
             with anyio.move_on_after(_DRAIN_AFTER_EXIT):
                 return await self._read_line(reader)
             return None
-        outcome: list[bytes | None] = []
-        failure: list[BaseException] = []
-        async with anyio.create_task_group() as tg:
-
-            async def read() -> None:
-                try:
-                    outcome.append(await self._read_line(reader))
-                except Exception as exc:  # re-raised below, outside the task group
-                    failure.append(exc)
-                tg.cancel_scope.cancel()
-
-            async def exit_seen() -> None:
-                await self.process.wait_exit()
-                await anyio.sleep(_DRAIN_AFTER_EXIT)
-                tg.cancel_scope.cancel()
-
-            tg.start_soon(read)
-            tg.start_soon(exit_seen)
-        if failure:
-            raise failure[0]
-        return outcome[0] if outcome else None
+        try:
+            return await before_exit(self.process, lambda: self._read_line(reader), _DRAIN_AFTER_EXIT)
+        except ChildExited:
+            return None
 
     @staticmethod
     async def _read_line(reader: Any) -> bytes | None:

@@ -157,7 +157,9 @@ _CONFIG_KEYS = frozenset(
 )  # fmt: skip
 
 
-def from_config(name: str, config: Mapping[str, Any], parent: ParentContext | None = None) -> Provider:
+def from_config(
+    name: str, config: Mapping[str, Any], parent: ParentContext | None = None
+) -> Provider[ClaudeCodeConfig]:
     """``[subagents.NAME]`` with ``provider = "claude-code"``. Nothing is inherited from ``parent``.
 
     Never raises: a bad table gives runs that fail with ``stage: query-start; category:
@@ -181,12 +183,11 @@ class _Observed:
         return "\n\n".join(self.texts)
 
 
-class ClaudeCodeRun(Run):
+class ClaudeCodeRun(Run[ClaudeCodeConfig]):
     product = PRODUCT
     configuration = Failure(Stage.QUERY_START, Category.CONFIGURATION)
-    settings: ClaudeCodeConfig
 
-    def __init__(self, provider: Provider, request: SubagentRequest) -> None:
+    def __init__(self, provider: Provider[ClaudeCodeConfig], request: SubagentRequest) -> None:
         super().__init__(provider, request)
         self._observed = _Observed()
         self.transport: ManagedCLITransport | None = None  # once built (tests read its pid)

@@ -245,7 +245,7 @@ def _overrides(name: str, table: object) -> tuple[tuple[str, str], ...]:
     return tuple(pairs)
 
 
-def from_config(name: str, config: Mapping[str, Any], parent: ParentContext | None = None) -> Provider:
+def from_config(name: str, config: Mapping[str, Any], parent: ParentContext | None = None) -> Provider[CodexConfig]:
     """``[subagents.NAME]`` with ``provider = "codex"``. Nothing is inherited from ``parent``.
 
     Never raises: a bad table gives runs that fail with ``stage: initialize; category:
@@ -316,12 +316,11 @@ class _TurnState:
         return ""
 
 
-class CodexRun(Run):
+class CodexRun(Run[CodexConfig]):
     product = PRODUCT
     configuration = Failure(Stage.INITIALIZE, Category.CONFIGURATION)
-    settings: CodexConfig
 
-    def __init__(self, provider: Provider, request: SubagentRequest) -> None:
+    def __init__(self, provider: Provider[CodexConfig], request: SubagentRequest) -> None:
         super().__init__(provider, request)
         self._turn = _TurnState()
         self._thread_id: str | None = None

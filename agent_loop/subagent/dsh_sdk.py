@@ -102,7 +102,7 @@ _CONFIG_KEYS = frozenset(
 )  # fmt: skip
 
 
-def from_config(name: str, config: Mapping[str, Any], parent: ParentContext | None = None) -> Provider:
+def from_config(name: str, config: Mapping[str, Any], parent: ParentContext | None = None) -> Provider[DshSettings]:
     """``[subagents.NAME]`` with ``provider = "dsh"``; model, base URL and key inherited from ``parent``.
 
     Never raises: a bad table gives a provider whose runs fail with ``stage: initialize; category:
@@ -141,13 +141,12 @@ def _settings(name: str, config: Mapping[str, Any], parent: ParentContext) -> Ds
 _REFUSAL_KINDS = frozenset({"rejected", "blocked"})
 
 
-class DshSdkRun(Run):
+class DshSdkRun(Run[DshSettings]):
     """One child session: spawn, ``initialize``, ``session/prompt``, ``shutdown``, the teardown ladder."""
 
     configuration = Failure(Stage.INITIALIZE, Category.CONFIGURATION)
-    settings: DshSettings
 
-    def __init__(self, provider: Provider, request: SubagentRequest) -> None:
+    def __init__(self, provider: Provider[DshSettings], request: SubagentRequest) -> None:
         super().__init__(provider, request)
         self.process: ManagedProcess | None = None  # tests read its pid
         self._terminal: Mapping[str, Any] | None = None  # the child's turn/end reason

@@ -33,7 +33,7 @@ import anyio.abc
 
 from dsh.agent_loop.subagent.diagnostics import safe_token
 from dsh.agent_loop.subagent.result import SubagentRequest, SubagentResult
-from dsh.agent_loop.subagent.run import Provider, Run
+from dsh.agent_loop.subagent.run import AnyProvider, AnyRun
 from dsh.agent_loop.tools import Tool, ToolContext, ToolOutput
 
 __all__ = [
@@ -62,10 +62,10 @@ _KILL_GRACE = 5.0  # how long job_kill lets a cancelled run settle before cancel
 
 
 async def run_subagent(
-    provider: Provider,
+    provider: AnyProvider,
     request: SubagentRequest,
     *,
-    on_started: Callable[[Run], None] | None = None,
+    on_started: Callable[[AnyRun], None] | None = None,
 ) -> SubagentResult:
     """One run, start to dispose, in a task group held here. Never raises for a child failure."""
     async with provider.run(request) as run:
@@ -127,7 +127,7 @@ class Job:
     status: JobStatus = "running"
     result: SubagentResult | None = None
     kill_requested: bool = False
-    _run: Run | None = None
+    _run: AnyRun | None = None
     _scope: anyio.CancelScope | None = None
     _settled: anyio.Event = field(default_factory=anyio.Event)
     _returned: str = ""  # output already handed out by job_output
@@ -230,7 +230,7 @@ class JobManager:
 
     async def spawn(
         self,
-        provider: Provider,
+        provider: AnyProvider,
         request: SubagentRequest,
         *,
         post_notice: Callable[[str, str], None] | None = None,
@@ -247,13 +247,13 @@ class JobManager:
     async def _run_job(
         self,
         job: Job,
-        provider: Provider,
+        provider: AnyProvider,
         request: SubagentRequest,
         post_notice: Callable[[str, str], None] | None,
     ) -> None:
         result: SubagentResult | None = None
 
-        def attach(run: Run) -> None:
+        def attach(run: AnyRun) -> None:
             job._run = run
 
         try:

@@ -2,7 +2,9 @@
 
 A provider is a :class:`Run` subclass that implements :meth:`Run.execute` (the whole run: spawn the
 child, talk to it, tear it down) plus a module-level ``from_config(name, table, parent) -> Provider``.
-Everything else is here, once:
+Both are generic over the provider's settings, a frozen dataclass that conforms to
+:class:`ProviderSettings`: ``AcpRun(Run[AcpSettings])`` reads ``self.settings.mode`` as the checker sees
+it, while the registry, jobs and the tool hold any :data:`AnyProvider`. Everything else is here, once:
 
 * the run's body runs in a task group the caller owns — ``run.start(tg)``, or ``async with
   provider.run(request) as run`` which holds one for the block — so nothing outlives its owner;
@@ -20,21 +22,52 @@ See ``docs/adding-a-provider.md`` for a worked example.
 from __future__ import annotations
 
 import logging
-from collections.abc import Callable
+from collections.abc import Awaitable, Callable, Mapping
 from dataclasses import dataclass
-from typing import Any, ClassVar
+from typing import TYPE_CHECKING, Any, ClassVar, Generic, Protocol, TypeAlias, TypeVar
 
 import anyio
 import anyio.abc
 
 from dsh.agent_loop.subagent.diagnostics import Failure, failure_line, join_lines, safe_token
 from dsh.agent_loop.subagent.result import SubagentRequest, SubagentResult
-from dsh.llm.errors import chain_links
+from dsh.llm.codes import ErrorCode
+from dsh.llm.errors import HarnessError, chain_links
 from dsh.llm.redact import MIN_SECRET_CHARS, GrowingText, Redactor, environment_secrets
 
-__all__ = ["Outcome", "Provider", "Run", "configured"]
+if TYPE_CHECKING:  # the providers load it (with asyncio) when they run; the registry alone need not
+    from dsh.agent_loop.process import ManagedProcess
+
+__all__ = [
+    "AnyProvider",
+    "AnyRun",
+    "ChildExited",
+    "Outcome",
+    "Provider",
+    "ProviderSettings",
+    "Run",
+    "SubagentConfigError",
+    "before_exit",
+    "configured",
+]
 
 log = logging.getLogger(__name__)
+
+
+class ProviderSettings(Protocol):
+    """What :class:`Run` reads of every provider's settings: the env its child is given explicitly.
+
+    Required of every provider so none can forget it: the secret values in it are masked in the run's output.
+    """
+
+    @property
+    def env(self) -> Mapping[str, str]: ...
+
+
+# Covariant: a Provider[AcpSettings] is an AnyProvider (the settings are read, never replaced).
+SettingsT = TypeVar("SettingsT", bound=ProviderSettings, covariant=True)
+_Settings = TypeVar("_Settings", bound=ProviderSettings)
+_Answer = TypeVar("_Answer")
 
 
 @dataclass(frozen=True, slots=True)
@@ -54,7 +87,7 @@ class Outcome:
     warning: str | None = None
 
 
-class Run:
+class Run(Generic[SettingsT]):
     """One delegated task. Subclasses implement :meth:`execute` (and may override :meth:`partial_output`).
 
     ``product`` names a product provider ("Claude Code", "Codex"): its failures use the product line.
@@ -64,9 +97,9 @@ class Run:
     product: ClassVar[str | None] = None
     configuration: ClassVar[Failure]
 
-    def __init__(self, provider: Provider, request: SubagentRequest) -> None:
+    def __init__(self, provider: Provider[SettingsT], request: SubagentRequest) -> None:
         self.name = provider.name
-        self.settings: Any = provider.settings
+        self._settings = provider.settings
         self.request = request
         self._problem = provider.problem
         self._scope = anyio.CancelScope()
@@ -77,9 +110,16 @@ class Run:
         self._own_group: anyio.abc.TaskGroup | None = None
         # Everything the child says is masked here, once, for every provider (DESIGN: output, partial
         # output, job output): the parent's secrets, the secret values of the env it was given, shapes.
-        given = {**(getattr(self.settings, "env", None) or {}), **(request.env or {})}
+        given = {**(self._settings.env if self._settings is not None else {}), **(request.env or {})}
         self._redactor = Redactor((*provider.secrets, *environment_secrets(given, min_chars=MIN_SECRET_CHARS)))
         self._partial = GrowingText(self._redactor)
+
+    @property
+    def settings(self) -> SettingsT:
+        """The parsed table. A run whose table was unusable has none, and never reaches :meth:`execute`."""
+        if self._settings is None:
+            raise RuntimeError(f"subagent {safe_token(self.name)} has no settings: its table was unusable")
+        return self._settings
 
     # -- what a provider implements ----------------------------------------------------------------
 
@@ -93,7 +133,7 @@ class Run:
 
     # -- lifecycle -----------------------------------------------------------------------------------
 
-    def start(self, tg: anyio.abc.TaskGroup) -> Run:
+    def start(self, tg: anyio.abc.TaskGroup) -> Run[SettingsT]:
         """Run the body in ``tg`` (the caller's task group). Once per run."""
         if self._started:
             raise RuntimeError("a subagent run starts once")
@@ -101,7 +141,7 @@ class Run:
         tg.start_soon(self._body, name=f"subagent {safe_token(self.name)}")
         return self
 
-    async def __aenter__(self) -> Run:
+    async def __aenter__(self) -> Run[SettingsT]:
         group = anyio.create_task_group()
         await group.__aenter__()
         self._own_group = group
@@ -211,37 +251,83 @@ def _cause_types(exc: BaseException | None) -> str:
 
 
 @dataclass(frozen=True, slots=True)
-class Provider:
+class Provider(Generic[SettingsT]):
     """A configured subagent (``[subagents.NAME]``): its run class and parsed settings.
 
     ``problem`` (host-only text) makes every run fail with the run class's ``configuration``
-    failure; ``hint`` is the one line the REPL shows when the provider's optional SDK is missing.
+    failure, and then there are no ``settings``; ``hint`` is the one line the REPL shows when the
+    provider's optional SDK is missing.
     """
 
     name: str
-    run_type: type[Run]
-    settings: Any = None
+    run_type: type[Run[SettingsT]]
+    settings: SettingsT | None = None
     problem: str | None = None
     hint: str | None = None
     secrets: tuple[str, ...] = ()  # masked in every run's output, with the run's secret env values
 
-    def run(self, request: SubagentRequest) -> Run:
+    def run(self, request: SubagentRequest) -> Run[SettingsT]:
         """A new, not yet started run of ``request``."""
         return self.run_type(self, request)
 
 
-def configured(name: str, run_type: type[Run], parse: Callable[[], Any]) -> Provider:
+class SubagentConfigError(HarnessError):
+    """A ``[subagents.NAME]`` table that cannot be used. The message names the table and key only."""
+
+    def __init__(self, name: str, message: str) -> None:
+        super().__init__(f"[subagents.{name}] {message}", ErrorCode.CONFIG)
+        self.subagent = name
+
+
+AnyProvider: TypeAlias = Provider[ProviderSettings]  # what the registry, jobs and the tool hold
+AnyRun: TypeAlias = Run[ProviderSettings]
+
+
+def configured(name: str, run_type: type[Run[_Settings]], parse: Callable[[], _Settings]) -> Provider[_Settings]:
     """The ``from_config`` policy of every provider: a bad table never raises.
 
     ``parse()`` gives the settings; when it raises
-    :class:`~dsh.agent_loop.subagent.SubagentConfigError` the problem (which names only the table and
+    :class:`SubagentConfigError` the problem (which names only the table and
     key) goes to the host log as a warning now, and every run fails with ``category: configuration``.
     """
-    from dsh.agent_loop.subagent import SubagentConfigError
-
     try:
         settings = parse()
     except SubagentConfigError as exc:
         log.warning("%s", exc)
         return Provider(name, run_type, problem=str(exc))
     return Provider(name, run_type, settings)
+
+
+class ChildExited(Exception):
+    """The child exited, and its pipe had the grace to drain, before the request was answered."""
+
+
+async def before_exit(process: ManagedProcess, request: Callable[[], Awaitable[_Answer]], grace: float) -> _Answer:
+    """``await request()`` while watching ``process``: its answer (or what it raised), else :class:`ChildExited`.
+
+    An answer the child wrote just before it died may still be in the pipe: ``grace`` seconds after the
+    exit it still counts.
+    """
+    answers: list[_Answer] = []
+    errors: list[Exception] = []
+    async with anyio.create_task_group() as tg:
+
+        async def ask() -> None:
+            try:
+                answers.append(await request())
+            except Exception as exc:  # re-raised below, outside the task group
+                errors.append(exc)
+            tg.cancel_scope.cancel()
+
+        async def watch_exit() -> None:
+            await process.wait_exit()
+            await anyio.sleep(grace)
+            tg.cancel_scope.cancel()
+
+        tg.start_soon(ask)
+        tg.start_soon(watch_exit)
+    if errors:
+        raise errors[0]
+    if not answers:
+        raise ChildExited
+    return answers[0]

@@ -28,7 +28,7 @@ from typing import Any
 from dsh.agent_loop.subagent import ParentContext, build_providers
 from dsh.agent_loop.subagent.jobs import JobManager, job_tools, run_subagent
 from dsh.agent_loop.subagent.result import SubagentRequest, SubagentResult
-from dsh.agent_loop.subagent.run import Provider
+from dsh.agent_loop.subagent.run import AnyProvider
 from dsh.agent_loop.tools import Tool, ToolContext, ToolOutput
 
 __all__ = [
@@ -67,7 +67,7 @@ def _error(text: str) -> ToolOutput:
     return ToolOutput(text, is_error=True)
 
 
-def subagent_tool(providers: Mapping[str, Provider], jobs: JobManager | None = None) -> Tool:
+def subagent_tool(providers: Mapping[str, AnyProvider], jobs: JobManager | None = None) -> Tool:
     """The ``subagent`` tool over ``providers`` (by configured name); background runs need ``jobs``."""
     names = list(providers)
 
@@ -128,7 +128,7 @@ def subagent_tool(providers: Mapping[str, Provider], jobs: JobManager | None = N
 class SubagentToolkit:
     """Configured providers + a job manager + the tools, for one front end. ``async with`` it."""
 
-    def __init__(self, providers: Mapping[str, Provider], jobs: JobManager | None = None) -> None:
+    def __init__(self, providers: Mapping[str, AnyProvider], jobs: JobManager | None = None) -> None:
         self.providers = dict(providers)
         self.jobs = jobs if jobs is not None else JobManager()
 

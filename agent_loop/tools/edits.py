@@ -303,7 +303,7 @@ def _replace(plan: _Plan, directory: int) -> tuple[int, int]:
 
 def _temp_file(directory: int, name: str) -> tuple[str, int]:
     """A new file beside the target (same file system, so the rename is atomic), mode 0666 minus the umask."""
-    flags = os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_CLOEXEC | getattr(os, "O_NOFOLLOW", 0)
+    flags = os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_CLOEXEC | os.O_NOFOLLOW
     for _ in range(100):
         temp = f".{name[:200]}.dsh-{secrets.token_hex(4)}.tmp"
         try:

@@ -11,10 +11,10 @@ import anyio
 import anyio.lowlevel
 import pytest
 
-from dsh.agent_loop import Aborted, Completed, Tool, ToolContext, ToolOutput, ToolRegistry, default_tools
+from dsh.agent_loop import Aborted, Agent, Completed, Tool, ToolContext, ToolOutput, ToolRegistry, default_tools
 from dsh.agent_loop.tools import plan_batches, run_tool_call
 from dsh.agent_loop.tools.shell import SHELL_DENIED, SHELL_NO_APPROVER, run_command, run_shell_tool
-from dsh.llm import ToolCall
+from dsh.llm import DeepSeekClient, ToolCall
 from dsh.llm.loopback.fault_server import Behaviour
 from tests import canaries
 from tests.agent_loop.agent_support import assert_well_formed, echo_tool, read_log
@@ -455,3 +455,13 @@ async def test_tool_output_is_masked_for_the_model_the_log_and_the_screen(server
     sent = json.dumps(server.requests[-1].json)
     for secret in (canaries.API_KEY, github, "dXNlcjpwYXNzd29yZA"):
         assert secret not in sent and secret not in agent.session.path.read_text()
+
+
+def test_the_agents_redactor_masks_what_its_client_names_secret_and_a_fake_client_names_nothing() -> None:
+    client = DeepSeekClient(base_url="http://127.0.0.1:9/v1", api_key="plain-client-key-5d0e", trust_env=False)
+
+    class NoSecrets:  # a test's fake: stream() only
+        def stream(self, request: object) -> None: ...
+
+    assert Agent(client).redactor("key plain-client-key-5d0e") == "key ***"
+    assert Agent(NoSecrets()).redactor("key plain-client-key-5d0e") == "key plain-client-key-5d0e"

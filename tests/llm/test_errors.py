@@ -204,6 +204,14 @@ def test_llm_error_fields() -> None:
     assert (error.code, error.status, error.retry_after_s, error.request_id) == ("RATE_LIMIT", 429, 2.0, "req-1")
     assert isinstance(error, HarnessError)
     assert str(error) == "slow down"
+    assert error.endpoint is None
+
+
+def test_llm_error_carries_the_endpoint_it_was_built_with() -> None:
+    error = LlmError("refused", "TRANSPORT", endpoint="http://127.0.0.1:9/v1")
+    assert error.endpoint == "http://127.0.0.1:9/v1"
+    with pytest.raises(TypeError):
+        LlmError("refused", "TRANSPORT", None, None, None, None, None, "http://127.0.0.1:9/v1")  # type: ignore[misc]
 
 
 def test_a_group_raised_while_handling_its_own_member_is_not_repeated() -> None:

@@ -8,11 +8,11 @@ from __future__ import annotations
 
 import sys
 from collections.abc import Mapping
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Any
 
 from dsh.agent_loop.process import ManagedProcess, ProcessStartError, read_line
-from dsh.agent_loop.subagent import ParentContext, config_string, diagnostics, reject_unknown_keys
+from dsh.agent_loop.subagent import ParentContext, config_env, config_string, diagnostics, reject_unknown_keys
 from dsh.agent_loop.subagent.diagnostics import Failure
 from dsh.agent_loop.subagent.run import Outcome, Provider, Run, configured
 
@@ -34,23 +34,24 @@ class Category(diagnostics.Category):
 @dataclass(frozen=True, slots=True)
 class EchoSettings:
     prefix: str = ""
+    env: Mapping[str, str] = field(default_factory=dict)  # every provider's settings have it: it is masked
 
 
-def from_config(name: str, table: Mapping[str, Any], parent: ParentContext | None = None) -> Provider:
+def from_config(name: str, table: Mapping[str, Any], parent: ParentContext | None = None) -> Provider[EchoSettings]:
     def parse() -> EchoSettings:
-        reject_unknown_keys(name, table, frozenset({"provider", "prefix"}))
-        return EchoSettings(prefix=config_string(name, table, "prefix") or "")
+        reject_unknown_keys(name, table, frozenset({"provider", "prefix", "env"}))
+        return EchoSettings(prefix=config_string(name, table, "prefix") or "", env=config_env(name, table))
 
     return configured(name, EchoRun, parse)
 
 
-class EchoRun(Run):
+class EchoRun(Run[EchoSettings]):
     configuration = Failure(Stage.START, Category.CONFIGURATION)
-    settings: EchoSettings
 
     async def execute(self) -> Outcome:
+        argv, env = [sys.executable, "-c", _CHILD], {**self.settings.env, **self.request.env}
         try:
-            async with ManagedProcess([sys.executable, "-c", _CHILD], cwd=self.request.cwd) as child:
+            async with ManagedProcess(argv, env=env, cwd=self.request.cwd) as child:
                 assert child.stdin is not None and child.stdout is not None
                 child.stdin.write(self.request.prompt.encode() + b"\n")
                 await child.stdin.drain()

@@ -412,10 +412,10 @@ async def test_echo_cwd_and_host_log_hygiene(tmp_path: Path, caplog: pytest.LogC
 def test_sdk_log_guard_sanitizes_only_sdk_records() -> None:
     import acp
 
-    from dsh.agent_loop.subagent.acp import _SdkLogGuard
+    from dsh.agent_loop.subagent._acp_sdk import SdkLogGuard
 
     sdk_dir = os.path.dirname(acp.__file__) + os.sep
-    guard = _SdkLogGuard(sdk_dir)
+    guard = SdkLogGuard(sdk_dir)
     try:
         raise ValueError(f"bad frame {CANARY_VALUE}")
     except ValueError:
@@ -434,13 +434,13 @@ def test_sdk_log_guard_sanitizes_only_sdk_records() -> None:
 async def test_permission_requests_after_a_local_cancel_are_answered_cancelled() -> None:
     from acp.schema import PermissionOption, ToolCallUpdate
 
-    from dsh.agent_loop.subagent.acp import _PermissionClient
+    from dsh.agent_loop.subagent._acp_sdk import PermissionClient
 
     options = [
         PermissionOption(option_id="a", name="Allow", kind="allow_once"),
         PermissionOption(option_id="r", name="Reject", kind="reject_once"),
     ]
-    client = _PermissionClient("allow")
+    client = PermissionClient("allow")
     tool_call = ToolCallUpdate(tool_call_id="c1", kind="execute", title=CANARY_TASK, raw_input={"x": CANARY_TASK})
     answer = await client.request_permission("s", tool_call, options)
     assert answer.outcome.outcome == "selected" and answer.outcome.option_id == "a"

@@ -49,6 +49,17 @@ async def test_the_echo_provider_runs_through_the_subagent_tool() -> None:
         assert output == ToolOutput("echo: later\n[status: completed]")
 
 
+@pytest.mark.usefixtures("registered")
+async def test_a_secret_in_the_tables_env_is_masked_in_what_the_child_says() -> None:
+    # Run masks its settings' env through ProviderSettings, whatever the provider: the child echoes it back.
+    token = "plain-echo-token-7c31"
+    tables = {"echo": {"provider": "echo", "env": {"ECHO_TOKEN": token}}}
+    async with SubagentToolkit.from_config(tables) as kit:
+        subagent = kit.tools()[0]
+        said = await subagent.run({"description": "d", "prompt": f"the token is {token}"}, context())
+    assert said == ToolOutput("the token is ***")
+
+
 def test_an_unregistered_kind_is_a_usage_error() -> None:
     from dsh.agent_loop.subagent import SubagentConfigError, build_provider
 

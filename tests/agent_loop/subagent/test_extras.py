@@ -72,6 +72,8 @@ def test_no_hint_when_the_sdks_are_installed(tmp_path: Path) -> None:
 @pytest.mark.anyio
 async def test_the_run_itself_fails_with_configuration(monkeypatch: pytest.MonkeyPatch, tmp_path: Path) -> None:
     monkeypatch.setitem(sys.modules, "acp", None)
+    # Without the SDK its side of the provider never imported either (an earlier test here imported it).
+    monkeypatch.delitem(sys.modules, "dsh.agent_loop.subagent._acp_sdk", raising=False)
     provider = build_provider("probe", {"provider": "acp", "command": "agent"})
     assert provider.hint == ACP_HINT
     async with provider.run(SubagentRequest("d", "p", str(tmp_path))) as run:
