@@ -87,6 +87,7 @@ from dsh.llm import (
     error_chain,
     unwrap_group,
 )
+from dsh.llm.events import ModelClient
 from dsh.llm.redact import KnownValueStream
 from dsh.llm.reply import MAX_TOOL_CALLS
 from dsh.llm.text import scrub_surrogates
@@ -331,7 +332,7 @@ class Agent:
 
     def __init__(
         self,
-        client: Any,
+        client: ModelClient,
         *,
         model: str = DEFAULT_MODEL,
         tools: ToolRegistry | None = None,
@@ -391,7 +392,7 @@ class Agent:
 
     @classmethod
     def resume(
-        cls, client: Any, id_or_last: str = "last", *, root: str | os.PathLike[str] | None = None, **kwargs: Any
+        cls, client: ModelClient, id_or_last: str = "last", *, root: str | os.PathLike[str] | None = None, **kwargs: Any
     ) -> Agent:
         """Open a session (repairing an open last turn) and continue it."""
         session, conversation = open_session(id_or_last, root, system_prompt=kwargs.get("system_prompt"))

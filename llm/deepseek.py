@@ -8,7 +8,7 @@ import math
 import os
 import re
 import time
-from collections.abc import AsyncIterator, Iterator, Mapping
+from collections.abc import AsyncGenerator, AsyncIterator, Iterator, Mapping
 from contextlib import contextmanager, suppress
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
@@ -443,7 +443,9 @@ class DeepSeekClient:
             raise self._timeout(watchdog, headers=False)
         return response, watchdog
 
-    async def stream(self, request: ChatRequest, *, trace: StreamTrace | None = None) -> AsyncIterator[StreamEvent]:
+    async def stream(
+        self, request: ChatRequest, *, trace: StreamTrace | None = None
+    ) -> AsyncGenerator[StreamEvent, None]:
         """POST the request and yield events as they arrive; ``Finish`` only after ``[DONE]``.
 
         ``trace``, when given, is filled in with what the events do not show (``dsh doctor``).

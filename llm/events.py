@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from collections.abc import AsyncIterator
+from collections.abc import AsyncGenerator
 from dataclasses import dataclass
 from typing import Any, Literal, Protocol, runtime_checkable
 
@@ -87,7 +87,7 @@ class ModelClient(Protocol):
     and ``aclose()``; those are optional.
     """
 
-    def stream(self, request: ChatRequest) -> AsyncIterator[StreamEvent]: ...
+    def stream(self, request: ChatRequest) -> AsyncGenerator[StreamEvent, None]: ...
 
 
 @runtime_checkable

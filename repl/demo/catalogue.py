@@ -13,7 +13,7 @@ from __future__ import annotations
 
 import contextlib
 import json
-from collections.abc import AsyncIterator, Callable
+from collections.abc import AsyncGenerator, Callable
 from dataclasses import dataclass, field, fields
 from typing import Any, TypedDict
 
@@ -134,9 +134,8 @@ class DemoClient:
             self._clients[key] = client
         return client
 
-    async def stream(self, request: ChatRequest) -> AsyncIterator[StreamEvent]:
-        # DeepSeekClient.stream is an async generator annotated AsyncIterator (llm/deepseek.py, owned elsewhere).
-        async with contextlib.aclosing(self._client().stream(request)) as events:  # type: ignore[type-var]
+    async def stream(self, request: ChatRequest) -> AsyncGenerator[StreamEvent, None]:
+        async with contextlib.aclosing(self._client().stream(request)) as events:
             async for event in events:
                 yield event
 
