@@ -420,7 +420,7 @@ class Session:
         if not self._project_context:
             return None
         if self.context is None:
-            from dsh.agent_loop.context import gather_project_context
+            from dsh.agent_loop.context import gather_project_context  # ~10 ms: not before the first prompt
 
             self.context = await gather_project_context(
                 Path(self.cwd), env=self.env, user_dir=self._user_dir, replace=self.config.system_prompt,

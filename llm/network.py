@@ -96,7 +96,7 @@ def ssl_context(env: Mapping[str, str]) -> ssl.SSLContext:
     if cafile:
         return ssl.create_default_context(cafile=cafile)
     try:
-        import truststore
+        import truststore  # the OS trust store: loaded with the first client's SSL context
     except ImportError:  # pragma: no cover - a dependency; the stdlib default is the fallback
         return ssl.create_default_context()
     return truststore.SSLContext(ssl.PROTOCOL_TLS_CLIENT)
@@ -122,7 +122,7 @@ def _chain(exc: BaseException) -> list[BaseException]:
 
 def classify_transport(exc: BaseException) -> str | None:
     """The :class:`FailureDetail` of a failure that happened before any response, or None."""
-    import httpx
+    import httpx  # a request was tried, so httpx is loaded already (docs/architecture.md, lazy imports)
 
     for node in _chain(exc):
         if isinstance(node, ssl.SSLCertVerificationError):

@@ -201,8 +201,7 @@ class SafeHistory(FileHistory):
         super().__init__(str(path))
 
     def store_string(self, string: str) -> None:
-        # The guard comes with the agent's tools, which the first prompt is drawn without.
-        from dsh.agent_loop.guard import secret_shape
+        from dsh.agent_loop.guard import secret_shape  # with the agent's tools: not before the first prompt
 
         if secret_shape(string) is None:
             with contextlib.suppress(OSError):

@@ -294,11 +294,11 @@ def _main(argv: list[str]) -> int:
 def _mode_main(mode: str) -> ModeMain:
     """The mode's entry, its module imported now that the mode is known (each imports what it needs)."""
     if mode == "print":
-        from dsh.repl.print_output import run_print
+        from dsh.repl.print_output import run_print  # the mode's module, once the mode is known
 
         return run_print
     if mode == "piped":
-        from dsh.repl.piped import run_piped
+        from dsh.repl.piped import run_piped  # the mode's module, once the mode is known
 
         return run_piped
     from dsh.repl.app import run_interactive  # prompt_toolkit: only a terminal needs it

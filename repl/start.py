@@ -84,7 +84,7 @@ def banner(shell: Shell, args: argparse.Namespace) -> str:
 async def _start_replay(stack: contextlib.AsyncExitStack, trace: Trace, speed: float, config: Config) -> EndpointClient:
     """The embedded replay server and a client that names the recorded endpoint in its messages."""
     from dsh.llm.deepseek import DeepSeekClient  # only a replay
-    from dsh.llm.loopback.replay_server import ReplayServer
+    from dsh.llm.loopback.replay_server import ReplayServer  # only a replay
 
     stack.callback(trace.close)  # the recording is read as it is served
     server = await stack.enter_async_context(ReplayServer(trace, speed=speed))
