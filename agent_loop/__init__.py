@@ -50,15 +50,7 @@ if TYPE_CHECKING:
         load_session_file,
         resolve_session,
     )
-    from dsh.agent_loop.tools import (
-        Approval,
-        Approver,
-        Tool,
-        ToolContext,
-        ToolOutput,
-        ToolRegistry,
-        default_tools,
-    )
+    from dsh.agent_loop.tools import Approval, Approver, Tool, ToolContext, ToolOutput, ToolRegistry, default_tools
 
 # module -> the names this package exports from it, loaded on first use (tests/test_package_exports.py)
 _EXPORTS = {
