@@ -44,10 +44,17 @@ _IF_SET = {"wire": "if-set"}  # only when not None (a field added after logs wit
 _LEADS = {"wire": "leads"}  # only when not None, and first (where the version that added it wrote it)
 
 
+class _Known:
+    """What each event of this vocabulary says about itself: its wire ``type``, and whether it is ``durable``."""
+
+    __slots__ = ()
+    type: ClassVar[str]
+    durable: ClassVar[bool] = True  # the live-only events (deltas, keep-alives) say False
+
+
 @dataclass(frozen=True, slots=True)
-class TurnStart:
+class TurnStart(_Known):
     type: ClassVar[str] = "turn/start"
-    durable: ClassVar[bool] = True
 
     turn: int
     prompt: str
@@ -55,16 +62,15 @@ class TurnStart:
 
 
 @dataclass(frozen=True, slots=True)
-class StepStart:
+class StepStart(_Known):
     type: ClassVar[str] = "step/start"
-    durable: ClassVar[bool] = True
 
     turn: int
     step: int
 
 
 @dataclass(frozen=True, slots=True)
-class TextDelta:
+class TextDelta(_Known):
     type: ClassVar[str] = "text/delta"
     durable: ClassVar[bool] = False
 
@@ -72,7 +78,7 @@ class TextDelta:
 
 
 @dataclass(frozen=True, slots=True)
-class ReasoningDelta:
+class ReasoningDelta(_Known):
     type: ClassVar[str] = "reasoning/delta"
     durable: ClassVar[bool] = False
 
@@ -80,7 +86,7 @@ class ReasoningDelta:
 
 
 @dataclass(frozen=True, slots=True)
-class StreamKeepAlive:
+class StreamKeepAlive(_Known):
     """The model's stream sent a keep-alive: the connection is alive, nothing arrived."""
 
     type: ClassVar[str] = "stream/keepalive"
@@ -88,11 +94,10 @@ class StreamKeepAlive:
 
 
 @dataclass(frozen=True, slots=True)
-class AssistantMessage:
+class AssistantMessage(_Known):
     """One step's reply. ``interrupted``: the prefix streamed before the turn was cut short."""
 
     type: ClassVar[str] = "assistant/message"
-    durable: ClassVar[bool] = True
 
     turn: int
     step: int
@@ -105,11 +110,10 @@ class AssistantMessage:
 
 
 @dataclass(frozen=True, slots=True)
-class ToolCallStart:
+class ToolCallStart(_Known):
     """A tool call is about to run (published before its :class:`ToolResult`)."""
 
     type: ClassVar[str] = "tool/call"
-    durable: ClassVar[bool] = True
 
     turn: int
     id: str
@@ -118,9 +122,8 @@ class ToolCallStart:
 
 
 @dataclass(frozen=True, slots=True)
-class ToolResult:
+class ToolResult(_Known):
     type: ClassVar[str] = "tool/result"
-    durable: ClassVar[bool] = True
 
     turn: int
     id: str
@@ -133,11 +136,10 @@ class ToolResult:
 
 
 @dataclass(frozen=True, slots=True)
-class LlmRetry:
+class LlmRetry(_Known):
     """A failed model request will be sent again after ``delay_s`` seconds."""
 
     type: ClassVar[str] = "llm/retry"
-    durable: ClassVar[bool] = True
 
     turn: int
     step: int
@@ -149,27 +151,25 @@ class LlmRetry:
 
 
 @dataclass(frozen=True, slots=True)
-class TurnEnd:
+class TurnEnd(_Known):
     type: ClassVar[str] = "turn/end"
-    durable: ClassVar[bool] = True
 
     turn: int
     reason: EndReason
 
 
 @dataclass(frozen=True, slots=True)
-class JobNotice:
+class JobNotice(_Known):
     """A background job settled; ``text`` is what the model is told."""
 
     type: ClassVar[str] = "job/notice"
-    durable: ClassVar[bool] = True
 
     job_id: str
     text: str
 
 
 @dataclass(frozen=True, slots=True)
-class ContextCompacted:
+class ContextCompacted(_Known):
     """The conversation so far was replaced by a summary the model wrote (``/compact``, or automatically).
 
     Durable, so a resumed session rebuilds the compacted conversation, not the long one. ``replaced``
@@ -178,7 +178,6 @@ class ContextCompacted:
     """
 
     type: ClassVar[str] = "context/compact"
-    durable: ClassVar[bool] = True
 
     summary: str
     focus: str | None = None

@@ -6,14 +6,11 @@ first use, so ``import dsh.llm._version`` (``dsh --version``) does not pay for h
 
 from __future__ import annotations
 
-import importlib
-
+from dsh.llm._exports import lazy_getattr
 from dsh.llm._version import __version__
 
 TYPE_CHECKING = False  # not typing.TYPE_CHECKING: `typing` alone costs ``dsh --version`` a few ms
 if TYPE_CHECKING:
-    from typing import Any
-
     from dsh.llm.codes import ErrorCode
     from dsh.llm.deepseek import DeepSeekClient
     from dsh.llm.defaults import DEFAULT_BASE_URL, DEFAULT_MODEL
@@ -38,84 +35,26 @@ if TYPE_CHECKING:
     from dsh.llm.reply import ReplyBuilder
     from dsh.llm.sse import SseComment, SseDecoder, SseEvent
 
-_EXPORTS: dict[str, str] = {
-    "DEFAULT_BASE_URL": "dsh.llm.defaults",
-    "DEFAULT_MODEL": "dsh.llm.defaults",
-    "DeepSeekClient": "dsh.llm.deepseek",
-    "ErrorCode": "dsh.llm.codes",
-    "ChainLink": "dsh.llm.errors",
-    "HarnessError": "dsh.llm.errors",
-    "LlmError": "dsh.llm.errors",
-    "chain_links": "dsh.llm.errors",
-    "error_chain": "dsh.llm.errors",
-    "unwrap_group": "dsh.llm.errors",
-    "ChatRequest": "dsh.llm.events",
-    "Finish": "dsh.llm.events",
-    "KeepAlive": "dsh.llm.events",
-    "Message": "dsh.llm.events",
-    "ModelClient": "dsh.llm.events",
-    "ReasoningDelta": "dsh.llm.events",
-    "SecretHolder": "dsh.llm.events",
-    "client_secrets": "dsh.llm.events",
-    "StreamEvent": "dsh.llm.events",
-    "TextDelta": "dsh.llm.events",
-    "ToolCall": "dsh.llm.events",
-    "ToolCallDelta": "dsh.llm.events",
-    "ToolSpec": "dsh.llm.events",
-    "Usage": "dsh.llm.events",
-    "RedactingFilter": "dsh.llm.redact",
-    "Redactor": "dsh.llm.redact",
-    "redact_text": "dsh.llm.redact",
-    "redact_url": "dsh.llm.redact",
-    "url_secrets": "dsh.llm.redact",
-    "ReplyBuilder": "dsh.llm.reply",
-    "SseComment": "dsh.llm.sse",
-    "SseDecoder": "dsh.llm.sse",
-    "SseEvent": "dsh.llm.sse",
+# module -> the names this package exports from it, loaded on first use (tests/test_package_exports.py)
+_EXPORTS = {
+    "dsh.llm.codes": "ErrorCode",
+    "dsh.llm.deepseek": "DeepSeekClient",
+    "dsh.llm.defaults": "DEFAULT_BASE_URL DEFAULT_MODEL",
+    "dsh.llm.errors": "ChainLink HarnessError LlmError chain_links error_chain unwrap_group",
+    "dsh.llm.events": "ChatRequest Finish KeepAlive Message ModelClient ReasoningDelta SecretHolder StreamEvent "
+        "TextDelta ToolCall ToolCallDelta ToolSpec Usage client_secrets",
+    "dsh.llm.redact": "RedactingFilter Redactor redact_text redact_url url_secrets",
+    "dsh.llm.reply": "ReplyBuilder",
+    "dsh.llm.sse": "SseComment SseDecoder SseEvent",
 }
 
 __all__ = [
-    "DEFAULT_BASE_URL",
-    "DEFAULT_MODEL",
-    "ChainLink",
-    "ChatRequest",
-    "DeepSeekClient",
-    "ErrorCode",
-    "Finish",
-    "HarnessError",
-    "KeepAlive",
-    "LlmError",
-    "Message",
-    "ModelClient",
-    "ReasoningDelta",
-    "RedactingFilter",
-    "Redactor",
-    "ReplyBuilder",
-    "SecretHolder",
-    "SseComment",
-    "SseDecoder",
-    "SseEvent",
-    "StreamEvent",
-    "TextDelta",
-    "ToolCall",
-    "ToolCallDelta",
-    "ToolSpec",
-    "Usage",
-    "__version__",
-    "chain_links",
-    "client_secrets",
-    "error_chain",
-    "redact_text",
-    "redact_url",
-    "unwrap_group",
-    "url_secrets",
+    "DEFAULT_BASE_URL", "DEFAULT_MODEL", "ChainLink", "ChatRequest", "DeepSeekClient", "ErrorCode", "Finish",
+    "HarnessError", "KeepAlive", "LlmError", "Message", "ModelClient", "ReasoningDelta", "RedactingFilter", "Redactor",
+    "ReplyBuilder", "SecretHolder", "SseComment", "SseDecoder", "SseEvent", "StreamEvent", "TextDelta", "ToolCall",
+    "ToolCallDelta", "ToolSpec", "Usage", "__version__", "chain_links", "client_secrets", "error_chain", "redact_text",
+    "redact_url", "unwrap_group", "url_secrets",
 ]
 
-
-def __getattr__(name: str) -> Any:
-    module = _EXPORTS.get(name)
-    if module is None:
-        raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
-    value = getattr(importlib.import_module(module), name)  # PEP 562 lazy export: the name is only known now
-    globals()[name] = value
-    return value
+if not TYPE_CHECKING:  # hidden from the type checker, so that a name not exported here is an error there
+    __getattr__ = lazy_getattr(globals(), _EXPORTS)

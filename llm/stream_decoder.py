@@ -167,22 +167,8 @@ class _ChunkParser:
             delta = choice.get("delta") or {}
             if not isinstance(delta, dict):
                 raise _Malformed(_WRONG_SHAPE)
-            reasoning = delta.get("reasoning_content")
-            if reasoning:
-                if not isinstance(reasoning, str):
-                    raise _Malformed(_WRONG_SHAPE)
-                self.content_events += 1
-                reasoning = self._joiner.feed(ReasoningDelta, reasoning)
-                if reasoning:  # empty when it was only half a surrogate pair, held for the next delta
-                    out.append(ReasoningDelta(reasoning))
-            content = delta.get("content")
-            if content:
-                if not isinstance(content, str):
-                    raise _Malformed(_WRONG_SHAPE)
-                self.content_events += 1
-                content = self._joiner.feed(TextDelta, content)
-                if content:
-                    out.append(TextDelta(content))
+            self._text(delta.get("reasoning_content"), ReasoningDelta, out)
+            self._text(delta.get("content"), TextDelta, out)
             tool_calls = delta.get("tool_calls")
             if tool_calls:
                 self._tool_calls(tool_calls, out)
@@ -193,6 +179,17 @@ class _ChunkParser:
                 self.finish_reason = finish
         if usage:
             out.append(_usage(usage))
+
+    def _text(self, text: object, kind: type[TextDelta | ReasoningDelta], out: list[StreamEvent]) -> None:
+        """A delta's ``content`` (``kind`` TextDelta) or ``reasoning_content`` (ReasoningDelta), if any."""
+        if not text:
+            return
+        if not isinstance(text, str):
+            raise _Malformed(_WRONG_SHAPE)
+        self.content_events += 1
+        text = self._joiner.feed(kind, text)
+        if text:  # empty when it was only half a surrogate pair, held for the next delta
+            out.append(kind(text))
 
     def _tool_calls(self, tool_calls: object, out: list[StreamEvent]) -> None:
         if not isinstance(tool_calls, list):

@@ -382,9 +382,9 @@ class Doctor:
                 f"{_days(facts.get('days_to_expiry', 0))}; verified against {store}")
         return Step("TLS", PASS, text, facts=facts)
 
-    async def _get_json(self, name: str, path: str, absent: str) -> Step | tuple[int, Any, float]:
-        """``GET path`` as a turn's client sends it: ``(status, body, seconds)``; or the step itself when it
-        failed, or was skipped because the endpoint has no such route (``absent`` says what that means)."""
+    async def _get_json(self, name: str, path: str, absent: str, judge: Callable[[int, Any, float], Step]) -> Step:
+        """``GET path`` as a turn's client sends it, and the step ``judge(status, body, seconds)`` makes of the
+        answer; or the step failed, or skipped because the endpoint has no such route (``absent`` says what)."""
         started = self.now()
         try:
             status, body = await self._client().get_json(path)
@@ -393,13 +393,12 @@ class Doctor:
         took = self.now() - started
         if status == 404:
             return Step(name, SKIP, f"GET {path} answered 404 in {_ms(took)}: {absent}")
-        return status, body, took
+        return judge(status, body, took)
 
     async def http(self) -> Step:
-        answer = await self._get_json("HTTP", "/models", "this endpoint lists no models")
-        if isinstance(answer, Step):
-            return answer
-        status, body, took = answer
+        return await self._get_json("HTTP", "/models", "this endpoint lists no models", self._model_listed)
+
+    def _model_listed(self, status: int, body: Any, took: float) -> Step:
         data = body.get("data") if isinstance(body, dict) else None
         items = data if isinstance(data, list) else []
         names: list[str] = [item["id"] for item in items if isinstance(item, dict) and isinstance(item.get("id"), str)]
@@ -413,10 +412,9 @@ class Doctor:
                     FIX_MODEL.format(model=model, source=source), facts)
 
     async def balance(self) -> Step:
-        answer = await self._get_json("balance", "/user/balance", "no balance to check here")
-        if isinstance(answer, Step):
-            return answer
-        status, body, took = answer
+        return await self._get_json("balance", "/user/balance", "no balance to check here", self._balance_available)
+
+    def _balance_available(self, status: int, body: Any, took: float) -> Step:
         available = body.get("is_available") if isinstance(body, dict) else None
         infos = body.get("balance_infos") if isinstance(body, dict) else None
         amounts = [f"{info.get('total_balance')} {info.get('currency')}" for info in infos or []

@@ -34,6 +34,7 @@ import difflib
 import os
 import secrets
 import stat
+from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -43,7 +44,7 @@ import anyio.to_thread
 from dsh.agent_loop.safe_open import DirectoryChanged, NotRegularFile, open_parent, open_regular
 from dsh.agent_loop.tools.edit_paths import GitArea, git_area
 from dsh.agent_loop.tools.files import file_stamp, read_stamps
-from dsh.agent_loop.tools.registry import Approver, Tool, ToolContext, ToolOutput, resolve_path
+from dsh.agent_loop.tools.registry import Approver, Tool, ToolContext, ToolOutput, arguments_schema, param, resolve_path
 from dsh.llm import error_chain
 from dsh.llm.redact import MASK, Redactor
 
@@ -99,6 +100,10 @@ class EditRequest:
 
 class EditRefused(Exception):
     """A planned edit that cannot go ahead; the message is the result the model sees."""
+
+
+# An edit tool's change: the file's text (None: no such file) -> (its new text, the result line); see _plan.
+Change = Callable[[str | None], tuple[str, str]]
 
 
 @dataclass(frozen=True, slots=True)
@@ -214,7 +219,7 @@ def _encode(text: str, current: _Current | None) -> bytes:
     return text.encode("utf-8", "surrogatepass")
 
 
-def _plan(tool: str, target: Path, root: Path, known: tuple[int, int] | None, change: Any,
+def _plan(tool: str, target: Path, root: Path, known: tuple[int, int] | None, change: Change,
           redact: Redactor) -> _Plan:
     """Read, check and build the edit.
 
@@ -348,7 +353,7 @@ async def _approve(plan: _Plan, ctx: ToolContext, approver: Approver | None, all
     return None
 
 
-async def _run(tool: str, ctx: ToolContext, raw_path: object, change: Any, approver: Approver | None,
+async def _run(tool: str, ctx: ToolContext, raw_path: object, change: Change, approver: Approver | None,
                allow_unattended: bool) -> ToolOutput:
     target, root = _where(ctx, raw_path)
     stamps = read_stamps(ctx)
@@ -386,7 +391,7 @@ def _string_arg(args: dict[str, Any], name: str, *, allow_empty: bool = True) ->
 def write_file_tool(approver: Approver | None = None, *, allow_unattended: bool = False) -> Tool:
     """``write_file {path, content}``: create a file, or replace one the model has read."""
 
-    async def run(args: dict[str, Any], ctx: ToolContext) -> ToolOutput:
+    def plan(args: dict[str, Any]) -> Change:
         content = _string_arg(args, "content")
 
         def change(before: str | None) -> tuple[str, str]:
@@ -396,30 +401,27 @@ def write_file_tool(approver: Approver | None = None, *, allow_unattended: bool 
                 return text, "created {shown} (" + f"{lines} line{'s' if lines != 1 else ''})"
             return text, "wrote {shown} ({counts})"
 
-        return await _run("write_file", ctx, args.get("path"), change, approver,
-                          allow_unattended)
+        return change
 
-    return Tool(
+    return _file_change_tool(
         "write_file",
         "Create a file, or replace the whole content of one you have read with read_file. The user sees "
         "a diff and approves it. Prefer edit_file for changes to part of a file.",
-        {
-            "type": "object",
-            "properties": {
-                "path": {"type": "string", "description": "file to write (relative to the working directory)"},
-                "content": {"type": "string", "description": "the complete new content"},
+        arguments_schema(
+            {
+                "path": param("string", "file to write (relative to the working directory)"),
+                "content": param("string", "the complete new content"),
             },
-            "required": ["path", "content"],
-        },
-        run,
-        concurrency_safe=False,
+            "path", "content",
+        ),
+        plan, approver, allow_unattended,
     )
 
 
 def edit_file_tool(approver: Approver | None = None, *, allow_unattended: bool = False) -> Tool:
     """``edit_file {path, old_string, new_string, replace_all?}``: an exact replacement, shown as a diff."""
 
-    async def run(args: dict[str, Any], ctx: ToolContext) -> ToolOutput:
+    def plan(args: dict[str, Any]) -> Change | ToolOutput:
         old = _string_arg(args, "old_string", allow_empty=False)
         new = _string_arg(args, "new_string")
         replace_all = args.get("replace_all", False)
@@ -445,23 +447,35 @@ def edit_file_tool(approver: Approver | None = None, *, allow_unattended: bool =
             done = "edited {shown}: " + f"{replaced} replacement{'s' if replaced != 1 else ''}" + " ({counts})"
             return before.replace(wanted, replacement, -1 if replace_all else 1), done
 
-        return await _run("edit_file", ctx, args.get("path"), change, approver,
-                          allow_unattended)
+        return change
 
-    return Tool(
+    return _file_change_tool(
         "edit_file",
         "Replace an exact string in a file you have read with read_file. old_string must occur exactly "
         "once (include enough surrounding lines), or pass replace_all. The user sees a diff and approves it.",
-        {
-            "type": "object",
-            "properties": {
-                "path": {"type": "string", "description": "file to edit (relative to the working directory)"},
-                "old_string": {"type": "string", "description": "the exact text to replace"},
-                "new_string": {"type": "string", "description": "the text to put in its place"},
-                "replace_all": {"type": "boolean", "description": "replace every occurrence (default false)"},
+        arguments_schema(
+            {
+                "path": param("string", "file to edit (relative to the working directory)"),
+                "old_string": param("string", "the exact text to replace"),
+                "new_string": param("string", "the text to put in its place"),
+                "replace_all": param("boolean", "replace every occurrence (default false)"),
             },
-            "required": ["path", "old_string", "new_string"],
-        },
-        run,
-        concurrency_safe=False,
+            "path", "old_string", "new_string",
+        ),
+        plan, approver, allow_unattended,
     )
+
+
+def _file_change_tool(name: str, description: str, schema: dict[str, Any],
+                      plan: Callable[[dict[str, Any]], Change | ToolOutput], approver: Approver | None,
+                      allow_unattended: bool) -> Tool:
+    """A tool that changes the file at its ``path`` argument: ``plan(args)`` says how (or why not), the user
+    approves the diff (see :func:`_run`)."""
+
+    async def run(args: dict[str, Any], ctx: ToolContext) -> ToolOutput:
+        change = plan(args)
+        if isinstance(change, ToolOutput):
+            return change
+        return await _run(name, ctx, args.get("path"), change, approver, allow_unattended)
+
+    return Tool(name, description, schema, run, concurrency_safe=False)

@@ -18,7 +18,7 @@ from typing import Any, BinaryIO
 import anyio.to_thread
 
 from dsh.agent_loop.safe_open import NotRegularFile, open_regular
-from dsh.agent_loop.tools.registry import Tool, ToolContext, ToolOutput, int_arg, resolve_path
+from dsh.agent_loop.tools.registry import Tool, ToolContext, ToolOutput, arguments_schema, int_arg, param, resolve_path
 
 __all__ = [
     "READ_STAMPS_KEY",
@@ -116,15 +116,14 @@ def read_file_tool() -> Tool:
         "read_file",
         "Read a text file. Relative paths are resolved against the session's working directory. "
         f"Returns up to {READ_LIMIT_LINES} lines starting at `offset` (1-based).",
-        {
-            "type": "object",
-            "properties": {
-                "path": {"type": "string", "description": "file to read"},
-                "offset": {"type": "integer", "description": "first line to read, 1-based", "minimum": 1},
-                "limit": {"type": "integer", "description": "maximum number of lines", "minimum": 1},
+        arguments_schema(
+            {
+                "path": param("string", "file to read"),
+                "offset": param("integer", "first line to read, 1-based", minimum=1),
+                "limit": param("integer", "maximum number of lines", minimum=1),
             },
-            "required": ["path"],
-        },
+            "path",
+        ),
         _read_file,
         concurrency_safe=True,
     )
@@ -153,10 +152,7 @@ def list_dir_tool() -> Tool:
     return Tool(
         "list_dir",
         "List a directory (directories end with /). Defaults to the working directory.",
-        {
-            "type": "object",
-            "properties": {"path": {"type": "string", "description": "directory to list (default .)"}},
-        },
+        arguments_schema({"path": param("string", "directory to list (default .)")}),
         _list_dir,
         concurrency_safe=True,
     )
@@ -241,17 +237,16 @@ def search_text_tool() -> Tool:
         "search_text",
         "Search files under a directory for a regular expression (Python syntax). Output lines are "
         "`path:line: text`. Skips .git, virtualenvs, node_modules, binary and very large files.",
-        {
-            "type": "object",
-            "properties": {
-                "pattern": {"type": "string", "description": "regular expression"},
-                "path": {"type": "string", "description": "directory or file to search (default .)"},
-                "glob": {"type": "string", "description": "only files whose path matches, e.g. *.py"},
-                "ignore_case": {"type": "boolean"},
-                "max_results": {"type": "integer", "minimum": 1},
+        arguments_schema(
+            {
+                "pattern": param("string", "regular expression"),
+                "path": param("string", "directory or file to search (default .)"),
+                "glob": param("string", "only files whose path matches, e.g. *.py"),
+                "ignore_case": param("boolean"),
+                "max_results": param("integer", minimum=1),
             },
-            "required": ["pattern"],
-        },
+            "pattern",
+        ),
         _search_text,
         concurrency_safe=True,
     )

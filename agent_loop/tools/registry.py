@@ -5,7 +5,8 @@ A :class:`Tool` is a name, a description, JSON-schema parameters, an async calla
 one assistant message in model order; consecutive concurrency-safe calls form a batch that runs in
 parallel (see :func:`plan_batches`). Whatever goes wrong with one call -- arguments that are not a JSON
 object, an unknown tool, an exception -- becomes an error result the model sees; the turn goes on.
-:func:`resolve_path` and :func:`int_arg` read the arguments the built-in tools share.
+:func:`resolve_path` and :func:`int_arg` read the arguments the built-in tools share; :func:`arguments_schema`
+and :func:`param` write their JSON schemas.
 """
 
 from __future__ import annotations
@@ -29,7 +30,9 @@ __all__ = [
     "ToolContext",
     "ToolOutput",
     "ToolRegistry",
+    "arguments_schema",
     "int_arg",
+    "param",
     "plan_batches",
     "resolve_path",
     "run_tool_call",
@@ -227,3 +230,19 @@ def int_arg(args: Mapping[str, Any], name: str, default: int, low: int, high: in
     if isinstance(value, bool) or not isinstance(value, int | float) or value != int(value):
         raise ValueError(f"{name} must be an integer")
     return max(low, min(high, int(value)))
+
+
+def param(json_type: str, description: str | None = None, **bounds: int) -> dict[str, Any]:
+    """One property of a tool's arguments schema: its JSON type, what it is for, any bounds (``minimum=1``)."""
+    schema: dict[str, Any] = {"type": json_type}
+    if description is not None:
+        schema["description"] = description
+    return schema | bounds
+
+
+def arguments_schema(properties: dict[str, dict[str, Any]], *required: str) -> dict[str, Any]:
+    """The JSON schema of a tool's arguments: an object of ``properties``, the ``required`` ones named."""
+    schema: dict[str, Any] = {"type": "object", "properties": properties}
+    if required:
+        schema["required"] = list(required)
+    return schema

@@ -18,7 +18,7 @@ from typing import Any
 import anyio
 
 from dsh.agent_loop.process import ManagedProcess, ProcessStartError
-from dsh.agent_loop.tools.registry import Approver, Tool, ToolContext, ToolOutput, int_arg
+from dsh.agent_loop.tools.registry import Approver, Tool, ToolContext, ToolOutput, arguments_schema, int_arg, param
 from dsh.llm import error_chain
 
 __all__ = [
@@ -214,14 +214,13 @@ def run_shell_tool(approver: Approver | None = None, *, shell: str = "/bin/sh") 
         "run_shell",
         "Run a shell command (/bin/sh -c) in the working directory. The user approves each command. "
         "stdout and stderr are merged; long output keeps its start and end. Default timeout 120 s.",
-        {
-            "type": "object",
-            "properties": {
-                "command": {"type": "string", "description": "the command line"},
-                "timeout_s": {"type": "integer", "description": "seconds before it is killed (max 600)"},
+        arguments_schema(
+            {
+                "command": param("string", "the command line"),
+                "timeout_s": param("integer", "seconds before it is killed (max 600)"),
             },
-            "required": ["command"],
-        },
+            "command",
+        ),
         run,
         concurrency_safe=False,
     )

@@ -30,28 +30,26 @@ _INDENT = "    "
 
 
 def _claude(scenario: str, **config: Any) -> dict[str, Any]:
-    env = {"FAKE_CLAUDE_SCENARIO": scenario, **config.pop("env", {})}
-    return {
-        "provider": "claude-code",
-        "command": [sys.executable, _FAKE_CLAUDE],
-        "env": env,
-        "eof_grace": 0.5,
-        "term_grace": 0.5,
-        **config,
-    }
+    return _fake_table("claude-code", _FAKE_CLAUDE, {"FAKE_CLAUDE_SCENARIO": scenario}, config)
 
 
 def _codex(scenario: str, error_info: Any = None, **config: Any) -> dict[str, Any]:
-    env = {"FAKE_CODEX_SCENARIO": scenario, **config.pop("env", {})}
+    env = {"FAKE_CODEX_SCENARIO": scenario}
     if error_info is not None:
         env["FAKE_CODEX_ERROR_INFO"] = json.dumps(error_info)
+    return _fake_table("codex", _FAKE_CODEX, env, {"interrupt_grace": 1.0} | config)
+
+
+def _fake_table(provider: str, script: str, env: dict[str, str], config: dict[str, Any]) -> dict[str, Any]:
+    """A ``[subagents.NAME]`` table that runs ``script`` (a scripted fake) with ``env`` added to ``config``'s.
+
+    The graces are short: a fake ends at once when asked."""
     return {
-        "provider": "codex",
-        "command": [sys.executable, _FAKE_CODEX],
-        "env": env,
+        "provider": provider,
+        "command": [sys.executable, script],
+        "env": env | config.pop("env", {}),
         "eof_grace": 0.5,
         "term_grace": 0.5,
-        "interrupt_grace": 1.0,
         **config,
     }
 
