@@ -53,6 +53,7 @@ from typing import Any, Protocol
 import anyio
 import anyio.abc
 
+from dsh.agent_loop.owned_group import OwnedTaskGroup
 from dsh.llm import ErrorCode, HarnessError
 from dsh.llm import text as json_text
 
@@ -159,7 +160,7 @@ class JsonRpcConnection:
         self._pending: dict[int, asyncio.Future[Any]] = {}
         self._write_lock = anyio.Lock()
         self._tg: anyio.abc.TaskGroup | None = None
-        self._own_group: anyio.abc.TaskGroup | None = None
+        self._own_group = OwnedTaskGroup()  # when entered as a context manager
         self._started = False
         self._finished = anyio.Event()
         self._close_requested = anyio.Event()
@@ -190,23 +191,18 @@ class JsonRpcConnection:
             await self._finished.wait()
 
     async def __aenter__(self) -> JsonRpcConnection:
-        group = anyio.create_task_group()
-        await group.__aenter__()
-        self._own_group = group
+        group = await self._own_group.open()
         try:
             return await self.start(group)
         except BaseException:
-            self._own_group = None
-            await group.__aexit__(None, None, None)
+            await self._own_group.close()
             raise
 
     async def __aexit__(self, *exc_info: Any) -> None:
         try:
             await self.aclose()
         finally:
-            group, self._own_group = self._own_group, None
-            if group is not None:
-                await group.__aexit__(None, None, None)  # everything in it has ended: nothing to re-raise
+            await self._own_group.close()
 
     async def _serve(self, *, task_status: anyio.abc.TaskStatus[None] = anyio.TASK_STATUS_IGNORED) -> None:
         try:

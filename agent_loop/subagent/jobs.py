@@ -31,6 +31,7 @@ from typing import Any, Literal
 import anyio
 import anyio.abc
 
+from dsh.agent_loop.owned_group import OwnedTaskGroup
 from dsh.agent_loop.subagent.diagnostics import safe_token
 from dsh.agent_loop.subagent.result import SubagentRequest, SubagentResult
 from dsh.agent_loop.subagent.run import AnyProvider, AnyRun
@@ -176,31 +177,27 @@ class JobManager:
     def __init__(self) -> None:
         self._jobs: dict[str, Job] = {}
         self._ids = itertools.count(1)
-        self._tg: anyio.abc.TaskGroup | None = None
+        self._owned = OwnedTaskGroup()
         self._closed = False
 
     # -- lifecycle -------------------------------------------------------------------------------
 
     async def __aenter__(self) -> JobManager:
-        if self._tg is not None or self._closed:
+        if self._owned.group is not None or self._closed:
             raise RuntimeError("a job manager is entered once")
-        group = anyio.create_task_group()
-        await group.__aenter__()
-        self._tg = group
+        await self._owned.open()
         return self
 
     async def __aexit__(self, *exc_info: object) -> None:
         try:
-            await self.aclose()
+            await self.aclose()  # every job settles
         finally:
-            group, self._tg = self._tg, None
-            if group is not None:
-                await group.__aexit__(None, None, None)  # every job has settled: nothing left to wait for
+            await self._owned.close()
 
     @property
     def available(self) -> bool:
         """True while the manager can start jobs (inside its ``async with`` block)."""
-        return self._tg is not None and not self._closed
+        return self._owned.group is not None and not self._closed
 
     async def wait_all(self) -> None:
         """Wait until every job started so far has settled (piped mode waits for them at EOF)."""
@@ -236,7 +233,7 @@ class JobManager:
         post_notice: Callable[[str, str], None] | None = None,
     ) -> Job:
         """Start a background run; returns at once with the running job."""
-        tg = self._tg
+        tg = self._owned.group
         if tg is None or self._closed:
             raise RuntimeError("the job manager is not open (use `async with`)")
         job = Job(id=f"subagent-{next(self._ids)}", label=safe_token(provider.name))

@@ -29,6 +29,7 @@ from typing import TYPE_CHECKING, Any, ClassVar, Generic, Protocol, TypeAlias, T
 import anyio
 import anyio.abc
 
+from dsh.agent_loop.owned_group import OwnedTaskGroup
 from dsh.agent_loop.subagent.diagnostics import Failure, failure_line, join_lines, safe_token
 from dsh.agent_loop.subagent.result import SubagentRequest, SubagentResult
 from dsh.llm.codes import ErrorCode
@@ -107,7 +108,7 @@ class Run(Generic[SettingsT]):
         self._finished = anyio.Event()
         self._result: SubagentResult | None = None
         self._started = False
-        self._own_group: anyio.abc.TaskGroup | None = None
+        self._own_group = OwnedTaskGroup()  # when entered as a context manager
         # Everything the child says is masked here, once, for every provider (DESIGN: output, partial
         # output, job output): the parent's secrets, the secret values of the env it was given, shapes.
         given = {**(self._settings.env if self._settings is not None else {}), **(request.env or {})}
@@ -142,18 +143,13 @@ class Run(Generic[SettingsT]):
         return self
 
     async def __aenter__(self) -> Run[SettingsT]:
-        group = anyio.create_task_group()
-        await group.__aenter__()
-        self._own_group = group
-        return self.start(group)
+        return self.start(await self._own_group.open())
 
     async def __aexit__(self, *exc_info: Any) -> None:
         try:
             await self.dispose()
         finally:
-            group, self._own_group = self._own_group, None
-            if group is not None:
-                await group.__aexit__(None, None, None)  # the body has ended: nothing in it to re-raise
+            await self._own_group.close()
 
     async def result(self) -> SubagentResult:
         """The settled result; never raises for a child-level failure."""
