@@ -78,9 +78,19 @@ def _scan_for_canaries(root: Path) -> list[str]:
     return hits
 
 
+def _is_xdist_worker(config: pytest.Config) -> bool:
+    return hasattr(config, "workerinput")
+
+
 def pytest_sessionfinish(session: pytest.Session, exitstatus: int) -> None:
-    """Grep everything the suite wrote for the strict canaries; any hit fails the run."""
-    if os.environ.get("DSH_SKIP_CANARY_SCAN") or not hasattr(session.config, "_tmp_path_factory"):
+    """Grep everything the suite wrote for the strict canaries; any hit fails the run.
+
+    Under pytest-xdist each worker's base temp lies inside the controller's, so the controller alone scans,
+    once every worker has finished, and reports.
+    """
+    if os.environ.get("DSH_SKIP_CANARY_SCAN") or _is_xdist_worker(session.config):
+        return
+    if not hasattr(session.config, "_tmp_path_factory"):
         return
     base = session.config._tmp_path_factory.getbasetemp()
     hits = _scan_for_canaries(Path(base))
