@@ -10,7 +10,6 @@ import os
 import shutil
 import socket
 import subprocess
-import time
 from collections.abc import Iterator
 from pathlib import Path
 
@@ -20,6 +19,7 @@ from dsh.llm import error_chain
 from dsh.llm.network import FailureDetail
 from tests import canaries
 from tests.real_parts import missing
+from tests.waiting import PROMPTLY, wait_until
 
 pytestmark = pytest.mark.anyio
 # Not a canary: tinyproxy's config file must hold it, and the session-end scan greps every file written.
@@ -33,14 +33,14 @@ def _free_port() -> int:
 
 
 def _wait_listening(port: int, process: subprocess.Popen[bytes]) -> None:
-    for _ in range(200):
+    def listening() -> bool:
         if process.poll() is not None:
             raise AssertionError(f"proxy exited {process.returncode}")
         with contextlib.closing(socket.socket()) as probe:
-            if probe.connect_ex(("127.0.0.1", port)) == 0:
-                return
-        time.sleep(0.05)
-    raise AssertionError("proxy did not listen")
+            return probe.connect_ex(("127.0.0.1", port)) == 0
+
+    # squid starts in seconds on a loaded machine; the wrong path (it never listens) waits forever.
+    wait_until(listening, 3 * PROMPTLY, "the proxy to listen", interval=0.05)
 
 
 @contextlib.contextmanager
