@@ -71,13 +71,13 @@ async def test_teardown_failure_when_the_cli_outlives_stdin_eof_and_sigterm(tmp_
     assert result.output == "fake answer"  # the answer is kept, as partial output
 
 
-async def test_argv_env_and_cwd_of_the_child(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+async def test_argv_env_and_cwd_of_the_child(
+    tmp_path: Path, workdir: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
     monkeypatch.setenv("ANTHROPIC_API_KEY", PARENT_CANARY)
     monkeypatch.setenv("DSH_TEST_PARENT_SECRET", PARENT_CANARY)
     monkeypatch.setenv("DSH_TEST_PASSED", "passed-by-name")
     record = tmp_path / "record.json"
-    workdir = tmp_path / "work"
-    workdir.mkdir()
     provider = fake_claude(
         "success",
         env={"FAKE_CLAUDE_RECORD": str(record), "EXPLICIT_ONE": "explicit"},

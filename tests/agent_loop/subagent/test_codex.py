@@ -234,13 +234,13 @@ async def test_caller_cancellation_still_tears_the_child_down(tmp_path: Path) ->
 # -- the child ----------------------------------------------------------------------------------------
 
 
-async def test_wire_argv_env_and_thread_parameters(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+async def test_wire_argv_env_and_thread_parameters(
+    tmp_path: Path, workdir: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
     monkeypatch.setenv("OPENAI_API_KEY", PARENT_CANARY)
     monkeypatch.setenv("CODEX_API_KEY", PARENT_CANARY)
     monkeypatch.setenv("DSH_TEST_PASSED", "by-name")
     record = tmp_path / "record.json"
-    workdir = tmp_path / "work"
-    workdir.mkdir()
     provider = fake_codex(
         "success",
         env={"FAKE_CODEX_RECORD": str(record), "EXPLICIT_ONE": "explicit"},
