@@ -5,6 +5,11 @@ PYTHON ?= python3
 VENV := .venv
 BIN := $(VENV)/bin
 PIP := $(BIN)/python -m pip install -q --disable-pip-version-check
+# The suite runs on one pytest-xdist worker per CPU: every test is safe beside another (its own temp dirs,
+# ports from the OS, its own HOME, only its own processes; docs/architecture.md, "Where the tests are").
+# A module stays on one worker (loadfile): its module-scoped servers start once, and the few tests that
+# read what earlier tests of their module recorded still find it. `make test PARALLEL=` runs in one process.
+PARALLEL ?= -n auto --dist loadfile
 
 .PHONY: demo test check lint typecheck bench clean
 
@@ -38,12 +43,12 @@ test: $(VENV)/.test
 	$(BIN)/ruff check .
 	$(BIN)/lint-imports
 	$(MAKE) --no-print-directory typecheck
-	$(BIN)/python -m pytest -q -p no:cacheprovider $(PYTEST_ARGS)
+	$(BIN)/python -m pytest -q -p no:cacheprovider $(PARALLEL) $(PYTEST_ARGS)
 
 # The quick tier for the edit-and-test loop: lint and the unit tests (no pseudo-terminal, reliability,
 # packaging, subagent-process or real-product runs, no transcript regeneration); `make test` runs everything.
 check: lint
-	$(BIN)/python -m pytest -q -p no:cacheprovider -m "not slow and not real_product" \
+	$(BIN)/python -m pytest -q -p no:cacheprovider $(PARALLEL) -m "not slow and not real_product" \
 		--ignore=tests/e2e --ignore=tests/reliability --ignore=tests/packaging \
 		--ignore=tests/agent_loop/subagent --ignore=tests/test_docs.py $(PYTEST_ARGS)
 

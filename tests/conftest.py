@@ -3,9 +3,11 @@ check; and the suite-end canary scan."""
 
 from __future__ import annotations
 
+import collections
 import os
 from collections.abc import AsyncIterator
 from pathlib import Path
+from typing import Any
 
 import pytest
 from hypothesis import HealthCheck, settings
@@ -13,8 +15,12 @@ from hypothesis import HealthCheck, settings
 from dsh.llm.loopback.fault_server import FaultServer
 from tests import canaries
 from tests.leak_check import leak_checker, no_leftover_processes  # noqa: F401 (fixtures for every folder)
+from tests.reliability import counts_report
 
 CANARY_HITS: list[str] = []
+# The reliability counts the xdist workers sent (tests/reliability/counts_report.py).
+WORKER_COUNTS: collections.Counter[str] = collections.Counter()
+WORKER_FIGURES: dict[str, str] = {}
 PROXY_VARIABLES = ("HTTP_PROXY", "HTTPS_PROXY", "ALL_PROXY", "NO_PROXY")
 
 # Hypothesis times every example (200 ms) and the data generation: speed claims a loaded machine breaks
@@ -78,9 +84,19 @@ def _scan_for_canaries(root: Path) -> list[str]:
     return hits
 
 
+def _is_xdist_worker(config: pytest.Config) -> bool:
+    return hasattr(config, "workerinput")
+
+
 def pytest_sessionfinish(session: pytest.Session, exitstatus: int) -> None:
-    """Grep everything the suite wrote for the strict canaries; any hit fails the run."""
-    if os.environ.get("DSH_SKIP_CANARY_SCAN") or not hasattr(session.config, "_tmp_path_factory"):
+    """Grep everything the suite wrote for the strict canaries; any hit fails the run.
+
+    Under pytest-xdist each worker's base temp lies inside the controller's, so the controller alone scans,
+    once every worker has finished, and reports.
+    """
+    if os.environ.get("DSH_SKIP_CANARY_SCAN") or _is_xdist_worker(session.config):
+        return
+    if not hasattr(session.config, "_tmp_path_factory"):
         return
     base = session.config._tmp_path_factory.getbasetemp()
     hits = _scan_for_canaries(Path(base))
@@ -89,7 +105,17 @@ def pytest_sessionfinish(session: pytest.Session, exitstatus: int) -> None:
         session.exitstatus = pytest.ExitCode.TESTS_FAILED
 
 
+@pytest.hookimpl(optionalhook=True)
+def pytest_testnodedown(node: Any, error: object) -> None:
+    """The xdist controller collects each worker's reliability counts as the worker ends."""
+    sent = getattr(node, "workeroutput", {}).get(counts_report.WORKER_OUTPUT_KEY)
+    counts_report.merge(WORKER_COUNTS, WORKER_FIGURES, sent)
+
+
 def pytest_terminal_summary(terminalreporter, exitstatus: int, config: pytest.Config) -> None:
+    if WORKER_COUNTS or WORKER_FIGURES:
+        base = config._tmp_path_factory.getbasetemp() if hasattr(config, "_tmp_path_factory") else None
+        counts_report.write_summary(terminalreporter, WORKER_COUNTS, WORKER_FIGURES, base)
     if CANARY_HITS:
         terminalreporter.section("canary secrets leaked")
         for hit in CANARY_HITS:

@@ -2,8 +2,9 @@
 
 ``no_leftover_processes`` makes the test process a child subreaper (Linux ``PR_SET_CHILD_SUBREAPER``)
 so that an orphaned grandchild is re-parented to us instead of to init — then "every live process
-below us" is exactly what a test may have leaked. After the test it waits briefly for stragglers,
-kills whatever is still alive (so one leak cannot poison later tests) and fails the test.
+below us" is exactly what a test may have leaked (read from each descendant's ``/proc/PID/task/*/children``,
+never from every process on the machine). After the test it waits briefly for stragglers, kills whatever is
+still alive (so one leak cannot poison later tests) and fails the test.
 
 Use it with ``pytestmark = pytest.mark.usefixtures("no_leftover_processes")`` or as an argument;
 ``leak_check()`` is the same check as a context manager (e.g. around a module-scoped fixture).
@@ -32,37 +33,38 @@ def _become_subreaper() -> None:
         libc.prctl(_PR_SET_CHILD_SUBREAPER, 1, 0, 0, 0)
 
 
-def _process_table() -> dict[int, tuple[str, int, int]]:
-    """pid -> (state, ppid, pgrp) from /proc."""
-    table: dict[int, tuple[str, int, int]] = {}
-    for entry in os.listdir("/proc"):
-        if not entry.isdigit():
-            continue
-        fields = proc_stat_fields(int(entry))
-        if fields is None:
-            continue
-        table[int(entry)] = (fields[0].decode(), int(fields[1]), int(fields[2]))
-    return table
+def child_pids(pid: int) -> set[int]:
+    """``pid``'s children, from ``/proc/PID/task/*/children``: no other process on the machine is read."""
+    children: set[int] = set()
+    try:
+        tasks = os.listdir(f"/proc/{pid}/task")
+    except OSError:
+        return children
+    for task in tasks:
+        with contextlib.suppress(OSError, ValueError), open(f"/proc/{pid}/task/{task}/children") as handle:
+            children.update(int(child) for child in handle.read().split())
+    return children
 
 
-def _descendants(table: dict[int, tuple[str, int, int]], root: int) -> set[int]:
-    children: dict[int, list[int]] = {}
-    for pid, (_state, ppid, _pgrp) in table.items():
-        children.setdefault(ppid, []).append(pid)
+def _descendants(root: int) -> set[int]:
     found: set[int] = set()
     stack = [root]
     while stack:
-        for child in children.get(stack.pop(), []):
+        for child in child_pids(stack.pop()):
             if child not in found:
                 found.add(child)
                 stack.append(child)
     return found
 
 
+def _is_zombie(pid: int) -> bool:
+    fields = proc_stat_fields(pid)
+    return fields is None or fields[0] == b"Z"  # gone counts as dead too
+
+
 def live_descendants() -> set[int]:
     """Live (non-zombie) processes below the test process."""
-    table = _process_table()
-    return {pid for pid in _descendants(table, os.getpid()) if table[pid][0] != "Z"}
+    return {pid for pid in _descendants(os.getpid()) if not _is_zombie(pid)}
 
 
 def _reap_adopted_orphans() -> None:
@@ -70,8 +72,9 @@ def _reap_adopted_orphans() -> None:
     # a foreign process group that is not its leader can only be ours by adoption (asyncio and
     # subprocess wait for the children they spawned, which are leaders or share our group).
     own_pgrp = os.getpgrp()
-    for pid, (state, ppid, pgrp) in _process_table().items():
-        if state == "Z" and ppid == os.getpid() and pgrp not in (own_pgrp, pid):
+    for pid in child_pids(os.getpid()):
+        fields = proc_stat_fields(pid)
+        if fields is not None and fields[0] == b"Z" and int(fields[2]) not in (own_pgrp, pid):
             with contextlib.suppress(ChildProcessError, OSError):
                 os.waitpid(pid, os.WNOHANG)
 

@@ -18,7 +18,7 @@ from dsh.llm import DeepSeekClient, ToolCall
 from dsh.llm.loopback.fault_server import Behaviour
 from tests import canaries
 from tests.agent_loop.agent_support import assert_well_formed, echo_tool, read_log
-from tests.waiting import async_wait_until
+from tests.waiting import PROMPTLY, async_wait_until
 
 pytestmark = pytest.mark.anyio
 
@@ -247,16 +247,16 @@ async def test_a_signal_death_is_reported(tmp_path):
 async def test_cancelling_a_shell_command_kills_and_reaps_its_process_group(tmp_path):
     pids = tmp_path / "pids"
     command = f"sleep 60 & echo $$ $! > {pids}; wait"
-    with anyio.move_on_after(10) as guard, anyio.CancelScope() as scope:
+    with anyio.move_on_after(PROMPTLY) as guard, anyio.CancelScope() as scope:
         async with anyio.create_task_group() as group:
             group.start_soon(run_shell, tmp_path, command)
-            await async_wait_until(lambda: pids.exists() and len(pids.read_text().split()) == 2, 10, "both pids")
+            await async_wait_until(lambda: pids.exists() and len(pids.read_text().split()) == 2, PROMPTLY, "both pids")
             scope.cancel()
     assert not guard.cancelled_caught
     shell_pid, sleep_pid = map(int, pids.read_text().split())
     # The shell was reaped by us (no zombie left); the background sleep in its group was killed.
     assert not Path(f"/proc/{shell_pid}").exists()
-    with anyio.fail_after(5):
+    with anyio.fail_after(PROMPTLY):
         while Path(f"/proc/{sleep_pid}").exists():
             state = Path(f"/proc/{sleep_pid}/stat").read_text().rsplit(")", 1)[1].split()[0]
             if state == "Z":  # killed; waiting for its new parent to reap it

@@ -64,6 +64,14 @@ async def _client_and_raw_peer(**options: Any) -> AsyncIterator[tuple[JsonRpcCon
         yield conn, _RawPeer(rr, rw)
 
 
+async def _ask(conn: JsonRpcConnection, outcome: list[Any], method: str = "x") -> None:
+    """Request ``method``; what it answered, or what it raised, goes into ``outcome``."""
+    try:
+        outcome.append(await conn.request(method))
+    except BaseException as exc:  # the failure is what the test asserts
+        outcome.append(exc)
+
+
 async def test_request_response_round_trip_between_two_connections() -> None:
     async def serve(method: str, params: Any) -> Any:
         return {"method": method, "params": params}
@@ -177,14 +185,7 @@ async def test_error_response_is_a_protocol_error_with_code_and_data() -> None:
     caught: list[BaseException] = []
     async with _client_and_raw_peer() as (conn, peer):
         async with anyio.create_task_group() as tg:
-
-            async def ask() -> None:
-                try:
-                    await conn.request("x")
-                except ProtocolError as exc:
-                    caught.append(exc)
-
-            tg.start_soon(ask)
+            tg.start_soon(_ask, conn, caught)
             frame = await peer.frame()
             await peer.send(
                 {"jsonrpc": "2.0", "id": frame["id"], "error": {"code": -32001, "message": "overloaded", "data": [1]}}
@@ -244,14 +245,7 @@ async def test_request_without_a_handler_is_method_not_found() -> None:
 async def test_garbage_fails_pending_requests_with_protocol_error(garbage: bytes) -> None:
     async with _client_and_raw_peer() as (conn, peer), anyio.create_task_group() as tg:
         caught: list[BaseException] = []
-
-        async def ask() -> None:
-            try:
-                await conn.request("x")
-            except BaseException as exc:
-                caught.append(exc)
-
-        tg.start_soon(ask)
+        tg.start_soon(_ask, conn, caught)
         await peer.frame()
         await peer.send(garbage)
     assert len(caught) == 1 and type(caught[0]) is ProtocolError
@@ -263,14 +257,7 @@ async def test_garbage_fails_pending_requests_with_protocol_error(garbage: bytes
 async def test_a_ten_megabyte_line_is_a_protocol_error_not_a_crash() -> None:
     async with _client_and_raw_peer(max_line_bytes=1024 * 1024) as (conn, peer), anyio.create_task_group() as tg:
         caught: list[BaseException] = []
-
-        async def ask() -> None:
-            try:
-                await conn.request("x")
-            except BaseException as exc:
-                caught.append(exc)
-
-        tg.start_soon(ask)
+        tg.start_soon(_ask, conn, caught)
         frame = await peer.frame()
         blob = b'{"jsonrpc":"2.0","id":%d,"result":"' % frame["id"] + b"A" * (10 * 1024 * 1024) + b'"}\n'
         await peer.send(blob)
@@ -298,14 +285,7 @@ async def test_lenient_server_answers_bad_frames_and_keeps_serving() -> None:
 async def test_peer_eof_fails_pending_and_later_requests_with_transport_closed() -> None:
     async with _client_and_raw_peer() as (conn, peer), anyio.create_task_group() as tg:
         caught: list[BaseException] = []
-
-        async def ask() -> None:
-            try:
-                await conn.request("x")
-            except BaseException as exc:
-                caught.append(exc)
-
-        tg.start_soon(ask)
+        tg.start_soon(_ask, conn, caught)
         await peer.frame()
         peer.writer.close()
     assert len(caught) == 1 and type(caught[0]) is TransportClosed
@@ -320,11 +300,7 @@ async def test_peer_eof_fails_pending_and_later_requests_with_transport_closed()
 async def test_an_unterminated_final_frame_still_counts() -> None:
     async with _client_and_raw_peer() as (conn, peer), anyio.create_task_group() as tg:
         got: list[Any] = []
-
-        async def ask() -> None:
-            got.append(await conn.request("x"))
-
-        tg.start_soon(ask)
+        tg.start_soon(_ask, conn, got)
         frame = await peer.frame()
         await peer.send(json.dumps({"jsonrpc": "2.0", "id": frame["id"], "result": 42}).encode())
         peer.writer.close()
@@ -348,14 +324,7 @@ async def test_closing_cancels_reader_handlers_and_pending_requests() -> None:
         async with anyio.create_task_group() as outer:
             conn = JsonRpcConnection(lr, lw, on_request=forever)
             async with conn:
-
-                async def ask() -> None:
-                    try:
-                        await conn.request("x")
-                    except BaseException as exc:
-                        caught.append(exc)
-
-                outer.start_soon(ask)
+                outer.start_soon(_ask, conn, caught)
                 await peer.frame()
                 await peer.send({"jsonrpc": "2.0", "id": 1, "method": "hang"})
                 with anyio.fail_after(5):
@@ -373,11 +342,7 @@ async def test_request_timeout_drops_the_late_response() -> None:
         await peer.send({"jsonrpc": "2.0", "id": frame["id"], "result": "late"})
         async with anyio.create_task_group() as tg:
             got: list[Any] = []
-
-            async def ask() -> None:
-                got.append(await conn.request("next"))
-
-            tg.start_soon(ask)
+            tg.start_soon(_ask, conn, got, "next")
             nxt = await peer.frame()
             await peer.send({"jsonrpc": "2.0", "id": nxt["id"], "result": "fresh"})
         assert got == ["fresh"]

@@ -85,7 +85,7 @@ async def test_parent_secret_never_reaches_the_child(monkeypatch: pytest.MonkeyP
     monkeypatch.setenv("LC_MESSAGES", "C")
     async with ManagedProcess(["/usr/bin/env"], env={"GIVEN": "yes"}) as proc:
         assert proc.stdout is not None
-        with anyio.fail_after(5):
+        with anyio.fail_after(PROMPTLY):
             dumped = (await proc.stdout.read()).decode()
     lines = set(dumped.splitlines())
     assert CANARY not in dumped
@@ -116,7 +116,7 @@ async def test_stdin_stdout_round_trip_and_cooperative_eof() -> None:
 async def test_read_line_limits_and_fragments() -> None:
     async with ManagedProcess(["sh", "-c", "printf 'a\\n\\nlast'"]) as proc:
         assert proc.stdout is not None
-        with anyio.fail_after(5):
+        with anyio.fail_after(PROMPTLY):
             assert [line async for line in iter_lines(proc.stdout)] == [b"a", b"", b"last"]
     async with ManagedProcess([PY, "-c", "print('x' * 5000)"], stdout_limit=1024) as proc:
         with pytest.raises(LineTooLong):

@@ -10,9 +10,7 @@ import os
 import shutil
 import socket
 import subprocess
-import time
 from collections.abc import Iterator
-from pathlib import Path
 
 import pytest
 
@@ -20,6 +18,7 @@ from dsh.llm import error_chain
 from dsh.llm.network import FailureDetail
 from tests import canaries
 from tests.real_parts import missing
+from tests.waiting import PROMPTLY, wait_until
 
 pytestmark = pytest.mark.anyio
 # Not a canary: tinyproxy's config file must hold it, and the session-end scan greps every file written.
@@ -33,14 +32,14 @@ def _free_port() -> int:
 
 
 def _wait_listening(port: int, process: subprocess.Popen[bytes]) -> None:
-    for _ in range(200):
+    def listening() -> bool:
         if process.poll() is not None:
             raise AssertionError(f"proxy exited {process.returncode}")
         with contextlib.closing(socket.socket()) as probe:
-            if probe.connect_ex(("127.0.0.1", port)) == 0:
-                return
-        time.sleep(0.05)
-    raise AssertionError("proxy did not listen")
+            return probe.connect_ex(("127.0.0.1", port)) == 0
+
+    # squid starts in seconds on a loaded machine; the wrong path (it never listens) waits forever.
+    wait_until(listening, 3 * PROMPTLY, "the proxy to listen", interval=0.05)
 
 
 @contextlib.contextmanager
@@ -58,14 +57,21 @@ def _running(argv: list[str], port: int) -> Iterator[None]:
             process.wait()
 
 
-@pytest.fixture
-def tinyproxy(tmp_path: Path) -> Iterator[str]:
-    """A tinyproxy with BasicAuth; yields its address as host:port."""
-    binary = shutil.which("tinyproxy") or ("/usr/bin/tinyproxy" if os.path.exists("/usr/bin/tinyproxy") else None)
+def _installed(name: str, fallback: str) -> str:
+    """The path of the proxy ``name`` (Debian puts squid in sbin, off a user's PATH); missing() if absent."""
+    binary = shutil.which(name) or (fallback if os.path.exists(fallback) else None)
     if binary is None:
-        missing("tinyproxy", "apt-get install -y tinyproxy")
+        missing(name, f"apt-get install -y {name}")
+    return binary
+
+
+# One proxy of each kind serves the whole module: they keep no state between requests.
+@pytest.fixture(scope="module")
+def tinyproxy(tmp_path_factory: pytest.TempPathFactory) -> Iterator[str]:
+    """A tinyproxy with BasicAuth; yields its address as host:port."""
+    binary = _installed("tinyproxy", "/usr/bin/tinyproxy")
     port = _free_port()
-    conf = tmp_path / "tinyproxy.conf"
+    conf = tmp_path_factory.mktemp("tinyproxy") / "tinyproxy.conf"
     conf.write_text(
         f"Port {port}\nListen 127.0.0.1\nTimeout 30\nMaxClients 20\nLogLevel Critical\n"
         f"BasicAuth dshuser {_PASSWORD}\n"
@@ -74,11 +80,11 @@ def tinyproxy(tmp_path: Path) -> Iterator[str]:
         yield f"127.0.0.1:{port}"
 
 
-@pytest.fixture
-def squid(tmp_path: Path) -> Iterator[str]:
-    binary = shutil.which("squid") or ("/usr/sbin/squid" if os.path.exists("/usr/sbin/squid") else None)
-    if binary is None:
-        missing("squid", "apt-get install -y squid")
+@pytest.fixture(scope="module")
+def squid(tmp_path_factory: pytest.TempPathFactory) -> Iterator[str]:
+    """A squid that allows everyone; yields its address as host:port."""
+    binary = _installed("squid", "/usr/sbin/squid")
+    tmp_path = tmp_path_factory.mktemp("squid")
     port = _free_port()
     conf = tmp_path / "squid.conf"
     user = "proxy" if os.geteuid() == 0 else os.environ.get("USER", "nobody")

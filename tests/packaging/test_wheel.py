@@ -10,10 +10,10 @@ Without PyPI the module skips with one line; under ``CI=true`` that is a failure
 
 from __future__ import annotations
 
+import functools
 import os
 import re
 import shutil
-import signal
 import subprocess
 import sys
 import tomllib
@@ -27,6 +27,7 @@ from dsh.llm._version import __version__
 from dsh.repl.demo.catalogue import SCENARIOS
 from dsh.repl.demo.delegation import DELEGATION_SCENARIOS, all_delegation_tables
 from dsh.repl.demo.product_delegation import PRODUCT_SCENARIOS, all_product_tables
+from tests.interrupted_child import run_interrupted
 from tests.waiting import wait_until
 
 pytestmark = pytest.mark.timeout(600)
@@ -247,21 +248,6 @@ def _session_started(home: Path) -> bool:
                for path in (home / "state").rglob("*.jsonl"))
 
 
-def _interrupted_run(command: list[str], cwd: Path, env: dict[str, str]) -> tuple[int, str, str]:
-    """`dsh -p` for a scenario that waits for Ctrl-C: SIGINT once its turn has started."""
-    process = subprocess.Popen(command, cwd=cwd, env=env, stdin=subprocess.DEVNULL, stdout=subprocess.PIPE,
-                               stderr=subprocess.PIPE, text=True)
-    try:
-        wait_until(lambda: _session_started(cwd), 30, "the turn to start")
-        process.send_signal(signal.SIGINT)
-        stdout, stderr = process.communicate(timeout=30)
-    finally:
-        if process.poll() is None:
-            process.kill()
-            process.wait()
-    return process.returncode, stdout, stderr
-
-
 @pytest.fixture
 def scenario_dir(tmp_path: Path) -> Path:
     """The scenario's HOME and working directory, with its own session logs."""
@@ -280,7 +266,9 @@ def test_each_demo_scenario_works_or_names_the_extra_to_install(
     env = {**fresh_venv.env(), "HOME": str(scenario_dir), "XDG_STATE_HOME": str(scenario_dir / "state")}
     command = [fresh_venv.bin("dsh"), "--demo", "--scenario", name]
     if scenario.cancel:
-        returncode, stdout, stderr = _interrupted_run([*command, "-p", "hi"], scenario_dir, env)
+        # a scenario that waits for Ctrl-C: SIGINT once its turn has started
+        turn_started = functools.partial(wait_until, lambda: _session_started(scenario_dir), 30, "the turn to start")
+        returncode, stdout, stderr = run_interrupted([*command, "-p", "hi"], scenario_dir, env, turn_started)
     elif name in BACKGROUND:
         # `dsh -p` ends with its turn and does not wait for a background job; the piped REPL does, so
         # the job's completion notice (the scenario's line) arrives before it exits.

@@ -5,15 +5,13 @@
   measured number, not a configured maximum.
 * ``dsh_harness.COUNTS`` / ``FIGURES`` (faults tried, kills survived, canaries checked, concurrent runs,
   soak RSS ...) are printed at the end of the run and written as JSON to ``$DSH_RELIABILITY_REPORT``
-  when that is set.
+  when that is set (tests/reliability/counts_report.py; under xdist the controller adds up the workers').
 * ``no_leftover_processes`` / ``leak_checker`` come from tests/leak_check.py, via tests/conftest.py.
 """
 
 from __future__ import annotations
 
 import functools
-import json
-import os
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
@@ -22,6 +20,7 @@ import pytest
 from dsh_harness import COUNTS, FIGURES
 
 from dsh.llm.loopback.fault_server import FaultServer
+from tests.reliability import counts_report
 
 _HERE = Path(__file__).resolve().parent
 
@@ -48,39 +47,22 @@ def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item
             handle.inner_test = counted
 
 
-def _fuzz_total() -> int:
-    return sum(value for key, value in COUNTS.items() if key.startswith("fuzz cases"))
-
-
-def _files_under_basetemp(config: pytest.Config) -> int | None:
+def _basetemp(config: pytest.Config) -> Path | None:
     factory = getattr(config, "_tmp_path_factory", None)
-    if factory is None:
-        return None
-    try:
-        base = Path(factory.getbasetemp())
-        return sum(1 for path in base.rglob("*") if path.is_file() and not path.is_symlink())
-    except OSError:
-        return None
+    return None if factory is None else Path(factory.getbasetemp())
+
+
+def pytest_sessionfinish(session: pytest.Session, exitstatus: int) -> None:
+    """An xdist worker hands its counts to the controller, which writes the one section."""
+    workeroutput = getattr(session.config, "workeroutput", None)
+    if workeroutput is not None:
+        workeroutput[counts_report.WORKER_OUTPUT_KEY] = counts_report.payload(COUNTS, FIGURES)
 
 
 def pytest_terminal_summary(terminalreporter: Any, exitstatus: int, config: pytest.Config) -> None:
-    if not COUNTS and not FIGURES:
-        return
-    terminalreporter.section("reliability counts")
-    for key in sorted(COUNTS):
-        terminalreporter.write_line(f"{key}: {COUNTS[key]}")
-    if _fuzz_total():
-        terminalreporter.write_line(f"fuzz cases (total): {_fuzz_total()}")
-    for key in sorted(FIGURES):
-        terminalreporter.write_line(f"{key}: {FIGURES[key]}")
-    scanned = _files_under_basetemp(config)
-    if scanned is not None:
-        COUNTS["files the session-end canary scan covers"] = scanned
-        terminalreporter.write_line(f"files the session-end canary scan covers: {scanned}")
-    target = os.environ.get("DSH_RELIABILITY_REPORT")
-    if target:
-        report = {"counts": dict(COUNTS), "fuzz_total": _fuzz_total(), "figures": dict(FIGURES)}
-        Path(target).write_text(json.dumps(report, indent=2, sort_keys=True) + "\n", encoding="utf-8")
+    # Under xdist this conftest lives in the workers only; tests/conftest.py writes the section there.
+    if not hasattr(config, "workerinput"):
+        counts_report.write_summary(terminalreporter, COUNTS, FIGURES, _basetemp(config))
 
 
 @pytest.fixture

@@ -24,8 +24,6 @@ from __future__ import annotations
 import contextlib
 import os
 import re
-import signal
-import subprocess
 import sys
 import tempfile
 import threading
@@ -61,6 +59,7 @@ from dsh.llm.loopback.fault_server import (
     closed_port,
 )
 from dsh.repl.render import sanitize
+from tests.interrupted_child import run_interrupted
 from tests.real_parts import isolated_resolver
 
 HELLO = "Hello! How can I help you today?"
@@ -421,18 +420,10 @@ def _interrupted_print(home: Home, fault: Fault, url: str, arrived: threading.Ev
     """``dsh -p`` that gets SIGINT once its request is at the (stalling) server."""
     args = ["--base-url", url, "-p", fault.prompt]
     started = time.monotonic()
-    process = subprocess.Popen(dsh_command(args), env=dsh_env(home), cwd=home.workspace, stdin=subprocess.DEVNULL,
-                               stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
-    try:
-        if arrived.wait(30):
-            process.send_signal(signal.SIGINT)
-        stdout, stderr = process.communicate(timeout=30)
-    finally:
-        if process.poll() is None:
-            process.kill()
-            process.wait()
-    path = save_transcript(home, fault.name, args, stdout, stderr, process.returncode)
-    return Run(args, process.returncode, stdout, stderr, time.monotonic() - started, path)
+    returncode, stdout, stderr = run_interrupted(dsh_command(args), home.workspace, dsh_env(home),
+                                                 lambda: arrived.wait(30))
+    path = save_transcript(home, fault.name, args, stdout, stderr, returncode)
+    return Run(args, returncode, stdout, stderr, time.monotonic() - started, path)
 
 
 def _run_alone(fault: Fault, root: Path) -> Outcome:

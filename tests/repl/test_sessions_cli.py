@@ -4,13 +4,14 @@
 from __future__ import annotations
 
 import json
-import os
 import re
 import subprocess
 import sys
 from pathlib import Path
 
 import pytest
+
+from tests.repl.test_cli import base_env
 
 HELLO = "Hello from the dsh demo! This text streamed from a real HTTP server on 127.0.0.1."
 DATE = r"\d{4}-\d\d-\d\d \d\d:\d\d"
@@ -24,14 +25,7 @@ def home(tmp_path: Path) -> Path:
 
 
 def run(home: Path, *args: str, cwd: Path | None = None, stdin: str = "") -> subprocess.CompletedProcess[str]:
-    env = {
-        "PATH": os.environ.get("PATH", "/usr/bin:/bin"),
-        "HOME": str(home),
-        "XDG_STATE_HOME": str(home / "state"),
-        "XDG_CONFIG_HOME": str(home / "config"),
-        "LANG": "C.UTF-8",
-    }
-    return subprocess.run([sys.executable, "-m", "dsh.repl", *args], cwd=cwd or home / "repo", env=env,
+    return subprocess.run([sys.executable, "-m", "dsh.repl", *args], cwd=cwd or home / "repo", env=base_env(home),
                           input=stdin, capture_output=True, text=True, timeout=60)
 
 
@@ -112,10 +106,9 @@ def test_sessions_rm_removes_a_session_and_refuses_one_open_in_another_dsh(home:
     assert run(home, "--demo", "-p", "first").returncode == 0
     assert run(home, "--demo", "-p", "second").returncode == 0
     first, second = sorted(session_files(home), key=lambda p: p.stat().st_mtime)
-    env = {"PATH": os.environ.get("PATH", ""), "HOME": str(home), "XDG_STATE_HOME": str(home / "state"),
-           "XDG_CONFIG_HOME": str(home / "config"), "LANG": "C.UTF-8"}
     holder = subprocess.Popen([sys.executable, "-m", "dsh.repl", "--demo", "--resume", second.stem],
-                              cwd=home / "repo", env=env, stdin=subprocess.PIPE, stdout=subprocess.PIPE, text=True)
+                              cwd=home / "repo", env=base_env(home), stdin=subprocess.PIPE, stdout=subprocess.PIPE,
+                              text=True)
     try:
         assert holder.stdout is not None
         assert holder.stdout.readline() == f"resumed session {second.stem} (1 turn)\n"  # it holds the lock now

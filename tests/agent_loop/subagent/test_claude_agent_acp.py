@@ -19,6 +19,7 @@ import pytest
 from dsh.agent_loop.subagent.acp import from_config
 from dsh.agent_loop.subagent.result import SubagentRequest, SubagentResult
 from fixtures.fake_anthropic import FakeAnthropic
+from tests.leak_check import child_pids
 from tests.real_parts import missing
 
 REPO = Path(__file__).resolve().parents[3]
@@ -118,17 +119,15 @@ async def test_a_configured_acting_mode_warns(tmp_path: Path) -> None:
 
 
 def _agent_pids() -> list[int]:
+    """Our children running claude-agent-acp (only our own children are read)."""
     pids = []
-    for entry in Path("/proc").iterdir():
-        if not entry.name.isdigit():
-            continue
+    for pid in child_pids(os.getpid()):
         try:
-            ppid = int((entry / "stat").read_text().rsplit(")", 1)[1].split()[1])
-            cmdline = (entry / "cmdline").read_bytes()
-        except (OSError, IndexError, ValueError):
+            cmdline = Path(f"/proc/{pid}/cmdline").read_bytes()
+        except OSError:
             continue
-        if ppid == os.getpid() and b"claude-agent-acp" in cmdline:
-            pids.append(int(entry.name))
+        if b"claude-agent-acp" in cmdline:
+            pids.append(pid)
     return pids
 
 

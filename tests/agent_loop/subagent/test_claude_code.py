@@ -3,7 +3,7 @@
 Real-product tests run the bundled ``claude`` against ``fixtures/fake_anthropic.py`` on loopback, with
 an isolated config dir, retries off and non-essential traffic off (~1 s each). The scripted fake
 (``repl/demo/fake_claude_cli.py``, via the provider's ``command``) covers every remaining category and
-stage. Every test checks that no process survives it.
+stage (its scenario table runs in test_product_scenarios.py). Every test checks that no process survives it.
 """
 
 from __future__ import annotations
@@ -11,7 +11,6 @@ from __future__ import annotations
 import json
 import os
 import signal
-import sys
 from pathlib import Path
 from typing import Any
 
@@ -20,20 +19,21 @@ import pytest
 
 from dsh.agent_loop.subagent import Provider, SubagentConfigError, build_provider
 from dsh.agent_loop.subagent.claude_code import DENY_MESSAGE, ClaudeCodeConfig, ClaudeCodeRun, from_config
-from dsh.agent_loop.subagent.result import SubagentRequest, SubagentResult
+from dsh.agent_loop.subagent.result import SubagentResult
 from fixtures.fake_anthropic import FakeAnthropic
+from tests.agent_loop.subagent.product_support import (
+    PARENT_CANARY,
+    STDERR_CANARY,
+    UPSTREAM_CANARY,
+    assert_no_canary,
+    fake_claude,
+    request,
+    run_once,
+)
+from tests.agent_loop.subagent.product_support import claude_failure as failure
 from tests.waiting import PROMPTLY
 
 pytestmark = [pytest.mark.anyio, pytest.mark.usefixtures("no_leftover_processes")]
-
-ROOT = Path(__file__).resolve().parents[3]
-# a scripted child: it runs as a process, never imported (tests of agent_loop load no front end)
-FAKE_CLI = str(ROOT / "repl" / "demo" / "fake_claude_cli.py")
-PROMPT_CANARY = "PROMPT-CANARY-7f3a"
-STDERR_CANARY = "STDERR-CANARY-91bc"
-UPSTREAM_CANARY = "UPSTREAM-CANARY-c0de"
-PARENT_CANARY = "PARENT-SECRET-CANARY-5e5e"
-CANARIES = (PROMPT_CANARY, STDERR_CANARY, UPSTREAM_CANARY, PARENT_CANARY)
 
 DECISION = (
     "Claude Code unattended decision (mode: dontAsk; request: tool permission; decision: denied): "
@@ -41,75 +41,11 @@ DECISION = (
 )
 
 
-def failure(stage: str, category: str, tail: str = "") -> str:
-    return f"Product subagent failure (product: Claude Code; stage: {stage}; category: {category}{tail})"
-
-
-def assert_no_canary(result: SubagentResult) -> None:
-    for canary in CANARIES:
-        assert canary not in (result.diagnostic or "")
-
-
-def fake_provider(scenario: str, **config: Any) -> Provider:
-    env = {"FAKE_CLAUDE_SCENARIO": scenario, "FAKE_CLAUDE_STDERR": STDERR_CANARY, **config.pop("env", {})}
-    settings = {"command": [sys.executable, FAKE_CLI], "env": env, "eof_grace": 0.5, "term_grace": 0.5}
-    settings.update(config)
-    return from_config("probe", settings)
-
-
-def request(tmp_path: Path, prompt: str = f"do the task {PROMPT_CANARY}") -> SubagentRequest:
-    return SubagentRequest(description="task", prompt=prompt, cwd=str(tmp_path))
-
-
-async def run_once(provider: Provider, req: SubagentRequest) -> SubagentResult:
-    async with provider.run(req) as run:
-        return await run.result()
-
-
-# -- scripted fake CLI: every category and stage -----------------------------------------------------
-
-SCRIPTED = [
-    ("success", "completed", None, "fake answer"),
-    ("setsid_helper", "completed", None, "fake answer"),  # and the helper is gone (no_leftover_processes)
-    ("blank_success", "error", failure("query-run", "invalid-success", "; exit code: 0"), ""),
-    ("is_error_success", "error", failure("query-run", "invalid-success", "; exit code: 1"), "partial work"),
-    (
-        "error_during_execution",
-        "error",
-        failure("query-run", "error_during_execution", "; exit code: 1"),
-        "partial work",
-    ),
-    ("error_max_turns", "error", failure("query-run", "error_max_turns", "; exit code: 1"), "partial work"),
-    ("error_max_budget_usd", "error", failure("query-run", "error_max_budget_usd", "; exit code: 1"), "partial work"),
-    (
-        "error_max_structured_output_retries",
-        "error",
-        failure("query-run", "error_max_structured_output_retries", "; exit code: 1"),
-        "partial work",
-    ),
-    ("unknown_subtype", "error", failure("query-run", "unknown", "; exit code: 1"), ""),
-    ("no_result", "error", failure("query-run", "missing-result", "; exit code: 0"), "partial work"),
-    ("malformed_frame", "error", failure("query-run", "unknown"), "partial work"),
-    ("exit_mid_run", "error", failure("process", "process-exit", "; exit code: 3"), "partial work"),
-    ("kill_mid_run", "error", failure("process", "process-exit", "; signal: SIGKILL"), "partial work"),
-    ("success_then_exit_1", "error", failure("process", "process-exit", "; exit code: 1"), ""),
-    ("orphan_holds_stdout", "error", failure("process", "process-exit", "; exit code: 5"), "partial work"),
-    ("exit_at_start", "error", failure("query-start", "process-exit", "; exit code: 7"), ""),
-    ("garbage_at_start", "error", failure("query-start", "unknown"), ""),
-]  # fmt: skip
-
-
-@pytest.mark.parametrize(("scenario", "stop_reason", "diagnostic", "output"), SCRIPTED, ids=[s[0] for s in SCRIPTED])
-async def test_scripted_outcome(
-    tmp_path: Path, scenario: str, stop_reason: str, diagnostic: str | None, output: str
-) -> None:
-    result = await run_once(fake_provider(scenario), request(tmp_path))
-    assert (result.stop_reason, result.diagnostic, result.output) == (stop_reason, diagnostic, output)
-    assert_no_canary(result)
+# -- scripted fake CLI (its scenario table: test_product_scenarios.py) --------------------------------
 
 
 async def test_permission_request_is_denied_and_recorded_after_the_failure_line(tmp_path: Path) -> None:
-    result = await run_once(fake_provider("permission_then_error"), request(tmp_path))
+    result = await run_once(fake_claude("permission_then_error"), request(tmp_path))
     assert result.stop_reason == "error"
     assert result.diagnostic == failure("query-run", "error_during_execution", "; exit code: 1") + "\n" + DECISION
     # The CLI saw a deny (the fake reports the behaviour it received in its assistant text).
@@ -118,13 +54,13 @@ async def test_permission_request_is_denied_and_recorded_after_the_failure_line(
 
 
 async def test_decision_line_names_the_configured_mode(tmp_path: Path) -> None:
-    result = await run_once(fake_provider("permission_then_error", permission_mode="acceptEdits"), request(tmp_path))
+    result = await run_once(fake_claude("permission_then_error", permission_mode="acceptEdits"), request(tmp_path))
     assert result.diagnostic is not None
     assert result.diagnostic.splitlines()[1] == DECISION.replace("mode: dontAsk", "mode: acceptEdits")
 
 
 async def test_teardown_failure_when_the_cli_outlives_stdin_eof_and_sigterm(tmp_path: Path) -> None:
-    provider = fake_provider("linger_after_success", env={"FAKE_CLAUDE_STUBBORN": "1"})
+    provider = fake_claude("linger_after_success", env={"FAKE_CLAUDE_STUBBORN": "1"})
     async with provider.run(request(tmp_path)) as run:
         assert isinstance(run, ClaudeCodeRun)
         await run.started.wait()  # not timed: the first run imports the SDK, seconds on a loaded machine
@@ -135,14 +71,14 @@ async def test_teardown_failure_when_the_cli_outlives_stdin_eof_and_sigterm(tmp_
     assert result.output == "fake answer"  # the answer is kept, as partial output
 
 
-async def test_argv_env_and_cwd_of_the_child(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+async def test_argv_env_and_cwd_of_the_child(
+    tmp_path: Path, workdir: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
     monkeypatch.setenv("ANTHROPIC_API_KEY", PARENT_CANARY)
     monkeypatch.setenv("DSH_TEST_PARENT_SECRET", PARENT_CANARY)
     monkeypatch.setenv("DSH_TEST_PASSED", "passed-by-name")
     record = tmp_path / "record.json"
-    workdir = tmp_path / "work"
-    workdir.mkdir()
-    provider = fake_provider(
+    provider = fake_claude(
         "success",
         env={"FAKE_CLAUDE_RECORD": str(record), "EXPLICIT_ONE": "explicit"},
         pass_env=["DSH_TEST_PASSED"],
@@ -178,7 +114,7 @@ async def test_argv_env_and_cwd_of_the_child(tmp_path: Path, monkeypatch: pytest
 
 
 async def test_the_child_leads_its_own_process_group(tmp_path: Path) -> None:
-    async with fake_provider("hang").run(request(tmp_path)) as run:
+    async with fake_claude("hang").run(request(tmp_path)) as run:
         assert isinstance(run, ClaudeCodeRun)
         await run.started.wait()
         pid = run.transport.process.pid
@@ -187,7 +123,7 @@ async def test_the_child_leads_its_own_process_group(tmp_path: Path) -> None:
 
 
 async def test_local_cancel_settles_aborted_without_diagnostic(tmp_path: Path) -> None:
-    async with fake_provider("hang").run(request(tmp_path)) as run:
+    async with fake_claude("hang").run(request(tmp_path)) as run:
         await run.started.wait()
         await run.cancel()
         result = await run.result()
@@ -197,7 +133,7 @@ async def test_local_cancel_settles_aborted_without_diagnostic(tmp_path: Path) -
 
 async def test_dispose_during_a_run_stops_it_and_is_idempotent(tmp_path: Path) -> None:
     results: list[SubagentResult] = []
-    async with fake_provider("hang").run(request(tmp_path)) as run, anyio.create_task_group() as tg:
+    async with fake_claude("hang").run(request(tmp_path)) as run, anyio.create_task_group() as tg:
 
         async def wait() -> None:
             results.append(await run.result())
@@ -212,7 +148,7 @@ async def test_dispose_during_a_run_stops_it_and_is_idempotent(tmp_path: Path) -
 
 
 async def test_dispose_before_start_starts_nothing(tmp_path: Path) -> None:
-    run = fake_provider("success").run(request(tmp_path))
+    run = fake_claude("success").run(request(tmp_path))
     await run.dispose()
     result = await run.result()
     assert (result.stop_reason, result.diagnostic) == ("aborted", None)
@@ -220,13 +156,13 @@ async def test_dispose_before_start_starts_nothing(tmp_path: Path) -> None:
 
 
 async def test_result_is_computed_once(tmp_path: Path) -> None:
-    async with fake_provider("success").run(request(tmp_path)) as run:
+    async with fake_claude("success").run(request(tmp_path)) as run:
         first = await run.result()
         assert await run.result() is first
 
 
 async def test_caller_cancellation_still_tears_the_child_down(tmp_path: Path) -> None:
-    run = fake_provider("hang").run(request(tmp_path))
+    run = fake_claude("hang").run(request(tmp_path))
     with anyio.move_on_after(30):
         async with anyio.create_task_group() as tg:
             run.start(tg)
@@ -243,7 +179,7 @@ async def test_two_concurrent_runs_stay_isolated(tmp_path: Path) -> None:
     results: dict[str, SubagentResult] = {}
 
     async def one(name: str, scenario: str) -> None:
-        provider = fake_provider(scenario, env={"FAKE_CLAUDE_DELAY": "0.3"})
+        provider = fake_claude(scenario, env={"FAKE_CLAUDE_DELAY": "0.3"})
         results[name] = await run_once(provider, request(tmp_path / name))
 
     async with anyio.create_task_group() as tg:
@@ -254,7 +190,7 @@ async def test_two_concurrent_runs_stay_isolated(tmp_path: Path) -> None:
 
 
 async def test_child_stderr_never_reaches_our_terminal(tmp_path: Path, capfd: pytest.CaptureFixture[str]) -> None:
-    result = await run_once(fake_provider("exit_mid_run"), request(tmp_path))
+    result = await run_once(fake_claude("exit_mid_run"), request(tmp_path))
     assert result.stop_reason == "error"
     captured = capfd.readouterr()
     assert STDERR_CANARY not in captured.err + captured.out
@@ -267,7 +203,7 @@ async def test_missing_configured_cli_fails_at_query_start(tmp_path: Path) -> No
 
 
 async def test_missing_working_directory_fails_at_query_start(tmp_path: Path) -> None:
-    result = await run_once(fake_provider("success"), request(tmp_path / "gone"))
+    result = await run_once(fake_claude("success"), request(tmp_path / "gone"))
     assert (result.stop_reason, result.diagnostic) == ("error", failure("query-start", "configuration"))
 
 
@@ -336,13 +272,6 @@ def real_provider(api: FakeAnthropic, config_dir: Path, **config: Any) -> Provid
 @pytest.fixture
 def config_dir(tmp_path: Path) -> Path:
     path = tmp_path / "claude-config"
-    path.mkdir()
-    return path
-
-
-@pytest.fixture
-def workdir(tmp_path: Path) -> Path:
-    path = tmp_path / "work"
     path.mkdir()
     return path
 

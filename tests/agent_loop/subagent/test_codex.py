@@ -11,7 +11,6 @@ from __future__ import annotations
 import json
 import os
 import signal
-import sys
 import time
 from pathlib import Path
 from typing import Any
@@ -28,24 +27,22 @@ from dsh.agent_loop.subagent.codex import (
     classify_error_info,
     from_config,
 )
-from dsh.agent_loop.subagent.result import SubagentRequest, SubagentResult
+from dsh.agent_loop.subagent.result import SubagentResult
 from fixtures.fake_responses import FakeResponses, closed_port
+from tests.agent_loop.subagent.product_support import (
+    PARENT_CANARY,
+    PROMPT_CANARY,
+    STDERR_CANARY,
+    UPSTREAM_CANARY,
+    assert_no_canary,
+    fake_codex,
+    request,
+    run_once,
+)
+from tests.agent_loop.subagent.product_support import codex_failure as failure
 from tests.waiting import PROMPTLY
 
 pytestmark = [pytest.mark.anyio, pytest.mark.usefixtures("no_leftover_processes")]
-
-ROOT = Path(__file__).resolve().parents[3]
-# a scripted child: it runs as a process, never imported (tests of agent_loop load no front end)
-FAKE_SERVER = str(ROOT / "repl" / "demo" / "fake_codex_app_server.py")
-PROMPT_CANARY = "PROMPT-CANARY-4b1d"
-STDERR_CANARY = "STDERR-CANARY-77aa"
-UPSTREAM_CANARY = "UPSTREAM-CANARY-e9e9"
-PARENT_CANARY = "PARENT-SECRET-CANARY-3c3c"
-CANARIES = (PROMPT_CANARY, STDERR_CANARY, UPSTREAM_CANARY, PARENT_CANARY)
-
-
-def failure(stage: str, category: str, tail: str = "") -> str:
-    return f"Product subagent failure (product: Codex; stage: {stage}; category: {category}{tail})"
 
 
 def decision(request_kind: str, decided: str) -> str:
@@ -53,35 +50,6 @@ def decision(request_kind: str, decided: str) -> str:
         f"Codex unattended decision (mode: never; request: {request_kind}; decision: {decided}): "
         "the provider does not request human approval"
     )
-
-
-def assert_no_canary(result: SubagentResult) -> None:
-    for canary in CANARIES:
-        assert canary not in (result.diagnostic or "")
-
-
-def fake_provider(scenario: str, error_info: Any = None, **config: Any) -> Provider:
-    env = {"FAKE_CODEX_SCENARIO": scenario, "FAKE_CODEX_STDERR": STDERR_CANARY, **config.pop("env", {})}
-    if error_info is not None:
-        env["FAKE_CODEX_ERROR_INFO"] = json.dumps(error_info)
-    settings: dict[str, Any] = {
-        "command": [sys.executable, FAKE_SERVER],
-        "env": env,
-        "eof_grace": 0.5,
-        "term_grace": 0.5,
-        "interrupt_grace": 0.5,
-    }
-    settings.update(config)
-    return from_config("codex", settings)
-
-
-def request(tmp_path: Path, prompt: str = f"do the task {PROMPT_CANARY}") -> SubagentRequest:
-    return SubagentRequest(description="task", prompt=prompt, cwd=str(tmp_path))
-
-
-async def run_once(provider: Provider, req: SubagentRequest) -> SubagentResult:
-    async with provider.run(req) as run:
-        return await run.result()
 
 
 # -- codexErrorInfo: every variant --------------------------------------------------------------------
@@ -140,65 +108,32 @@ FAILED_TURNS = [
 
 @pytest.mark.parametrize(("info", "diagnostic"), FAILED_TURNS, ids=[json.dumps(i) for i, _ in FAILED_TURNS])
 async def test_failed_turn_category(tmp_path: Path, info: Any, diagnostic: str) -> None:
-    result = await run_once(fake_provider("fail", info), request(tmp_path))
+    result = await run_once(fake_codex("fail", info), request(tmp_path))
     # cyberPolicy is not a refusal, and no other category changes the stop reason.
     assert (result.stop_reason, result.diagnostic) == ("error", diagnostic)
     assert_no_canary(result)
 
 
 async def test_context_window_exceeded_is_max_tokens_with_partial_output(tmp_path: Path) -> None:
-    result = await run_once(fake_provider("partial_then_context"), request(tmp_path))
+    result = await run_once(fake_codex("partial_then_context"), request(tmp_path))
     assert result == SubagentResult("half an answer", "max-tokens", failure("turn", "contextWindowExceeded"))
 
 
 async def test_error_notification_supplies_the_category_when_the_turn_error_is_null(tmp_path: Path) -> None:
-    result = await run_once(fake_provider("error_then_fail", "usageLimitExceeded"), request(tmp_path))
+    result = await run_once(fake_codex("error_then_fail", "usageLimitExceeded"), request(tmp_path))
     assert result.diagnostic == failure("turn", "usageLimitExceeded")
 
 
-# -- stages -------------------------------------------------------------------------------------------
-
-STAGES = [
-    ("success", "completed", None, "fake answer"),
-    ("setsid_helper", "completed", None, "fake answer"),  # and the helper is gone (no_leftover_processes)
-    ("commentary_then_final", "completed", None, "the final answer"),
-    ("legacy_no_phase", "completed", None, "legacy answer"),
-    ("early_completed", "completed", None, "early answer"),
-    ("completed_no_answer", "error", failure("turn", "unknown"), "only commentary"),
-    ("interrupted_remote", "error", failure("turn", "unknown"), ""),
-    ("unknown_status", "error", failure("turn", "unknown"), ""),
-    ("malformed_frame_mid_turn", "error", failure("turn", "unknown"), ""),
-    ("exit_at_initialize", "error", failure("initialize", "process-exit", "; exit code: 9"), ""),
-    ("init_error", "error", failure("initialize", "unknown"), ""),
-    ("garbage_at_initialize", "error", failure("initialize", "unknown"), ""),
-    ("exit_at_thread_start", "error", failure("thread-start", "process-exit", "; exit code: 6"), ""),
-    ("thread_start_error", "error", failure("thread-start", "unknown"), ""),
-    ("thread_start_malformed", "error", failure("thread-start", "unknown"), ""),
-    ("turn_start_malformed", "error", failure("turn-start", "unknown"), ""),
-    ("exit_mid_turn", "error", failure("process", "process-exit", "; exit code: 4"), ""),
-    ("kill_mid_turn", "error", failure("process", "process-exit", "; signal: SIGKILL"), ""),
-    ("orphan_holds_stdout", "error", failure("process", "process-exit", "; exit code: 5"), ""),
-    ("stubborn_after_success", "error", failure("teardown", "unknown", "; signal: SIGKILL"), "fake answer"),
-]  # fmt: skip
-
-
-@pytest.mark.parametrize(("scenario", "stop_reason", "diagnostic", "output"), STAGES, ids=[s[0] for s in STAGES])
-async def test_stage_outcome(
-    tmp_path: Path, scenario: str, stop_reason: str, diagnostic: str | None, output: str
-) -> None:
-    result = await run_once(fake_provider(scenario), request(tmp_path))
-    assert (result.stop_reason, result.diagnostic, result.output) == (stop_reason, diagnostic, output)
-    assert_no_canary(result)
-
+# -- stages (the scenario table runs in test_product_scenarios.py) ------------------------------------
 
 async def test_turn_start_error_with_structured_info(tmp_path: Path) -> None:
     info = {"activeTurnNotSteerable": {"turnKind": "compact"}}
-    result = await run_once(fake_provider("turn_start_error", info), request(tmp_path))
+    result = await run_once(fake_codex("turn_start_error", info), request(tmp_path))
     assert result.diagnostic == failure("turn-start", "activeTurnNotSteerable")
 
 
 async def test_silent_turn_start_hits_the_deadline(tmp_path: Path) -> None:
-    result = await run_once(fake_provider("turn_start_silent", turn_timeout=0.5), request(tmp_path))
+    result = await run_once(fake_codex("turn_start_silent", turn_timeout=0.5), request(tmp_path))
     assert result.diagnostic == failure("turn-start", "timeout")
 
 
@@ -209,7 +144,7 @@ async def test_missing_binary_fails_at_initialize(tmp_path: Path) -> None:
 
 
 async def test_missing_working_directory_fails_at_initialize(tmp_path: Path) -> None:
-    result = await run_once(fake_provider("success"), request(tmp_path / "gone"))
+    result = await run_once(fake_codex("success"), request(tmp_path / "gone"))
     assert (result.stop_reason, result.diagnostic) == ("error", failure("initialize", "configuration"))
 
 
@@ -217,7 +152,7 @@ async def test_missing_working_directory_fails_at_initialize(tmp_path: Path) -> 
 
 
 async def test_approvals_are_declined_unattended_and_the_latest_is_recorded(tmp_path: Path) -> None:
-    result = await run_once(fake_provider("approvals_then_fail"), request(tmp_path))
+    result = await run_once(fake_codex("approvals_then_fail"), request(tmp_path))
     assert result.stop_reason == "error"
     assert result.diagnostic == failure("turn", "sandboxError") + "\n" + decision("command execution", "denied")
     replies = {entry["method"]: entry["reply"] for entry in json.loads(result.output)}
@@ -240,7 +175,7 @@ TURN_DEADLINE = 2
 
 async def test_deadline_interrupts_the_turn_and_settles(tmp_path: Path) -> None:
     record = tmp_path / "record.json"
-    provider = fake_provider("hang_turn", turn_timeout=TURN_DEADLINE, env={"FAKE_CODEX_RECORD": str(record)})
+    provider = fake_codex("hang_turn", turn_timeout=TURN_DEADLINE, env={"FAKE_CODEX_RECORD": str(record)})
     with anyio.fail_after(PROMPTLY):  # the turn never ends by itself: without the deadline this hangs
         result = await run_once(provider, request(tmp_path))
     # The retrying error Codex reported is why the turn never finished.
@@ -252,13 +187,13 @@ async def test_deadline_interrupts_the_turn_and_settles(tmp_path: Path) -> None:
 async def test_deadline_settles_even_when_the_interrupt_is_ignored(tmp_path: Path) -> None:
     # The fake answers turn/interrupt but never ends the turn: without the interrupt grace this hangs.
     with anyio.fail_after(PROMPTLY):
-        result = await run_once(fake_provider("ignore_interrupt", turn_timeout=TURN_DEADLINE), request(tmp_path))
+        result = await run_once(fake_codex("ignore_interrupt", turn_timeout=TURN_DEADLINE), request(tmp_path))
     assert result.diagnostic == failure("turn", "responseStreamDisconnected")
 
 
 async def test_local_cancel_interrupts_and_settles_aborted(tmp_path: Path) -> None:
     record = tmp_path / "record.json"
-    async with fake_provider("hang_turn", env={"FAKE_CODEX_RECORD": str(record)}).run(request(tmp_path)) as run:
+    async with fake_codex("hang_turn", env={"FAKE_CODEX_RECORD": str(record)}).run(request(tmp_path)) as run:
         assert isinstance(run, CodexRun)
         await run.turn_started.wait()
         await run.cancel()
@@ -270,7 +205,7 @@ async def test_local_cancel_interrupts_and_settles_aborted(tmp_path: Path) -> No
 
 async def test_dispose_mid_turn_stops_the_run_and_is_idempotent(tmp_path: Path) -> None:
     results: list[SubagentResult] = []
-    async with fake_provider("hang_turn").run(request(tmp_path)) as run, anyio.create_task_group() as tg:
+    async with fake_codex("hang_turn").run(request(tmp_path)) as run, anyio.create_task_group() as tg:
         assert isinstance(run, CodexRun)
 
         async def wait() -> None:
@@ -285,7 +220,7 @@ async def test_dispose_mid_turn_stops_the_run_and_is_idempotent(tmp_path: Path) 
 
 
 async def test_caller_cancellation_still_tears_the_child_down(tmp_path: Path) -> None:
-    run = fake_provider("hang_turn").run(request(tmp_path))
+    run = fake_codex("hang_turn").run(request(tmp_path))
     assert isinstance(run, CodexRun)
     async with anyio.create_task_group() as tg:
         run.start(tg)
@@ -299,14 +234,14 @@ async def test_caller_cancellation_still_tears_the_child_down(tmp_path: Path) ->
 # -- the child ----------------------------------------------------------------------------------------
 
 
-async def test_wire_argv_env_and_thread_parameters(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+async def test_wire_argv_env_and_thread_parameters(
+    tmp_path: Path, workdir: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
     monkeypatch.setenv("OPENAI_API_KEY", PARENT_CANARY)
     monkeypatch.setenv("CODEX_API_KEY", PARENT_CANARY)
     monkeypatch.setenv("DSH_TEST_PASSED", "by-name")
     record = tmp_path / "record.json"
-    workdir = tmp_path / "work"
-    workdir.mkdir()
-    provider = fake_provider(
+    provider = fake_codex(
         "success",
         env={"FAKE_CODEX_RECORD": str(record), "EXPLICIT_ONE": "explicit"},
         pass_env=["DSH_TEST_PASSED"],
@@ -339,7 +274,7 @@ async def test_wire_argv_env_and_thread_parameters(tmp_path: Path, monkeypatch: 
 
 
 async def test_the_child_leads_its_own_process_group(tmp_path: Path) -> None:
-    async with fake_provider("hang_turn").run(request(tmp_path)) as run:
+    async with fake_codex("hang_turn").run(request(tmp_path)) as run:
         assert isinstance(run, CodexRun)
         await run.turn_started.wait()
         assert run.process is not None and run.process.pid is not None
@@ -348,7 +283,7 @@ async def test_the_child_leads_its_own_process_group(tmp_path: Path) -> None:
 
 
 async def test_child_stderr_never_reaches_our_terminal(tmp_path: Path, capfd: pytest.CaptureFixture[str]) -> None:
-    await run_once(fake_provider("exit_mid_turn"), request(tmp_path))
+    await run_once(fake_codex("exit_mid_turn"), request(tmp_path))
     captured = capfd.readouterr()
     assert STDERR_CANARY not in captured.err + captured.out
 
@@ -358,7 +293,7 @@ async def test_two_concurrent_runs_stay_isolated(tmp_path: Path) -> None:
 
     async def one(name: str, scenario: str, info: Any = None) -> None:
         (tmp_path / name).mkdir()
-        results[name] = await run_once(fake_provider(scenario, info), request(tmp_path / name))
+        results[name] = await run_once(fake_codex(scenario, info), request(tmp_path / name))
 
     async with anyio.create_task_group() as tg:
         tg.start_soon(one, "a", "success")
@@ -426,13 +361,6 @@ def real_provider(base_url: str, codex_home: Path, **config: Any) -> Provider:
 @pytest.fixture
 def codex_home(tmp_path: Path) -> Path:
     path = tmp_path / "codex-home"
-    path.mkdir()
-    return path
-
-
-@pytest.fixture
-def workdir(tmp_path: Path) -> Path:
-    path = tmp_path / "work"
     path.mkdir()
     return path
 
