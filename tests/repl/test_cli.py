@@ -91,7 +91,7 @@ def test_version_is_fast_and_imports_nothing_heavy(home: Path) -> None:
         for name in imported
         if name.split(".")[0] not in sys.stdlib_module_names and not name.startswith("__editable__")
     }  # (an editable install's path finder is pip's, not ours)
-    ours = {"dsh", "dsh.repl", "dsh.repl.cli", "dsh.repl.__main__", "dsh.llm", "dsh.llm._version"}
+    ours = {"dsh", "dsh.repl", "dsh.repl.cli", "dsh.repl.__main__", "dsh.llm", "dsh.llm._version", "dsh.llm._exports"}
     # ("imported package" is importtime's own header)
     assert foreign <= ours | {"_distutils_hack", "sitecustomize", "usercustomize", "imported package"}, foreign
     assert not {"typing", "asyncio", "ssl", "tomllib", "json", "socket"} & imported
