@@ -102,7 +102,11 @@ def _records(raw: bytes) -> list[dict[str, Any]]:
 
 
 def _open_turn(records: list[dict[str, Any]]) -> tuple[int | None, list[str]]:
-    """The turn left open at the end of ``records`` and its unanswered tool-call ids (model order)."""
+    """The turn left open at the end of ``records`` and its unanswered tool-call ids (model order).
+
+    A call is owed a result once the assistant message that asks for it is on disk: a SIGKILL may land
+    before its ``tool/call`` record is written, and the model still needs an answer for it.
+    """
     open_turn: int | None = None
     pending: list[str] = []
     for record in records:
@@ -111,8 +115,8 @@ def _open_turn(records: list[dict[str, Any]]) -> tuple[int | None, list[str]]:
             open_turn, pending = data["turn"], []
         elif kind == "turn/end":
             open_turn, pending = None, []
-        elif kind == "tool/call":
-            pending.append(data["id"])
+        elif kind == "assistant/message":
+            pending += [call["id"] for call in data["tool_calls"] if call["id"] not in pending]
         elif kind == "tool/result" and data["id"] in pending:
             pending.remove(data["id"])
     return open_turn, pending
