@@ -28,7 +28,7 @@ from tests.waiting import PROMPTLY, wait_until
 REPO = Path(__file__).resolve().parents[2]
 KEY = "sk-ptyTestKey000000000000000000000"
 PROMPT = re.compile(r"\x1b\[0m>(?:\x1b|\s)")
-TIMEOUT = 10
+TIMEOUT = PROMPTLY  # what one awaited line may take on a loaded machine (tests/waiting.py)
 LINE_BREAK = r"\r?\n(?:\x1b\[\?7h)?"  # between the lines of one command's output, as the app writes them
 
 pytestmark = pytest.mark.timeout(60)
