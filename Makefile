@@ -8,8 +8,10 @@ PIP := $(BIN)/python -m pip install -q --disable-pip-version-check
 # The suite runs on one pytest-xdist worker per CPU: every test is safe beside another (its own temp dirs,
 # ports from the OS, its own HOME, only its own processes; docs/architecture.md, "Where the tests are").
 # A module stays on one worker (loadfile): its module-scoped servers start once, and the few tests that
-# read what earlier tests of their module recorded still find it. `make test PARALLEL=` runs in one process.
-PARALLEL ?= -n auto --dist loadfile
+# read what earlier tests of their module recorded still find it. The options are pytest's own (addopts in
+# pyproject.toml), so a bare `pytest` runs the suite the same way; `make test PARALLEL="-n 0"` runs it in
+# one process.
+PARALLEL ?=
 
 .PHONY: demo test check lint typecheck bench clean
 
