@@ -63,6 +63,7 @@ class EndReason:
                 request_id=request_id if isinstance(request_id, str) else None,
                 detail=data["detail"] if isinstance(data.get("detail"), str) else None,
                 endpoint=data["endpoint"] if isinstance(data.get("endpoint"), str) else None,
+                endpoint_name=data["endpoint_name"] if isinstance(data.get("endpoint_name"), str) else None,
             )
         return OtherEnd(kind if isinstance(kind, str) else "", dict(data))
 
@@ -127,6 +128,7 @@ class Failed(EndReason):
     request_id: str | None = None
     detail: str | None = None  # dsh.llm.network.FailureDetail: what the fix line routes on
     endpoint: str | None = None  # the redacted URL that failed (the base URL, or the proxy's)
+    endpoint_name: str | None = None  # who answered there ("DeepSeek", "LiteLLM"; dsh.llm.endpoint), None: unnamed
 
     def to_dict(self) -> dict[str, Any]:
         data: dict[str, Any] = {"kind": self.kind, "code": self.code, "message": self.message, "step": self.step}
@@ -138,6 +140,8 @@ class Failed(EndReason):
             data["detail"] = self.detail
         if self.endpoint is not None:
             data["endpoint"] = self.endpoint
+        if self.endpoint_name is not None:
+            data["endpoint_name"] = self.endpoint_name
         return data
 
 
@@ -163,6 +167,7 @@ def failure_from_exception(exc: BaseException, step: int, secrets: tuple[str, ..
     request_id = exc.request_id if isinstance(exc, LlmError) else None
     detail = exc.detail if isinstance(exc, LlmError) else None
     endpoint = exc.endpoint if isinstance(exc, LlmError) else None
+    endpoint_name = exc.endpoint_name if isinstance(exc, LlmError) else None
     return Failed(
         code=code,
         message=redact_text(error_chain(exc), secrets),
@@ -171,4 +176,5 @@ def failure_from_exception(exc: BaseException, step: int, secrets: tuple[str, ..
         request_id=request_id,
         detail=detail,
         endpoint=redact_text(endpoint, secrets) if isinstance(endpoint, str) else None,
+        endpoint_name=redact_text(endpoint_name, secrets) if isinstance(endpoint_name, str) else None,
     )

@@ -1,13 +1,14 @@
-"""The DeepSeek ``/chat/completions`` streaming client and its error table (docs/architecture.md, "Errors")."""
+"""The ``/chat/completions`` streaming client and its error table (docs/architecture.md, "Errors").
+
+DeepSeek's API by default; any OpenAI-compatible server otherwise. Every message names the endpoint as
+:mod:`dsh.llm.endpoint` knows it: by its host, or by what its answers' headers say about it.
+"""
 
 from __future__ import annotations
 
-import email.utils
 import json
-import math
 import os
 import re
-import time
 from collections.abc import AsyncGenerator, AsyncIterator, Iterator, Mapping
 from contextlib import contextmanager, suppress
 from dataclasses import dataclass
@@ -26,12 +27,14 @@ from dsh.llm.defaults import (
     DEFAULT_STREAM_IDLE_TIMEOUT,
     DEFAULT_WRITE_TIMEOUT,
 )
+from dsh.llm.endpoint import Endpoint, endpoint_for_url
 from dsh.llm.errors import LlmError
 from dsh.llm.events import (
     ChatRequest,
     Message,
     StreamEvent,
 )
+from dsh.llm.http_status import auth_detail, code_for_status, request_id, retry_after_seconds
 from dsh.llm.network import PERMANENT, FailureDetail, classify_transport, environment_proxy, ssl_context
 from dsh.llm.redact import redact_text, redact_url, url_secrets
 from dsh.llm.stream_decoder import PAYLOAD_PREVIEW, BadEncoding, Inflater, StreamDecoder, malformed_payload
@@ -47,10 +50,6 @@ if TYPE_CHECKING:
 __all__ = ["DeepSeekClient", "StreamTrace"]
 
 _ERROR_BODY_LIMIT = 64 * 1024
-_QUOTA_WORDING = re.compile(r"(?i)insufficient.?balance|quota|top.?up|billing")
-_CONTEXT_WORDING = re.compile(
-    r"(?i)context.?(length|window)|maximum.{0,20}tokens|too many tokens|prompt is too long|reduce the length"
-)
 _ACCEPT_ENCODING = "gzip, deflate"  # what Inflater decodes; a server that sends anything else is refused
 _JSON_BODY_LIMIT = 1024 * 1024  # a GET answer (``/models``, ``/user/balance``) larger than this is not one
 
@@ -92,26 +91,6 @@ def _message_to_wire(message: Message) -> dict[str, Any]:
     return wire
 
 
-def _retry_after_seconds(value: str | None) -> float | None:
-    """``Retry-After`` as positive seconds (delta-seconds or HTTP-date); zero, past or garbage -> None."""
-    if not value:
-        return None
-    value = value.strip()
-    try:
-        seconds = float(value)
-    except ValueError:
-        try:
-            when = email.utils.parsedate_to_datetime(value)
-        except (TypeError, ValueError, IndexError):
-            return None
-        if when is None:
-            return None
-        seconds = when.timestamp() - time.time()
-    if not math.isfinite(seconds) or seconds <= 0:
-        return None
-    return seconds
-
-
 def _encode_body(text: str) -> bytes:
     """The request body as UTF-8. Decoding boundaries keep lone surrogates out of the conversation;
     should one slip in anyway (a caller's own message), it is sent as U+FFFD instead of failing every
@@ -151,29 +130,12 @@ _PROXY_SERVER = re.compile(r"(?i)squid|tinyproxy|privoxy|polipo|ziproxy|3proxy|c
 
 
 def _proxy_answered(status: int, headers: httpx.Headers) -> bool:
-    """Whether a proxy, not DeepSeek, produced this error answer (DESIGN §4)."""
+    """Whether a proxy, not the endpoint, produced this error answer (DESIGN §4)."""
     if status == 407 or "proxy-authenticate" in headers or "x-squid-error" in headers:
         return True
     if status >= 400 and _PROXY_SERVER.search(headers.get("server", "")):
         return True
     return status >= 500 and "via" in headers
-
-
-def _status_code(status: int, message: str | None) -> str:
-    text = message or ""
-    if status in (401, 403):
-        return ErrorCode.AUTH
-    if status == 402 or _QUOTA_WORDING.search(text):
-        return ErrorCode.QUOTA
-    if status == 429:
-        return ErrorCode.RATE_LIMIT
-    if status == 400 and _CONTEXT_WORDING.search(text):
-        return ErrorCode.CONTEXT_WINDOW_EXCEEDED
-    if status in (400, 413):
-        return ErrorCode.INVALID_REQUEST
-    if status >= 500:
-        return ErrorCode.SERVER
-    return f"HTTP_{status}"
 
 
 class _Watchdog:
@@ -241,6 +203,8 @@ class DeepSeekClient:
         self.proxy_display = redact_url(proxy) if proxy else None
         if shown_as is not None:
             self.base_url_display, self.proxy_display = shown_as
+        # Whom messages name: by the host now, by the answers' headers once one arrives (then kept).
+        self.endpoint: Endpoint = endpoint_for_url(self.base_url_display)
         self._via = f" via proxy {self.proxy_display}" if self.proxy_display else ""
         self.stream_idle_timeout = stream_idle_timeout
         self.first_token_timeout = first_token_timeout
@@ -372,14 +336,28 @@ class DeepSeekClient:
                 match = re.match(r"(\d{3}) ", str(exc))
                 status = int(match.group(1)) if match and 100 <= int(match.group(1)) <= 599 else None
         return LlmError(
-            f"DeepSeek API request to {self.base_url_display}{self._via} failed",
+            self.endpoint.request_failed(self.base_url_display, self._via),
             code,
             status=status,
             retry_limit=0 if detail in PERMANENT else None,
             detail=detail,
             endpoint=self.proxy_display if code == ErrorCode.PROXY else self.base_url_display,
+            endpoint_name=self.endpoint.name,
             cause=exc,
         )
+
+    @contextmanager
+    def _naming(self) -> Iterator[None]:
+        """Every :class:`LlmError` that leaves the client names where it failed: the URL (unless a proxy's
+        failure named the proxy) and who answered there, for the REPL's fix line."""
+        try:
+            yield
+        except LlmError as exc:
+            if exc.endpoint is None:
+                exc.endpoint = self.base_url_display
+            if exc.endpoint_name is None:
+                exc.endpoint_name = self.endpoint.name
+            raise
 
     @contextmanager
     def _translating(self, response: httpx.Response | None = None) -> Iterator[None]:
@@ -401,14 +379,14 @@ class DeepSeekClient:
                 raise self.transport_failure(exc)
             request_id = self._request_id(response)
             if isinstance(exc, _transport_error()):
-                message = f"DeepSeek API stream from {self.base_url_display}{self._via} failed"
+                message = self.endpoint.stream_failed(self.base_url_display, self._via)
                 raise LlmError(message, ErrorCode.TRANSPORT, request_id=request_id, cause=exc)
             if isinstance(exc, BadEncoding):
                 raise LlmError(str(exc), ErrorCode.MALFORMED_RESPONSE, request_id=request_id)
             raise
 
     def _aborted(self, exc: BaseException) -> LlmError:
-        error = LlmError("DeepSeek request aborted by caller", ErrorCode.ABORTED)
+        error = LlmError(self.endpoint.aborted(), ErrorCode.ABORTED)
         error.__cause__ = exc
         return error
 
@@ -420,12 +398,10 @@ class DeepSeekClient:
         """
         limit = f"{watchdog.expired_limit():g}s"
         if not headers:
-            return LlmError(f"no response headers from DeepSeek within {limit}", ErrorCode.TIMEOUT)
+            return LlmError(self.endpoint.no_headers(limit), ErrorCode.TIMEOUT)
         if watchdog.first_token_fired():
-            return LlmError(
-                f"no content from DeepSeek within {limit} (keep-alives only)", ErrorCode.TIMEOUT, retry_limit=1
-            )
-        return LlmError(f"DeepSeek stream idle timeout after {limit}", ErrorCode.TIMEOUT)
+            return LlmError(self.endpoint.no_content(limit), ErrorCode.TIMEOUT, retry_limit=1)
+        return LlmError(self.endpoint.idle(limit), ErrorCode.TIMEOUT)
 
     async def _send(
         self, method: str, path: str, headers: dict[str, str], content: bytes | None = None
@@ -441,6 +417,7 @@ class DeepSeekClient:
                 response = await http.send(http_request, stream=True)
         if scope.cancelled_caught or response is None:
             raise self._timeout(watchdog, headers=False)
+        self.endpoint = self.endpoint.learn(response.headers)
         return response, watchdog
 
     async def stream(
@@ -451,16 +428,18 @@ class DeepSeekClient:
         ``trace``, when given, is filled in with what the events do not show (``dsh doctor``).
         """
         body = _encode_body(json.dumps(self.build_body(request), ensure_ascii=False))
-        response, watchdog = await self._send("POST", "/chat/completions", self._headers(), body)
+        with self._naming():
+            response, watchdog = await self._send("POST", "/chat/completions", self._headers(), body)
         if trace is not None:
             trace.started_at, trace.headers_at = watchdog.start, anyio.current_time()
         try:
-            if response.status_code >= 300:
-                await self._raise_for_status(response, watchdog)
-            # `_events` hands over one list per read, so each event crosses a single generator.
-            async for batch in self._events(response, watchdog, trace):
-                for event in batch:
-                    yield event
+            with self._naming():
+                if response.status_code >= 300:
+                    await self._raise_for_status(response, watchdog)
+                # `_events` hands over one list per read, so each event crosses a single generator.
+                async for batch in self._events(response, watchdog, trace):
+                    for event in batch:
+                        yield event
         finally:
             with anyio.CancelScope(shield=True):
                 await response.aclose()
@@ -471,6 +450,10 @@ class DeepSeekClient:
         (same transport classification, same status table), so ``dsh doctor`` and a turn agree."""
         headers = {**self._headers(), "Accept": "application/json"}
         headers.pop("Content-Type", None)
+        with self._naming():
+            return await self._get_json(path, headers)
+
+    async def _get_json(self, path: str, headers: dict[str, str]) -> tuple[int, Any]:
         response, watchdog = await self._send("GET", path, headers)
         try:
             if response.status_code == 404:
@@ -523,13 +506,15 @@ class DeepSeekClient:
                 cause=_ProxyAnswer(redact_text(scrub_surrogates(squid), self.secrets)) if squid else None,
             )
         provider = _provider_message(bytes(body))
-        message = redact_text(provider, self.secrets) if provider else f"DeepSeek API error (HTTP {status})"
+        message = redact_text(provider, self.secrets) if provider else self.endpoint.http_error(status)
+        code = code_for_status(status, provider)
         raise LlmError(
             message + self._via_suffix(),
-            _status_code(status, provider),
+            code,
             status=status if 100 <= status <= 599 else None,
-            retry_after_s=_retry_after_seconds(response.headers.get("retry-after")),
+            retry_after_s=retry_after_seconds(response.headers),
             request_id=self._request_id(response),
+            detail=auth_detail(code, provider),
         )
 
     def _via_suffix(self) -> str:
@@ -537,8 +522,7 @@ class DeepSeekClient:
 
     @staticmethod
     def _request_id(response: httpx.Response) -> str | None:
-        value = response.headers.get("x-request-id") or response.headers.get("x-deepseek-request-id")
-        return value.strip() or None if value else None
+        return request_id(response.headers)
 
     async def _events(
         self, response: httpx.Response, watchdog: _Watchdog, trace: StreamTrace | None = None
@@ -546,7 +530,8 @@ class DeepSeekClient:
         """The events of each piece of each read, as one list (the per-event hop is ``stream``'s)."""
         with self._translating(response):
             decoder = StreamDecoder(
-                response.headers.get("content-encoding"), request_id=self._request_id(response), secrets=self.secrets
+                response.headers.get("content-encoding"), request_id=self._request_id(response), secrets=self.secrets,
+                endpoint=self.endpoint,
             )
         chunks = response.aiter_raw()
         while not decoder.done:

@@ -30,7 +30,7 @@ import math
 from collections.abc import Mapping
 from dataclasses import dataclass, field
 
-__all__ = ["ChainLink", "HarnessError", "LlmError", "chain_links", "error_chain", "unwrap_group"]
+__all__ = ["ChainLink", "Evidence", "HarnessError", "LlmError", "chain_links", "error_chain", "unwrap_group"]
 
 MAX_DEPTH = 64
 MAX_LENGTH = 16 * 1024
@@ -75,6 +75,7 @@ class LlmError(HarnessError):
         retry_limit: int | None = None,
         detail: str | None = None,
         endpoint: str | None = None,
+        endpoint_name: str | None = None,
         cause: BaseException | None = None,
     ) -> None:
         super().__init__(message, code, cause=cause)
@@ -105,6 +106,13 @@ class LlmError(HarnessError):
         self.detail = detail
         # The redacted URL that failed, given by the client that made the request (the REPL's fix line names it).
         self.endpoint = endpoint
+        # Who answered there (dsh.llm.endpoint: "DeepSeek", "LiteLLM", ...); None: a server that did not say.
+        self.endpoint_name = endpoint_name
+
+
+class Evidence(Exception):
+    """Raw material beneath a failure (a relay's error payload, masked and bounded): ``/why`` shows it
+    as a link of its own; the one-line chain (turn-end lines, logs) leaves it out."""
 
 
 def unwrap_group(exc: BaseException) -> BaseException:
@@ -122,6 +130,7 @@ class ChainLink:
     text: str
     members: list[list[ChainLink]] = field(default_factory=list)
     duplicate: bool = False  # same text as its parent: shown in /why, collapsed in one-liners
+    evidence: bool = False  # an Evidence link: shown in /why, left out of one-liners
 
 
 def _type_name(value: object) -> str:
@@ -197,7 +206,8 @@ def _walk(value: object, on_path: set[int], budget: list[int]) -> list[ChainLink
             on_path.add(id(current))
             added.append(id(current))
             text = _node_text(current)
-            link = ChainLink(_type_name(current), text, duplicate=text == parent_text)
+            link = ChainLink(_type_name(current), text, duplicate=text == parent_text,
+                             evidence=isinstance(current, Evidence))
             if isinstance(current, BaseExceptionGroup):
                 try:
                     members = list(current.exceptions)
@@ -221,7 +231,7 @@ def chain_links(value: object) -> list[ChainLink]:
 def _inline(links: list[ChainLink]) -> str:
     parts: list[str] = []
     for link in links:
-        if link.duplicate and not link.members:
+        if (link.duplicate or link.evidence) and not link.members:
             continue
         text = link.text
         if link.members:

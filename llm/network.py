@@ -20,7 +20,9 @@ __all__ = ["FailureDetail", "classify_transport", "environment_proxy", "ssl_cont
 
 
 class FailureDetail(StrEnum):
-    """What a transport failure was, below its code: the fix line routes on it (never on message text).
+    """What a failure was, below its code: the fix line routes on it (never on message text). Transport
+    failures by kind; ``UPSTREAM_AUTH``: a gateway accepted the key, and its own upstream refused the
+    gateway's credential (an AUTH that the user's key cannot fix).
 
     Members are ``str``: they compare, hash and serialize (JSON, session log) as their values."""
 
@@ -31,6 +33,7 @@ class FailureDetail(StrEnum):
     INVALID_URL = "invalid-url"
     PROXY_AUTH = "proxy-auth"
     PROXY_DEPENDENCY = "proxy-dependency"
+    UPSTREAM_AUTH = "upstream-auth"
 
 
 # Permanent: retrying cannot change the answer (DESIGN §4). Refused, reset and timeouts stay transient.

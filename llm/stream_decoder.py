@@ -4,8 +4,8 @@
 "Errors"; docs/reliability.md, "Hostile streams"): the Content-Encoding, inflated in bounded pieces;
 SSE framing (:mod:`dsh.llm.sse`); each ``data:`` payload parsed into deltas, usage and the finish
 reason; ``[DONE]``; and the error a stream that ended badly is (DESIGN §4: ``MALFORMED_RESPONSE``,
-``STREAM_CLOSED``, ``EMPTY_RESPONSE``, a finish reason that is a failure). The client only reads,
-keeps the deadlines and lets a cancel in between pieces.
+``STREAM_CLOSED``, ``EMPTY_RESPONSE``, a finish reason that is a failure, a relay's ``{"error": {...}}``
+event). The client only reads, keeps the deadlines and lets a cancel in between pieces.
 """
 
 from __future__ import annotations
@@ -17,7 +17,9 @@ from collections.abc import Callable, Iterator
 from typing import Any
 
 from dsh.llm.codes import ErrorCode
-from dsh.llm.errors import LlmError
+from dsh.llm.defaults import DEFAULT_BASE_URL
+from dsh.llm.endpoint import Endpoint, endpoint_for_url
+from dsh.llm.errors import Evidence, LlmError
 from dsh.llm.events import (
     USAGE_COUNT_LIMIT,
     Finish,
@@ -28,21 +30,82 @@ from dsh.llm.events import (
     ToolCallDelta,
     Usage,
 )
+from dsh.llm.http_status import auth_detail, code_for_relay
 from dsh.llm.redact import redact_text
 from dsh.llm.sse import MAX_LINE_BYTES, SseComment, SseDecoder, SseLineTooLong
 from dsh.llm.text import SurrogateJoiner, scrub_surrogates
 
-__all__ = ["PAYLOAD_PREVIEW", "PIECE", "BadEncoding", "Inflater", "StreamDecoder", "malformed_payload"]
+__all__ = [
+    "PAYLOAD_PREVIEW", "PIECE", "RELAY_MESSAGE_LIMIT", "RELAY_PAYLOAD_LIMIT", "BadEncoding", "Inflater",
+    "StreamDecoder", "malformed_payload", "relay_failure",
+]
 
 PIECE = 256 * 1024  # the most bytes one inflate step may produce (docs/reliability.md, "Hostile streams")
 PAYLOAD_PREVIEW = 120
+RELAY_MESSAGE_LIMIT = 500  # a relay's error message, as the failure's one line shows it
+RELAY_PAYLOAD_LIMIT = 2000  # the relay's whole error object, as /why shows it
 _NORMAL_FINISH = frozenset({"stop", "tool_calls", "length"})
+_WHITESPACE = re.compile(r"\s+")
+_ELLIPSIS = "…"
 
 
 def malformed_payload(payload: str, secrets: tuple[str, ...], request_id: str | None) -> LlmError:
     """``malformed SSE payload: <first 120 characters, masked>`` (DESIGN §4)."""
     preview = redact_text(payload[:PAYLOAD_PREVIEW], secrets)
     return LlmError(f"malformed SSE payload: {preview}", ErrorCode.MALFORMED_RESPONSE, request_id=request_id)
+
+
+def _shown(text: str, secrets: tuple[str, ...], limit: int) -> str:
+    """Untrusted text as one masked line of at most ``limit`` characters. Masked whole before it is cut,
+    so a cut never leaves the start of a secret that the masking would have caught."""
+    line = _WHITESPACE.sub(" ", redact_text(scrub_surrogates(text), secrets)).strip()
+    return line if len(line) <= limit else line[: limit - 1] + _ELLIPSIS
+
+
+def _relay_status(error: dict[str, Any]) -> int | None:
+    """The event's numeric ``code`` (``500`` or ``"500"``; else its ``status``) when it is an HTTP status."""
+    for key in ("code", "status"):
+        value = error.get(key)
+        if isinstance(value, str) and value.strip().isdigit() and len(value.strip()) == 3:
+            value = int(value.strip())
+        if type(value) is int and 100 <= value <= 599:
+            return value
+    return None
+
+
+def _relay_kind(error: dict[str, Any]) -> str | None:
+    """The event's ``type``, else a ``code`` that is a word (``"context_length_exceeded"``)."""
+    for key in ("type", "code"):
+        value = error.get(key)
+        if isinstance(value, str) and value.strip() and not value.strip().isdigit():
+            return value.strip()
+    return None
+
+
+def relay_failure(error: object, endpoint: Endpoint, secrets: tuple[str, ...], request_id: str | None) -> LlmError:
+    """A relay's in-stream ``{"error": ...}`` event as the failure it is (docs/failure-kit.md, "Relays").
+
+    The line is the relay's ``error.message`` (masked, one line, at most ``RELAY_MESSAGE_LIMIT``); the code
+    follows its status or type as an HTTP answer's would; the whole object, masked and bounded, is an
+    :class:`Evidence` link beneath it for ``/why``.
+    """
+    fields = error if isinstance(error, dict) else {"message": error}
+    raw_message = fields.get("message")
+    message = _shown(raw_message, secrets, RELAY_MESSAGE_LIMIT) if isinstance(raw_message, str) else ""
+    status = _relay_status(fields)
+    code = code_for_relay(status, _relay_kind(fields), message)
+    try:
+        payload = json.dumps({"error": error}, ensure_ascii=False)  # escapes spelled out: masking sees the text
+    except (ValueError, TypeError, RecursionError):
+        payload = repr(error)
+    return LlmError(
+        message or endpoint.error_event(),
+        code,
+        status=status,
+        request_id=request_id,
+        detail=auth_detail(code, message),
+        cause=Evidence(f"error event: {_shown(payload, secrets, RELAY_PAYLOAD_LIMIT)}"),
+    )
 
 
 class BadEncoding(Exception):
@@ -93,6 +156,14 @@ class Inflater:
 class _Malformed(Exception):
     """A payload that is not JSON, or JSON of the wrong shape (its text joins the rendered chain)."""
 
+
+class _RelayError(Exception):
+    """A payload that is a relay's error event (``error`` set, no ``choices``): the stream failed there."""
+
+    def __init__(self, error: object) -> None:
+        super().__init__("error event")
+        self.error = error
+
 _WRONG_SHAPE = "not a chat.completion.chunk object"
 
 
@@ -125,16 +196,23 @@ def _count(value: object) -> int:
     return value if type(value) is int and 0 <= value < USAGE_COUNT_LIMIT else 0
 
 
+def _detail(raw: dict[str, Any], group: str, key: str) -> object:
+    """``raw[group][key]`` of a usage chunk's details object (OpenAI's shape), or None."""
+    details = raw.get(group)
+    return details.get(key) if isinstance(details, dict) else None
+
+
 def _usage(raw: dict[str, Any]) -> Usage:
-    details = raw.get("completion_tokens_details")
-    reasoning = details.get("reasoning_tokens") if isinstance(details, dict) else 0
+    """Usage in DeepSeek's shape (``prompt_cache_hit_tokens``) or OpenAI's, which gateways send
+    (``prompt_tokens_details.cached_tokens``); reasoning tokens from ``completion_tokens_details``."""
+    hit = _count(raw.get("prompt_cache_hit_tokens")) or _count(_detail(raw, "prompt_tokens_details", "cached_tokens"))
     return Usage(
         prompt_tokens=_count(raw.get("prompt_tokens")),
         completion_tokens=_count(raw.get("completion_tokens")),
         total_tokens=_count(raw.get("total_tokens")),
-        prompt_cache_hit_tokens=_count(raw.get("prompt_cache_hit_tokens")),
+        prompt_cache_hit_tokens=hit,
         prompt_cache_miss_tokens=_count(raw.get("prompt_cache_miss_tokens")),
-        reasoning_tokens=_count(reasoning),
+        reasoning_tokens=_count(_detail(raw, "completion_tokens_details", "reasoning_tokens")),
     )
 
 
@@ -157,6 +235,8 @@ class _ChunkParser:
             raise _Malformed(str(exc)) from exc
         if not isinstance(chunk, dict):
             raise _Malformed(_WRONG_SHAPE)
+        if chunk.get("error") and not chunk.get("choices"):
+            raise _RelayError(chunk["error"])
         choices = chunk.get("choices", [])
         usage = chunk.get("usage")
         if not isinstance(choices, list) or (usage is not None and not isinstance(usage, dict)):
@@ -247,8 +327,11 @@ class StreamDecoder:
         request_id: str | None = None,
         secrets: tuple[str, ...] = (),
         max_line_bytes: int = MAX_LINE_BYTES,
+        endpoint: Endpoint | None = None,
     ) -> None:
+        """``endpoint``: whom the stream comes from, as its failures name it (DeepSeek's by default)."""
         self.request_id = request_id
+        self.endpoint = endpoint if endpoint is not None else endpoint_for_url(DEFAULT_BASE_URL)
         self.done = False  # ``data: [DONE]`` arrived
         self._secrets = secrets
         self._sse = SseDecoder(max_line_bytes)
@@ -311,6 +394,8 @@ class StreamDecoder:
                 self._parser.parse(data, out)
             except _Malformed:
                 raise malformed_payload(data, self._secrets, self.request_id)
+            except _RelayError as relay:
+                raise relay_failure(relay.error, self.endpoint, self._secrets, self.request_id)
 
     def close(self) -> list[StreamEvent]:
         """The end of the body (or ``[DONE]``): the last events, or the error this stream's end is.
@@ -327,8 +412,7 @@ class StreamDecoder:
         if self.done or self._parser.finish_reason is not None:
             return self._finish()
         if not self._received:
-            message = "DeepSeek API returned no response body"
-            raise LlmError(message, ErrorCode.EMPTY_RESPONSE, request_id=self.request_id)
+            raise LlmError(self.endpoint.no_body(), ErrorCode.EMPTY_RESPONSE, request_id=self.request_id)
         raise LlmError("SSE stream ended without [DONE]", ErrorCode.STREAM_CLOSED, request_id=self.request_id)
 
     def _finish(self) -> list[StreamEvent]:
@@ -337,12 +421,12 @@ class StreamDecoder:
         reason = parser.finish_reason or "stop"
         if reason not in _NORMAL_FINISH:
             raise LlmError(
-                f'DeepSeek stream finished with finish_reason "{reason}"',
+                self.endpoint.finish_reason(reason),
                 re.sub(r"[^A-Z0-9]+", "_", reason.upper()).strip("_") or ErrorCode.UNKNOWN_FINISH,
                 request_id=self.request_id,
             )
         if reason == "stop" and not parser.has_content:
             raise LlmError(
-                "DeepSeek API returned an empty completion", ErrorCode.EMPTY_RESPONSE, request_id=self.request_id
+                self.endpoint.empty_completion(), ErrorCode.EMPTY_RESPONSE, request_id=self.request_id
             )
         return [*parser.flush(), Finish(reason)]  # type: ignore[arg-type]

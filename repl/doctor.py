@@ -37,18 +37,18 @@ from urllib.parse import urlsplit
 import anyio
 import httpx  # noqa: F401 - loaded before the HTTP step, so that its time is the endpoint's, not dsh's
 
-from dsh.agent_loop.reasons import failure_from_exception
+from dsh.agent_loop.reasons import Failed, failure_from_exception
 from dsh.agent_loop.subagent import ParentContext, build_provider
 from dsh.agent_loop.subagent.acp import AcpInitializeRun
 from dsh.agent_loop.subagent.result import SubagentRequest
 from dsh.llm import ErrorCode, LlmError, error_chain, redact_text, redact_url
 from dsh.llm.deepseek import DeepSeekClient, StreamTrace
 from dsh.llm.events import ChatRequest, Finish, KeepAlive, Message, ReasoningDelta, TextDelta
-from dsh.llm.network import environment_proxy, ssl_context
+from dsh.llm.network import FailureDetail, environment_proxy, ssl_context
 from dsh.llm.probe import all_attempts_failed, connect_failure_word, open_tls, shown_host, unverified_certificate
 from dsh.repl import __version__
 from dsh.repl.config import Config, ConfigError, load_config, state_dir
-from dsh.repl.render import FIX_QUOTA, fix_line, terminal_text
+from dsh.repl.render import fix_line, terminal_text
 
 __all__ = ["FAIL", "MARKS", "PASS", "SKIP", "Doctor", "Report", "Step", "run_doctor"]
 
@@ -199,6 +199,7 @@ class Doctor:
         self.client: Any = None
         self.addresses: list[tuple[str, int]] = []
         self.reachable: tuple[str, int] | None = None  # the first address TCP connected to
+        self.models_listed = False  # GET /models answered 200: the endpoint accepted the key
 
     def now(self) -> float:
         if self._clock is not None:
@@ -404,6 +405,7 @@ class Doctor:
         names: list[str] = [item["id"] for item in items if isinstance(item, dict) and isinstance(item.get("id"), str)]
         shown = ", ".join(redact_text(name, self.secrets)[:60] for name in names[:8]) or "none"
         facts = {"status": status, "ms": round(took * 1000, 1), "models": names[:100]}
+        self.models_listed = status == 200
         model = self.config.model
         if model in names:
             return Step("HTTP", PASS, f"GET /models 200 in {_ms(took)}; {model} is listed ({shown})", facts=facts)
@@ -425,8 +427,11 @@ class Doctor:
         if available is True:
             return Step("balance", PASS, f"available: {shown} (in {_ms(took)})", facts=facts)
         if available is False:
+            # The fix a turn's QUOTA gets from this endpoint: DeepSeek's top-up page only for DeepSeek.
+            client = self._client()
+            quota = Failed(ErrorCode.QUOTA, endpoint=client.base_url_display, endpoint_name=client.endpoint.name)
             return Step("balance", FAIL, f"[{ErrorCode.QUOTA}] not available: {shown} (in {_ms(took)})",
-                        FIX_QUOTA, facts)
+                        fix_line(quota, self._sources()), facts)
         return Step("balance", SKIP, f"GET /user/balance answered without is_available (in {_ms(took)})",
                     facts=facts)
 
@@ -448,7 +453,10 @@ class Doctor:
                     elif isinstance(event, Finish):
                         finish = event.reason
         except LlmError as exc:
-            return self._failed("stream", exc, {"keep_alives": keep_alives})
+            step = self._failed("stream", exc, {"keep_alives": keep_alives})
+            if exc.detail == FailureDetail.UPSTREAM_AUTH:
+                step.text = f"[{exc.code}] {self._upstream_refused(exc)}: {step.text.removeprefix(f'[{exc.code}] ')}"
+            return step
         ended = self.now()
         headers = trace.headers_at - trace.started_at if trace.headers_at and trace.started_at else None
         facts = {"headers_ms": round(headers * 1000, 1) if headers is not None else None,
@@ -460,6 +468,14 @@ class Doctor:
         parts.append(f"{keep_alives} keep-alive{'s' if keep_alives != 1 else ''}")
         parts.append("[DONE]" if trace.done else f"no [DONE] (finish reason {finish})")
         return Step("stream", PASS, "; ".join(parts) + f"; {_ms(ended - started)} in all", facts=facts)
+
+    def _upstream_refused(self, exc: LlmError) -> str:
+        """A gateway's upstream refused the gateway's own credential: whether the gateway took the key first."""
+        gateway = exc.endpoint_name or "the gateway"
+        owner = f"{exc.endpoint_name}'s" if exc.endpoint_name else "the gateway's"
+        if self.models_listed:
+            return f"{gateway} accepted your key (GET /models 200), but its upstream refused {owner} own credential"
+        return f"the upstream of {gateway} refused {owner} own credential"
 
     async def environment(self) -> Step:
         def version(name: str) -> str:

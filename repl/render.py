@@ -31,6 +31,7 @@ from dsh.agent_loop.events import (
 )
 from dsh.agent_loop.reasons import Aborted, EndReason, Failed, Interrupted, MaxTokens, Rejected
 from dsh.llm import ErrorCode
+from dsh.llm.endpoint import Endpoint, endpoint_for_url, host_and_address
 from dsh.llm.network import FailureDetail
 from dsh.llm.redact import redact_text
 from dsh.repl.markdown import CODE_CHAR_COST, DELTA_MARKUP_BUDGET, MARKDOWN_STYLES, MarkdownLines, Segment
@@ -53,9 +54,11 @@ __all__ = [
     "FIX_PROXY_NAME",
     "FIX_PROXY_REFUSED",
     "FIX_QUOTA",
+    "FIX_QUOTA_ELSEWHERE",
     "FIX_RATE_LIMIT",
     "FIX_REFUSED",
     "FIX_SERVER",
+    "FIX_UPSTREAM_AUTH",
     "HIGHLIGHT",
     "REMOVED",
     "RESET",
@@ -87,12 +90,21 @@ ADDED = "\x1b[32m"
 REMOVED = "\x1b[31m"
 RESET = "\x1b[0m"
 
-# DeepSeek's documented remedies for the errors a user can act on, one short fixed line each.
+# Remedies for the errors a user can act on, one short line each. {endpoint} names who answered
+# (dsh.llm.endpoint): "the DeepSeek server", "the LiteLLM server", "the endpoint at 127.0.0.1:4000".
 FIX_AUTH = "  fix: check your API key (DEEPSEEK_API_KEY, or api_key in config.toml)"
 FIX_AUTH_FROM = "  fix: the API key was refused — check {source}"  # where the key came from is known
+# A gateway accepted the user's key and relayed its upstream's refusal of the gateway's own credential.
+FIX_UPSTREAM_AUTH = (
+    "  fix: {gateway} accepted your key, but its upstream refused {owner} own credential"
+    " — check the upstream key in {owner} configuration"
+)
 FIX_QUOTA = "  fix: your DeepSeek balance has run out; top up at https://platform.deepseek.com/top_up"
+FIX_QUOTA_ELSEWHERE = (
+    "  fix: {endpoint} refused the request for quota or credit — check the account of the key in {source}"
+)
 FIX_RATE_LIMIT = "  fix: requests are arriving too fast; back off and try again shortly"
-FIX_SERVER = "  fix: the DeepSeek server is having trouble; retry later"
+FIX_SERVER = "  fix: {endpoint} is having trouble; retry later"
 FIX_CONTEXT = "  fix: the conversation is too long for the model — /compact or /new"
 # Transport and proxy failures, by FailureDetail; {host} and {url} come from the failure, {source} names
 # the flag, environment variable or config file that set the value (docs/reliability.md).
@@ -283,23 +295,52 @@ def turn_end_line(reason: EndReason, secrets: Sequence[str] = ()) -> str | None:
 
 _FIX_BY_CODE: dict[str, str] = {
     ErrorCode.AUTH: FIX_AUTH,
-    ErrorCode.QUOTA: FIX_QUOTA,
     ErrorCode.RATE_LIMIT: FIX_RATE_LIMIT,
-    ErrorCode.SERVER: FIX_SERVER,
     ErrorCode.CONTEXT_WINDOW_EXCEEDED: FIX_CONTEXT,
 }
+_KEY_SOURCE = "the API key (DEEPSEEK_API_KEY, or api_key in config.toml)"
 
 
 def _host_port(url: str) -> tuple[str, str, str]:
     """``(host, host:port, scheme)`` of a redacted URL, the port filled in from the scheme."""
+    host, address = host_and_address(url)
     try:
-        parts = urlsplit(url)
-        host = parts.hostname or ""
-        port = parts.port or (443 if parts.scheme == "https" else 80)
+        scheme = urlsplit(url).scheme if address else ""
     except ValueError:
-        return "", "", ""
-    shown = f"[{host}]" if ":" in host else host
-    return host, f"{shown}:{port}", parts.scheme
+        scheme = ""
+    return host, address, scheme
+
+
+def _answered_by(reason: Failed) -> Endpoint | None:
+    """Who answered the failed request, or None when the failure does not say (a log from before dsh knew)."""
+    if not reason.endpoint:
+        return None
+    return endpoint_for_url(reason.endpoint, reason.endpoint_name)
+
+
+def _server_words(endpoint: Endpoint | None) -> str:
+    """``the DeepSeek server``, ``the LiteLLM server``, ``the endpoint at 127.0.0.1:4000``, ``the server``."""
+    if endpoint is None:
+        return "the server"
+    return f"the {endpoint.name} server" if endpoint.name else str(endpoint)
+
+
+def _endpoint_fix(reason: Failed, sources: Mapping[str, str]) -> str | None:
+    """The fix lines that name the endpoint: SERVER, QUOTA (DeepSeek's top-up page only for DeepSeek) and
+    a gateway's upstream refusing the gateway's own credential."""
+    endpoint = _answered_by(reason)
+    if reason.code == ErrorCode.AUTH and reason.detail == FailureDetail.UPSTREAM_AUTH:
+        gateway = endpoint.name if endpoint is not None and endpoint.name else None
+        words = gateway or (f"the gateway at {endpoint.address}" if endpoint is not None else "the gateway")
+        return _one_line(FIX_UPSTREAM_AUTH.format(gateway=words, owner=f"{gateway}'s" if gateway else "the gateway's"))
+    if reason.code == ErrorCode.SERVER:
+        return _one_line(FIX_SERVER.format(endpoint=_server_words(endpoint)))
+    if reason.code == ErrorCode.QUOTA:
+        if endpoint is not None and endpoint.is_deepseek:
+            return FIX_QUOTA
+        words = str(endpoint) if endpoint is not None else "the endpoint"
+        return _one_line(FIX_QUOTA_ELSEWHERE.format(endpoint=words, source=sources.get("api_key", _KEY_SOURCE)))
+    return None
 
 
 def fix_line(reason: EndReason, sources: Mapping[str, str] | None = None) -> str | None:
@@ -338,6 +379,9 @@ def fix_line(reason: EndReason, sources: Mapping[str, str] | None = None) -> str
         if detail == FailureDetail.INVALID_URL:
             return _one_line(FIX_INVALID_URL.format(source=source))
         return None
+    named = _endpoint_fix(reason, sources)
+    if named is not None:
+        return named
     if reason.code == ErrorCode.AUTH and "api_key" in sources:
         return _one_line(FIX_AUTH_FROM.format(source=sources["api_key"]))
     return _FIX_BY_CODE.get(reason.code)

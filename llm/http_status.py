@@ -1,0 +1,146 @@
+"""The error table's routing: an HTTP status (or a relay's error event) to an error code, and the
+headers an answer carries about itself (DESIGN §4, "Errors"; docs/failure-kit.md).
+
+Pure functions on plain values, so the client (an HTTP error answer) and the stream decoder (a relay's
+``data: {"error": {...}}`` event) route by one table.
+"""
+
+from __future__ import annotations
+
+import email.utils
+import math
+import re
+import time
+from collections.abc import Mapping
+
+from dsh.llm.codes import ErrorCode
+from dsh.llm.network import FailureDetail
+
+__all__ = ["auth_detail", "code_for_relay", "code_for_status", "relayed_upstream", "request_id", "retry_after_seconds"]
+
+_QUOTA_WORDING = re.compile(r"(?i)insufficient.?balance|quota|top.?up|billing")
+_CONTEXT_WORDING = re.compile(
+    r"(?i)context.?(length|window)|maximum.{0,20}tokens|too many tokens|prompt is too long|reduce the length"
+)
+# A gateway relaying its upstream's refusal names the upstream's exception: LiteLLM writes
+# ``litellm.AuthenticationError: AuthenticationError: DeepseekException - Authentication Fails ...``.
+_UPSTREAM_EXCEPTION = re.compile(r"\b[A-Z][A-Za-z0-9]*Exception - ")
+
+# A relay's error ``type`` (or non-numeric ``code``) as the status it stands for (OpenAI's and
+# Anthropic's type names, which the relays pass on); anything else is the relay's own failure: 500.
+_STATUS_BY_TYPE = {
+    "invalid_request_error": 400,
+    "bad_request": 400,
+    "authentication_error": 401,
+    "auth_error": 401,
+    "invalid_api_key": 401,
+    "insufficient_quota": 402,
+    "permission_error": 403,
+    "permission_denied": 403,
+    "not_found_error": 404,
+    "request_too_large": 413,
+    "rate_limit_error": 429,
+    "rate_limit_exceeded": 429,
+    "internal_server_error": 500,
+    "server_error": 500,
+    "api_error": 500,
+    "service_unavailable": 503,
+    "overloaded_error": 529,
+}
+_CONTEXT_TYPES = frozenset({"context_length_exceeded", "context_window_exceeded"})
+
+# Where an answer says when to come back, most precise first (the OpenAI SDK reads ``retry-after-ms``
+# before ``retry-after``); LiteLLM passes its upstream's under an ``llm_provider-`` prefix.
+_RETRY_AFTER_HEADERS = (
+    ("retry-after-ms", True),
+    ("retry-after", False),
+    ("llm_provider-retry-after-ms", True),
+    ("llm_provider-retry-after", False),
+)
+_REQUEST_ID_HEADERS = ("x-request-id", "x-deepseek-request-id", "x-litellm-call-id")
+
+
+def code_for_status(status: int, message: str | None) -> str:
+    """The code of an HTTP error answer: by status, and by its provider message's wording."""
+    text = message or ""
+    if status in (401, 403):
+        return ErrorCode.AUTH
+    if status == 402 or _QUOTA_WORDING.search(text):
+        return ErrorCode.QUOTA
+    if status == 429:
+        return ErrorCode.RATE_LIMIT
+    if status == 400 and _CONTEXT_WORDING.search(text):
+        return ErrorCode.CONTEXT_WINDOW_EXCEEDED
+    if status in (400, 413):
+        return ErrorCode.INVALID_REQUEST
+    if status >= 500:
+        return ErrorCode.SERVER
+    return f"HTTP_{status}"
+
+
+def code_for_relay(status: int | None, kind: str | None, message: str | None) -> str:
+    """The code of a relay's in-stream error event, by the same table as an HTTP answer.
+
+    ``status`` is the event's numeric ``code`` (LiteLLM sends ``"500"``), ``kind`` its ``type`` (or a
+    code that is a word). A context-length type or wording is CONTEXT_WINDOW_EXCEEDED whatever the
+    status; with neither a status nor a known type the failure is the relay's own: SERVER.
+    """
+    if (kind or "").lower() in _CONTEXT_TYPES:
+        return ErrorCode.CONTEXT_WINDOW_EXCEEDED
+    if status is None:
+        status = _STATUS_BY_TYPE.get((kind or "").lower(), 500)
+    if 400 <= status < 500 and _CONTEXT_WORDING.search(message or ""):
+        return ErrorCode.CONTEXT_WINDOW_EXCEEDED
+    return code_for_status(status, message)
+
+
+def relayed_upstream(message: str | None) -> bool:
+    """Whether an error message is a gateway's relay of its upstream's failure (``<Provider>Exception - ``)."""
+    return bool(message) and _UPSTREAM_EXCEPTION.search(message or "") is not None
+
+
+def auth_detail(code: str, message: str | None) -> str | None:
+    """``UPSTREAM_AUTH`` for an AUTH failure that a gateway relayed from its upstream, else None."""
+    return FailureDetail.UPSTREAM_AUTH if code == ErrorCode.AUTH and relayed_upstream(message) else None
+
+
+def _seconds(value: str) -> float | None:
+    """Delta-seconds or an HTTP-date, as seconds from now."""
+    try:
+        return float(value)
+    except ValueError:
+        pass
+    try:
+        when = email.utils.parsedate_to_datetime(value)
+    except (TypeError, ValueError, IndexError):
+        return None
+    return None if when is None else when.timestamp() - time.time()
+
+
+def retry_after_seconds(headers: Mapping[str, str]) -> float | None:
+    """When to retry, as positive seconds, from the first of ``retry-after-ms``, ``retry-after`` and their
+    ``llm_provider-`` forms that holds a usable value; zero, past or garbage ones are skipped."""
+    for name, in_milliseconds in _RETRY_AFTER_HEADERS:
+        value = (headers.get(name) or "").strip()
+        if not value:
+            continue
+        seconds = _milliseconds(value) if in_milliseconds else _seconds(value)
+        if seconds is not None and math.isfinite(seconds) and seconds > 0:
+            return seconds
+    return None
+
+
+def _milliseconds(value: str) -> float | None:
+    try:
+        return float(value) / 1000.0
+    except ValueError:
+        return None
+
+
+def request_id(headers: Mapping[str, str]) -> str | None:
+    """``x-request-id``, else ``x-deepseek-request-id``, else ``x-litellm-call-id`` (DESIGN §4)."""
+    for name in _REQUEST_ID_HEADERS:
+        value = (headers.get(name) or "").strip()
+        if value:
+            return value
+    return None
