@@ -6,6 +6,7 @@ import contextlib
 from collections.abc import AsyncIterator, Awaitable, Callable
 from dataclasses import dataclass, field
 from typing import Any
+from urllib.parse import urlsplit
 
 import pytest
 
@@ -13,6 +14,12 @@ from dsh.llm import ChatRequest, DeepSeekClient, LlmError, Message, StreamEvent
 from tests import canaries
 
 SIMPLE_REQUEST = ChatRequest("deepseek-v4-flash", (Message("user", "Say hello."),))
+
+
+def unnamed(url: str) -> str:
+    """How messages name a loopback server that does not say who it is (the fault server's ``server:
+    dsh-fault-server``): ``the endpoint at 127.0.0.1:<port>`` (DESIGN §4, "Endpoint identity")."""
+    return f"the endpoint at 127.0.0.1:{urlsplit(url).port}"
 
 
 @dataclass

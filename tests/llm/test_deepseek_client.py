@@ -32,6 +32,7 @@ from dsh.llm import (
 from dsh.llm.loopback import streams
 from dsh.llm.loopback.fault_server import Behaviour, FaultServer
 from tests import canaries
+from tests.llm.conftest import unnamed
 from tests.waiting import PROMPTLY, async_wait_until
 
 pytestmark = pytest.mark.anyio
@@ -201,13 +202,13 @@ async def test_tls_listener_with_trusted_certificate(tls_fault_server, make_clie
 @pytest.mark.parametrize(
     ("behaviour", "code", "message", "before"),
     [
-        ("content_filter", "CONTENT_FILTER", 'DeepSeek stream finished with finish_reason "content_filter"',
+        ("content_filter", "CONTENT_FILTER", 'stream from {E} finished with finish_reason "content_filter"',
          [*text_events(["The ", "answer ", "is ", "cut ", "here"]), usage(5)]),
         ("insufficient_system_resource", "INSUFFICIENT_SYSTEM_RESOURCE",
-         'DeepSeek stream finished with finish_reason "insufficient_system_resource"',
+         'stream from {E} finished with finish_reason "insufficient_system_resource"',
          [*text_events(["The ", "answer ", "is ", "cut ", "here"]), usage(5)]),
-        ("empty", "EMPTY_RESPONSE", "DeepSeek API returned an empty completion", [usage(1)]),
-        ("empty_body", "EMPTY_RESPONSE", "DeepSeek API returned no response body", []),
+        ("empty", "EMPTY_RESPONSE", "{E} returned an empty completion", [usage(1)]),
+        ("empty_body", "EMPTY_RESPONSE", "{E} returned no response body", []),
         ("no_finish", "STREAM_CLOSED", "SSE stream ended without [DONE]", text_events(["No ", "finish"])),
         ("partial_eof", "STREAM_CLOSED", "SSE stream ended without [DONE]", text_events(["Cut ", "mid"])),
         ("malformed_json", "MALFORMED_RESPONSE",
@@ -221,6 +222,7 @@ async def test_stream_failures(fault_server, make_client, stream_outcome, behavi
     fault_server.push(behaviour)
     outcome = await stream_outcome(make_client(fault_server.url))
     error = outcome.failure
+    message = message.replace("{E}", unnamed(fault_server.url))
     assert (error.code, error.message, error.status, error.retry_after_s) == (code, message, None, None)
     assert error.request_id == "fault-0001"
     assert outcome.events == before
@@ -264,9 +266,9 @@ async def test_a_finish_reason_then_a_clean_close_without_done_completes(fault_s
 @pytest.mark.parametrize(
     ("behaviour", "message", "before"),
     [
-        (Behaviour("stall_before_headers"), "no response headers from DeepSeek within 0.3s", []),
-        (Behaviour("stall_after_headers"), "DeepSeek stream idle timeout after 0.3s", []),
-        (Behaviour("stall_mid_stream", text="Partial"), "DeepSeek stream idle timeout after 0.3s",
+        (Behaviour("stall_before_headers"), "no response headers from {E} within 0.3s", []),
+        (Behaviour("stall_after_headers"), "stream idle timeout after 0.3s from {E}", []),
+        (Behaviour("stall_mid_stream", text="Partial"), "stream idle timeout after 0.3s from {E}",
          [TextDelta("Partial")]),
     ],
 )
@@ -279,6 +281,7 @@ async def test_idle_timeout_says_which_deadline_fired(
     outcome = await stream_outcome(client)
     elapsed = time.monotonic() - start
     error = outcome.failure
+    message = message.replace("{E}", unnamed(fault_server.url))
     assert (error.code, error.message, error.retry_limit) == ("TIMEOUT", message, None)
     assert outcome.events == before
     # The 0.3 s deadline, not the 60 s first-token one (the stalls never end by themselves).
@@ -292,7 +295,8 @@ async def test_first_token_deadline_bounds_a_keepalive_only_server(fault_server,
     outcome = await stream_outcome(client)
     elapsed = time.monotonic() - start
     error = outcome.failure
-    assert (error.code, error.message) == ("TIMEOUT", "no content from DeepSeek within 0.8s (keep-alives only)")
+    expected = f"no content from {unnamed(fault_server.url)} within 0.8s (keep-alives only)"
+    assert (error.code, error.message) == ("TIMEOUT", expected)
     assert error.retry_limit == 1  # a keep-alive-only server does not hold the turn for the whole retry budget
     assert 0.75 <= elapsed < PROMPTLY  # the 0.8 s deadline: without it the keep-alives go on forever
     assert len(outcome.events) >= 5
@@ -306,7 +310,8 @@ async def test_keepalives_after_content_do_not_rearm_the_idle_timer(fault_server
     start = time.monotonic()
     outcome = await stream_outcome(client)
     elapsed = time.monotonic() - start
-    assert (outcome.failure.code, outcome.failure.message) == ("TIMEOUT", "DeepSeek stream idle timeout after 0.3s")
+    expected = f"stream idle timeout after 0.3s from {unnamed(fault_server.url)}"
+    assert (outcome.failure.code, outcome.failure.message) == ("TIMEOUT", expected)
     assert outcome.events[0] == TextDelta("Started")
     assert KeepAlive() in outcome.events
     assert 0.25 <= elapsed < PROMPTLY  # the 0.3 s idle deadline: re-armed by keep-alives it never fires
@@ -343,7 +348,7 @@ async def test_cancellation_raises_aborted(fault_server, make_client, behaviour,
                 caught.append(exc)
     assert len(caught) == 1, seen
     error = caught[0]
-    assert (error.code, error.message) == ("ABORTED", "DeepSeek request aborted by caller")
+    assert (error.code, error.message) == ("ABORTED", "request aborted by caller")
     assert isinstance(error.__cause__, anyio.get_cancelled_exc_class())
     assert len(seen) == (cancel_after_events or 0)
     # The client is still usable and the server let go of the cancelled connection.
@@ -379,17 +384,17 @@ CONTEXT_MESSAGE = (
         ("http_422", "HTTP_422", 422, "Invalid Parameters: temperature must be between 0 and 2", None),
         ("http_429", "RATE_LIMIT", 429, "Rate Limit Reached", 2.0),
         ("http_500", "SERVER", 500, "Internal Server Error", None),
-        ("http_502_html", "SERVER", 502, "DeepSeek API error (HTTP 502)", None),
+        ("http_502_html", "SERVER", 502, "API error (HTTP 502) from {E}", None),
         ("http_503", "SERVER", 503, "Server Overloaded, please try again later", None),
         ("http_418", "HTTP_418", 418, "I'm a Teapot", None),
         (Behaviour("http_400", message="Insufficient Balance"), "QUOTA", 400, "Insufficient Balance", None),
         (Behaviour("http_429", message="You exceeded your current quota"), "QUOTA", 429,
          "You exceeded your current quota", 2.0),
-        (Behaviour("http_401", body=b""), "AUTH", 401, "DeepSeek API error (HTTP 401)", None),
+        (Behaviour("http_401", body=b""), "AUTH", 401, "API error (HTTP 401) from {E}", None),
         (Behaviour("http_error", status=404, body="<h1>not here</h1>"), "HTTP_404", 404,
-         "DeepSeek API error (HTTP 404)", None),
+         "API error (HTTP 404) from {E}", None),
         (Behaviour("http_error", status=400, body='{"error": {"message": ""}}'), "INVALID_REQUEST", 400,
-         "DeepSeek API error (HTTP 400)", None),
+         "API error (HTTP 400) from {E}", None),
         (Behaviour("http_error", status=409, message="Conflict: try again"), "HTTP_409", 409,
          "Conflict: try again", None),
     ],
@@ -399,6 +404,7 @@ async def test_http_error_table(fault_server, make_client, stream_outcome, behav
     fault_server.push(behaviour)
     outcome = await stream_outcome(make_client(fault_server.url))
     error = outcome.failure
+    message = message.replace("{E}", unnamed(fault_server.url))
     assert (error.code, error.message, error.status, error.retry_after_s) == (code, message, status, retry_after)
     assert error.request_id == "fault-0001"
     assert outcome.events == []
@@ -467,7 +473,7 @@ async def test_transport_failures_from_the_server(fault_server, make_client, str
     fault_server.push(behaviour)
     outcome = await stream_outcome(make_client(fault_server.url))
     error = outcome.failure
-    message = f"DeepSeek API {phase} {fault_server.url} failed"
+    message = f"{phase} the endpoint at {fault_server.url} failed"
     assert (error.code, error.message, error.status) == ("TRANSPORT", message, None)
     assert error_chain(error) == f"{message}: {root}"
     assert outcome.events == before
@@ -605,9 +611,9 @@ async def test_canaries_never_reach_a_transport_error(make_client, stream_outcom
         client = make_client("http://" + CANARY_BASE.format(port=port))
         error = (await stream_outcome(client)).failure
     assert client.base_url_display == f"http://***@127.0.0.1:{port}/v1"
-    assert error.message == f"DeepSeek API request to http://***@127.0.0.1:{port}/v1 failed"
+    assert error.message == f"request to the endpoint at http://***@127.0.0.1:{port}/v1 failed"
     assert error_chain(error) == (
-        f"DeepSeek API request to http://***@127.0.0.1:{port}/v1 failed: All connection attempts failed: "
+        f"request to the endpoint at http://***@127.0.0.1:{port}/v1 failed: All connection attempts failed: "
         f"[Errno 111] Connect call failed ('127.0.0.1', {port})"
     )
     assert_no_canary(error.message, error_chain(error), repr(error), str(error))

@@ -24,7 +24,7 @@ async def test_self_signed_certificate_is_permanent(tls_fault_server, make_clien
     monkeypatch.delenv("SSL_CERT_FILE", raising=False)
     error = (await stream_outcome(make_client(tls_fault_server.tls_url, env={}))).failure
     assert (error.code, error.retry_limit, error.detail) == ("TRANSPORT", 0, FailureDetail.CERTIFICATE)
-    assert error_chain(error).startswith(f"DeepSeek API request to {tls_fault_server.tls_url} failed: ")
+    assert error_chain(error).startswith(f"request to the endpoint at {tls_fault_server.tls_url} failed: ")
     assert "CERTIFICATE_VERIFY_FAILED" in error_chain(error)
 
 

@@ -115,7 +115,7 @@ async def test_wrong_credentials_at_tinyproxy_are_proxy(scheme, tinyproxy, fault
     if scheme == "http":  # tinyproxy answers the forwarded request itself: 401 (not 407)
         assert error_chain(error) == f"proxy {shown} answered HTTP 401"
     else:  # over CONNECT httpx raises ProxyError with the proxy's status line
-        assert error_chain(error) == f"DeepSeek API request to {base} via proxy {shown} failed: 401 Unauthorized"
+        assert error_chain(error) == f"request to the endpoint at {base} via proxy {shown} failed: 401 Unauthorized"
 
 
 async def test_squid_with_upstream_closed_is_proxy(squid, make_client, stream_outcome):
@@ -129,4 +129,4 @@ async def test_connect_through_squid_to_self_signed_listener(squid, tls_fault_se
     error = (await stream_outcome(make_client(tls_fault_server.tls_url, proxy=f"http://{squid}", env={}))).failure
     # The certificate is the upstream's (through the tunnel): TRANSPORT, permanent, the proxy named.
     assert (error.code, error.retry_limit, error.detail) == ("TRANSPORT", 0, FailureDetail.CERTIFICATE)
-    assert error.message == f"DeepSeek API request to {tls_fault_server.tls_url} via proxy http://{squid} failed"
+    assert error.message == f"request to the endpoint at {tls_fault_server.tls_url} via proxy http://{squid} failed"

@@ -82,6 +82,30 @@ CASES: dict[str, tuple[bytes, list[StreamEvent], tuple[str, str] | None]] = {
         [TextDelta("a")],
         ("CONTENT_FILTER", 'DeepSeek stream finished with finish_reason "content_filter"'),
     ),
+    "relay error event": (
+        chunk({"content": "a"})
+        + b'data: {"error": {"message": "upstream\\nlost", "type": "internal_server_error", "code": "500"}}\n\n',
+        [TextDelta("a")],
+        ("SERVER", "upstream lost"),
+    ),
+    "relay error event without a message": (
+        b'data: {"error": {"type": "rate_limit_error"}}\n\n',
+        [],
+        ("RATE_LIMIT", "DeepSeek sent an error event in the stream"),
+    ),
+    "an error field beside choices is no relay error": (
+        chunk({"content": "a"}, "stop", error={"message": "ignored"}) + DONE,
+        [TextDelta("a"), Finish("stop")],
+        None,
+    ),
+    "OpenAI-shaped usage": (
+        chunk({"content": "a"}) + chunk({}, "stop", usage={
+            "prompt_tokens": 900, "completion_tokens": 20, "total_tokens": 920,
+            "prompt_tokens_details": {"cached_tokens": 800}, "completion_tokens_details": {"reasoning_tokens": 5}})
+        + DONE,
+        [TextDelta("a"), Usage(900, 20, 920, 800, 0, 5), Finish("stop")],
+        None,
+    ),
     "lone surrogate": (
         chunk({"content": "\\ud83d"}).replace(b"\\\\", b"\\") + chunk({}, "stop") + DONE,
         [TextDelta("\ufffd"), Finish("stop")],

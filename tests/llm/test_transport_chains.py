@@ -55,7 +55,7 @@ async def wrapped(make_client, stream_outcome, base_url: str, **options: object)
 
 
 def assert_request_failed(error, base_url: str, root_pattern: str) -> None:
-    message = f"DeepSeek API request to {base_url} failed"
+    message = f"request to the endpoint at {base_url} failed"
     assert error.message == message
     assert re.fullmatch(re.escape(message) + ": " + root_pattern, error_chain(error)), error_chain(error)
 
@@ -79,9 +79,9 @@ async def test_connection_refused_raw():
 async def test_connection_refused_through_the_client(make_client, stream_outcome):
     with closed_port() as port:
         error = await wrapped(make_client, stream_outcome, f"http://127.0.0.1:{port}")
-    assert error.message == f"DeepSeek API request to http://127.0.0.1:{port} failed"
+    assert error.message == f"request to the endpoint at http://127.0.0.1:{port} failed"
     assert error_chain(error) == (
-        f"DeepSeek API request to http://127.0.0.1:{port} failed: All connection attempts failed: "
+        f"request to the endpoint at http://127.0.0.1:{port} failed: All connection attempts failed: "
         f"[Errno 111] Connect call failed ('127.0.0.1', {port})"
     )
 
@@ -133,7 +133,7 @@ async def test_localhost_dual_stack_raw(localhost_is_dual_stack):
 async def test_localhost_dual_stack_through_the_client(localhost_is_dual_stack, make_client, stream_outcome):
     with dual_stack_closed_port() as port:
         error = await wrapped(make_client, stream_outcome, f"http://localhost:{port}")
-    assert error.message == f"DeepSeek API request to http://localhost:{port} failed"
+    assert error.message == f"request to the endpoint at http://localhost:{port} failed"
     assert error_chain(error) == f"{error.message}: {dual_stack_chain(port)}"
 
 
@@ -150,8 +150,8 @@ def test_a_name_that_does_not_exist_fails_at_once_and_is_permanent(tmp_path):
     assert facts == {
         **facts,
         "code": "TRANSPORT",
-        "message": f"DeepSeek API request to {url} failed",
-        "chain": f"DeepSeek API request to {url} failed: {root}",
+        "message": f"request to the endpoint at {url} failed",
+        "chain": f"request to the endpoint at {url} failed: {root}",
         "detail": "name-not-found",
         "retry_limit": 0,  # permanent: not retried
     }
@@ -240,7 +240,7 @@ async def test_server_side_breaks(fault_server, make_client, stream_outcome, beh
     assert re.fullmatch(root, error_chain(exc)), error_chain(exc)
 
     error = await wrapped(make_client, stream_outcome, fault_server.url)
-    message = f"DeepSeek API {phase} {fault_server.url} failed"
+    message = f"{phase} the endpoint at {fault_server.url} failed"
     assert error.message == message
     assert re.fullmatch(re.escape(message) + ": " + root, error_chain(error)), error_chain(error)
 
@@ -291,6 +291,6 @@ async def test_port_99999_escapes_anyio_unwrapped_raw():
 async def test_port_99999_through_the_client(make_client, stream_outcome):
     error = await wrapped(make_client, stream_outcome, "http://127.0.0.1:99999")
     assert error_chain(error) == (
-        "DeepSeek API request to http://127.0.0.1:99999 failed: "
+        "request to the endpoint at http://127.0.0.1:99999 failed: "
         "unhandled errors in a TaskGroup [connect(): port must be 0-65535.]"
     )

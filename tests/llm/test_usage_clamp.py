@@ -40,7 +40,9 @@ NOT_COUNTS = {
 
 
 def every_count(value: object) -> dict[str, object]:
-    return {**dict.fromkeys(COUNTS, value), "completion_tokens_details": {"reasoning_tokens": value}}
+    """Every count in both shapes: DeepSeek's fields and OpenAI's ``*_details`` objects."""
+    return {**dict.fromkeys(COUNTS, value), "completion_tokens_details": {"reasoning_tokens": value},
+            "prompt_tokens_details": {"cached_tokens": value}}
 
 
 @pytest.mark.parametrize("value", NOT_COUNTS.values(), ids=NOT_COUNTS.keys())
@@ -68,7 +70,8 @@ _json_values = st.recursive(
 
 
 @settings(max_examples=300, deadline=None)
-@given(st.dictionaries(st.sampled_from([*COUNTS, "completion_tokens_details"]), _json_values, min_size=1))
+@given(st.dictionaries(st.sampled_from([*COUNTS, "completion_tokens_details", "prompt_tokens_details"]), _json_values,
+                       min_size=1))
 def test_fuzz_every_parsed_count_is_believable(usage: dict[str, object]) -> None:
     out: list[object] = []
     _ChunkParser().parse(json.dumps({"choices": [], "usage": usage}), out)
