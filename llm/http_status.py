@@ -78,17 +78,18 @@ def code_for_status(status: int, message: str | None) -> str:
     return f"HTTP_{status}"
 
 
-def code_for_relay(status: int | None, kind: str | None, message: str | None) -> str:
+def code_for_relay(status: int | None, kinds: tuple[str, ...], message: str | None) -> str:
     """The code of a relay's in-stream error event, by the same table as an HTTP answer.
 
-    ``status`` is the event's numeric ``code`` (LiteLLM sends ``"500"``), ``kind`` its ``type`` (or a
-    code that is a word). A context-length type or wording is CONTEXT_WINDOW_EXCEEDED whatever the
-    status; with neither a status nor a known type the failure is the relay's own: SERVER.
+    ``status`` is the event's numeric ``code`` (LiteLLM sends ``"500"``), ``kinds`` its ``type`` and a
+    ``code`` that is a word. A context-length kind or wording is CONTEXT_WINDOW_EXCEEDED whatever the
+    status; with neither a status nor a known kind the failure is the relay's own: SERVER.
     """
-    if (kind or "").lower() in _CONTEXT_TYPES:
+    lowered = [kind.lower() for kind in kinds]
+    if any(kind in _CONTEXT_TYPES for kind in lowered):
         return ErrorCode.CONTEXT_WINDOW_EXCEEDED
     if status is None:
-        status = _STATUS_BY_TYPE.get((kind or "").lower(), 500)
+        status = next((_STATUS_BY_TYPE[kind] for kind in lowered if kind in _STATUS_BY_TYPE), 500)
     if 400 <= status < 500 and _CONTEXT_WORDING.search(message or ""):
         return ErrorCode.CONTEXT_WINDOW_EXCEEDED
     return code_for_status(status, message)

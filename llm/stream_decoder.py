@@ -73,13 +73,22 @@ def _relay_status(error: dict[str, Any]) -> int | None:
     return None
 
 
-def _relay_kind(error: dict[str, Any]) -> str | None:
-    """The event's ``type``, else a ``code`` that is a word (``"context_length_exceeded"``)."""
-    for key in ("type", "code"):
-        value = error.get(key)
-        if isinstance(value, str) and value.strip() and not value.strip().isdigit():
-            return value.strip()
-    return None
+def _relay_kinds(error: dict[str, Any]) -> tuple[str, ...]:
+    """The event's ``type`` and a ``code`` that is a word (``"context_length_exceeded"``), in that order."""
+    values = (error.get("type"), error.get("code"))
+    return tuple(value.strip() for value in values if isinstance(value, str) and value.strip()
+                 and not value.strip().isdigit())
+
+
+def _masked(value: object, secrets: tuple[str, ...]) -> object:
+    """A parsed JSON value with every string (keys too) masked; RecursionError past Python's depth."""
+    if isinstance(value, str):
+        return redact_text(scrub_surrogates(value), secrets)
+    if isinstance(value, dict):
+        return {_masked(key, secrets): _masked(item, secrets) for key, item in value.items()}
+    if isinstance(value, list):
+        return [_masked(item, secrets) for item in value]
+    return value
 
 
 def relay_failure(error: object, endpoint: Endpoint, secrets: tuple[str, ...], request_id: str | None) -> LlmError:
@@ -93,11 +102,12 @@ def relay_failure(error: object, endpoint: Endpoint, secrets: tuple[str, ...], r
     raw_message = fields.get("message")
     message = _shown(raw_message, secrets, RELAY_MESSAGE_LIMIT) if isinstance(raw_message, str) else ""
     status = _relay_status(fields)
-    code = code_for_relay(status, _relay_kind(fields), message)
+    code = code_for_relay(status, _relay_kinds(fields), message)
     try:
-        payload = json.dumps({"error": error}, ensure_ascii=False)  # escapes spelled out: masking sees the text
+        # Each string masked before it is re-encoded: an escape (``\u001c``) glued to a key would hide it.
+        payload = json.dumps({"error": _masked(error, secrets)}, ensure_ascii=False)
     except (ValueError, TypeError, RecursionError):
-        payload = repr(error)
+        payload = "(nested too deeply to show)"
     return LlmError(
         message or endpoint.error_event(),
         code,
