@@ -95,15 +95,18 @@ def test_a_status_right_after_the_header_shares_its_line(reason: dict, rendered:
     assert renderer.at_line_start
 
 
+DEEPSEEK_SERVER = "  fix: the DeepSeek server is having trouble; retry later"
+
+
 @pytest.mark.parametrize(
     ("status", "code", "fix"),
     [
         (401, "AUTH", FIX_AUTH),
         (402, "QUOTA", FIX_QUOTA),
         (429, "RATE_LIMIT", FIX_RATE_LIMIT),
-        (500, "SERVER", FIX_SERVER),
-        (502, "SERVER", FIX_SERVER),
-        (503, "SERVER", FIX_SERVER),
+        (500, "SERVER", DEEPSEEK_SERVER),
+        (502, "SERVER", DEEPSEEK_SERVER),
+        (503, "SERVER", DEEPSEEK_SERVER),
         (403, "AUTH", FIX_AUTH),  # the fix follows the code, not the status
         (429, "QUOTA", FIX_QUOTA),  # 429 "insufficient quota": QUOTA's fix, not the rate-limit one
         (400, "INVALID_REQUEST", None),
@@ -111,12 +114,13 @@ def test_a_status_right_after_the_header_shares_its_line(reason: dict, rendered:
         (None, "AUTH", FIX_AUTH),
         (None, "QUOTA", FIX_QUOTA),
         (None, "RATE_LIMIT", FIX_RATE_LIMIT),
-        (None, "SERVER", FIX_SERVER),
+        (None, "SERVER", DEEPSEEK_SERVER),
         (None, "TRANSPORT", None),
     ],
 )
 def test_fix_line_follows_401_402_429_5xx(status: int | None, code: str, fix: str | None) -> None:
-    reason = Failed(code, "msg", 1, status=status).to_dict()
+    reason = Failed(code, "msg", 1, status=status, endpoint="https://api.deepseek.com",
+                    endpoint_name="DeepSeek").to_dict()
     assert fix_line(EndReason.from_dict(reason)) == fix
     text = run(Renderer(color=False), ev.TurnStart(2, "x"), end(2, reason))
     expected = f"[main turn 2] [turn failed {code}] msg\n" + (f"{fix}\n" if fix else "")
@@ -124,10 +128,49 @@ def test_fix_line_follows_401_402_429_5xx(status: int | None, code: str, fix: st
 
 
 def test_fix_lines_are_short_and_fixed() -> None:
-    for fix in (FIX_AUTH, FIX_QUOTA, FIX_RATE_LIMIT, FIX_SERVER):
+    for fix in (FIX_AUTH, FIX_QUOTA, FIX_RATE_LIMIT, DEEPSEEK_SERVER):
         assert fix.startswith("  fix: ") and len(fix) <= 100
     assert "key" in FIX_AUTH and "top up" in FIX_QUOTA and "back off" in FIX_RATE_LIMIT and "retry later" in FIX_SERVER
     assert fix_line(Completed()) is None
+
+
+GATEWAY = "http://127.0.0.1:4000"
+KEY_SOURCE = {"api_key": "DEEPSEEK_API_KEY (environment)"}
+
+
+@pytest.mark.parametrize(
+    ("code", "detail", "name", "fix"),
+    [
+        ("SERVER", None, "LiteLLM", "  fix: the LiteLLM server is having trouble; retry later"),
+        ("SERVER", None, None, "  fix: the endpoint at 127.0.0.1:4000 is having trouble; retry later"),
+        ("QUOTA", None, "LiteLLM", "  fix: LiteLLM refused the request for quota or credit — check the account of "
+                                   "the key in DEEPSEEK_API_KEY (environment)"),
+        ("QUOTA", None, None, "  fix: the endpoint at 127.0.0.1:4000 refused the request for quota or credit — check "
+                              "the account of the key in DEEPSEEK_API_KEY (environment)"),
+        ("AUTH", "upstream-auth", "LiteLLM", "  fix: LiteLLM accepted your key, but its upstream refused LiteLLM's own "
+                                             "credential — check the upstream key in LiteLLM's configuration"),
+        ("AUTH", "upstream-auth", None, "  fix: the gateway at 127.0.0.1:4000 accepted your key, but its upstream "
+                                        "refused the gateway's own credential — check the upstream key in the "
+                                        "gateway's configuration"),
+        ("AUTH", None, "LiteLLM", "  fix: the API key was refused — check DEEPSEEK_API_KEY (environment)"),
+    ],
+)
+def test_fix_lines_name_the_endpoint_that_answered(code, detail, name, fix) -> None:
+    reason = EndReason.from_dict(Failed(code, "msg", 1, detail=detail, endpoint=GATEWAY, endpoint_name=name).to_dict())
+    assert fix_line(reason, KEY_SOURCE) == fix
+    assert "DeepSeek" not in fix and "top_up" not in fix and "/user/balance" not in fix
+
+
+def test_a_failure_that_does_not_say_who_answered_names_no_one() -> None:
+    assert fix_line(Failed("SERVER", "msg", 1)) == "  fix: the server is having trouble; retry later"
+    assert fix_line(Failed("QUOTA", "msg", 1), KEY_SOURCE) == (
+        "  fix: the endpoint refused the request for quota or credit — check the account of the key in "
+        "DEEPSEEK_API_KEY (environment)")
+
+
+def test_a_deepseek_failure_from_an_older_log_is_still_deepseeks() -> None:
+    old = EndReason.from_dict({"kind": "error", "code": "QUOTA", "message": "m", "endpoint": "https://api.deepseek.com"})
+    assert fix_line(old) == FIX_QUOTA
 
 
 def test_failure_message_is_masked_and_kept_on_one_line() -> None:
@@ -380,7 +423,7 @@ def test_answer_split_keeps_the_answer_apart_from_everything_else() -> None:
             ev.ToolResult(1, "c1", "list_dir", "a\nb"),
             ev.StepStart(1, 2),
             ev.TextDelta("Two files."),
-            end(1, Failed(code="SERVER", message="boom").to_dict()),
+            end(1, Failed(code="SERVER", message="boom", endpoint="https://api.deepseek.com").to_dict()),
         )
     ]
     chunks = [chunk for output in outputs for chunk in output] + [(ANSWER, split.end())]
