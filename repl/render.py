@@ -298,7 +298,7 @@ _FIX_BY_CODE: dict[str, str] = {
     ErrorCode.RATE_LIMIT: FIX_RATE_LIMIT,
     ErrorCode.CONTEXT_WINDOW_EXCEEDED: FIX_CONTEXT,
 }
-_KEY_SOURCE = "the API key (DEEPSEEK_API_KEY, or api_key in config.toml)"
+_KEY_SOURCE = "DEEPSEEK_API_KEY (or api_key in config.toml)"
 
 
 def _host_port(url: str) -> tuple[str, str, str]:

@@ -340,11 +340,11 @@ def _register_catalogue() -> None:
     add("http-500", "HTTP 500 (retried, then the fix line)", _default("http_500"),
         expect="[turn failed SERVER] Internal Server Error")
     add("http-502", "HTTP 502 with an HTML body from a proxy (retried, then the fix line)", _default("http_502_html"),
-        expect="[turn failed SERVER] DeepSeek API error (HTTP 502)")
+        expect="[turn failed SERVER] API error (HTTP 502) from the endpoint at 127.0.0.1:")
     add("http-503", "HTTP 503 server overloaded (retried, then the fix line)", _default("http_503"),
         expect="[turn failed SERVER] Server Overloaded, please try again later")
     add("refused", "connection refused: a closed loopback port (retried)", _refused,
-        expect="[turn failed TRANSPORT] DeepSeek API request to http://127.0.0.1:")
+        expect="[turn failed TRANSPORT] request to the endpoint at http://127.0.0.1:")
     add("plain-http", "https:// to a port that speaks plain HTTP (not retried)", _plain_http,
         expect="  fix: the server speaks plain HTTP — did you mean http://127.0.0.1:")
     add("bad-cert", "a self-signed certificate the system does not trust (not retried)", _bad_cert,
@@ -356,11 +356,10 @@ def _register_catalogue() -> None:
         expect="[turn failed PROXY] proxy http://***@127.0.0.1:")
     add("keepalive-stall", f"keep-alives but no token; first-token deadline {DEMO_FIRST_TOKEN_TIMEOUT:g}s, "
         "retried once", _keepalive_stall,
-        expect=f"[turn failed TIMEOUT] no content from DeepSeek within {DEMO_FIRST_TOKEN_TIMEOUT:g}s "
-        "(keep-alives only)")
+        expect="[turn failed TIMEOUT] no content from the endpoint at 127.0.0.1:")
     add("no-headers", f"the request is read, then nothing; deadline {DEMO_FIRST_TOKEN_TIMEOUT:g}s, no retry",
         _no_headers,
-        expect=f"[turn failed TIMEOUT] no response headers from DeepSeek within {DEMO_FIRST_TOKEN_TIMEOUT:g}s")
+        expect="[turn failed TIMEOUT] no response headers from the endpoint at 127.0.0.1:")
     add("stall", "headers, then silence: press Ctrl-C to cancel", _default("stall_after_headers"),
         expect="[turn aborted] cancelled", cancel=True)
     add("stall-mid-stream", "some text, then only keep-alives: the toolbar counts the silence; Ctrl-C cancels",
@@ -368,7 +367,7 @@ def _register_catalogue() -> None:
         expect="[turn aborted] cancelled", cancel=True)
     add("mid-stream-drop", "connection reset after some text (not retried: the text is already on screen)",
         _default("reset_mid_stream"),
-        expect="[turn failed TRANSPORT] DeepSeek API stream from http://127.0.0.1:")
+        expect="[turn failed TRANSPORT] stream from the endpoint at http://127.0.0.1:")
     add("stream-closed", "the stream ends with neither a finish reason nor [DONE]", _default("no_finish"),
         expect="[turn failed STREAM_CLOSED] SSE stream ended without [DONE]")
     add("no-done", "a finish reason, then a clean close without [DONE]: the answer is whole", _default("no_done"),
@@ -378,7 +377,13 @@ def _register_catalogue() -> None:
     add("malformed", "a payload that is not JSON", _default("malformed_json"),
         expect="[turn failed MALFORMED_RESPONSE] malformed SSE payload: ")
     add("content-filter", "finish_reason content_filter", _default("content_filter"),
-        expect='[turn failed CONTENT_FILTER] DeepSeek stream finished with finish_reason "content_filter"')
+        expect="[turn failed CONTENT_FILTER] stream from the endpoint at 127.0.0.1:")
+    add("relay-error", "a relay (LiteLLM) ends the stream with an error event: its own words, SERVER (retried)",
+        _default(Behaviour("error_event", gateway="litellm")),
+        expect="[turn failed SERVER] litellm.InternalServerError: upstream connection lost")
+    add("gateway-upstream-401", "a gateway (LiteLLM) relays its upstream's 401: its own credential, not your key",
+        _default("gateway_upstream_401"),
+        expect="  fix: LiteLLM accepted your key, but its upstream refused LiteLLM's own credential")
     add("max-tokens", "finish_reason length: the output-token limit", _default("length"),
         expect="[turn hit the output-token limit]")
     add("prompt-rejected", "a key-shaped string in the prompt: the guard refuses to send it", _prompt_rejected,

@@ -102,7 +102,7 @@ async def test_refused_is_the_exact_transport_line_after_five_retries(tmp_path: 
         port = int(client.urls["refused"].rsplit(":", 1)[1])
         await shell.handle_line("hi")
         lines = sink.text.splitlines()
-        root = f"DeepSeek API request to http://127.0.0.1:{port} failed: All connection attempts failed: " \
+        root = f"request to the endpoint at http://127.0.0.1:{port} failed: All connection attempts failed: " \
                f"[Errno 111] Connect call failed ('127.0.0.1', {port})"
         assert lines == [
             f"[main turn 1] [retry 1/5 in 0.1s] TRANSPORT: {root}",
@@ -124,6 +124,30 @@ async def test_http_401_prints_the_fix_line(tmp_path: Path) -> None:
         )
 
 
+async def test_a_gateway_upstream_401_names_the_gateways_credential(tmp_path: Path) -> None:
+    async with demo_shell(tmp_path, "gateway-upstream-401") as (shell, sink, _):
+        await shell.handle_line("hi")
+        assert sink.text == (
+            "[main turn 1] [turn failed AUTH] litellm.AuthenticationError: AuthenticationError: DeepseekException - "
+            "Authentication Fails, Your api key: ****abcd is invalid\n"
+            "  fix: LiteLLM accepted your key, but its upstream refused LiteLLM's own credential — check the "
+            "upstream key in LiteLLM's configuration\n"
+        )
+
+
+async def test_a_relay_error_event_is_retried_then_shown_in_the_relays_words(tmp_path: Path) -> None:
+    async with demo_shell(tmp_path, "relay-error") as (shell, sink, server):
+        await shell.handle_line("hi")
+        lines = sink.text.splitlines()
+        assert lines[-2:] == ["[turn failed SERVER] litellm.InternalServerError: upstream connection lost",
+                              "  fix: the LiteLLM server is having trouble; retry later"]
+        assert len(server.requests) == 6  # a SERVER before any content: retried as an HTTP 500 would be
+        await shell.handle_line("/why")
+        assert "  dsh.llm.errors.Evidence: error event: {\"error\": {\"message\": \"litellm.InternalServerError: " \
+               "upstream connection lost\", \"type\": \"internal_server_error\", \"param\": null, \"code\": \"500\"}}" \
+               in sink.text.splitlines()
+
+
 async def test_tool_call_is_a_real_round_trip(tmp_path: Path) -> None:
     async with demo_shell(tmp_path, "tool-call") as (shell, sink, server):
         (tmp_path / "marker-file.txt").write_text("x")
@@ -136,7 +160,7 @@ async def test_tool_call_is_a_real_round_trip(tmp_path: Path) -> None:
 
 
 async def test_scenario_selection_and_listing(tmp_path: Path) -> None:
-    async with demo_shell(tmp_path, "text") as (shell, sink, _):
+    async with demo_shell(tmp_path, "text") as (shell, sink, server):
         await shell.handle_line("/scenario")
         listing = sink.text.splitlines()
         assert listing[0].startswith("* text ")
@@ -148,8 +172,9 @@ async def test_scenario_selection_and_listing(tmp_path: Path) -> None:
         await shell.handle_line("hi")
         assert sink.text == (
             "[main turn 1] [turn failed QUOTA] Insufficient Balance\n"
-            "  fix: your DeepSeek balance has run out; top up at https://platform.deepseek.com/top_up\n"
-        )
+            f"  fix: the endpoint at 127.0.0.1:{server.port} refused the request for quota or credit — check the "
+            "account of the key in DEEPSEEK_API_KEY (or api_key in config.toml)\n"
+        )  # the demo's server is not DeepSeek: no top-up page
         sink.parts.clear()
         await shell.handle_line("/scenario nope")
         assert sink.text == "no scenario 'nope' (/scenario lists them)\n" and shell.prefill == "/scenario nope"
