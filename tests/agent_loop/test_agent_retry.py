@@ -60,8 +60,8 @@ async def test_a_first_token_timeout_is_retried_once_whatever_the_policy(server,
     server.default = Behaviour("keepalive_only", interval=0.05)
     agent, seen = make_agent(server.url, client_options={"stream_idle_timeout": 5.0, "first_token_timeout": 0.3})
     reason = await agent.run_turn("hello")
-    message = "no content from DeepSeek within 0.3s (keep-alives only)"
-    assert reason == Failed("TIMEOUT", message, step=1)
+    message = f"no content from the endpoint at 127.0.0.1:{server.port} within 0.3s (keep-alives only)"
+    assert reason == Failed("TIMEOUT", message, step=1, endpoint=server.url)
     assert [(r["attempt"], r["max_attempts"], r["message"]) for r in seen.of("llm/retry")] == [(1, 1, message)]
     assert len(server.requests) == 2
 

@@ -82,7 +82,7 @@ async def test_transport_refused_port_keeps_the_full_chain_in_the_durable_turn_e
         agent, _ = make_agent(base)
         reason = await agent.run_turn("hello")
     expected = (
-        f"DeepSeek API request to http://***@127.0.0.1:{port}/v1 failed: All connection attempts failed: "
+        f"request to the endpoint at http://***@127.0.0.1:{port}/v1 failed: All connection attempts failed: "
         f"[Errno 111] Connect call failed ('127.0.0.1', {port})"
     )
     assert reason == Failed(code="TRANSPORT", message=expected, step=1, detail="refused",
@@ -118,7 +118,7 @@ RETRIED = 6  # the first attempt and five retries
         ("http_418", "HTTP_418", 418, "I'm a Teapot", 1),
         (Behaviour("http_429", retry_after="0.001"), "RATE_LIMIT", 429, "Rate Limit Reached", RETRIED),
         ("http_500", "SERVER", 500, "Internal Server Error", RETRIED),
-        ("http_502_html", "SERVER", 502, "DeepSeek API error (HTTP 502)", RETRIED),
+        ("http_502_html", "SERVER", 502, "API error (HTTP 502) from {E}", RETRIED),
         ("http_503", "SERVER", 503, "Server Overloaded, please try again later", RETRIED),
     ],
 )
@@ -127,14 +127,16 @@ async def test_every_http_code_ends_the_turn_with_its_code(server, make_agent, b
     server.push(*[behaviour] * requests)
     agent, seen = make_agent(server.url)
     reason = await agent.run_turn("hello")
+    message = message.replace("{E}", f"the endpoint at 127.0.0.1:{server.port}")
+    # The endpoint that answered is kept for the fix line: the fault server's URL, unnamed.
     assert reason == Failed(code=code, message=message, step=1, status=status,
-                            request_id=f"fault-{requests:04d}")
+                            request_id=f"fault-{requests:04d}", endpoint=server.url)
     assert len(server.requests) == requests
     assert len(seen.of("llm/retry")) == requests - 1
     _, records = read_log(agent.session.path)
     assert records[-1]["data"]["reason"] == {
         "kind": "error", "code": code, "message": message, "step": 1, "status": status,
-        "request_id": f"fault-{requests:04d}",
+        "request_id": f"fault-{requests:04d}", "endpoint": server.url,
     }
     assert "assistant/message" not in durable_types(records)
     assert_well_formed(records)
@@ -146,7 +148,7 @@ async def test_every_http_code_ends_the_turn_with_its_code(server, make_agent, b
         ("no_finish", "STREAM_CLOSED", "SSE stream ended without [DONE]", "No finish"),
         ("malformed_json", "MALFORMED_RESPONSE",
          'malformed SSE payload: {"id": "x", "choices": [{"delta": {"content": "unterminated', "Hi"),
-        ("content_filter", "CONTENT_FILTER", 'DeepSeek stream finished with finish_reason "content_filter"',
+        ("content_filter", "CONTENT_FILTER", 'stream from {E} finished with finish_reason "content_filter"',
          "The answer is cut here"),
     ],
 )
@@ -158,6 +160,7 @@ async def test_stream_failures_after_content_end_error_and_keep_what_was_shown(
     reason = await agent.run_turn("hello")
     assert isinstance(reason, Failed)
     assert (reason.code, reason.step) == (code, 1)
+    message = message.replace("{E}", f"the endpoint at 127.0.0.1:{server.port}")
     assert reason.message.startswith(message)  # then whatever lies beneath (e.g. the JSON error)
     assert len(server.requests) == 1  # never retried
     assert seen.text() == prefix
@@ -171,7 +174,7 @@ async def test_reset_mid_stream_is_transport_and_not_streamed_twice(server, make
     agent, seen = make_agent(server.url)
     reason = await agent.run_turn("hello")
     assert isinstance(reason, Failed) and reason.code == "TRANSPORT"
-    assert reason.message.startswith(f"DeepSeek API stream from {server.url} failed: ")
+    assert reason.message.startswith(f"stream from the endpoint at {server.url} failed: ")
     assert "Connection reset by peer" in reason.message
     assert len(server.requests) == 1
     assert seen.text() == "Half an answer"

@@ -33,7 +33,7 @@ def test_slash_doctor_against_a_refused_endpoint_stops_at_tcp_with_the_fix(home:
         dsh.prompt()
         dsh.send("/doctor")
         for line in (
-            f"✗ TCP: [TRANSPORT] DeepSeek API request to http://127.0.0.1:{port} failed: All connection attempts "
+            f"✗ TCP: [TRANSPORT] request to the endpoint at http://127.0.0.1:{port} failed: All connection attempts "
             f"failed: [Errno 111] Connect call failed ('127.0.0.1', {port})",
             f"  fix: nothing is listening at 127.0.0.1:{port} — check DEEPSEEK_BASE_URL (environment)",
             "– TLS: skipped (an earlier step failed)",

@@ -44,7 +44,7 @@ def _turn(dsh: Dsh, line: str) -> None:
 
 def test_an_interactive_recording_replays_interactively_to_the_same_line(home: Path, fault: FaultServer) -> None:
     trace = home / "trace.jsonl"
-    line = (f"[main turn 1] Half an answer\r\n[turn failed TRANSPORT] DeepSeek API stream from {fault.url} failed: "
+    line = (f"[main turn 1] Half an answer\r\n[turn failed TRANSPORT] stream from the endpoint at {fault.url} failed: "
             "ReadError: BrokenResourceError: [Errno 104] Connection reset by peer\r\n")
     live = Dsh(home, "--record", str(trace), DEEPSEEK_API_KEY=KEY, DEEPSEEK_BASE_URL=fault.url)
     try:

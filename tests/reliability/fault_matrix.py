@@ -71,9 +71,12 @@ ENDPOINT_FAST = 30
 SSL = r"\(_ssl\.c:\d+\)"
 # The rows' key comes from the environment, and the AUTH fix names where it came from.
 FIX_AUTH = "  fix: the API key was refused — check DEEPSEEK_API_KEY (environment)"
-FIX_QUOTA = "  fix: your DeepSeek balance has run out; top up at https://platform.deepseek.com/top_up"
+# The fault server is not DeepSeek: its lines name it by address, and no fix sends anyone to DeepSeek's top-up page.
+E = "the endpoint at 127.0.0.1:{port}"
+FIX_QUOTA = (f"  fix: {E} refused the request for quota or credit — check the account of the key in "
+             "DEEPSEEK_API_KEY (environment)")
 FIX_RATE = "  fix: requests are arriving too fast; back off and try again shortly"
-FIX_SERVER = "  fix: the DeepSeek server is having trouble; retry later"
+FIX_SERVER = f"  fix: {E} is having trouble; retry later"
 FIX_CONTEXT = "  fix: the conversation is too long for the model — /compact or /new"
 HUGE_DELTAS = 20_000
 
@@ -106,8 +109,8 @@ def _b(behaviour: str, /, **params: Any) -> Behaviour:
     return Behaviour(behaviour, **params)
 
 
-_TR = "DeepSeek API request to {url} failed: "
-_TS = "DeepSeek API stream from {url} failed: "
+_TR = "request to the endpoint at {url} failed: "
+_TS = "stream from the endpoint at {url} failed: "
 _RESET = "ReadError: BrokenResourceError: [Errno 104] Connection reset by peer"
 _REFUSED = "All connection attempts failed: [Errno 111] Connect call failed ('127.0.0.1', {port})"
 
@@ -119,26 +122,26 @@ FAULTS: tuple[Fault, ...] = (
           code="TRANSPORT", endpoint="refused", fast=ENDPOINT_FAST, group="transport"),
     # In a loopback-only namespace whose resolver reads /etc/hosts alone: no query leaves the machine.
     Fault("dns_failure", "DNS failure (a name that does not exist)",
-          "[turn failed TRANSPORT] DeepSeek API request to http://api.nonexistent.invalid failed: "
+          "[turn failed TRANSPORT] request to the endpoint at http://api.nonexistent.invalid failed: "
           "[Errno -2] Name or service not known"
           "\n  fix: the host name api.nonexistent.invalid does not exist — check --base-url (flag)",
           code="TRANSPORT", endpoint="dns", fast=ENDPOINT_FAST, group="transport"),
     Fault("https_to_plain", "https:// to a plain-HTTP listener",
-          re.escape("[turn failed TRANSPORT] DeepSeek API request to {url} failed: ")
+          re.escape("[turn failed TRANSPORT] request to the endpoint at {url} failed: ")
           + r"\[SSL: WRONG_VERSION_NUMBER\] wrong version number " + SSL
           + re.escape("\n  fix: the server speaks plain HTTP — did you mean ") + r"http://127\.0\.0\.1:\d+\?",
           code="TRANSPORT", endpoint="https_plain", regex=True, fast=ENDPOINT_FAST, group="transport"),
     Fault("self_signed_tls", "self-signed TLS certificate",
-          re.escape("[turn failed TRANSPORT] DeepSeek API request to {url} failed: ")
+          re.escape("[turn failed TRANSPORT] request to the endpoint at {url} failed: ")
           + r"\[SSL: CERTIFICATE_VERIFY_FAILED\] certificate verify failed: self-signed certificate " + SSL
           + re.escape("\n  fix: the certificate is not trusted — install its CA in the system trust store, "
                       "or point SSL_CERT_FILE at it"),
           code="TRANSPORT", endpoint="tls", regex=True, fast=ENDPOINT_FAST, group="transport"),
     Fault("connect_timeout", "connect timeout (full accept backlog)",
-          f"[turn failed TIMEOUT] no response headers from DeepSeek within {IDLE}s", code="TIMEOUT",
+          f"[turn failed TIMEOUT] no response headers from {E} within {IDLE}s", code="TIMEOUT",
           endpoint="backlog", timeouts=True, fast=ENDPOINT_FAST, group="transport"),
     Fault("https_proxy_closed", "HTTPS_PROXY at a closed port",
-          "[turn failed PROXY] DeepSeek API request to https://api.deepseek.invalid via proxy "
+          "[turn failed PROXY] request to the endpoint at https://api.deepseek.invalid via proxy "
           "http://127.0.0.1:{port} failed: " + _REFUSED
           + "\n  fix: nothing is listening at the proxy 127.0.0.1:{port} — check HTTPS_PROXY (environment)",
           code="PROXY", endpoint="proxy", fast=ENDPOINT_FAST, group="transport"),
@@ -147,7 +150,7 @@ FAULTS: tuple[Fault, ...] = (
           "got 'http://127.0.0.1:99999'", end="startup", endpoint="port99999", exit_code=2, group="transport"),
     # -- transport: the server breaks the connection ----------------------------------------------------
     Fault("read_timeout_before_headers", "read timeout before headers", f"[turn failed TIMEOUT] no response "
-          f"headers from DeepSeek within {IDLE}s", code="TIMEOUT", behaviours=("stall_before_headers",), timeouts=True,
+          f"headers from {E} within {IDLE}s", code="TIMEOUT", behaviours=("stall_before_headers",), timeouts=True,
           group="transport"),
     Fault("reset_before_headers", "RST before headers", f"[turn failed TRANSPORT] {_TR}{_RESET}", code="TRANSPORT",
           behaviours=("reset_before_headers",), group="transport"),
@@ -184,16 +187,16 @@ FAULTS: tuple[Fault, ...] = (
     Fault("length", "finish_reason length", "The answer is cut here\n[turn hit the output-token limit]",
           end="max-tokens", behaviours=("length",)),
     Fault("content_filter", "finish_reason content_filter",
-          'The answer is cut here\n[turn failed CONTENT_FILTER] DeepSeek stream finished with finish_reason '
+          'The answer is cut here\n[turn failed CONTENT_FILTER] stream from ' + E + ' finished with finish_reason '
           '"content_filter"', code="CONTENT_FILTER", behaviours=("content_filter",)),
     Fault("insufficient_system_resource", "finish_reason insufficient_system_resource",
-          'The answer is cut here\n[turn failed INSUFFICIENT_SYSTEM_RESOURCE] DeepSeek stream finished with '
+          'The answer is cut here\n[turn failed INSUFFICIENT_SYSTEM_RESOURCE] stream from ' + E + ' finished with '
           'finish_reason "insufficient_system_resource"', code="INSUFFICIENT_SYSTEM_RESOURCE",
           behaviours=("insufficient_system_resource",)),
-    Fault("empty", "stop with no content", "[turn failed EMPTY_RESPONSE] DeepSeek API returned an empty completion",
+    Fault("empty", "stop with no content", f"[turn failed EMPTY_RESPONSE] {E} returned an empty completion",
           code="EMPTY_RESPONSE", behaviours=("empty",)),
     Fault("empty_body", "200 with an empty body",
-          "[turn failed EMPTY_RESPONSE] DeepSeek API returned no response body", code="EMPTY_RESPONSE",
+          f"[turn failed EMPTY_RESPONSE] {E} returned no response body", code="EMPTY_RESPONSE",
           behaviours=("empty_body",)),
     Fault("no_done", "finish reason, then a clean close without [DONE]", "No terminator", end="completed",
           behaviours=("no_done",)),
@@ -211,13 +214,13 @@ FAULTS: tuple[Fault, ...] = (
           '"choices":"not-a-list"}: not a chat.completion.chunk object', code="MALFORMED_RESPONSE",
           behaviours=("malformed_shape",)),
     Fault("stall_after_headers", "headers, then silence",
-          f"[turn failed TIMEOUT] DeepSeek stream idle timeout after {IDLE}s", code="TIMEOUT",
+          f"[turn failed TIMEOUT] stream idle timeout after {IDLE}s from {E}", code="TIMEOUT",
           behaviours=("stall_after_headers",), timeouts=True),
     Fault("stall_mid_stream", "some text, then silence",
-          f"Partial\n[turn failed TIMEOUT] DeepSeek stream idle timeout after {IDLE}s", code="TIMEOUT",
+          f"Partial\n[turn failed TIMEOUT] stream idle timeout after {IDLE}s from {E}", code="TIMEOUT",
           behaviours=("stall_mid_stream",), timeouts=True),
     Fault("keepalive_only", "keep-alive comments forever",
-          f"[turn failed TIMEOUT] no content from DeepSeek within {FIRST}s (keep-alives only)", code="TIMEOUT",
+          f"[turn failed TIMEOUT] no content from {E} within {FIRST}s (keep-alives only)", code="TIMEOUT",
           behaviours=("keepalive_only",), timeouts=True),
     # -- HTTP errors -----------------------------------------------------------------------------------
     Fault("http_400", "HTTP 400", "[turn failed INVALID_REQUEST] The `reasoning_content` in the thinking mode must be "
@@ -245,12 +248,12 @@ FAULTS: tuple[Fault, ...] = (
           behaviours=("http_429",), status=429, group="http"),
     Fault("http_500", "HTTP 500", "[turn failed SERVER] Internal Server Error\n" + FIX_SERVER, code="SERVER",
           behaviours=("http_500",), status=500, group="http"),
-    Fault("http_502_html", "HTTP 502 with an HTML body", "[turn failed SERVER] DeepSeek API error (HTTP 502)\n"
+    Fault("http_502_html", "HTTP 502 with an HTML body", f"[turn failed SERVER] API error (HTTP 502) from {E}\n"
           + FIX_SERVER, code="SERVER", behaviours=("http_502_html",), status=502, group="http"),
     Fault("http_503", "HTTP 503", "[turn failed SERVER] Server Overloaded, please try again later\n" + FIX_SERVER,
           code="SERVER", behaviours=("http_503",), status=503, group="http"),
     Fault("http_error_text_body", "HTTP 500 with a plain-text body",
-          "[turn failed SERVER] DeepSeek API error (HTTP 500)\n" + FIX_SERVER, code="SERVER",
+          f"[turn failed SERVER] API error (HTTP 500) from {E}\n" + FIX_SERVER, code="SERVER",
           behaviours=(_b("http_error", body="upstream exploded"),), status=500, group="http"),
     # -- retries (max_retries > 0) ------------------------------------------------------------------------
     Fault("retry_then_success", "HTTP 503, retried, then text",

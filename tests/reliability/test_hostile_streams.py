@@ -34,7 +34,8 @@ def test_a_gzip_keepalive_bomb_times_out_on_time_in_bounded_memory(tmp_path: Pat
     run, peak = _run(home, server, ["hello"], "keepalive-bomb")
     assert run.returncode == 0  # piped stdin: a failed turn, then the end of input
     assert run.stdout.splitlines() == [
-        "[main turn 1] [turn failed TIMEOUT] no content from DeepSeek within 2s (keep-alives only)"]
+        f"[main turn 1] [turn failed TIMEOUT] no content from the endpoint at 127.0.0.1:{server.port} within 2s "
+        "(keep-alives only)"]
     assert peak < PEAK_LIMIT_MB
 
 

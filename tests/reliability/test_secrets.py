@@ -118,7 +118,7 @@ def test_proxy_credentials_never_show(tmp_path: Path) -> None:
     refused = f"All connection attempts failed: [Errno 111] Connect call failed ('127.0.0.1', {port})"
     for run, scheme in ((https, "https"), (plain, "http")):
         # The proxy carried the request, so the failure is the proxy's, named with its credentials masked.
-        assert run.stdout.startswith(f"[main turn 1] [turn failed PROXY] DeepSeek API request to "
+        assert run.stdout.startswith(f"[main turn 1] [turn failed PROXY] request to the endpoint at "
                                      f"{scheme}://api.deepseek.invalid via proxy http://***@127.0.0.1:{port} "
                                      f"failed: {refused}\n"), run.stdout
         assert "ConnectionRefusedError" in run.stdout  # /why ran and shows the typed chain

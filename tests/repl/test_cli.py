@@ -163,7 +163,7 @@ def test_refused_endpoint_prints_the_exact_transport_line(home: Path) -> None:
     assert result.returncode == 1
     assert result.stdout == ""
     assert result.stderr == (
-        f"[turn failed TRANSPORT] DeepSeek API request to http://127.0.0.1:{port} failed: "
+        f"[turn failed TRANSPORT] request to the endpoint at http://127.0.0.1:{port} failed: "
         f"All connection attempts failed: [Errno 111] Connect call failed ('127.0.0.1', {port})\n"
         f"  fix: nothing is listening at 127.0.0.1:{port} — check DEEPSEEK_BASE_URL (environment)\n"
     )
@@ -674,7 +674,7 @@ def test_print_mode_streams_read_as_one_terminal_when_merged(home: Path) -> None
     assert result.returncode == 1
     lines = result.stdout.splitlines()
     assert lines[0] == "Half an answer"
-    assert lines[1].startswith("[turn failed TRANSPORT] DeepSeek API stream from http://127.0.0.1:")
+    assert lines[1].startswith("[turn failed TRANSPORT] stream from the endpoint at http://127.0.0.1:")
 
 
 def test_stdin_from_dev_null_is_an_empty_piped_session(home: Path) -> None:

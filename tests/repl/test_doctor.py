@@ -22,7 +22,7 @@ from dsh.repl import commands
 from dsh.repl.config import Config, load_config
 from dsh.repl.doctor import Doctor, Report
 from dsh.repl.frontend import PlainFrontEnd
-from dsh.repl.render import FIX_AUTH_FROM, FIX_CERTIFICATE, FIX_QUOTA
+from dsh.repl.render import FIX_AUTH_FROM, FIX_CERTIFICATE
 from dsh.repl.shell import Shell
 from tests import canaries
 from tests.repl.test_shell_commands import ListSink
@@ -103,7 +103,7 @@ async def test_a_refused_port_fails_at_tcp_with_the_turns_fix(env: dict[str, str
     with closed_port() as port:
         report, lines = await _report(env, f"http://127.0.0.1:{port}")
     assert lines[3:] == [
-        f"✗ TCP: [TRANSPORT] DeepSeek API request to http://127.0.0.1:{port} failed: All connection attempts "
+        f"✗ TCP: [TRANSPORT] request to the endpoint at http://127.0.0.1:{port} failed: All connection attempts "
         f"failed: [Errno 111] Connect call failed ('127.0.0.1', {port})",
         f"  fix: nothing is listening at 127.0.0.1:{port} — check --base-url (flag)",
         f"– TLS: {SKIPPED}", f"– HTTP: {SKIPPED}", f"– balance: {SKIPPED}", f"– stream: {SKIPPED}",
@@ -116,7 +116,7 @@ async def test_a_refused_port_fails_at_tcp_with_the_turns_fix(env: dict[str, str
 async def test_https_to_the_plain_port_fails_at_tls(env: dict[str, str], fault_server: FaultServer) -> None:
     url = fault_server.plain_url_for_https
     _, lines = await _report(env, url)
-    assert _ms(lines[4]).startswith(f"✗ TLS: [TRANSPORT] DeepSeek API request to {url} failed: "
+    assert _ms(lines[4]).startswith(f"✗ TLS: [TRANSPORT] request to the endpoint at {url} failed: "
                                     "[SSL: WRONG_VERSION_NUMBER] wrong version number")
     assert lines[5] == f"  fix: the server speaks plain HTTP — did you mean {fault_server.url}?"
     assert lines[-1] == "doctor: failed at TLS"
@@ -127,7 +127,7 @@ async def test_a_self_signed_certificate_fails_at_tls_and_shows_it(env: dict[str
     url = tls_fault_server.tls_url
     _, lines = await _report(env, url)
     assert re.fullmatch(
-        re.escape(f"✗ TLS: [TRANSPORT] DeepSeek API request to {url} failed: [SSL: CERTIFICATE_VERIFY_FAILED] "
+        re.escape(f"✗ TLS: [TRANSPORT] request to the endpoint at {url} failed: [SSL: CERTIFICATE_VERIFY_FAILED] "
                   "certificate verify failed: self-signed certificate (_ssl.c:") + r"\d+\)", lines[4])
     assert lines[5:7] == [
         "    certificate: subject CN=dsh fault server (self-signed); issuer CN=dsh fault server (self-signed); "
@@ -169,7 +169,24 @@ async def test_an_unavailable_balance_fails_at_balance_with_quota(env: dict[str,
                                                                   fault_server: FaultServer) -> None:
     fault_server.account = "balance_unavailable"
     _, lines = await _report(env, fault_server.url)
-    assert lines[6:9] == ["✗ balance: [QUOTA] not available: 0.00 CNY (in <ms>)", FIX_QUOTA, f"– stream: {SKIPPED}"]
+    # The fault server is not DeepSeek: no top-up page, the key's account instead.
+    fix = (f"  fix: the endpoint at 127.0.0.1:{fault_server.port} refused the request for quota or credit — check "
+           "the account of the key in DEEPSEEK_API_KEY (environment)")
+    assert lines[6:9] == ["✗ balance: [QUOTA] not available: 0.00 CNY (in <ms>)", fix, f"– stream: {SKIPPED}"]
+
+
+async def test_a_gateway_upstream_401_says_the_gateway_took_the_key(env: dict[str, str],
+                                                                     fault_server: FaultServer) -> None:
+    fault_server.push("gateway_upstream_401")
+    _, lines = await _report(env, fault_server.url)
+    assert lines[5].startswith("✓ HTTP: GET /models 200 in <ms>")
+    assert lines[7:9] == [
+        "✗ stream: [AUTH] LiteLLM accepted your key (GET /models 200), but its upstream refused LiteLLM's own "
+        "credential: litellm.AuthenticationError: AuthenticationError: DeepseekException - Authentication Fails, "
+        "Your api key: ****abcd is invalid",
+        "  fix: LiteLLM accepted your key, but its upstream refused LiteLLM's own credential — check the upstream "
+        "key in LiteLLM's configuration",
+    ]
 
 
 async def test_an_endpoint_without_models_or_balance_skips_them(env: dict[str, str],
@@ -198,8 +215,8 @@ async def _turn_failure(env: dict[str, str], config: Config) -> str:
 
 
 @pytest.mark.parametrize(("behaviour", "message"), [
-    ("stall_after_headers", "DeepSeek stream idle timeout after 0.5s"),
-    ("keepalive_only", "no content from DeepSeek within 0.5s (keep-alives only)"),
+    ("stall_after_headers", "stream idle timeout after 0.5s from {E}"),
+    ("keepalive_only", "no content from {E} within 0.5s (keep-alives only)"),
 ])
 async def test_a_stalled_stream_fails_at_stream_as_the_turn_does(env: dict[str, str], fault_server: FaultServer,
                                                                  behaviour: str, message: str) -> None:
@@ -207,6 +224,7 @@ async def test_a_stalled_stream_fails_at_stream_as_the_turn_does(env: dict[str, 
     (Path(env["XDG_CONFIG_HOME"]) / "dsh" / "config.toml").write_text(
         "stream_idle_timeout = 0.5\nfirst_token_timeout = 0.5\nmax_retries = 0\n")
     fault_server.push(Behaviour(behaviour, interval=0.1) if behaviour == "keepalive_only" else behaviour)
+    message = message.replace("{E}", f"the endpoint at 127.0.0.1:{fault_server.port}")
     _, lines = await _report(env, fault_server.url)
     assert lines[7:] == [f"✗ stream: [TIMEOUT] {message}", _environment(env), "doctor: failed at stream"]
     fault_server.push(Behaviour(behaviour, interval=0.1) if behaviour == "keepalive_only" else behaviour)
@@ -221,7 +239,7 @@ async def test_a_name_that_does_not_exist_fails_at_dns(env: dict[str, str]) -> N
 
     _, lines = await _report(env, "https://api.deepseek.invalid", resolver=resolver)
     assert lines[2:5] == [
-        "✗ DNS: [TRANSPORT] DeepSeek API request to https://api.deepseek.invalid failed: "
+        "✗ DNS: [TRANSPORT] request to the endpoint at https://api.deepseek.invalid failed: "
         "[Errno -2] Name or service not known",
         "  fix: the host name api.deepseek.invalid does not exist — check --base-url (flag)",
         f"– TCP: {SKIPPED}",
@@ -252,7 +270,7 @@ async def test_every_address_refused_fails_at_tcp_as_anyio_reports_it(env: dict[
         await doctor.dns()
         tcp = await doctor.tcp()
     assert tcp.lines() == [
-        f"✗ TCP: [TRANSPORT] DeepSeek API request to http://doctor.test:{port} failed: All connection attempts "
+        f"✗ TCP: [TRANSPORT] request to the endpoint at http://doctor.test:{port} failed: All connection attempts "
         f"failed: multiple connection attempts failed [[Errno 111] Connect call failed ('::1', {port}, 0, 0); "
         f"[Errno 111] Connect call failed ('127.0.0.1', {port})]",
         f"  fix: nothing is listening at doctor.test:{port} — check --base-url (flag)",
@@ -408,7 +426,7 @@ async def test_wrong_proxy_credentials_fail_at_tls_as_a_turn_fails(
     url = tls_fault_server.tls_url
     _, lines = await _report(env, url)
     assert lines[4:6] == [
-        f"✗ TLS: [PROXY] DeepSeek API request to {url} via proxy http://***@{tinyproxy} failed: 401 Unauthorized",
+        f"✗ TLS: [PROXY] request to the endpoint at {url} via proxy http://***@{tinyproxy} failed: 401 Unauthorized",
         "  fix: the proxy refused the credentials — check the user:password in HTTPS_PROXY (environment)",
     ]
     turn = await _turn_failure(env, _config(env, url))
@@ -427,7 +445,7 @@ def test_a_real_lookup_of_a_name_that_does_not_exist_fails_at_dns(env: dict[str,
     lines = done.stdout.splitlines()
     assert done.returncode == 1, done.stderr
     assert lines[2:4] == [
-        "✗ DNS: [TRANSPORT] DeepSeek API request to https://api.deepseek.invalid failed: "
+        "✗ DNS: [TRANSPORT] request to the endpoint at https://api.deepseek.invalid failed: "
         "[Errno -2] Name or service not known",
         "  fix: the host name api.deepseek.invalid does not exist — check --base-url (flag)",
     ]

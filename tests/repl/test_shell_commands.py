@@ -151,7 +151,7 @@ async def test_why_shows_the_full_chain_with_types(env: dict[str, str]) -> None:
             assert isinstance(reason, Failed) and reason.exit_code == 1
             line = sink.take()
             assert line == (
-                f"[main turn 1] [turn failed TRANSPORT] DeepSeek API request to http://127.0.0.1:{port} failed: "
+                f"[main turn 1] [turn failed TRANSPORT] request to the endpoint at http://127.0.0.1:{port} failed: "
                 f"All connection attempts failed: [Errno 111] Connect call failed ('127.0.0.1', {port})\n"
                 f"  fix: nothing is listening at 127.0.0.1:{port} — check base_url (--base-url, DEEPSEEK_BASE_URL "
                 "or config.toml)\n"
@@ -159,7 +159,7 @@ async def test_why_shows_the_full_chain_with_types(env: dict[str, str]) -> None:
             await shell.handle_line("/why")
             assert sink.take().splitlines() == [
                 "last failure (TRANSPORT):",
-                f"  dsh.llm.errors.LlmError: DeepSeek API request to http://127.0.0.1:{port} failed",
+                f"  dsh.llm.errors.LlmError: request to the endpoint at http://127.0.0.1:{port} failed",
                 "  httpx.ConnectError: All connection attempts failed",
                 "  httpcore.ConnectError: All connection attempts failed",
                 "  OSError: All connection attempts failed",
