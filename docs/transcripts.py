@@ -664,6 +664,9 @@ BEHAVIOURS: dict[str, str] = {
     "proxy_503": "503 as squid answers when its upstream refused (X-Squid-Error, Via)",
     "http_503": "server overloaded",
     "http_error": "any status: `status=`, `message=`, `body=` for a verbatim body (also spelled `http_NNN`)",
+    "error_event": "a relay's in-stream `data: {\"error\": {...}}` event, then a close, as LiteLLM ends a failed "
+                   "stream (`text=` first, `message=`, `type=`, `code=`)",
+    "gateway_upstream_401": "401 as LiteLLM relays its upstream's refusal of LiteLLM's own key, with LiteLLM's headers",
 }
 # dsh runs the tools, then asks again
 _FOLLOW_UP = {"tool_call": "text", "parallel_tool_calls": "text", "tool_call_flood": "text", "huge_arguments": "text"}
