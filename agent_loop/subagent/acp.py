@@ -218,6 +218,7 @@ class AcpRun(Run[AcpSettings]):
             await proc.start()
         except ProcessStartError as exc:
             return Outcome("error", failure=Failure(Stage.PROCESS, Category.PROCESS_START, cause=exc))
+        self.process = proc  # a failed run keeps the last lines of its stderr host-side
         self._client = PermissionClient(settings.permission)
         conn: AcpConnection | None = None
         try:

@@ -282,6 +282,7 @@ class _TurnState:
     messages: list[_AgentMessage] = field(default_factory=list)
     deltas: dict[str, list[str]] = field(default_factory=dict)
     last_error_info: object = _NO_ERROR_INFO
+    last_error_words: tuple[tuple[str, object], ...] = ()  # the latest error's own words, host-side only
     completed_turn: dict[str, Any] | None = None
     completed: anyio.Event = field(default_factory=anyio.Event)
 
@@ -328,7 +329,6 @@ class CodexRun(Run[CodexConfig]):
         self._decision: tuple[str, str] | None = None  # latest unattended decision (request, decision)
         self._interrupt_sent = False
         self._stop_reason = "error"  # of a failed turn: contextWindowExceeded makes it max-tokens
-        self.process: ManagedProcess | None = None  # tests read its pid
         self.turn_started = anyio.Event()
 
     def partial_output(self) -> str:
@@ -411,7 +411,8 @@ class CodexRun(Run[CodexConfig]):
         if kind == "deadline":
             await self._interrupt(conn)
             category, status = self._latest_error_category(default=Category.TIMEOUT)
-            return Failure(Stage.TURN, category, http_status=status, cause=TimeoutError("turn deadline"))
+            return Failure(Stage.TURN, category, http_status=status, cause=TimeoutError("turn deadline"),
+                           words=self._turn.last_error_words)  # fmt: skip
         return await self._stage_failure(Stage.TURN, kind, value, process)
 
     async def _start_thread(self, conn: JsonRpcConnection, params: dict[str, Any], timeout: float) -> None:
@@ -516,6 +517,7 @@ class CodexRun(Run[CodexConfig]):
             error = params.get("error")
             if isinstance(error, dict):
                 turn.last_error_info = error.get("codexErrorInfo")
+                turn.last_error_words = _error_words(error)
         elif method == "turn/started":
             started = params.get("turn")
             if self._turn_id is None and isinstance(started, dict) and isinstance(started.get("id"), str):
@@ -551,7 +553,9 @@ class CodexRun(Run[CodexConfig]):
             category, http_status = self._turn_error_category(turn)
             if category is Category.contextWindowExceeded:
                 self._stop_reason = "max-tokens"
-            return Failure(Stage.TURN, category, http_status=http_status)
+            error = turn.get("error")
+            words = _error_words(error) if isinstance(error, dict) else self._turn.last_error_words
+            return Failure(Stage.TURN, category, http_status=http_status, words=words)
         return Failure(Stage.TURN, Category.UNKNOWN)
 
     def _turn_error_category(self, turn: dict[str, Any]) -> tuple[Category, int | None]:
@@ -649,6 +653,12 @@ def _find_codex() -> tuple[str, str | None]:
     if found:
         return found, None
     raise _BinaryNotFound("codex not found")
+
+
+def _error_words(error: dict[str, Any]) -> tuple[tuple[str, object], ...]:
+    """A Codex error's own words (its message, ``codexErrorInfo`` and details) for the host side: never a line."""
+    labels = {"message": "error message", "codexErrorInfo": "codexErrorInfo", "additionalDetails": "additionalDetails"}
+    return tuple((label, error[key]) for key, label in labels.items() if error.get(key) is not None)
 
 
 def _client_info() -> dict[str, str]:

@@ -181,7 +181,7 @@ async def test_why_after_a_failed_subagent_shows_its_host_side_cause(tmp_path: P
         with anyio.fail_after(30):
             reason = await shell.handle_line("delegate it")
         assert reason == Completed()  # the turn went on after the failure
-        assert "category: agent-error; error code: -32603)" in sink.text
+        assert "category: agent-error; error code: -32603 (internal error))" in sink.text
         sink.parts.clear()
         await shell.handle_line("/why")
         # The raw cause, which the model never got: the agent's own JSON-RPC error.

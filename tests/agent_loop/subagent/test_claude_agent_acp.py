@@ -81,7 +81,7 @@ async def test_backend_500_is_agent_error(tmp_path: Path) -> None:
         result = await _run(_table(api, tmp_path), tmp_path)
     assert (result.stop_reason, result.diagnostic) == (
         "error",
-        FAIL + "stage: prompt; category: agent-error; error code: -32603)",
+        FAIL + "stage: prompt; category: agent-error; error code: -32603 (internal error))",
     )
     assert result.output.startswith("API Error: 500")  # the agent's own message text, as partial output
 
@@ -92,7 +92,7 @@ async def test_backend_echoing_the_key(tmp_path: Path) -> None:
         result = await _run(_table(api, tmp_path), tmp_path)
     assert (result.stop_reason, result.diagnostic) == (
         "error",
-        FAIL + "stage: prompt; category: agent-error; error code: -32603)",
+        FAIL + "stage: prompt; category: agent-error; error code: -32603 (internal error))",
     )
     assert CANARY_KEY not in result.output and CANARY_TOKEN not in result.output
     assert "bad key *** and token ***." in result.output  # both are values of secret-named env
