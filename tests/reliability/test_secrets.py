@@ -126,7 +126,8 @@ def test_proxy_credentials_never_show(tmp_path: Path) -> None:
 
 
 def _subagent_config(child_url: str) -> str:
-    env_line = (f'SECRET_SETTING = "{canaries.CHILD_ENV}", ACP_FAKE_STDERR_TEXT = "Traceback: {canaries.CHILD_STDERR} {canaries.CHILD_ENV}"')
+    env_line = (f'SECRET_SETTING = "{canaries.CHILD_ENV}", '
+                f'ACP_FAKE_STDERR_TEXT = "Traceback: {canaries.CHILD_STDERR} {canaries.CHILD_ENV}"')
     return config_text() + f"""
 [subagents.acp_exit]
 provider = "acp"

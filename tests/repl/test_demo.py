@@ -184,5 +184,13 @@ async def test_why_after_a_failed_subagent_shows_its_host_side_cause(tmp_path: P
         assert "category: agent-error; error code: -32603 (internal error))" in sink.text
         sink.parts.clear()
         await shell.handle_line("/why")
-        # The raw cause, which the model never got: the agent's own JSON-RPC error.
-        assert sink.text.splitlines() == ["last failure:", "  acp.exceptions.RequestError: Internal error"]
+        # The run's record, then the raw cause and the agent's own words, which the model never got.
+        assert sink.text.splitlines() == [
+            "last failure (SUBAGENT):",
+            "  dsh.agent_loop.subagent.result.SubagentFailure: Subagent failure (provider: acp-error; stage: prompt;"
+            " category: agent-error; error code: -32603 (internal error))",
+            "  acp.exceptions.RequestError: Internal error",
+            "  the agent's own words (host-side only, masked):",
+            "    error message: Internal error",
+            '    error data: {"details":"scripted failure at prompt"}',
+        ]

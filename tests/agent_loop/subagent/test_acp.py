@@ -31,6 +31,7 @@ CANARY_TASK = "sk-canary-task-5b1e"
 CANARY_STDERR = "sk-canary-stderr-77aa"
 CANARY_ENV = "sk-canary-parentenv-c0de"
 CANARY_VALUE = "mystery-sk-canary-stop-91f2"
+INTERNAL_ERROR = "error code: -32603 (internal error))"
 ALL_CANARIES = (CANARY_TASK, CANARY_STDERR, CANARY_ENV, CANARY_VALUE)
 
 FAIL = "Subagent failure (provider: probe; "
@@ -130,7 +131,7 @@ SCENARIOS: dict[str, Scenario] = {
     "new_session_blank_id": Scenario({"ACP_FAKE_SESSION_ID": "blank"}, "error",
                                      FAIL + "stage: new-session; category: protocol)"),
     "new_session_error_answer": Scenario({"ACP_FAKE_ERROR_AT": "new-session"}, "error",
-                                         FAIL + "stage: new-session; category: agent-error; error code: -32603 (internal error))"),
+                                         FAIL + "stage: new-session; category: agent-error; " + INTERNAL_ERROR),
     "new_session_transport": Scenario({"ACP_FAKE_CLOSE_STDOUT_AT": "new-session"}, "error",
                                       FAIL + "stage: new-session; category: transport)"),
     # -- prompt / process ------------------------------------------------------------------------------
@@ -148,7 +149,7 @@ SCENARIOS: dict[str, Scenario] = {
     "prompt_transport": Scenario({"ACP_FAKE_CLOSE_STDOUT_AT": "prompt"}, "error",
                                  FAIL + "stage: prompt; category: transport)", ""),
     "prompt_error_answer": Scenario({"ACP_FAKE_ERROR_AT": "prompt"}, "error",
-                                    FAIL + "stage: prompt; category: agent-error; error code: -32603 (internal error))", ""),
+                                    FAIL + "stage: prompt; category: agent-error; " + INTERNAL_ERROR, ""),
     "prompt_timeout": Scenario({"ACP_FAKE_HANG": "prompt", "ACP_FAKE_IGNORE_CANCEL": "1"}, "error",
                                FAIL + "stage: prompt; category: timeout)", "working on it",
                                config={"prompt_timeout": 1.0}),
