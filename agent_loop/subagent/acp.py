@@ -68,6 +68,7 @@ if TYPE_CHECKING:  # the SDK loads only when a run starts (AcpRun.execute)
     from dsh.agent_loop.subagent._acp_sdk import AcpConnection, PermissionClient
 
 __all__ = [
+    "AUTH_REQUIRED",
     "DEFAULT_STARTUP_TIMEOUT",
     "PERMISSION_POLICIES",
     "AcpInitializeRun",
@@ -335,22 +336,40 @@ class AcpRun(Run[AcpSettings]):
         return Failure(stage, category, error_code=code, cause=cause)
 
 
-class AcpInitializeRun(AcpRun):
-    """Spawn and ``initialize`` only, then the same teardown: ``dsh doctor``'s check of an ACP subagent.
+AUTH_REQUIRED = -32000  # ACP's "authentication required" error code
 
-    Failures are the run's own (same stages, categories and lines). On success :attr:`agent_info` holds
-    the ``(name, version)`` the agent answered with, as sent (child text: the caller sanitizes it).
+
+class AcpInitializeRun(AcpRun):
+    """Spawn, ``initialize`` and ``session/new`` (never a prompt), then the same teardown: ``dsh doctor``'s
+    check of an ACP subagent.
+
+    Failures are the run's own (same stages, categories and lines). Once ``initialize`` answered,
+    :attr:`agent_info` holds the ``(name, version)`` the agent sent and :attr:`auth_methods` the ``(id,
+    name)`` of each authentication method it advertised (child text: the caller sanitizes it);
+    :attr:`auth_required` says the agent answered either request with ``-32000``.
     """
 
     agent_info: tuple[str, str] | None = None
+    auth_methods: tuple[tuple[str, str], ...] = ()
+    auth_required = False
 
     async def _session(self, proc: ManagedProcess, conn: AcpConnection, client: PermissionClient, cwd: str) -> Outcome:
-        answer = await self._call(proc, conn, conn.initialize, Stage.INITIALIZE, self.settings.startup_timeout)
+        timeout = self.settings.startup_timeout
+        answer = await self._call(proc, conn, conn.initialize, Stage.INITIALIZE, timeout)
         if isinstance(answer, Failure):
-            return Outcome("error", failure=answer)
+            return self._failed(conn, answer)
         info = answer.agent_info
         self.agent_info = (info.name, info.version) if info is not None else ("", "")
+        self.auth_methods = tuple((method.id, method.name) for method in answer.auth_methods or ())
+        session = await self._call(proc, conn, lambda: conn.new_session(cwd), Stage.NEW_SESSION, timeout)
+        if isinstance(session, Failure):
+            return self._failed(conn, session)
         return Outcome("completed")
+
+    def _failed(self, conn: AcpConnection, failure: Failure) -> Outcome:
+        # The code of any error answer (at initialize the line shows none: its category is transport).
+        self.auth_required = conn.error_code(failure.cause) == AUTH_REQUIRED
+        return Outcome("error", failure=failure)
 
 
 # Mode ids that ask before acting (claude-agent-acp's "default" is "Always ask before making changes").
