@@ -216,3 +216,14 @@ async def test_a_stderr_ring_that_was_cut_never_shows_its_first_fragment() -> No
         await child.wait_exit()
     assert child.stderr_tail().startswith("rt-ABCDEFGH")  # where the ring begins: inside the first line
     assert child.stderr_lines() == "kept line\n" + "y" * 10
+
+
+async def test_a_failed_background_job_keeps_the_same_record(tmp_path: Path) -> None:
+    from dsh.agent_loop.subagent.jobs import JobManager
+
+    async with JobManager() as jobs:
+        job = await jobs.spawn(fake_codex("fail", error_info="unauthorized"), request(tmp_path))
+        await job.wait()
+    assert job.status == "failed" and job.result is not None
+    record = _record(job.result)
+    assert ("error message", f"upstream said: {STDERR_CANARY}") in record.words.said
