@@ -23,16 +23,17 @@ process         process-start (spawn failed), process-exit (died before the prom
 teardown        process-unreaped (after a failure, the ladder could not observe the child's exit)
 ==============  =========================================================================
 
-``agent-error`` carries the error's integer code (``error code: <n>``); its message and data stay in
-the cause. Under ``permission = "reject"`` a session that advertises modes is put into one that asks
-(``mode`` in the table chooses explicitly); tool calls that still run without a permission request
-give the run a host-side warning line (:func:`~dsh.agent_loop.subagent.diagnostics.mode_warning`).
+``agent-error`` carries the error's integer code (``error code: <n>``, named for the codes the protocols
+define); its message and data stay host-side (the run's record for ``/why``, and dsh.log). Under
+``permission = "reject"`` a session that advertises modes is put into one that asks (``mode`` in the
+table chooses explicitly); tool calls that still run without a permission request give the run a
+host-side warning line (:func:`~dsh.agent_loop.subagent.diagnostics.mode_warning`).
 
 A child that dies while a request is in flight is classified by its observed exit (waited for,
 bounded), not by the transport error that usually arrives first. The host log gets the same facts
-plus the cause's exception *type names*; exception messages and stderr can carry child-controlled text,
-so they are never logged (stderr stays in the process's in-memory ring). The SDK's own root-logger
-records are sanitized the same way (:func:`~dsh.agent_loop.subagent._acp_sdk.install_sdk_log_guard`).
+plus the cause's exception *type names*; the agent's own words (an error's message and data, the last
+lines of its stderr) only in the one masked, bounded record of a failed run (:mod:`~dsh.agent_loop.subagent.run`).
+The SDK's own root-logger records are sanitized (:func:`~dsh.agent_loop.subagent._acp_sdk.install_sdk_log_guard`).
 """
 
 from __future__ import annotations

@@ -607,8 +607,7 @@ class CodexRun(Run[CodexConfig]):
         self.teardown = teardown
         if kill_survivors(noted):
             log.debug("codex teardown: killed helpers that left the app-server's process group")
-        if teardown.tier in ("sigkill", "unreaped"):
-            log.debug("codex stderr tail (host only): %s", process.stderr_tail()[-2000:])
+        if teardown.tier in ("sigkill", "unreaped"):  # its stderr's last lines go to the run's record (run.py)
             return Failure(Stage.TEARDOWN, Category.UNKNOWN, exit_status=teardown.exit_status)
         return None
 
