@@ -59,12 +59,18 @@ WORDS_LIMIT_BYTES = 2048
 STDERR_TAIL_LINES = 20
 STDERR_TAIL_BYTES = 4096
 _WORDS_CUT = " […]"
-# C0/C1 controls but tab: escaped in the kept words, so a log viewer or a terminal shows them inert.
-_CONTROLS = re.compile(r"[\x00-\x08\x0a-\x1f\x7f-\x9f]")
+# C0/C1 controls but tab, and the bidi controls: escaped in the kept words, so dsh.log (read with any
+# viewer) and the screen show them inert.
+_CONTROLS = re.compile(r"[\x00-\x08\x0a-\x1f\x7f-\x9f\u200e\u200f\u202a-\u202e\u2066-\u2069]")
+
+
+def _escaped(match: re.Match[str]) -> str:
+    code = ord(match.group())
+    return f"\\x{code:02x}" if code < 0x100 else f"\\u{code:04x}"
 
 
 def _inert(text: str) -> str:
-    return _CONTROLS.sub(lambda m: f"\\x{ord(m.group()):02x}", text)
+    return _CONTROLS.sub(_escaped, text)
 
 
 def _head(text: str, limit: int) -> str:

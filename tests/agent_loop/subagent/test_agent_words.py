@@ -42,6 +42,7 @@ from tests.agent_loop.subagent.product_support import (
 pytestmark = pytest.mark.anyio
 
 SECRET = "tokenValue-5b1e77c2d9"  # the value of a secret-named variable in the subagent's env
+BIDI = "\u200e\u200f\u202a\u202b\u202c\u202d\u202e\u2066\u2067\u2068\u2069"
 WORDS_HEAD = "the agent's own words (host-side only, masked):"
 
 
@@ -109,7 +110,7 @@ async def test_an_agent_that_exits_at_start_leaves_its_reason_in_the_record_mask
         "\n"
         "Error: Cannot find module '/opt/agent/dist/index.js'\n"
         f"  token {SECRET} key sk-ant-api03-abcdefghijklmnopqrstuvwx\n"
-        "\x1b[31mred\x1b[0m\n"
+        "\x1b[31mred\x1b[0m \u202eevil\n"
     )
     async with _start_up_failure(stderr) as run:
         result = await run.result()
@@ -122,7 +123,7 @@ async def test_an_agent_that_exits_at_start_leaves_its_reason_in_the_record_mask
         "  throw err;",
         "Error: Cannot find module '/opt/agent/dist/index.js'",
         "  token *** key sk-***",
-        "\\x1b[31mred\\x1b[0m",  # escape sequences kept inert
+        "\\x1b[31mred\\x1b[0m \\u202eevil",  # escape sequences and bidi controls kept inert
     )
     assert words.lines()[:2] == [WORDS_HEAD, "  stderr (last 5 lines):"]
     assert "Cannot find module" not in _model_sees(result) and "Cannot find module" not in str(result.diagnostic)
@@ -205,7 +206,7 @@ def test_words_are_masked_bounded_and_inert_for_any_input(before: str, after: st
     assert sum(len(line.encode("utf-8")) + 1 for line in words.stderr) <= STDERR_TAIL_BYTES
     for line in words.lines():
         assert SECRET not in line
-        assert not any((ord(c) < 0x20 and c != "\t") or 0x7F <= ord(c) <= 0x9F for c in line)
+        assert not any((ord(c) < 0x20 and c != "\t") or 0x7F <= ord(c) <= 0x9F or c in BIDI for c in line)
 
 
 async def test_a_stderr_ring_that_was_cut_never_shows_its_first_fragment() -> None:
