@@ -5,9 +5,10 @@ Every child dsh starts goes through :class:`ManagedProcess`: the subagents, the 
 
 * the child leads its own session/process group, so teardown reaches its grandchildren too;
 * stdin/stdout are asyncio streams (the ACP SDK and our JSON-RPC client speak over them);
-* stderr is drained continuously into a bounded host-side ring by the pipe protocol itself (no task
-  to own) — the pipe never fills and the text never reaches the screen;
-  :meth:`ManagedProcess.stderr_tail` is for host logs only, never for a model-visible diagnostic.
+* stderr is drained continuously into a bounded host-side ring (the last 64 KiB) by the pipe protocol
+  itself (no task to own) — the pipe never fills and the text never reaches the screen;
+  :meth:`ManagedProcess.stderr_lines` is for the host side only (a failed subagent run's last lines go
+  to dsh.log and ``/why``, masked), never for a model-visible diagnostic.
   ``merge_stderr=True`` sends it to stdout instead (the shell tool shows both);
 * the environment is :func:`child_env`: an allowlist of the parent's variables plus explicit entries;
 * :meth:`ManagedProcess.terminate` runs close-stdin -> grace -> SIGTERM group -> grace -> SIGKILL
@@ -158,6 +159,11 @@ class _StderrRing:
     def text(self) -> str:
         return b"".join(self._chunks).decode("utf-8", "replace")
 
+    @property
+    def cut(self) -> bool:
+        """Whether older bytes were dropped (the ring's first line may then be a fragment)."""
+        return self.total_bytes > self._size
+
 
 class _ChildProtocol(asyncio.subprocess.SubprocessStreamProtocol):
     """Stream protocol that drains stderr into the ring as it arrives and signals the leader's exit.
@@ -299,6 +305,11 @@ class ManagedProcess:
     def stderr_tail(self) -> str:
         """The last bytes of the child's stderr, decoded leniently. Host logs only — never a diagnostic."""
         return self._stderr.text()
+
+    def stderr_lines(self) -> str:
+        """:meth:`stderr_tail` without a first line the ring cut short (it may begin inside a secret)."""
+        text = self._stderr.text()
+        return text.partition("\n")[2] if self._stderr.cut else text
 
     @property
     def stderr_bytes_seen(self) -> int:

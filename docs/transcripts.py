@@ -778,7 +778,8 @@ DECLARED_ONLY: list[tuple[str, str, str | None]] = [
 # Codes that reach the user as a start-up, command or protocol line, never as a turn end (architecture.md
 # names them in prose).
 NOT_TURN_ENDS = {"CONFIG", "STARTUP", "SESSION_NOT_FOUND", "SESSION_AMBIGUOUS", "SESSION_LOCKED", "TURN_BUSY",
-                 "AGENT_CLOSED", "PROTOCOL", "TRANSPORT_CLOSED", "PROCESS_START", "LINE_TOO_LONG", "COMPACT"}
+                 "AGENT_CLOSED", "PROTOCOL", "TRANSPORT_CLOSED", "PROCESS_START", "LINE_TOO_LONG", "COMPACT",
+                 "SUBAGENT"}
 
 
 def _fix_line(fix_line: Callable[..., str | None], code: str) -> str | None:

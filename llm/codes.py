@@ -45,6 +45,7 @@ class ErrorCode(StrEnum):
     TRANSPORT_CLOSED = "TRANSPORT_CLOSED"  # a JSON-RPC peer's stream ended or broke
     PROCESS_START = "PROCESS_START"  # a child process could not be spawned
     LINE_TOO_LONG = "LINE_TOO_LONG"  # a child's output line exceeded the stream limit
+    SUBAGENT = "SUBAGENT"  # a subagent run that did not succeed (/why's record of it)
 
     # Configuration and start-up (dsh.repl).
     CONFIG = "CONFIG"  # a usage or configuration problem (exit status 2)

@@ -67,6 +67,7 @@ DOUBLE_CTRL_C_WINDOW = 2.0
 _SIGNALS = (signal.SIGINT, signal.SIGTERM)
 _WAKE = "\x00wake"  # what the prompt returns when a background job's notice wakes the idle owner
 EXIT_HINT = "(press Ctrl-C again to exit, or Ctrl-D)"
+CANCELLING = "cancelling…"  # the turn toolbar's hint from a Ctrl-C until the turn has ended
 TYPEAHEAD_LIMIT = 64 * 1024  # characters kept from typing during a turn; a runaway paste stops here
 _LIVE_LIMIT = 8000  # characters of an unfinished line shown in the live view (its tail)
 _ANSWERS: dict[str, ToolApproval] = {"y": "yes", "n": "no", "a": "always"}  # an approval key to its answer
@@ -268,6 +269,7 @@ class InteractiveApp:
         self._answered: anyio.Event | None = None
         self._startup_error: StartupError | None = None
         self._typed = ""  # typed during a turn: the next prompt starts with it
+        self._cancelling = False  # Ctrl-C was pressed during this turn: the toolbar says so until it ends
 
     # --- the front end a shell writes to ------------------------------------------------------------
 
@@ -364,7 +366,7 @@ class InteractiveApp:
             self.shell.cancel_turn()
             self._exit_prompt()
         elif self.shell.session.turn_running:
-            self.shell.cancel_turn()
+            self._cancel_turn()
         elif self._session is not None and self._session.app.is_running:
             self._prompt_ctrl_c(self._session.app.current_buffer, self._session.app)
 
@@ -458,7 +460,7 @@ class InteractiveApp:
 
     def _turn_toolbar(self) -> AnyFormattedText:
         activity = self.shell.display.activity.text(time.monotonic())
-        hint = "Ctrl-C cancels"
+        hint = CANCELLING if self._cancelling else "Ctrl-C cancels"
         if self._typed:
             hint += f" · typed ahead: {len(self._typed)} chars, kept for the next prompt"
         if self._question is not None:
@@ -471,6 +473,13 @@ class InteractiveApp:
             # The live part first, so what a narrow terminal (or a long endpoint) cuts is the static part.
             text = " " + " · ".join(part for part in (activity, hint, base.strip()) if part)
         return [("class:bottom-toolbar", fit_width(sanitize(text), columns))]
+
+    def _cancel_turn(self) -> None:
+        """Cancel the running turn; until it has ended (a subagent's child is torn down first) the toolbar says so."""
+        self._cancelling = True
+        self.shell.cancel_turn()
+        if self._view is not None:
+            self._view.invalidate()
 
     def _must_view(self) -> bool:
         return self._approval is not None and self._approval.must_view and not self._viewed
@@ -502,7 +511,7 @@ class InteractiveApp:
 
         @keys.add("c-c")
         def _cancel(event: KeyPressEvent) -> None:
-            self.shell.cancel_turn()
+            self._cancel_turn()
 
         keys.add("c-o")(self._expand)
 
@@ -574,6 +583,7 @@ class InteractiveApp:
             tasks.start_soon(run_view)
             await started.wait()
             self._view = self.sink.view = view
+            self._cancelling = False
             try:
                 yield
             finally:

@@ -231,7 +231,12 @@ async def _why(shell: Host, arg: str) -> None:
         if isinstance(failure, LlmError) and failure.request_id is not None:
             head += f", request id {redact_text(failure.request_id, secrets)}"
         head += ")"
-    shell.say("\n".join([head + ":", *(f"  {line}" for line in _link_lines(chain_links(failure), 0, secrets))]))
+    lines = [head + ":", *(f"  {line}" for line in _link_lines(chain_links(failure), 0, secrets))]
+    from dsh.agent_loop.subagent.result import SubagentFailure  # loads the subagent seam: only when asked
+
+    if isinstance(failure, SubagentFailure):  # what the agent itself said: masked by its run, and again here
+        lines += [f"  {redact_text(line, secrets)}" for line in failure.words.lines()]
+    shell.say("\n".join(lines))
 
 
 @_command("sessions", "[--all]", "list this project's saved sessions (--all: every project)")

@@ -57,6 +57,7 @@ MARKS = {PASS: "✓", FAIL: "✗", SKIP: "–"}
 STEPS = ("configuration", "proxy", "DNS", "TCP", "TLS", "HTTP", "balance", "stream", "environment")
 STREAM_TIMEOUT_CAP = 30.0  # the doctor waits at most this long for a first token (a turn waits first_token_timeout)
 SUBAGENT_TIMEOUT = 20.0  # per subagent check
+_MAX_AUTH_METHODS = 5  # an ACP agent's advertised auth methods shown, at most
 PROMPT = "Reply with the single word OK."
 FIX_MISSING_KEY = "  fix: set DEEPSEEK_API_KEY (or api_key in config.toml)"
 FIX_MODEL = "  fix: this endpoint does not list the model {model} — check {source}"
@@ -548,7 +549,8 @@ class Doctor:
         return lines, ok
 
     async def _subagent(self, name: str, table: Mapping[str, Any]) -> tuple[bool, str]:
-        """``(passed, line)`` for one ``[subagents.NAME]``: its command found, and for ACP, ``initialize``."""
+        """``(passed, line)`` for one ``[subagents.NAME]``: its command found, and for ACP, ``initialize`` and
+        ``session/new`` (no prompt)."""
         kind = table.get("provider")
         try:
             provider = build_provider(name, table, ParentContext(self.config.model, self.config.base_url,
@@ -580,6 +582,7 @@ class Doctor:
             return True, f"{label}: command found ({found})"
         probe = dataclasses.replace(provider, run_type=AcpInitializeRun)
         run = probe.run(SubagentRequest(description="dsh doctor", prompt="", cwd=os.getcwd()))
+        assert isinstance(run, AcpInitializeRun)
         result = None
         async with run:
             with anyio.move_on_after(SUBAGENT_TIMEOUT):
@@ -587,10 +590,22 @@ class Doctor:
         if result is None:
             return False, f"{label}: Subagent failure (provider: {name}; stage: initialize; category: timeout)"
         if result.stop_reason != "completed":
-            return False, f"{label}: {result.diagnostic or 'Subagent failure (provider: ' + name + ')'}"
-        agent_name, agent_version = getattr(run, "agent_info", None) or ("", "")
+            line = f"{label}: {result.diagnostic or 'Subagent failure (provider: ' + name + ')'}"
+            return False, line + (self._auth_methods(run) if run.auth_required else "")
+        agent_name, agent_version = run.agent_info or ("", "")
         shown = " ".join(part for part in (agent_name[:60], agent_version[:30]) if part) or "no name given"
-        return True, f"{label}: command found ({found}); initialize answered: {redact_text(shown, self.secrets)}"
+        return True, (f"{label}: command found ({found}); initialize answered: {redact_text(shown, self.secrets)}; "
+                      "session/new answered")
+
+    def _auth_methods(self, run: AcpInitializeRun) -> str:
+        """What an agent that wants authentication offers: its methods' ids and names (child text, clipped
+        and masked here; the output's sanitizer makes it inert)."""
+        methods = [f"{method_id[:40]} ({method_name[:60]})" if method_name else method_id[:40]
+                   for method_id, method_name in run.auth_methods[:_MAX_AUTH_METHODS]]
+        if len(run.auth_methods) > _MAX_AUTH_METHODS:
+            methods.append(f"{len(run.auth_methods) - _MAX_AUTH_METHODS} more")
+        offered = ", ".join(methods) if methods else "none advertised"
+        return f"; authentication required, the agent's auth methods: {redact_text(offered, self.secrets)}"
 
     async def _product_starts(self, label: str, argv: tuple[str, ...]) -> tuple[bool, str]:
         """Whether a product's binary starts: ``--version`` exits 0. Only the exit status is shown."""

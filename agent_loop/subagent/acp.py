@@ -23,16 +23,17 @@ process         process-start (spawn failed), process-exit (died before the prom
 teardown        process-unreaped (after a failure, the ladder could not observe the child's exit)
 ==============  =========================================================================
 
-``agent-error`` carries the error's integer code (``error code: <n>``); its message and data stay in
-the cause. Under ``permission = "reject"`` a session that advertises modes is put into one that asks
-(``mode`` in the table chooses explicitly); tool calls that still run without a permission request
-give the run a host-side warning line (:func:`~dsh.agent_loop.subagent.diagnostics.mode_warning`).
+``agent-error`` carries the error's integer code (``error code: <n>``, named for the codes the protocols
+define); its message and data stay host-side (the run's record for ``/why``, and dsh.log). Under
+``permission = "reject"`` a session that advertises modes is put into one that asks (``mode`` in the
+table chooses explicitly); tool calls that still run without a permission request give the run a
+host-side warning line (:func:`~dsh.agent_loop.subagent.diagnostics.mode_warning`).
 
 A child that dies while a request is in flight is classified by its observed exit (waited for,
 bounded), not by the transport error that usually arrives first. The host log gets the same facts
-plus the cause's exception *type names*; exception messages and stderr can carry child-controlled text,
-so they are never logged (stderr stays in the process's in-memory ring). The SDK's own root-logger
-records are sanitized the same way (:func:`~dsh.agent_loop.subagent._acp_sdk.install_sdk_log_guard`).
+plus the cause's exception *type names*; the agent's own words (an error's message and data, the last
+lines of its stderr) only in the one masked, bounded record of a failed run (:mod:`~dsh.agent_loop.subagent.run`).
+The SDK's own root-logger records are sanitized (:func:`~dsh.agent_loop.subagent._acp_sdk.install_sdk_log_guard`).
 """
 
 from __future__ import annotations
@@ -68,6 +69,7 @@ if TYPE_CHECKING:  # the SDK loads only when a run starts (AcpRun.execute)
     from dsh.agent_loop.subagent._acp_sdk import AcpConnection, PermissionClient
 
 __all__ = [
+    "AUTH_REQUIRED",
     "DEFAULT_STARTUP_TIMEOUT",
     "PERMISSION_POLICIES",
     "AcpInitializeRun",
@@ -218,6 +220,7 @@ class AcpRun(Run[AcpSettings]):
             await proc.start()
         except ProcessStartError as exc:
             return Outcome("error", failure=Failure(Stage.PROCESS, Category.PROCESS_START, cause=exc))
+        self.process = proc  # a failed run keeps the last lines of its stderr host-side
         self._client = PermissionClient(settings.permission)
         conn: AcpConnection | None = None
         try:
@@ -334,22 +337,40 @@ class AcpRun(Run[AcpSettings]):
         return Failure(stage, category, error_code=code, cause=cause)
 
 
-class AcpInitializeRun(AcpRun):
-    """Spawn and ``initialize`` only, then the same teardown: ``dsh doctor``'s check of an ACP subagent.
+AUTH_REQUIRED = -32000  # ACP's "authentication required" error code
 
-    Failures are the run's own (same stages, categories and lines). On success :attr:`agent_info` holds
-    the ``(name, version)`` the agent answered with, as sent (child text: the caller sanitizes it).
+
+class AcpInitializeRun(AcpRun):
+    """Spawn, ``initialize`` and ``session/new`` (never a prompt), then the same teardown: ``dsh doctor``'s
+    check of an ACP subagent.
+
+    Failures are the run's own (same stages, categories and lines). Once ``initialize`` answered,
+    :attr:`agent_info` holds the ``(name, version)`` the agent sent and :attr:`auth_methods` the ``(id,
+    name)`` of each authentication method it advertised (child text: the caller sanitizes it);
+    :attr:`auth_required` says the agent answered either request with ``-32000``.
     """
 
     agent_info: tuple[str, str] | None = None
+    auth_methods: tuple[tuple[str, str], ...] = ()
+    auth_required = False
 
     async def _session(self, proc: ManagedProcess, conn: AcpConnection, client: PermissionClient, cwd: str) -> Outcome:
-        answer = await self._call(proc, conn, conn.initialize, Stage.INITIALIZE, self.settings.startup_timeout)
+        timeout = self.settings.startup_timeout
+        answer = await self._call(proc, conn, conn.initialize, Stage.INITIALIZE, timeout)
         if isinstance(answer, Failure):
-            return Outcome("error", failure=answer)
+            return self._failed(conn, answer)
         info = answer.agent_info
         self.agent_info = (info.name, info.version) if info is not None else ("", "")
+        self.auth_methods = tuple((method.id, method.name) for method in answer.auth_methods or ())
+        session = await self._call(proc, conn, lambda: conn.new_session(cwd), Stage.NEW_SESSION, timeout)
+        if isinstance(session, Failure):
+            return self._failed(conn, session)
         return Outcome("completed")
+
+    def _failed(self, conn: AcpConnection, failure: Failure) -> Outcome:
+        # The code of any error answer (at initialize the line shows none: its category is transport).
+        self.auth_required = conn.error_code(failure.cause) == AUTH_REQUIRED
+        return Outcome("error", failure=failure)
 
 
 # Mode ids that ask before acting (claude-agent-acp's "default" is "Always ask before making changes").

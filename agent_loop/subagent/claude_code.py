@@ -214,6 +214,7 @@ class ClaudeCodeRun(Run[ClaudeCodeConfig]):
                 eof_grace=self.settings.eof_grace,
                 term_grace=self.settings.term_grace,
             )
+            self.process = self.transport.process  # a failed run keeps its stderr's last lines host-side
             client = sdk.ClaudeSDKClient(
                 options=sdk.ClaudeAgentOptions(can_use_tool=self._deny_tool), transport=self.transport
             )

@@ -38,7 +38,7 @@ from typing import Any
 import anyio
 
 from dsh.agent_loop.jsonrpc import METHOD_NOT_FOUND, JsonRpcConnection, ProtocolError, TransportClosed
-from dsh.agent_loop.process import ManagedProcess, ProcessStartError
+from dsh.agent_loop.process import ManagedProcess, ProcessStartError, Teardown
 from dsh.agent_loop.subagent import (
     ParentContext,
     SubagentConfigError,
@@ -147,6 +147,10 @@ class Stage(diagnostics.Stage):
 _HANDSHAKE_STAGES = frozenset({Stage.INITIALIZE, Stage.THREAD_START})
 _EXIT_WAIT = 2.0  # the wire broke: how long to wait for the app-server's exit, which then classifies it
 _DRAIN_AFTER_EXIT = 0.5  # the app-server exited: how long its last frames may still trickle in
+# Local cancellation (Ctrl-C): how long turn/interrupt may take to be confirmed before the teardown ladder
+# runs anyway. Short, so a cancelled run settles within a second even when the backend hangs and Codex
+# never confirms (docs/subagents.md, "Codex"); the turn deadline's wait is ``interrupt_grace``.
+CANCEL_INTERRUPT_GRACE = 0.25
 
 # Server -> client requests answered unattended: (request kind, decision, reply granting nothing).
 _UNATTENDED_REPLIES: dict[str, tuple[str, str, dict[str, Any]]] = {
@@ -282,6 +286,7 @@ class _TurnState:
     messages: list[_AgentMessage] = field(default_factory=list)
     deltas: dict[str, list[str]] = field(default_factory=dict)
     last_error_info: object = _NO_ERROR_INFO
+    last_error_words: tuple[tuple[str, object], ...] = ()  # the latest error's own words, host-side only
     completed_turn: dict[str, Any] | None = None
     completed: anyio.Event = field(default_factory=anyio.Event)
 
@@ -328,8 +333,8 @@ class CodexRun(Run[CodexConfig]):
         self._decision: tuple[str, str] | None = None  # latest unattended decision (request, decision)
         self._interrupt_sent = False
         self._stop_reason = "error"  # of a failed turn: contextWindowExceeded makes it max-tokens
-        self.process: ManagedProcess | None = None  # tests read its pid
         self.turn_started = anyio.Event()
+        self.teardown: Teardown | None = None  # the ladder's rung that ended the app-server (tests read it)
 
     def partial_output(self) -> str:
         return self._turn.partial_output()
@@ -391,8 +396,8 @@ class CodexRun(Run[CodexConfig]):
         try:
             return await self._turn_of(conn, process)
         except anyio.get_cancelled_exc_class():
-            with anyio.CancelScope(shield=True):  # local cancellation: stop the turn, then go
-                await self._interrupt(conn)
+            with anyio.CancelScope(shield=True):  # local cancellation: ask the turn to stop, briefly, then go
+                await self._interrupt(conn, CANCEL_INTERRUPT_GRACE)
             raise
 
     async def _turn_of(self, conn: JsonRpcConnection, process: ManagedProcess) -> Failure | None:
@@ -409,9 +414,10 @@ class CodexRun(Run[CodexConfig]):
         if kind == "done":
             return self._judge_turn()
         if kind == "deadline":
-            await self._interrupt(conn)
+            await self._interrupt(conn, self.settings.interrupt_grace)
             category, status = self._latest_error_category(default=Category.TIMEOUT)
-            return Failure(Stage.TURN, category, http_status=status, cause=TimeoutError("turn deadline"))
+            return Failure(Stage.TURN, category, http_status=status, cause=TimeoutError("turn deadline"),
+                           words=self._turn.last_error_words)  # fmt: skip
         return await self._stage_failure(Stage.TURN, kind, value, process)
 
     async def _start_thread(self, conn: JsonRpcConnection, params: dict[str, Any], timeout: float) -> None:
@@ -446,12 +452,12 @@ class CodexRun(Run[CodexConfig]):
         if not self._turn.completed.is_set():
             raise conn.failure or TransportClosed()
 
-    async def _interrupt(self, conn: JsonRpcConnection) -> None:
-        """``turn/interrupt`` and a bounded wait for the turn to report it: the run then settles."""
+    async def _interrupt(self, conn: JsonRpcConnection, grace: float) -> None:
+        """``turn/interrupt`` and a wait of at most ``grace`` seconds for the turn to report it, then settle."""
         if self._turn_id is None or self._thread_id is None or conn.closed:
             return
         self._interrupt_sent = True
-        with anyio.move_on_after(self.settings.interrupt_grace):
+        with anyio.move_on_after(grace):
             try:
                 await conn.request("turn/interrupt", {"threadId": self._thread_id, "turnId": self._turn_id})
             except (ProtocolError, TransportClosed):
@@ -516,6 +522,7 @@ class CodexRun(Run[CodexConfig]):
             error = params.get("error")
             if isinstance(error, dict):
                 turn.last_error_info = error.get("codexErrorInfo")
+                turn.last_error_words = _error_words(error)
         elif method == "turn/started":
             started = params.get("turn")
             if self._turn_id is None and isinstance(started, dict) and isinstance(started.get("id"), str):
@@ -551,7 +558,9 @@ class CodexRun(Run[CodexConfig]):
             category, http_status = self._turn_error_category(turn)
             if category is Category.contextWindowExceeded:
                 self._stop_reason = "max-tokens"
-            return Failure(Stage.TURN, category, http_status=http_status)
+            error = turn.get("error")
+            words = _error_words(error) if isinstance(error, dict) else self._turn.last_error_words
+            return Failure(Stage.TURN, category, http_status=http_status, words=words)
         return Failure(Stage.TURN, Category.UNKNOWN)
 
     def _turn_error_category(self, turn: dict[str, Any]) -> tuple[Category, int | None]:
@@ -595,10 +604,10 @@ class CodexRun(Run[CodexConfig]):
     async def _teardown(self, process: ManagedProcess) -> Failure | None:
         noted = descendants(process.pid) if process.pid is not None and not process.exited else {}
         teardown = await process.terminate(eof_grace=self.settings.eof_grace, term_grace=self.settings.term_grace)
+        self.teardown = teardown
         if kill_survivors(noted):
             log.debug("codex teardown: killed helpers that left the app-server's process group")
-        if teardown.tier in ("sigkill", "unreaped"):
-            log.debug("codex stderr tail (host only): %s", process.stderr_tail()[-2000:])
+        if teardown.tier in ("sigkill", "unreaped"):  # its stderr's last lines go to the run's record (run.py)
             return Failure(Stage.TEARDOWN, Category.UNKNOWN, exit_status=teardown.exit_status)
         return None
 
@@ -649,6 +658,15 @@ def _find_codex() -> tuple[str, str | None]:
     if found:
         return found, None
     raise _BinaryNotFound("codex not found")
+
+
+def _error_words(error: dict[str, Any]) -> tuple[tuple[str, object], ...]:
+    """A Codex error's own words (its message, ``codexErrorInfo`` and details) for the host side: never a line."""
+    message, info, details = error.get("message"), error.get("codexErrorInfo"), error.get("additionalDetails")
+    words: list[tuple[str, object]] = [] if message is None else [("error message", message)]
+    if info is not None:  # raw JSON, a bare string variant too: it is the protocol's value as sent
+        words.append(("codexErrorInfo", json.dumps(info, ensure_ascii=False, separators=(",", ":"))))
+    return (*words, ("additionalDetails", details)) if details is not None else tuple(words)
 
 
 def _client_info() -> dict[str, str]:

@@ -29,6 +29,7 @@ from typing import Protocol
 __all__ = [
     "ACP_STOP_REASONS",
     "ACP_TOOL_KINDS",
+    "ERROR_CODE_NAMES",
     "PERMISSION_DECISIONS",
     "PERMISSION_POLICIES",
     "PRODUCTS",
@@ -85,6 +86,9 @@ class Failure:
     error_code: int | None = None
     exit_status: _ExitFacts | None = None
     cause: BaseException | None = field(default=None, compare=False, repr=False)
+    # Host-side only: what the agent said, as ``(label, raw value)`` (Codex's error message, its
+    # codexErrorInfo); the run masks and bounds it for dsh.log and /why. Never part of the line.
+    words: tuple[tuple[str, object], ...] = field(default=(), compare=False, repr=False)
 
 
 ACP_STOP_REASONS: frozenset[str] = frozenset({"end_turn", "max_tokens", "max_turn_requests", "refusal", "cancelled"})
@@ -101,6 +105,17 @@ PERMISSION_POLICIES: frozenset[str] = frozenset({"allow", "reject"})
 PERMISSION_DECISIONS: frozenset[str] = frozenset({"allowed", "rejected", "cancelled"})
 
 PRODUCTS: frozenset[str] = frozenset({"Claude Code", "Codex"})
+
+# The error codes ACP and JSON-RPC 2.0 define, with their fixed names (DESIGN §7); others stay bare integers.
+ERROR_CODE_NAMES: dict[int, str] = {
+    -32000: "authentication required",
+    -32002: "resource not found",
+    -32600: "invalid request",
+    -32601: "method not found",
+    -32602: "invalid params",
+    -32603: "internal error",
+    -32700: "parse error",
+}
 
 UNATTENDED_REQUESTS: frozenset[str] = frozenset(
     {
@@ -157,7 +172,8 @@ def failure_line(failure: Failure, *, provider: str, product: str | None = None)
     fields = [f"provider: {safe_token(provider)}", f"stage: {stage}", f"category: {category}"]
     code = failure.error_code
     if isinstance(code, int) and not isinstance(code, bool) and -(2**31) <= code < 2**31:
-        fields.append(f"error code: {code}")
+        name = ERROR_CODE_NAMES.get(code)
+        fields.append(f"error code: {code} ({name})" if name else f"error code: {code}")
     reason = failure.stop_reason
     if isinstance(reason, str) and reason in SUBAGENT_STOP_REASONS:
         fields.append(f"stop reason: {reason}")

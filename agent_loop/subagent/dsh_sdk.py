@@ -148,7 +148,6 @@ class DshSdkRun(Run[DshSettings]):
 
     def __init__(self, provider: Provider[DshSettings], request: SubagentRequest) -> None:
         super().__init__(provider, request)
-        self.process: ManagedProcess | None = None  # tests read its pid
         self._terminal: Mapping[str, Any] | None = None  # the child's turn/end reason
         self._committed: list[str] = []  # assistant message contents of finished steps
         self._streaming: list[str] = []  # text deltas of the step in flight

@@ -14,7 +14,11 @@ it, while the registry, jobs and the tool hold any :data:`AnyProvider`. Everythi
   (and so every child it started) is gone;
 * the :class:`Outcome` of ``execute`` becomes the :class:`~dsh.agent_loop.subagent.result.SubagentResult`:
   failure lines are built by :func:`~dsh.agent_loop.subagent.diagnostics.failure_line` from closed
-  facts only, and the host log gets the same facts plus the cause's exception *type names*.
+  facts only, and the host log gets the same facts plus the cause's exception *type names*;
+* a run that did not succeed also gets a :class:`~dsh.agent_loop.subagent.result.SubagentFailure`, the
+  record ``/why`` shows: the diagnostic, the agent's own words (a JSON-RPC error's message and data, a
+  provider's :attr:`Failure.words`, the last lines of the child's stderr; masked and bounded, also
+  logged to dsh.log at warning) and the raw cause beneath. Never the model's.
 
 See ``docs/adding-a-provider.md`` for a worked example.
 """
@@ -31,7 +35,13 @@ import anyio.abc
 
 from dsh.agent_loop.owned_group import OwnedTaskGroup
 from dsh.agent_loop.subagent.diagnostics import Failure, failure_line, join_lines, safe_token
-from dsh.agent_loop.subagent.result import SubagentRequest, SubagentResult
+from dsh.agent_loop.subagent.result import (
+    FAILURE_HEADLINES,
+    AgentWords,
+    SubagentFailure,
+    SubagentRequest,
+    SubagentResult,
+)
 from dsh.llm.codes import ErrorCode
 from dsh.llm.errors import HarnessError, chain_links
 from dsh.llm.redact import MIN_SECRET_CHARS, GrowingText, Redactor, environment_secrets
@@ -114,6 +124,8 @@ class Run(Generic[SettingsT]):
         given = {**(self._settings.env if self._settings is not None else {}), **(request.env or {})}
         self._redactor = Redactor((*provider.secrets, *environment_secrets(given, min_chars=MIN_SECRET_CHARS)))
         self._partial = GrowingText(self._redactor)
+        # The child, once the provider started it: a failed run keeps the last lines of its stderr host-side.
+        self.process: ManagedProcess | None = None  # tests read its pid too
 
     @property
     def settings(self) -> SettingsT:
@@ -215,16 +227,27 @@ class Run(Generic[SettingsT]):
 
     def _to_result(self, outcome: Outcome) -> SubagentResult:
         output = self._redactor(outcome.output)
-        cause = next((f.cause for f in (outcome.failure, outcome.teardown) if f is not None and f.cause), None)
         lines = [self._line(failure) for failure in (outcome.failure, outcome.teardown) if failure is not None]
         quiet = outcome.stop_reason == "completed" or (
             outcome.stop_reason == "aborted" and outcome.failure is None and outcome.note is None
         )
         if quiet:  # success and a plain abort carry no diagnostic (a failed cleanup is logged above)
             return SubagentResult(output, outcome.stop_reason, warning=outcome.warning)
-        return SubagentResult(
-            output, outcome.stop_reason, join_lines(*lines, outcome.note), warning=outcome.warning, cause=cause
-        )
+        diagnostic = join_lines(*lines, outcome.note)
+        record = self._record(outcome, diagnostic)
+        return SubagentResult(output, outcome.stop_reason, diagnostic, warning=outcome.warning, cause=record)
+
+    def _record(self, outcome: Outcome, diagnostic: str | None) -> SubagentFailure:
+        """/why's record of a run that did not succeed, with the agent's own words (also logged, masked)."""
+        failures = [failure for failure in (outcome.failure, outcome.teardown) if failure is not None]
+        cause = next((failure.cause for failure in failures if failure.cause), None)
+        said = tuple(piece for failure in failures for piece in (*failure.words, *_error_words(failure.cause)))
+        stderr = self.process.stderr_lines() if self.process is not None and failures else ""
+        words = AgentWords.gather(said, stderr, self._redactor)
+        line = diagnostic or FAILURE_HEADLINES.get(outcome.stop_reason, FAILURE_HEADLINES["error"])
+        if words:
+            log.warning("subagent %s: %s\n%s", safe_token(self.name), line, "\n".join(words.lines()))
+        return SubagentFailure(line, words, cause)
 
     def _line(self, failure: Failure) -> str:
         # Host log: the closed facts and the cause's type names; messages and stderr can carry child text.
@@ -237,6 +260,27 @@ class Run(Generic[SettingsT]):
             failure.exit_status,
         )
         return failure_line(failure, provider=self.name, product=self.product)
+
+
+def _error_words(exc: BaseException | None) -> tuple[tuple[str, object], ...]:
+    """An agent's JSON-RPC error answer in the cause chain: its message (ACP) and data, as it sent them."""
+    for link in _chain(exc):
+        data = getattr(link, "data", None)
+        if isinstance(getattr(link, "rpc_code", None), int):  # our JSON-RPC client: the message is in the chain
+            return (("error data", data),) if data is not None else ()
+        if isinstance(getattr(link, "code", None), int) and hasattr(link, "data"):  # the ACP SDK's RequestError
+            message = (("error message", str(link)),)
+            return (*message, ("error data", data)) if data is not None else message
+    return ()
+
+
+def _chain(exc: BaseException | None) -> list[BaseException]:
+    """``exc`` and its causes (bounded: a cycle or a deep chain ends the walk)."""
+    links: list[BaseException] = []
+    while exc is not None and len(links) < 16 and all(exc is not seen for seen in links):
+        links.append(exc)
+        exc = exc.__cause__ or exc.__context__
+    return links
 
 
 def _cause_types(exc: BaseException | None) -> str:

@@ -27,7 +27,7 @@ from typing import Any
 
 from dsh.agent_loop.subagent import ParentContext, build_providers
 from dsh.agent_loop.subagent.jobs import JobManager, job_tools, run_subagent
-from dsh.agent_loop.subagent.result import SubagentRequest, SubagentResult
+from dsh.agent_loop.subagent.result import FAILURE_HEADLINES, SubagentRequest, SubagentResult
 from dsh.agent_loop.subagent.run import AnyProvider
 from dsh.agent_loop.tools import Tool, ToolContext, ToolOutput
 
@@ -40,12 +40,6 @@ __all__ = [
 
 log = logging.getLogger(__name__)
 
-FAILURE_HEADLINES: dict[str, str] = {
-    "error": "subagent run failed",
-    "aborted": "subagent run was cancelled",
-    "max-tokens": "subagent run hit its token limit before finishing",
-    "refusal": "subagent declined the task",
-}
 NO_OUTPUT = "(the subagent returned no output)"
 
 

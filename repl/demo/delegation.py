@@ -182,7 +182,9 @@ DELEGATION_SCENARIOS: tuple[DelegationScenario, ...] = (
     DelegationScenario("acp-new-session", "the ACP agent's session/new has no session id: protocol",
                        "acp-no-session", _line("acp-no-session", "stage: new-session; category: protocol)")),
     DelegationScenario("acp-agent-error", "the ACP agent answers session/prompt with a JSON-RPC error: agent-error",
-                       "acp-error", _line("acp-error", "stage: prompt; category: agent-error; error code: -32603)")),
+                       "acp-error",
+                       _line("acp-error", "stage: prompt; category: agent-error; "
+                                          "error code: -32603 (internal error))")),
     DelegationScenario("acp-reject-mode", "the ACP agent offers no mode that asks and runs a command unasked "
                        "under reject: the host-side warning line", "acp-auto",
                        "    Subagent permission warning (provider: acp-auto; mode: auto): tool calls ran without a "

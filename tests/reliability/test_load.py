@@ -84,7 +84,8 @@ def _cases() -> list[Case]:
         expect: tuple[str, str | None, str] = ("completed", None, env["ACP_FAKE_TEXT"])
         if n >= 2:
             env["ACP_FAKE_ERROR_AT"] = "prompt"
-            expect = ("error", _fail(f"sdk-{n}", "stage: prompt; category: agent-error; error code: -32603"), "")
+            failed = "stage: prompt; category: agent-error; error code: -32603 (internal error)"
+            expect = ("error", _fail(f"sdk-{n}", failed), "")
         cases.append(Case(f"sdk-{n}", {"provider": "acp", "command": sys.executable, "args": [SDK_AGENT], "env": env,
                                        "startup_timeout": 120, **FAST}, *expect))
     for n in range(10):

@@ -126,7 +126,8 @@ def test_proxy_credentials_never_show(tmp_path: Path) -> None:
 
 
 def _subagent_config(child_url: str) -> str:
-    env_line = (f'SECRET_SETTING = "{canaries.CHILD_ENV}", ACP_FAKE_STDERR_TEXT = "Traceback: {canaries.CHILD_STDERR}"')
+    env_line = (f'SECRET_SETTING = "{canaries.CHILD_ENV}", '
+                f'ACP_FAKE_STDERR_TEXT = "Traceback: {canaries.CHILD_STDERR} {canaries.CHILD_ENV}"')
     return config_text() + f"""
 [subagents.acp_exit]
 provider = "acp"
@@ -182,7 +183,7 @@ def test_subagent_env_stderr_and_upstream_secrets_stay_out_of_diagnostics(tmp_pa
     fail = "    Subagent failure (provider: {}; stage: {}; category: {})"
     expected = [
         fail.format("acp_exit", "process", "process-exit; exit code: 5"),
-        fail.format("acp_error", "new-session", "agent-error; error code: -32603"),
+        fail.format("acp_error", "new-session", "agent-error; error code: -32603 (internal error)"),
         fail.format("dsh_child", "session-run", "child-error; stop reason: error"),
         fail.format("dsh_scripted", "session-run", "protocol"),
     ]
@@ -193,8 +194,12 @@ def test_subagent_env_stderr_and_upstream_secrets_stay_out_of_diagnostics(tmp_pa
     echoed = next(r["data"]["output"] for r in records
                   if r["type"] == "tool/result" and r["data"]["id"] == "call_acp_echo_env")
     assert "PATH=" in echoed and "DSH_PARENT_ONLY" not in echoed and "DEEPSEEK_API_KEY" not in echoed
-    for secret in (canaries.TASK_TEXT, "Traceback"):
+    for secret in (canaries.TASK_TEXT, canaries.CHILD_STDERR, "Traceback"):
         assert all(secret not in line for line in run.stdout.split("\n") if "Subagent failure" in line)
+        assert all(secret not in str(r["data"]) for r in records if r["type"] == "tool/result")  # the model's
+    # The agent's own words are kept host-side, the secret in them masked (assert_no_canaries: nowhere else).
+    host_log = (home.state_dir / "dsh" / "dsh.log").read_text(encoding="utf-8")
+    assert f"    Traceback: {canaries.CHILD_STDERR} ***\n" in host_log
     assert_no_canaries(home, run.stdout, run.stderr)
 
 

@@ -206,8 +206,32 @@ async def test_why_after_a_failed_subagent_shows_its_host_side_cause(tmp_path: P
         with anyio.fail_after(30):
             reason = await shell.handle_line("delegate it")
         assert reason == Completed()  # the turn went on after the failure
-        assert "category: agent-error; error code: -32603)" in sink.text
+        assert "category: agent-error; error code: -32603 (internal error))" in sink.text
         sink.parts.clear()
         await shell.handle_line("/why")
-        # The raw cause, which the model never got: the agent's own JSON-RPC error.
-        assert sink.text.splitlines() == ["last failure:", "  acp.exceptions.RequestError: Internal error"]
+        # The run's record, then the raw cause and the agent's own words, which the model never got.
+        assert sink.text.splitlines() == [
+            "last failure (SUBAGENT):",
+            "  dsh.agent_loop.subagent.result.SubagentFailure: Subagent failure (provider: acp-error; stage: prompt;"
+            " category: agent-error; error code: -32603 (internal error))",
+            "  acp.exceptions.RequestError: Internal error",
+            "  the agent's own words (host-side only, masked):",
+            "    error message: Internal error",
+            '    error data: {"details":"scripted failure at prompt"}',
+        ]
+
+
+async def test_why_after_a_subagent_failure_without_an_exception_shows_it_not_an_older_failure(tmp_path: Path) -> None:
+    async with demo_shell(tmp_path, "http-402") as (shell, sink, _server):
+        await shell.handle_line("hi")  # the turn fails: /why's failure until something fails later
+        await shell.handle_line("/scenario acp-remote-limit")
+        with anyio.fail_after(30):
+            assert await shell.handle_line("delegate it") == Completed()
+        sink.parts.clear()
+        await shell.handle_line("/why")
+        # max_turn_requests is a protocol stop reason: no exception anywhere, still the latest failure.
+        assert sink.text.splitlines() == [
+            "last failure (SUBAGENT):",
+            "  dsh.agent_loop.subagent.result.SubagentFailure: Subagent failure (provider: acp-limit; stage: prompt;"
+            " category: remote-limit; stop reason: max_turn_requests)",
+        ]

@@ -333,13 +333,44 @@ async def test_each_configured_subagent_is_checked(env: dict[str, str], fault_se
     step = await doctor.environment()
     assert step.status == "fail"
     assert step.details == [
-        f"✓ probe (acp): command found ({sys.executable}); initialize answered: fixtures-acp-agent 0.1",
+        f"✓ probe (acp): command found ({sys.executable}); initialize answered: fixtures-acp-agent 0.1; "
+        "session/new answered",
         "✗ dead (acp): Subagent failure (provider: dead; stage: initialize; category: process-exit; exit code: 9)",
         "✗ gone (acp): command not found: dsh-no-such-agent",
         "✗ typo (acp): [subagents.typo] unknown keys: colour",
         f"✓ cx (codex): {sys.executable} starts (--version exited 0)",
     ]
     assert step.text.endswith("; 5 subagents configured")
+
+
+async def test_an_acp_agent_that_wants_authentication_fails_with_the_methods_it_offers(
+    env: dict[str, str], fault_server: FaultServer
+) -> None:
+    import dataclasses
+
+    agent = {"provider": "acp", "command": sys.executable, "args": ["-m", "dsh.repl.demo.acp_agent"]}
+    offered = "agent-login=Log in with the agent;api-key=\x1b[31mAPI key\u202e;" + "".join(
+        f"m{n}=Method {n};" for n in range(5))
+    tables = {
+        # initialize answers; only session/new says -32000: a check that stopped at initialize would pass it.
+        "locked": {**agent, "env": {"ACP_FAKE_ERROR_AT": "new-session", "ACP_FAKE_ERROR": "auth",
+                                    "ACP_FAKE_AUTH_METHODS": offered}},
+        "bare": {**agent, "env": {"ACP_FAKE_ERROR_AT": "initialize", "ACP_FAKE_ERROR": "auth"}},
+        "broken": {**agent, "env": {"ACP_FAKE_ERROR_AT": "new-session"}},
+    }  # fmt: skip
+    doctor = Doctor(dataclasses.replace(_config(env, fault_server.url), subagents=tables), env,
+                    stdout=_NotATerminal())
+    step = await doctor.environment()
+    auth = "error code: -32000 (authentication required)); authentication required, the agent's auth methods: "
+    assert step.details == [
+        "✗ locked (acp): Subagent failure (provider: locked; stage: new-session; category: agent-error; " + auth
+        + "agent-login (Log in with the agent), api-key (\x1b[31mAPI key\u202e), m0 (Method 0), m1 (Method 1), "
+        "m2 (Method 2), 2 more",
+        "✗ bare (acp): Subagent failure (provider: bare; stage: initialize; category: transport); "
+        "authentication required, the agent's auth methods: none advertised",
+        "✗ broken (acp): Subagent failure (provider: broken; stage: new-session; category: agent-error; "
+        "error code: -32603 (internal error))",
+    ]
 
 
 def _dsh(args: list[str], env: dict[str, str]) -> subprocess.CompletedProcess[str]:

@@ -31,6 +31,7 @@ CANARY_TASK = "sk-canary-task-5b1e"
 CANARY_STDERR = "sk-canary-stderr-77aa"
 CANARY_ENV = "sk-canary-parentenv-c0de"
 CANARY_VALUE = "mystery-sk-canary-stop-91f2"
+INTERNAL_ERROR = "error code: -32603 (internal error))"
 ALL_CANARIES = (CANARY_TASK, CANARY_STDERR, CANARY_ENV, CANARY_VALUE)
 
 FAIL = "Subagent failure (provider: probe; "
@@ -130,7 +131,7 @@ SCENARIOS: dict[str, Scenario] = {
     "new_session_blank_id": Scenario({"ACP_FAKE_SESSION_ID": "blank"}, "error",
                                      FAIL + "stage: new-session; category: protocol)"),
     "new_session_error_answer": Scenario({"ACP_FAKE_ERROR_AT": "new-session"}, "error",
-                                         FAIL + "stage: new-session; category: agent-error; error code: -32603)"),
+                                         FAIL + "stage: new-session; category: agent-error; " + INTERNAL_ERROR),
     "new_session_transport": Scenario({"ACP_FAKE_CLOSE_STDOUT_AT": "new-session"}, "error",
                                       FAIL + "stage: new-session; category: transport)"),
     # -- prompt / process ------------------------------------------------------------------------------
@@ -148,7 +149,7 @@ SCENARIOS: dict[str, Scenario] = {
     "prompt_transport": Scenario({"ACP_FAKE_CLOSE_STDOUT_AT": "prompt"}, "error",
                                  FAIL + "stage: prompt; category: transport)", ""),
     "prompt_error_answer": Scenario({"ACP_FAKE_ERROR_AT": "prompt"}, "error",
-                                    FAIL + "stage: prompt; category: agent-error; error code: -32603)", ""),
+                                    FAIL + "stage: prompt; category: agent-error; " + INTERNAL_ERROR, ""),
     "prompt_timeout": Scenario({"ACP_FAKE_HANG": "prompt", "ACP_FAKE_IGNORE_CANCEL": "1"}, "error",
                                FAIL + "stage: prompt; category: timeout)", "working on it",
                                config={"prompt_timeout": 1.0}),
@@ -397,16 +398,27 @@ async def test_echo_cwd_and_host_log_hygiene(tmp_path: Path, caplog: pytest.LogC
             str(tmp_path),
         )
     assert (result.stop_reason, result.output) == ("completed", str(tmp_path))
-    assert failed.diagnostic == FAIL + "stage: new-session; category: agent-error; error code: -32603)"
+    assert failed.diagnostic == FAIL + "stage: new-session; category: agent-error; error code: -32603 (internal error))"
     # The SDK complained about the garbage lines, but only as sanitized DEBUG records.
     sdk = [r for r in caplog.records if r.getMessage().startswith("acp SDK: ")]
     assert sdk and all(r.levelno == logging.DEBUG and r.exc_info is None for r in sdk)
-    # The host log has the failure's closed facts and cause types, never child text.
+    # The host log has the failure's closed facts and cause types; the agent's own words (its error's
+    # message, its stderr) only in the one warning record of the failed run, masked; never the task.
     assert any("new-session/agent-error (cause: acp.exceptions.RequestError" in r.getMessage() for r in caplog.records)
+    words = [r for r in caplog.records if "the agent's own words (host-side only, masked):" in r.getMessage()]
+    assert [r.levelno for r in words] == [logging.WARNING]
+    assert words[0].getMessage().splitlines()[1:] == [
+        "the agent's own words (host-side only, masked):",
+        "  error message: Internal error",
+        '  error data: {"details":"scripted failure at new-session"}',
+        "  stderr (last 3 lines):",
+        *["    sk-***"] * 3,  # the key-shaped stderr canary, masked: start-up, initialize, session/new
+    ]
     for record in caplog.records:
-        text = record.getMessage() + (caplog.text or "")
+        text = record.getMessage()
         assert CANARY_STDERR not in text and CANARY_TASK not in text
-        assert "scripted failure" not in text  # the agent's error message stays out
+        if record not in words:
+            assert "scripted failure" not in text  # the agent's error message stays in its record
 
 
 def test_sdk_log_guard_sanitizes_only_sdk_records() -> None:

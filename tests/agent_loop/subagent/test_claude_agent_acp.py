@@ -8,6 +8,7 @@ Each run takes about 1.5-2.5 s.
 
 from __future__ import annotations
 
+import dataclasses
 import os
 import signal
 from pathlib import Path
@@ -16,8 +17,8 @@ from typing import Any
 import anyio
 import pytest
 
-from dsh.agent_loop.subagent.acp import from_config
-from dsh.agent_loop.subagent.result import SubagentRequest, SubagentResult
+from dsh.agent_loop.subagent.acp import AcpInitializeRun, from_config
+from dsh.agent_loop.subagent.result import SubagentFailure, SubagentRequest, SubagentResult
 from fixtures.fake_anthropic import FakeAnthropic
 from tests.leak_check import child_pids
 from tests.real_parts import missing
@@ -81,7 +82,7 @@ async def test_backend_500_is_agent_error(tmp_path: Path) -> None:
         result = await _run(_table(api, tmp_path), tmp_path)
     assert (result.stop_reason, result.diagnostic) == (
         "error",
-        FAIL + "stage: prompt; category: agent-error; error code: -32603)",
+        FAIL + "stage: prompt; category: agent-error; error code: -32603 (internal error))",
     )
     assert result.output.startswith("API Error: 500")  # the agent's own message text, as partial output
 
@@ -92,10 +93,40 @@ async def test_backend_echoing_the_key(tmp_path: Path) -> None:
         result = await _run(_table(api, tmp_path), tmp_path)
     assert (result.stop_reason, result.diagnostic) == (
         "error",
-        FAIL + "stage: prompt; category: agent-error; error code: -32603)",
+        FAIL + "stage: prompt; category: agent-error; error code: -32603 (internal error))",
     )
     assert CANARY_KEY not in result.output and CANARY_TOKEN not in result.output
     assert "bad key *** and token ***." in result.output  # both are values of secret-named env
+
+
+async def test_no_key_is_authentication_required_and_the_agent_says_so_host_side(tmp_path: Path) -> None:
+    with FakeAnthropic("text") as api:
+        table = _table(api, tmp_path)
+        del table["env"]["ANTHROPIC_API_KEY"]
+        result = await _run(table, tmp_path)
+        assert not api.message_requests  # it never got as far as the backend
+    assert (result.stop_reason, result.diagnostic) == (
+        "error",
+        FAIL + "stage: prompt; category: agent-error; error code: -32000 (authentication required))",
+    )
+    assert isinstance(result.cause, SubagentFailure)
+    assert result.cause.words.said == (("error message", "Authentication required"),)
+    assert CANARY_TOKEN not in "\n".join(result.cause.words.lines())  # its env is masked in its words too
+
+
+async def test_the_doctor_probe_goes_past_initialize_without_a_prompt(tmp_path: Path) -> None:
+    # dsh doctor's check (repl/doctor.py): initialize and session/new. This agent asks for authentication only
+    # at the prompt, so the probe passes without a key; the backend is never called.
+    with FakeAnthropic("text") as api:
+        table = _table(api, tmp_path)
+        del table["env"]["ANTHROPIC_API_KEY"]
+        provider = dataclasses.replace(from_config("claude", table), run_type=AcpInitializeRun)
+        async with provider.run(SubagentRequest(description="doctor", prompt="", cwd=str(tmp_path))) as run:
+            result = await run.result()
+        assert not api.message_requests
+    assert isinstance(run, AcpInitializeRun)
+    assert (result.stop_reason, run.auth_required) == ("completed", False)
+    assert run.agent_info is not None and run.agent_info[0] == "@agentclientprotocol/claude-agent-acp"
 
 
 async def test_reject_holds_for_a_bash_tool_call(tmp_path: Path) -> None:

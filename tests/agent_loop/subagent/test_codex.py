@@ -27,7 +27,8 @@ from dsh.agent_loop.subagent.codex import (
     classify_error_info,
     from_config,
 )
-from dsh.agent_loop.subagent.result import SubagentResult
+from dsh.agent_loop.subagent.result import SubagentFailure, SubagentResult
+from dsh.agent_loop.subagent.tool import foreground_output
 from fixtures.fake_responses import FakeResponses, closed_port
 from tests.agent_loop.subagent.product_support import (
     PARENT_CANARY,
@@ -454,3 +455,31 @@ async def test_real_codex_two_concurrent_runs_stay_isolated(tmp_path: Path) -> N
             tg.start_soon(one, "b", api_b)
     assert results["a"] == SubagentResult("answer A", "completed", None)
     assert results["b"].diagnostic == failure("turn", "internalServerError")
+
+
+@pytest.mark.real_product
+async def test_real_codex_missing_key_is_said_in_the_record_never_to_the_model(codex_home: Path, workdir: Path) -> None:
+    with FakeResponses("text", text="never asked") as api:
+        provider = real_provider(api.url, codex_home, env={"CODEX_HOME": str(codex_home)})  # no OPENAI_API_KEY
+        result = await run_once(provider, request(workdir))
+    assert result.stop_reason == "error" and "OPENAI_API_KEY" not in (result.diagnostic or "")
+    assert isinstance(result.cause, SubagentFailure) and result.cause.message == result.diagnostic
+    said = dict(result.cause.words.said)
+    assert "Missing environment variable: `OPENAI_API_KEY`" in said["error message"]
+    assert "OPENAI_API_KEY" not in foreground_output(result).text
+
+
+@pytest.mark.real_product
+async def test_real_codex_cancelled_while_its_backend_hangs_settles_without_the_interrupt_grace(
+    codex_home: Path, workdir: Path
+) -> None:
+    with FakeResponses("hang") as api:
+        async with real_provider(api.url, codex_home, interrupt_grace=30).run(request(workdir)) as run:
+            assert isinstance(run, CodexRun)
+            with anyio.fail_after(30):
+                while not api.response_requests:
+                    await anyio.sleep(0.05)
+            with anyio.fail_after(10):  # the 30 s interrupt grace is the deadline's, never a cancel's
+                await run.dispose()
+    assert (await run.result()).stop_reason == "aborted"
+    assert run.teardown is not None and run.teardown.tier in ("exited", "eof")  # no signal was needed

@@ -231,7 +231,20 @@ def test_4097_bytes_are_truncated() -> None:
 
 
 @pytest.mark.parametrize(
-    ("code", "shown"), [(-32603, "; error code: -32603"), (500, "; error code: 500"), (True, ""), (2**40, "")]
+    ("code", "shown"),
+    [
+        (-32000, "; error code: -32000 (authentication required)"),
+        (-32002, "; error code: -32002 (resource not found)"),
+        (-32600, "; error code: -32600 (invalid request)"),
+        (-32601, "; error code: -32601 (method not found)"),
+        (-32602, "; error code: -32602 (invalid params)"),
+        (-32603, "; error code: -32603 (internal error)"),
+        (-32700, "; error code: -32700 (parse error)"),
+        (-32001, "; error code: -32001"),  # not defined by the protocols: a bare integer
+        (500, "; error code: 500"),
+        (True, ""),
+        (2**40, ""),
+    ],
 )
 def test_agent_error_code_follows_the_category(code: object, shown: str) -> None:
     failure = Failure(acp.Stage.PROMPT, acp.Category.AGENT_ERROR, error_code=code)  # type: ignore[arg-type]
