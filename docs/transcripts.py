@@ -948,7 +948,7 @@ def doctor_balance(lab: Lab) -> str:
 
 # --- other endpoints: dsh through a real LiteLLM proxy (slow: `make test` installs it in .venv/litellm) ----
 
-_GATEWAY_CONFIG = "max_retries = 0\nstream_idle_timeout = 2\nfirst_token_timeout = 2\n"
+_GATEWAY_CONFIG = "max_retries = {retries}\nstream_idle_timeout = 2\nfirst_token_timeout = 2\n"
 _GATEWAY_PRICES = "[models.deepseek-v4-flash]\ninput_cache_hit = 1.0\ninput_cache_miss = 10.0\noutput = 100.0\n"
 _CACHED_USAGE = {"prompt_tokens": 1000, "prompt_cache_hit_tokens": 800, "prompt_cache_miss_tokens": 200,
                  "completion_tokens": 9, "total_tokens": 1009}
@@ -964,6 +964,7 @@ class GatewayCase:
     script: tuple[object, ...]
     sends: str
     config: str = ""
+    retries: int = 0
     key: str | None = None  # None: the proxy's master key
     usage: bool = False  # show `--output-format json`'s usage and cost instead of the lines
 
@@ -990,8 +991,7 @@ def gateway_cases() -> list[GatewayCase]:
         GatewayCase("upstream 401", ("http_401",), _relayed(401, "authentication_error")),
         GatewayCase("upstream 429, `Retry-After: 2`", ("http_429",),
                     _relayed(429, "throttling_error") + "; `llm_provider-retry-after: 2`, no `retry-after`"),
-        GatewayCase("the same, `max_retries = 1`", ("http_429", "text"), "429 as above, then 200",
-                    config="max_retries = 1\n"),
+        GatewayCase("the same, `max_retries = 1`", ("http_429", "text"), "429 as above, then 200", retries=1),
         GatewayCase("upstream 500", ("http_500",), _relayed(500, "internal_server_error")),
         GatewayCase("upstream 402", ("http_402",), _relayed(402, "invalid_request_error")),
         GatewayCase("upstream 400, context too long", ("http_400_context",), _relayed(400, "invalid_request_error")),
@@ -1011,7 +1011,7 @@ def gateway_cases() -> list[GatewayCase]:
 
 
 def _gateway_lines(lab: Lab, case: GatewayCase, proxy_url: str, key: str) -> list[str]:
-    config = _GATEWAY_CONFIG + case.config
+    config = _GATEWAY_CONFIG.format(retries=case.retries) + case.config
     env = {"DEEPSEEK_API_KEY": case.key or key, "DEEPSEEK_BASE_URL": proxy_url}
     if case.usage:
         run = lab.dsh(["-p", "hi", "--output-format", "json"], config=config, env=env, stderr=False)

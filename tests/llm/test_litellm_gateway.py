@@ -9,7 +9,9 @@ proxy, and asserts the exact lines a user sees (DESIGN §4, "Endpoint identity")
 from __future__ import annotations
 
 import json
+import os
 import re
+import sys
 from collections.abc import Iterator
 from pathlib import Path
 
@@ -50,6 +52,7 @@ FIX_UPSTREAM_AUTH = (
     " — check the upstream key in LiteLLM's configuration"
 )
 FIX_SERVER = "  fix: the LiteLLM server is having trouble; retry later"
+DOCS = Path(__file__).resolve().parents[2] / "docs"
 CALL_ID = re.compile(r"[0-9a-f]{8}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{12}")  # x-litellm-call-id
 
 
@@ -215,3 +218,22 @@ def test_a_stalled_upstream_fires_dshs_header_deadline_naming_the_endpoint(gatew
     address = gateway.url.removeprefix("http://")
     assert (run.returncode, errors(run)) == (
         1, [f"[turn failed TIMEOUT] no response headers from the endpoint at {address} within 2s"])
+
+
+# --- docs/endpoints.md --------------------------------------------------------------------------------------
+
+
+def test_the_endpoints_page_shows_what_these_runs_print(gateway, upstream, tmp_path):
+    # docs/transcripts.py generates the table only with --slow (it needs this proxy): here it is checked.
+    sys.path.insert(0, str(DOCS))
+    try:
+        import transcripts
+    finally:
+        sys.path.remove(str(DOCS))
+    lab = transcripts.Lab(Path(os.path.realpath(tmp_path)))
+    try:
+        table = transcripts.litellm_table(lab, gateway.url, upstream, MASTER_KEY)
+    finally:
+        lab.close()
+    (shown,) = [text for name, text in transcripts.regions(DOCS / "endpoints.md") if name == "litellm"]
+    assert table == shown, "run `python docs/transcripts.py --slow --only litellm --write` and review the diff"
