@@ -36,10 +36,19 @@ $(VENV)/.npm: | $(BIN)/python
 	npm install --no-audit --no-fund --prefix $(VENV)/npm $(CLAUDE_AGENT_ACP)
 	touch $@
 
+# The real LiteLLM proxy the gateway tests put between dsh and the fault server, in a venv of its own so
+# its pins never meet dsh's (tests fail without it under CI=true). 1.108.7: the newest 1.108 patch whose
+# pinned extras (litellm-enterprise, litellm-proxy-extras) the package registry has.
+LITELLM := litellm[proxy]==1.108.7
+$(VENV)/.litellm: | $(BIN)/python
+	$(PYTHON) -m venv $(VENV)/litellm
+	$(VENV)/litellm/bin/python -m pip install -q --disable-pip-version-check '$(LITELLM)'
+	touch $@
+
 demo: $(VENV)/.demo
 	$(BIN)/dsh --demo
 
-test: $(VENV)/.test
+test: $(VENV)/.test $(VENV)/.litellm
 	@if command -v npm >/dev/null; then $(MAKE) --no-print-directory $(VENV)/.npm; \
 	else echo "npm not found: the real ACP agent tests skip (install Node.js and npm to run them)"; fi
 	$(BIN)/ruff check .

@@ -950,6 +950,108 @@ def doctor_balance(lab: Lab) -> str:
                            f"DEEPSEEK_API_KEY={DOCTOR_KEY}")
 
 
+# --- other endpoints: dsh through a real LiteLLM proxy (slow: `make test` installs it in .venv/litellm) ----
+
+_GATEWAY_CONFIG = "max_retries = {retries}\nstream_idle_timeout = 2\nfirst_token_timeout = 2\n"
+_GATEWAY_PRICES = "[models.deepseek-v4-flash]\ninput_cache_hit = 1.0\ninput_cache_miss = 10.0\noutput = 100.0\n"
+_CACHED_USAGE = {"prompt_tokens": 1000, "prompt_cache_hit_tokens": 800, "prompt_cache_miss_tokens": 200,
+                 "completion_tokens": 9, "total_tokens": 1009}
+
+
+@dataclass(frozen=True)
+class GatewayCase:
+    """One row of docs/endpoints.md's LiteLLM table: the fault server (LiteLLM's upstream) is scripted, dsh asks.
+
+    ``sends`` is what LiteLLM answered dsh, in words, as recorded by hand (status, type, code, headers)."""
+
+    row: str
+    script: tuple[object, ...]
+    sends: str
+    config: str = ""
+    retries: int = 0
+    key: str | None = None  # None: the proxy's master key
+    usage: bool = False  # show `--output-format json`'s usage and cost instead of the lines
+
+
+def _relayed(status: int, kind: str) -> str:
+    """LiteLLM's answer when its upstream answered an HTTP error: the upstream's body inside its own message."""
+    body = f'"message": "litellm.…Error: DeepseekException - <upstream body> …", "type": "{kind}", "code": "{status}"'
+    return f"{status}, `{{\"error\": {{{body}}}}}`"
+
+
+def gateway_cases() -> list[GatewayCase]:
+    from dsh.llm.loopback.fault_server import Behaviour
+
+    read_notes = Behaviour("tool_call", name="read_file", arguments='{"path": "notes.txt"}')
+    event = '`data: {"error": {"message": "litellm.APIConnectionError: …", "type": null, "code": "500", …}}`'
+    return [
+        GatewayCase("an answer", ("text",), "200, the stream re-framed, `x-litellm-call-id` and other `x-litellm-*`"),
+        GatewayCase("reasoning", ("reasoning",), "200, `reasoning_content` deltas passed through"),
+        GatewayCase("a tool round trip", (read_notes, "text"),
+                    "200, `tool_calls` passed through; the result goes up in the next request"),
+        GatewayCase("usage with 800 cached tokens", (Behaviour("text", usage=_CACHED_USAGE),),
+                    "usage rewritten to OpenAI's shape: `prompt_tokens_details.cached_tokens: 800`",
+                    config=_GATEWAY_PRICES, usage=True),
+        GatewayCase("upstream 401", ("http_401",), _relayed(401, "authentication_error")),
+        GatewayCase("upstream 429, `Retry-After: 2`", ("http_429",),
+                    _relayed(429, "throttling_error") + "; `llm_provider-retry-after: 2`, no `retry-after`"),
+        GatewayCase("the same, `max_retries = 1`", ("http_429", "text"), "429 as above, then 200", retries=1),
+        GatewayCase("upstream 500", ("http_500",), _relayed(500, "internal_server_error")),
+        GatewayCase("upstream 402", ("http_402",), _relayed(402, "invalid_request_error")),
+        GatewayCase("upstream 400, context too long", ("http_400_context",), _relayed(400, "invalid_request_error")),
+        GatewayCase("upstream resets mid-stream", ("reset_mid_stream",),
+                    f"200, the text so far, then the event {event} and a close without `[DONE]`"),
+        GatewayCase("upstream sends a payload that is not JSON", ("malformed_json",),
+                    "200, the payload dropped, `finish_reason: stop` and `[DONE]` added: the fault is hidden"),
+        GatewayCase("upstream body ends mid-line", ("partial_eof",),
+                    "200, `finish_reason: stop` and `[DONE]` added: the cut is hidden"),
+        GatewayCase("upstream holds its headers", ("stall_before_headers",),
+                    "nothing: no headers until the upstream's (its `request_timeout`, 600 s here)"),
+        GatewayCase("upstream stalls mid-stream", ("stall_mid_stream",), "200, the text so far, then silence"),
+        GatewayCase("your key is not LiteLLM's (no database)", (),
+                    "400 `No connected db.` (type `no_db_connection`), no `x-litellm-*` header",
+                    key="sk-notTheMasterKey"),
+    ]
+
+
+def _gateway_lines(lab: Lab, case: GatewayCase, proxy_url: str, key: str) -> list[str]:
+    config = _GATEWAY_CONFIG.format(retries=case.retries) + case.config
+    env = {"DEEPSEEK_API_KEY": case.key or key, "DEEPSEEK_BASE_URL": proxy_url}
+    if case.usage:
+        run = lab.dsh(["-p", "hi", "--output-format", "json"], config=config, env=env, stderr=False)
+        answer = json.loads(run.output)
+        return [f"usage {json.dumps(answer['usage'])}", f"cost_usd {answer['cost_usd']}"]
+    run = lab.dsh([], stdin="read my notes\n", config=config, env=env)
+    return [_HEADER.sub("", line) for line in run.output.split("\n") if line]
+
+
+def litellm_table(lab: Lab, proxy_url: str, upstream: object, key: str) -> str:
+    """The table, from runs through a running proxy whose upstream is the fault server ``upstream``."""
+    rows = ["| case | what LiteLLM sent dsh | what dsh printed (`max_retries = 0`, 2 s deadlines) |", "|---|---|---|"]
+    for case in gateway_cases():  # one after another: the upstream's script is one queue
+        upstream.clear_script()  # type: ignore[attr-defined]
+        upstream.push(*case.script)  # type: ignore[attr-defined]
+        rows.append(f"| {case.row} | {case.sends} | {cell(_gateway_lines(lab, case, proxy_url, key))} |")
+    return "\n".join(rows) + "\n"
+
+
+def table_litellm(lab: Lab) -> str:
+    sys.path.insert(0, str(REPO))
+    from dsh.llm.loopback.fault_server import FaultServer
+    from tests.llm.litellm_proxy import LITELLM, MASTER_KEY, LiteLLMProxy
+
+    if not LITELLM.exists():
+        raise RuntimeError("no LiteLLM proxy: make test installs it in .venv/litellm")
+    folder = lab.root / "litellm"
+    folder.mkdir()
+    with FaultServer() as upstream:
+        proxy = LiteLLMProxy(upstream.url, folder).start()
+        try:
+            return litellm_table(lab, proxy.url, upstream, MASTER_KEY)
+        finally:
+            proxy.stop()
+
+
 # --- the registry ---------------------------------------------------------------------------------------
 
 GENERATORS: dict[str, Callable[[Lab], str]] = {
@@ -991,8 +1093,10 @@ GENERATORS: dict[str, Callable[[Lab], str]] = {
     "error-codes": table_error_codes,
     "fault-matrix": table_fault_matrix,
     "reliability-counts": table_reliability_counts,
+    "litellm": table_litellm,
 }
 SLOW = {"fault-matrix"}  # a minute, not seconds: only with --slow (test_fault_matrix checks the same rows)
+SLOW |= {"litellm"}  # needs .venv/litellm: only with --slow (tests/llm/test_litellm_gateway.py checks the table)
 MEASURED = {"reliability-counts"}  # vary from run to run: only from --reliability-report, never checked
 
 

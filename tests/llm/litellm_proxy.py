@@ -1,0 +1,118 @@
+"""A real LiteLLM proxy on loopback, between dsh and the fault server (tests/llm/test_litellm_gateway.py).
+
+`make test` installs it in its own venv, `.venv/litellm` (the Makefile's `.litellm` target). It runs offline:
+the local cost map, telemetry off, no database, no admin UI, no retries and no cooldowns (each fault is met
+exactly once), from ``fixtures/litellm/config.yaml``. The proxy's master key is the user's key (what dsh sends
+as DEEPSEEK_API_KEY); LiteLLM's own credential for its upstream is another one. Both are canaries. What the
+proxy sends in each case is written down in docs/endpoints.md.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import os
+import re
+import signal
+import subprocess
+from pathlib import Path
+
+import httpx
+
+from tests import canaries
+from tests.real_parts import missing
+from tests.waiting import PROMPTLY, wait_until
+
+__all__ = ["MASTER_KEY", "UPSTREAM_KEY", "LiteLLMProxy", "litellm_binary"]
+
+REPO = Path(__file__).resolve().parents[2]
+LITELLM = REPO / ".venv" / "litellm" / "bin" / "litellm"
+CONFIG_TEMPLATE = REPO / "fixtures" / "litellm" / "config.yaml"
+MASTER_KEY = canaries.API_KEY  # the user's key: the proxy accepts it, dsh sends it
+UPSTREAM_KEY = canaries.UPSTREAM_KEY  # LiteLLM's own key for its upstream; dsh never has it
+
+# uvicorn's line once the application started; with ``--port 0`` it carries the port the OS gave.
+_LISTENING = re.compile(rb"Uvicorn running on http://127\.0\.0\.1:(\d+)")
+# Start-up imports a large package set: about 10 s on an idle machine, several times that beside busy loops.
+_START_TIMEOUT = 12 * PROMPTLY
+_OFFLINE = {
+    "LITELLM_LOCAL_MODEL_COST_MAP": "True",  # else it fetches the price list from the network at start-up
+    "LITELLM_TELEMETRY_DISABLED": "true",
+    "DISABLE_ADMIN_UI": "True",
+}
+
+
+def litellm_binary() -> Path:
+    """The proxy's entry point, or a skip (a failure under CI=true) saying how to install it."""
+    if not os.access(LITELLM, os.X_OK):
+        missing("LiteLLM proxy", "make test installs it in .venv/litellm")
+    return LITELLM
+
+
+class LiteLLMProxy:
+    """One LiteLLM proxy process in front of ``upstream`` (a base URL on 127.0.0.1); its files in ``directory``."""
+
+    def __init__(self, upstream: str, directory: Path) -> None:
+        self.upstream = upstream
+        self.directory = directory
+        self.log = directory / "litellm.log"  # stdout and stderr, for a failure's message
+        self.url = ""
+        self._process: subprocess.Popen[bytes] | None = None
+
+    def start(self) -> LiteLLMProxy:
+        binary = litellm_binary()
+        config = self.directory / "config.yaml"
+        config.write_text(CONFIG_TEMPLATE.read_text(encoding="utf-8").replace("{upstream}", self.upstream))
+        env = {
+            "PATH": os.environ.get("PATH", "/usr/bin:/bin"),
+            "HOME": str(self.directory),
+            "LANG": "C.UTF-8",
+            "DSH_LITELLM_MASTER_KEY": MASTER_KEY,
+            "DSH_LITELLM_UPSTREAM_KEY": UPSTREAM_KEY,
+            **_OFFLINE,
+        }
+        argv = [str(binary), "--config", str(config), "--host", "127.0.0.1", "--port", "0"]
+        with self.log.open("wb") as log:
+            self._process = subprocess.Popen(argv, cwd=self.directory, env=env, stdin=subprocess.DEVNULL,
+                                             stdout=log, stderr=subprocess.STDOUT, start_new_session=True)
+        try:
+            port = wait_until(self._port, _START_TIMEOUT, "LiteLLM to listen", interval=0.1)
+            self.url = f"http://127.0.0.1:{port}"
+            wait_until(self._models_listed, PROMPTLY, "LiteLLM to list its model", interval=0.1)
+        except BaseException:
+            self.stop()
+            raise
+        return self
+
+    def _port(self) -> int | None:
+        match = _LISTENING.search(self.log.read_bytes())
+        if match is None and self._process is not None and self._process.poll() is not None:
+            raise AssertionError(f"LiteLLM exited {self._process.returncode} at start-up:\n{self.log_tail()}")
+        return int(match.group(1)) if match else None
+
+    def _models_listed(self) -> bool:
+        try:
+            answer = httpx.get(f"{self.url}/models", headers={"Authorization": f"Bearer {MASTER_KEY}"}, timeout=5)
+        except httpx.TransportError:
+            return False
+        return answer.status_code == 200
+
+    def log_tail(self, lines: int = 30) -> str:
+        return "\n".join(self.log.read_text(encoding="utf-8", errors="replace").splitlines()[-lines:])
+
+    def stop(self) -> None:
+        """End the proxy's whole process group and reap it (idempotent)."""
+        process, self._process = self._process, None
+        if process is None:
+            return
+        _signal_group(process.pid, signal.SIGTERM)
+        try:
+            process.wait(10)
+        except subprocess.TimeoutExpired:
+            pass
+        _signal_group(process.pid, signal.SIGKILL)  # whatever of its group is left (uvicorn may fork)
+        process.wait()
+
+
+def _signal_group(pid: int, sig: signal.Signals) -> None:
+    with contextlib.suppress(ProcessLookupError):
+        os.killpg(pid, sig)
