@@ -18,13 +18,11 @@ import pytest
 
 from dsh.agent_loop.subagent.acp import from_config
 from dsh.agent_loop.subagent.result import SubagentRequest, SubagentResult
-from fixtures.fake_gemini import FakeGemini, gemini_cli_env
+from fixtures.fake_gemini import GEMINI_CLI_INSTALL, FakeGemini, gemini_cli, gemini_cli_env
 from tests.leak_check import child_pids
 from tests.real_parts import missing
 
-REPO = Path(__file__).resolve().parents[3]
-AGENT = Path(os.environ.get("DSH_GEMINI_CLI", REPO / ".venv/npm/node_modules/.bin/gemini"))
-INSTALL = "make .venv/.npm (npm install --prefix .venv/npm @google/gemini-cli@0.61.0)"
+AGENT = gemini_cli()
 CANARY_KEY = "AIzaSyCanaryGeminiKey0c7e91d4b2"  # key-shaped: masked by its shape and as a secret env value
 CANARY_TOKEN = "plain-canary-token-9e4f0a"  # no key shape: masked because its env name looks secret
 FAIL = "Subagent failure (provider: gemini; "
@@ -36,7 +34,7 @@ pytestmark = [pytest.mark.anyio, pytest.mark.real_product, pytest.mark.usefixtur
 @pytest.fixture(autouse=True)
 def _agent_installed() -> None:
     if not AGENT.exists():
-        missing("gemini-cli (npm)", INSTALL)
+        missing("gemini-cli (npm)", GEMINI_CLI_INSTALL)
 
 
 def _table(api: FakeGemini, tmp_path: Path, *, key: str | None = CANARY_KEY) -> dict[str, Any]:
