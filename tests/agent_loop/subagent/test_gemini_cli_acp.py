@@ -37,7 +37,7 @@ def _agent_installed() -> None:
         missing("gemini-cli (npm)", GEMINI_CLI_INSTALL)
 
 
-def _table(api: FakeGemini, tmp_path: Path, *, key: str | None = CANARY_KEY) -> dict[str, Any]:
+def _table(api: FakeGemini, tmp_path: Path, *, key: str | None = CANARY_KEY, **extra: Any) -> dict[str, Any]:
     env = gemini_cli_env(api, tmp_path / "gemini-home", key=key)
     return {
         "provider": "acp",
@@ -45,6 +45,7 @@ def _table(api: FakeGemini, tmp_path: Path, *, key: str | None = CANARY_KEY) -> 
         "env": {**env, "DSH_TEST_SERVICE_TOKEN": CANARY_TOKEN},
         "startup_timeout": 60,
         "prompt_timeout": 60,
+        **extra,
     }
 
 
@@ -97,6 +98,26 @@ async def test_backend_500_is_the_agents_error_and_the_echoed_secrets_stay_out(w
     )
     assert len(api.stream_requests) == 1  # maxAttempts = 1: no backoff
     _assert_no_canary(result)
+
+
+@pytest.mark.parametrize(("policy", "ran"), [("reject", False), ("allow", True)])
+async def test_the_permission_policy_decides_a_shell_command(
+    workdir: Path, tmp_path: Path, policy: str, ran: bool
+) -> None:
+    # gemini-cli starts in its "default" mode, which asks: the policy's answer is what happens.
+    with FakeGemini("tool_once", text=ANSWER) as api:
+        result = await _run(_table(api, tmp_path, permission=policy), workdir)
+    assert (result.stop_reason, result.output, result.diagnostic, result.warning) == ("completed", ANSWER, None, None)
+    assert (workdir / "created.txt").exists() is ran
+    (tool_result,) = _function_responses(api)
+    assert ("error" in tool_result) is not ran  # refused: 'Tool "run_shell_command" was canceled by the user.'
+
+
+def _function_responses(api: FakeGemini) -> list[dict[str, Any]]:
+    """What the agent sent back to the model for its function calls, in every answer request."""
+    last_contents = [request.body["contents"][-1] for request in api.stream_requests]
+    return [part["functionResponse"]["response"] for content in last_contents for part in content["parts"]
+            if "functionResponse" in part]  # fmt: skip
 
 
 def _gemini_processes() -> tuple[int, int]:
