@@ -30,10 +30,12 @@ $(VENV)/.bench: pyproject.toml | $(BIN)/python
 	$(PIP) -e '.[test,bench]'
 	touch $@
 
-# The real third-party ACP agent the subagent tests drive (tests skip without it; CI installs it).
+# The real third-party ACP agents the subagent tests drive (tests skip without them; CI installs them).
+# gemini-cli (node >= 20) adds about 100 MB and 7 s to a fresh install.
 CLAUDE_AGENT_ACP := @agentclientprotocol/claude-agent-acp@0.101.0
+GEMINI_CLI := @google/gemini-cli@0.61.0
 $(VENV)/.npm: | $(BIN)/python
-	npm install --no-audit --no-fund --prefix $(VENV)/npm $(CLAUDE_AGENT_ACP)
+	npm install --no-audit --no-fund --prefix $(VENV)/npm $(CLAUDE_AGENT_ACP) $(GEMINI_CLI)
 	touch $@
 
 # The real LiteLLM proxy the gateway tests put between dsh and the fault server, in a venv of its own so
