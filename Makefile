@@ -13,7 +13,7 @@ PIP := $(BIN)/python -m pip install -q --disable-pip-version-check
 # one process.
 PARALLEL ?=
 
-.PHONY: demo test check lint typecheck bench clean
+.PHONY: demo test check lint typecheck bench clean npm-agents litellm
 
 $(BIN)/python:
 	$(PYTHON) -m venv $(VENV)
@@ -34,24 +34,30 @@ $(VENV)/.bench: pyproject.toml | $(BIN)/python
 # gemini-cli (node >= 20) adds about 100 MB and 7 s to a fresh install.
 CLAUDE_AGENT_ACP := @agentclientprotocol/claude-agent-acp@0.101.0
 GEMINI_CLI := @google/gemini-cli@0.61.0
-$(VENV)/.npm: | $(BIN)/python
-	npm install --no-audit --no-fund --prefix $(VENV)/npm $(CLAUDE_AGENT_ACP) $(GEMINI_CLI)
+NPM_AGENTS := $(CLAUDE_AGENT_ACP) $(GEMINI_CLI)
+# Each stamp's name carries a checksum of its pins: changing a pin reinstalls, nothing else does.
+NPM_STAMP := $(VENV)/.npm-$(shell echo '$(NPM_AGENTS)' | cksum | cut -d' ' -f1)
+$(NPM_STAMP): | $(BIN)/python
+	npm install --no-audit --no-fund --prefix $(VENV)/npm $(NPM_AGENTS)
 	touch $@
+npm-agents: $(NPM_STAMP)
 
 # The real LiteLLM proxy the gateway tests put between dsh and the fault server, in a venv of its own so
 # its pins never meet dsh's (tests fail without it under CI=true). 1.108.7: the newest 1.108 patch whose
 # pinned extras (litellm-enterprise, litellm-proxy-extras) the package registry has.
 LITELLM := litellm[proxy]==1.108.7
-$(VENV)/.litellm: | $(BIN)/python
+LITELLM_STAMP := $(VENV)/.litellm-$(shell echo '$(LITELLM)' | cksum | cut -d' ' -f1)
+$(LITELLM_STAMP): | $(BIN)/python
 	$(PYTHON) -m venv $(VENV)/litellm
 	$(VENV)/litellm/bin/python -m pip install -q --disable-pip-version-check '$(LITELLM)'
 	touch $@
+litellm: $(LITELLM_STAMP)
 
 demo: $(VENV)/.demo
 	$(BIN)/dsh --demo
 
-test: $(VENV)/.test $(VENV)/.litellm
-	@if command -v npm >/dev/null; then $(MAKE) --no-print-directory $(VENV)/.npm; \
+test: $(VENV)/.test $(LITELLM_STAMP)
+	@if command -v npm >/dev/null; then $(MAKE) --no-print-directory npm-agents; \
 	else echo "npm not found: the real ACP agent tests skip (install Node.js and npm to run them)"; fi
 	$(BIN)/ruff check .
 	$(BIN)/lint-imports

@@ -48,7 +48,7 @@ from dsh.llm.network import FailureDetail, environment_proxy, ssl_context
 from dsh.llm.probe import all_attempts_failed, connect_failure_word, open_tls, shown_host, unverified_certificate
 from dsh.repl import __version__
 from dsh.repl.config import Config, ConfigError, load_config, state_dir
-from dsh.repl.render import fix_line, terminal_text
+from dsh.repl.render import fix_line, one_line, terminal_text
 
 __all__ = ["FAIL", "MARKS", "PASS", "SKIP", "Doctor", "Report", "Step", "run_doctor"]
 
@@ -80,7 +80,7 @@ class Step:
     details: list[str] = field(default_factory=list)  # sub-lines (the environment's subagents)
 
     def lines(self) -> list[str]:
-        out = [f"{MARKS[self.status]} {self.name}: {self.text}"]
+        out = [f"{MARKS[self.status]} {self.name}: {one_line(self.text)}"]  # a relayed message may hold blank lines
         out += [f"    {line}" for line in self.details]
         if self.fix:
             out.append(self.fix)

@@ -256,7 +256,7 @@ def terminal_text(text: str) -> str:
     return "".join(out)
 
 
-def _one_line(text: str) -> str:
+def one_line(text: str) -> str:
     return _SPACE_RUN.sub(" ", text)
 
 
@@ -276,15 +276,15 @@ def turn_end_line(reason: EndReason, secrets: Sequence[str] = ()) -> str | None:
     """The exact line for a turn-end reason; ``None`` for completed, disposed, unknown."""
     match reason:
         case Failed(code=code, message=message):
-            code = _one_line(code)
-            message = _one_line(redact_text(message, secrets))
+            code = one_line(code)
+            message = one_line(redact_text(message, secrets))
             head = f"[turn failed {code}]" if code else "[turn failed]"
             return f"{head} {message}" if message else head
         case Aborted(reason=why):
-            why = _one_line(why or "")
+            why = one_line(why or "")
             return f"[turn aborted] {why}" if why else "[turn aborted]"
         case Rejected(reason=why):
-            why = _one_line(redact_text(why, secrets))
+            why = one_line(redact_text(why, secrets))
             return f"[turn rejected] {why}" if why else "[turn rejected]"
         case MaxTokens():
             return "[turn hit the output-token limit]"
@@ -332,14 +332,14 @@ def _endpoint_fix(reason: Failed, sources: Mapping[str, str]) -> str | None:
     if reason.code == ErrorCode.AUTH and reason.detail == FailureDetail.UPSTREAM_AUTH:
         gateway = endpoint.name if endpoint is not None and endpoint.name else None
         words = gateway or (f"the gateway at {endpoint.address}" if endpoint is not None else "the gateway")
-        return _one_line(FIX_UPSTREAM_AUTH.format(gateway=words, owner=f"{gateway}'s" if gateway else "the gateway's"))
+        return one_line(FIX_UPSTREAM_AUTH.format(gateway=words, owner=f"{gateway}'s" if gateway else "the gateway's"))
     if reason.code == ErrorCode.SERVER:
-        return _one_line(FIX_SERVER.format(endpoint=_server_words(endpoint)))
+        return one_line(FIX_SERVER.format(endpoint=_server_words(endpoint)))
     if reason.code == ErrorCode.QUOTA:
         if endpoint is not None and endpoint.is_deepseek:
             return FIX_QUOTA
         words = str(endpoint) if endpoint is not None else "the endpoint"
-        return _one_line(FIX_QUOTA_ELSEWHERE.format(endpoint=words, source=sources.get("api_key", _KEY_SOURCE)))
+        return one_line(FIX_QUOTA_ELSEWHERE.format(endpoint=words, source=sources.get("api_key", _KEY_SOURCE)))
     return None
 
 
@@ -365,25 +365,25 @@ def fix_line(reason: EndReason, sources: Mapping[str, str] | None = None) -> str
             line = FIX_PROXY_DEPENDENCY
         else:
             line = FIX_PROXY
-        return _one_line(line.format(host=host_port, name=host, source=source))
+        return one_line(line.format(host=host_port, name=host, source=source))
     if reason.code == ErrorCode.TRANSPORT and detail is not None:
         source = sources.get("base_url", "base_url (--base-url, DEEPSEEK_BASE_URL or config.toml)")
         if detail == FailureDetail.REFUSED and host_port:
-            return _one_line(FIX_REFUSED.format(host=host_port, source=source))
+            return one_line(FIX_REFUSED.format(host=host_port, source=source))
         if detail == FailureDetail.NAME_NOT_FOUND and host:
-            return _one_line(FIX_NAME_NOT_FOUND.format(name=host, source=source))
+            return one_line(FIX_NAME_NOT_FOUND.format(name=host, source=source))
         if detail == FailureDetail.PLAIN_HTTP and scheme == "https":
-            return _one_line(FIX_PLAIN_HTTP.format(url="http" + endpoint[len("https"):]))
+            return one_line(FIX_PLAIN_HTTP.format(url="http" + endpoint[len("https"):]))
         if detail == FailureDetail.CERTIFICATE:
             return FIX_CERTIFICATE
         if detail == FailureDetail.INVALID_URL:
-            return _one_line(FIX_INVALID_URL.format(source=source))
+            return one_line(FIX_INVALID_URL.format(source=source))
         return None
     named = _endpoint_fix(reason, sources)
     if named is not None:
         return named
     if reason.code == ErrorCode.AUTH and "api_key" in sources:
-        return _one_line(FIX_AUTH_FROM.format(source=sources["api_key"]))
+        return one_line(FIX_AUTH_FROM.format(source=sources["api_key"]))
     return _FIX_BY_CODE.get(reason.code)
 
 
@@ -605,8 +605,8 @@ class Renderer:
 
     def _tool_call(self, event: ToolCallStart) -> str:
         self._stream = None
-        name = _one_line(event.name) or "?"
-        arguments = _clip(_one_line(event.arguments), _TOOL_ARGS_WIDTH)
+        name = one_line(event.name) or "?"
+        arguments = _clip(one_line(event.arguments), _TOOL_ARGS_WIDTH)
         return self._break_line() + f"  [tool call] {name}({arguments})\n"
 
     def _tool_result(self, event: ToolResult) -> str:
@@ -634,8 +634,8 @@ class Renderer:
 
     def _retry(self, event: LlmRetry) -> str:
         delay_s = _finite(event.delay_s)
-        code = _one_line(event.code) or ErrorCode.UNKNOWN
-        message = _one_line(redact_text(event.message, self.secrets))
+        code = one_line(event.code) or ErrorCode.UNKNOWN
+        message = one_line(redact_text(event.message, self.secrets))
         self._stream = None
         return (
             self._status_break() + f"[retry {event.attempt}/{event.max_attempts} in {delay_s:.1f}s] {code}: {message}\n"
@@ -654,7 +654,7 @@ class Renderer:
 
     def _job_notice(self, text: str) -> str:
         self._stream = None
-        return self._break_line() + f"[job] {_one_line(text)}\n"
+        return self._break_line() + f"[job] {one_line(text)}\n"
 
 
 ANSWER = "answer"  # AnswerSplit: the chunk belongs on stdout
@@ -892,7 +892,7 @@ class TurnActivity:
             case StreamKeepAlive():
                 self._keepalive_at = now
             case ToolCallStart(name=name):
-                self._state, self._detail = "tool", _one_line(name)
+                self._state, self._detail = "tool", one_line(name)
             case LlmRetry(attempt=attempt, max_attempts=total, delay_s=delay_s):
                 self._state, self._since, self._keepalive_at = "retry", now + max(_finite(delay_s), 0.0), None
                 self._detail = f"{attempt}/{total}"

@@ -1,6 +1,6 @@
 """A real LiteLLM proxy on loopback, between dsh and the fault server (tests/llm/test_litellm_gateway.py).
 
-`make test` installs it in its own venv, `.venv/litellm` (the Makefile's `.litellm` target). It runs offline:
+`make test` installs it in its own venv, `.venv/litellm` (`make litellm`). It runs offline:
 the local cost map, telemetry off, no database, no admin UI, no retries and no cooldowns (each fault is met
 exactly once), from ``fixtures/litellm/config.yaml``. The proxy's master key is the user's key (what dsh sends
 as DEEPSEEK_API_KEY); LiteLLM's own credential for its upstream is another one. Both are canaries. What the

@@ -2,7 +2,7 @@
 
 It drives the real Claude Code CLI, pointed at the loopback Anthropic fake (fixtures/fake_anthropic.py)
 with a dummy key, fully offline (docs/subagents.md, "A real ACP agent in the tests"). ``.ci/run``
-installs it into ``.venv/npm`` (``make .venv/.npm``); without it these tests skip locally.
+installs it into ``.venv/npm`` (``make npm-agents``); without it these tests skip locally.
 Each run takes about 1.5-2.5 s.
 """
 
@@ -25,7 +25,7 @@ from tests.real_parts import missing
 
 REPO = Path(__file__).resolve().parents[3]
 AGENT = Path(os.environ.get("DSH_CLAUDE_AGENT_ACP", REPO / ".venv/npm/node_modules/.bin/claude-agent-acp"))
-INSTALL = "make .venv/.npm (npm install --prefix .venv/npm @agentclientprotocol/claude-agent-acp@0.101.0)"
+INSTALL = "make npm-agents (npm install --prefix .venv/npm @agentclientprotocol/claude-agent-acp@0.101.0)"
 CANARY_KEY = "sk-ant-canary-echoed-3f9d1c"
 CANARY_TOKEN = "plain-canary-token-51ab0e"  # no key shape: masked because its env name looks secret
 FAIL = "Subagent failure (provider: claude; "

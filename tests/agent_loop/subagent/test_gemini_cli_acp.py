@@ -1,7 +1,7 @@
 """The ACP provider against a second real third-party agent: ``@google/gemini-cli`` 0.61 (``gemini --acp``).
 
 The real CLI talks to the loopback Gemini API fake (fixtures/fake_gemini.py) with a canary key, its state
-in a fresh home, fully offline (docs/subagents.md, "gemini-cli as an ACP subagent"). ``make .venv/.npm``
+in a fresh home, fully offline (docs/subagents.md, "gemini-cli as an ACP subagent"). ``make npm-agents``
 installs it into ``.venv/npm``; without it these tests skip locally (and fail under CI=true).
 Each run takes about 3-5 s, most of it the CLI's start-up.
 """
