@@ -215,7 +215,9 @@ def _detail(raw: dict[str, Any], group: str, key: str) -> object:
 def _usage(raw: dict[str, Any]) -> Usage:
     """Usage in DeepSeek's shape (``prompt_cache_hit_tokens``) or OpenAI's, which gateways send
     (``prompt_tokens_details.cached_tokens``); reasoning tokens from ``completion_tokens_details``."""
-    hit = _count(raw.get("prompt_cache_hit_tokens")) or _count(_detail(raw, "prompt_tokens_details", "cached_tokens"))
+    # DeepSeek's field wins whenever it is present (even 0, or clamped to 0): one count, never a mix of shapes.
+    hit = _count(raw["prompt_cache_hit_tokens"] if "prompt_cache_hit_tokens" in raw
+                 else _detail(raw, "prompt_tokens_details", "cached_tokens"))
     return Usage(
         prompt_tokens=_count(raw.get("prompt_tokens")),
         completion_tokens=_count(raw.get("completion_tokens")),
