@@ -23,6 +23,7 @@ from dsh.llm.defaults import (
     DEFAULT_MODEL,
     DEFAULT_STREAM_IDLE_TIMEOUT,
 )
+from dsh.llm.endpoint import endpoint_for_url
 from dsh.llm.errors import HarnessError
 from dsh.llm.network import environment_proxy
 from dsh.llm.redact import MIN_SECRET_CHARS, environment_secrets, redact_url, url_secrets
@@ -382,9 +383,9 @@ def load_config(
             sources["proxy"] = f"{found[1]} (environment)"
 
     if require_key and not values.get("api_key"):
-        raise ConfigError(
-            f"no DeepSeek API key: set DEEPSEEK_API_KEY (or api_key in {path}), or try `dsh --demo`"
-        )
+        endpoint = endpoint_for_url(values.get("base_url", DEFAULT_BASE_URL))
+        which = "DeepSeek API key" if endpoint.is_deepseek else f"API key for {endpoint}"
+        raise ConfigError(f"no {which}: set DEEPSEEK_API_KEY (or api_key in {path}), or try `dsh --demo`")
     return Config(
         **values,
         config_path=path if raw else None,

@@ -466,6 +466,15 @@ def test_missing_key_print_mode(home: Path) -> None:
     )
 
 
+def test_missing_key_for_another_endpoint_names_that_endpoint_not_deepseek(home: Path) -> None:
+    result = dsh(home, "--base-url", "http://127.0.0.1:4000/v1", "-p", "hello")
+    assert result.returncode == 2 and result.stdout == ""
+    assert result.stderr == (
+        "dsh: failed to start: no API key for the endpoint at 127.0.0.1:4000: set DEEPSEEK_API_KEY "
+        f"(or api_key in {home}/config/dsh/config.toml), or try `dsh --demo`\n"
+    )
+
+
 def test_missing_key_with_queued_stdin(home: Path) -> None:
     result = dsh(home, stdin="first\nsecond\n")
     assert result.returncode == 2 and result.stdout == ""
