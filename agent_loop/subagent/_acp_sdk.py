@@ -84,6 +84,14 @@ class AcpConnection:
         # The SDK builds the error from the wire without checking the code's type.
         return exc.code if isinstance(exc, acp.RequestError) and isinstance(exc.code, int) else None
 
+    @staticmethod
+    def error_words(exc: BaseException | None) -> tuple[tuple[str, object], ...]:
+        """An error answer's own words (its message and data), for the host side only: never a diagnostic."""
+        if not isinstance(exc, acp.RequestError):
+            return ()
+        message: tuple[tuple[str, object], ...] = (("error message", str(exc)),)
+        return message if exc.data is None else (*message, ("error data", exc.data))
+
 
 class PermissionClient:
     """The ACP ``Client`` side: collects message chunks and answers permission requests by policy."""

@@ -333,8 +333,9 @@ class AcpRun(Run[AcpSettings]):
             if status is not None:
                 return Failure(_EXIT_STAGE[stage], Category.PROCESS_EXIT, exit_status=status, cause=cause)
         category = _CATEGORY[stage][fault]
-        code = conn.error_code(cause) if category is Category.AGENT_ERROR else None
-        return Failure(stage, category, error_code=code, cause=cause)
+        if category is not Category.AGENT_ERROR:
+            return Failure(stage, category, cause=cause)
+        return Failure(stage, category, error_code=conn.error_code(cause), cause=cause, words=conn.error_words(cause))
 
 
 AUTH_REQUIRED = -32000  # ACP's "authentication required" error code

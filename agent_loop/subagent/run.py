@@ -33,6 +33,7 @@ from typing import TYPE_CHECKING, Any, ClassVar, Generic, Protocol, TypeAlias, T
 import anyio
 import anyio.abc
 
+from dsh.agent_loop.jsonrpc import ProtocolError
 from dsh.agent_loop.owned_group import OwnedTaskGroup
 from dsh.agent_loop.subagent.diagnostics import Failure, failure_line, join_lines, safe_token
 from dsh.agent_loop.subagent.result import (
@@ -263,14 +264,11 @@ class Run(Generic[SettingsT]):
 
 
 def _error_words(exc: BaseException | None) -> tuple[tuple[str, object], ...]:
-    """An agent's JSON-RPC error answer in the cause chain: its message (ACP) and data, as it sent them."""
+    """A child dsh's JSON-RPC error answer in the cause chain: its data, as it sent it (its message is in
+    the chain already). ACP agents' answers are read by their provider (``Failure.words``)."""
     for link in _chain(exc):
-        data = getattr(link, "data", None)
-        if isinstance(getattr(link, "rpc_code", None), int):  # our JSON-RPC client: the message is in the chain
-            return (("error data", data),) if data is not None else ()
-        if isinstance(getattr(link, "code", None), int) and hasattr(link, "data"):  # the ACP SDK's RequestError
-            message = (("error message", str(link)),)
-            return (*message, ("error data", data)) if data is not None else message
+        if isinstance(link, ProtocolError) and link.rpc_code is not None:
+            return (("error data", link.data),) if link.data is not None else ()
     return ()
 
 
