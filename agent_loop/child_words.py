@@ -1,0 +1,111 @@
+"""What a child process (a subagent, an MCP server) said about a failure: masked, bounded, inert, host-side only.
+
+A diagnostic line is built from closed facts (agent_loop/subagent/diagnostics.py, agent_loop/mcp/diagnostics.py);
+the child's own words (an error message, its stderr tail) are kept beside it for the user alone: dsh.log and
+``/why`` (docs/subagents.md, "The agent's own words"). Never part of anything the model sees.
+"""
+
+from __future__ import annotations
+
+import json
+import re
+from collections.abc import Callable
+from dataclasses import dataclass
+
+__all__ = [
+    "STDERR_TAIL_BYTES",
+    "STDERR_TAIL_LINES",
+    "WORDS_LIMIT_BYTES",
+    "AgentWords",
+    "stderr_tail",
+    "words_text",
+]
+
+# The agent's own words about a failure (host-side only): each piece at most this many UTF-8 bytes, and the
+# tail of its stderr at most so many lines and bytes (docs/subagents.md, "The agent's own words").
+WORDS_LIMIT_BYTES = 2048
+STDERR_TAIL_LINES = 20
+STDERR_TAIL_BYTES = 4096
+_WORDS_CUT = " […]"
+# C0/C1 controls but tab, and the bidi controls: escaped in the kept words, so dsh.log (read with any
+# viewer) and the screen show them inert.
+_CONTROLS = re.compile(r"[\x00-\x08\x0a-\x1f\x7f-\x9f\u200e\u200f\u202a-\u202e\u2066-\u2069]")
+
+
+def _escaped(match: re.Match[str]) -> str:
+    code = ord(match.group())
+    return f"\\x{code:02x}" if code < 0x100 else f"\\u{code:04x}"
+
+
+def _inert(text: str) -> str:
+    return _CONTROLS.sub(_escaped, text)
+
+
+def _head(text: str, limit: int) -> str:
+    """The longest prefix of ``text`` within ``limit`` UTF-8 bytes, marked when cut."""
+    encoded = text.encode("utf-8", "replace")
+    if len(encoded) <= limit:
+        return text
+    room = limit - len(_WORDS_CUT.encode("utf-8"))
+    return encoded[:room].decode("utf-8", "ignore") + _WORDS_CUT
+
+
+def stderr_tail(text: str) -> tuple[str, ...]:
+    """The last non-blank lines of a child's stderr: at most :data:`STDERR_TAIL_LINES` lines and
+    :data:`STDERR_TAIL_BYTES` bytes, each line cut to :data:`WORDS_LIMIT_BYTES`."""
+    kept: list[str] = []
+    size = 0
+    for line in reversed(text.splitlines()):
+        if not line.strip():
+            continue
+        line = _head(_inert(line.rstrip()), WORDS_LIMIT_BYTES)
+        size += len(line.encode("utf-8", "replace")) + 1
+        if len(kept) == STDERR_TAIL_LINES or size > STDERR_TAIL_BYTES:
+            break
+        kept.append(line)
+    return tuple(reversed(kept))
+
+
+def words_text(value: object) -> str:
+    """A piece of the agent's words as text: a string as it is, anything else as compact JSON."""
+    if isinstance(value, str):
+        return value
+    try:
+        return json.dumps(value, ensure_ascii=False, separators=(",", ":"), default=repr)
+    except (TypeError, ValueError, RecursionError):
+        return repr(value)
+
+
+@dataclass(frozen=True, slots=True)
+class AgentWords:
+    """What the agent itself said about a failure, masked and bounded: host-side only (dsh.log, ``/why``).
+
+    ``said`` is ``(label, text)`` pairs (an error's message and data, Codex's message and
+    ``codexErrorInfo``); ``stderr`` the last lines of the child's stderr. Never part of a diagnostic.
+    """
+
+    said: tuple[tuple[str, str], ...] = ()
+    stderr: tuple[str, ...] = ()
+
+    @classmethod
+    def gather(
+        cls, said: tuple[tuple[str, object], ...], stderr: str, mask: Callable[[str], str]
+    ) -> AgentWords:
+        """Mask each piece with the run's redactor, then bound it (masking first: a cut never leaves half a secret)."""
+        pieces = tuple((label, _head(_inert(mask(words_text(value))), WORDS_LIMIT_BYTES)) for label, value in said)
+        return cls(pieces, stderr_tail(mask(stderr)))
+
+    def __bool__(self) -> bool:
+        return bool(self.said or self.stderr)
+
+    def lines(self) -> list[str]:
+        """The words as display lines (the front end sanitizes them on the way out)."""
+        if not self:
+            return []
+        lines = ["the agent's own words (host-side only, masked):"]
+        lines += [f"  {label}: {text}" for label, text in self.said]
+        if self.stderr:
+            count = len(self.stderr)
+            lines.append(f"  stderr (last {count} line{'s' if count != 1 else ''}):")
+            lines += [f"    {line}" for line in self.stderr]
+        return lines
