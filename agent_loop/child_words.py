@@ -12,11 +12,15 @@ import re
 from collections.abc import Callable
 from dataclasses import dataclass
 
+from dsh.llm.codes import ErrorCode
+from dsh.llm.errors import HarnessError
+
 __all__ = [
     "STDERR_TAIL_BYTES",
     "STDERR_TAIL_LINES",
     "WORDS_LIMIT_BYTES",
     "AgentWords",
+    "ChildFailure",
     "stderr_tail",
     "words_text",
 ]
@@ -109,3 +113,14 @@ class AgentWords:
             lines.append(f"  stderr (last {count} line{'s' if count != 1 else ''}):")
             lines += [f"    {line}" for line in self.stderr]
         return lines
+
+
+class ChildFailure(HarnessError):
+    """``/why``'s record of what a child (a subagent run, an MCP server) failed at: its diagnostic line as
+    the message, ``words`` what the child said, masked and bounded; the raw cause beneath it in the chain.
+    Host-side only; front ends show ``words.lines()`` under the chain."""
+
+    def __init__(self, line: str, words: AgentWords, cause: BaseException | None = None,
+                 code: ErrorCode = ErrorCode.SUBAGENT) -> None:
+        super().__init__(line, code, cause=cause)
+        self.words = words

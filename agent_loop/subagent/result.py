@@ -12,11 +12,10 @@ from dsh.agent_loop.child_words import (
     STDERR_TAIL_LINES,
     WORDS_LIMIT_BYTES,
     AgentWords,
+    ChildFailure,
     stderr_tail,
     words_text,
 )
-from dsh.llm.codes import ErrorCode
-from dsh.llm.errors import HarnessError
 
 __all__ = [
     "DIAGNOSTIC_LIMIT_BYTES",
@@ -62,16 +61,12 @@ def limit_diagnostic(text: str | None) -> str | None:
     return prefix.decode("utf-8") + _TRUNCATED_SUFFIX
 
 
-class SubagentFailure(HarnessError):
+class SubagentFailure(ChildFailure):
     """A subagent run that did not succeed: ``/why``'s record of it, host-side only.
 
     Its message is the run's diagnostic (closed facts) or its headline; ``words`` what the agent said,
     masked and bounded; the raw cause (if any) is beneath it in the chain.
     """
-
-    def __init__(self, line: str, words: AgentWords, cause: BaseException | None = None) -> None:
-        super().__init__(line, ErrorCode.SUBAGENT, cause=cause)
-        self.words = words
 
 
 @dataclass(frozen=True, slots=True)

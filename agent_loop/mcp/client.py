@@ -1,0 +1,247 @@
+"""One MCP server's connection on the official SDK: spawn or connect, initialize, list tools, call, close.
+
+:meth:`ServerConnection.run` is the connection's whole life, in one task of the manager's task group (the
+SDK's ``ClientSession`` must be entered and left in the same task): it connects, lists the tools, then
+waits for commands (re-list after ``notifications/tools/list_changed``, stop). Calls come from the turn's
+task through :meth:`ServerConnection.call`; cancelling the turn cancels the SDK request, which sends
+``notifications/cancelled`` (its dispatcher's ``cancel_on_abandon``). Every failure becomes an
+:class:`~dsh.agent_loop.mcp.diagnostics.McpFailure` of closed facts (docs/mcp.md). This module imports the
+SDK at its top: the manager imports it only when a server starts.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import logging
+import math
+from collections.abc import Callable, Mapping
+from typing import Any, Literal
+
+import anyio
+import httpx2
+from mcp import ClientSession
+from mcp import types as mcp_types
+from mcp.client.streamable_http import streamable_http_client
+from mcp.shared.exceptions import MCPError
+from pydantic import ValidationError
+
+from dsh.agent_loop.mcp.config import McpServerConfig, expand_headers
+from dsh.agent_loop.mcp.diagnostics import Category, McpFailure, Stage
+from dsh.agent_loop.mcp.stdio import StreamFacts, stdio_streams
+from dsh.agent_loop.process import ExitStatus, ManagedProcess, ProcessStartError
+
+__all__ = ["CallFailed", "ServerConnection"]
+
+_log = logging.getLogger("dsh.mcp")
+_CONNECTION_CLOSED = -32000
+_REQUEST_TIMEOUT = -32001
+_EXIT_WAIT = 1.0  # after stdout closed, the exit is usually a moment away: wait this long for its code
+_MAX_PAGES = 50  # tools/list pages followed; a server paging forever is cut here
+
+State = Literal["starting", "ready", "failed", "stopped"]
+
+
+class CallFailed(Exception):
+    """A tools/call that did not come back with a result: its closed facts."""
+
+    def __init__(self, failure: McpFailure) -> None:
+        super().__init__(failure.category.value)
+        self.failure = failure
+
+
+class ServerConnection:
+    def __init__(self, config: McpServerConfig, *, environ: Mapping[str, str],
+                 on_change: Callable[[ServerConnection], None]) -> None:
+        self.config = config
+        self._environ = environ
+        self._on_change = on_change
+        self.state: State = "starting"
+        self.tools: list[mcp_types.Tool] = []
+        self.failure: McpFailure | None = None
+        self.settled = anyio.Event()  # ready or failed: what a waiting turn waits for
+        self.done = anyio.Event()  # run() has returned: the child is reaped
+        self.secrets: tuple[str, ...] = ()  # header values expanded from the environment
+        self._session: ClientSession | None = None
+        self._process: ManagedProcess | None = None
+        self._facts = StreamFacts()
+        self._stage = Stage.SPAWN
+        self._exit: ExitStatus | None = None  # the server's own exit, seen before any teardown
+        self._exit_noted = False
+        self._send, self._commands = anyio.create_memory_object_stream[str](math.inf)
+
+    # --- the connection's life (one task) -------------------------------------------------------
+
+    async def run(self) -> None:
+        try:
+            async with contextlib.AsyncExitStack() as stack:
+                read, write = await self._open(stack)
+                session = await stack.enter_async_context(ClientSession(read, write, message_handler=self._message))
+                with anyio.fail_after(self.config.startup_timeout):
+                    self._stage = Stage.INITIALIZE
+                    await session.initialize()
+                    self._stage = Stage.LIST_TOOLS
+                    self.tools = await self._list(session)
+                self._session = session
+                self._set("ready")
+                await self._serve(session)
+        except Exception as exc:  # every failure is this server's, never the session's
+            self._session = None
+            if self.state != "failed":
+                self._fail(await self.classify(exc, self._stage))
+        finally:
+            self._session = None
+            self._send.close()
+            if self.state in ("starting", "ready"):
+                self._set("stopped")
+            self.settled.set()
+            self.done.set()
+
+    async def _open(self, stack: contextlib.AsyncExitStack) -> tuple[Any, Any]:
+        config = self.config
+        if config.transport == "stdio":
+            process = ManagedProcess(config.command, env=config.env, cwd=config.cwd, base_env=self._environ)
+            # Shielded: a cancel between spawn and the handle being owned would orphan the child.
+            with anyio.CancelScope(shield=True):
+                await process.start()
+            self._process = process
+            stack.push_async_callback(process.terminate)
+            stack.push_async_callback(self._note_exit)  # runs first: the exit the server chose, not our ladder's
+            return await stack.enter_async_context(stdio_streams(process, self._facts))
+        assert config.url is not None
+        headers, self.secrets = expand_headers(config.headers, self._environ)
+        self._stage = Stage.INITIALIZE  # no child to spawn: the first request is where HTTP can fail
+        client = httpx2.AsyncClient(headers=headers, timeout=httpx2.Timeout(30.0, read=300.0), trust_env=False,
+                                    event_hooks={"response": [self._saw_response]})
+        await stack.enter_async_context(client)
+        read, write = await stack.enter_async_context(streamable_http_client(config.url, http_client=client))
+        return read, write
+
+    async def _note_exit(self) -> None:
+        if self._process is not None and not self._exit_noted:
+            self._exit_noted = True
+            self._exit = await self._process.wait_exit(_EXIT_WAIT if self._facts.eof else 0)
+
+    async def _saw_response(self, response: httpx2.Response) -> None:
+        if response.status_code >= 400:
+            self._facts.http_status = response.status_code
+
+    async def _list(self, session: ClientSession) -> list[mcp_types.Tool]:
+        tools: list[mcp_types.Tool] = []
+        cursor: str | None = None
+        for _ in range(_MAX_PAGES):
+            params = mcp_types.PaginatedRequestParams(cursor=cursor) if cursor is not None else None
+            page = await session.list_tools(params=params)
+            tools.extend(page.tools)
+            cursor = page.next_cursor
+            if not cursor:
+                break
+        return tools
+
+    async def _serve(self, session: ClientSession) -> None:
+        async for command in self._commands:
+            if command == "stop":
+                return
+            try:
+                with anyio.fail_after(self.config.startup_timeout):
+                    self.tools = await self._list(session)
+            except Exception as exc:  # a failed re-listing keeps the last good list
+                _log.warning("MCP server %s: re-listing tools failed: %s", self.config.name, type(exc).__name__)
+                if isinstance(exc, MCPError) and exc.code == _CONNECTION_CLOSED:
+                    raise
+                continue
+            self._on_change(self)
+
+    async def _message(self, message: object) -> None:
+        if isinstance(message, mcp_types.ToolListChangedNotification) or (
+            getattr(message, "method", None) == "notifications/tools/list_changed"
+        ):
+            with contextlib.suppress(anyio.ClosedResourceError, anyio.BrokenResourceError):
+                self._send.send_nowait("relist")
+
+    def stop(self) -> None:
+        with contextlib.suppress(anyio.ClosedResourceError, anyio.BrokenResourceError):
+            self._send.send_nowait("stop")
+
+    def _set(self, state: State) -> None:
+        self.state = state
+        if state != "starting":
+            self.settled.set()
+        self._on_change(self)
+
+    def _fail(self, failure: McpFailure) -> None:
+        self.failure = failure
+        self.tools = []
+        self._set("failed")
+
+    # --- calls (the turn's task) -----------------------------------------------------------------
+
+    async def call(self, tool: str, arguments: dict[str, Any], timeout: float) -> mcp_types.CallToolResult:
+        """The server's result (its own ``isError`` included); :class:`CallFailed` otherwise."""
+        session = self._session
+        if session is None or self.state != "ready":
+            raise CallFailed(self.failure or McpFailure(Stage.CALL, Category.TRANSPORT))
+        try:
+            with anyio.fail_after(timeout):
+                result = await session.call_tool(tool, arguments)
+        except TimeoutError as exc:
+            raise CallFailed(McpFailure(Stage.CALL, Category.TIMEOUT, cause=exc)) from None
+        except Exception as exc:
+            failure = await self.classify(exc, Stage.CALL)
+            if failure.category != Category.TOOL_ERROR:  # the connection is gone: so are its tools
+                self._fail(failure)
+                self.stop()
+            raise CallFailed(failure) from None
+        if not isinstance(result, mcp_types.CallToolResult):
+            raise CallFailed(McpFailure(Stage.CALL, Category.PROTOCOL))
+        return result
+
+    # --- diagnostics -----------------------------------------------------------------------------
+
+    async def classify(self, exc: BaseException, stage: Stage) -> McpFailure:
+        """Closed facts about ``exc`` at ``stage``; the raw exception and the server's words ride along."""
+        exc = _leaf(exc)
+        words: list[tuple[str, object]] = []
+        if isinstance(exc, MCPError):
+            words.append(("error", exc.error.message))
+            if exc.error.data is not None:
+                words.append(("data", exc.error.data))
+        if isinstance(exc, ProcessStartError):
+            return McpFailure(Stage.SPAWN, Category.PROCESS_START, cause=exc)
+        if isinstance(exc, MCPError) and exc.code == _CONNECTION_CLOSED:
+            await self._note_exit()
+        exit_status = self._exit
+        if self._facts.protocol_error is not None:
+            category = Category.PROTOCOL
+        elif isinstance(exc, TimeoutError) or (isinstance(exc, MCPError) and exc.code == _REQUEST_TIMEOUT):
+            category = Category.TIMEOUT
+        elif self._facts.http_status is not None:
+            category = Category.HTTP
+        elif exit_status is not None:
+            category = Category.PROCESS_EXIT
+        elif isinstance(exc, MCPError) and exc.code == _CONNECTION_CLOSED:
+            category = Category.TRANSPORT
+        elif isinstance(exc, MCPError):
+            # The server answered the request with a JSON-RPC error: at a call, the tool's own failure.
+            category = Category.TOOL_ERROR if stage == Stage.CALL else Category.PROTOCOL
+        elif isinstance(exc, ValidationError | ValueError | RuntimeError):
+            category = Category.PROTOCOL
+        elif isinstance(exc, httpx2.TransportError | OSError | anyio.BrokenResourceError | anyio.ClosedResourceError):
+            category = Category.TRANSPORT
+        else:
+            category = Category.UNKNOWN
+        return McpFailure(stage, category, exit_status=exit_status, http_status=self._facts.http_status,
+                          cause=exc, words=tuple(words))
+
+    @property
+    def stderr(self) -> str:
+        return self._process.stderr_lines() if self._process is not None else ""
+
+
+def _leaf(exc: BaseException) -> BaseException:
+    """The first meaningful exception of a (nested) group: the SDK's task groups wrap what they raise."""
+    while isinstance(exc, BaseExceptionGroup):
+        inner = [e for e in exc.exceptions if not isinstance(e, anyio.get_cancelled_exc_class())]
+        if not inner:
+            return exc.exceptions[0]
+        exc = inner[0]
+    return exc

@@ -1,0 +1,73 @@
+"""The one failure line of an MCP server, and the host-side record beside it (DESIGN §8, docs/mcp.md).
+
+``MCP server failure (server: <name>; stage: <stage>; category: <category>; exit code: <n>; signal: <SIG>;
+HTTP status: <n>)``: closed facts only, fields in this order, the unknown ones left out. The server's own
+words (its error message, its stderr tail) never enter the line: they ride in :class:`McpServerFailure`
+(``/why``, dsh.log), masked and bounded by :class:`~dsh.agent_loop.child_words.AgentWords`.
+"""
+
+from __future__ import annotations
+
+import re
+from dataclasses import dataclass, field
+from enum import StrEnum
+
+from dsh.agent_loop.child_words import ChildFailure
+from dsh.agent_loop.process import ExitStatus
+
+__all__ = ["Category", "McpFailure", "McpServerFailure", "Stage", "failure_line"]
+
+_SAFE_NAME = re.compile(r"[A-Za-z0-9_-]{1,32}")
+_SIGNAL_NAME = re.compile(r"SIG[A-Z0-9]{1,12}")
+
+
+class Stage(StrEnum):
+    SPAWN = "spawn"
+    INITIALIZE = "initialize"
+    LIST_TOOLS = "list-tools"
+    CALL = "call"
+
+
+class Category(StrEnum):
+    PROCESS_START = "process-start"
+    PROCESS_EXIT = "process-exit"
+    TIMEOUT = "timeout"
+    PROTOCOL = "protocol"
+    TRANSPORT = "transport"
+    HTTP = "http"
+    TOOL_ERROR = "tool-error"
+    UNKNOWN = "unknown"
+
+
+@dataclass(frozen=True, slots=True)
+class McpFailure:
+    """Where and how a server failed: closed facts for the line; the raw cause and words for the host."""
+
+    stage: Stage
+    category: Category
+    exit_status: ExitStatus | None = None
+    http_status: int | None = None
+    cause: BaseException | None = field(default=None, compare=False, repr=False)
+    words: tuple[tuple[str, object], ...] = field(default=(), compare=False, repr=False)
+
+
+def failure_line(server: str, failure: McpFailure) -> str:
+    name = server if _SAFE_NAME.fullmatch(server) else "unknown"
+    stage = failure.stage.value if isinstance(failure.stage, Stage) else "unknown"
+    category = failure.category.value if isinstance(failure.category, Category) else "unknown"
+    fields = [f"server: {name}", f"stage: {stage}", f"category: {category}"]
+    status = failure.exit_status
+    if status is not None:
+        if isinstance(status.exit_code, int) and not isinstance(status.exit_code, bool):
+            fields.append(f"exit code: {status.exit_code}")
+        if isinstance(status.signal, str) and _SIGNAL_NAME.fullmatch(status.signal):
+            fields.append(f"signal: {status.signal}")
+    http = failure.http_status
+    if isinstance(http, int) and not isinstance(http, bool) and 100 <= http <= 599:
+        fields.append(f"HTTP status: {http}")
+    return f"MCP server failure ({'; '.join(fields)})"
+
+
+class McpServerFailure(ChildFailure):
+    """``/why``'s record of a failed server or call: the line as its message, the server's masked words
+    beside it, the raw cause beneath it in the chain. Host-side only."""

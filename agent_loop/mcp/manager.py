@@ -1,0 +1,199 @@
+"""Every configured MCP server of one session: started in the background, watched, restarted, reaped.
+
+:class:`McpManager` is an async context manager the session enters when it opens (its task group is the
+session's for the servers: structured concurrency, nothing detached; docs/architecture.md). Entering starts
+every enabled server and returns at once, so the first prompt never waits; a turn calls :meth:`wait_ready`,
+which waits for a server still starting at most its ``startup_timeout``. A server that fails is announced
+once (``notice``, the closed line) and its record goes to ``on_failure`` (``/why``) and dsh.log, masked;
+the session carries on without its tools. The SDK is imported only when a server starts.
+"""
+
+from __future__ import annotations
+
+import logging
+from collections.abc import Callable, Mapping
+from dataclasses import dataclass
+from typing import TYPE_CHECKING, Any
+
+import anyio
+
+from dsh.agent_loop.child_words import AgentWords
+from dsh.agent_loop.mcp.config import McpServerConfig, parse_servers
+from dsh.agent_loop.mcp.diagnostics import McpFailure, McpServerFailure, failure_line
+from dsh.agent_loop.mcp.tools import McpToolSpec, build_tool, clean_description, clean_schema, format_result, tool_names
+from dsh.agent_loop.owned_group import OwnedTaskGroup
+from dsh.agent_loop.tools.registry import Tool, ToolOutput
+
+if TYPE_CHECKING:
+    from dsh.agent_loop.mcp.client import ServerConnection
+
+__all__ = ["McpManager", "ServerStatus"]
+
+_log = logging.getLogger("dsh.mcp")
+
+
+@dataclass(frozen=True, slots=True)
+class ServerStatus:
+    """What ``/mcp`` shows of one server: its state, its tool count when ready, its line when failed."""
+
+    name: str
+    state: str  # starting | ready | failed | disabled | stopped
+    tools: int = 0
+    line: str | None = None
+
+
+class McpManager:
+    def __init__(
+        self,
+        tables: Mapping[str, Any],
+        *,
+        environ: Mapping[str, str],
+        mask: Callable[[str], str],
+        notice: Callable[[str], None],
+        on_failure: Callable[[BaseException], None] | None = None,
+        allow_mcp: bool = False,
+    ) -> None:
+        """``tables`` are the raw ``[mcp_servers.NAME]`` tables: a bad one raises McpConfigError here."""
+        self.configs: dict[str, McpServerConfig] = parse_servers(tables)
+        self._environ = environ
+        self._mask = mask
+        self._notice = notice
+        self._on_failure = on_failure
+        self.allow_mcp = allow_mcp
+        self._connections: dict[str, ServerConnection] = {}
+        self._group = OwnedTaskGroup()
+        self._specs: list[McpToolSpec] | None = None  # rebuilt when a server's tools change
+
+    async def __aenter__(self) -> McpManager:
+        await self._group.open()
+        for config in self.configs.values():
+            if config.enabled:
+                self._start(config)
+        return self
+
+    async def __aexit__(self, *exc_info: object) -> None:
+        await self.aclose()
+
+    async def aclose(self) -> None:
+        """Stop every server and reap it (each connection's ladder runs in its own task)."""
+        for connection in self._connections.values():
+            connection.stop()
+        await self._group.close()
+
+    def _start(self, config: McpServerConfig) -> None:
+        from dsh.agent_loop.mcp.client import ServerConnection  # the SDK: only when a server starts
+
+        group = self._group.group
+        assert group is not None, "McpManager not entered"
+        connection = ServerConnection(config, environ=self._environ, on_change=self._changed)
+        self._connections[config.name] = connection
+        group.start_soon(connection.run, name=f"mcp server {config.name}")
+
+    async def restart(self, name: str) -> None:
+        """``/mcp restart NAME``: stop the server (reaped), then start it again in the background."""
+        config = self.configs.get(name)
+        if config is None:
+            raise KeyError(name)
+        old = self._connections.get(name)
+        if old is not None:
+            old.stop()
+            await old.done.wait()
+        self._start(config)
+        self._specs = None
+
+    def secrets(self) -> tuple[str, ...]:
+        """Values to mask: what the tables hold literally and what their headers took from the environment."""
+        values = [value for config in self.configs.values() for value in config.literal_secrets()]
+        values += [value for connection in self._connections.values() for value in connection.secrets]
+        return tuple(dict.fromkeys(values))
+
+    # --- state ----------------------------------------------------------------------------------
+
+    def _changed(self, connection: ServerConnection) -> None:
+        self._specs = None
+        failure = connection.failure
+        if connection.state == "failed" and failure is not None:
+            record = self._record(connection, failure)
+            if self._on_failure is not None:
+                self._on_failure(record)
+            if failure.stage.value != "call":  # a call's failure is that call's tool result already
+                self._notice(str(record))
+
+    def _record(self, connection: ServerConnection, failure: McpFailure) -> McpServerFailure:
+        line = failure_line(connection.config.name, failure)
+        words = AgentWords.gather(failure.words, connection.stderr, self._mask)
+        # dsh.log: the line, the server's own words (masked), the exception type; never on the screen.
+        _log.warning("%s; %s", line, self._mask(" | ".join(words.lines()[1:])) or "no words")
+        return McpServerFailure(line, words, cause=failure.cause)
+
+    def status(self) -> list[ServerStatus]:
+        rows: list[ServerStatus] = []
+        for name, config in self.configs.items():
+            connection = self._connections.get(name)
+            if not config.enabled or connection is None:
+                rows.append(ServerStatus(name, "disabled"))
+            elif connection.state == "failed" and connection.failure is not None:
+                rows.append(ServerStatus(name, "failed", line=failure_line(name, connection.failure)))
+            else:
+                count = len(self._server_specs(name)) if connection.state == "ready" else 0
+                rows.append(ServerStatus(name, connection.state, tools=count))
+        return rows
+
+    async def wait_ready(self) -> None:
+        """Wait for the servers still starting, each at most its startup_timeout (they start in parallel)."""
+        async with anyio.create_task_group() as group:
+            for connection in self._connections.values():
+                if not connection.settled.is_set():
+                    group.start_soon(self._wait_one, connection)
+
+    @staticmethod
+    async def _wait_one(connection: ServerConnection) -> None:
+        with anyio.move_on_after(connection.config.startup_timeout):
+            await connection.settled.wait()
+
+    # --- tools ----------------------------------------------------------------------------------
+
+    def specs(self) -> list[McpToolSpec]:
+        """Every ready server's allowed tools, named uniquely in config order (deterministic)."""
+        if self._specs is None:
+            taken: set[str] = set()
+            specs: list[McpToolSpec] = []
+            for name, connection in self._connections.items():
+                if connection.state != "ready":
+                    continue
+                config = connection.config
+                listed = [tool for tool in connection.tools if config.tool_allowed(tool.name)]
+                for tool, dsh_name in zip(listed, tool_names(name, [t.name for t in listed], taken), strict=True):
+                    hints = tool.annotations
+                    specs.append(McpToolSpec(
+                        name, tool.name, dsh_name, clean_description(tool.description), clean_schema(tool.input_schema),
+                        read_only=bool(hints is not None and hints.read_only_hint),
+                    ))
+            self._specs = specs
+        return self._specs
+
+    def _server_specs(self, name: str) -> list[McpToolSpec]:
+        return [spec for spec in self.specs() if spec.server == name]
+
+    def tools(self) -> list[Tool]:
+        return [build_tool(spec, self._call, auto=self._auto(spec.server)) for spec in self.specs()]
+
+    def _auto(self, server: str) -> Callable[[], bool]:
+        return lambda: self.allow_mcp or self.configs[server].approve == "auto"
+
+    async def _call(self, spec: McpToolSpec, arguments: dict[str, Any]) -> ToolOutput:
+        from dsh.agent_loop.mcp.client import CallFailed  # loaded with the connection already
+
+        connection = self._connections.get(spec.server)
+        if connection is None:
+            return ToolOutput(f"Error: the MCP server {spec.server} is not running", is_error=True)
+        try:
+            result = await connection.call(spec.tool, arguments, connection.config.call_timeout)
+        except CallFailed as exc:
+            record = self._record(connection, exc.failure)
+            if self._on_failure is not None:
+                self._on_failure(record)
+            line = str(record)
+            return ToolOutput(f"Error: the MCP server {spec.server} failed the call\n{line}", is_error=True,
+                              diagnostic=line, cause=record)
+        return format_result(result.content, result.structured_content, bool(result.is_error))

@@ -1,0 +1,193 @@
+"""An MCP server's tools as dsh :class:`~dsh.agent_loop.tools.Tool` objects (docs/mcp.md, DESIGN §8).
+
+* Names: ``mcp__<server>__<tool>``, sanitized to what the API accepts (``[A-Za-z0-9_-]``, at most 64
+  characters); a name cut short or taken already gets a suffix from a hash of the tool's own name, so the
+  same listing always gives the same names.
+* Descriptions: controls removed, bounded. Schemas: the server's, or an empty object when it sends none
+  usable.
+* Results: text as it is; structured content as JSON; images, audio and resources as short placeholders;
+  bounded here and again by the registry (MAX_RESULT_CHARS), masked by the agent like every tool result.
+* Approval: ``readOnlyHint`` tools run without asking; the others ask the approver with a
+  :class:`McpCallRequest` (yes / no / always for this tool, kept in ``session_state``); with no approver
+  they are denied unless the server is ``approve = "auto"`` or the session allows MCP.
+
+Content blocks are read by their ``type`` field, so this module does not import the SDK.
+"""
+
+from __future__ import annotations
+
+import base64
+import binascii
+import hashlib
+import json
+import re
+from collections.abc import Awaitable, Callable, Iterable
+from dataclasses import dataclass
+from typing import Any
+
+from dsh.agent_loop.tools.registry import MAX_RESULT_CHARS, Tool, ToolContext, ToolOutput
+from dsh.llm import error_chain
+
+__all__ = [
+    "MAX_DESCRIPTION_CHARS",
+    "MAX_NAME_CHARS",
+    "MCP_DENIED",
+    "MCP_NO_APPROVER",
+    "McpCallRequest",
+    "McpToolSpec",
+    "build_tool",
+    "format_result",
+    "tool_names",
+]
+
+MAX_NAME_CHARS = 64  # the function-name limit of the OpenAI-compatible APIs
+MAX_DESCRIPTION_CHARS = 2048
+_MAX_SCHEMA_CHARS = 64 * 1024
+_UNSAFE = re.compile(r"[^A-Za-z0-9_-]")
+_CONTROLS = re.compile(r"[\x00-\x08\x0b-\x1f\x7f-\x9f\u200b-\u200f\u2028-\u202e\u2060-\u206f\ufeff]")
+MCP_DENIED = "Error: the user denied this MCP tool call"
+MCP_NO_APPROVER = (
+    "Error: this MCP tool needs approval and no one is available to approve it here "
+    '(allow it with approve = "auto" for the server)'
+)
+_EMPTY_SCHEMA: dict[str, Any] = {"type": "object", "properties": {}}
+
+
+@dataclass(frozen=True, slots=True)
+class McpCallRequest:
+    """What an approver is asked for an MCP tool call; the front ends render it (sanitized on the way out)."""
+
+    server: str
+    tool: str
+    arguments: dict[str, Any]
+
+
+@dataclass(frozen=True, slots=True)
+class McpToolSpec:
+    """One listed tool as dsh keeps it: the server's own name, dsh's name for it, and what the model sees."""
+
+    server: str
+    tool: str  # the server's name, sent back in tools/call
+    name: str  # mcp__<server>__<tool>, sanitized and unique
+    description: str
+    parameters: dict[str, Any]
+    read_only: bool
+
+
+def _suffix(text: str) -> str:
+    return hashlib.sha256(text.encode("utf-8", "surrogatepass")).hexdigest()[:8]
+
+
+def tool_names(server: str, tools: Iterable[str], taken: set[str]) -> list[str]:
+    """dsh's name for each of ``server``'s ``tools``, in order; every name added to ``taken``."""
+    names: list[str] = []
+    for tool in tools:
+        base = f"mcp__{_UNSAFE.sub('_', server)}__{_UNSAFE.sub('_', tool)}"
+        name = base
+        if len(base) > MAX_NAME_CHARS or base in taken or base != f"mcp__{server}__{tool}":
+            name = f"{base[: MAX_NAME_CHARS - 9]}_{_suffix(tool)}"
+        while name in taken:  # two tools whose names hash alike: extremely unlikely, still deterministic
+            name = f"{name[: MAX_NAME_CHARS - 9]}_{_suffix(name)}"
+        taken.add(name)
+        names.append(name)
+    return names
+
+
+def clean_description(text: object) -> str:
+    if not isinstance(text, str):
+        return ""
+    text = _CONTROLS.sub("", text).strip()
+    return text if len(text) <= MAX_DESCRIPTION_CHARS else text[: MAX_DESCRIPTION_CHARS - 1] + "…"
+
+
+def clean_schema(schema: object) -> dict[str, Any]:
+    """The server's input schema when it is a JSON object schema of bounded size, else an empty object."""
+    if not isinstance(schema, dict) or schema.get("type", "object") != "object":
+        return dict(_EMPTY_SCHEMA)
+    try:
+        size = len(json.dumps(schema))
+    except (TypeError, ValueError, RecursionError):
+        return dict(_EMPTY_SCHEMA)
+    if size > _MAX_SCHEMA_CHARS:
+        return dict(_EMPTY_SCHEMA)
+    return {"type": "object", **schema}
+
+
+def _decoded_size(data: object) -> int:
+    if not isinstance(data, str):
+        return 0
+    try:
+        return len(base64.b64decode(data, validate=False))
+    except (binascii.Error, ValueError):
+        return len(data)
+
+
+def _placeholder_text(value: object, limit: int = 200) -> str:
+    text = _CONTROLS.sub("", str(value))
+    return text if len(text) <= limit else text[: limit - 1] + "…"
+
+
+def _block_text(block: Any) -> str:
+    kind = getattr(block, "type", None)
+    if kind == "text":
+        return str(getattr(block, "text", ""))
+    if kind in ("image", "audio"):
+        mime = _placeholder_text(getattr(block, "mime_type", "") or "unknown", 80)
+        return f"[{kind}: {mime}, {_decoded_size(getattr(block, 'data', None))} bytes]"
+    if kind == "resource":
+        resource = getattr(block, "resource", None)
+        uri = _placeholder_text(getattr(resource, "uri", ""))
+        mime = _placeholder_text(getattr(resource, "mime_type", None) or "unknown", 80)
+        if getattr(resource, "text", None) is not None:
+            return f"[resource: {uri}, {mime}, {len(resource.text)} characters]"  # type: ignore[union-attr]
+        return f"[resource: {uri}, {mime}, {_decoded_size(getattr(resource, 'blob', None))} bytes]"
+    if kind == "resource_link":
+        return f"[resource link: {_placeholder_text(getattr(block, 'uri', ''))}]"
+    return f"[{_placeholder_text(kind or 'unknown', 40)} content]"
+
+
+def format_result(content: Iterable[Any], structured: object, is_error: bool) -> ToolOutput:
+    """A tools/call result as the model gets it (the server's own ``isError`` kept): bounded as it is built."""
+    parts: list[str] = []
+    size = 0
+    for block in content:
+        text = _block_text(block)
+        parts.append(text)
+        size += len(text)
+        if size > MAX_RESULT_CHARS:
+            break
+    if structured is not None and not any(getattr(block, "type", None) == "text" for block in content):
+        try:
+            parts.append(json.dumps(structured, ensure_ascii=False))
+        except (TypeError, ValueError, RecursionError):
+            parts.append("[structured content that is not JSON]")
+    text = "\n".join(parts) if parts else "(no content)"
+    if len(text) > MAX_RESULT_CHARS:
+        omitted = len(text) - MAX_RESULT_CHARS
+        text = text[:MAX_RESULT_CHARS] + f"\n[tool output truncated: {omitted} characters omitted]"
+    return ToolOutput(f"Error: {text}" if is_error else text, is_error=is_error)
+
+
+CallTool = Callable[[McpToolSpec, dict[str, Any]], Awaitable[ToolOutput]]
+
+
+def build_tool(spec: McpToolSpec, call: CallTool, *, auto: Callable[[], bool]) -> Tool:
+    """The dsh tool for ``spec``; ``auto()`` says whether calls run without asking (approve = "auto", allow_mcp)."""
+    always_key = f"mcp.always.{spec.name}"
+
+    async def run(args: dict[str, Any], ctx: ToolContext) -> ToolOutput:
+        if not spec.read_only and not auto() and not ctx.session_state.get(always_key):
+            if ctx.approver is None:
+                return ToolOutput(MCP_NO_APPROVER, is_error=True)
+            try:
+                answer = await ctx.approver(McpCallRequest(spec.server, spec.tool, dict(args)))
+            except Exception as exc:
+                return ToolOutput(f"{MCP_DENIED} (approval failed: {error_chain(exc)})", is_error=True)
+            if answer == "always":
+                ctx.session_state[always_key] = True
+            elif answer != "yes":
+                return ToolOutput(MCP_DENIED, is_error=True)
+        return await call(spec, args)
+
+    description = spec.description or f"The {spec.tool} tool of the MCP server {spec.server}."
+    return Tool(spec.name, description, spec.parameters, run, concurrency_safe=spec.read_only)
