@@ -8,13 +8,14 @@ lazy imports"); everything here is imported at the top.
 
 from __future__ import annotations
 
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from dsh.agent_loop.agent import Agent, Conversation, open_session
 from dsh.agent_loop.events import JobNotice
 from dsh.agent_loop.guard import PromptGuard
+from dsh.agent_loop.mcp import McpManager
 from dsh.agent_loop.recap import Recap
 from dsh.agent_loop.retry import RetryPolicy
 from dsh.agent_loop.session_log import SessionInfo, SessionLog, list_sessions, resolve_session
@@ -28,8 +29,8 @@ from dsh.llm.deepseek import DeepSeekClient
 if TYPE_CHECKING:
     from dsh.agent_loop.session_config import Approver, EndpointClient, SessionConfig
 
-__all__ = ["build_agent", "create_log", "deepseek_client", "open_log", "saved_sessions", "settled_notice",
-           "subagent_toolkit"]
+__all__ = ["build_agent", "create_log", "deepseek_client", "mcp_manager", "open_log", "saved_sessions",
+           "settled_notice", "subagent_toolkit"]
 
 
 def deepseek_client(config: SessionConfig, env: Mapping[str, str]) -> EndpointClient:
@@ -68,6 +69,22 @@ def subagent_toolkit(
     """The ``subagent`` and job tools of ``[subagents.NAME]`` tables, inheriting what the tables leave out."""
     parent = ParentContext(model=model, base_url=base_url, api_key=api_key, cwd=cwd, secrets=secrets)
     return SubagentToolkit.from_config(dict(tables), parent=parent)
+
+
+def mcp_manager(
+    tables: Mapping[str, Any], *, env: Mapping[str, str], secrets: tuple[str, ...],
+    notice: Callable[[str], None], on_failure: Callable[[BaseException], None], allow_mcp: bool,
+) -> McpManager:
+    """The MCP manager of ``[mcp_servers.NAME]`` tables (McpConfigError for a bad one); the servers start when
+    it is entered. A server's words are masked with the session's secrets and the tables' own values."""
+    holder: list[McpManager] = []
+
+    def mask(text: str) -> str:
+        return Redactor((*secrets, *holder[0].secrets()))(text) if holder else Redactor(secrets)(text)
+
+    manager = McpManager(tables, environ=env, mask=mask, notice=notice, on_failure=on_failure, allow_mcp=allow_mcp)
+    holder.append(manager)
+    return manager
 
 
 def settled_notice(toolkit: SubagentToolkit, event: JobNotice) -> tuple[JobNotice, BaseException | None]:

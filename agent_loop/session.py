@@ -34,6 +34,7 @@ from dsh.llm.models import model_info
 if TYPE_CHECKING:
     from dsh.agent_loop.agent import Agent, Conversation
     from dsh.agent_loop.context import ProjectContext
+    from dsh.agent_loop.mcp import McpManager
     from dsh.agent_loop.recap import Recap
     from dsh.agent_loop.session_log import SessionInfo, SessionLog
     from dsh.agent_loop.subagent.tool import SubagentToolkit
@@ -106,12 +107,14 @@ class Session:
         label: str = "main",
         cwd: str | None = None,
         project_context: bool = True,
+        allow_mcp: bool = False,
     ) -> None:
         """``sessions_root`` None keeps no session log (the child runtime: its parent keeps the record).
 
         ``approve`` answers shell commands and edits; without it nobody can, and the tools say so.
         ``subagent_tables`` come before the config's ``[subagents.*]`` (the demo's own), and
         ``parent_base_url`` is the endpoint subagents are told about (the config's by default).
+        ``allow_mcp`` lets MCP tools that would ask run without asking (``--allow-mcp``; docs/mcp.md).
         """
         self.config = config
         self.env = dict(os.environ if env is None else env)
@@ -133,6 +136,10 @@ class Session:
         self.log: SessionLog | None = None
         self.toolkit: SubagentToolkit | None = None
         self._toolkit_scope = contextlib.AsyncExitStack()
+        # ``[mcp_servers.NAME]`` tables (a config without the attribute has none); the manager is opened by start().
+        self._mcp_tables: dict[str, Any] = dict(getattr(config, "mcp_servers", None) or {})
+        self._allow_mcp = allow_mcp
+        self.mcp: McpManager | None = None
         self._new_session_id: str | None = None  # named by start(defer_agent=True), created on first need
         self._subscribers: list[Callable[[SessionUpdate], None]] = []
         self._unsubscribe_agent: Callable[[], None] | None = None
@@ -190,6 +197,7 @@ class Session:
         """
         try:
             await self._open_toolkit()
+            await self._open_mcp()
             if resume is not None:
                 self.log = self._open(resume)
             elif defer_agent:
@@ -213,6 +221,35 @@ class Session:
         self.toolkit = await self._toolkit_scope.enter_async_context(toolkit)
         for hint in toolkit.hints:
             self._publish(Notice(hint))
+
+    async def _open_mcp(self) -> None:
+        """``[mcp_servers.NAME]`` tables -> the MCP manager, its servers starting in the background (they never
+        delay the first prompt; a turn waits for them, docs/mcp.md). A bad table is a StartupError naming it."""
+        if not self._mcp_tables:
+            return
+        from dsh.agent_loop import build  # the agent's modules: imported behind the first prompt
+
+        manager = build.mcp_manager(self._mcp_tables, env=self.env, secrets=self.config.secrets,
+                                    notice=lambda text: self._publish(Notice(text)),
+                                    on_failure=self._mcp_failed, allow_mcp=self._allow_mcp)
+        self.mcp = await self._toolkit_scope.enter_async_context(manager)
+
+    def _mcp_failed(self, record: BaseException) -> None:
+        self.last_failure = record  # /why: the server's line, its masked words, the raw cause beneath
+
+    async def sync_mcp_tools(self) -> None:
+        """Before a turn: wait for servers still starting (each at most its startup_timeout), then give the
+        agent the tools of the ready ones (a failed server's are gone, a changed listing replaces the old)."""
+        if self.mcp is None or self.agent is None:
+            return
+        await self.mcp.wait_ready()
+        tools = self.agent.tools
+        current = {tool.name: tool for tool in self.mcp.tools()}
+        for name in tools.names:
+            if name.startswith("mcp__") and name not in current:
+                tools.remove(name)
+        for tool in current.values():
+            tools.add(tool, replace=True)
 
     def _open(self, ident: str) -> SessionLog:
         """Open a log to continue, its conversation rebuilt in the same pass (kept for :meth:`_attach`).
@@ -298,7 +335,8 @@ class Session:
 
     async def aclose(self) -> None:
         self.toolkit = None
-        with contextlib.suppress(Exception):  # background jobs end with the session that owns them
+        self.mcp = None
+        with contextlib.suppress(Exception):  # background jobs and MCP servers end with the session that owns them
             await self._toolkit_scope.aclose()
         await self._detach()
         if self.log is not None and not self.log.closed:
@@ -436,6 +474,7 @@ class Session:
         """One turn of ``prompt`` (``sent`` to the model instead, if given), inside ``scope``; how it ended."""
         agent = self.ensure_agent()
         await self.ensure_context()
+        await self.sync_mcp_tools()
         self.last_prompt = prompt
         async with self._running(scope):
             try:

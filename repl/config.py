@@ -56,6 +56,7 @@ KNOWN_KEYS = frozenset(
         "max_retries",
         "proxy",
         "subagents",
+        "mcp_servers",
         "system_prompt",
         "system_prompt_append",
         "models",
@@ -88,6 +89,9 @@ class Config:
     max_retries: int | None = None  # retries of transient failures per request (None: the policy's default)
     # ``[subagents.NAME]`` tables, passed through untouched for the subagent registry.
     subagents: dict[str, dict[str, Any]] = field(default_factory=dict)
+    # ``[mcp_servers.NAME]`` tables, passed through to the session's MCP manager, which validates them
+    # (agent_loop/mcp/config.py: an error names the table and the key; docs/mcp.md).
+    mcp_servers: dict[str, dict[str, Any]] = field(default_factory=dict)
     system_prompt: str | None = None  # replaces the built-in system prompt (docs/configuration.md)
     system_prompt_append: str | None = None  # follows the project instructions
     models: dict[str, dict[str, Any]] = field(default_factory=dict)  # per-model context window and prices
@@ -113,6 +117,12 @@ class Config:
             env = table.get("env") if isinstance(table, Mapping) else None
             if isinstance(env, Mapping):
                 children.extend(environment_secrets(env, min_chars=MIN_SECRET_CHARS))
+        for table in self.mcp_servers.values():  # a server's env and literal header values: never shown
+            for key in ("env", "headers"):
+                values = table.get(key) if isinstance(table, Mapping) else None
+                if isinstance(values, Mapping):
+                    children.extend(value for value in values.values() if isinstance(value, str)
+                                    and len(value) >= MIN_SECRET_CHARS and "${" not in value)
         return tuple(dict.fromkeys((*own, *children, *self.environment_secrets)))
 
 
@@ -299,6 +309,7 @@ _CHECKS = {
     "max_retries": _check_retries,
     "proxy": _check_proxy,
     "subagents": _check_subagents,
+    "mcp_servers": _check_subagents,  # the same table-of-tables shape; the values are checked by the manager
     "system_prompt": _check_text,
     "system_prompt_append": _check_text,
     "models": _check_models,
