@@ -74,18 +74,12 @@ class ServerConnection:
     async def run(self) -> None:
         try:
             async with contextlib.AsyncExitStack() as stack:
-                read, write = await self._open(stack)
-                session = await stack.enter_async_context(ClientSession(read, write, message_handler=self._message))
-                with anyio.fail_after(self.config.startup_timeout):
-                    self._stage = Stage.INITIALIZE
-                    await session.initialize()
-                    self._stage = Stage.LIST_TOOLS
-                    self.tools = await self._list(session)
-                self._session = session
-                self._set("ready")
-                await self._serve(session)
+                try:
+                    await self._connect(stack)
+                except Exception as exc:  # recorded before the teardown: a waiting turn sees it at once
+                    self._session = None
+                    self._fail(await self.classify(exc, self._stage))
         except Exception as exc:  # every failure is this server's, never the session's
-            self._session = None
             if self.state != "failed":
                 self._fail(await self.classify(exc, self._stage))
         finally:
@@ -95,6 +89,18 @@ class ServerConnection:
                 self._set("stopped")
             self.settled.set()
             self.done.set()
+
+    async def _connect(self, stack: contextlib.AsyncExitStack) -> None:
+        read, write = await self._open(stack)
+        session = await stack.enter_async_context(ClientSession(read, write, message_handler=self._message))
+        with anyio.fail_after(self.config.startup_timeout):
+            self._stage = Stage.INITIALIZE
+            await session.initialize()
+            self._stage = Stage.LIST_TOOLS
+            self.tools = await self._list(session)
+        self._session = session
+        self._set("ready")
+        await self._serve(session)
 
     async def _open(self, stack: contextlib.AsyncExitStack) -> tuple[Any, Any]:
         config = self.config
