@@ -34,7 +34,10 @@ $(VENV)/.bench: pyproject.toml | $(BIN)/python
 # gemini-cli (node >= 20) adds about 100 MB and 7 s to a fresh install.
 CLAUDE_AGENT_ACP := @agentclientprotocol/claude-agent-acp@0.101.0
 GEMINI_CLI := @google/gemini-cli@0.61.0
-NPM_AGENTS := $(CLAUDE_AGENT_ACP) $(GEMINI_CLI)
+# The real MCP servers the MCP client and fixture tests drive (issue 24).
+MCP_EVERYTHING := @modelcontextprotocol/server-everything@2026.8.31
+MCP_FILESYSTEM := @modelcontextprotocol/server-filesystem@2026.8.31
+NPM_AGENTS := $(CLAUDE_AGENT_ACP) $(GEMINI_CLI) $(MCP_EVERYTHING) $(MCP_FILESYSTEM)
 # Each stamp's name carries a checksum of its pins: changing a pin reinstalls, nothing else does.
 NPM_STAMP := $(VENV)/.npm-$(shell echo '$(NPM_AGENTS)' | cksum | cut -d' ' -f1)
 $(NPM_STAMP): | $(BIN)/python
