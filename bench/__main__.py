@@ -70,6 +70,8 @@ BENCHMARKS: tuple[Benchmark, ...] = (
     Benchmark("child_dsh", (("child_dsh_roundtrip_ms", "ms", ("<", 500.0)),), "bench.subagents",
               "child_dsh_roundtrip"),
     Benchmark("acp", (("acp_vs_raw_sdk", "x", ("<=", 1.1)),), "bench.subagents", "acp_vs_raw_sdk"),
+    Benchmark("mcp", (("mcp_roundtrip_raw_ms", "ms", None), ("mcp_vs_raw_sdk", "x", ("<=", 1.1))), "bench.mcp",
+              "mcp_vs_raw_sdk"),
 )
 
 
