@@ -13,7 +13,7 @@ from dsh.llm.events import ModelClient
 
 if TYPE_CHECKING:
     from dsh.agent_loop.tools.edits import EditRequest
-    from dsh.agent_loop.tools.registry import Approval
+    from dsh.agent_loop.tools.registry import Approval, McpCallRequest
 
 __all__ = ["Approver", "EndpointClient", "SessionConfig"]
 
@@ -71,4 +71,5 @@ class EndpointClient(ModelClient, Protocol):
     async def aclose(self) -> None: ...
 
 
-Approver = Callable[["str | EditRequest"], Awaitable["Approval | None"]]  # None: nobody answered (denied)
+# What is asked: run_shell's command, an edit's EditRequest, an MCP tool call's McpCallRequest (docs/mcp.md).
+Approver = Callable[["str | EditRequest | McpCallRequest"], Awaitable["Approval | None"]]  # None: nobody answered

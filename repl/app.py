@@ -50,6 +50,7 @@ from dsh.repl.render import (
     approval_question,
     diff_approval,
     fit_width,
+    mcp_approval,
     sanitize,
     terminal_text,
 )
@@ -60,6 +61,7 @@ from dsh.repl.usage import context_text
 if TYPE_CHECKING:
     from dsh.agent_loop.tools.edits import EditRequest
     from dsh.agent_loop.tools.registry import Approval as ToolApproval
+    from dsh.agent_loop.tools.registry import McpCallRequest
 
 __all__ = ["InteractiveApp", "SafeHistory", "TerminalSink", "run_interactive"]
 
@@ -282,7 +284,7 @@ class InteractiveApp:
     def turn_view(self) -> contextlib.AbstractAsyncContextManager[None]:
         return self._turn_view()
 
-    async def ask_approval(self, request: str | EditRequest) -> ToolApproval | None:
+    async def ask_approval(self, request: str | EditRequest | McpCallRequest) -> ToolApproval | None:
         return await self._ask_approval(request)
 
     def wake(self) -> None:
@@ -596,8 +598,11 @@ class InteractiveApp:
         with anyio.CancelScope(shield=True):
             await self.sink.drain()
 
-    async def _ask_approval(self, request: str | EditRequest) -> ToolApproval | None:
-        """The approver of run_shell (a command) and the edit tools (an EditRequest): inline, (y / n / a)."""
+    async def _ask_approval(self, request: str | EditRequest | McpCallRequest) -> ToolApproval | None:
+        """The approver of run_shell (a command), the edit tools (an EditRequest) and MCP tools (an
+        McpCallRequest: server, tool, the whole arguments JSON): inline, (y / n / a)."""
+        from dsh.agent_loop.tools.registry import McpCallRequest  # loaded with the tools already
+
         view = self._view
         if view is None or not view.is_running:
             return None
@@ -606,6 +611,9 @@ class InteractiveApp:
         size = self._output.get_size()
         if isinstance(request, str):
             self._approval = approval_question(request, rows=size.rows, cols=size.columns)
+        elif isinstance(request, McpCallRequest):
+            self._approval = mcp_approval(request.server, request.tool, request.arguments, rows=size.rows,
+                                          cols=size.columns)
         else:
             self._approval = diff_approval(request.diff, request.subject, tool=request.tool, rows=size.rows,
                                            cols=size.columns, color=self.shell.renderer.color,

@@ -25,6 +25,7 @@ from dsh.repl.usage import compact_count, usage_line
 
 if TYPE_CHECKING:
     from dsh.agent_loop.events import ToolResult
+    from dsh.agent_loop.mcp import ServerStatus
     from dsh.agent_loop.subagent.jobs import Job, JobManager
     from dsh.llm import ChainLink
     from dsh.repl.config import Config
@@ -216,7 +217,7 @@ def _link_lines(links: list[ChainLink], depth: int, secrets: tuple[str, ...]) ->
     return lines
 
 
-@_command("why", "", "the last failure's full cause chain, one link per line (subagents too)")
+@_command("why", "", "the last failure's full cause chain, one link per line (subagents and MCP servers too)")
 async def _why(shell: Host, arg: str) -> None:
     failure = shell.session.last_failure
     if failure is None:
@@ -232,11 +233,47 @@ async def _why(shell: Host, arg: str) -> None:
             head += f", request id {redact_text(failure.request_id, secrets)}"
         head += ")"
     lines = [head + ":", *(f"  {line}" for line in _link_lines(chain_links(failure), 0, secrets))]
-    from dsh.agent_loop.subagent.result import SubagentFailure  # loads the subagent seam: only when asked
+    from dsh.agent_loop.child_words import ChildFailure  # only when asked
 
-    if isinstance(failure, SubagentFailure):  # what the agent itself said: masked by its run, and again here
+    # A subagent's or an MCP server's own words (agent_loop/child_words.py): masked by its run, and again here.
+    if isinstance(failure, ChildFailure):
         lines += [f"  {redact_text(line, secrets)}" for line in failure.words.lines()]
     shell.say("\n".join(lines))
+
+
+def _server_state(status: ServerStatus) -> str:
+    if status.state == "ready":
+        return f"ready with {status.tools} tool{'s' if status.tools != 1 else ''}"
+    if status.state == "failed":
+        return f"failed: {status.line}"
+    return status.state  # starting, disabled, stopped
+
+
+@_command("mcp", "[restart NAME]", "list MCP servers and their state, or restart one")
+async def _mcp(shell: Host, arg: str) -> None:
+    manager = shell.session.mcp
+    verb, _, name = arg.partition(" ")
+    name = name.strip()
+    if arg and (verb != "restart" or not name):
+        shell.say("usage: /mcp [restart NAME]")
+        return
+    if manager is None:
+        shell.say("no MCP servers configured ([mcp_servers.NAME] in config.toml; docs/mcp.md)")
+        return
+    if not arg:  # names are the user's own table keys; the sink makes any odd character visible
+        rows = manager.status()
+        width = max(len(row.name) for row in rows)
+        shell.say("\n".join(["MCP servers:", *(f"  {row.name:<{width}}  {_server_state(row)}" for row in rows)]))
+        return
+    if name not in manager.configs:
+        known = ", ".join(manager.configs) or "none"
+        shell.say(f"no MCP server {redact_text(name[:40], shell.config.secrets)!r} (servers: {known})")
+        return
+    if not manager.configs[name].enabled:
+        shell.say(f"MCP server {name} is disabled (enabled = false in [mcp_servers.{name}])")
+        return
+    await manager.restart(name)
+    shell.say(f"MCP server {name} restarting (/mcp shows when it is ready)")
 
 
 @_command("sessions", "[--all]", "list this project's saved sessions (--all: every project)")

@@ -41,7 +41,7 @@ from dsh.agent_loop.reasons import Failed, failure_from_exception
 from dsh.agent_loop.subagent import ParentContext, build_provider
 from dsh.agent_loop.subagent.acp import AcpInitializeRun
 from dsh.agent_loop.subagent.result import SubagentRequest
-from dsh.llm import ErrorCode, LlmError, error_chain, redact_text, redact_url
+from dsh.llm import ErrorCode, LlmError, Redactor, error_chain, redact_text, redact_url
 from dsh.llm.deepseek import DeepSeekClient, StreamTrace
 from dsh.llm.events import ChatRequest, Finish, KeepAlive, Message, ReasoningDelta, TextDelta
 from dsh.llm.network import FailureDetail, environment_proxy, ssl_context
@@ -623,6 +623,49 @@ class Doctor:
             return False, f"{label}: {argv[0]} --version exited {outcome.returncode}"
         return True, f"{label}: {argv[0]} starts (--version exited 0)"
 
+    # -- MCP servers ----------------------------------------------------------------------------------
+
+    async def mcp_servers(self) -> list[Step]:
+        """One step per ``[mcp_servers.NAME]`` (docs/mcp.md): start it, ``initialize``, list its tools, stop it.
+        A failure is the server's closed line (DESIGN §8); its own words stay host-side (dsh.log)."""
+        if not self.config.mcp_servers:
+            return []
+        from dsh.agent_loop.mcp import McpConfigError, McpManager  # only with servers configured
+
+        holder: list[McpManager] = []
+
+        def mask(text: str) -> str:
+            return Redactor((*self.secrets, *(holder[0].secrets() if holder else ())))(text)
+
+        try:
+            manager = McpManager(self.config.mcp_servers, environ=self.env, mask=mask, notice=lambda text: None)
+        except McpConfigError as exc:  # names the table and the key, never a value
+            return [Step("MCP servers", FAIL, redact_text(str(exc), self.secrets))]
+        holder.append(manager)
+        async with manager:
+            await manager.wait_ready()
+            if any(row.state == "starting" for row in manager.status()):
+                await manager.wait_ready()  # a server's own startup_timeout ends it: give that a moment to land
+            rows = manager.status()
+        return [self._mcp_step(row, manager) for row in rows]
+
+    @staticmethod
+    def _mcp_step(row: Any, manager: Any) -> Step:
+        name = f"MCP server {row.name}"
+        facts: dict[str, Any] = {"server": row.name, "state": row.state}
+        if row.state == "ready":
+            facts["tools"] = row.tools
+            tools = f"{row.tools} tool{'s' if row.tools != 1 else ''}"
+            return Step(name, PASS, f"started, initialize answered, {tools} listed", facts=facts)
+        if row.state == "disabled":
+            return Step(name, SKIP, "disabled (enabled = false)", facts=facts)
+        if row.state == "failed" and row.line:
+            facts["line"] = row.line
+            return Step(name, FAIL, row.line, facts=facts)
+        timeout = manager.configs[row.name].startup_timeout
+        line = f"MCP server failure (server: {row.name}; stage: initialize; category: timeout)"
+        return Step(name, FAIL, f"{line} (not ready within startup_timeout {timeout:g}s)", facts=facts)
+
     # -- the walk -------------------------------------------------------------------------------------
 
     async def run(self, on_step: Callable[[Step], None] | None = None) -> Report:
@@ -650,6 +693,8 @@ class Doctor:
                 add(step)
                 failed = step.status == FAIL
             add(await self.environment())
+            for step in await self.mcp_servers():
+                add(step)
         finally:
             if self.client is not None:
                 await self.client.aclose()

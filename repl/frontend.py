@@ -23,7 +23,7 @@ from dsh.repl.render import ANSWER, AnswerSplit, Renderer, TurnActivity, sanitiz
 
 if TYPE_CHECKING:
     from dsh.agent_loop.tools.edits import EditRequest
-    from dsh.agent_loop.tools.registry import Approval
+    from dsh.agent_loop.tools.registry import Approval, McpCallRequest
 
 __all__ = ["Display", "FrontEnd", "PlainFrontEnd", "Sink", "StreamSink"]
 
@@ -48,8 +48,8 @@ class FrontEnd(Protocol):
     def turn_view(self) -> contextlib.AbstractAsyncContextManager[None]:
         """Held while a turn runs: the terminal shows its live view and binds Ctrl-C to cancel."""
 
-    async def ask_approval(self, request: str | EditRequest) -> Approval | None:
-        """A shell command or an edit to approve; None when nobody answered (denied)."""
+    async def ask_approval(self, request: str | EditRequest | McpCallRequest) -> Approval | None:
+        """A shell command, an edit or an MCP tool call to approve; None when nobody answered (denied)."""
 
     def wake(self) -> None:
         """A background job settled while no turn runs: let its owner see it now if it is idle."""
@@ -80,7 +80,9 @@ class PlainFrontEnd:
     def turn_view(self) -> contextlib.AbstractAsyncContextManager[None]:
         return _no_view()
 
-    async def ask_approval(self, request: str | EditRequest) -> Approval | None:
+    async def ask_approval(self, request: str | EditRequest | McpCallRequest) -> Approval | None:
+        # Nobody at the keys (stdin is the prompts): never called, can_approve is False. The tools say so;
+        # an MCP tool that asks is denied unless --allow-mcp or approve = "auto" (docs/mcp.md).
         return None
 
     def wake(self) -> None:

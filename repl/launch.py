@@ -186,6 +186,8 @@ def _parser() -> argparse.ArgumentParser:
     parser.add_argument("--reasoning-effort", dest="reasoning_effort", choices=("low", "high", "max"))
     parser.add_argument("--allow-edits", dest="allow_edits", action="store_true", default=None,
                         help="piped and -p runs may write files in the working tree without asking")
+    parser.add_argument("--allow-mcp", dest="allow_mcp", action="store_true",
+                        help="MCP tools run without asking (-p and piped runs deny them otherwise; docs/mcp.md)")
     parser.add_argument("--record", metavar="FILE", help="write a masked wire trace of every model exchange")
     parser.add_argument("--replay", metavar="FILE", help="answer from a --record trace instead of the API")
     parser.add_argument("--replay-speed", dest="replay_speed", type=_replay_speed, default=1.0, metavar="N",

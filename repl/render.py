@@ -8,6 +8,7 @@ passes the clock in, which keeps it testable too.
 
 from __future__ import annotations
 
+import json
 import math
 import re
 import unicodedata
@@ -76,6 +77,8 @@ __all__ = [
     "diff_approval",
     "fit_width",
     "fix_line",
+    "mcp_approval",
+    "mcp_arguments",
     "sanitize",
     "shown_command",
     "shown_diff",
@@ -781,6 +784,39 @@ def approval_question(command: str, *, rows: int = 24, cols: int = 80, tool: str
         True,
         view,
         f"{head}the command above ({size})  (y / n / a) ",
+    )
+
+
+def mcp_arguments(arguments: object) -> str:
+    """An MCP call's arguments as the approval shows them: the whole JSON on one line, nothing left out.
+
+    Not ASCII-escaped: the sink's sanitizer makes every unsafe character (controls, bidi, lone surrogates)
+    visible, so the user reads the text the server will get.
+    """
+    try:
+        return json.dumps(arguments, ensure_ascii=False, separators=(", ", ": "))
+    except (TypeError, ValueError, RecursionError):
+        return repr(arguments)
+
+
+def mcp_approval(server: str, tool: str, arguments: object, *, rows: int = 24, cols: int = 80) -> Approval:
+    """The question for an MCP tool call (docs/mcp.md, "Approval"): server, tool and the whole arguments JSON,
+    y / n / a like ``run_shell``; arguments that do not fit the screen are viewed (``v``) before ``y`` counts."""
+    head = f"  [approve] MCP tool {tool} (server {server}): "
+    text = mcp_arguments(arguments)
+    shown = shown_command(text)
+    if _fits([head + shown[0], *shown[1:]], text, rows, cols):
+        question = head + ("\n" + _INDENT).join(shown) + "  (y / n / a) "
+        return Approval(question, False, "", question, "arguments")
+    size = _size(text)
+    view = f"  [arguments] MCP tool {tool} (server {server}), {size}:\n"
+    view += "".join(f"{_INDENT}{line}\n" for line in shown)
+    return Approval(
+        f"{head}arguments are {size} \u2014 v to view  (v / n) ",
+        True,
+        view,
+        f"{head}the arguments above ({size})  (y / n / a) ",
+        "arguments",
     )
 
 

@@ -45,7 +45,6 @@ from dsh.agent_loop.events import Event, to_wire
 from dsh.agent_loop.jsonrpc import INVALID_PARAMS, METHOD_NOT_FOUND, JsonRpcConnection, ProtocolError, TransportClosed
 from dsh.agent_loop.session import Session, SessionUpdate
 from dsh.agent_loop.tools import Approval
-from dsh.agent_loop.tools.edits import EditRequest
 from dsh.llm import DEFAULT_BASE_URL, DEFAULT_MODEL, DeepSeekClient, RedactingFilter, __version__
 from dsh.repl.config import Config
 
@@ -179,7 +178,7 @@ class ChildSession:
                 await self.session.aclose()  # a running turn ends ``disposed``
 
 
-async def _allow_all(request: str | EditRequest) -> Approval:
+async def _allow_all(request: object) -> Approval:
     return "yes"
 
 

@@ -52,8 +52,11 @@ class Shell:
         show_usage: bool = False,
         answer: Sink | None = None,
         extra_tools: Callable[[Session], Sequence[Tool]] | None = None,
+        allow_mcp: bool = False,
     ) -> None:
         """``answer`` (``-p``): the answer text goes there, everything else to the front end.
+
+        ``allow_mcp`` (``--allow-mcp``): MCP tools that would ask run without asking (docs/mcp.md).
 
         ``show_usage``: the dim usage line after each turn and the context warning (interactive only).
         """
@@ -66,7 +69,7 @@ class Shell:
             approve=frontend.ask_approval if frontend.can_approve else None,
             subagent_tables=demo.subagent_tables() if demo is not None else None,
             parent_base_url=demo.client.urls["server"] if demo is not None else None,
-            user_dir=config_file_path(env).parent, extra_tools=extra_tools,
+            user_dir=config_file_path(env).parent, extra_tools=extra_tools, allow_mcp=allow_mcp,
         )
         # In the demo the scenario picks the endpoint and the proxy, so fix lines point there.
         sources = {"base_url": "the demo scenario", "proxy": "the demo scenario"} if demo else config.sources

@@ -25,7 +25,7 @@ from collections.abc import Awaitable, Callable, Iterable
 from dataclasses import dataclass
 from typing import Any
 
-from dsh.agent_loop.tools.registry import MAX_RESULT_CHARS, Tool, ToolContext, ToolOutput
+from dsh.agent_loop.tools.registry import MAX_RESULT_CHARS, McpCallRequest, Tool, ToolContext, ToolOutput
 from dsh.llm import error_chain
 
 __all__ = [
@@ -48,18 +48,9 @@ _CONTROLS = re.compile(r"[\x00-\x08\x0b-\x1f\x7f-\x9f\u200b-\u200f\u2028-\u202e\
 MCP_DENIED = "Error: the user denied this MCP tool call"
 MCP_NO_APPROVER = (
     "Error: this MCP tool needs approval and no one is available to approve it here "
-    '(allow it with approve = "auto" for the server)'
+    "(run dsh with --allow-mcp, or set approve = \"auto\" for the server)"
 )
 _EMPTY_SCHEMA: dict[str, Any] = {"type": "object", "properties": {}}
-
-
-@dataclass(frozen=True, slots=True)
-class McpCallRequest:
-    """What an approver is asked for an MCP tool call; the front ends render it (sanitized on the way out)."""
-
-    server: str
-    tool: str
-    arguments: dict[str, Any]
 
 
 @dataclass(frozen=True, slots=True)

@@ -26,6 +26,7 @@ __all__ = [
     "MAX_RESULT_CHARS",
     "Approval",
     "Approver",
+    "McpCallRequest",
     "Tool",
     "ToolContext",
     "ToolOutput",
@@ -42,9 +43,20 @@ DEFAULT_MAX_PARALLEL = 10
 MAX_RESULT_CHARS = 100_000  # a last bound on any tool's text, whoever wrote the tool
 
 Approval = Literal["yes", "no", "always"]
-# Called with what is to be approved: run_shell's command (a str), or an edit tool's
-# ``dsh.agent_loop.tools.edits.EditRequest`` (its diff).
+# Called with what is to be approved: run_shell's command (a str), an edit tool's
+# ``dsh.agent_loop.tools.edits.EditRequest`` (its diff), or an MCP tool call's :class:`McpCallRequest`.
 Approver = Callable[[Any], Awaitable["Approval | None"]]
+
+
+@dataclass(frozen=True, slots=True)
+class McpCallRequest:
+    """What an approver is asked for an MCP tool call (agent_loop/mcp/tools.py asks it; docs/mcp.md): the server,
+    the server's own tool name and the whole arguments. Here, beside :data:`Approver`, so that the session's
+    approver type can name it without importing the MCP package; front ends render it sanitized."""
+
+    server: str
+    tool: str
+    arguments: dict[str, Any]
 
 
 @dataclass(frozen=True, slots=True)
