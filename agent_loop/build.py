@@ -117,7 +117,8 @@ def build_agent(
     try:
         return Agent(
             client, conversation=conversation, model=model, tools=tools, session=log, label=label, retry=retry,
-            cwd=cwd, guard=PromptGuard(hook_command=config.prompt_hook, api_key=config.api_key),
+            cwd=cwd, approver=approve,  # MCP tools ask through their ToolContext (agent_loop/mcp/tools.py)
+            guard=PromptGuard(hook_command=config.prompt_hook, api_key=config.api_key),
             redactor=Redactor((*config.secrets, *client.secrets)),
             max_tokens=config.max_tokens, thinking=config.thinking, reasoning_effort=config.reasoning_effort,
             auto_compact=config.auto_compact,
