@@ -581,6 +581,20 @@ def mcp_failure(lab: Lab) -> str:
     return fence("\n".join([*_mcp_config_lines(config), session_text(run, MCP_FAILURE_INPUT)]), "console")
 
 
+MCP_BAD_CONFIGS = ('[mcp_servers.files]\ncommand = "my-mcp-server"\nurl = "http://127.0.0.1:8931/mcp"\n',
+                   '[mcp_servers.files]\ncommand = "my-mcp-server"\ntimeout = 30\n')
+
+
+def mcp_config_errors(lab: Lab) -> str:
+    """A bad ``[mcp_servers.NAME]`` table stops dsh with one line naming the table and the key."""
+    runs = [lab.once(f"mcp-config:{index}", lambda config=config: lab.dsh(["--demo", "-p", "hello"], config=config))
+            for index, config in enumerate(MCP_BAD_CONFIGS)]
+    parts: list[str] = []
+    for config, future in zip(MCP_BAD_CONFIGS, runs, strict=True):
+        parts += [*_mcp_config_lines(config), session_text(future.result(), status=True)]
+    return fence("\n".join(parts), "console")
+
+
 def mcp_allow(lab: Lab) -> str:
     """``-p`` and a tool that is not read-only: denied, then run with ``--allow-mcp`` (needs mcprepl)."""
     config = "max_retries = 0\n\n" + _mcp_table(MCP_OK, "ok")
@@ -1182,6 +1196,7 @@ GENERATORS: dict[str, Callable[[Lab], str]] = {
     "litellm": table_litellm,
     "mcp-call": mcp_call,
     "mcp-failure": mcp_failure,
+    "mcp-config-errors": mcp_config_errors,
     "mcp-allow": mcp_allow,
     "mcp-list": mcp_list,
 }
