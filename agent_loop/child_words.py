@@ -102,11 +102,12 @@ class AgentWords:
     def __bool__(self) -> bool:
         return bool(self.said or self.stderr)
 
-    def lines(self) -> list[str]:
-        """The words as display lines (the front end sanitizes them on the way out)."""
+    def lines(self, speaker: str = "agent") -> list[str]:
+        """The words as display lines (the front end sanitizes them on the way out); ``speaker`` names the
+        child (``agent``, ``server``)."""
         if not self:
             return []
-        lines = ["the agent's own words (host-side only, masked):"]
+        lines = [f"the {speaker}'s own words (host-side only, masked):"]
         lines += [f"  {label}: {text}" for label, text in self.said]
         if self.stderr:
             count = len(self.stderr)
@@ -118,9 +119,14 @@ class AgentWords:
 class ChildFailure(HarnessError):
     """``/why``'s record of what a child (a subagent run, an MCP server) failed at: its diagnostic line as
     the message, ``words`` what the child said, masked and bounded; the raw cause beneath it in the chain.
-    Host-side only; front ends show ``words.lines()`` under the chain."""
+    Host-side only; front ends show :meth:`word_lines` under the chain."""
 
-    def __init__(self, line: str, words: AgentWords, cause: BaseException | None = None,
-                 code: ErrorCode = ErrorCode.SUBAGENT) -> None:
-        super().__init__(line, code, cause=cause)
+    code_name: ErrorCode = ErrorCode.SUBAGENT
+    speaker = "agent"
+
+    def __init__(self, line: str, words: AgentWords, cause: BaseException | None = None) -> None:
+        super().__init__(line, self.code_name, cause=cause)
         self.words = words
+
+    def word_lines(self) -> list[str]:
+        return self.words.lines(self.speaker)

@@ -879,7 +879,7 @@ DECLARED_ONLY: list[tuple[str, str, str | None]] = [
 # names them in prose).
 NOT_TURN_ENDS = {"CONFIG", "STARTUP", "SESSION_NOT_FOUND", "SESSION_AMBIGUOUS", "SESSION_LOCKED", "TURN_BUSY",
                  "AGENT_CLOSED", "PROTOCOL", "TRANSPORT_CLOSED", "PROCESS_START", "LINE_TOO_LONG", "COMPACT",
-                 "SUBAGENT"}
+                 "SUBAGENT", "MCP"}
 
 
 def _fix_line(fix_line: Callable[..., str | None], code: str) -> str | None:

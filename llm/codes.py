@@ -46,6 +46,7 @@ class ErrorCode(StrEnum):
     PROCESS_START = "PROCESS_START"  # a child process could not be spawned
     LINE_TOO_LONG = "LINE_TOO_LONG"  # a child's output line exceeded the stream limit
     SUBAGENT = "SUBAGENT"  # a subagent run that did not succeed (/why's record of it)
+    MCP = "MCP"  # an MCP server or call that failed (/why's record of it)
 
     # Configuration and start-up (dsh.repl).
     CONFIG = "CONFIG"  # a usage or configuration problem (exit status 2)

@@ -237,7 +237,7 @@ async def _why(shell: Host, arg: str) -> None:
 
     # A subagent's or an MCP server's own words (agent_loop/child_words.py): masked by its run, and again here.
     if isinstance(failure, ChildFailure):
-        lines += [f"  {redact_text(line, secrets)}" for line in failure.words.lines()]
+        lines += [f"  {redact_text(line, secrets)}" for line in failure.word_lines()]
     shell.say("\n".join(lines))
 
 

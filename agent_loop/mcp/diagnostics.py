@@ -14,6 +14,7 @@ from enum import StrEnum
 
 from dsh.agent_loop.child_words import ChildFailure
 from dsh.agent_loop.process import ExitStatus
+from dsh.llm.codes import ErrorCode
 
 __all__ = ["Category", "McpFailure", "McpServerFailure", "Stage", "failure_line"]
 
@@ -71,3 +72,6 @@ def failure_line(server: str, failure: McpFailure) -> str:
 class McpServerFailure(ChildFailure):
     """``/why``'s record of a failed server or call: the line as its message, the server's masked words
     beside it, the raw cause beneath it in the chain. Host-side only."""
+
+    code_name = ErrorCode.MCP
+    speaker = "server"
