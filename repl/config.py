@@ -262,6 +262,23 @@ def _check_subagents(key: str, value: object, where: str) -> dict[str, dict[str,
     return tables
 
 
+def _check_mcp_servers(key: str, value: object, where: str) -> dict[str, dict[str, Any]]:
+    """``[mcp_servers.NAME]`` tables, checked as the session's MCP manager will read them, so a bad one
+    names the file it is in (docs/mcp.md)."""
+    tables = _check_subagents(key, value, where)
+    if tables:
+        from dsh.agent_loop.mcp import config as mcp_config  # only with servers configured: not before the prompt
+
+        try:
+            mcp_config.parse_servers(tables)
+        except mcp_config.McpConfigError as exc:
+            problem = str(exc)
+        else:
+            return tables
+        raise ConfigError(f"{where}: {problem}")  # outside the handler: the chain would repeat the text
+    return tables
+
+
 _MODEL_KEYS = ("context_window", "input_cache_hit", "input_cache_miss", "output")
 
 
@@ -309,7 +326,7 @@ _CHECKS = {
     "max_retries": _check_retries,
     "proxy": _check_proxy,
     "subagents": _check_subagents,
-    "mcp_servers": _check_subagents,  # the same table-of-tables shape; the values are checked by the manager
+    "mcp_servers": _check_mcp_servers,
     "system_prompt": _check_text,
     "system_prompt_append": _check_text,
     "models": _check_models,
