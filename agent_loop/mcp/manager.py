@@ -18,7 +18,7 @@ from typing import TYPE_CHECKING, Any
 import anyio
 
 from dsh.agent_loop.child_words import AgentWords
-from dsh.agent_loop.mcp.config import McpServerConfig, parse_servers
+from dsh.agent_loop.mcp.config import McpServerConfig, expand_headers, parse_servers
 from dsh.agent_loop.mcp.diagnostics import McpFailure, McpServerFailure, failure_line
 from dsh.agent_loop.mcp.tools import McpToolSpec, build_tool, clean_description, clean_schema, format_result, tool_names
 from dsh.agent_loop.owned_group import OwnedTaskGroup
@@ -30,6 +30,7 @@ if TYPE_CHECKING:
 __all__ = ["McpManager", "ServerStatus"]
 
 _log = logging.getLogger("dsh.mcp")
+_SETTLE_BACKSTOP = 5.0  # seconds past a server's deadline before a turn stops waiting for it regardless
 
 
 @dataclass(frozen=True, slots=True)
@@ -102,9 +103,11 @@ class McpManager:
         self._specs = None
 
     def secrets(self) -> tuple[str, ...]:
-        """Values to mask: what the tables hold literally and what their headers took from the environment."""
+        """Values to mask: what the tables hold literally and what their headers take from the environment.
+        Known from the tables alone (before any server connects), so the agent's redactor gets them when built."""
         values = [value for config in self.configs.values() for value in config.literal_secrets()]
-        values += [value for connection in self._connections.values() for value in connection.secrets]
+        values += [value for config in self.configs.values()
+                   for value in expand_headers(config.headers, self._environ)[1]]
         return tuple(dict.fromkeys(values))
 
     # --- state ----------------------------------------------------------------------------------
@@ -112,12 +115,12 @@ class McpManager:
     def _changed(self, connection: ServerConnection) -> None:
         self._specs = None
         failure = connection.failure
-        if connection.state == "failed" and failure is not None:
+        # A call's failure is recorded (and logged) once, by _call, and is that call's tool result already.
+        if connection.state == "failed" and failure is not None and failure.stage.value != "call":
             record = self._record(connection, failure)
             if self._on_failure is not None:
                 self._on_failure(record)
-            if failure.stage.value != "call":  # a call's failure is that call's tool result already
-                self._notice(str(record))
+            self._notice(str(record))
 
     def _record(self, connection: ServerConnection, failure: McpFailure) -> McpServerFailure:
         line = failure_line(connection.config.name, failure)
@@ -140,7 +143,9 @@ class McpManager:
         return rows
 
     async def wait_ready(self) -> None:
-        """Wait for the servers still starting, each at most its startup_timeout (they start in parallel)."""
+        """Wait for the servers still starting: each settles (ready or failed) by its own deadline, its
+        startup_timeout counted from its start, so after this no server is left "starting" (a turn then sees
+        a hung server's failure, not a server that looks slow)."""
         async with anyio.create_task_group() as group:
             for connection in self._connections.values():
                 if not connection.settled.is_set():
@@ -148,7 +153,9 @@ class McpManager:
 
     @staticmethod
     async def _wait_one(connection: ServerConnection) -> None:
-        with anyio.move_on_after(connection.config.startup_timeout):
+        # The connection fails itself at its deadline; this bound is only a backstop against a bug there,
+        # never what decides (a timer of its own here raced the connection's and could wake first).
+        with anyio.move_on_after(connection.deadline - anyio.current_time() + _SETTLE_BACKSTOP):
             await connection.settled.wait()
 
     # --- tools ----------------------------------------------------------------------------------
