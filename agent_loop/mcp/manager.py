@@ -173,7 +173,9 @@ class McpManager:
                 for tool, dsh_name in zip(listed, tool_names(name, [t.name for t in listed], taken), strict=True):
                     hints = tool.annotations
                     specs.append(McpToolSpec(
-                        name, tool.name, dsh_name, clean_description(tool.description), clean_schema(tool.input_schema),
+                        # A description goes to the model as it is: masked like a tool result.
+                        name, tool.name, dsh_name, self._mask(clean_description(tool.description)),
+                        clean_schema(tool.input_schema),
                         read_only=bool(hints is not None and hints.read_only_hint),
                     ))
             self._specs = specs
