@@ -108,8 +108,10 @@ def build_agent(
     retry: RetryPolicy,
     label: str,
     cwd: str,
+    extra_secrets: Sequence[str] = (),
 ) -> Agent:
-    """The agent over ``log`` (closed again if the agent cannot be built)."""
+    """The agent over ``log`` (closed again if the agent cannot be built); ``extra_secrets`` are masked too (the
+    MCP servers' values, McpManager.secrets)."""
     # Without an approver nobody can answer: the shell tool then says so instead of "denied".
     tools = default_tools(approve, allow_edits=config.allow_edits)
     for tool in extra_tools:
@@ -119,7 +121,7 @@ def build_agent(
             client, conversation=conversation, model=model, tools=tools, session=log, label=label, retry=retry,
             cwd=cwd, approver=approve,  # MCP tools ask through their ToolContext (agent_loop/mcp/tools.py)
             guard=PromptGuard(hook_command=config.prompt_hook, api_key=config.api_key),
-            redactor=Redactor((*config.secrets, *client.secrets)),
+            redactor=Redactor((*config.secrets, *client.secrets, *extra_secrets)),
             max_tokens=config.max_tokens, thinking=config.thinking, reasoning_effort=config.reasoning_effort,
             auto_compact=config.auto_compact,
         )

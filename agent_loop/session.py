@@ -306,7 +306,7 @@ class Session:
         conversation, self._resumed = self._resumed, None
         agent = build.build_agent(self.config, self.client, log, conversation=conversation, model=self.model,
                                   approve=self._approve, extra_tools=extra, retry=self.retry, label=self._label,
-                                  cwd=self.cwd)
+                                  cwd=self.cwd, extra_secrets=self.mcp.secrets() if self.mcp is not None else ())
         self.agent = agent
         self._unsubscribe_agent = agent.subscribe(self._on_event)
 

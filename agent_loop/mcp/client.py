@@ -37,6 +37,9 @@ _CONNECTION_CLOSED = -32000
 _REQUEST_TIMEOUT = -32001
 _EXIT_WAIT = 1.0  # after stdout closed, the exit is usually a moment away: wait this long for its code
 _MAX_PAGES = 50  # tools/list pages followed; a server paging forever is cut here
+# One stdio message may carry a whole file (a 10 MiB read is a normal result): it is read whole, then bounded
+# to MAX_RESULT_CHARS for the model (tools.format_result). A longer line is a protocol failure (stdio.py).
+_MAX_MESSAGE_BYTES = 32 * 1024 * 1024
 
 State = Literal["starting", "ready", "failed", "stopped"]
 
@@ -59,6 +62,9 @@ class ServerConnection:
         self.tools: list[mcp_types.Tool] = []
         self.failure: McpFailure | None = None
         self.settled = anyio.Event()  # ready or failed: what a waiting turn waits for
+        # The startup clock starts here, not when the handshake does: spawning (and, with several servers,
+        # the other spawns before it) counts, so a turn that waits from now sees the server settled by then.
+        self.deadline = anyio.current_time() + config.startup_timeout
         self.done = anyio.Event()  # run() has returned: the child is reaped
         self.secrets: tuple[str, ...] = ()  # header values expanded from the environment
         self._session: ClientSession | None = None
@@ -93,7 +99,7 @@ class ServerConnection:
     async def _connect(self, stack: contextlib.AsyncExitStack) -> None:
         read, write = await self._open(stack)
         session = await stack.enter_async_context(ClientSession(read, write, message_handler=self._message))
-        with anyio.fail_after(self.config.startup_timeout):
+        with anyio.fail_after(max(0.0, self.deadline - anyio.current_time())):
             self._stage = Stage.INITIALIZE
             await session.initialize()
             self._stage = Stage.LIST_TOOLS
@@ -105,7 +111,8 @@ class ServerConnection:
     async def _open(self, stack: contextlib.AsyncExitStack) -> tuple[Any, Any]:
         config = self.config
         if config.transport == "stdio":
-            process = ManagedProcess(config.command, env=config.env, cwd=config.cwd, base_env=self._environ)
+            process = ManagedProcess(config.command, env=config.env, cwd=config.cwd, base_env=self._environ,
+                                     stdout_limit=_MAX_MESSAGE_BYTES)
             # Shielded: a cancel between spawn and the handle being owned would orphan the child.
             with anyio.CancelScope(shield=True):
                 await process.start()

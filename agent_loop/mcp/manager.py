@@ -10,6 +10,7 @@ the session carries on without its tools. The SDK is imported only when a server
 
 from __future__ import annotations
 
+import importlib
 import logging
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass
@@ -18,7 +19,7 @@ from typing import TYPE_CHECKING, Any
 import anyio
 
 from dsh.agent_loop.child_words import AgentWords
-from dsh.agent_loop.mcp.config import McpServerConfig, parse_servers
+from dsh.agent_loop.mcp.config import McpServerConfig, expand_headers, parse_servers
 from dsh.agent_loop.mcp.diagnostics import McpFailure, McpServerFailure, failure_line
 from dsh.agent_loop.mcp.tools import McpToolSpec, build_tool, clean_description, clean_schema, format_result, tool_names
 from dsh.agent_loop.owned_group import OwnedTaskGroup
@@ -30,6 +31,7 @@ if TYPE_CHECKING:
 __all__ = ["McpManager", "ServerStatus"]
 
 _log = logging.getLogger("dsh.mcp")
+_SETTLE_BACKSTOP = 5.0  # seconds past a server's deadline before a turn stops waiting for it regardless
 
 
 @dataclass(frozen=True, slots=True)
@@ -63,19 +65,33 @@ class McpManager:
         self._connections: dict[str, ServerConnection] = {}
         self._group = OwnedTaskGroup()
         self._specs: list[McpToolSpec] | None = None  # rebuilt when a server's tools change
+        self._loaded = anyio.Event()  # the SDK is imported and every enabled server started
+        self._closing = False
 
     async def __aenter__(self) -> McpManager:
         await self._group.open()
-        for config in self.configs.values():
-            if config.enabled:
-                self._start(config)
+        group = self._group.group
+        assert group is not None
+        group.start_soon(self._start_all, name="mcp servers")
         return self
+
+    async def _start_all(self) -> None:
+        # The SDK takes ~0.6 s to import: in a worker thread, after the prompt, never before it
+        # (bench: mcp_first_prompt_ms, docs/performance.md). Only then do the servers start.
+        if any(config.enabled for config in self.configs.values()):
+            await anyio.to_thread.run_sync(importlib.import_module, "dsh.agent_loop.mcp.client")
+        if not self._closing:
+            for config in self.configs.values():
+                if config.enabled:
+                    self._start(config)
+        self._loaded.set()
 
     async def __aexit__(self, *exc_info: object) -> None:
         await self.aclose()
 
     async def aclose(self) -> None:
         """Stop every server and reap it (each connection's ladder runs in its own task)."""
+        self._closing = True
         for connection in self._connections.values():
             connection.stop()
         await self._group.close()
@@ -94,6 +110,7 @@ class McpManager:
         config = self.configs.get(name)
         if config is None:
             raise KeyError(name)
+        await self._loaded.wait()
         old = self._connections.get(name)
         if old is not None:
             old.stop()
@@ -102,9 +119,11 @@ class McpManager:
         self._specs = None
 
     def secrets(self) -> tuple[str, ...]:
-        """Values to mask: what the tables hold literally and what their headers took from the environment."""
+        """Values to mask: what the tables hold literally and what their headers take from the environment.
+        Known from the tables alone (before any server connects), so the agent's redactor gets them when built."""
         values = [value for config in self.configs.values() for value in config.literal_secrets()]
-        values += [value for connection in self._connections.values() for value in connection.secrets]
+        values += [value for config in self.configs.values()
+                   for value in expand_headers(config.headers, self._environ)[1]]
         return tuple(dict.fromkeys(values))
 
     # --- state ----------------------------------------------------------------------------------
@@ -112,12 +131,12 @@ class McpManager:
     def _changed(self, connection: ServerConnection) -> None:
         self._specs = None
         failure = connection.failure
-        if connection.state == "failed" and failure is not None:
+        # A call's failure is recorded (and logged) once, by _call, and is that call's tool result already.
+        if connection.state == "failed" and failure is not None and failure.stage.value != "call":
             record = self._record(connection, failure)
             if self._on_failure is not None:
                 self._on_failure(record)
-            if failure.stage.value != "call":  # a call's failure is that call's tool result already
-                self._notice(str(record))
+            self._notice(str(record))
 
     def _record(self, connection: ServerConnection, failure: McpFailure) -> McpServerFailure:
         line = failure_line(connection.config.name, failure)
@@ -130,8 +149,10 @@ class McpManager:
         rows: list[ServerStatus] = []
         for name, config in self.configs.items():
             connection = self._connections.get(name)
-            if not config.enabled or connection is None:
+            if not config.enabled:
                 rows.append(ServerStatus(name, "disabled"))
+            elif connection is None:
+                rows.append(ServerStatus(name, "starting" if not self._loaded.is_set() else "stopped"))
             elif connection.state == "failed" and connection.failure is not None:
                 rows.append(ServerStatus(name, "failed", line=failure_line(name, connection.failure)))
             else:
@@ -140,7 +161,10 @@ class McpManager:
         return rows
 
     async def wait_ready(self) -> None:
-        """Wait for the servers still starting, each at most its startup_timeout (they start in parallel)."""
+        """Wait for the servers still starting: each settles (ready or failed) by its own deadline, its
+        startup_timeout counted from its start, so after this no server is left "starting" (a turn then sees
+        a hung server's failure, not a server that looks slow)."""
+        await self._loaded.wait()
         async with anyio.create_task_group() as group:
             for connection in self._connections.values():
                 if not connection.settled.is_set():
@@ -148,7 +172,9 @@ class McpManager:
 
     @staticmethod
     async def _wait_one(connection: ServerConnection) -> None:
-        with anyio.move_on_after(connection.config.startup_timeout):
+        # The connection fails itself at its deadline; this bound is only a backstop against a bug there,
+        # never what decides (a timer of its own here raced the connection's and could wake first).
+        with anyio.move_on_after(connection.deadline - anyio.current_time() + _SETTLE_BACKSTOP):
             await connection.settled.wait()
 
     # --- tools ----------------------------------------------------------------------------------
@@ -166,7 +192,9 @@ class McpManager:
                 for tool, dsh_name in zip(listed, tool_names(name, [t.name for t in listed], taken), strict=True):
                     hints = tool.annotations
                     specs.append(McpToolSpec(
-                        name, tool.name, dsh_name, clean_description(tool.description), clean_schema(tool.input_schema),
+                        # A description goes to the model as it is: masked like a tool result.
+                        name, tool.name, dsh_name, self._mask(clean_description(tool.description)),
+                        clean_schema(tool.input_schema),
                         read_only=bool(hints is not None and hints.read_only_hint),
                     ))
             self._specs = specs

@@ -10,13 +10,14 @@ the session then sees the connection closed and every pending request fails.
 from __future__ import annotations
 
 import contextlib
+import json
 from collections.abc import AsyncIterator
 from dataclasses import dataclass
 
 import anyio
 from anyio.streams.memory import MemoryObjectReceiveStream, MemoryObjectSendStream
 from mcp.shared.message import SessionMessage
-from mcp.types import jsonrpc_message_adapter
+from mcp.types import JSONRPCMessage, jsonrpc_message_adapter
 
 from dsh.agent_loop.process import LineTooLong, ManagedProcess, read_line
 
@@ -67,7 +68,7 @@ async def _read(process: ManagedProcess, out: MemoryObjectSendStream[SessionMess
             if not line.strip():
                 continue
             try:
-                message = jsonrpc_message_adapter.validate_json(line, by_name=False)
+                message = _parse(line)
             except ValueError as exc:  # pydantic's ValidationError is a ValueError: not JSON-RPC
                 facts.protocol_error = exc
                 return  # closing the stream fails every pending request: the server is not speaking MCP
@@ -78,13 +79,31 @@ async def _read(process: ManagedProcess, out: MemoryObjectSendStream[SessionMess
     facts.eof = True
 
 
+def _parse(line: bytes) -> JSONRPCMessage:
+    try:
+        return jsonrpc_message_adapter.validate_json(line, by_name=False)
+    except ValueError:
+        # pydantic's JSON parser rejects a lone surrogate escape ("\\ud800") that JSON allows; the stdlib's
+        # takes it, and the text is cleaned where dsh shows it (tools.py). Anything else still fails here.
+        return jsonrpc_message_adapter.validate_python(json.loads(line), by_name=False)
+
+
+def _dump(message: JSONRPCMessage) -> str:
+    try:
+        return message.model_dump_json(by_alias=True, exclude_unset=True)
+    except ValueError:
+        # A lone surrogate (a tool name a server gave us) cannot be UTF-8: the stdlib writes it as the
+        # escape the server sent, instead of the serializer's error ending the transport.
+        return json.dumps(message.model_dump(mode="json", by_alias=True, exclude_unset=True))
+
+
 async def _write(process: ManagedProcess, messages: MemoryObjectReceiveStream[SessionMessage],
                  read_writer: MemoryObjectSendStream[SessionMessage | Exception]) -> None:
     assert process.stdin is not None
     try:
         async with messages:
             async for message in messages:
-                data = message.message.model_dump_json(by_alias=True, exclude_unset=True) + "\n"
+                data = _dump(message.message) + "\n"
                 process.stdin.write(data.encode("utf-8", "replace"))
                 await process.stdin.drain()
     except (OSError, RuntimeError, anyio.ClosedResourceError, anyio.BrokenResourceError):

@@ -36,6 +36,7 @@ __all__ = [
     "McpCallRequest",
     "McpToolSpec",
     "build_tool",
+    "clean_arguments",
     "format_result",
     "tool_names",
 ]
@@ -44,7 +45,10 @@ MAX_NAME_CHARS = 64  # the function-name limit of the OpenAI-compatible APIs
 MAX_DESCRIPTION_CHARS = 2048
 _MAX_SCHEMA_CHARS = 64 * 1024
 _UNSAFE = re.compile(r"[^A-Za-z0-9_-]")
-_CONTROLS = re.compile(r"[\x00-\x08\x0b-\x1f\x7f-\x9f\u200b-\u200f\u2028-\u202e\u2060-\u206f\ufeff]")
+_CONTROLS = re.compile(r"[\x00-\x08\x0b-\x1f\x7f-\x9f\u200b-\u200f\u2028-\u202e\u2060-\u206f\ufeff\ud800-\udfff]")
+# A lone surrogate cannot be encoded as UTF-8: in a result or in arguments it would fail the session log,
+# the request to the model, or the SDK's writer (which ends the transport); it becomes U+FFFD.
+_SURROGATES = re.compile(r"[\ud800-\udfff]")
 MCP_DENIED = "Error: the user denied this MCP tool call"
 MCP_NO_APPROVER = (
     "Error: this MCP tool needs approval and no one is available to approve it here "
@@ -152,11 +156,22 @@ def format_result(content: Iterable[Any], structured: object, is_error: bool) ->
             parts.append(json.dumps(structured, ensure_ascii=False))
         except (TypeError, ValueError, RecursionError):
             parts.append("[structured content that is not JSON]")
-    text = "\n".join(parts) if parts else "(no content)"
+    text = _SURROGATES.sub("\ufffd", "\n".join(parts)) if parts else "(no content)"
     if len(text) > MAX_RESULT_CHARS:
         omitted = len(text) - MAX_RESULT_CHARS
         text = text[:MAX_RESULT_CHARS] + f"\n[tool output truncated: {omitted} characters omitted]"
     return ToolOutput(f"Error: {text}" if is_error else text, is_error=is_error)
+
+
+def clean_arguments(value: Any) -> Any:
+    """Model-produced arguments with every lone surrogate (in keys too) replaced by U+FFFD, before tools/call."""
+    if isinstance(value, str):
+        return _SURROGATES.sub("\ufffd", value)
+    if isinstance(value, dict):
+        return {clean_arguments(key): clean_arguments(item) for key, item in value.items()}
+    if isinstance(value, list):
+        return [clean_arguments(item) for item in value]
+    return value
 
 
 CallTool = Callable[[McpToolSpec, dict[str, Any]], Awaitable[ToolOutput]]
@@ -167,6 +182,7 @@ def build_tool(spec: McpToolSpec, call: CallTool, *, auto: Callable[[], bool]) -
     always_key = f"mcp.always.{spec.name}"
 
     async def run(args: dict[str, Any], ctx: ToolContext) -> ToolOutput:
+        args = clean_arguments(args)  # what the approver sees is what the server gets
         if not spec.read_only and not auto() and not ctx.session_state.get(always_key):
             if ctx.approver is None:
                 return ToolOutput(MCP_NO_APPROVER, is_error=True)

@@ -1,34 +1,54 @@
-"""The MCP client against real servers over stdio: @modelcontextprotocol/server-everything (npm, pinned in the
-Makefile) and small hostile servers written here (until fixtures/mcp_servers.py lands). Exact lines."""
+"""dsh's MCP client (McpManager over ServerConnection) against real servers: the fixture servers of
+fixtures/mcp_servers.py over stdio and streamable HTTP, and the pinned npm servers (server-everything,
+server-filesystem; skipped with how to install when absent). Exact lines (DESIGN §8, docs/mcp.md)."""
 
 from __future__ import annotations
 
 import os
+import string
 import sys
 from pathlib import Path
 from typing import Any
 
+import anyio
 import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
 from dsh.agent_loop.mcp import MCP_NO_APPROVER, McpCallRequest, McpConfigError, McpManager, McpServerFailure
-from dsh.agent_loop.mcp.tools import MAX_NAME_CHARS, tool_names
-from dsh.agent_loop.tools.registry import ToolContext
-from tests.canaries import CHILD_ENV, CHILD_STDERR
+from dsh.agent_loop.mcp.tools import MAX_NAME_CHARS, clean_arguments, tool_names
+from dsh.agent_loop.tools.registry import MAX_RESULT_CHARS, Tool, ToolContext
+from fixtures.mcp_servers import (
+    BIG_TEXT_BYTES,
+    EXIT_AT_START_REASON,
+    HOSTILE_NAMES,
+    HttpServer,
+    read_record,
+    received,
+    stdio_command,
+)
+from tests.canaries import CHILD_ENV
 from tests.real_parts import missing
+from tests.waiting import PROMPTLY, async_wait_until
 
-pytestmark = pytest.mark.anyio
+pytestmark = [pytest.mark.anyio, pytest.mark.usefixtures("no_leftover_processes")]
 
 REPO = Path(__file__).resolve().parents[3]
-EVERYTHING = REPO / ".venv/npm/node_modules/.bin/mcp-server-everything"
-PY = sys.executable
+BIN = REPO / ".venv/npm/node_modules/.bin"
+INSTALL = "make npm-agents (npm install --prefix .venv/npm @modelcontextprotocol/server-{name}@2026.8.31)"
+HTTP_TOKEN = "httpFixtureToken4471"
+OK_TOOLS = ["echo", "add", "slow", "structured", "image_and_resource", "fails", "big"]
 
 
-def _everything() -> dict[str, Any]:
-    if not EVERYTHING.exists():
-        missing("@modelcontextprotocol/server-everything", "make npm-agents")
-    return {"command": str(EVERYTHING), "args": ["stdio"]}
+def _npm(name: str, *args: str) -> dict[str, Any]:
+    command = BIN / f"mcp-server-{name}"
+    if not command.exists():
+        missing(f"@modelcontextprotocol/server-{name} (npm)", INSTALL.format(name=name))
+    return {"command": str(command), "args": list(args)}
+
+
+def _fixture(mode: str, *options: str, **table: Any) -> dict[str, Any]:
+    return {"command": stdio_command(mode, *options), "cwd": str(REPO), **table}
 
 
 def _ctx(approver: Any = None) -> ToolContext:
@@ -41,18 +61,296 @@ class _Seen:
         self.failures: list[BaseException] = []
 
 
-def _manager(tables: dict[str, Any], seen: _Seen, **kwargs: Any) -> McpManager:
-    return McpManager(tables, environ=os.environ, mask=lambda text: text.replace(CHILD_ENV, "***"),
+def _manager(tables: dict[str, Any], seen: _Seen, *, environ: dict[str, str] | None = None,
+             **kwargs: Any) -> McpManager:
+    return McpManager(tables, environ=os.environ if environ is None else environ,
+                      mask=lambda text: text.replace(CHILD_ENV, "***"),
                       notice=seen.notices.append, on_failure=seen.failures.append, **kwargs)
 
 
-async def test_everything_server_lists_and_calls_its_tools() -> None:
+def _tools(manager: McpManager) -> dict[str, Tool]:
+    return {tool.name: tool for tool in manager.tools()}
+
+
+# --- failures: one closed line, announced once ----------------------------------------------------------
+
+
+@pytest.mark.parametrize(
+    ("table", "line"),
+    [
+        ({"command": "/nonexistent/mcp-server"},
+         "MCP server failure (server: s; stage: spawn; category: process-start)"),
+        (_fixture("exit-at-start"),
+         "MCP server failure (server: s; stage: initialize; category: process-exit; exit code: 3)"),
+        (_fixture("garbage-stdout", "--garbage", "instead"),
+         "MCP server failure (server: s; stage: initialize; category: protocol)"),
+        (_fixture("hang-initialize", startup_timeout=0.5),
+         "MCP server failure (server: s; stage: initialize; category: timeout)"),
+    ],
+    ids=["missing-command", "exit-at-start", "garbage-stdout", "hang-at-initialize"],
+)
+async def test_a_failing_server_is_announced_once_with_its_closed_line(table: dict[str, Any], line: str) -> None:
     seen = _Seen()
-    async with _manager({"ev": _everything()}, seen) as manager:
+    async with _manager({"s": table}, seen) as manager:
+        await manager.wait_ready()
+        assert [row.line for row in manager.status()] == [line]
+        assert manager.tools() == []
+    assert seen.notices == [line]
+    [record] = seen.failures
+    assert isinstance(record, McpServerFailure) and str(record) == line
+    if "exit code: 3" in line:  # the server's own words stay host-side, in the record
+        assert record.words.stderr == (EXIT_AT_START_REASON,)
+        assert EXIT_AT_START_REASON not in line
+
+
+async def test_servers_hanging_at_initialize_have_all_failed_when_wait_ready_returns() -> None:
+    # The startup clock of each server starts when it is started: a turn's wait_ready no longer runs a
+    # timer of its own that could wake before the servers' (it did, with several servers or a busy box).
+    seen = _Seen()
+    tables = {f"s{i}": _fixture("hang-initialize", startup_timeout=0.5) for i in range(6)}
+    async with _manager(tables, seen) as manager:
+        await manager.wait_ready()
+        assert {row.state for row in manager.status()} == {"failed"}
+    assert sorted(seen.notices) == [
+        f"MCP server failure (server: s{i}; stage: initialize; category: timeout)" for i in range(6)]
+
+
+async def test_garbage_before_the_answers_is_a_protocol_failure_not_a_quiet_log_line() -> None:
+    seen = _Seen()
+    async with _manager({"g": _fixture("garbage-stdout")}, seen) as manager:
+        await manager.wait_ready()
+    assert seen.notices == ["MCP server failure (server: g; stage: initialize; category: protocol)"]
+
+
+@pytest.mark.parametrize(("crash", "fact"), [("kill", "signal: SIGKILL"), ("exit", "exit code: 9")])
+async def test_a_crash_during_a_call_is_a_tool_error_naming_the_server(crash: str, fact: str) -> None:
+    seen = _Seen()
+    table = _fixture("crash-mid-call", "--crash", crash, approve="auto")
+    async with _manager({"c": table}, seen) as manager:
+        await manager.wait_ready()
+        output = await _tools(manager)["mcp__c__add"].run({"a": 1, "b": 2}, _ctx())
+        line = f"MCP server failure (server: c; stage: call; category: process-exit; {fact})"
+        assert (output.text, output.is_error, output.diagnostic) == (
+            f"Error: the MCP server c failed the call\n{line}", True, line)
+        assert [row.line for row in manager.status()] == [line]
+        assert manager.tools() == []  # its tools are gone with it
+    assert seen.notices == []  # the tool result carries it
+    assert [str(record) for record in seen.failures] == [line]
+
+
+# --- stdio: results, cancellation, list_changed, restart, size ----------------------------------------
+
+
+async def test_the_ok_server_lists_and_answers_through_dsh_tools(tmp_path: Path) -> None:
+    seen = _Seen()
+    async with _manager({"ok": _fixture("ok", approve="auto")}, seen) as manager:
+        await manager.wait_ready()
+        [status] = manager.status()
+        assert (status.state, status.tools, status.line) == ("ready", len(OK_TOOLS), None)
+        tools = _tools(manager)
+        assert list(tools) == [f"mcp__ok__{name}" for name in OK_TOOLS]
+        assert tools["mcp__ok__echo"].concurrency_safe and not tools["mcp__ok__add"].concurrency_safe
+        assert (await tools["mcp__ok__echo"].run({"text": "hello"}, _ctx())).text == "hello"
+        assert (await tools["mcp__ok__add"].run({"a": 2, "b": 40}, _ctx())).text == "42"
+        mixed = await tools["mcp__ok__image_and_resource"].run({}, _ctx())
+        assert mixed.text == ("[image: image/png, 66 bytes]\n[resource: file:///fixture/notes.txt, text/plain, 5 "
+                              "characters]\n[resource link: file:///fixture/other.txt]")
+        failed = await tools["mcp__ok__fails"].run({}, _ctx())
+        assert (failed.text, failed.is_error) == ("Error: the tool failed: disk full", True)
+    assert seen.notices == []
+
+
+async def test_a_ten_mib_result_reaches_the_model_bounded_and_the_server_stays_up() -> None:
+    seen = _Seen()
+    async with _manager({"ok": _fixture("ok", approve="auto")}, seen) as manager:
+        await manager.wait_ready()
+        tools = _tools(manager)
+        output = await tools["mcp__ok__big"].run({}, _ctx())
+        omitted = BIG_TEXT_BYTES - MAX_RESULT_CHARS
+        assert output.text == "x" * MAX_RESULT_CHARS + f"\n[tool output truncated: {omitted} characters omitted]"
+        assert (await tools["mcp__ok__echo"].run({"text": "after"}, _ctx())).text == "after"
+    assert seen.notices == [] and seen.failures == []
+
+
+async def test_cancelling_a_slow_call_sends_notifications_cancelled_and_keeps_the_server(tmp_path: Path) -> None:
+    record = tmp_path / "record"
+    seen = _Seen()
+    async with _manager({"ok": _fixture("ok", "--record", str(record), approve="auto")}, seen) as manager:
+        await manager.wait_ready()
+        tools = _tools(manager)
+        async with anyio.create_task_group() as group:
+            group.start_soon(tools["mcp__ok__slow"].run, {}, _ctx())
+            await async_wait_until(lambda: any(e["event"] == "tool-started" for e in read_record(record)),
+                                   PROMPTLY, "the slow call to start")
+            group.cancel_scope.cancel()
+        await async_wait_until(lambda: received(record, "notifications/cancelled"), PROMPTLY, "the cancellation")
+        await async_wait_until(lambda: any(e["event"] == "cancelled" for e in read_record(record)), PROMPTLY,
+                               "the handler cancelled")
+        assert (await tools["mcp__ok__echo"].run({"text": "still here"}, _ctx())).text == "still here"
+    assert seen.notices == [] and seen.failures == []
+
+
+async def test_a_call_past_call_timeout_is_a_timeout_line_and_is_cancelled_on_the_server(tmp_path: Path) -> None:
+    record = tmp_path / "record"
+    seen = _Seen()
+    table = _fixture("ok", "--record", str(record), approve="auto", call_timeout=0.3)
+    async with _manager({"ok": table}, seen) as manager:
+        await manager.wait_ready()
+        output = await _tools(manager)["mcp__ok__slow"].run({}, _ctx())
+        line = "MCP server failure (server: ok; stage: call; category: timeout)"
+        assert (output.text, output.diagnostic) == (f"Error: the MCP server ok failed the call\n{line}", line)
+        await async_wait_until(lambda: received(record, "notifications/cancelled"), PROMPTLY, "the cancellation")
+        assert [row.state for row in manager.status()] == ["ready"]  # a slow tool is not a dead server
+
+
+async def test_tools_list_changed_gives_the_next_turn_the_new_listing() -> None:
+    seen = _Seen()
+    async with _manager({"lc": _fixture("list-changed", approve="auto")}, seen) as manager:
+        await manager.wait_ready()
+        assert "mcp__lc__added_later" not in _tools(manager)
+        assert (await _tools(manager)["mcp__lc__echo"].run({"text": "x"}, _ctx())).text == "x"
+        await async_wait_until(lambda: "mcp__lc__added_later" in _tools(manager), PROMPTLY, "the re-listing")
+        assert manager.status()[0].tools == len(OK_TOOLS) + 1
+
+
+async def test_restart_stops_the_server_and_starts_a_fresh_one(tmp_path: Path) -> None:
+    record = tmp_path / "record"
+    seen = _Seen()
+    async with _manager({"ok": _fixture("ok", "--record", str(record), approve="auto")}, seen) as manager:
+        await manager.wait_ready()
+        await manager.restart("ok")
+        assert [row.state for row in manager.status()] == ["starting"]
+        await manager.wait_ready()
+        assert (await _tools(manager)["mcp__ok__echo"].run({"text": "again"}, _ctx())).text == "again"
+        with pytest.raises(KeyError):
+            await manager.restart("nope")
+    started = [event["pid"] for event in read_record(record) if event["event"] == "started"]
+    assert len(started) == 2 and started[0] != started[1]
+    assert seen.notices == []
+
+
+async def test_a_restart_brings_back_a_server_that_crashed() -> None:
+    seen = _Seen()
+    async with _manager({"c": _fixture("crash-mid-call", approve="auto")}, seen) as manager:
+        await manager.wait_ready()
+        await _tools(manager)["mcp__c__echo"].run({"text": "x"}, _ctx())
+        assert manager.status()[0].state == "failed"
+        await manager.restart("c")
+        await manager.wait_ready()
+        assert (manager.status()[0].state, len(_tools(manager))) == ("ready", len(OK_TOOLS))
+
+
+async def test_two_hundred_tools_are_listed_with_unique_names() -> None:
+    seen = _Seen()
+    async with _manager({"many": _fixture("tools200", approve="auto")}, seen) as manager:
+        await manager.wait_ready()
+        tools = _tools(manager)
+        assert list(tools) == [f"mcp__many__tool_{i:03d}" for i in range(200)]
+        assert (await tools["mcp__many__tool_199"].run({"x": "y"}, _ctx())).text.startswith("tool_199: {'x': 'y'}")
+
+
+# --- hostile text and lone surrogates -----------------------------------------------------------------
+
+
+def _clean(text: str) -> bool:
+    return all(ch in string.printable or ord(ch) > 0x9F for ch in text) and not any(
+        0xD800 <= ord(ch) <= 0xDFFF or ch in "\x1b\x07\x9b\u202e\u2066\u2069" for ch in text)
+
+
+async def test_hostile_names_and_descriptions_are_sanitized() -> None:
+    seen = _Seen()
+    async with _manager({"h": _fixture("hostile-text", approve="auto")}, seen) as manager:
+        await manager.wait_ready()
+        specs = manager.specs()
+        assert [spec.tool for spec in specs][: len(HOSTILE_NAMES)] == list(HOSTILE_NAMES)  # sent back as given
+        for spec in specs:
+            assert spec.name.startswith("mcp__h__") and len(spec.name) <= MAX_NAME_CHARS
+            assert all(ch.isascii() and (ch.isalnum() or ch in "_-") for ch in spec.name)
+            assert _clean(spec.description), spec.description
+        # A hostile name is called by its own name: the server gets exactly what it listed.
+        evil = manager.tools()[0]
+        output = await evil.run({}, _ctx())
+        assert output.text.startswith(f"{HOSTILE_NAMES[0]}: {{}}")
+        # A lone surrogate in a result (a JSON escape pydantic's parser refuses) arrives as U+FFFD.
+        surrogate = _tools(manager)["mcp__h__surrogate_echo"]
+        assert (await surrogate.run({}, _ctx())).text == "lone\ufffdsurrogate"
+    assert seen.notices == []
+
+
+async def test_a_lone_surrogate_in_the_listing_or_the_arguments_cannot_kill_the_transport(tmp_path: Path) -> None:
+    record = tmp_path / "record"
+    seen = _Seen()
+    asked: list[McpCallRequest] = []
+
+    async def approver(request: McpCallRequest) -> str:
+        asked.append(request)
+        return "yes"
+
+    async with _manager({"ls": _fixture("lone-surrogate", "--record", str(record))}, seen) as manager:
+        await manager.wait_ready()
+        tools = _tools(manager)
+        [odd] = [spec for spec in manager.specs() if spec.tool != "echo"]
+        assert odd.tool == "lone\ud800surrogate" and _clean(odd.name) and _clean(odd.description)
+        echo = tools["mcp__ls__echo"]
+        output = await echo.run({"text": "bad\udc00arg", "k\ud800": ["\udfff"]}, _ctx(approver))
+        assert (output.text, output.is_error) == ("bad\ufffdarg", False)
+        assert asked == [McpCallRequest("ls", "echo", {"text": "bad\ufffdarg", "k\ufffd": ["\ufffd"]})]
+        # Listed, named safely, and the transport survived both: the next call answers.
+        assert (await echo.run({"text": "after"}, _ctx(approver))).text == "after"
+        assert [row.state for row in manager.status()] == ["ready"]
+    assert seen.notices == []
+
+
+@given(st.recursive(st.text(alphabet=st.characters(codec=None)), lambda inner: st.lists(inner, max_size=4)
+                    | st.dictionaries(st.text(alphabet=st.characters(codec=None), max_size=5), inner, max_size=4),
+                    max_leaves=12))
+def test_clean_arguments_leave_nothing_utf8_cannot_encode(value: Any) -> None:
+    cleaned = clean_arguments(value)
+    assert repr(cleaned).encode("utf-8")  # raises on any lone surrogate left
+    assert clean_arguments(cleaned) == cleaned
+
+
+# --- streamable HTTP --------------------------------------------------------------------------------------
+
+
+async def test_streamable_http_lists_and_calls_with_a_bearer_from_the_environment(tmp_path: Path) -> None:
+    record = tmp_path / "record"  # holds the Authorization header it saw: so the token is not a suite canary
+    seen = _Seen()
+    with HttpServer("ok", token=HTTP_TOKEN, record=record) as server:
+        table = {"url": server.url, "headers": {"Authorization": "Bearer ${DSH_TEST_MCP_TOKEN}"}, "approve": "auto"}
+        async with _manager({"web": table}, seen, environ={"DSH_TEST_MCP_TOKEN": HTTP_TOKEN}) as manager:
+            assert manager.secrets() == (HTTP_TOKEN,)
+            await manager.wait_ready()
+            assert [row.state for row in manager.status()] == ["ready"]
+            tools = _tools(manager)
+            assert (await tools["mcp__web__add"].run({"a": 1, "b": 1}, _ctx())).text == "2"
+    auths = {event.get("authorization") for event in read_record(record) if event["event"] == "http-request"}
+    assert auths == {f"Bearer {HTTP_TOKEN}"}
+    assert seen.notices == []
+
+
+@pytest.mark.parametrize(
+    ("mode", "token", "status"), [("ok", "expected-token", 401), ("http-500", None, 500)], ids=["401", "500"])
+async def test_an_http_error_status_is_named_in_the_line(mode: str, token: str | None, status: int) -> None:
+    seen = _Seen()
+    with HttpServer(mode, token=token) as server:
+        async with _manager({"web": {"url": server.url}}, seen, environ={}) as manager:
+            await manager.wait_ready()
+    line = f"MCP server failure (server: web; stage: initialize; category: http; HTTP status: {status})"
+    assert seen.notices == [line]
+    assert [str(record) for record in seen.failures] == [line]
+
+
+# --- real npm servers -------------------------------------------------------------------------------------
+
+
+async def test_everything_server_lists_and_calls_its_tools(tmp_path: Path) -> None:
+    seen = _Seen()
+    async with _manager({"ev": _npm("everything", "stdio")}, seen) as manager:
         await manager.wait_ready()
         [status] = manager.status()
         assert (status.state, status.tools > 5, status.line) == ("ready", True, None)
-        tools = {tool.name: tool for tool in manager.tools()}
+        tools = _tools(manager)
         assert tools["mcp__ev__echo"].concurrency_safe  # readOnlyHint: runs without asking
         output = await tools["mcp__ev__echo"].run({"message": "hi"}, _ctx())
         assert (output.text, output.is_error) == ("Echo: hi", False)
@@ -69,9 +367,9 @@ async def test_a_tool_that_is_not_read_only_asks_and_is_denied_without_an_approv
         asked.append(request)
         return "no"
 
-    async with _manager({"ev": _everything()}, seen) as manager:
+    async with _manager({"ev": _npm("everything", "stdio")}, seen) as manager:
         await manager.wait_ready()
-        tool = {tool.name: tool for tool in manager.tools()}["mcp__ev__toggle-simulated-logging"]
+        tool = _tools(manager)["mcp__ev__toggle-simulated-logging"]
         assert (await tool.run({}, _ctx())).text == MCP_NO_APPROVER
         assert (await tool.run({}, _ctx(approver))).text == "Error: the user denied this MCP tool call"
         assert asked == [McpCallRequest("ev", "toggle-simulated-logging", {})]
@@ -79,55 +377,29 @@ async def test_a_tool_that_is_not_read_only_asks_and_is_denied_without_an_approv
         assert not (await tool.run({}, _ctx())).is_error
 
 
-@pytest.mark.parametrize(
-    ("table", "line"),
-    [
-        ({"command": "/nonexistent/mcp-server"},
-         "MCP server failure (server: s; stage: spawn; category: process-start)"),
-        ({"command": ["sh", "-c", f"echo {CHILD_STDERR} {CHILD_ENV} >&2; exit 3"]},
-         "MCP server failure (server: s; stage: initialize; category: process-exit; exit code: 3)"),
-        ({"command": ["sh", "-c", "echo not-json-rpc; exec sleep 60"]},
-         "MCP server failure (server: s; stage: initialize; category: protocol)"),
-        ({"command": ["sh", "-c", "exec sleep 60"], "startup_timeout": 0.5},
-         "MCP server failure (server: s; stage: initialize; category: timeout)"),
-    ],
-    ids=["missing-command", "exit-at-start", "garbage-stdout", "hang-at-initialize"],
-)
-async def test_a_failing_server_is_announced_once_with_its_closed_line(table: dict[str, Any], line: str) -> None:
+async def test_filesystem_server_lists_a_directory_and_reads_a_file(tmp_path: Path) -> None:
+    root = tmp_path / "root"
+    root.mkdir()
+    (root / "note.txt").write_text("the file's words\n", encoding="utf-8")
+    (root / "sub").mkdir()
     seen = _Seen()
-    async with _manager({"s": table}, seen) as manager:
+    table = {**_npm("filesystem", str(root)), "env": {"HOME": str(tmp_path)}}
+    async with _manager({"fs": table}, seen) as manager:
         await manager.wait_ready()
-        assert [row.line for row in manager.status()] == [line]
-        assert manager.tools() == []
-    assert seen.notices == [line]
-    [record] = seen.failures
-    assert isinstance(record, McpServerFailure) and str(record) == line
-    assert CHILD_STDERR not in line and CHILD_ENV not in line
-    if "exit code: 3" in line:  # the server's own words stay host-side, masked
-        assert record.words.stderr == (f"{CHILD_STDERR} ***",)
+        tools = _tools(manager)
+        listing = await tools["mcp__fs__list_directory"].run({"path": str(root)}, _ctx())
+        assert (listing.text, listing.is_error) == ("[FILE] note.txt\n[DIR] sub", False)
+        read = await tools["mcp__fs__read_text_file"].run({"path": str(root / "note.txt")}, _ctx())
+        assert (read.text, read.is_error) == ("the file's words\n", False)
+        outside = await tools["mcp__fs__read_text_file"].run({"path": sys.executable}, _ctx())
+        assert outside.is_error and "outside allowed directories" in outside.text
+        write = tools["mcp__fs__write_file"]
+        assert (await write.run({"path": str(root / "x"), "content": "y"}, _ctx())).text == MCP_NO_APPROVER
+        assert not (root / "x").exists()
+    assert seen.notices == []
 
 
-async def test_a_crash_during_a_call_is_a_tool_error_naming_the_server(tmp_path: Path) -> None:
-    server = tmp_path / "crash.py"
-    server.write_text(
-        "from mcp.server.mcpserver import MCPServer\n"
-        "import os\n"
-        "app = MCPServer('crash')\n"
-        "@app.tool()\n"
-        "def boom() -> str:\n"
-        "    os._exit(7)\n"
-        "app.run()\n"
-    )
-    seen = _Seen()
-    async with _manager({"c": {"command": [PY, str(server)], "approve": "auto"}}, seen) as manager:
-        await manager.wait_ready()
-        [tool] = manager.tools()
-        output = await tool.run({}, _ctx())
-    line = "MCP server failure (server: c; stage: call; category: process-exit; exit code: 7)"
-    assert (output.text, output.is_error, output.diagnostic) == (
-        f"Error: the MCP server c failed the call\n{line}", True, line)
-    assert [row.line for row in manager.status()] == [line]
-    assert seen.notices == []  # the tool result carries it
+# --- configuration --------------------------------------------------------------------------------------
 
 
 @pytest.mark.parametrize(
