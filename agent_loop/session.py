@@ -368,6 +368,11 @@ class Session:
         self._report_repair()
         return log.id
 
+    @property
+    def secrets(self) -> tuple[str, ...]:
+        """Every value this session masks: the configuration's and its MCP servers' (a header's ``${VAR}``)."""
+        return (*self.config.secrets, *(self.mcp.secrets() if self.mcp is not None else ()))
+
     def set_model(self, name: str) -> None:
         """``/model NAME``: the next request uses it."""
         self.model = name
@@ -480,7 +485,7 @@ class Session:
             try:
                 end = await agent.run_turn(prompt if sent is None else sent)
             except Exception as exc:  # the loop promises not to raise; if it does, still say why
-                end = failure_from_exception(exc, 0, self.config.secrets)
+                end = failure_from_exception(exc, 0, self.secrets)
                 self.last_failure = exc
                 self._publish(TurnEnd(agent.turn_number, end))
             else:
@@ -509,7 +514,7 @@ class Session:
             return "[compact cancelled] the conversation is unchanged"
         if exc.code == ErrorCode.COMPACT and str(exc) == "nothing to compact yet":
             return "nothing to compact yet"
-        message = redact_text(error_chain(exc), self.config.secrets).replace("\n", " ")
+        message = redact_text(error_chain(exc), self.secrets).replace("\n", " ")
         return f"[compact failed {exc.code}] {message}; the conversation is unchanged"
 
     async def deliver_notices(self, *, scope: TurnScope | None = None) -> EndReason | None:

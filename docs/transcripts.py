@@ -1202,10 +1202,6 @@ GENERATORS: dict[str, Callable[[Lab], str]] = {
 }
 SLOW = {"fault-matrix"}  # a minute, not seconds: only with --slow (test_fault_matrix checks the same rows)
 SLOW |= {"litellm"}  # needs .venv/litellm: only with --slow (tests/llm/test_litellm_gateway.py checks the table)
-# Regions that need front-end parts still being built (`--allow-mcp`, `/mcp`: branch mcprepl): skipped unless named
-# in --only. Once those parts are merged: `python docs/transcripts.py --write --only mcp-allow,mcp-list,mcp-failure`,
-# read the diff, and empty this set.
-PENDING = {"mcp-allow", "mcp-list"}
 MEASURED = {"reliability-counts"}  # vary from run to run: only from --reliability-report, never checked
 
 
@@ -1263,8 +1259,6 @@ def main(argv: list[str] | None = None) -> int:
     wanted = set(args.only.split(",")) - {""} if args.only else used
     if not args.slow:
         wanted -= SLOW
-    if not args.only:
-        wanted -= PENDING
     if args.reliability_report is None or args.check:
         wanted -= MEASURED
     started = time.monotonic()

@@ -223,7 +223,7 @@ async def _why(shell: Host, arg: str) -> None:
     if failure is None:
         shell.say("no failure yet")
         return
-    secrets = shell.config.secrets
+    secrets = shell.session.secrets
     head = "last failure"
     if isinstance(failure, HarnessError):
         head += f" ({failure.code}"
@@ -272,8 +272,8 @@ async def _mcp(shell: Host, arg: str) -> None:
     if not manager.configs[name].enabled:
         shell.say(f"MCP server {name} is disabled (enabled = false in [mcp_servers.{name}])")
         return
-    await manager.restart(name)
-    shell.say(f"MCP server {name} restarting (/mcp shows when it is ready)")
+    problem = await manager.restart(name)
+    shell.say(problem or f"MCP server {name} restarting (/mcp shows when it is ready)")
 
 
 @_command("sessions", "[--all]", "list this project's saved sessions (--all: every project)")

@@ -11,6 +11,7 @@ the session carries on without its tools. The SDK is imported only when a server
 from __future__ import annotations
 
 import importlib
+import importlib.util
 import logging
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass
@@ -31,6 +32,7 @@ if TYPE_CHECKING:
 __all__ = ["McpManager", "ServerStatus"]
 
 _log = logging.getLogger("dsh.mcp")
+MISSING_EXTRA = "MCP servers need the mcp extra: pip install 'dsh[mcp]'"
 _SETTLE_BACKSTOP = 5.0  # seconds past a server's deadline before a turn stops waiting for it regardless
 
 
@@ -67,6 +69,7 @@ class McpManager:
         self._specs: list[McpToolSpec] | None = None  # rebuilt when a server's tools change
         self._loaded = anyio.Event()  # the SDK is imported and every enabled server started
         self._closing = False
+        self._sdk_missing = False  # the mcp extra is not installed: no server can start
 
     async def __aenter__(self) -> McpManager:
         await self._group.open()
@@ -78,9 +81,13 @@ class McpManager:
     async def _start_all(self) -> None:
         # The SDK takes ~0.6 s to import: in a worker thread, after the prompt, never before it
         # (bench: mcp_first_prompt_ms, docs/performance.md). Only then do the servers start.
-        if any(config.enabled for config in self.configs.values()):
+        enabled = [name for name, config in self.configs.items() if config.enabled]
+        if enabled and importlib.util.find_spec("mcp") is None:
+            self._sdk_missing = True
+            self._notice(f"{MISSING_EXTRA} (not started: {', '.join(enabled)})")
+        elif enabled:
             await anyio.to_thread.run_sync(importlib.import_module, "dsh.agent_loop.mcp.client")
-        if not self._closing:
+        if not self._closing and not self._sdk_missing:
             for config in self.configs.values():
                 if config.enabled:
                     self._start(config)
@@ -105,18 +112,21 @@ class McpManager:
         self._connections[config.name] = connection
         group.start_soon(connection.run, name=f"mcp server {config.name}")
 
-    async def restart(self, name: str) -> None:
-        """``/mcp restart NAME``: stop the server (reaped), then start it again in the background."""
+    async def restart(self, name: str) -> str | None:
+        """``/mcp restart NAME``: stop the server (reaped), then start it again in the background; or why not."""
         config = self.configs.get(name)
         if config is None:
             raise KeyError(name)
         await self._loaded.wait()
+        if self._sdk_missing:
+            return MISSING_EXTRA
         old = self._connections.get(name)
         if old is not None:
             old.stop()
             await old.done.wait()
         self._start(config)
         self._specs = None
+        return None
 
     def secrets(self) -> tuple[str, ...]:
         """Values to mask: what the tables hold literally and what their headers take from the environment.
@@ -151,6 +161,8 @@ class McpManager:
             connection = self._connections.get(name)
             if not config.enabled:
                 rows.append(ServerStatus(name, "disabled"))
+            elif self._sdk_missing:
+                rows.append(ServerStatus(name, "failed", line=MISSING_EXTRA))
             elif connection is None:
                 rows.append(ServerStatus(name, "starting" if not self._loaded.is_set() else "stopped"))
             elif connection.state == "failed" and connection.failure is not None:

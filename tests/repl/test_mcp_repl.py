@@ -72,13 +72,13 @@ def add_call() -> Iterator[FaultServer]:
         server.stop()
 
 
-def dsh(home: Path, server: FaultServer, *args: str, stdin: str = "", tables: str = ""
-        ) -> subprocess.CompletedProcess[str]:
+def dsh(home: Path, server: FaultServer, *args: str, stdin: str = "", tables: str = "",
+        launcher: tuple[str, ...] = ("-m", "dsh.repl")) -> subprocess.CompletedProcess[str]:
     (home / "config" / "dsh" / "config.toml").write_text("max_retries = 0\n" + tables, encoding="utf-8")
     env = {"PATH": os.environ.get("PATH", "/usr/bin:/bin"), "HOME": str(home), "LANG": "C.UTF-8",
            "XDG_STATE_HOME": str(home / "state"), "XDG_CONFIG_HOME": str(home / "config"),
            "DEEPSEEK_API_KEY": KEY, "DEEPSEEK_BASE_URL": server.url}
-    return subprocess.run([sys.executable, "-m", "dsh.repl", *args], cwd=REPO, env=env, input=stdin,
+    return subprocess.run([sys.executable, *launcher, *args], cwd=REPO, env=env, input=stdin,
                           capture_output=True, text=True, timeout=120)
 
 
@@ -113,6 +113,26 @@ def test_piped_why_shows_the_server_s_words_masked_and_mcp_lists_every_state(hom
     assert CHILD_ENV not in result.stdout
     assert result.stdout.index(CHILD_STDERR) > result.stdout.index("last failure")  # only /why shows the words
     assert _calls(record) == []  # denied: the server never got the call
+
+
+def test_without_the_mcp_extra_the_servers_are_not_started_and_the_line_says_what_to_install(
+        home: Path, add_call: FaultServer) -> None:
+    # ``sys.modules["mcp"] = None`` makes the SDK unimportable, as in an install without the extra.
+    without_sdk = ("-c", "import runpy, sys; sys.modules['mcp'] = None; "
+                         "runpy.run_module('dsh.repl', run_name='__main__', alter_sys=True)")
+    record = home / "fx.jsonl"
+    result = dsh(home, add_call, stdin="/mcp\n/mcp restart fx\n", tables=_tables(record), launcher=without_sdk)
+    assert (result.returncode, result.stderr) == (0, "")
+    hint = "MCP servers need the mcp extra: pip install 'dsh[mcp]'"
+    assert result.stdout.splitlines() == [
+        f"{hint} (not started: bad, fx)",
+        "MCP servers:",
+        f"  bad  failed: {hint}",
+        f"  fx   failed: {hint}",
+        "  off  disabled",
+        hint,
+    ]
+    assert not record.exists()  # nothing was spawned
 
 
 def _calls(record: Path) -> list[dict[str, object]]:
