@@ -177,7 +177,7 @@ def test_the_wheel_declares_the_extras(built: Built) -> None:
     extras = sorted(line.removeprefix("Provides-Extra: ") for line in metadata.splitlines()
                     if line.startswith("Provides-Extra: "))
     project = tomllib.loads((REPO / "pyproject.toml").read_text(encoding="utf-8"))["project"]
-    assert extras == sorted(project["optional-dependencies"]) == ["acp", "bench", "claude", "codex", "test"]
+    assert extras == sorted(project["optional-dependencies"]) == ["acp", "bench", "claude", "codex", "mcp", "test"]
     assert "License-Expression: MIT" in metadata.splitlines()
 
 
