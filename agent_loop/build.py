@@ -16,6 +16,7 @@ from dsh.agent_loop.agent import Agent, Conversation, open_session
 from dsh.agent_loop.events import JobNotice
 from dsh.agent_loop.guard import PromptGuard
 from dsh.agent_loop.mcp import McpManager
+from dsh.agent_loop.mcp.config import parse_servers, secret_values
 from dsh.agent_loop.recap import Recap
 from dsh.agent_loop.retry import RetryPolicy
 from dsh.agent_loop.session_log import SessionInfo, SessionLog, list_sessions, resolve_session
@@ -69,6 +70,11 @@ def subagent_toolkit(
     """The ``subagent`` and job tools of ``[subagents.NAME]`` tables, inheriting what the tables leave out."""
     parent = ParentContext(model=model, base_url=base_url, api_key=api_key, cwd=cwd, secrets=secrets)
     return SubagentToolkit.from_config(dict(tables), parent=parent)
+
+
+def mcp_secrets(tables: Mapping[str, Any], env: Mapping[str, str]) -> tuple[str, ...]:
+    """What the ``[mcp_servers.NAME]`` tables make secret, before any manager exists (McpConfigError if bad)."""
+    return secret_values(parse_servers(tables).values(), env)
 
 
 def mcp_manager(

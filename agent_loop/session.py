@@ -140,6 +140,8 @@ class Session:
         self._mcp_tables: dict[str, Any] = dict(getattr(config, "mcp_servers", None) or {})
         self._allow_mcp = allow_mcp
         self.mcp: McpManager | None = None
+        self._mcp_opened = False
+        self._mcp_secret_values: tuple[str, ...] | None = None
         self._new_session_id: str | None = None  # named by start(defer_agent=True), created on first need
         self._subscribers: list[Callable[[SessionUpdate], None]] = []
         self._unsubscribe_agent: Callable[[], None] | None = None
@@ -197,7 +199,8 @@ class Session:
         """
         try:
             await self._open_toolkit()
-            await self._open_mcp()
+            if not defer_agent:
+                await self.open_mcp()
             if resume is not None:
                 self.log = self._open(resume)
             elif defer_agent:
@@ -206,6 +209,8 @@ class Session:
                 self.log = self._create()
             if not defer_agent:
                 self._attach(self.log)
+        except StartupError:
+            raise
         except Exception as exc:
             raise StartupError(exc)
         self._report_repair()
@@ -222,17 +227,34 @@ class Session:
         for hint in toolkit.hints:
             self._publish(Notice(hint))
 
-    async def _open_mcp(self) -> None:
-        """``[mcp_servers.NAME]`` tables -> the MCP manager, its servers starting in the background (they never
-        delay the first prompt; a turn waits for them, docs/mcp.md). A bad table is a StartupError naming it."""
-        if not self._mcp_tables:
+    async def open_mcp(self) -> None:
+        """``[mcp_servers.NAME]`` tables -> the MCP manager, its servers starting in the background (a turn
+        waits for them, docs/mcp.md); once per session, from the task that will close it. :meth:`start` calls
+        it unless the agent is deferred: then the front end does, once the first prompt is drawn, and the first
+        turn at the latest. A bad table is a StartupError naming it."""
+        if self._mcp_opened or not self._mcp_tables:
             return
+        self._mcp_opened = True
         from dsh.agent_loop import build  # the agent's modules: imported behind the first prompt
 
-        manager = build.mcp_manager(self._mcp_tables, env=self.env, secrets=self.config.secrets,
-                                    notice=lambda text: self._publish(Notice(text)),
-                                    on_failure=self._mcp_failed, allow_mcp=self._allow_mcp)
-        self.mcp = await self._toolkit_scope.enter_async_context(manager)
+        try:
+            manager = build.mcp_manager(self._mcp_tables, env=self.env, secrets=self.config.secrets,
+                                        notice=lambda text: self._publish(Notice(text)),
+                                        on_failure=self._mcp_failed, allow_mcp=self._allow_mcp)
+            self.mcp = await self._toolkit_scope.enter_async_context(manager)
+        except Exception as exc:
+            raise StartupError(exc)
+
+    def _mcp_secrets(self) -> tuple[str, ...]:
+        """The MCP tables' secrets, known before the manager opens (the agent may be built first)."""
+        if self._mcp_secret_values is None:
+            if not self._mcp_tables:
+                self._mcp_secret_values = ()
+            else:
+                from dsh.agent_loop import build  # the agent's modules: imported behind the first prompt
+
+                self._mcp_secret_values = build.mcp_secrets(self._mcp_tables, self.env)
+        return self._mcp_secret_values
 
     def _mcp_failed(self, record: BaseException) -> None:
         self.last_failure = record  # /why: the server's line, its masked words, the raw cause beneath
@@ -306,7 +328,7 @@ class Session:
         conversation, self._resumed = self._resumed, None
         agent = build.build_agent(self.config, self.client, log, conversation=conversation, model=self.model,
                                   approve=self._approve, extra_tools=extra, retry=self.retry, label=self._label,
-                                  cwd=self.cwd, extra_secrets=self.mcp.secrets() if self.mcp is not None else ())
+                                  cwd=self.cwd, extra_secrets=self._mcp_secrets())
         self.agent = agent
         self._unsubscribe_agent = agent.subscribe(self._on_event)
 
@@ -371,7 +393,7 @@ class Session:
     @property
     def secrets(self) -> tuple[str, ...]:
         """Every value this session masks: the configuration's and its MCP servers' (a header's ``${VAR}``)."""
-        return (*self.config.secrets, *(self.mcp.secrets() if self.mcp is not None else ()))
+        return (*self.config.secrets, *self._mcp_secrets())
 
     def set_model(self, name: str) -> None:
         """``/model NAME``: the next request uses it."""
@@ -479,6 +501,7 @@ class Session:
         """One turn of ``prompt`` (``sent`` to the model instead, if given), inside ``scope``; how it ended."""
         agent = self.ensure_agent()
         await self.ensure_context()
+        await self.open_mcp()
         await self.sync_mcp_tools()
         self.last_prompt = prompt
         async with self._running(scope):

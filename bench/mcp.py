@@ -109,19 +109,18 @@ SERVERS = 3
 
 
 def _config_with_servers(root: Path, count: int) -> None:
-    """``root/config/dsh/config.toml`` with ``count`` ``ok`` fixture servers (none: no file)."""
+    """``root/config/dsh/config.toml`` with ``count`` ``ok`` fixture servers: with none, the same file without
+    them, so what differs is the servers alone (reading a config file costs its parser either way)."""
     import json
 
     from fixtures.mcp_servers import stdio_command
 
-    if count == 0:
-        return
     folder = root / "config" / "dsh"
     folder.mkdir(parents=True, exist_ok=True)
     command = json.dumps(stdio_command("ok"))  # a JSON array of strings is a TOML array
     tables = "".join(f'[mcp_servers.s{i}]\ncommand = {command}\ncwd = {json.dumps(str(REPO_ROOT))}\n\n'
                      for i in range(count))
-    (folder / "config.toml").write_text(tables, encoding="utf-8")
+    (folder / "config.toml").write_text(f"max_retries = 2\n\n{tables}", encoding="utf-8")
 
 
 async def mcp_first_prompt(settings: Settings, server: BenchServer) -> list[Figure]:
@@ -134,6 +133,7 @@ async def mcp_first_prompt(settings: Settings, server: BenchServer) -> list[Figu
 
     with temp_root("mcp-first-prompt") as none_root, temp_root("mcp-first-prompt-3") as three_root:
         _config_with_servers(three_root, SERVERS)
+        _config_with_servers(none_root, 0)
         subjects = {
             "three": _first_prompt(_with_bytecode(interactive_env(server, "text", three_root))),
             "none": _first_prompt(_with_bytecode(interactive_env(server, "text", none_root))),

@@ -20,9 +20,9 @@ import os
 import signal
 import sys
 import time
-from collections.abc import AsyncIterator, Callable, Iterable
+from collections.abc import AsyncIterator, Callable, Coroutine, Iterable
 from pathlib import Path
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any
 
 import anyio
 from prompt_toolkit import PromptSession
@@ -270,6 +270,8 @@ class InteractiveApp:
         self._answer: str | None = None
         self._answered: anyio.Event | None = None
         self._startup_error: StartupError | None = None
+        self._drawn = asyncio.Event()  # the first prompt is on the screen: what was deferred may start
+        self._servers_opened = False
         self._typed = ""  # typed during a turn: the next prompt starts with it
         self._cancelling = False  # Ctrl-C was pressed during this turn: the toolbar says so until it ends
 
@@ -335,10 +337,9 @@ class InteractiveApp:
     async def _read_line(self) -> str | None:
         assert self._session is not None
         default, self.shell.prefill = self.shell.prefill, ""
+        prompt = self._session.prompt_async("> ", default=default, handle_sigint=False, pre_run=self._schedule_agent)
         try:
-            return await self._session.prompt_async(
-                "> ", default=default, handle_sigint=False, pre_run=self._schedule_agent
-            )
+            return await self._prompt_then_open_servers(prompt)
         except EOFError:
             return None
         except KeyboardInterrupt:  # only if a binding we did not override raised it
@@ -348,10 +349,13 @@ class InteractiveApp:
 
     def _schedule_agent(self) -> None:
         """Runs before the prompt is drawn: build the agent right after, while the user reads it."""
-        if self.shell.session.agent is None and self._session is not None:
+        if self._session is not None and (not self._drawn.is_set() or self.shell.session.agent is None):
             self._session.app.create_background_task(self._build_agent())
 
     async def _build_agent(self) -> None:
+        self._drawn.set()
+        if self.shell.session.agent is not None:
+            return
         try:
             self.shell.session.ensure_agent()  # a line sent before this ran builds it itself (Session.run_turn)
         except StartupError as exc:
@@ -359,6 +363,28 @@ class InteractiveApp:
             self._exit_prompt()
             return
         anyio.get_cancelled_exc_class()  # loads anyio's backend now rather than in the first turn
+
+    async def _prompt_then_open_servers(self, prompt: Coroutine[Any, Any, str]) -> str:
+        """The prompt's line; the first time, the session's MCP servers are opened once the prompt is drawn
+        (they never delay it, docs/mcp.md), from this task: the one that closes them (structured concurrency)."""
+        if self._servers_opened:
+            return await prompt
+        self._servers_opened = True
+        reading = asyncio.ensure_future(prompt)
+        drawn = asyncio.ensure_future(self._drawn.wait())
+        try:
+            await asyncio.wait((reading, drawn), return_when=asyncio.FIRST_COMPLETED)
+            await self.shell.session.open_mcp()
+        except StartupError as exc:
+            self._startup_error = exc
+            self._exit_prompt()
+        except BaseException:
+            reading.cancel()
+            await asyncio.gather(reading, return_exceptions=True)  # the prompt restores the terminal first
+            raise
+        finally:
+            drawn.cancel()
+        return await reading
 
     # --- signals (only while no application owns the terminal, or sent by kill) -------------------
 

@@ -267,7 +267,7 @@ def _check_mcp_servers(key: str, value: object, where: str) -> dict[str, dict[st
     names the file it is in (docs/mcp.md)."""
     tables = _check_subagents(key, value, where)
     if tables:
-        from dsh.agent_loop.mcp import config as mcp_config  # only with servers configured: not before the prompt
+        from dsh.agent_loop.mcp import config as mcp_config  # only with servers configured; loads no manager, no SDK
 
         try:
             mcp_config.parse_servers(tables)

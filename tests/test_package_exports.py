@@ -1,4 +1,4 @@
-"""The package roots ``dsh.llm`` and ``dsh.agent_loop``: every name they export resolves, lazily.
+"""The package roots (``dsh.llm``, ``dsh.agent_loop``, ``dsh.agent_loop.mcp``): every name they export resolves, lazily.
 
 Each root lists its names twice on purpose: ``__all__`` (read by the type checker and ``import *``) and
 ``_EXPORTS`` (module -> names, read at run time so that a name is imported only when first used). These
@@ -13,7 +13,7 @@ import sys
 
 import pytest
 
-ROOTS = ["dsh.llm", "dsh.agent_loop"]
+ROOTS = ["dsh.llm", "dsh.agent_loop", "dsh.agent_loop.mcp"]
 
 
 @pytest.mark.parametrize("root", ROOTS)

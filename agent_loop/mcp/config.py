@@ -9,7 +9,7 @@ it is expanded from dsh's own environment at connect time, so no token sits in t
 from __future__ import annotations
 
 import re
-from collections.abc import Mapping
+from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field
 from typing import Any, Literal
 
@@ -23,6 +23,7 @@ __all__ = [
     "McpServerConfig",
     "expand_headers",
     "parse_servers",
+    "secret_values",
 ]
 
 DEFAULT_STARTUP_TIMEOUT = 30.0
@@ -80,6 +81,15 @@ def expand_headers(headers: Mapping[str, str], environ: Mapping[str, str]) -> tu
 
     expanded = {key: _VARIABLE.sub(substitute, value) for key, value in headers.items()}
     return expanded, tuple(used)
+
+
+def secret_values(configs: Iterable[McpServerConfig], environ: Mapping[str, str]) -> tuple[str, ...]:
+    """Values to mask: what the tables hold literally and what their headers take from the environment.
+    Known from the tables alone, before any server connects (the agent's redactor gets them when built)."""
+    configs = tuple(configs)
+    values = [value for config in configs for value in config.literal_secrets()]
+    values += [value for config in configs for value in expand_headers(config.headers, environ)[1]]
+    return tuple(dict.fromkeys(values))
 
 
 def parse_servers(tables: Mapping[str, Any]) -> dict[str, McpServerConfig]:

@@ -20,7 +20,7 @@ from typing import TYPE_CHECKING, Any
 import anyio
 
 from dsh.agent_loop.child_words import AgentWords
-from dsh.agent_loop.mcp.config import McpServerConfig, expand_headers, parse_servers
+from dsh.agent_loop.mcp.config import McpServerConfig, parse_servers, secret_values
 from dsh.agent_loop.mcp.diagnostics import McpFailure, McpServerFailure, failure_line
 from dsh.agent_loop.mcp.tools import McpToolSpec, build_tool, clean_description, clean_schema, format_result, tool_names
 from dsh.agent_loop.owned_group import OwnedTaskGroup
@@ -129,12 +129,8 @@ class McpManager:
         return None
 
     def secrets(self) -> tuple[str, ...]:
-        """Values to mask: what the tables hold literally and what their headers take from the environment.
-        Known from the tables alone (before any server connects), so the agent's redactor gets them when built."""
-        values = [value for config in self.configs.values() for value in config.literal_secrets()]
-        values += [value for config in self.configs.values()
-                   for value in expand_headers(config.headers, self._environ)[1]]
-        return tuple(dict.fromkeys(values))
+        """Values to mask (:func:`~dsh.agent_loop.mcp.config.secret_values`)."""
+        return secret_values(self.configs.values(), self._environ)
 
     # --- state ----------------------------------------------------------------------------------
 

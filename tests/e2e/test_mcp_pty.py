@@ -1,6 +1,7 @@
 """MCP tools in a real terminal (issue 24 items 3 and 6): the inline approval of a tool that is not read-only
 (server, tool, the whole arguments), and Ctrl-C during the fixture's slow tool: the turn is aborted, the call
-cancelled (the server receives ``notifications/cancelled``), the server itself keeps running."""
+cancelled (the server receives ``notifications/cancelled``), the server itself keeps running for the session's
+next calls, and its whole process group is gone once dsh exits."""
 
 from __future__ import annotations
 
@@ -26,9 +27,9 @@ def _call(tool: str, arguments: str) -> Behaviour:
     return Behaviour("tool_call", name=f"mcp__fx__{tool}", arguments=arguments, id=f"call_{tool}")
 
 
-def _alive(pid: int) -> bool:
+def _alive(pid: int, *, group: bool = False) -> bool:
     try:
-        os.kill(pid, 0)
+        (os.killpg if group else os.kill)(pid, 0)
     except ProcessLookupError:
         return False
     return True
@@ -62,9 +63,10 @@ def test_mcp_approval_inline_then_ctrl_c_cancels_the_slow_call(home: Path, spawn
         dsh.send("/mcp")
         dsh.expect_exact("  fx  ready with 7 tools\r\n")  # the server carries on: only the call was cancelled
         [pid] = {e["pid"] for e in read_record(record) if e["event"] == "started"}
-        assert _alive(pid)
+        assert _alive(pid) and os.getpgid(pid) == pid  # running, the leader of a process group of its own
         dsh.prompt()
         dsh.child.sendeof()
         assert dsh.wait_exit() == 0
+    assert not _alive(pid, group=True)  # reaped with its whole group before dsh exited
     assert [e["event"] for e in read_record(record) if e["event"] in ("tool-started", "cancelled")][-2:] == [
         "tool-started", "cancelled"]

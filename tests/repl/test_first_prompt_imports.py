@@ -16,6 +16,7 @@ import pexpect
 import pytest
 
 from dsh.llm.loopback.fault_server import closed_port
+from fixtures.mcp_servers import stdio_command
 
 REPO = Path(__file__).resolve().parents[2]
 KEY = "sk-firstPromptKey0000000000000000"
@@ -59,8 +60,8 @@ NOT_BEFORE_THE_PROMPT = {
 }
 
 
-@pytest.mark.timeout(60)
-def test_the_first_prompt_is_drawn_before_the_client_and_the_agent_are_imported(tmp_path: Path) -> None:
+def _modules_seen(tmp_path: Path, config: str | None = None) -> tuple[set[str], set[str]]:
+    """The modules loaded at the first draw of the prompt, and at exit (after Ctrl-D at that prompt)."""
     record = tmp_path / "modules.json"
     env = {
         "PATH": os.environ.get("PATH", "/usr/bin:/bin"),
@@ -72,6 +73,9 @@ def test_the_first_prompt_is_drawn_before_the_client_and_the_agent_are_imported(
         "LANG": "C.UTF-8",
         "DEEPSEEK_API_KEY": KEY,
     }
+    if config is not None:
+        (tmp_path / "config" / "dsh").mkdir(parents=True)
+        (tmp_path / "config" / "dsh" / "config.toml").write_text(config, encoding="utf-8")
     with closed_port() as port:
         env["DEEPSEEK_BASE_URL"] = f"http://127.0.0.1:{port}"
         child = pexpect.spawn(
@@ -86,7 +90,12 @@ def test_the_first_prompt_is_drawn_before_the_client_and_the_agent_are_imported(
             child.close(force=True)
     assert child.exitstatus == 0, child.before
     seen = json.loads(record.read_text())
-    first, last = set(seen["first_prompt"]), set(seen["exit"])
+    return set(seen["first_prompt"]), set(seen["exit"])
+
+
+@pytest.mark.timeout(60)
+def test_the_first_prompt_is_drawn_before_the_client_and_the_agent_are_imported(tmp_path: Path) -> None:
+    first, last = _modules_seen(tmp_path)
 
     assert "prompt_toolkit.shortcuts.prompt" in first and "dsh.repl.app" in first
     assert not NOT_BEFORE_THE_PROMPT & first, sorted(NOT_BEFORE_THE_PROMPT & first)
@@ -94,3 +103,17 @@ def test_the_first_prompt_is_drawn_before_the_client_and_the_agent_are_imported(
     behind = {"dsh.agent_loop.agent", "dsh.agent_loop.session_log", "dsh.llm.deepseek", "anyio._backends._asyncio"}
     assert behind <= last, sorted(behind - last)
     assert "httpx" not in last
+
+
+@pytest.mark.timeout(60)
+def test_configured_mcp_servers_start_behind_the_first_prompt(tmp_path: Path) -> None:
+    """The config file's check reads the tables (dsh.agent_loop.mcp.config); the manager, its tools and the
+    SDK wait until the prompt is drawn (docs/mcp.md, bench: mcp_first_prompt_ms)."""
+    command = json.dumps(stdio_command("ok"))  # a JSON array of strings is a TOML array
+    config = "".join(f"[mcp_servers.s{i}]\ncommand = {command}\ncwd = {json.dumps(str(REPO))}\n\n" for i in range(3))
+    first, last = _modules_seen(tmp_path, config)
+
+    assert "dsh.agent_loop.mcp.config" in first
+    later = {"dsh.agent_loop.mcp.manager", "dsh.agent_loop.mcp.tools", "dsh.agent_loop.build"}
+    assert not (NOT_BEFORE_THE_PROMPT - {"tomllib"} | later | {"mcp"}) & first
+    assert later <= last, sorted(later - last)
