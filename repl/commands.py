@@ -1,7 +1,7 @@
 """Slash commands. Each is a small async function of the shell and its argument text.
 
-An unknown command is one clear line, and the typed text goes back into the prompt so nothing is
-lost. ``//text`` sends ``/text`` as a prompt.
+An unknown command is one clear line that names the nearest command, and the next prompt starts empty
+(the typed line is in the history, one ↑ away). ``//text`` sends ``/text`` as a prompt.
 
 The shell imports this module, never the other way round: a command sees the shell only through
 :class:`Host`, the few attributes and methods the commands use.
@@ -10,6 +10,7 @@ The shell imports this module, never the other way round: a command sees the she
 from __future__ import annotations
 
 import dataclasses
+import difflib
 import json
 import re
 from collections.abc import Awaitable, Callable
@@ -40,7 +41,6 @@ class Host(Protocol):
     config: Config
     demo: Demo | None
     session: Session
-    prefill: str  # text handed back to the next prompt
     exit_code: int | None
 
     @property
@@ -104,15 +104,25 @@ async def dispatch(shell: Host, text: str) -> EndReason | None:
         if command is not None:
             shell.say(f"/{name} works in demo mode only (dsh --demo)")
         else:
-            shown = redact_text(name[:40])
-            shell.say(f"unknown command /{shown} (/help lists the commands)")
-        shell.prefill = text
-        return None
+            shell.say(_unknown(name, shell.demo is not None))
+        return None  # the input line starts empty; ↑ brings the typed line back from the history
     try:
         return await command.run(shell, arg.strip())
     except HarnessError as exc:
         shell.say(f"/{command.name} failed: {redact_text(error_chain(exc), shell.config.secrets)}")
         return None
+
+
+def _nearest(typed: str, known: list[str]) -> str:
+    """``: did you mean X?`` for the closest of ``known`` to a mistyped name, or nothing when none is close."""
+    nearest = difflib.get_close_matches(typed.strip().lower(), known, n=1, cutoff=0.6)
+    return f": did you mean {nearest[0]}?" if nearest else ""
+
+
+def _unknown(name: str, demo: bool) -> str:
+    """``unknown command /NAME``, with the nearest command when one is close (a typo, say)."""
+    known = [f"/{command.name}" for command in COMMANDS.values() if demo or not command.demo_only]
+    return f"unknown command /{redact_text(name[:40])}{_nearest('/' + name, known)} (/help lists the commands)"
 
 
 @_command("help", "", "show commands and keys")
@@ -417,8 +427,11 @@ async def _kill(shell: Host, arg: str) -> None:
         return
     jobs = _jobs_manager(shell)
     assert jobs is not None  # the job was found there
-    await jobs.kill(job)
-    shell.say(f"killed job {job.id} ({job.label}) after {_age(job)}")
+    if job.kill_requested:
+        shell.say(f"job {job.id} is already being stopped")
+        return
+    shell.say(f"stopping job {job.id} ({job.label}); a line follows when it has stopped")
+    jobs.kill_soon(job, lambda killed: shell.say(f"killed job {killed.id} ({killed.label}) after {_age(killed)}"))
 
 
 @_command("scenario", "[name]", "list demo scenarios, or pick one", demo_only=True)
@@ -431,7 +444,7 @@ async def _scenario(shell: Host, arg: str) -> None:
     try:
         scenario = demo.select(arg)
     except KeyError:
-        shell.say(f"no scenario {arg[:40]!r} (/scenario lists them)")
-        shell.prefill = f"/scenario {arg}"
+        nearest = _nearest(arg, [name for name, _ in demo.scenarios()])
+        shell.say(f"no scenario {arg[:40]!r}{nearest} (/scenario lists them)")
         return
     shell.say(f"scenario {scenario.name}: {scenario.summary}")

@@ -79,7 +79,7 @@ class Shell:
         self.renderer = Renderer(color=color, secrets=config.secrets, sources=sources, markdown=markdown)
         self.display = Display(self.session, frontend, self.renderer, answer=answer)
         self.show_usage = show_usage
-        self.prefill = ""  # text handed back to the next prompt (an unknown command, say)
+        self.prefill = ""  # text the next prompt starts with (what was typed during a turn)
         self.exit_code: int | None = None  # set by /exit
         self._context_warned = False  # the 80% line was shown and the fill has not dropped below since
 

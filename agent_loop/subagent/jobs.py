@@ -296,6 +296,19 @@ class JobManager:
             job._scope.cancel()
         await job.wait()
 
+    def kill_soon(self, job: Job, then: Callable[[Job], None]) -> None:
+        """:meth:`kill` in the manager's task group, returning at once; ``then(job)`` once it has settled
+        (``/kill`` gives the prompt back at once and reports the kill when it lands)."""
+        tg = self._owned.group
+        if tg is None:
+            raise RuntimeError("the job manager is not open (use `async with`)")
+
+        async def kill_then_report() -> None:
+            await self.kill(job)
+            then(job)
+
+        tg.start_soon(kill_then_report, name=f"kill {job.id}")
+
     # -- views -----------------------------------------------------------------------------------
 
     def jobs_summary(self) -> list[str]:

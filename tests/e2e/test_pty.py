@@ -407,12 +407,14 @@ def test_multiline_by_trailing_backslash_and_escape_enter(home: Path, spawn) -> 
     assert prompts_in_log(home) == ["line one\nline two", "alpha\nbeta"]
 
 
-def test_unknown_command_is_reported_and_kept_in_the_prompt(spawn) -> None:
+def test_unknown_command_is_reported_and_up_brings_it_back(spawn) -> None:
     dsh = spawn("--demo")
     dsh.prompt()
-    dsh.send("/bogus thing")
-    dsh.expect_exact("unknown command /bogus (/help lists the commands)\r\n")
-    dsh.wait_screen("> /bogus thing")  # handed back for editing
+    dsh.send("/scenaro text")
+    dsh.expect_exact("unknown command /scenaro: did you mean /scenario? (/help lists the commands)\r\n")
+    dsh.prompt()
+    dsh.child.send("\x1b[A")  # ↑: the line is in the history, not glued to the next words
+    dsh.wait_screen("> /scenaro text")
 
 
 def test_tab_completes_slash_commands(home: Path, spawn) -> None:
@@ -606,8 +608,9 @@ def test_kill_cancels_a_running_background_job(spawn) -> None:
         time.sleep(0.3)
     assert match.group(1) == "Still working on it..."
     dsh.send("/kill subagent-1")
+    dsh.expect_exact("stopping job subagent-1 (dsh-working); a line follows when it has stopped\r\n")
+    dsh.prompt()  # at once: the kill lands in the background
     dsh.expect(r"killed job subagent-1 \(dsh-working\) after \d+s", timeout=20)
-    dsh.prompt()
     dsh.send("/jobs")
     dsh.expect(r"subagent-1   killed +\d+s  dsh-working")
     dsh.prompt()

@@ -177,7 +177,11 @@ async def test_scenario_selection_and_listing(tmp_path: Path) -> None:
         )  # the demo's server is not DeepSeek: no top-up page
         sink.parts.clear()
         await shell.handle_line("/scenario nope")
-        assert sink.text == "no scenario 'nope' (/scenario lists them)\n" and shell.prefill == "/scenario nope"
+        assert sink.text == "no scenario 'nope' (/scenario lists them)\n" and shell.prefill == ""
+        sink.parts.clear()
+        await shell.handle_line("/scenario retry-then-sucess")  # a typo: the nearest name is offered, nothing is kept
+        assert sink.text == "no scenario 'retry-then-sucess': did you mean retry-then-success? (/scenario lists them)\n"
+        assert shell.prefill == ""
 
 
 async def test_a_cancelled_multi_request_scenario_does_not_leak_into_the_next_turn(tmp_path: Path) -> None:

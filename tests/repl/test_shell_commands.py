@@ -103,13 +103,21 @@ async def test_help_lists_every_command(env: dict[str, str], server: FaultServer
         await shell.aclose()
 
 
-async def test_unknown_command_is_one_line_and_keeps_the_text(env: dict[str, str], server: FaultServer) -> None:
+async def test_unknown_command_is_one_line_and_the_next_prompt_starts_empty(
+    env: dict[str, str], server: FaultServer
+) -> None:
     shell, sink = await make_shell(env, server.url)
     try:
         assert await shell.handle_line("/frobnicate now") is None
         assert sink.text == "unknown command /frobnicate (/help lists the commands)\n"
-        assert shell.prefill == "/frobnicate now"
+        assert shell.prefill == ""  # the next words are not glued to it; ↑ recalls the line
         assert not server.requests
+        sink.take()
+        await shell.handle_line("/hepl")
+        assert sink.text == "unknown command /hepl: did you mean /help? (/help lists the commands)\n"
+        sink.take()
+        await shell.handle_line("/scenari")  # demo only: not offered outside the demo
+        assert sink.text == "unknown command /scenari (/help lists the commands)\n"
         sink.take()
         await shell.handle_line("/scenario text")
         assert sink.text == "/scenario works in demo mode only (dsh --demo)\n"
