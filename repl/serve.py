@@ -288,11 +288,16 @@ async def serve_stdio() -> int:
 
 
 _USAGE = "usage: dsh serve --stdio\n"
+_HELP = ("\nThe child dsh runtime: one session served as newline-delimited JSON-RPC 2.0 on stdin/stdout, for a\n"
+         "parent dsh's dsh-sdk subagent provider (docs/subagents.md). Editors use `dsh acp` instead.\n")
 
 
 def main(argv: Sequence[str] | None = None) -> int:
     """``dsh serve`` arguments (without ``serve``). Exit 0 after a clean shutdown, 2 for bad usage."""
     args = list(sys.argv[1:] if argv is None else argv)
+    if args in (["-h"], ["--help"]):
+        sys.stdout.write(_USAGE + _HELP)
+        return 0
     if args != ["--stdio"]:
         sys.stderr.write(_USAGE)
         return 2

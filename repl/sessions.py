@@ -53,6 +53,14 @@ SHOW_RECORD_LIMIT = 16 << 20
 _RECAP_WIDTH = 100  # characters of a prompt or answer in the recap
 _ELLIPSIS = "…"
 USAGE = "usage: dsh sessions list [--all] | show ID | rm ID"
+HELP = f"""{USAGE}
+
+Sessions are kept per project under $XDG_STATE_HOME/dsh/sessions (~/.local/state/dsh/sessions).
+
+  list [--all]   this project's sessions, newest first (--all: every project's)
+  show ID        a session's transcript (ID: an id, a unique prefix, or last)
+  rm ID          remove a session's log
+"""
 
 
 def brief(text: str, width: int) -> str:
@@ -194,6 +202,9 @@ def main(args: list[str], env: Mapping[str, str] | None = None) -> int:
     root = state_dir(env) / "sessions"
     secrets = tuple(s for s in (env.get("DEEPSEEK_API_KEY", "").strip(),) if s)
     command, rest = (args[0], args[1:]) if args else ("list", [])
+    if command in ("-h", "--help", "help"):
+        _out(HELP)
+        return 0
     try:
         if command == "list" and rest in ([], ["--all"]):
             project = None if rest else current_project()

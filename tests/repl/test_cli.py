@@ -73,6 +73,17 @@ def write_config(home: Path, text: str) -> None:
     path.write_text(text)
 
 
+# --- --help of every subcommand ------------------------------------------------------------------------
+
+
+@pytest.mark.parametrize("subcommand", ["doctor", "sessions", "serve", "replay-server"])
+def test_every_subcommand_answers_help_with_its_usage_and_exit_0(home: Path, subcommand: str) -> None:
+    for flag in ("--help", "-h"):
+        result = dsh(home, subcommand, flag)
+        assert (result.returncode, result.stderr) == (0, ""), (flag, result)
+        assert result.stdout.startswith(f"usage: dsh {subcommand}"), result.stdout
+
+
 # --- --version --------------------------------------------------------------------------------------
 
 
