@@ -25,8 +25,14 @@ from collections.abc import Awaitable, Callable, Iterable
 from dataclasses import dataclass
 from typing import Any
 
-from dsh.agent_loop.tools.registry import MAX_RESULT_CHARS, McpCallRequest, Tool, ToolContext, ToolOutput
-from dsh.llm import error_chain
+from dsh.agent_loop.tools.registry import (
+    MAX_RESULT_CHARS,
+    McpCallRequest,
+    Tool,
+    ToolContext,
+    ToolOutput,
+    ask_approval,
+)
 
 __all__ = [
     "MAX_DESCRIPTION_CHARS",
@@ -183,17 +189,11 @@ def build_tool(spec: McpToolSpec, call: CallTool, *, auto: Callable[[], bool]) -
 
     async def run(args: dict[str, Any], ctx: ToolContext) -> ToolOutput:
         args = clean_arguments(args)  # what the approver sees is what the server gets
-        if not spec.read_only and not auto() and not ctx.session_state.get(always_key):
-            if ctx.approver is None:
-                return ToolOutput(MCP_NO_APPROVER, is_error=True)
-            try:
-                answer = await ctx.approver(McpCallRequest(spec.server, spec.tool, dict(args)))
-            except Exception as exc:
-                return ToolOutput(f"{MCP_DENIED} (approval failed: {error_chain(exc)})", is_error=True)
-            if answer == "always":
-                ctx.session_state[always_key] = True
-            elif answer != "yes":
-                return ToolOutput(MCP_DENIED, is_error=True)
+        if not spec.read_only and not auto():
+            denial = await ask_approval(ctx, ctx.approver, McpCallRequest(spec.server, spec.tool, dict(args)),
+                                        always_key=always_key, denied=MCP_DENIED, no_approver=MCP_NO_APPROVER)
+            if denial is not None:
+                return denial
         return await call(spec, args)
 
     description = spec.description or f"The {spec.tool} tool of the MCP server {spec.server}."
