@@ -11,7 +11,8 @@
   :class:`McpCallRequest` (yes / no / always for this tool, kept in ``session_state``); with no approver
   they are denied unless the server is ``approve = "auto"`` or the session allows MCP.
 
-Content blocks are read by their ``type`` field, so this module does not import the SDK.
+Tools and results arrive as plain data (agent_loop/mcp/plain.py, converted by client.py), so this module
+does not import the SDK.
 """
 
 from __future__ import annotations
@@ -25,6 +26,15 @@ from collections.abc import Awaitable, Callable, Iterable
 from dataclasses import dataclass
 from typing import Any
 
+from dsh.agent_loop.mcp.plain import (
+    Block,
+    CallResult,
+    LinkBlock,
+    MediaBlock,
+    OtherBlock,
+    ResourceBlock,
+    TextBlock,
+)
 from dsh.agent_loop.tools.registry import (
     MAX_RESULT_CHARS,
     McpCallRequest,
@@ -128,45 +138,43 @@ def _placeholder_text(value: object, limit: int = 200) -> str:
     return text if len(text) <= limit else text[: limit - 1] + "…"
 
 
-def _block_text(block: Any) -> str:
-    kind = getattr(block, "type", None)
-    if kind == "text":
-        return str(getattr(block, "text", ""))
-    if kind in ("image", "audio"):
-        mime = _placeholder_text(getattr(block, "mime_type", "") or "unknown", 80)
-        return f"[{kind}: {mime}, {_decoded_size(getattr(block, 'data', None))} bytes]"
-    if kind == "resource":
-        resource = getattr(block, "resource", None)
-        uri = _placeholder_text(getattr(resource, "uri", ""))
-        mime = _placeholder_text(getattr(resource, "mime_type", None) or "unknown", 80)
-        if getattr(resource, "text", None) is not None:
-            return f"[resource: {uri}, {mime}, {len(resource.text)} characters]"  # type: ignore[union-attr]
-        return f"[resource: {uri}, {mime}, {_decoded_size(getattr(resource, 'blob', None))} bytes]"
-    if kind == "resource_link":
-        return f"[resource link: {_placeholder_text(getattr(block, 'uri', ''))}]"
-    return f"[{_placeholder_text(kind or 'unknown', 40)} content]"
+def _block_text(block: Block) -> str:
+    match block:
+        case TextBlock(text=text):
+            return text
+        case MediaBlock(kind=kind, mime_type=mime_type, data=data):
+            return f"[{kind}: {_placeholder_text(mime_type or 'unknown', 80)}, {_decoded_size(data)} bytes]"
+        case ResourceBlock(uri=uri, mime_type=mime_type, text=text, blob=blob):
+            where = f"{_placeholder_text(uri)}, {_placeholder_text(mime_type or 'unknown', 80)}"
+            if text is not None:
+                return f"[resource: {where}, {len(text)} characters]"
+            return f"[resource: {where}, {_decoded_size(blob)} bytes]"
+        case LinkBlock(uri=uri):
+            return f"[resource link: {_placeholder_text(uri)}]"
+        case OtherBlock(kind=kind):
+            return f"[{_placeholder_text(kind or 'unknown', 40)} content]"
 
 
-def format_result(content: Iterable[Any], structured: object, is_error: bool) -> ToolOutput:
+def format_result(result: CallResult) -> ToolOutput:
     """A tools/call result as the model gets it (the server's own ``isError`` kept): bounded as it is built."""
     parts: list[str] = []
     size = 0
-    for block in content:
+    for block in result.content:
         text = _block_text(block)
         parts.append(text)
         size += len(text)
         if size > MAX_RESULT_CHARS:
             break
-    if structured is not None and not any(getattr(block, "type", None) == "text" for block in content):
+    if result.structured is not None and not any(isinstance(block, TextBlock) for block in result.content):
         try:
-            parts.append(json.dumps(structured, ensure_ascii=False))
+            parts.append(json.dumps(result.structured, ensure_ascii=False))
         except (TypeError, ValueError, RecursionError):
             parts.append("[structured content that is not JSON]")
     text = _SURROGATES.sub("\ufffd", "\n".join(parts)) if parts else "(no content)"
     if len(text) > MAX_RESULT_CHARS:
         omitted = len(text) - MAX_RESULT_CHARS
         text = text[:MAX_RESULT_CHARS] + f"\n[tool output truncated: {omitted} characters omitted]"
-    return ToolOutput(f"Error: {text}" if is_error else text, is_error=is_error)
+    return ToolOutput(f"Error: {text}" if result.is_error else text, is_error=result.is_error)
 
 
 def clean_arguments(value: Any) -> Any:
