@@ -203,9 +203,9 @@ class McpManager:
                 listed = [tool for tool in connection.tools if config.tool_allowed(tool.name)]
                 for tool, dsh_name in zip(listed, tool_names(name, [t.name for t in listed], taken), strict=True):
                     specs.append(McpToolSpec(
-                        # A description goes to the model as it is: masked like a tool result.
+                        # A description and a schema go to the model as they are: masked like a tool result.
                         name, tool.name, dsh_name, self._mask(clean_description(tool.description)),
-                        clean_schema(tool.input_schema), read_only=tool.read_only,
+                        clean_schema(tool.input_schema, self._mask), read_only=tool.read_only,
                     ))
             self._specs = specs
         return self._specs

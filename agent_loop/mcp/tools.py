@@ -3,8 +3,8 @@
 * Names: ``mcp__<server>__<tool>``, sanitized to what the API accepts (``[A-Za-z0-9_-]``, at most 64
   characters); a name cut short or taken already gets a suffix from a hash of the tool's own name, so the
   same listing always gives the same names.
-* Descriptions: controls removed, bounded. Schemas: the server's, or an empty object when it sends none
-  usable.
+* Descriptions: controls removed, bounded, masked. Schemas: the server's, or an empty object when it sends
+  none usable; every string in them cleaned and masked like a description.
 * Results: text as it is; structured content as JSON; images, audio and resources as short placeholders;
   bounded here and again by the registry (MAX_RESULT_CHARS), masked by the agent like every tool result.
 * Approval: ``readOnlyHint`` tools run without asking; the others ask the approver with a
@@ -111,17 +111,31 @@ def clean_description(text: object) -> str:
     return text if len(text) <= MAX_DESCRIPTION_CHARS else text[: MAX_DESCRIPTION_CHARS - 1] + "…"
 
 
-def clean_schema(schema: object) -> dict[str, Any]:
-    """The server's input schema when it is a JSON object schema of bounded size, else an empty object."""
+def clean_schema(schema: object, mask: Callable[[str], str]) -> dict[str, Any]:
+    """The server's input schema when it is a JSON object schema of bounded size, else an empty object.
+
+    Every string in it -- property names, descriptions, titles, enum values, defaults -- is cleaned of
+    controls and masked as a description is: the schema reaches the model and the session log as it is.
+    """
     if not isinstance(schema, dict) or schema.get("type", "object") != "object":
         return dict(_EMPTY_SCHEMA)
     try:
-        size = len(json.dumps(schema))
+        if len(json.dumps(schema)) > _MAX_SCHEMA_CHARS:
+            return dict(_EMPTY_SCHEMA)
+        cleaned = _clean_strings(schema, mask)
     except (TypeError, ValueError, RecursionError):
         return dict(_EMPTY_SCHEMA)
-    if size > _MAX_SCHEMA_CHARS:
-        return dict(_EMPTY_SCHEMA)
-    return {"type": "object", **schema}
+    return {"type": "object", **cleaned}
+
+
+def _clean_strings(value: Any, mask: Callable[[str], str]) -> Any:
+    if isinstance(value, str):
+        return mask(_CONTROLS.sub("", value))
+    if isinstance(value, dict):
+        return {_clean_strings(key, mask): _clean_strings(item, mask) for key, item in value.items()}
+    if isinstance(value, list):
+        return [_clean_strings(item, mask) for item in value]
+    return value
 
 
 def _decoded_size(data: object) -> int:

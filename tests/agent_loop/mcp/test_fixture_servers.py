@@ -254,6 +254,9 @@ async def test_echo_env_secret_puts_the_value_in_results_errors_and_stderr(tmp_p
         async with stdio_session("echo-env-secret", env={"MCP_CANARY_TOKEN": SECRET}, errlog=errlog) as session:
             tools = {tool.name: tool for tool in (await session.list_tools()).tools}
             assert tools["secret_in_description"].description == f"Authenticated with {SECRET}."
+            schema = tools["secret_in_schema"].input_schema
+            assert schema["description"] == f"\x1b]0;token {SECRET}\x07\x1b[31mtoken {SECRET}"
+            assert list(schema["properties"]) == [f"arg\x1b[2Jtoken {SECRET}"]
             assert _text(await session.call_tool("secret", {})) == [f"token={SECRET}"]
             is_error = await session.call_tool("secret_is_error", {})
             assert (is_error.is_error, _text(is_error)) == (True, [f"rejected token {SECRET}"])

@@ -4,6 +4,7 @@ server-filesystem; skipped with how to install when absent). Exact lines (DESIGN
 
 from __future__ import annotations
 
+import json
 import os
 import string
 import sys
@@ -22,6 +23,7 @@ from fixtures.mcp_servers import (
     BIG_TEXT_BYTES,
     EXIT_AT_START_REASON,
     HOSTILE_NAMES,
+    HOSTILE_TEXT,
     HttpServer,
     read_record,
     received,
@@ -267,6 +269,12 @@ async def test_hostile_names_and_descriptions_are_sanitized() -> None:
             assert spec.name.startswith("mcp__h__") and len(spec.name) <= MAX_NAME_CHARS
             assert all(ch.isascii() and (ch.isalnum() or ch in "_-") for ch in spec.name)
             assert _clean(spec.description), spec.description
+            assert _clean(json.dumps(spec.parameters, ensure_ascii=False)), spec.parameters
+        cleaned = HOSTILE_TEXT.replace("\x1b", "").replace("\x07", "").replace("\u202e", "").replace("\r", "")
+        [echo] = [spec for spec in specs if spec.tool == "hostile_echo"]
+        assert echo.parameters["properties"] == {f"arg[2J{cleaned}": {
+            "type": "string", "title": f"]0;{cleaned}[31m{cleaned}", "description": f"]0;{cleaned}[31m{cleaned}",
+            "enum": [f"]0;{cleaned}[31m{cleaned}", "plain"], "default": f"]0;{cleaned}[31m{cleaned}"}}
         # A hostile name is called by its own name: the server gets exactly what it listed.
         evil = manager.tools()[0]
         output = await evil.run({}, _ctx())

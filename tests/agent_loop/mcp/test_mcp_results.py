@@ -6,7 +6,9 @@ from __future__ import annotations
 import ast
 import base64
 import dataclasses
+import re
 from pathlib import Path
+from typing import Any
 
 import pytest
 from hypothesis import given
@@ -21,10 +23,11 @@ from dsh.agent_loop.mcp.plain import (
     ResourceBlock,
     TextBlock,
 )
-from dsh.agent_loop.mcp.tools import format_result
+from dsh.agent_loop.mcp.tools import clean_schema, format_result
 from dsh.agent_loop.tools.registry import MAX_RESULT_CHARS, ToolOutput
 
 MCP_PACKAGE = Path(__file__).resolve().parents[3] / "agent_loop" / "mcp"
+SECRET = "schemaSecret9921"  # the mask's value here, not a suite canary
 PNG = base64.b64encode(b"\x89PNG" + bytes(62)).decode("ascii")
 
 
@@ -97,3 +100,52 @@ def test_only_the_client_reads_sdk_objects(module: str) -> None:
     imported += [node.module or "" for node in ast.walk(tree) if isinstance(node, ast.ImportFrom)]
     assert calls == []
     assert [name for name in imported if name == "mcp" or name.startswith(("mcp.", "mcp_types"))] == []
+
+
+_JSON = st.recursive(
+    st.none() | st.booleans() | st.integers() | st.text(alphabet=st.characters(codec=None), max_size=20),
+    lambda inner: st.lists(inner, max_size=4)
+    | st.dictionaries(st.text(alphabet=st.characters(codec=None), max_size=8), inner, max_size=4),
+    max_leaves=16,
+)
+_CONTROL_OR_SURROGATE = re.compile(r"[\x00-\x08\x0b-\x1f\x7f-\x9f\u202a-\u202e\u2066-\u2069\ud800-\udfff]")
+
+
+@given(st.dictionaries(st.text(alphabet=st.characters(codec=None), max_size=8), _JSON, max_size=5))
+def test_a_schema_keeps_no_control_no_surrogate_and_no_secret(schema: dict[str, Any]) -> None:
+    schema = {**schema, "description": f"{SECRET}\x1b[2J{schema.get('description')}"}
+    schema.pop("type", None)
+    cleaned = clean_schema(schema, lambda text: text.replace(SECRET, "***"))
+    assert cleaned["type"] == "object"
+    strings = list(_strings(cleaned))
+    for text in strings:
+        assert SECRET not in text and not _CONTROL_OR_SURROGATE.search(text), repr(text)
+        text.encode("utf-8")
+
+
+def _strings(value: object) -> Any:
+    if isinstance(value, str):
+        yield value
+    elif isinstance(value, dict):
+        for key, item in value.items():
+            yield from _strings(key)
+            yield from _strings(item)
+    elif isinstance(value, list):
+        for item in value:
+            yield from _strings(item)
+
+
+def test_a_secret_split_by_a_control_character_is_still_masked() -> None:
+    split = f"{SECRET[:6]}\x07{SECRET[6:]}"
+    schema = {"properties": {split: {"enum": [split], "default": f"\u202e{split}"}}}
+    assert clean_schema(schema, lambda text: text.replace(SECRET, "***")) == {
+        "type": "object", "properties": {"***": {"enum": ["***"], "default": "***"}}}
+
+
+def test_a_schema_that_is_not_an_object_schema_or_too_big_is_an_empty_object() -> None:
+    empty = {"type": "object", "properties": {}}
+    assert clean_schema(["not", "a", "dict"], str) == empty
+    assert clean_schema({"type": "string"}, str) == empty
+    assert clean_schema({"type": "object", "description": "x" * 70_000}, str) == empty
+    assert clean_schema({"properties": {"a": {"type": "string"}}}, str) == {"type": "object",
+                                                                            "properties": {"a": {"type": "string"}}}

@@ -81,6 +81,15 @@ async def test_a_secret_a_server_echoes_is_masked_everywhere(
                        "c3": f"Error: the MCP server sec failed the call\n{line}"}
     described = {t["function"]["name"]: t["function"]["description"] for t in server.requests[-1].json["tools"]}
     assert described["mcp__sec__secret_in_description"] == "Authenticated with ***."
+    # Its input schema too: every string masked and cleaned of escapes (fixtures/mcp_servers._hostile_schema).
+    schemas = {t["function"]["name"]: t["function"]["parameters"] for t in server.requests[-1].json["tools"]}
+    shown = "]0;token ***[31mtoken ***"
+    assert schemas["mcp__sec__secret_in_schema"] == {
+        "type": "object", "title": shown, "description": shown,
+        "properties": {"arg[2Jtoken ***": {"type": "string", "title": shown, "description": shown,
+                                           "enum": [shown, "plain"], "default": shown}},
+    }
+    assert CHILD_ENV not in json.dumps(server.requests[-1].json["tools"])
     assert log_path is not None and CHILD_ENV not in log_path.read_text(encoding="utf-8")
     assert any(line in message for message in caplog.messages)
     assert not any(CHILD_ENV in message for message in caplog.messages)
