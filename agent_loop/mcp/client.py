@@ -46,6 +46,10 @@ __all__ = ["CallFailed", "ServerConnection"]
 _log = logging.getLogger("dsh.mcp")
 _CONNECTION_CLOSED = -32000
 _REQUEST_TIMEOUT = -32001
+# An answer that could not be parsed: over streamable HTTP the SDK's transport answers the request itself with
+# this code when the server's reply is not JSON-RPC (a lone surrogate escape is enough; docs/mcp.md). The
+# connection is still up (each request is its own POST), so it is that call's protocol failure.
+_PARSE_ERROR = -32700
 _EXIT_WAIT = 1.0  # after stdout closed, the exit is usually a moment away: wait this long for its code
 _MAX_PAGES = 50  # tools/list pages followed; a server paging forever is cut here
 # One stdio message may carry a whole file (a 10 MiB read is a normal result): it is read whole, then bounded
@@ -210,7 +214,7 @@ class ServerConnection:
             raise CallFailed(McpFailure(Stage.CALL, Category.TIMEOUT, cause=exc)) from None
         except Exception as exc:
             failure = await self.classify(exc, Stage.CALL)
-            if failure.category != Category.TOOL_ERROR:  # the connection is gone: so are its tools
+            if not self._answered(failure):  # the connection is gone: so are its tools
                 self._fail(failure)
                 self.stop()
             raise CallFailed(failure) from None
@@ -218,6 +222,14 @@ class ServerConnection:
             raise CallFailed(McpFailure(Stage.CALL, Category.PROTOCOL))
         return CallResult(tuple(_block(block) for block in result.content), result.structured_content,
                           bool(result.is_error))
+
+    def _answered(self, failure: McpFailure) -> bool:
+        """Whether a failed call was answered (a JSON-RPC error: the server's, or the SDK's for a reply it could
+        not parse) on a connection that is still up, rather than lost with the connection."""
+        if failure.category == Category.TOOL_ERROR:
+            return True
+        return (failure.category == Category.PROTOCOL and self._facts.protocol_error is None
+                and isinstance(failure.cause, MCPError) and failure.cause.code == _PARSE_ERROR)
 
     # --- diagnostics -----------------------------------------------------------------------------
 
@@ -244,6 +256,8 @@ class ServerConnection:
             category = Category.PROCESS_EXIT
         elif isinstance(exc, MCPError) and exc.code == _CONNECTION_CLOSED:
             category = Category.TRANSPORT
+        elif isinstance(exc, MCPError) and exc.code == _PARSE_ERROR:
+            category = Category.PROTOCOL  # not the tool's failure: an answer that is not JSON-RPC
         elif isinstance(exc, MCPError):
             # The server answered the request with a JSON-RPC error: at a call, the tool's own failure.
             category = Category.TOOL_ERROR if stage == Stage.CALL else Category.PROTOCOL

@@ -291,6 +291,18 @@ async def test_http_with_the_right_bearer_token_serves_and_records(tmp_path: Pat
     assert [m["params"]["name"] for m in received(record, "tools/call")] == ["echo"]
 
 
+async def test_http_puts_a_lone_surrogate_on_the_wire_and_the_sdk_answers_the_call_with_a_parse_error() -> None:
+    """Over streamable HTTP the SDK's transport does not drop the answer it cannot parse: it answers the call
+    itself with JSON-RPC -32700 (mcp 2.3, client/streamable_http.py _handle_sse_event), at once."""
+    with HttpServer("hostile-text") as server:
+        async with http_session(server.url) as session:
+            with anyio.fail_after(PROMPTLY), pytest.raises(MCPError) as raised:
+                await session.call_tool("surrogate_echo", {})
+            # pydantic's words for the "\\ud800" escape: the wire held the lone surrogate, not the stand-in
+            assert raised.value.code == types.PARSE_ERROR and "unexpected end of hex escape" in raised.value.message
+            assert _text(await session.call_tool("hostile_echo", {}))[1] == HOSTILE_TEXT  # the session goes on
+
+
 @pytest.mark.parametrize("headers", [{}, {"Authorization": "Bearer wrong-token"}, {"Authorization": "right-token"}])
 async def test_http_without_the_right_bearer_token_is_401(headers: dict[str, str]) -> None:
     with HttpServer("ok", token="right-token") as server:

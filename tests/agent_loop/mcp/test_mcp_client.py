@@ -337,6 +337,28 @@ async def test_streamable_http_lists_and_calls_with_a_bearer_from_the_environmen
     assert seen.notices == []
 
 
+async def test_a_lone_surrogate_over_http_is_that_calls_protocol_failure_at_once() -> None:
+    # The SDK's HTTP transport cannot parse the answer (pydantic refuses the "\ud800" escape) and answers the
+    # call itself with a parse error: a protocol failure of this call, not the tool's, and not a wait for
+    # call_timeout. The server stays up: the next call answers.
+    seen = _Seen()
+    with HttpServer("hostile-text") as server:
+        table = {"url": server.url, "approve": "auto", "call_timeout": 600}
+        async with _manager({"h": table}, seen, environ={}) as manager:
+            await manager.wait_ready()
+            tools = _tools(manager)
+            with anyio.fail_after(PROMPTLY):
+                output = await tools["mcp__h__surrogate_echo"].run({}, _ctx())
+            line = "MCP server failure (server: h; stage: call; category: protocol)"
+            assert (output.text, output.is_error, output.diagnostic) == (
+                f"Error: the MCP server h failed the call\n{line}", True, line)
+            assert [row.state for row in manager.status()] == ["ready"]
+            assert (await tools["mcp__h__hostile_echo"].run({}, _ctx())).text.startswith("hostile_echo: {}")
+    assert seen.notices == []
+    [record] = seen.failures
+    assert str(record) == line and "unexpected end of hex escape" in "\n".join(record.words.lines())
+
+
 @pytest.mark.parametrize(
     ("mode", "token", "status"), [("ok", "expected-token", 401), ("http-500", None, 500)], ids=["401", "500"])
 async def test_an_http_error_status_is_named_in_the_line(mode: str, token: str | None, status: int) -> None:
