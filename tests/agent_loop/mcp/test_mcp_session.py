@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import json
 import logging
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -52,28 +53,27 @@ class _Config:
         return (API_KEY,)
 
 
-
-
 async def test_a_secret_a_server_echoes_is_masked_everywhere(
-    server: FaultServer, tmp_path: Path, monkeypatch: pytest.MonkeyPatch, caplog: pytest.LogCaptureFixture
+    server: FaultServer, tmp_path: Path, monkeypatch: pytest.MonkeyPatch, caplog: pytest.LogCaptureFixture,
+    http_server: Callable[..., HttpServer],
 ) -> None:
     monkeypatch.setenv(VARIABLE, CHILD_ENV)  # the in-process fixture reads the value it leaks from here
     caplog.set_level(logging.WARNING, logger="dsh.mcp")
-    with HttpServer("echo-env-secret", secret_env=VARIABLE) as web:
-        table = {"url": web.url, "headers": {"X-Token": f"${{{VARIABLE}}}"}, "approve": "auto"}
-        config = _Config(base_url=server.url, mcp_servers={"sec": table})
-        assert CHILD_ENV not in config.secrets  # the session's own secrets do not know it
-        session = Session(config, sessions_root=tmp_path / "sessions", env={VARIABLE: CHILD_ENV})
-        await session.start()
-        try:
-            calls = [["c1", "mcp__sec__secret", {}], ["c2", "mcp__sec__secret_is_error", {}],
-                     ["c3", "mcp__sec__secret_raises", {}]]
-            server.push(Behaviour("parallel_tool_calls", calls=calls, interleave=True))
-            await session.run_turn("go")
-            log_path = session.log.path if session.log is not None else None
-            record = session.last_failure
-        finally:
-            await session.aclose()
+    web = http_server("echo-env-secret", secret_env=VARIABLE)
+    table = {"url": web.url, "headers": {"X-Token": f"${{{VARIABLE}}}"}, "approve": "auto"}
+    config = _Config(base_url=server.url, mcp_servers={"sec": table})
+    assert CHILD_ENV not in config.secrets  # the session's own secrets do not know it
+    session = Session(config, sessions_root=tmp_path / "sessions", env={VARIABLE: CHILD_ENV})
+    await session.start()
+    try:
+        calls = [["c1", "mcp__sec__secret", {}], ["c2", "mcp__sec__secret_is_error", {}],
+                 ["c3", "mcp__sec__secret_raises", {}]]
+        server.push(Behaviour("parallel_tool_calls", calls=calls, interleave=True))
+        await session.run_turn("go")
+        log_path = session.log.path if session.log is not None else None
+        record = session.last_failure
+    finally:
+        await session.aclose()
     sent = server.requests[-1].json["messages"]
     results = {m["tool_call_id"]: m["content"] for m in sent if m["role"] == "tool"}
     line = "MCP server failure (server: sec; stage: call; category: tool-error)"
