@@ -60,7 +60,7 @@ async def open_shell(
     except Exception as exc:
         raise StartupError(exc)
     shell = Shell(config, frontend, color=color, env=env, client=client, demo=demo, retry=retry,
-                  show_usage=show_usage, answer=answer, allow_mcp=bool(getattr(args, "allow_mcp", False)))
+                  show_usage=show_usage, answer=answer, allow_mcp=args.allow_mcp)
     stack.push_async_callback(shell.aclose)
     await shell.start(resume=args.resume, defer_agent=defer_agent)
     return shell

@@ -21,12 +21,23 @@ import anyio
 import httpx2
 from mcp import ClientSession
 from mcp import types as mcp_types
+from mcp.client.session import IncomingMessage
 from mcp.client.streamable_http import streamable_http_client
 from mcp.shared.exceptions import MCPError
 from pydantic import ValidationError
 
 from dsh.agent_loop.mcp.config import McpServerConfig, expand_headers
 from dsh.agent_loop.mcp.diagnostics import Category, McpFailure, Stage
+from dsh.agent_loop.mcp.plain import (
+    Block,
+    CallResult,
+    LinkBlock,
+    ListedTool,
+    MediaBlock,
+    OtherBlock,
+    ResourceBlock,
+    TextBlock,
+)
 from dsh.agent_loop.mcp.stdio import StreamFacts, stdio_streams
 from dsh.agent_loop.process import ExitStatus, ManagedProcess, ProcessStartError
 
@@ -35,6 +46,10 @@ __all__ = ["CallFailed", "ServerConnection"]
 _log = logging.getLogger("dsh.mcp")
 _CONNECTION_CLOSED = -32000
 _REQUEST_TIMEOUT = -32001
+# An answer that could not be parsed: over streamable HTTP the SDK's transport answers the request itself with
+# this code when the server's reply is not JSON-RPC (a lone surrogate escape is enough; docs/mcp.md). The
+# connection is still up (each request is its own POST), so it is that call's protocol failure.
+_PARSE_ERROR = -32700
 _EXIT_WAIT = 1.0  # after stdout closed, the exit is usually a moment away: wait this long for its code
 _MAX_PAGES = 50  # tools/list pages followed; a server paging forever is cut here
 # One stdio message may carry a whole file (a 10 MiB read is a normal result): it is read whole, then bounded
@@ -59,7 +74,7 @@ class ServerConnection:
         self._environ = environ
         self._on_change = on_change
         self.state: State = "starting"
-        self.tools: list[mcp_types.Tool] = []
+        self.tools: list[ListedTool] = []
         self.failure: McpFailure | None = None
         self.settled = anyio.Event()  # ready or failed: what a waiting turn waits for
         # The startup clock starts here, not when the handshake does: spawning (and, with several servers,
@@ -138,13 +153,13 @@ class ServerConnection:
         if response.status_code >= 400:
             self._facts.http_status = response.status_code
 
-    async def _list(self, session: ClientSession) -> list[mcp_types.Tool]:
-        tools: list[mcp_types.Tool] = []
+    async def _list(self, session: ClientSession) -> list[ListedTool]:
+        tools: list[ListedTool] = []
         cursor: str | None = None
         for _ in range(_MAX_PAGES):
             params = mcp_types.PaginatedRequestParams(cursor=cursor) if cursor is not None else None
             page = await session.list_tools(params=params)
-            tools.extend(page.tools)
+            tools.extend(_listed(tool) for tool in page.tools)
             cursor = page.next_cursor
             if not cursor:
                 break
@@ -164,10 +179,9 @@ class ServerConnection:
                 continue
             self._on_change(self)
 
-    async def _message(self, message: object) -> None:
-        if isinstance(message, mcp_types.ToolListChangedNotification) or (
-            getattr(message, "method", None) == "notifications/tools/list_changed"
-        ):
+    async def _message(self, message: IncomingMessage) -> None:
+        # By its method, not its class: each protocol version's notification has a class of its own.
+        if not isinstance(message, Exception) and message.method == "notifications/tools/list_changed":
             with contextlib.suppress(anyio.ClosedResourceError, anyio.BrokenResourceError):
                 self._send.send_nowait("relist")
 
@@ -188,7 +202,7 @@ class ServerConnection:
 
     # --- calls (the turn's task) -----------------------------------------------------------------
 
-    async def call(self, tool: str, arguments: dict[str, Any], timeout: float) -> mcp_types.CallToolResult:
+    async def call(self, tool: str, arguments: dict[str, Any], timeout: float) -> CallResult:
         """The server's result (its own ``isError`` included); :class:`CallFailed` otherwise."""
         session = self._session
         if session is None or self.state != "ready":
@@ -200,13 +214,22 @@ class ServerConnection:
             raise CallFailed(McpFailure(Stage.CALL, Category.TIMEOUT, cause=exc)) from None
         except Exception as exc:
             failure = await self.classify(exc, Stage.CALL)
-            if failure.category != Category.TOOL_ERROR:  # the connection is gone: so are its tools
+            if not self._answered(failure):  # the connection is gone: so are its tools
                 self._fail(failure)
                 self.stop()
             raise CallFailed(failure) from None
         if not isinstance(result, mcp_types.CallToolResult):
             raise CallFailed(McpFailure(Stage.CALL, Category.PROTOCOL))
-        return result
+        return CallResult(tuple(_block(block) for block in result.content), result.structured_content,
+                          bool(result.is_error))
+
+    def _answered(self, failure: McpFailure) -> bool:
+        """Whether a failed call was answered (a JSON-RPC error: the server's, or the SDK's for a reply it could
+        not parse) on a connection that is still up, rather than lost with the connection."""
+        if failure.category == Category.TOOL_ERROR:
+            return True
+        return (failure.category == Category.PROTOCOL and self._facts.protocol_error is None
+                and isinstance(failure.cause, MCPError) and failure.cause.code == _PARSE_ERROR)
 
     # --- diagnostics -----------------------------------------------------------------------------
 
@@ -233,6 +256,8 @@ class ServerConnection:
             category = Category.PROCESS_EXIT
         elif isinstance(exc, MCPError) and exc.code == _CONNECTION_CLOSED:
             category = Category.TRANSPORT
+        elif isinstance(exc, MCPError) and exc.code == _PARSE_ERROR:
+            category = Category.PROTOCOL  # not the tool's failure: an answer that is not JSON-RPC
         elif isinstance(exc, MCPError):
             # The server answered the request with a JSON-RPC error: at a call, the tool's own failure.
             category = Category.TOOL_ERROR if stage == Stage.CALL else Category.PROTOCOL
@@ -248,6 +273,30 @@ class ServerConnection:
     @property
     def stderr(self) -> str:
         return self._process.stderr_lines() if self._process is not None else ""
+
+
+# --- the SDK's objects as plain data (agent_loop/mcp/plain.py) ----------------------------------------
+
+
+def _listed(tool: mcp_types.Tool) -> ListedTool:
+    hints = tool.annotations
+    return ListedTool(tool.name, tool.description, tool.input_schema,
+                      read_only=bool(hints is not None and hints.read_only_hint))
+
+
+def _block(block: object) -> Block:
+    if isinstance(block, mcp_types.TextContent):
+        return TextBlock(block.text)
+    if isinstance(block, mcp_types.ImageContent | mcp_types.AudioContent):
+        return MediaBlock(block.type, block.mime_type, block.data)
+    if isinstance(block, mcp_types.EmbeddedResource):
+        resource = block.resource
+        if isinstance(resource, mcp_types.TextResourceContents):
+            return ResourceBlock(resource.uri, resource.mime_type, text=resource.text)
+        return ResourceBlock(resource.uri, resource.mime_type, blob=resource.blob)
+    if isinstance(block, mcp_types.ResourceLink):
+        return LinkBlock(block.uri)
+    return OtherBlock(type(block).__name__)  # a block type a newer SDK knows and this client does not
 
 
 def _leaf(exc: BaseException) -> BaseException:

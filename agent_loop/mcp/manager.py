@@ -198,12 +198,10 @@ class McpManager:
                 config = connection.config
                 listed = [tool for tool in connection.tools if config.tool_allowed(tool.name)]
                 for tool, dsh_name in zip(listed, tool_names(name, [t.name for t in listed], taken), strict=True):
-                    hints = tool.annotations
                     specs.append(McpToolSpec(
-                        # A description goes to the model as it is: masked like a tool result.
+                        # A description and a schema go to the model as they are: masked like a tool result.
                         name, tool.name, dsh_name, self._mask(clean_description(tool.description)),
-                        clean_schema(tool.input_schema),
-                        read_only=bool(hints is not None and hints.read_only_hint),
+                        clean_schema(tool.input_schema, self._mask), read_only=tool.read_only,
                     ))
             self._specs = specs
         return self._specs
@@ -232,4 +230,4 @@ class McpManager:
             line = str(record)
             return ToolOutput(f"Error: the MCP server {spec.server} failed the call\n{line}", is_error=True,
                               diagnostic=line, cause=record)
-        return format_result(result.content, result.structured_content, bool(result.is_error))
+        return format_result(result)

@@ -3,15 +3,16 @@
 * Names: ``mcp__<server>__<tool>``, sanitized to what the API accepts (``[A-Za-z0-9_-]``, at most 64
   characters); a name cut short or taken already gets a suffix from a hash of the tool's own name, so the
   same listing always gives the same names.
-* Descriptions: controls removed, bounded. Schemas: the server's, or an empty object when it sends none
-  usable.
+* Descriptions: controls removed, bounded, masked. Schemas: the server's, or an empty object when it sends
+  none usable; every string in them cleaned and masked like a description.
 * Results: text as it is; structured content as JSON; images, audio and resources as short placeholders;
   bounded here and again by the registry (MAX_RESULT_CHARS), masked by the agent like every tool result.
 * Approval: ``readOnlyHint`` tools run without asking; the others ask the approver with a
   :class:`McpCallRequest` (yes / no / always for this tool, kept in ``session_state``); with no approver
   they are denied unless the server is ``approve = "auto"`` or the session allows MCP.
 
-Content blocks are read by their ``type`` field, so this module does not import the SDK.
+Tools and results arrive as plain data (agent_loop/mcp/plain.py, converted by client.py), so this module
+does not import the SDK.
 """
 
 from __future__ import annotations
@@ -25,8 +26,23 @@ from collections.abc import Awaitable, Callable, Iterable
 from dataclasses import dataclass
 from typing import Any
 
-from dsh.agent_loop.tools.registry import MAX_RESULT_CHARS, McpCallRequest, Tool, ToolContext, ToolOutput
-from dsh.llm import error_chain
+from dsh.agent_loop.mcp.plain import (
+    Block,
+    CallResult,
+    LinkBlock,
+    MediaBlock,
+    OtherBlock,
+    ResourceBlock,
+    TextBlock,
+)
+from dsh.agent_loop.tools.registry import (
+    MAX_RESULT_CHARS,
+    McpCallRequest,
+    Tool,
+    ToolContext,
+    ToolOutput,
+    ask_approval,
+)
 
 __all__ = [
     "MAX_DESCRIPTION_CHARS",
@@ -95,17 +111,31 @@ def clean_description(text: object) -> str:
     return text if len(text) <= MAX_DESCRIPTION_CHARS else text[: MAX_DESCRIPTION_CHARS - 1] + "…"
 
 
-def clean_schema(schema: object) -> dict[str, Any]:
-    """The server's input schema when it is a JSON object schema of bounded size, else an empty object."""
+def clean_schema(schema: object, mask: Callable[[str], str]) -> dict[str, Any]:
+    """The server's input schema when it is a JSON object schema of bounded size, else an empty object.
+
+    Every string in it -- property names, descriptions, titles, enum values, defaults -- is cleaned of
+    controls and masked as a description is: the schema reaches the model and the session log as it is.
+    """
     if not isinstance(schema, dict) or schema.get("type", "object") != "object":
         return dict(_EMPTY_SCHEMA)
     try:
-        size = len(json.dumps(schema))
+        if len(json.dumps(schema)) > _MAX_SCHEMA_CHARS:
+            return dict(_EMPTY_SCHEMA)
+        cleaned = _clean_strings(schema, mask)
     except (TypeError, ValueError, RecursionError):
         return dict(_EMPTY_SCHEMA)
-    if size > _MAX_SCHEMA_CHARS:
-        return dict(_EMPTY_SCHEMA)
-    return {"type": "object", **schema}
+    return {"type": "object", **cleaned}
+
+
+def _clean_strings(value: Any, mask: Callable[[str], str]) -> Any:
+    if isinstance(value, str):
+        return mask(_CONTROLS.sub("", value))
+    if isinstance(value, dict):
+        return {_clean_strings(key, mask): _clean_strings(item, mask) for key, item in value.items()}
+    if isinstance(value, list):
+        return [_clean_strings(item, mask) for item in value]
+    return value
 
 
 def _decoded_size(data: object) -> int:
@@ -122,45 +152,43 @@ def _placeholder_text(value: object, limit: int = 200) -> str:
     return text if len(text) <= limit else text[: limit - 1] + "…"
 
 
-def _block_text(block: Any) -> str:
-    kind = getattr(block, "type", None)
-    if kind == "text":
-        return str(getattr(block, "text", ""))
-    if kind in ("image", "audio"):
-        mime = _placeholder_text(getattr(block, "mime_type", "") or "unknown", 80)
-        return f"[{kind}: {mime}, {_decoded_size(getattr(block, 'data', None))} bytes]"
-    if kind == "resource":
-        resource = getattr(block, "resource", None)
-        uri = _placeholder_text(getattr(resource, "uri", ""))
-        mime = _placeholder_text(getattr(resource, "mime_type", None) or "unknown", 80)
-        if getattr(resource, "text", None) is not None:
-            return f"[resource: {uri}, {mime}, {len(resource.text)} characters]"  # type: ignore[union-attr]
-        return f"[resource: {uri}, {mime}, {_decoded_size(getattr(resource, 'blob', None))} bytes]"
-    if kind == "resource_link":
-        return f"[resource link: {_placeholder_text(getattr(block, 'uri', ''))}]"
-    return f"[{_placeholder_text(kind or 'unknown', 40)} content]"
+def _block_text(block: Block) -> str:
+    match block:
+        case TextBlock(text=text):
+            return text
+        case MediaBlock(kind=kind, mime_type=mime_type, data=data):
+            return f"[{kind}: {_placeholder_text(mime_type or 'unknown', 80)}, {_decoded_size(data)} bytes]"
+        case ResourceBlock(uri=uri, mime_type=mime_type, text=text, blob=blob):
+            where = f"{_placeholder_text(uri)}, {_placeholder_text(mime_type or 'unknown', 80)}"
+            if text is not None:
+                return f"[resource: {where}, {len(text)} characters]"
+            return f"[resource: {where}, {_decoded_size(blob)} bytes]"
+        case LinkBlock(uri=uri):
+            return f"[resource link: {_placeholder_text(uri)}]"
+        case OtherBlock(kind=kind):
+            return f"[{_placeholder_text(kind or 'unknown', 40)} content]"
 
 
-def format_result(content: Iterable[Any], structured: object, is_error: bool) -> ToolOutput:
+def format_result(result: CallResult) -> ToolOutput:
     """A tools/call result as the model gets it (the server's own ``isError`` kept): bounded as it is built."""
     parts: list[str] = []
     size = 0
-    for block in content:
+    for block in result.content:
         text = _block_text(block)
         parts.append(text)
         size += len(text)
         if size > MAX_RESULT_CHARS:
             break
-    if structured is not None and not any(getattr(block, "type", None) == "text" for block in content):
+    if result.structured is not None and not any(isinstance(block, TextBlock) for block in result.content):
         try:
-            parts.append(json.dumps(structured, ensure_ascii=False))
+            parts.append(json.dumps(result.structured, ensure_ascii=False))
         except (TypeError, ValueError, RecursionError):
             parts.append("[structured content that is not JSON]")
     text = _SURROGATES.sub("\ufffd", "\n".join(parts)) if parts else "(no content)"
     if len(text) > MAX_RESULT_CHARS:
         omitted = len(text) - MAX_RESULT_CHARS
         text = text[:MAX_RESULT_CHARS] + f"\n[tool output truncated: {omitted} characters omitted]"
-    return ToolOutput(f"Error: {text}" if is_error else text, is_error=is_error)
+    return ToolOutput(f"Error: {text}" if result.is_error else text, is_error=result.is_error)
 
 
 def clean_arguments(value: Any) -> Any:
@@ -183,17 +211,11 @@ def build_tool(spec: McpToolSpec, call: CallTool, *, auto: Callable[[], bool]) -
 
     async def run(args: dict[str, Any], ctx: ToolContext) -> ToolOutput:
         args = clean_arguments(args)  # what the approver sees is what the server gets
-        if not spec.read_only and not auto() and not ctx.session_state.get(always_key):
-            if ctx.approver is None:
-                return ToolOutput(MCP_NO_APPROVER, is_error=True)
-            try:
-                answer = await ctx.approver(McpCallRequest(spec.server, spec.tool, dict(args)))
-            except Exception as exc:
-                return ToolOutput(f"{MCP_DENIED} (approval failed: {error_chain(exc)})", is_error=True)
-            if answer == "always":
-                ctx.session_state[always_key] = True
-            elif answer != "yes":
-                return ToolOutput(MCP_DENIED, is_error=True)
+        if not spec.read_only and not auto():
+            denial = await ask_approval(ctx, ctx.approver, McpCallRequest(spec.server, spec.tool, dict(args)),
+                                        always_key=always_key, denied=MCP_DENIED, no_approver=MCP_NO_APPROVER)
+            if denial is not None:
+                return denial
         return await call(spec, args)
 
     description = spec.description or f"The {spec.tool} tool of the MCP server {spec.server}."

@@ -44,8 +44,16 @@ import anyio.to_thread
 from dsh.agent_loop.safe_open import DirectoryChanged, NotRegularFile, open_parent, open_regular
 from dsh.agent_loop.tools.edit_paths import GitArea, git_area
 from dsh.agent_loop.tools.files import file_stamp, read_stamps
-from dsh.agent_loop.tools.registry import Approver, Tool, ToolContext, ToolOutput, arguments_schema, param, resolve_path
-from dsh.llm import error_chain
+from dsh.agent_loop.tools.registry import (
+    Approver,
+    Tool,
+    ToolContext,
+    ToolOutput,
+    arguments_schema,
+    ask_approval,
+    param,
+    resolve_path,
+)
 from dsh.llm.redact import MASK, Redactor
 
 __all__ = [
@@ -327,29 +335,25 @@ def _sync_directory(directory: int) -> None:
             os.close(fd)
 
 
-async def _approve(plan: _Plan, ctx: ToolContext, approver: Approver | None, allow_unattended: bool) -> str | None:
+async def _approve(plan: _Plan, ctx: ToolContext, approver: Approver | None,
+                   allow_unattended: bool) -> ToolOutput | None:
     """None when the edit may go ahead, else the result the model sees."""
     request = plan.request
-    key = f"{request.tool}.always"
-    if ctx.session_state.get(key) and not request.outside and request.may_always:
-        return None
-    ask = approver or ctx.approver
-    if ask is None:
-        if request.git is not None:  # --allow-edits would not help: say why instead
-            return f"Error: {request.path} is {request.git.what}; unattended edits stay out of git directories"
-        if not allow_unattended:
-            return EDIT_NO_APPROVER
-        if request.outside:
-            return f"Error: {request.path} is outside the working tree; unattended edits stay inside it"
-        return None
-    try:
-        answer = await ask(request)
-    except Exception as exc:
-        return f"{EDIT_DENIED} (approval failed: {error_chain(exc)})"
-    if answer == "always" and request.may_always:
-        ctx.session_state[key] = True
-    elif answer not in ("yes", "always"):
-        return EDIT_DENIED
+    return await ask_approval(
+        ctx, approver or ctx.approver, request,
+        always_key=f"{request.tool}.always" if request.may_always else None, always_covers=not request.outside,
+        denied=EDIT_DENIED, no_approver=_unattended_refusal(request, allow_unattended),
+    )
+
+
+def _unattended_refusal(request: EditRequest, allow_unattended: bool) -> str | None:
+    """Why an edit with no one to approve it is refused, or None when ``--allow-edits`` lets it through."""
+    if request.git is not None:  # --allow-edits would not help: say why instead
+        return f"Error: {request.path} is {request.git.what}; unattended edits stay out of git directories"
+    if not allow_unattended:
+        return EDIT_NO_APPROVER
+    if request.outside:
+        return f"Error: {request.path} is outside the working tree; unattended edits stay inside it"
     return None
 
 
@@ -369,7 +373,7 @@ async def _run(tool: str, ctx: ToolContext, raw_path: object, change: Change, ap
         return ToolOutput(f"(no change: {plan.shown} already has this content)")
     refusal = await _approve(plan, ctx, approver, allow_unattended)
     if refusal is not None:
-        return ToolOutput(refusal, is_error=True)
+        return refusal
     try:
         # Not abandoned: a write that has begun finishes (or is undone) before the turn ends.
         stamps[str(target)] = await anyio.to_thread.run_sync(_commit, plan)

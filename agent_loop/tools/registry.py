@@ -32,6 +32,7 @@ __all__ = [
     "ToolOutput",
     "ToolRegistry",
     "arguments_schema",
+    "ask_approval",
     "int_arg",
     "param",
     "plan_batches",
@@ -144,6 +145,36 @@ class ToolRegistry:
 
     def __contains__(self, name: object) -> bool:
         return name in self._tools
+
+
+# --- approval ---------------------------------------------------------------------------------------
+
+
+async def ask_approval(ctx: ToolContext, ask: Approver | None, request: object, *, always_key: str | None,
+                       denied: str, no_approver: str | None, always_covers: bool = True) -> ToolOutput | None:
+    """The one approval flow of run_shell, the edit tools and MCP tools: None when the call may go ahead,
+    else the denial the model sees (docs/configuration.md, docs/mcp.md).
+
+    An "always" answered earlier (``session_state[always_key]``) goes ahead without asking, unless
+    ``always_covers`` is false (an edit outside the working tree is asked every time; an "always" answered
+    there still counts for later edits inside it). With no one to ask: ``no_approver``'s denial, or go ahead
+    when it is None (an unattended edit allowed by ``--allow-edits``). An approver that raises denies, with
+    its chain; "always" is kept under ``always_key`` (None: the request cannot be always-approved, so
+    "always" counts as "yes"); any other answer but "yes" denies.
+    """
+    if always_key is not None and always_covers and ctx.session_state.get(always_key):
+        return None
+    if ask is None:
+        return None if no_approver is None else ToolOutput(no_approver, is_error=True)
+    try:
+        answer = await ask(request)
+    except Exception as exc:
+        return ToolOutput(f"{denied} (approval failed: {error_chain(exc)})", is_error=True)
+    if answer == "always" and always_key is not None:
+        ctx.session_state[always_key] = True
+    elif answer not in ("yes", "always"):
+        return ToolOutput(denied, is_error=True)
+    return None
 
 
 # --- executing one call ------------------------------------------------------------------------

@@ -18,8 +18,16 @@ from typing import Any
 import anyio
 
 from dsh.agent_loop.process import ManagedProcess, ProcessStartError
-from dsh.agent_loop.tools.registry import Approver, Tool, ToolContext, ToolOutput, arguments_schema, int_arg, param
-from dsh.llm import error_chain
+from dsh.agent_loop.tools.registry import (
+    Approver,
+    Tool,
+    ToolContext,
+    ToolOutput,
+    arguments_schema,
+    ask_approval,
+    int_arg,
+    param,
+)
 
 __all__ = [
     "SHELL_DENIED",
@@ -190,18 +198,10 @@ def run_shell_tool(approver: Approver | None = None, *, shell: str = "/bin/sh") 
         if not isinstance(command, str) or not command.strip():
             raise ValueError("command must be a non-empty string")
         timeout = float(int_arg(args, "timeout_s", int(SHELL_TIMEOUT), 1, int(SHELL_MAX_TIMEOUT)))
-        if not ctx.session_state.get(_ALWAYS_KEY):
-            ask = approver or ctx.approver
-            if ask is None:
-                return ToolOutput(SHELL_NO_APPROVER, is_error=True)
-            try:
-                answer = await ask(command)
-            except Exception as exc:
-                return ToolOutput(f"{SHELL_DENIED} (approval failed: {error_chain(exc)})", is_error=True)
-            if answer == "always":
-                ctx.session_state[_ALWAYS_KEY] = True
-            elif answer != "yes":
-                return ToolOutput(SHELL_DENIED, is_error=True)
+        denial = await ask_approval(ctx, approver or ctx.approver, command, always_key=_ALWAYS_KEY,
+                                    denied=SHELL_DENIED, no_approver=SHELL_NO_APPROVER)
+        if denial is not None:
+            return denial
         result = await run_command(
             [shell, "-c", command],
             cwd=ctx.cwd,

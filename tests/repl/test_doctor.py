@@ -13,14 +13,17 @@ import socket
 import subprocess
 import sys
 from pathlib import Path
+from types import SimpleNamespace
 from typing import Any
 
 import pytest
 
+from dsh.agent_loop.mcp import Category, McpFailure, ServerStatus, Stage, failure_line
+from dsh.agent_loop.process import ExitStatus
 from dsh.llm.loopback.fault_server import Behaviour, FaultServer, closed_port
 from dsh.repl import commands
 from dsh.repl.config import Config, load_config
-from dsh.repl.doctor import Doctor, Report
+from dsh.repl.doctor import STEPS, Doctor, Report
 from dsh.repl.frontend import PlainFrontEnd
 from dsh.repl.render import FIX_AUTH_FROM, FIX_CERTIFICATE
 from dsh.repl.shell import Shell
@@ -481,3 +484,21 @@ def test_a_real_lookup_of_a_name_that_does_not_exist_fails_at_dns(env: dict[str,
         "  fix: the host name api.deepseek.invalid does not exist — check --base-url (flag)",
     ]
     assert lines[-1] == "doctor: failed at DNS"
+
+
+# --- docs/doctor.md's step table -----------------------------------------------------------------------------
+
+
+def test_the_step_table_has_a_row_for_every_step_and_the_mcp_lines_as_printed() -> None:
+    text = (Path(__file__).resolve().parents[2] / "docs" / "doctor.md").read_text(encoding="utf-8")
+    rows = [line.split("|")[1].strip() for line in text.splitlines() if line.startswith("| `")]
+    assert rows == [f"`{name}`" for name in (*STEPS, "MCP server NAME")]
+    exited = McpFailure(Stage.INITIALIZE, Category.PROCESS_EXIT, exit_status=ExitStatus(3, None))
+    shown = [ServerStatus("fx", "ready", tools=7), ServerStatus("off", "disabled"),
+             ServerStatus("bad", "failed", line=failure_line("bad", exited))]
+    for row in shown:
+        [line] = Doctor._mcp_step(row, None).lines()
+        assert f"`{line}`" in text, line
+    slow = SimpleNamespace(configs={"slow": SimpleNamespace(startup_timeout=30.0)})
+    [line] = Doctor._mcp_step(ServerStatus("slow", "starting"), slow).lines()
+    assert f"`{line.split(') ', 1)[1]}`" in text, line  # the suffix after the failure line

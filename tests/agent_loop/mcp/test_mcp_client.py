@@ -4,11 +4,13 @@ server-filesystem; skipped with how to install when absent). Exact lines (DESIGN
 
 from __future__ import annotations
 
+import json
 import os
 import string
 import sys
+from collections.abc import Callable
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import anyio
 import pytest
@@ -22,33 +24,22 @@ from fixtures.mcp_servers import (
     BIG_TEXT_BYTES,
     EXIT_AT_START_REASON,
     HOSTILE_NAMES,
+    HOSTILE_TEXT,
+    OK_TOOLS,
     HttpServer,
     read_record,
     received,
-    stdio_command,
 )
 from tests.canaries import CHILD_ENV
-from tests.real_parts import missing
 from tests.waiting import PROMPTLY, async_wait_until
+
+if TYPE_CHECKING:
+    from tests.agent_loop.mcp.conftest import StdioServers
 
 pytestmark = [pytest.mark.anyio, pytest.mark.usefixtures("no_leftover_processes")]
 
-REPO = Path(__file__).resolve().parents[3]
-BIN = REPO / ".venv/npm/node_modules/.bin"
-INSTALL = "make npm-agents (npm install --prefix .venv/npm @modelcontextprotocol/server-{name}@2026.8.31)"
 HTTP_TOKEN = "httpFixtureToken4471"
-OK_TOOLS = ["echo", "add", "slow", "structured", "image_and_resource", "fails", "big"]
-
-
-def _npm(name: str, *args: str) -> dict[str, Any]:
-    command = BIN / f"mcp-server-{name}"
-    if not command.exists():
-        missing(f"@modelcontextprotocol/server-{name} (npm)", INSTALL.format(name=name))
-    return {"command": str(command), "args": list(args)}
-
-
-def _fixture(mode: str, *options: str, **table: Any) -> dict[str, Any]:
-    return {"command": stdio_command(mode, *options), "cwd": str(REPO), **table}
+HttpServers = Callable[..., HttpServer]  # the http_server fixture (conftest.py)
 
 
 def _ctx(approver: Any = None) -> ToolContext:
@@ -76,20 +67,23 @@ def _tools(manager: McpManager) -> dict[str, Tool]:
 
 
 @pytest.mark.parametrize(
-    ("table", "line"),
+    ("fixture", "table", "line"),
     [
-        ({"command": "/nonexistent/mcp-server"},
+        ((), {"command": "/nonexistent/mcp-server"},
          "MCP server failure (server: s; stage: spawn; category: process-start)"),
-        (_fixture("exit-at-start"),
+        (("exit-at-start",), {},
          "MCP server failure (server: s; stage: initialize; category: process-exit; exit code: 3)"),
-        (_fixture("garbage-stdout", "--garbage", "instead"),
+        (("garbage-stdout", "--garbage", "instead"), {},
          "MCP server failure (server: s; stage: initialize; category: protocol)"),
-        (_fixture("hang-initialize", startup_timeout=0.5),
+        (("hang-initialize",), {"startup_timeout": 0.5},
          "MCP server failure (server: s; stage: initialize; category: timeout)"),
     ],
     ids=["missing-command", "exit-at-start", "garbage-stdout", "hang-at-initialize"],
 )
-async def test_a_failing_server_is_announced_once_with_its_closed_line(table: dict[str, Any], line: str) -> None:
+async def test_a_failing_server_is_announced_once_with_its_closed_line(
+    fixture: tuple[str, ...], table: dict[str, Any], line: str, stdio_server: StdioServers,
+) -> None:
+    table = stdio_server.table(*fixture, **table) if fixture else table
     seen = _Seen()
     async with _manager({"s": table}, seen) as manager:
         await manager.wait_ready()
@@ -103,11 +97,13 @@ async def test_a_failing_server_is_announced_once_with_its_closed_line(table: di
         assert EXIT_AT_START_REASON not in line
 
 
-async def test_servers_hanging_at_initialize_have_all_failed_when_wait_ready_returns() -> None:
+async def test_servers_hanging_at_initialize_have_all_failed_when_wait_ready_returns(
+    stdio_server: StdioServers,
+) -> None:
     # The startup clock of each server starts when it is started: a turn's wait_ready no longer runs a
     # timer of its own that could wake before the servers' (it did, with several servers or a busy box).
     seen = _Seen()
-    tables = {f"s{i}": _fixture("hang-initialize", startup_timeout=0.5) for i in range(6)}
+    tables = {f"s{i}": stdio_server.table("hang-initialize", startup_timeout=0.5) for i in range(6)}
     async with _manager(tables, seen) as manager:
         await manager.wait_ready()
         assert {row.state for row in manager.status()} == {"failed"}
@@ -115,17 +111,21 @@ async def test_servers_hanging_at_initialize_have_all_failed_when_wait_ready_ret
         f"MCP server failure (server: s{i}; stage: initialize; category: timeout)" for i in range(6)]
 
 
-async def test_garbage_before_the_answers_is_a_protocol_failure_not_a_quiet_log_line() -> None:
+async def test_garbage_before_the_answers_is_a_protocol_failure_not_a_quiet_log_line(
+    stdio_server: StdioServers,
+) -> None:
     seen = _Seen()
-    async with _manager({"g": _fixture("garbage-stdout")}, seen) as manager:
+    async with _manager({"g": stdio_server.table("garbage-stdout")}, seen) as manager:
         await manager.wait_ready()
     assert seen.notices == ["MCP server failure (server: g; stage: initialize; category: protocol)"]
 
 
 @pytest.mark.parametrize(("crash", "fact"), [("kill", "signal: SIGKILL"), ("exit", "exit code: 9")])
-async def test_a_crash_during_a_call_is_a_tool_error_naming_the_server(crash: str, fact: str) -> None:
+async def test_a_crash_during_a_call_is_a_tool_error_naming_the_server(
+    crash: str, fact: str, stdio_server: StdioServers,
+) -> None:
     seen = _Seen()
-    table = _fixture("crash-mid-call", "--crash", crash, approve="auto")
+    table = stdio_server.table("crash-mid-call", "--crash", crash, approve="auto")
     async with _manager({"c": table}, seen) as manager:
         await manager.wait_ready()
         output = await _tools(manager)["mcp__c__add"].run({"a": 1, "b": 2}, _ctx())
@@ -141,9 +141,9 @@ async def test_a_crash_during_a_call_is_a_tool_error_naming_the_server(crash: st
 # --- stdio: results, cancellation, list_changed, restart, size ----------------------------------------
 
 
-async def test_the_ok_server_lists_and_answers_through_dsh_tools(tmp_path: Path) -> None:
+async def test_the_ok_server_lists_and_answers_through_dsh_tools(tmp_path: Path, stdio_server: StdioServers) -> None:
     seen = _Seen()
-    async with _manager({"ok": _fixture("ok", approve="auto")}, seen) as manager:
+    async with _manager({"ok": stdio_server.table("ok", approve="auto")}, seen) as manager:
         await manager.wait_ready()
         [status] = manager.status()
         assert (status.state, status.tools, status.line) == ("ready", len(OK_TOOLS), None)
@@ -160,9 +160,9 @@ async def test_the_ok_server_lists_and_answers_through_dsh_tools(tmp_path: Path)
     assert seen.notices == []
 
 
-async def test_a_ten_mib_result_reaches_the_model_bounded_and_the_server_stays_up() -> None:
+async def test_a_ten_mib_result_reaches_the_model_bounded_and_the_server_stays_up(stdio_server: StdioServers) -> None:
     seen = _Seen()
-    async with _manager({"ok": _fixture("ok", approve="auto")}, seen) as manager:
+    async with _manager({"ok": stdio_server.table("ok", approve="auto")}, seen) as manager:
         await manager.wait_ready()
         tools = _tools(manager)
         output = await tools["mcp__ok__big"].run({}, _ctx())
@@ -172,10 +172,12 @@ async def test_a_ten_mib_result_reaches_the_model_bounded_and_the_server_stays_u
     assert seen.notices == [] and seen.failures == []
 
 
-async def test_cancelling_a_slow_call_sends_notifications_cancelled_and_keeps_the_server(tmp_path: Path) -> None:
+async def test_cancelling_a_slow_call_sends_notifications_cancelled_and_keeps_the_server(
+    tmp_path: Path, stdio_server: StdioServers,
+) -> None:
     record = tmp_path / "record"
     seen = _Seen()
-    async with _manager({"ok": _fixture("ok", "--record", str(record), approve="auto")}, seen) as manager:
+    async with _manager({"ok": stdio_server.table("ok", "--record", str(record), approve="auto")}, seen) as manager:
         await manager.wait_ready()
         tools = _tools(manager)
         async with anyio.create_task_group() as group:
@@ -190,10 +192,12 @@ async def test_cancelling_a_slow_call_sends_notifications_cancelled_and_keeps_th
     assert seen.notices == [] and seen.failures == []
 
 
-async def test_a_call_past_call_timeout_is_a_timeout_line_and_is_cancelled_on_the_server(tmp_path: Path) -> None:
+async def test_a_call_past_call_timeout_is_a_timeout_line_and_is_cancelled_on_the_server(
+    tmp_path: Path, stdio_server: StdioServers,
+) -> None:
     record = tmp_path / "record"
     seen = _Seen()
-    table = _fixture("ok", "--record", str(record), approve="auto", call_timeout=0.3)
+    table = stdio_server.table("ok", "--record", str(record), approve="auto", call_timeout=0.3)
     async with _manager({"ok": table}, seen) as manager:
         await manager.wait_ready()
         output = await _tools(manager)["mcp__ok__slow"].run({}, _ctx())
@@ -203,9 +207,9 @@ async def test_a_call_past_call_timeout_is_a_timeout_line_and_is_cancelled_on_th
         assert [row.state for row in manager.status()] == ["ready"]  # a slow tool is not a dead server
 
 
-async def test_tools_list_changed_gives_the_next_turn_the_new_listing() -> None:
+async def test_tools_list_changed_gives_the_next_turn_the_new_listing(stdio_server: StdioServers) -> None:
     seen = _Seen()
-    async with _manager({"lc": _fixture("list-changed", approve="auto")}, seen) as manager:
+    async with _manager({"lc": stdio_server.table("list-changed", approve="auto")}, seen) as manager:
         await manager.wait_ready()
         assert "mcp__lc__added_later" not in _tools(manager)
         assert (await _tools(manager)["mcp__lc__echo"].run({"text": "x"}, _ctx())).text == "x"
@@ -213,10 +217,10 @@ async def test_tools_list_changed_gives_the_next_turn_the_new_listing() -> None:
         assert manager.status()[0].tools == len(OK_TOOLS) + 1
 
 
-async def test_restart_stops_the_server_and_starts_a_fresh_one(tmp_path: Path) -> None:
+async def test_restart_stops_the_server_and_starts_a_fresh_one(tmp_path: Path, stdio_server: StdioServers) -> None:
     record = tmp_path / "record"
     seen = _Seen()
-    async with _manager({"ok": _fixture("ok", "--record", str(record), approve="auto")}, seen) as manager:
+    async with _manager({"ok": stdio_server.table("ok", "--record", str(record), approve="auto")}, seen) as manager:
         await manager.wait_ready()
         await manager.restart("ok")
         assert [row.state for row in manager.status()] == ["starting"]
@@ -229,9 +233,9 @@ async def test_restart_stops_the_server_and_starts_a_fresh_one(tmp_path: Path) -
     assert seen.notices == []
 
 
-async def test_a_restart_brings_back_a_server_that_crashed() -> None:
+async def test_a_restart_brings_back_a_server_that_crashed(stdio_server: StdioServers) -> None:
     seen = _Seen()
-    async with _manager({"c": _fixture("crash-mid-call", approve="auto")}, seen) as manager:
+    async with _manager({"c": stdio_server.table("crash-mid-call", approve="auto")}, seen) as manager:
         await manager.wait_ready()
         await _tools(manager)["mcp__c__echo"].run({"text": "x"}, _ctx())
         assert manager.status()[0].state == "failed"
@@ -240,9 +244,9 @@ async def test_a_restart_brings_back_a_server_that_crashed() -> None:
         assert (manager.status()[0].state, len(_tools(manager))) == ("ready", len(OK_TOOLS))
 
 
-async def test_two_hundred_tools_are_listed_with_unique_names() -> None:
+async def test_two_hundred_tools_are_listed_with_unique_names(stdio_server: StdioServers) -> None:
     seen = _Seen()
-    async with _manager({"many": _fixture("tools200", approve="auto")}, seen) as manager:
+    async with _manager({"many": stdio_server.table("tools200", approve="auto")}, seen) as manager:
         await manager.wait_ready()
         tools = _tools(manager)
         assert list(tools) == [f"mcp__many__tool_{i:03d}" for i in range(200)]
@@ -257,9 +261,9 @@ def _clean(text: str) -> bool:
         0xD800 <= ord(ch) <= 0xDFFF or ch in "\x1b\x07\x9b\u202e\u2066\u2069" for ch in text)
 
 
-async def test_hostile_names_and_descriptions_are_sanitized() -> None:
+async def test_hostile_names_and_descriptions_are_sanitized(stdio_server: StdioServers) -> None:
     seen = _Seen()
-    async with _manager({"h": _fixture("hostile-text", approve="auto")}, seen) as manager:
+    async with _manager({"h": stdio_server.table("hostile-text", approve="auto")}, seen) as manager:
         await manager.wait_ready()
         specs = manager.specs()
         assert [spec.tool for spec in specs][: len(HOSTILE_NAMES)] == list(HOSTILE_NAMES)  # sent back as given
@@ -267,6 +271,12 @@ async def test_hostile_names_and_descriptions_are_sanitized() -> None:
             assert spec.name.startswith("mcp__h__") and len(spec.name) <= MAX_NAME_CHARS
             assert all(ch.isascii() and (ch.isalnum() or ch in "_-") for ch in spec.name)
             assert _clean(spec.description), spec.description
+            assert _clean(json.dumps(spec.parameters, ensure_ascii=False)), spec.parameters
+        cleaned = HOSTILE_TEXT.replace("\x1b", "").replace("\x07", "").replace("\u202e", "").replace("\r", "")
+        [echo] = [spec for spec in specs if spec.tool == "hostile_echo"]
+        assert echo.parameters["properties"] == {f"arg[2J{cleaned}": {
+            "type": "string", "title": f"]0;{cleaned}[31m{cleaned}", "description": f"]0;{cleaned}[31m{cleaned}",
+            "enum": [f"]0;{cleaned}[31m{cleaned}", "plain"], "default": f"]0;{cleaned}[31m{cleaned}"}}
         # A hostile name is called by its own name: the server gets exactly what it listed.
         evil = manager.tools()[0]
         output = await evil.run({}, _ctx())
@@ -277,7 +287,9 @@ async def test_hostile_names_and_descriptions_are_sanitized() -> None:
     assert seen.notices == []
 
 
-async def test_a_lone_surrogate_in_the_listing_or_the_arguments_cannot_kill_the_transport(tmp_path: Path) -> None:
+async def test_a_lone_surrogate_in_the_listing_or_the_arguments_cannot_kill_the_transport(
+    tmp_path: Path, stdio_server: StdioServers,
+) -> None:
     record = tmp_path / "record"
     seen = _Seen()
     asked: list[McpCallRequest] = []
@@ -286,7 +298,7 @@ async def test_a_lone_surrogate_in_the_listing_or_the_arguments_cannot_kill_the_
         asked.append(request)
         return "yes"
 
-    async with _manager({"ls": _fixture("lone-surrogate", "--record", str(record))}, seen) as manager:
+    async with _manager({"ls": stdio_server.table("lone-surrogate", "--record", str(record))}, seen) as manager:
         await manager.wait_ready()
         tools = _tools(manager)
         [odd] = [spec for spec in manager.specs() if spec.tool != "echo"]
@@ -313,29 +325,55 @@ def test_clean_arguments_leave_nothing_utf8_cannot_encode(value: Any) -> None:
 # --- streamable HTTP --------------------------------------------------------------------------------------
 
 
-async def test_streamable_http_lists_and_calls_with_a_bearer_from_the_environment(tmp_path: Path) -> None:
+async def test_streamable_http_lists_and_calls_with_a_bearer_from_the_environment(
+    tmp_path: Path, http_server: HttpServers,
+) -> None:
     record = tmp_path / "record"  # holds the Authorization header it saw: so the token is not a suite canary
     seen = _Seen()
-    with HttpServer("ok", token=HTTP_TOKEN, record=record) as server:
-        table = {"url": server.url, "headers": {"Authorization": "Bearer ${DSH_TEST_MCP_TOKEN}"}, "approve": "auto"}
-        async with _manager({"web": table}, seen, environ={"DSH_TEST_MCP_TOKEN": HTTP_TOKEN}) as manager:
-            assert manager.secrets() == (HTTP_TOKEN,)
-            await manager.wait_ready()
-            assert [row.state for row in manager.status()] == ["ready"]
-            tools = _tools(manager)
-            assert (await tools["mcp__web__add"].run({"a": 1, "b": 1}, _ctx())).text == "2"
+    server = http_server("ok", token=HTTP_TOKEN, record=record)
+    table = {"url": server.url, "headers": {"Authorization": "Bearer ${DSH_TEST_MCP_TOKEN}"}, "approve": "auto"}
+    async with _manager({"web": table}, seen, environ={"DSH_TEST_MCP_TOKEN": HTTP_TOKEN}) as manager:
+        assert manager.secrets() == (HTTP_TOKEN,)
+        await manager.wait_ready()
+        assert [row.state for row in manager.status()] == ["ready"]
+        tools = _tools(manager)
+        assert (await tools["mcp__web__add"].run({"a": 1, "b": 1}, _ctx())).text == "2"
     auths = {event.get("authorization") for event in read_record(record) if event["event"] == "http-request"}
     assert auths == {f"Bearer {HTTP_TOKEN}"}
     assert seen.notices == []
 
 
+async def test_a_lone_surrogate_over_http_is_that_calls_protocol_failure_at_once(http_server: HttpServers) -> None:
+    # The SDK's HTTP transport cannot parse the answer (pydantic refuses the "\ud800" escape) and answers the
+    # call itself with a parse error: a protocol failure of this call, not the tool's, and not a wait for
+    # call_timeout. The server stays up: the next call answers.
+    seen = _Seen()
+    server = http_server("hostile-text")
+    table = {"url": server.url, "approve": "auto", "call_timeout": 600}
+    async with _manager({"h": table}, seen, environ={}) as manager:
+        await manager.wait_ready()
+        tools = _tools(manager)
+        with anyio.fail_after(PROMPTLY):
+            output = await tools["mcp__h__surrogate_echo"].run({}, _ctx())
+        line = "MCP server failure (server: h; stage: call; category: protocol)"
+        assert (output.text, output.is_error, output.diagnostic) == (
+            f"Error: the MCP server h failed the call\n{line}", True, line)
+        assert [row.state for row in manager.status()] == ["ready"]
+        assert (await tools["mcp__h__hostile_echo"].run({}, _ctx())).text.startswith("hostile_echo: {}")
+    assert seen.notices == []
+    [record] = seen.failures
+    assert str(record) == line and "unexpected end of hex escape" in "\n".join(record.words.lines())
+
+
 @pytest.mark.parametrize(
     ("mode", "token", "status"), [("ok", "expected-token", 401), ("http-500", None, 500)], ids=["401", "500"])
-async def test_an_http_error_status_is_named_in_the_line(mode: str, token: str | None, status: int) -> None:
+async def test_an_http_error_status_is_named_in_the_line(
+    mode: str, token: str | None, status: int, http_server: HttpServers,
+) -> None:
     seen = _Seen()
-    with HttpServer(mode, token=token) as server:
-        async with _manager({"web": {"url": server.url}}, seen, environ={}) as manager:
-            await manager.wait_ready()
+    server = http_server(mode, token=token)
+    async with _manager({"web": {"url": server.url}}, seen, environ={}) as manager:
+        await manager.wait_ready()
     line = f"MCP server failure (server: web; stage: initialize; category: http; HTTP status: {status})"
     assert seen.notices == [line]
     assert [str(record) for record in seen.failures] == [line]
@@ -344,9 +382,11 @@ async def test_an_http_error_status_is_named_in_the_line(mode: str, token: str |
 # --- real npm servers -------------------------------------------------------------------------------------
 
 
-async def test_everything_server_lists_and_calls_its_tools(tmp_path: Path) -> None:
+async def test_everything_server_lists_and_calls_its_tools(
+    tmp_path: Path, npm_server: Callable[..., list[str]],
+) -> None:
     seen = _Seen()
-    async with _manager({"ev": _npm("everything", "stdio")}, seen) as manager:
+    async with _manager({"ev": {"command": npm_server("everything", "stdio")}}, seen) as manager:
         await manager.wait_ready()
         [status] = manager.status()
         assert (status.state, status.tools > 5, status.line) == ("ready", True, None)
@@ -359,7 +399,9 @@ async def test_everything_server_lists_and_calls_its_tools(tmp_path: Path) -> No
     assert seen.notices == []
 
 
-async def test_a_tool_that_is_not_read_only_asks_and_is_denied_without_an_approver() -> None:
+async def test_a_tool_that_is_not_read_only_asks_and_is_denied_without_an_approver(
+    npm_server: Callable[..., list[str]],
+) -> None:
     seen = _Seen()
     asked: list[object] = []
 
@@ -367,7 +409,7 @@ async def test_a_tool_that_is_not_read_only_asks_and_is_denied_without_an_approv
         asked.append(request)
         return "no"
 
-    async with _manager({"ev": _npm("everything", "stdio")}, seen) as manager:
+    async with _manager({"ev": {"command": npm_server("everything", "stdio")}}, seen) as manager:
         await manager.wait_ready()
         tool = _tools(manager)["mcp__ev__toggle-simulated-logging"]
         assert (await tool.run({}, _ctx())).text == MCP_NO_APPROVER
@@ -377,13 +419,15 @@ async def test_a_tool_that_is_not_read_only_asks_and_is_denied_without_an_approv
         assert not (await tool.run({}, _ctx())).is_error
 
 
-async def test_filesystem_server_lists_a_directory_and_reads_a_file(tmp_path: Path) -> None:
+async def test_filesystem_server_lists_a_directory_and_reads_a_file(
+    tmp_path: Path, npm_server: Callable[..., list[str]],
+) -> None:
     root = tmp_path / "root"
     root.mkdir()
     (root / "note.txt").write_text("the file's words\n", encoding="utf-8")
     (root / "sub").mkdir()
     seen = _Seen()
-    table = {**_npm("filesystem", str(root)), "env": {"HOME": str(tmp_path)}}
+    table = {"command": npm_server("filesystem", str(root)), "env": {"HOME": str(tmp_path)}}
     async with _manager({"fs": table}, seen) as manager:
         await manager.wait_ready()
         tools = _tools(manager)

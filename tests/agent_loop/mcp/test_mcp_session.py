@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import json
 import logging
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -52,28 +53,27 @@ class _Config:
         return (API_KEY,)
 
 
-
-
 async def test_a_secret_a_server_echoes_is_masked_everywhere(
-    server: FaultServer, tmp_path: Path, monkeypatch: pytest.MonkeyPatch, caplog: pytest.LogCaptureFixture
+    server: FaultServer, tmp_path: Path, monkeypatch: pytest.MonkeyPatch, caplog: pytest.LogCaptureFixture,
+    http_server: Callable[..., HttpServer],
 ) -> None:
     monkeypatch.setenv(VARIABLE, CHILD_ENV)  # the in-process fixture reads the value it leaks from here
     caplog.set_level(logging.WARNING, logger="dsh.mcp")
-    with HttpServer("echo-env-secret", secret_env=VARIABLE) as web:
-        table = {"url": web.url, "headers": {"X-Token": f"${{{VARIABLE}}}"}, "approve": "auto"}
-        config = _Config(base_url=server.url, mcp_servers={"sec": table})
-        assert CHILD_ENV not in config.secrets  # the session's own secrets do not know it
-        session = Session(config, sessions_root=tmp_path / "sessions", env={VARIABLE: CHILD_ENV})
-        await session.start()
-        try:
-            calls = [["c1", "mcp__sec__secret", {}], ["c2", "mcp__sec__secret_is_error", {}],
-                     ["c3", "mcp__sec__secret_raises", {}]]
-            server.push(Behaviour("parallel_tool_calls", calls=calls, interleave=True))
-            await session.run_turn("go")
-            log_path = session.log.path if session.log is not None else None
-            record = session.last_failure
-        finally:
-            await session.aclose()
+    web = http_server("echo-env-secret", secret_env=VARIABLE)
+    table = {"url": web.url, "headers": {"X-Token": f"${{{VARIABLE}}}"}, "approve": "auto"}
+    config = _Config(base_url=server.url, mcp_servers={"sec": table})
+    assert CHILD_ENV not in config.secrets  # the session's own secrets do not know it
+    session = Session(config, sessions_root=tmp_path / "sessions", env={VARIABLE: CHILD_ENV})
+    await session.start()
+    try:
+        calls = [["c1", "mcp__sec__secret", {}], ["c2", "mcp__sec__secret_is_error", {}],
+                 ["c3", "mcp__sec__secret_raises", {}]]
+        server.push(Behaviour("parallel_tool_calls", calls=calls, interleave=True))
+        await session.run_turn("go")
+        log_path = session.log.path if session.log is not None else None
+        record = session.last_failure
+    finally:
+        await session.aclose()
     sent = server.requests[-1].json["messages"]
     results = {m["tool_call_id"]: m["content"] for m in sent if m["role"] == "tool"}
     line = "MCP server failure (server: sec; stage: call; category: tool-error)"
@@ -81,6 +81,15 @@ async def test_a_secret_a_server_echoes_is_masked_everywhere(
                        "c3": f"Error: the MCP server sec failed the call\n{line}"}
     described = {t["function"]["name"]: t["function"]["description"] for t in server.requests[-1].json["tools"]}
     assert described["mcp__sec__secret_in_description"] == "Authenticated with ***."
+    # Its input schema too: every string masked and cleaned of escapes (fixtures/mcp_servers._hostile_schema).
+    schemas = {t["function"]["name"]: t["function"]["parameters"] for t in server.requests[-1].json["tools"]}
+    shown = "]0;token ***[31mtoken ***"
+    assert schemas["mcp__sec__secret_in_schema"] == {
+        "type": "object", "title": shown, "description": shown,
+        "properties": {"arg[2Jtoken ***": {"type": "string", "title": shown, "description": shown,
+                                           "enum": [shown, "plain"], "default": shown}},
+    }
+    assert CHILD_ENV not in json.dumps(server.requests[-1].json["tools"])
     assert log_path is not None and CHILD_ENV not in log_path.read_text(encoding="utf-8")
     assert any(line in message for message in caplog.messages)
     assert not any(CHILD_ENV in message for message in caplog.messages)

@@ -10,7 +10,7 @@ from __future__ import annotations
 
 import os
 import sys
-from collections.abc import AsyncIterator
+from collections.abc import AsyncIterator, Callable
 from contextlib import asynccontextmanager
 from pathlib import Path
 
@@ -19,23 +19,15 @@ import mcp_types as types
 import pytest
 from mcp import ClientSession, StdioServerParameters, stdio_client
 
-from tests.real_parts import missing
 from tests.waiting import PROMPTLY
 
 pytestmark = [pytest.mark.anyio, pytest.mark.usefixtures("no_leftover_processes")]
 
-REPO = Path(__file__).resolve().parents[3]
-BIN = REPO / ".venv/npm/node_modules/.bin"
-INSTALL = "make npm-agents (npm install --prefix .venv/npm @modelcontextprotocol/server-{name}@2026.8.31)"
-
 
 @asynccontextmanager
-async def npm_session(name: str, *args: str, home: Path) -> AsyncIterator[ClientSession]:
-    command = BIN / f"mcp-server-{name}"
-    if not command.exists():
-        missing(f"@modelcontextprotocol/server-{name} (npm)", INSTALL.format(name=name))
+async def npm_session(argv: list[str], *, home: Path) -> AsyncIterator[ClientSession]:
     # A fresh HOME: a server never reads or writes the user's own.
-    params = StdioServerParameters(command=str(command), args=list(args), env={"HOME": str(home)}, cwd=home)
+    params = StdioServerParameters(command=argv[0], args=argv[1:], env={"HOME": str(home)}, cwd=home)
     with open(os.devnull, "w") as quiet:  # both greet on stderr
         async with stdio_client(params, errlog=quiet) as (read, write), ClientSession(read, write) as session:
             with anyio.fail_after(PROMPTLY):
@@ -47,8 +39,10 @@ def _text(result: types.CallToolResult) -> list[str]:
     return [block.text for block in result.content if isinstance(block, types.TextContent)]
 
 
-async def test_server_everything_lists_annotated_tools_and_echoes(tmp_path: Path) -> None:
-    async with npm_session("everything", "stdio", home=tmp_path) as session:
+async def test_server_everything_lists_annotated_tools_and_echoes(
+    tmp_path: Path, npm_server: Callable[..., list[str]],
+) -> None:
+    async with npm_session(npm_server("everything", "stdio"), home=tmp_path) as session:
         assert session.server_info is not None and session.server_info.name == "mcp-servers/everything"
         tools = {tool.name: tool for tool in (await session.list_tools()).tools}
         assert {"echo", "get-sum", "get-env", "get-tiny-image", "get-structured-content"} <= set(tools)
@@ -57,11 +51,13 @@ async def test_server_everything_lists_annotated_tools_and_echoes(tmp_path: Path
         assert _text(await session.call_tool("echo", {"message": "hello from dsh"})) == ["Echo: hello from dsh"]
 
 
-async def test_server_filesystem_lists_its_tools_and_reads_a_file(tmp_path: Path) -> None:
+async def test_server_filesystem_lists_its_tools_and_reads_a_file(
+    tmp_path: Path, npm_server: Callable[..., list[str]],
+) -> None:
     root = tmp_path / "root"
     root.mkdir()
     (root / "note.txt").write_text("the file's words\n", encoding="utf-8")
-    async with npm_session("filesystem", str(root), home=tmp_path) as session:
+    async with npm_session(npm_server("filesystem", str(root)), home=tmp_path) as session:
         tools = {tool.name: tool for tool in (await session.list_tools()).tools}
         assert {"read_text_file", "write_file", "list_directory", "list_allowed_directories"} <= set(tools)
         write = tools["write_file"].annotations
