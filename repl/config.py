@@ -104,7 +104,8 @@ class Config:
     warnings: tuple[str, ...] = ()
     # Where base_url, api_key and proxy came from, in words a fix line can name (docs/reliability.md).
     sources: dict[str, str] = field(default_factory=dict)
-    # Values of this process's environment whose variable names look secret (GITHUB_TOKEN, ...).
+    # Values of this process's environment whose variable names look secret (GITHUB_TOKEN, ...), and those an
+    # MCP server's headers name (``${NAME}``).
     environment_secrets: tuple[str, ...] = ()
 
     @property
@@ -419,5 +420,20 @@ def load_config(
         config_path=path if raw else None,
         warnings=tuple(warnings),
         sources=sources,
-        environment_secrets=environment_secrets(env),
+        environment_secrets=(*environment_secrets(env), *_header_variables(values.get("mcp_servers"), env)),
     )
+
+
+def _header_variables(tables: object, env: Mapping[str, str]) -> tuple[str, ...]:
+    """The values of the variables MCP header values name (``${NAME}``), whatever the names: a server's
+    bearer token from ``$MY_HEADER`` is masked in dsh.log from the start, like every other secret."""
+    if not isinstance(tables, Mapping):
+        return ()
+    from dsh.agent_loop.mcp.config import expand_headers  # only with servers configured; loads no manager, no SDK
+
+    found: list[str] = []
+    for table in tables.values():
+        headers = table.get("headers") if isinstance(table, Mapping) else None
+        if isinstance(headers, Mapping):
+            found.extend(expand_headers({str(k): v for k, v in headers.items() if isinstance(v, str)}, env)[1])
+    return tuple(found)

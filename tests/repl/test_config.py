@@ -193,3 +193,15 @@ def test_auto_compact_and_markdown_switches(tmp_path: Path) -> None:
     with pytest.raises(ConfigError) as caught:
         load_config({}, env, require_key=False)
     assert "auto_compact must be true/false" in str(caught.value)
+
+
+def test_mcp_secrets_are_known_at_load_including_header_variables_of_any_name(tmp_path: Path) -> None:
+    """dsh.log's filter is built from the config's secrets before any server starts: a bearer token taken from
+    a variable whose name does not look secret is among them, and so are the tables' literal values."""
+    token, literal = "plainNamedHeaderValue42", "literalEnvValue0000"
+    env = write_config(tmp_path, '[mcp_servers.h]\nurl = "http://127.0.0.1:9/mcp"\n'
+                                 'headers = { Authorization = "Bearer ${MY_HEADER}" }\n'
+                                 '[mcp_servers.s]\ncommand = "true"\nenv = { NOTE = "literalEnvValue0000" }\n')
+    config = load_config({}, {**env, "MY_HEADER": token, "UNUSED": "notReferencedAnywhere"}, require_key=False)
+    assert token in config.secrets and literal in config.secrets
+    assert "notReferencedAnywhere" not in config.secrets
