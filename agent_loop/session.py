@@ -136,8 +136,8 @@ class Session:
         self.log: SessionLog | None = None
         self.toolkit: SubagentToolkit | None = None
         self._toolkit_scope = contextlib.AsyncExitStack()
-        # ``[mcp_servers.NAME]`` tables (a config without the attribute has none); the manager is opened by start().
-        self._mcp_tables: dict[str, Any] = dict(getattr(config, "mcp_servers", None) or {})
+        # ``[mcp_servers.NAME]`` tables; the manager is opened by open_mcp().
+        self._mcp_tables: dict[str, Any] = dict(config.mcp_servers)
         self._allow_mcp = allow_mcp
         self.mcp: McpManager | None = None
         self._mcp_opened = False
