@@ -113,7 +113,7 @@ class DshAgent:
             protocol_version=acp.PROTOCOL_VERSION,
             agent_capabilities=schema.AgentCapabilities(
                 load_session=True,
-                prompt_capabilities=schema.PromptCapabilities(embedded_context=True),
+                prompt_capabilities=schema.PromptCapabilities(image=False, audio=False, embedded_context=True),
                 mcp_capabilities=schema.McpCapabilities(http=True),
             ),
             agent_info=schema.Implementation(name="dsh", title="dsh", version=__version__),
