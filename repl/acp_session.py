@@ -167,6 +167,7 @@ class AcpSession:
         self.translator = Translator(Redactor(), cwd)
         self._queue: asyncio.Queue[Any] = asyncio.Queue()
         self.running = False
+        self._scope: anyio.CancelScope | None = None  # the prompt's, for a cancel before its turn started
 
     @property
     def id(self) -> str:
@@ -221,20 +222,23 @@ class AcpSession:
         session = self.session
         assert session is not None
         if self.running:
-            raise acp.RequestError(-32002, "a turn is already running in this session")
+            raise acp.RequestError.invalid_request({"details": "a turn is already running in this session"})
         text = prompt_text(blocks)
-        sent = self.demo.before_turn(text) if self.demo is not None else None
         self.running = True
+        self._scope = scope = anyio.CancelScope()
         try:
-            self.translator.redact = Redactor(session.secrets)
-            reason = await session.run_turn(text, sent=sent)
+            with scope:
+                reason = await self._turn(session, text)
         except StartupError as exc:  # the agent could not be built (a locked log, say): the REPL's line
             cause = exc.__cause__ or exc
             raise acp.RequestError(TURN_FAILED, clean(f"dsh: failed to start: {error_chain(cause)}",
                                                       Redactor(session.secrets))) from None
         finally:
             self.running = False
+            self._scope = None
         await self.flushed()  # every update of the turn before its answer
+        if scope.cancelled_caught:  # cancelled while the turn was being set up (MCP servers starting, say)
+            return schema.PromptResponse(stop_reason="cancelled")
         stop = stop_reason(reason)
         if stop is None:
             assert isinstance(reason, Failed)
@@ -242,9 +246,23 @@ class AcpSession:
             raise acp.RequestError(TURN_FAILED, message, data)
         return schema.PromptResponse(stop_reason=stop)
 
+    async def _turn(self, session: Session, text: str) -> Any:
+        """As the REPL's shell runs a prompt: a compaction first when the window is nearly full, the demo's
+        scenario applied, then the turn."""
+        self.translator.redact = Redactor(session.secrets)
+        if session.compaction_due():
+            await session.compact("")  # a failure is a notice (a thought line); the turn runs anyway
+        sent = self.demo.before_turn(text) if self.demo is not None else None
+        return await session.run_turn(text, sent=sent)
+
     def cancel(self) -> None:
-        if self.session is not None:
-            self.session.cancel_turn()  # the same cancellation as Ctrl-C: the turn ends ``aborted``
+        session = self.session
+        if session is None or not self.running:
+            return
+        if session.turn_running:
+            session.cancel_turn()  # the same cancellation as Ctrl-C: the turn ends ``aborted``
+        elif self._scope is not None:
+            self._scope.cancel()  # no turn yet (context, MCP servers): nothing started, nothing to end
 
     async def aclose(self) -> None:
         with anyio.CancelScope(shield=True):
