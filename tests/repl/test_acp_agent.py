@@ -410,3 +410,24 @@ async def test_cancel_while_a_client_mcp_server_is_still_starting_ends_the_promp
                         await anyio.sleep(0.05)
     assert answers[0].stop_reason == "cancelled"
     assert server.requests == []
+
+
+async def test_allow_always_for_edits_still_reports_each_diff(tmp_path: Path) -> None:
+    script = [
+        Behaviour("tool_call", id="call_w1", name="write_file", arguments={"path": "a.txt", "content": "one\n"}),
+        Behaviour("tool_call", id="call_w2", name="write_file", arguments={"path": "b.txt", "content": "two\n"}),
+        Behaviour("text", text="wrote both"),
+    ]
+    async with FaultServer(script=script) as server:
+        client = Client(answers=["always"])
+        async with _dsh_acp(tmp_path, client, "--base-url", server.url) as agent:
+            session_id = await agent.start()
+            response = await agent.prompt(session_id, "write two files")
+            tree = agent.cwd
+    assert response.stop_reason == "end_turn"
+    assert len(client.asked) == 1  # "always" covered the second edit
+    assert (tree / "a.txt").read_text() == "one\n" and (tree / "b.txt").read_text() == "two\n"
+    diffs = [(u.tool_call_id, u.content[0].path, u.content[0].old_text, u.content[0].new_text)
+             for u in client.of(schema.ToolCallProgress) if u.status == "completed"]
+    assert diffs == [("1:call_w1", str(tree / "a.txt"), None, "one\n"),
+                     ("1:call_w2", str(tree / "b.txt"), None, "two\n")]
