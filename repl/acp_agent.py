@@ -136,8 +136,8 @@ class DshAgent:
         tables = mcp_tables(mcp_servers)
         owner = AcpSession(self.conn, cwd, sources=self.sources, demo=self.demo)
         files = None
-        if self._fs.read_text_file or self._fs.write_text_file:
-            files = ClientFiles(self.conn, "", read=bool(self._fs.read_text_file), write=bool(self._fs.write_text_file))
+        if self._fs.read_text_file and self._fs.write_text_file:  # both, or dsh's own tools (acp_session.py)
+            files = ClientFiles(self.conn, "")
         demo = self.demo
         session = Session(
             self.config, sessions_root=state_dir(self.env) / "sessions", env=self.env,

@@ -4,7 +4,8 @@ front end (docs/editors.md, "How dsh acp maps turns").
 - :class:`AcpFrontEnd` answers the session's approvals with ``session/request_permission`` (allow once /
   allow always / reject once); a rejection, a cancelled request or a client that cannot answer denies.
 - :class:`ClientFiles` is the :class:`~dsh.agent_loop.tools.FileAccess` over ``fs/read_text_file`` and
-  ``fs/write_text_file``, used when the client advertises them.
+  ``fs/write_text_file``, used when the client advertises both (with one alone, a read and the write that
+  follows it would see different files: dsh's own tools then do both).
 - :class:`AcpSession` sends the session's events as ``session/update`` notifications, in order, through one
   pump task, and runs each prompt to its stop reason or its JSON-RPC error.
 """
@@ -67,15 +68,11 @@ def prompt_text(blocks: list[Any]) -> str:
 class ClientFiles:
     """Files inside the tree as the editor holds them (its unsaved buffers too), over the ACP connection."""
 
-    def __init__(self, conn: Any, session_id: str, *, read: bool, write: bool) -> None:
+    def __init__(self, conn: Any, session_id: str) -> None:
         self._conn = conn
         self.session_id = session_id
-        self._read = read
-        self._write = write
 
     async def read_text(self, path: Path) -> str:
-        if not self._read:
-            return await anyio.to_thread.run_sync(_read_local, path)
         try:
             response = await self._conn.read_text_file(session_id=self.session_id, path=str(path))
         except acp.RequestError as exc:
@@ -85,20 +82,7 @@ class ClientFiles:
         return clean(response.content)
 
     async def write_text(self, path: Path, text: str) -> None:
-        if not self._write:
-            await anyio.to_thread.run_sync(_write_local, path, text)
-            return
         await self._conn.write_text_file(session_id=self.session_id, path=str(path), content=text)
-
-
-def _read_local(path: Path) -> str:
-    from dsh.agent_loop.safe_open import read_regular  # a client that writes but does not read: rare
-
-    return read_regular(path, 4 * 1024 * 1024)
-
-
-def _write_local(path: Path, text: str) -> None:
-    path.write_text(text, encoding="utf-8", errors="surrogatepass")
 
 
 class AcpFrontEnd:
