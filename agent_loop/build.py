@@ -23,7 +23,7 @@ from dsh.agent_loop.session_log import SessionInfo, SessionLog, list_sessions, r
 from dsh.agent_loop.subagent import ParentContext
 from dsh.agent_loop.subagent.jobs import user_notice
 from dsh.agent_loop.subagent.tool import SubagentToolkit
-from dsh.agent_loop.tools import Tool, default_tools
+from dsh.agent_loop.tools import FileAccess, Tool, default_tools
 from dsh.llm import Redactor
 from dsh.llm.deepseek import DeepSeekClient
 
@@ -115,11 +115,12 @@ def build_agent(
     label: str,
     cwd: str,
     extra_secrets: Sequence[str] = (),
+    files: FileAccess | None = None,
 ) -> Agent:
     """The agent over ``log`` (closed again if the agent cannot be built); ``extra_secrets`` are masked too (the
-    MCP servers' values, McpManager.secrets)."""
+    MCP servers' values, McpManager.secrets); ``files``: an editor's file access (agent_loop/tools/file_access.py)."""
     # Without an approver nobody can answer: the shell tool then says so instead of "denied".
-    tools = default_tools(approve, allow_edits=config.allow_edits)
+    tools = default_tools(approve, allow_edits=config.allow_edits, files=files)
     for tool in extra_tools:
         tools.add(tool, replace=True)
     try:

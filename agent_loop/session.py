@@ -38,7 +38,7 @@ if TYPE_CHECKING:
     from dsh.agent_loop.recap import Recap
     from dsh.agent_loop.session_log import SessionInfo, SessionLog
     from dsh.agent_loop.subagent.tool import SubagentToolkit
-    from dsh.agent_loop.tools import Tool
+    from dsh.agent_loop.tools import FileAccess, Tool
 
 _log = logging.getLogger("dsh.session")
 
@@ -108,6 +108,8 @@ class Session:
         cwd: str | None = None,
         project_context: bool = True,
         allow_mcp: bool = False,
+        files: FileAccess | None = None,
+        mcp_servers: Mapping[str, Mapping[str, Any]] | None = None,
     ) -> None:
         """``sessions_root`` None keeps no session log (the child runtime: its parent keeps the record).
 
@@ -115,6 +117,9 @@ class Session:
         ``subagent_tables`` come before the config's ``[subagents.*]`` (the demo's own), and
         ``parent_base_url`` is the endpoint subagents are told about (the config's by default).
         ``allow_mcp`` lets MCP tools that would ask run without asking (``--allow-mcp``; docs/mcp.md).
+        ``files`` is where the file tools read and write inside the tree when not the local disk (an editor's
+        buffers under ``dsh acp``; agent_loop/tools/file_access.py). ``mcp_servers`` are more
+        ``[mcp_servers.NAME]``-shaped tables beside the config's (an ACP client's ``mcpServers``).
         """
         self.config = config
         self.env = dict(os.environ if env is None else env)
@@ -136,8 +141,9 @@ class Session:
         self.log: SessionLog | None = None
         self.toolkit: SubagentToolkit | None = None
         self._toolkit_scope = contextlib.AsyncExitStack()
-        # ``[mcp_servers.NAME]`` tables; the manager is opened by open_mcp().
-        self._mcp_tables: dict[str, Any] = dict(config.mcp_servers)
+        # ``[mcp_servers.NAME]`` tables (the config's, then the front end's); the manager is opened by open_mcp().
+        self._mcp_tables: dict[str, Any] = {**config.mcp_servers, **(mcp_servers or {})}
+        self._files = files
         self._allow_mcp = allow_mcp
         self.mcp: McpManager | None = None
         self._mcp_opened = False
@@ -328,7 +334,7 @@ class Session:
         conversation, self._resumed = self._resumed, None
         agent = build.build_agent(self.config, self.client, log, conversation=conversation, model=self.model,
                                   approve=self._approve, extra_tools=extra, retry=self.retry, label=self._label,
-                                  cwd=self.cwd, extra_secrets=self._mcp_secrets())
+                                  cwd=self.cwd, extra_secrets=self._mcp_secrets(), files=self._files)
         self.agent = agent
         self._unsubscribe_agent = agent.subscribe(self._on_event)
 

@@ -32,7 +32,7 @@ if TYPE_CHECKING:
     from dsh.repl.config import Config
     from dsh.repl.demo.catalogue import Demo
 
-__all__ = ["COMMANDS", "Command", "Host", "dispatch", "expanded_output", "help_text"]
+__all__ = ["COMMANDS", "Command", "Host", "dispatch", "expanded_output", "help_text", "link_lines"]
 
 
 class Host(Protocol):
@@ -214,7 +214,8 @@ async def _cost(shell: Host, arg: str) -> None:
         shell.say(f"prices as published by DeepSeek on {PRICES_AS_OF}, peak or off-peak by the hour of each request")
 
 
-def _link_lines(links: list[ChainLink], depth: int, secrets: tuple[str, ...]) -> list[str]:
+def link_lines(links: list[ChainLink], depth: int, secrets: tuple[str, ...]) -> list[str]:
+    """/why's lines for a cause chain, masked: one per link, a group's members indented (dsh acp sends them too)."""
     lines: list[str] = []
     indent = "  " * depth
     for link in links:
@@ -223,7 +224,7 @@ def _link_lines(links: list[ChainLink], depth: int, secrets: tuple[str, ...]) ->
         lines.append(f"{indent}{label}: {text}" if link.type_name else f"{indent}{text}")
         for number, member in enumerate(link.members, 1):
             lines.append(f"{indent}  [{number}]")
-            lines.extend(_link_lines(member, depth + 2, secrets))
+            lines.extend(link_lines(member, depth + 2, secrets))
     return lines
 
 
@@ -242,7 +243,7 @@ async def _why(shell: Host, arg: str) -> None:
         if isinstance(failure, LlmError) and failure.request_id is not None:
             head += f", request id {redact_text(failure.request_id, secrets)}"
         head += ")"
-    lines = [head + ":", *(f"  {line}" for line in _link_lines(chain_links(failure), 0, secrets))]
+    lines = [head + ":", *(f"  {line}" for line in link_lines(chain_links(failure), 0, secrets))]
     from dsh.agent_loop.child_words import ChildFailure  # only when asked
 
     # A subagent's or an MCP server's own words (agent_loop/child_words.py): masked by its run, and again here.

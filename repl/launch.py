@@ -79,6 +79,21 @@ def _serve(args: list[str]) -> int:
     return serve.main(args)
 
 
+ACP_MISSING_EXTRA = "dsh acp needs the acp extra: pip install 'dsh[acp]'"
+
+
+def _acp(args: list[str]) -> int:
+    """``dsh acp``: dsh as an ACP agent on stdio, for editors (dsh.repl.acp_agent, docs/editors.md)."""
+    import importlib.util  # only to ask whether the extra is installed
+
+    if importlib.util.find_spec("acp") is None:
+        _stderr(ACP_MISSING_EXTRA)
+        return EXIT_USAGE
+    from dsh.repl import acp_agent  # each subcommand loads its own module (and the ACP SDK with it)
+
+    return acp_agent.main(args, dict(os.environ), setup_logging=_setup_logging, stderr=_stderr)
+
+
 def _doctor(args: list[str]) -> int:
     """``dsh doctor``: each step of one request, checked (dsh.repl.doctor, docs/doctor.md)."""
     from dsh.repl import doctor  # each subcommand loads its own module
@@ -111,6 +126,7 @@ def _sessions(args: list[str]) -> int:
 # ``dsh NAME ...``: words that are not prompts or flags; each takes the rest of the arguments.
 _SUBCOMMANDS = {
     "serve": _serve,
+    "acp": lambda rest: _guarded(rest, _acp),
     "sessions": _sessions,
     "doctor": _doctor,
     "replay-server": lambda rest: _guarded(rest, _replay_server),
@@ -165,7 +181,8 @@ def _parser() -> argparse.ArgumentParser:
         description="A terminal harness for LLM agents that never fails silently.",
         epilog="Config: $XDG_CONFIG_HOME/dsh/config.toml. Environment: DEEPSEEK_API_KEY, DEEPSEEK_BASE_URL, "
         "DSH_MODEL, NO_COLOR, DSH_DEBUG. Also: dsh doctor (check each step of a request), "
-        "dsh sessions list [--all] | show ID | rm ID, dsh serve --stdio (child runtime), "
+        "dsh sessions list [--all] | show ID | rm ID, dsh serve --stdio (child runtime), dsh acp (ACP agent for "
+        "editors), "
         "dsh replay-server FILE --port P (serve a recording).",
     )
     parser.add_argument("-p", "--print", metavar="PROMPT", dest="print_prompt", nargs="?", const=_FROM_STDIN,

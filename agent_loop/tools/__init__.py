@@ -14,6 +14,7 @@ assembles the built-in set (:func:`default_tools`); the subagent tool comes from
 from __future__ import annotations
 
 from dsh.agent_loop.tools.edits import edit_file_tool, write_file_tool
+from dsh.agent_loop.tools.file_access import FileAccess
 from dsh.agent_loop.tools.files import list_dir_tool, read_file_tool, search_text_tool
 from dsh.agent_loop.tools.registry import (
     DEFAULT_MAX_PARALLEL,
@@ -33,6 +34,7 @@ __all__ = [
     "Approval",
     "Approver",
     "CommandResult",
+    "FileAccess",
     "Tool",
     "ToolContext",
     "ToolOutput",
@@ -50,14 +52,17 @@ __all__ = [
 ]
 
 
-def default_tools(approver: Approver | None = None, *, allow_edits: bool = False) -> ToolRegistry:
+def default_tools(approver: Approver | None = None, *, allow_edits: bool = False,
+                  files: FileAccess | None = None) -> ToolRegistry:
     """The developer tools: read_file, list_dir, search_text, write_file, edit_file, run_shell.
 
     ``approver`` answers for run_shell and the edit tools; ``allow_edits`` lets the edit tools write
-    inside the working tree when there is no approver (piped and ``-p`` runs).
+    inside the working tree when there is no approver (piped and ``-p`` runs). ``files`` (an editor's, ``dsh
+    acp``): read_file and the edit tools read and write files inside the working tree through it.
     """
     return ToolRegistry([
-        read_file_tool(), list_dir_tool(), search_text_tool(),
-        write_file_tool(approver, allow_unattended=allow_edits), edit_file_tool(approver, allow_unattended=allow_edits),
+        read_file_tool(files), list_dir_tool(), search_text_tool(),
+        write_file_tool(approver, allow_unattended=allow_edits, files=files),
+        edit_file_tool(approver, allow_unattended=allow_edits, files=files),
         run_shell_tool(approver),
     ])

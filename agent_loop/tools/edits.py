@@ -35,7 +35,7 @@ import os
 import secrets
 import stat
 from collections.abc import Callable
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
@@ -43,6 +43,7 @@ import anyio.to_thread
 
 from dsh.agent_loop.safe_open import DirectoryChanged, NotRegularFile, open_parent, open_regular
 from dsh.agent_loop.tools.edit_paths import GitArea, git_area
+from dsh.agent_loop.tools.file_access import FileAccess, text_stamp, via_client
 from dsh.agent_loop.tools.files import file_stamp, read_stamps
 from dsh.agent_loop.tools.registry import (
     Approver,
@@ -88,6 +89,10 @@ class EditRequest:
     outside: bool  # outside the working tree: asked every time, never written unattended
     git: GitArea | None = None  # in a git directory: asked every time, even after "always"; never unattended
     hidden: int = 0  # known secret values masked (``***(N chars)``) on the lines to be written
+    # The whole text before (None: a new file) and after, masked as the diff is: what an editor shows as the
+    # change (dsh acp's diff content); LF text, as the diff.
+    old_text: str | None = field(default=None, compare=False, repr=False)
+    new_text: str = field(default="", compare=False, repr=False)
 
     @property
     def subject(self) -> str:
@@ -218,6 +223,14 @@ def _mask_known(diff: str, redactor: Redactor) -> tuple[str, int]:
     return "\n".join(lines), hidden
 
 
+def _masked_texts(before: str | None, after: str, redact: Redactor) -> tuple[str | None, str]:
+    """The whole texts before and after, with known secret values masked as the diff's are."""
+    def mask(text: str) -> str:
+        return redact.mask_known_counted(text)[0] if any(s in text for s in redact.secrets) else text
+
+    return (None if before is None else mask(before)), mask(after)
+
+
 def _encode(text: str, current: _Current | None) -> bytes:
     if current is not None:
         if current.crlf:
@@ -255,7 +268,7 @@ def _plan(tool: str, target: Path, root: Path, known: tuple[int, int] | None, ch
     # Exactly what will be written: only known secret values are masked, and counted (docs/configuration.md).
     diff, hidden = _mask_known(diff, redact)
     request = EditRequest(tool, shown, diff, added, removed, current is None, not target.is_relative_to(root),
-                          git_area(target), hidden)
+                          git_area(target), hidden, *_masked_texts(before, after, redact))
     done = done.replace("{counts}", f"+{added} -{removed}").replace("{shown}", shown)
     if current is None:
         return _Plan(target, root, shown, None, None, None, data, request, done)
@@ -335,10 +348,9 @@ def _sync_directory(directory: int) -> None:
             os.close(fd)
 
 
-async def _approve(plan: _Plan, ctx: ToolContext, approver: Approver | None,
+async def _approve(request: EditRequest, ctx: ToolContext, approver: Approver | None,
                    allow_unattended: bool) -> ToolOutput | None:
     """None when the edit may go ahead, else the result the model sees."""
-    request = plan.request
     return await ask_approval(
         ctx, approver or ctx.approver, request,
         always_key=f"{request.tool}.always" if request.may_always else None, always_covers=not request.outside,
@@ -358,8 +370,11 @@ def _unattended_refusal(request: EditRequest, allow_unattended: bool) -> str | N
 
 
 async def _run(tool: str, ctx: ToolContext, raw_path: object, change: Change, approver: Approver | None,
-               allow_unattended: bool) -> ToolOutput:
+               allow_unattended: bool, files: FileAccess | None = None) -> ToolOutput:
     target, root = _where(ctx, raw_path)
+    client = via_client(files, target, root)
+    if client is not None:
+        return await _run_through(client, tool, ctx, target, root, change, approver, allow_unattended)
     stamps = read_stamps(ctx)
     known = stamps.get(str(target))
     try:
@@ -371,7 +386,7 @@ async def _run(tool: str, ctx: ToolContext, raw_path: object, change: Change, ap
         return ToolOutput(str(exc), is_error=True)
     if plan.unchanged:
         return ToolOutput(f"(no change: {plan.shown} already has this content)")
-    refusal = await _approve(plan, ctx, approver, allow_unattended)
+    refusal = await _approve(plan.request, ctx, approver, allow_unattended)
     if refusal is not None:
         return refusal
     try:
@@ -383,6 +398,59 @@ async def _run(tool: str, ctx: ToolContext, raw_path: object, change: Change, ap
     return ToolOutput(plan.done)
 
 
+async def _client_text(files: FileAccess, target: Path) -> str | None:
+    try:
+        return await files.read_text(target)
+    except FileNotFoundError:
+        return None
+
+
+async def _run_through(files: FileAccess, tool: str, ctx: ToolContext, target: Path, root: Path, change: Change,
+                       approver: Approver | None, allow_unattended: bool) -> ToolOutput:
+    """:func:`_run` for a file inside the tree that an editor holds (``dsh acp`` with the client's fs): the
+    buffer is read and written through ``files``; the same freshness check (by content), diff, approval and
+    results. The path checks were made by the caller (inside the tree, symlinks resolved)."""
+    shown = _shown(target, root)
+    stamps = read_stamps(ctx)
+    current = await _client_text(files, target)
+    try:
+        if current is not None:
+            known = stamps.get(str(target))
+            if known is None:
+                raise EditRefused(f"Error: {shown} has not been read yet; read it with read_file before changing it")
+            if known != text_stamp(current):
+                raise EditRefused(f"Error: {shown} changed since it was last read; read it again with read_file")
+        crlf = current is not None and current.count("\n") > 0 and current.count("\r\n") == current.count("\n")
+        before = None if current is None else (current.replace("\r\n", "\n") if crlf else current)
+        try:
+            after, done = change(before)
+        except EditRefused as exc:
+            raise EditRefused(str(exc).replace("{shown}", shown)) from None
+        if before is not None and MASK in after and MASK not in before and ctx.redact(before) != before:
+            raise EditRefused(f"Error: {shown} holds secrets that were masked ({MASK}) when it was read; the new "
+                              f"content would write {MASK} over them — change the lines around them with edit_file")
+    except EditRefused as exc:
+        return ToolOutput(str(exc), is_error=True)
+    if after == before:
+        return ToolOutput(f"(no change: {shown} already has this content)")
+    diff, added, removed = _unified(before, after, shown)
+    diff, hidden = _mask_known(diff, ctx.redact)
+    request = EditRequest(tool, shown, diff, added, removed, current is None, False, git_area(target), hidden,
+                          *_masked_texts(before, after, ctx.redact))
+    refusal = await _approve(request, ctx, approver, allow_unattended)
+    if refusal is not None:
+        return refusal
+    if await _client_text(files, target) != current:  # changed while the user looked at the diff
+        stamps.pop(str(target), None)
+        return ToolOutput(f"Error: {shown} changed while the edit waited; read it again with read_file", is_error=True)
+    text = after.replace("\n", "\r\n") if crlf else after
+    if current is not None and current.startswith(_BOM) and not text.startswith(_BOM):
+        text = _BOM + text
+    await files.write_text(target, text)
+    stamps[str(target)] = text_stamp(text)
+    return ToolOutput(done.replace("{counts}", f"+{added} -{removed}").replace("{shown}", shown))
+
+
 def _string_arg(args: dict[str, Any], name: str, *, allow_empty: bool = True) -> str:
     value = args.get(name)
     if not isinstance(value, str):
@@ -392,7 +460,8 @@ def _string_arg(args: dict[str, Any], name: str, *, allow_empty: bool = True) ->
     return value
 
 
-def write_file_tool(approver: Approver | None = None, *, allow_unattended: bool = False) -> Tool:
+def write_file_tool(approver: Approver | None = None, *, allow_unattended: bool = False,
+                    files: FileAccess | None = None) -> Tool:
     """``write_file {path, content}``: create a file, or replace one the model has read."""
 
     def plan(args: dict[str, Any]) -> Change:
@@ -418,11 +487,12 @@ def write_file_tool(approver: Approver | None = None, *, allow_unattended: bool 
             },
             "path", "content",
         ),
-        plan, approver, allow_unattended,
+        plan, approver, allow_unattended, files,
     )
 
 
-def edit_file_tool(approver: Approver | None = None, *, allow_unattended: bool = False) -> Tool:
+def edit_file_tool(approver: Approver | None = None, *, allow_unattended: bool = False,
+                   files: FileAccess | None = None) -> Tool:
     """``edit_file {path, old_string, new_string, replace_all?}``: an exact replacement, shown as a diff."""
 
     def plan(args: dict[str, Any]) -> Change | ToolOutput:
@@ -466,20 +536,20 @@ def edit_file_tool(approver: Approver | None = None, *, allow_unattended: bool =
             },
             "path", "old_string", "new_string",
         ),
-        plan, approver, allow_unattended,
+        plan, approver, allow_unattended, files,
     )
 
 
 def _file_change_tool(name: str, description: str, schema: dict[str, Any],
                       plan: Callable[[dict[str, Any]], Change | ToolOutput], approver: Approver | None,
-                      allow_unattended: bool) -> Tool:
+                      allow_unattended: bool, files: FileAccess | None) -> Tool:
     """A tool that changes the file at its ``path`` argument: ``plan(args)`` says how (or why not), the user
-    approves the diff (see :func:`_run`)."""
+    approves the diff (see :func:`_run`); with ``files`` (an editor's) a file inside the tree goes through it."""
 
     async def run(args: dict[str, Any], ctx: ToolContext) -> ToolOutput:
         change = plan(args)
         if isinstance(change, ToolOutput):
             return change
-        return await _run(name, ctx, args.get("path"), change, approver, allow_unattended)
+        return await _run(name, ctx, args.get("path"), change, approver, allow_unattended, files)
 
     return Tool(name, description, schema, run, concurrency_safe=False)

@@ -18,6 +18,7 @@ from typing import Any, BinaryIO
 import anyio.to_thread
 
 from dsh.agent_loop.safe_open import NotRegularFile, open_regular
+from dsh.agent_loop.tools.file_access import FileAccess, text_stamp, via_client
 from dsh.agent_loop.tools.registry import Tool, ToolContext, ToolOutput, arguments_schema, int_arg, param, resolve_path
 
 __all__ = [
@@ -94,10 +95,51 @@ def _read_lines(file: BinaryIO, path: Path, offset: int, limit: int, stop: threa
     return ToolOutput(text if text else "(empty file)")
 
 
-async def _read_file(args: dict[str, Any], ctx: ToolContext) -> ToolOutput:
+def _page_text(text: str, path: Path, offset: int, limit: int) -> ToolOutput:
+    """:func:`_read_lines` for a text read whole through a :class:`FileAccess` (the same bounds and notes)."""
+    if "\0" in text[:8192]:
+        return ToolOutput(f"Error: {path} looks like a binary file", is_error=True)
+    lines: list[str] = []
+    size = 0
+    number = 0
+    more = False
+    for number, line in enumerate(text.splitlines(keepends=True), start=1):
+        if number < offset:
+            continue
+        if len(lines) >= limit or size >= READ_LIMIT_BYTES:
+            more = True
+            break
+        lines.append(line)
+        size += len(line.encode("utf-8", "surrogatepass"))
+    if not lines and offset > 1:
+        return ToolOutput(f"(no lines at offset {offset}; the file has {number} lines)")
+    page = "".join(lines)
+    if more:
+        page += f"\n[file continues; read more with offset={offset + len(lines)}]"
+    return ToolOutput(page if page else "(empty file)")
+
+
+async def _read_through(files: FileAccess, real: Path, path: Path, offset: int, limit: int,
+                        ctx: ToolContext) -> ToolOutput:
+    """A read through the client (an editor's buffer): the whole text, stamped by its content, then paged."""
+    try:
+        text = await files.read_text(real)
+    except FileNotFoundError:
+        return ToolOutput(f"Error: {path} does not exist", is_error=True)
+    output = _page_text(text, path, offset, limit)
+    if not output.is_error:
+        read_stamps(ctx)[str(real)] = text_stamp(text)
+    return output
+
+
+async def _read_file(args: dict[str, Any], ctx: ToolContext, files: FileAccess | None = None) -> ToolOutput:
     path = resolve_path(ctx, args.get("path"))
     offset = int_arg(args, "offset", 1, 1, 1 << 40)
     limit = int_arg(args, "limit", READ_LIMIT_LINES, 1, READ_LIMIT_LINES)
+    real = Path(os.path.realpath(path))
+    client = via_client(files, real, Path(os.path.realpath(ctx.cwd)))
+    if client is not None:
+        return await _read_through(client, real, path, offset, limit, ctx)
     stop = threading.Event()
     try:
         # Abandoned on cancel so Ctrl-C ends the turn at once; the thread sees ``stop`` and ends.
@@ -111,7 +153,12 @@ async def _read_file(args: dict[str, Any], ctx: ToolContext) -> ToolOutput:
     return output
 
 
-def read_file_tool() -> Tool:
+def read_file_tool(files: FileAccess | None = None) -> Tool:
+    """``read_file``; with ``files`` (an editor's, ``dsh acp``) a path inside the working tree is read through it."""
+
+    async def run(args: dict[str, Any], ctx: ToolContext) -> ToolOutput:
+        return await _read_file(args, ctx, files)
+
     return Tool(
         "read_file",
         "Read a text file. Relative paths are resolved against the session's working directory. "
@@ -124,7 +171,7 @@ def read_file_tool() -> Tool:
             },
             "path",
         ),
-        _read_file,
+        run,
         concurrency_safe=True,
     )
 

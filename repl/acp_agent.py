@@ -1,0 +1,303 @@
+"""``dsh acp``: dsh as an ACP agent on stdio (the Agent Client Protocol, on the ``agent-client-protocol`` SDK).
+
+A front end over the same :class:`~dsh.agent_loop.session.Session` as the REPL, for editors (Zed, JetBrains,
+neovim) and headless clients (docs/editors.md). The endpoint is resolved exactly as the REPL resolves it
+(``--model``, ``--base-url``, config.toml, ``DEEPSEEK_API_KEY``; ``--demo`` for the keyless scripted one).
+Nothing but frames is written to stdout: the real stdout is kept for frames and fd 1 points at stderr, so a
+stray ``print`` cannot corrupt the stream; logs go to dsh.log, masked, as the REPL's.
+
+Methods (the mapping of each turn: docs/editors.md, "How dsh acp maps turns"):
+
+``initialize``
+    Protocol version 1, ``agentInfo`` {name "dsh", title, version}, ``loadSession``, prompt capabilities
+    (text, resource links, embedded text resources) and HTTP MCP servers; no auth methods (the key comes
+    from the environment or config.toml).
+``session/new {cwd, mcpServers}``
+    A dsh session rooted at cwd, its log kept as the REPL's, the client's stdio and HTTP MCP servers
+    connected with dsh's MCP client; answers the dsh session id. A missing key fails it with the REPL's
+    line.
+``session/load {sessionId, cwd, mcpServers}``
+    dsh's own saved session, its history replayed as updates before the answer; an unknown id is
+    ``-32002`` (resource not found).
+``session/prompt``
+    One turn; its stop reason, or, for a failed turn, JSON-RPC error ``-32603`` whose message is the
+    turn-end line and whose data is ``{code, fix, chain}``.
+``session/cancel``
+    Ends the running turn ``cancelled`` (``Session.cancel_turn``, as Ctrl-C).
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import contextlib
+import logging
+import os
+import re
+import signal
+import sys
+from collections.abc import Callable, Mapping, Sequence
+from pathlib import Path
+from typing import Any
+
+import acp
+import anyio
+from acp import schema
+
+from dsh.agent_loop.session import Session, StartupError
+from dsh.llm import ErrorCode, HarnessError, Redactor, error_chain
+from dsh.llm.defaults import DEFAULT_MODEL
+from dsh.repl import __version__
+from dsh.repl.acp_session import AcpSession, ClientFiles
+from dsh.repl.acp_updates import TURN_FAILED, clean
+from dsh.repl.config import Config, ConfigError, config_file_path, load_config, state_dir
+
+__all__ = ["DshAgent", "main", "mcp_tables"]
+
+log = logging.getLogger(__name__)
+
+NOT_FOUND = -32002  # ACP's "resource not found": an unknown session id
+_NAME = re.compile(r"[^A-Za-z0-9_-]")
+SetupLogging = Callable[[dict[str, str], tuple[str, ...]], None]
+
+
+def mcp_tables(servers: Sequence[Any] | None) -> dict[str, dict[str, Any]]:
+    """The client's ``mcpServers`` as ``[mcp_servers.NAME]`` tables (agent_loop/mcp/config.py): stdio and HTTP.
+
+    A name is made fit for tool names (``mcp__<name>__<tool>``). The client's values are its own: a header
+    value naming ``${VAR}`` would be filled from dsh's environment (config.toml's convenience), so it is refused
+    rather than handing dsh's secrets to a server the client picked.
+    """
+    tables: dict[str, dict[str, Any]] = {}
+    for server in servers or ():
+        name = _NAME.sub("_", server.name)[:28] or "server"
+        while name in tables:
+            name += "_"
+        if isinstance(server, schema.McpServerStdio):
+            tables[name] = {"command": server.command, "args": list(server.args),
+                            "env": {variable.name: variable.value for variable in server.env}}
+        elif isinstance(server, schema.HttpMcpServer):
+            headers = {header.name: header.value for header in server.headers}
+            if any("${" in value for value in headers.values()):
+                raise acp.RequestError.invalid_params(
+                    {"mcpServers": f"{name}: a header value may not name ${{VAR}}; give the value itself"})
+            tables[name] = {"url": server.url, "headers": headers}
+        else:
+            raise acp.RequestError.invalid_params(
+                {"mcpServers": f"{name}: dsh connects stdio and http MCP servers, not {type(server).__name__}"})
+    return tables
+
+
+class DshAgent:
+    """The ACP ``Agent`` side: sessions by id, each an :class:`AcpSession` over a dsh session."""
+
+    def __init__(self, config: Config, env: dict[str, str], *, demo: Any = None, missing_key: str | None = None,
+                 tasks: anyio.abc.TaskGroup) -> None:
+        self.config = config
+        self.env = env
+        self.demo = demo
+        self.missing_key = missing_key  # the REPL's start-up line for a missing key, or None
+        self.sessions: dict[str, AcpSession] = {}
+        self.conn: Any = None
+        self._tasks = tasks
+        self._fs = schema.FileSystemCapabilities()
+        # In the demo the scenario picks the endpoint and the proxy, so fix lines point there (as the REPL's).
+        self.sources = {"base_url": "the demo scenario", "proxy": "the demo scenario"} if demo else config.sources
+
+    def on_connect(self, conn: Any) -> None:
+        self.conn = conn
+
+    async def initialize(self, protocol_version: int, client_capabilities: Any = None, **_: Any) -> Any:
+        if client_capabilities is not None and client_capabilities.fs is not None:
+            self._fs = client_capabilities.fs
+        return schema.InitializeResponse(
+            protocol_version=acp.PROTOCOL_VERSION,
+            agent_capabilities=schema.AgentCapabilities(
+                load_session=True,
+                prompt_capabilities=schema.PromptCapabilities(image=False, audio=False, embedded_context=True),
+                mcp_capabilities=schema.McpCapabilities(http=True),
+            ),
+            agent_info=schema.Implementation(name="dsh", title="dsh", version=__version__),
+            auth_methods=[],
+        )
+
+    async def authenticate(self, method_id: str, **_: Any) -> Any:
+        raise acp.RequestError.invalid_params(
+            {"methodId": "dsh has no auth methods: the key comes from DEEPSEEK_API_KEY or config.toml"})
+
+    def _refuse_without_key(self) -> None:
+        if self.missing_key is not None:
+            raise acp.RequestError(TURN_FAILED, self.missing_key)
+
+    async def _open(self, cwd: str, mcp_servers: Any, resume: str | None) -> AcpSession:
+        self._refuse_without_key()
+        if not os.path.isdir(cwd):
+            raise acp.RequestError.invalid_params({"cwd": "not an existing directory"})
+        tables = mcp_tables(mcp_servers)
+        owner = AcpSession(self.conn, cwd, sources=self.sources, demo=self.demo)
+        files = None
+        if self._fs.read_text_file and self._fs.write_text_file:  # both, or dsh's own tools (acp_session.py)
+            files = ClientFiles(self.conn, "")
+        demo = self.demo
+        session = Session(
+            self.config, sessions_root=state_dir(self.env) / "sessions", env=self.env,
+            client=demo.client if demo is not None else None, retry=demo.retry if demo is not None else None,
+            approve=owner.frontend.ask_approval,
+            subagent_tables=demo.subagent_tables() if demo is not None else None,
+            parent_base_url=demo.client.urls["server"] if demo is not None else None,
+            user_dir=config_file_path(self.env).parent, cwd=cwd, files=files, mcp_servers=tables,
+        )
+        owner.attach(session)
+        try:
+            await session.start(resume=resume, defer_agent=resume is None)
+        except StartupError as exc:
+            await session.aclose()
+            cause = exc.__cause__ or exc
+            line = clean(f"dsh: failed to start: {error_chain(cause)}", Redactor(session.secrets))
+            if isinstance(cause, HarnessError) and cause.code == ErrorCode.SESSION_NOT_FOUND:
+                raise acp.RequestError(NOT_FOUND, line, {"sessionId": clean(resume or "")}) from None
+            raise acp.RequestError(TURN_FAILED, line) from None
+        if files is not None:
+            files.session_id = owner.id
+        self.sessions[owner.id] = owner
+        self._tasks.start_soon(owner.pump)
+        return owner
+
+    async def new_session(self, cwd: str, mcp_servers: Any = None, **_: Any) -> Any:
+        owner = await self._open(cwd, mcp_servers, None)
+        return schema.NewSessionResponse(session_id=owner.id)
+
+    async def load_session(self, cwd: str, session_id: str, mcp_servers: Any = None, **_: Any) -> Any:
+        if session_id in self.sessions:
+            raise acp.RequestError(-32002, "this session is already open on this connection")
+        owner = await self._open(cwd, mcp_servers, session_id)
+        await owner.replay()
+        return schema.LoadSessionResponse()
+
+    def _session(self, session_id: str) -> AcpSession:
+        owner = self.sessions.get(session_id)
+        if owner is None:
+            raise acp.RequestError(NOT_FOUND, "no such session on this connection", {"sessionId": clean(session_id)})
+        return owner
+
+    async def prompt(self, prompt: list[Any], session_id: str, **_: Any) -> Any:
+        return await self._session(session_id).prompt(prompt)
+
+    async def cancel(self, session_id: str, **_: Any) -> None:
+        owner = self.sessions.get(session_id)
+        if owner is not None:
+            owner.cancel()
+
+    async def aclose(self) -> None:
+        for owner in list(self.sessions.values()):
+            with contextlib.suppress(Exception):
+                await owner.aclose()
+
+
+async def _stdio(out_fd: int) -> tuple[asyncio.StreamWriter, asyncio.StreamReader]:
+    """The SDK's streams over stdin and the kept stdout (a pipe; what every ACP client gives its agent)."""
+    loop = asyncio.get_running_loop()
+    reader = asyncio.StreamReader(limit=acp.core.DEFAULT_STDIO_BUFFER_LIMIT_BYTES)
+    await loop.connect_read_pipe(lambda: asyncio.StreamReaderProtocol(reader), sys.stdin)
+    out = os.fdopen(out_fd, "wb", buffering=0)
+    transport, protocol = await loop.connect_write_pipe(asyncio.streams.FlowControlMixin, out)
+    writer = asyncio.StreamWriter(transport, protocol, None, loop)
+    return writer, reader
+
+
+async def serve(config: Config, env: dict[str, str], args: argparse.Namespace, missing_key: str | None) -> int:
+    # Frames go to the real stdout; fd 1 (and with it sys.stdout) now points at stderr.
+    out_fd = os.dup(1)
+    os.dup2(2, 1)
+    writer, reader = await _stdio(out_fd)
+    async with contextlib.AsyncExitStack() as stack, anyio.create_task_group() as tasks:
+        demo = None
+        if args.demo:
+            from dsh.repl.demo.catalogue import start_demo  # only the demo
+
+            demo = await start_demo(stack, args.scenario or "text")
+        agent = DshAgent(config, env, demo=demo, missing_key=missing_key, tasks=tasks)
+        conn = acp.AgentSideConnection(agent, writer, reader, listening=False)
+        # Until the client closes stdin, or SIGTERM / SIGHUP (a client's shutdown ladder: the SDK's closes stdin,
+        # waits 2 s, then sends SIGTERM). Either way the sessions close below, their turns end and their children
+        # (MCP servers, subagents) go through their own ladders; the receiver stays open meanwhile, so a SIGTERM
+        # that arrives during that does not cut it short and orphan them.
+        with anyio.open_signal_receiver(signal.SIGTERM, signal.SIGHUP) as received:
+            try:
+                async with anyio.create_task_group() as until:
+                    async def listen() -> None:
+                        await conn.listen()
+                        until.cancel_scope.cancel()
+
+                    async def signals() -> None:
+                        async for _ in received:
+                            until.cancel_scope.cancel()
+
+                    until.start_soon(listen)
+                    until.start_soon(signals)
+            finally:
+                await agent.aclose()
+                with anyio.CancelScope(shield=True), contextlib.suppress(Exception):
+                    await conn.close()
+                tasks.cancel_scope.cancel()
+    return 0
+
+
+def _parser() -> argparse.ArgumentParser:
+    parser = argparse.ArgumentParser(
+        prog="dsh acp",
+        description="dsh as an ACP agent on stdio, for editors and ACP clients (docs/editors.md).",
+        epilog="The endpoint is the REPL's: flags, then DEEPSEEK_API_KEY / DEEPSEEK_BASE_URL / DSH_MODEL, then "
+        "config.toml. Logs go to dsh.log.",
+    )
+    parser.add_argument("--demo", action="store_true", help="no key, no network: the embedded scripted endpoint")
+    parser.add_argument("--scenario", metavar="NAME", help="demo scenario (implies --demo)")
+    parser.add_argument("--model", help=f"model name (default {DEFAULT_MODEL})")
+    parser.add_argument("--base-url", dest="base_url", metavar="URL", help="API base URL")
+    parser.add_argument("--proxy", metavar="URL", help="proxy for API requests (default: HTTPS_PROXY & co)")
+    parser.add_argument("--config", metavar="PATH", help="config file (default $XDG_CONFIG_HOME/dsh/config.toml)")
+    parser.add_argument("--max-tokens", dest="max_tokens", type=int, metavar="N", help="output-token cap per step")
+    parser.add_argument("--thinking", choices=("enabled", "disabled"), help="DeepSeek thinking mode")
+    parser.add_argument("--reasoning-effort", dest="reasoning_effort", choices=("low", "high", "max"))
+    return parser
+
+
+def _load(args: argparse.Namespace, env: Mapping[str, str]) -> tuple[Config, str | None]:
+    """The config, and the REPL's start-up line when no key is set (session/new answers with it)."""
+    flags = {"model": args.model, "base_url": args.base_url, "proxy": args.proxy, "max_tokens": args.max_tokens,
+             "thinking": args.thinking, "reasoning_effort": args.reasoning_effort}
+    path = Path(args.config) if args.config else None
+    config = load_config(flags, env, require_key=False, config_path=path)
+    if args.demo:
+        return config, None
+    try:
+        load_config(flags, env, require_key=True, config_path=path)
+    except ConfigError as exc:
+        return config, f"dsh: failed to start: {exc}"
+    return config, None
+
+
+def main(argv: list[str], env: dict[str, str], *, setup_logging: SetupLogging,
+         stderr: Callable[[str], None]) -> int:
+    """``dsh acp [flags]`` (without ``acp``): serve until stdin ends; 2 for bad usage or config."""
+    args = _parser().parse_args(argv)
+    if args.scenario:
+        args.demo = True
+    env_secrets = tuple(s for s in (env.get("DEEPSEEK_API_KEY", "").strip(),) if s)
+    try:
+        config, missing_key = _load(args, env)
+        if args.demo and args.scenario:
+            from dsh.repl.demo.catalogue import SCENARIOS  # only the demo
+
+            if args.scenario not in SCENARIOS:
+                raise ConfigError(f"no demo scenario {args.scenario!r} (known: {', '.join(SCENARIOS)})")
+    except ConfigError as exc:
+        stderr(f"dsh: failed to start: {Redactor(env_secrets)(error_chain(exc))}")
+        return 2
+    setup_logging(env, (*config.secrets, *env_secrets))
+    for warning in config.warnings:
+        log.warning("%s", warning)
+    try:
+        return asyncio.run(serve(config, env, args, missing_key))
+    except KeyboardInterrupt:
+        return 130

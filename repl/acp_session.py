@@ -1,0 +1,254 @@
+"""One ACP session of ``dsh acp``: a dsh :class:`~dsh.agent_loop.session.Session` with the ACP client as its
+front end (docs/editors.md, "How dsh acp maps turns").
+
+- :class:`AcpFrontEnd` answers the session's approvals with ``session/request_permission`` (allow once /
+  allow always / reject once); a rejection, a cancelled request or a client that cannot answer denies.
+- :class:`ClientFiles` is the :class:`~dsh.agent_loop.tools.FileAccess` over ``fs/read_text_file`` and
+  ``fs/write_text_file``, used when the client advertises both (with one alone, a read and the write that
+  follows it would see different files: dsh's own tools then do both).
+- :class:`AcpSession` sends the session's events as ``session/update`` notifications, in order, through one
+  pump task, and runs each prompt to its stop reason or its JSON-RPC error.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import errno
+import logging
+import os
+from collections.abc import AsyncIterator, Mapping
+from pathlib import Path
+from typing import Any
+
+import acp
+import anyio
+from acp import schema
+
+from dsh.agent_loop.events import Event
+from dsh.agent_loop.reasons import Failed
+from dsh.agent_loop.session import Notice, Session, SessionUpdate, StartupError
+from dsh.agent_loop.tools import Approval
+from dsh.agent_loop.tools.edits import EditRequest
+from dsh.agent_loop.tools.registry import McpCallRequest
+from dsh.llm import Redactor, error_chain
+from dsh.repl.acp_updates import TURN_FAILED, Translator, clean, history_updates, stop_reason, turn_error
+
+__all__ = ["AcpFrontEnd", "AcpSession", "ClientFiles", "prompt_text"]
+
+log = logging.getLogger(__name__)
+
+_OPTIONS = (
+    schema.PermissionOption(option_id="yes", name="Allow once", kind="allow_once"),
+    schema.PermissionOption(option_id="always", name="Always allow", kind="allow_always"),
+    schema.PermissionOption(option_id="no", name="Reject", kind="reject_once"),
+)
+
+
+def prompt_text(blocks: list[Any]) -> str:
+    """The prompt's content blocks as the text the model gets: text as is, a resource link as a markdown link,
+    an embedded text resource inside ``<context uri="...">``. Images and audio are refused (not advertised)."""
+    parts: list[str] = []
+    for block in blocks:
+        if isinstance(block, schema.TextContentBlock):
+            parts.append(block.text)
+        elif isinstance(block, schema.ResourceContentBlock):
+            parts.append(f"[{block.name}]({block.uri})")
+        elif isinstance(block, schema.EmbeddedResourceContentBlock):
+            resource = block.resource
+            if isinstance(resource, schema.TextResourceContents):
+                parts.append(f'<context uri="{resource.uri}">\n{resource.text}\n</context>')
+            else:
+                parts.append(f"[binary resource {resource.uri} left out: dsh reads text only]")
+        else:
+            raise acp.RequestError.invalid_params({"prompt": "dsh accepts text, resource links and text resources"})
+    return clean("\n".join(parts))
+
+
+class ClientFiles:
+    """Files inside the tree as the editor holds them (its unsaved buffers too), over the ACP connection."""
+
+    def __init__(self, conn: Any, session_id: str) -> None:
+        self._conn = conn
+        self.session_id = session_id
+
+    async def read_text(self, path: Path) -> str:
+        try:
+            response = await self._conn.read_text_file(session_id=self.session_id, path=str(path))
+        except acp.RequestError as exc:
+            if not os.path.lexists(path):  # a new file: the edit tools create it
+                raise FileNotFoundError(errno.ENOENT, "No such file or directory", str(path)) from None
+            raise OSError(f"the editor could not read {path}: {exc}") from None
+        return clean(response.content)
+
+    async def write_text(self, path: Path, text: str) -> None:
+        await self._conn.write_text_file(session_id=self.session_id, path=str(path), content=text)
+
+
+class AcpFrontEnd:
+    """The ACP client as a dsh front end: it sees no rendered text (updates carry the events) and answers
+    approvals. "Always" for an edit is kept here, under the edit tools' own rule (not outside the tree, never a
+    git directory), so that every edit still hands over its diff; for a shell command or an MCP tool the tool
+    keeps it, as the REPL's ``a``."""
+
+    rewrites_partial = False
+    can_approve = True
+
+    def __init__(self, owner: AcpSession) -> None:
+        self._owner = owner
+        self._always_edits: set[str] = set()
+
+    def write(self, text: str) -> None:
+        pass
+
+    def flush(self) -> None:
+        pass
+
+    @contextlib.asynccontextmanager
+    async def _view(self) -> AsyncIterator[None]:
+        yield
+
+    def turn_view(self) -> contextlib.AbstractAsyncContextManager[None]:
+        return self._view()
+
+    def wake(self) -> None:
+        pass
+
+    async def ask_approval(self, request: str | EditRequest | McpCallRequest) -> Approval | None:
+        owner = self._owner
+        call = owner.translator.asking(request)
+        edit = request if isinstance(request, EditRequest) else None
+        if edit is not None and edit.tool in self._always_edits and not edit.outside and edit.may_always:
+            owner.translator.note_edit(call, edit)
+            owner.send(owner.translator.approved(call))
+            return "yes"
+        tool_call = owner.translator.permission_call(call, request)
+        options = [option for option in _OPTIONS
+                   if option.kind != "allow_always" or edit is None or edit.may_always]
+        await owner.flushed()  # the tool_call went out before the question about it
+        response = await owner.conn.request_permission(session_id=owner.id, tool_call=tool_call, options=options)
+        outcome = response.outcome
+        answer = outcome.option_id if isinstance(outcome, schema.AllowedOutcome) else None
+        if answer not in ("yes", "always"):
+            return None  # rejected, cancelled (a cancelled turn), or an option we did not offer: denied
+        owner.send(owner.translator.approved(call))
+        if edit is not None and answer == "always":
+            self._always_edits.add(edit.tool)
+            return "yes"
+        return "always" if answer == "always" else "yes"
+
+
+class AcpSession:
+    """One ACP session: its dsh session, the client's connection, the updates pump."""
+
+    def __init__(self, conn: Any, cwd: str, *, sources: Mapping[str, str], demo: Any = None) -> None:
+        self.conn = conn
+        self.cwd = cwd
+        self.sources = sources
+        self.demo = demo
+        self.frontend = AcpFrontEnd(self)
+        self.session: Session | None = None
+        self.translator = Translator(Redactor(), cwd)
+        self._queue: asyncio.Queue[Any] = asyncio.Queue()
+        self.running = False
+        self._scope: anyio.CancelScope | None = None  # the prompt's, for a cancel before its turn started
+
+    @property
+    def id(self) -> str:
+        assert self.session is not None and self.session.id is not None
+        return self.session.id
+
+    def attach(self, session: Session) -> None:
+        self.session = session
+        self.translator.redact = Redactor(session.secrets)
+        session.subscribe(self._on_update)
+
+    def _on_update(self, update: SessionUpdate) -> None:
+        if isinstance(update, Notice):  # a session's own line (an MCP server that failed, say): a thought
+            redact = Redactor(self.session.secrets) if self.session is not None else None
+            self.send(schema.AgentThoughtChunk(session_update="agent_thought_chunk",
+                                               content=acp.text_block(clean(update.text, redact) + "\n")))
+            return
+        if isinstance(update, Event):
+            for item in self.translator.updates(update):
+                self.send(item)
+
+    def send(self, update: Any) -> None:
+        if update is not None:
+            self._queue.put_nowait(update)
+
+    async def flushed(self) -> None:
+        """Every update queued so far is on the wire."""
+        await self._queue.join()
+
+    async def pump(self) -> None:
+        """Send queued updates as ``session/update`` notifications, in order, for as long as the session lives."""
+        while True:
+            update = await self._queue.get()
+            try:
+                if self.session is not None and self.session.id is not None:
+                    await self.conn.session_update(session_id=self.session.id, update=update)
+            except Exception as exc:  # the client is gone or refused the frame: the run goes on, the log says so
+                log.warning("could not send a session update: %s", type(exc).__name__)
+            finally:
+                self._queue.task_done()
+
+    async def replay(self) -> None:
+        """A loaded session's history, as updates, before ``session/load`` answers."""
+        session = self.session
+        assert session is not None and session.log is not None
+        records = await anyio.to_thread.run_sync(lambda: list(session.log.iter_records()))  # type: ignore[union-attr]
+        for update in history_updates(records, Redactor(session.secrets), self.cwd):
+            self.send(update)
+        await self.flushed()
+
+    async def prompt(self, blocks: list[Any]) -> schema.PromptResponse:
+        session = self.session
+        assert session is not None
+        if self.running:
+            raise acp.RequestError.invalid_request({"details": "a turn is already running in this session"})
+        text = prompt_text(blocks)
+        self.running = True
+        self._scope = scope = anyio.CancelScope()
+        try:
+            with scope:
+                reason = await self._turn(session, text)
+        except StartupError as exc:  # the agent could not be built (a locked log, say): the REPL's line
+            cause = exc.__cause__ or exc
+            raise acp.RequestError(TURN_FAILED, clean(f"dsh: failed to start: {error_chain(cause)}",
+                                                      Redactor(session.secrets))) from None
+        finally:
+            self.running = False
+            self._scope = None
+        await self.flushed()  # every update of the turn before its answer
+        if scope.cancelled_caught:  # cancelled while the turn was being set up (MCP servers starting, say)
+            return schema.PromptResponse(stop_reason="cancelled")
+        stop = stop_reason(reason)
+        if stop is None:
+            assert isinstance(reason, Failed)
+            message, data = turn_error(reason, session.last_failure, secrets=session.secrets, sources=self.sources)
+            raise acp.RequestError(TURN_FAILED, message, data)
+        return schema.PromptResponse(stop_reason=stop)
+
+    async def _turn(self, session: Session, text: str) -> Any:
+        """As the REPL's shell runs a prompt: a compaction first when the window is nearly full, the demo's
+        scenario applied, then the turn."""
+        self.translator.redact = Redactor(session.secrets)
+        if session.compaction_due():
+            await session.compact("")  # a failure is a notice (a thought line); the turn runs anyway
+        sent = self.demo.before_turn(text) if self.demo is not None else None
+        return await session.run_turn(text, sent=sent)
+
+    def cancel(self) -> None:
+        session = self.session
+        if session is None or not self.running:
+            return
+        if session.turn_running:
+            session.cancel_turn()  # the same cancellation as Ctrl-C: the turn ends ``aborted``
+        elif self._scope is not None:
+            self._scope.cancel()  # no turn yet (context, MCP servers): nothing started, nothing to end
+
+    async def aclose(self) -> None:
+        with anyio.CancelScope(shield=True):
+            if self.session is not None:
+                await self.session.aclose()

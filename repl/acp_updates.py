@@ -1,0 +1,292 @@
+"""What ``dsh acp`` tells an ACP client: a session's events as ``session/update`` payloads, a turn's end as a
+stop reason or a JSON-RPC error, a saved session's history replayed (docs/editors.md, "How dsh acp maps turns").
+
+Pure translation on the SDK's own pydantic models (no I/O; :mod:`dsh.repl.acp_session` sends them). Every
+text from the model, a tool or a log is hostile: it travels inside JSON, so no terminal escaping is needed,
+but it is masked (the session's secrets and the secret shapes) and its lone surrogates are replaced, so the
+frame always encodes as UTF-8.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+from collections.abc import Iterable, Mapping, Sequence
+from dataclasses import dataclass, field
+from typing import Any
+
+from acp import helpers, schema
+
+from dsh.agent_loop.events import (
+    AssistantMessage,
+    Event,
+    LlmRetry,
+    ReasoningDelta,
+    TextDelta,
+    ToolCallStart,
+    ToolResult,
+    TurnStart,
+    from_wire,
+)
+from dsh.agent_loop.reasons import Aborted, Disposed, EndReason, Failed, MaxTokens, Rejected
+from dsh.agent_loop.tools.edits import EditRequest
+from dsh.agent_loop.tools.registry import McpCallRequest
+from dsh.llm import HarnessError, Redactor, chain_links
+from dsh.llm.text import scrub_surrogates
+from dsh.repl.commands import link_lines
+from dsh.repl.render import fix_line, one_line, turn_end_line
+
+__all__ = [
+    "TURN_FAILED",
+    "Translator",
+    "clean",
+    "history_updates",
+    "stop_reason",
+    "turn_error",
+]
+
+# The JSON-RPC error code of a failed turn's answer to session/prompt: "Internal error" is what every ACP client
+# shows with its message (the turn-end line); -32000 would ask an editor to log in, -32002 means "not found".
+TURN_FAILED = -32603
+_TITLE_CHARS = 120
+_APPROVED_TOOLS = frozenset({"run_shell", "write_file", "edit_file"})  # the tools that may ask (and MCP's)
+_KINDS: dict[str, schema.ToolKind] = {
+    "read_file": "read",
+    "list_dir": "read",
+    "search_text": "search",
+    "write_file": "edit",
+    "edit_file": "edit",
+    "run_shell": "execute",
+}
+
+
+def clean(text: str, redact: Redactor | None = None) -> str:
+    """Hostile text made fit for a frame: masked (when ``redact`` is given), lone surrogates replaced."""
+    text = scrub_surrogates(text)
+    return redact(text) if redact is not None else text
+
+
+def _clean_value(value: Any, redact: Redactor) -> Any:
+    if isinstance(value, str):
+        return clean(value, redact)
+    if isinstance(value, Mapping):
+        return {clean(str(key), redact): _clean_value(item, redact) for key, item in value.items()}
+    if isinstance(value, list | tuple):
+        return [_clean_value(item, redact) for item in value]
+    return value
+
+
+def stop_reason(reason: EndReason) -> schema.StopReason | None:
+    """The ACP stop reason of a turn that did not fail; None for a failed one (answered as an error)."""
+    if isinstance(reason, Failed):
+        return "refusal" if reason.code == "CONTENT_FILTER" else None
+    if isinstance(reason, MaxTokens):
+        return "max_tokens"
+    if isinstance(reason, Aborted | Disposed):
+        return "cancelled"
+    if isinstance(reason, Rejected):
+        return "refusal"
+    return "end_turn"  # Completed, and an end this version does not know
+
+
+def turn_error(reason: Failed, failure: BaseException | None, *, secrets: Sequence[str],
+               sources: Mapping[str, str]) -> tuple[str, dict[str, Any]]:
+    """A failed turn's JSON-RPC error: the message is the turn-end line the REPL prints; the data has the code,
+    the fix line (or None) and the links ``/why`` shows, all masked."""
+    redact = Redactor(secrets)
+    line = turn_end_line(reason, secrets) or "[turn failed]"
+    fix = fix_line(reason, sources)
+    links = link_lines(chain_links(failure), 0, tuple(secrets)) if failure is not None else []
+    if failure is not None and isinstance(failure, HarnessError) and not links:
+        links = [one_line(str(failure))]
+    data = {
+        "code": clean(reason.code or "UNKNOWN", redact),
+        "fix": clean(fix, redact) if fix else None,
+        "chain": [clean(link.strip(), redact) for link in links],
+    }
+    return clean(line, redact), data
+
+
+def _arguments(raw: str) -> Any:
+    try:
+        value = json.loads(raw) if raw.strip() else {}
+    except ValueError:
+        return {"arguments": raw}
+    return value
+
+
+def _first_line(text: str) -> str:
+    line = one_line(text.strip().split("\n", 1)[0]) if text.strip() else ""
+    return line if len(line) <= _TITLE_CHARS else line[: _TITLE_CHARS - 1] + "…"
+
+
+def tool_kind(name: str) -> schema.ToolKind:
+    return _KINDS.get(name, "other")
+
+
+def tool_title(name: str, args: Any) -> str:
+    """``Read notes.txt``, ``Run pytest -q``, ``mcp server: tool``: what an editor lists for the call."""
+    get = args.get if isinstance(args, Mapping) else (lambda key: None)
+    path, pattern, command = get("path"), get("pattern"), get("command")
+    if name == "read_file" and isinstance(path, str):
+        return f"Read {_first_line(path)}"
+    if name == "list_dir":
+        return f"List {_first_line(path) if isinstance(path, str) else '.'}"
+    if name == "search_text" and isinstance(pattern, str):
+        return f"Search {_first_line(pattern)}"
+    if name == "write_file" and isinstance(path, str):
+        return f"Write {_first_line(path)}"
+    if name == "edit_file" and isinstance(path, str):
+        return f"Edit {_first_line(path)}"
+    if name == "run_shell" and isinstance(command, str):
+        return f"Run {_first_line(command)}"
+    if name.startswith("mcp__"):
+        server, _, tool = name[len("mcp__"):].partition("__")
+        return f"{server}: {tool}" if tool else name
+    return name
+
+
+@dataclass(slots=True)
+class _Call:
+    name: str
+    acp_id: str
+    title: str
+    kind: schema.ToolKind
+    raw_input: Any
+    diff: tuple[str, str | None, str] | None = None  # (path, old text, new text) once an edit was approved
+
+
+@dataclass
+class Translator:
+    """One ACP session's view of its dsh session's events: updates to send, and the tool calls still running
+    (an approval belongs to the one call that may ask: those run one at a time, agent_loop/tools/registry.py).
+    """
+
+    redact: Redactor
+    cwd: str
+    _turn: int = 0
+    _running: dict[str, _Call] = field(default_factory=dict)  # by dsh's call id
+
+    def updates(self, event: Event) -> list[Any]:
+        """The ``session/update`` payloads of one live event (none for most)."""
+        if isinstance(event, TextDelta):
+            return [helpers.update_agent_message_text(clean(event.text))] if event.text else []
+        if isinstance(event, ReasoningDelta):
+            return [helpers.update_agent_thought_text(clean(event.text))] if event.text else []
+        if isinstance(event, TurnStart):
+            self._turn = event.turn
+            self._running.clear()
+            return []
+        if isinstance(event, ToolCallStart):
+            return [self._start(event)]
+        if isinstance(event, ToolResult):
+            return [self._finish(event)]
+        if isinstance(event, LlmRetry):  # the REPL's retry line, where an editor shows progress
+            line = f"[retry {event.attempt}/{event.max_attempts} in {event.delay_s:.1f}s] {event.code}: "
+            return [helpers.update_agent_thought_text(clean(line + one_line(event.message), self.redact) + "\n")]
+        return []
+
+    def _start(self, event: ToolCallStart) -> Any:
+        args = _clean_value(_arguments(scrub_surrogates(event.arguments)), self.redact)
+        call = _Call(event.name, f"{event.turn}:{clean(event.id)}", clean(tool_title(event.name, args), self.redact),
+                     tool_kind(event.name), args)
+        self._running[event.id] = call
+        # A call that may ask waits for its approval: pending until then; the others run now.
+        status: schema.ToolCallStatus = "pending" if self._may_ask(event.name) else "in_progress"
+        return helpers.start_tool_call(call.acp_id, call.title, kind=call.kind, status=status,
+                                       raw_input=call.raw_input, locations=self._locations(args))
+
+    def _locations(self, args: Any) -> list[schema.ToolCallLocation] | None:
+        path = args.get("path") if isinstance(args, Mapping) else None
+        if not isinstance(path, str) or not path:
+            return None
+        return [schema.ToolCallLocation(path=os.path.join(self.cwd, path))]
+
+    @staticmethod
+    def _may_ask(name: str) -> bool:
+        return name in _APPROVED_TOOLS or name.startswith("mcp__")
+
+    def _finish(self, event: ToolResult) -> Any:
+        call = self._running.pop(event.id, None)
+        acp_id = call.acp_id if call is not None else f"{event.turn}:{clean(event.id)}"
+        content: list[Any] = []
+        if call is not None and call.diff is not None and not event.is_error:
+            path, old, new = call.diff
+            content.append(helpers.tool_diff_content(path, new, old))
+        text = event.output if not event.diagnostic else f"{event.output}\n{event.diagnostic}"
+        content.append(helpers.tool_content(helpers.text_block(clean(text, self.redact))))
+        return helpers.update_tool_call(acp_id, status="failed" if event.is_error else "completed", content=content,
+                                        raw_output={"output": clean(event.output, self.redact)})
+
+    def asking(self, request: str | EditRequest | McpCallRequest) -> _Call | None:
+        """The running call an approval is for."""
+        for call in reversed(list(self._running.values())):
+            if isinstance(request, EditRequest) and call.name == request.tool:
+                return call
+            if isinstance(request, McpCallRequest) and call.name.startswith("mcp__"):
+                return call
+            if isinstance(request, str) and call.name == "run_shell":
+                return call
+        return None
+
+    def permission_call(self, call: _Call | None, request: str | EditRequest | McpCallRequest) -> schema.ToolCallUpdate:
+        """The ``toolCall`` of a permission request: the call's id, title, kind and input; an edit's diff."""
+        content: list[Any] | None = None
+        if isinstance(request, EditRequest):
+            path = self._edit_path(request)
+            diff = (path, request.old_text, request.new_text)
+            if call is not None:
+                call.diff = diff
+            content = [helpers.tool_diff_content(path, clean(request.new_text), _maybe(request.old_text))]
+        if call is None:  # no call to name (it should not happen): a fresh id, so the client can still ask
+            return schema.ToolCallUpdate(tool_call_id=f"{self._turn}:approval", title=self._request_title(request),
+                                         kind="other", status="pending", content=content)
+        return schema.ToolCallUpdate(tool_call_id=call.acp_id, title=call.title, kind=call.kind, status="pending",
+                                     raw_input=call.raw_input, content=content)
+
+    def note_edit(self, call: _Call | None, request: EditRequest) -> None:
+        """An edit that goes ahead without asking the client ("always"): its diff still reaches the update."""
+        if call is not None:
+            call.diff = (self._edit_path(request), request.old_text, request.new_text)
+
+    def _edit_path(self, request: EditRequest) -> str:
+        return clean(os.path.join(self.cwd, request.path))
+
+    def _request_title(self, request: str | EditRequest | McpCallRequest) -> str:
+        if isinstance(request, EditRequest):
+            return clean(f"Edit {request.path}", self.redact)
+        if isinstance(request, McpCallRequest):
+            return clean(f"{request.server}: {request.tool}", self.redact)
+        return clean(f"Run {_first_line(request)}", self.redact)
+
+    def approved(self, call: _Call | None) -> Any | None:
+        """The update that says an approved call runs now."""
+        return helpers.update_tool_call(call.acp_id, status="in_progress") if call is not None else None
+
+
+def _maybe(text: str | None) -> str | None:
+    return clean(text) if text is not None else None
+
+
+def history_updates(records: Iterable[Mapping[str, Any]], redact: Redactor, cwd: str) -> list[Any]:
+    """A saved session's history as updates, in order: each prompt as ``user_message_chunk``, each reply's text
+    and reasoning as ``agent_message_chunk`` / ``agent_thought_chunk``, each tool call as ``tool_call`` then its
+    result as ``tool_call_update`` (completed or failed)."""
+    translator = Translator(redact, cwd)
+    updates: list[Any] = []
+    for record in records:
+        event = from_wire(record)
+        if isinstance(event, TurnStart):
+            translator.updates(event)
+            if event.prompt:
+                updates.append(helpers.update_user_message_text(clean(event.prompt, redact)))
+        elif isinstance(event, AssistantMessage):
+            if event.reasoning_content:
+                updates.append(helpers.update_agent_thought_text(clean(event.reasoning_content, redact)))
+            if event.content:
+                updates.append(helpers.update_agent_message_text(clean(event.content, redact)))
+        elif isinstance(event, ToolCallStart):
+            updates.append(translator._start(event))
+        elif isinstance(event, ToolResult):
+            updates.append(translator._finish(event))
+    return updates
