@@ -149,9 +149,8 @@ class DshAgent:
         )
         owner.attach(session)
         try:
-            await session.start(resume=resume, defer_agent=resume is None)
+            await self._tasks.start(owner.run, session, resume)
         except StartupError as exc:
-            await session.aclose()
             cause = exc.__cause__ or exc
             line = clean(f"dsh: failed to start: {error_chain(cause)}", Redactor(session.secrets))
             if isinstance(cause, HarnessError) and cause.code == ErrorCode.SESSION_NOT_FOUND:
@@ -160,7 +159,6 @@ class DshAgent:
         if files is not None:
             files.session_id = owner.id
         self.sessions[owner.id] = owner
-        self._tasks.start_soon(owner.pump)
         return owner
 
     async def new_session(self, cwd: str, mcp_servers: Any = None, **_: Any) -> Any:

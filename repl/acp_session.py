@@ -23,6 +23,7 @@ from typing import Any
 
 import acp
 import anyio
+import anyio.abc
 from acp import schema
 
 from dsh.agent_loop.events import Event
@@ -152,6 +153,8 @@ class AcpSession:
         self._queue: asyncio.Queue[Any] = asyncio.Queue()
         self.running = False
         self._scope: anyio.CancelScope | None = None  # the prompt's, for a cancel before its turn started
+        self._closing = anyio.Event()  # aclose() was called: run() closes the session
+        self._closed = anyio.Event()  # run() has ended, the session closed
 
     @property
     def id(self) -> str:
@@ -248,7 +251,32 @@ class AcpSession:
         elif self._scope is not None:
             self._scope.cancel()  # no turn yet (context, MCP servers): nothing started, nothing to end
 
+    async def run(self, session: Session, resume: str | None, *,
+                  task_status: anyio.abc.TaskStatus[None] = anyio.TASK_STATUS_IGNORED) -> None:
+        """The session's whole life, in one task of the agent's group: the task that opens the session (and
+        with it the task groups of its MCP servers and subagent jobs) is the one that closes it. Started once
+        the session is open, and the client's MCP servers are starting (an editor draws no prompt to wait for);
+        a StartupError reaches the caller of ``start``. Then the updates pump, until :meth:`aclose`."""
+        try:
+            try:
+                await session.start(resume=resume, defer_agent=resume is None)
+                await session.open_mcp()
+            except BaseException:
+                with anyio.CancelScope(shield=True):
+                    await session.aclose()
+                raise
+            task_status.started()
+            async with anyio.create_task_group() as group:
+                group.start_soon(self.pump)
+                await self._closing.wait()
+                group.cancel_scope.cancel()
+            with anyio.CancelScope(shield=True):
+                await session.aclose()
+        finally:
+            self._closed.set()
+
     async def aclose(self) -> None:
+        """Close the session (its turn ends, its children are reaped) and wait until :meth:`run` has."""
+        self._closing.set()
         with anyio.CancelScope(shield=True):
-            if self.session is not None:
-                await self.session.aclose()
+            await self._closed.wait()

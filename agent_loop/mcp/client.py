@@ -89,17 +89,19 @@ class ServerConnection:
         self._exit: ExitStatus | None = None  # the server's own exit, seen before any teardown
         self._exit_noted = False
         self._send, self._commands = anyio.create_memory_object_stream[str](math.inf)
+        self._life = anyio.CancelScope()  # run()'s: stop() cancels a start that has not finished
 
     # --- the connection's life (one task) -------------------------------------------------------
 
     async def run(self) -> None:
         try:
-            async with contextlib.AsyncExitStack() as stack:
-                try:
-                    await self._connect(stack)
-                except Exception as exc:  # recorded before the teardown: a waiting turn sees it at once
-                    self._session = None
-                    self._fail(await self.classify(exc, self._stage))
+            with self._life:
+                async with contextlib.AsyncExitStack() as stack:
+                    try:
+                        await self._connect(stack)
+                    except Exception as exc:  # recorded before the teardown: a waiting turn sees it at once
+                        self._session = None
+                        self._fail(await self.classify(exc, self._stage))
         except Exception as exc:  # every failure is this server's, never the session's
             if self.state != "failed":
                 self._fail(await self.classify(exc, self._stage))
@@ -186,6 +188,8 @@ class ServerConnection:
                 self._send.send_nowait("relist")
 
     def stop(self) -> None:
+        if self.state == "starting":  # a handshake in progress is abandoned; the teardown still reaps the child
+            self._life.cancel()
         with contextlib.suppress(anyio.ClosedResourceError, anyio.BrokenResourceError):
             self._send.send_nowait("stop")
 

@@ -111,6 +111,24 @@ async def test_servers_hanging_at_initialize_have_all_failed_when_wait_ready_ret
         f"MCP server failure (server: s{i}; stage: initialize; category: timeout)" for i in range(6)]
 
 
+async def test_closing_during_a_servers_handshake_stops_it_at_once_and_reaps_it(
+    stdio_server: StdioServers, tmp_path: Path,
+) -> None:
+    # Quitting dsh (or an editor closing a `dsh acp` session) while a server hangs at initialize must not
+    # wait out its startup_timeout: the handshake is abandoned and the child goes through its ladder.
+    record = tmp_path / "hang.jsonl"
+    seen = _Seen()
+    table = stdio_server.table("hang-initialize", "--record", str(record), startup_timeout=600)
+    with anyio.fail_after(PROMPTLY):
+        async with _manager({"h": table}, seen) as manager:
+            await async_wait_until(lambda: received(record, "initialize"), PROMPTLY, "the handshake to begin")
+    [pid] = {e["pid"] for e in read_record(record) if e["event"] == "started"}
+    with pytest.raises(ProcessLookupError):
+        os.kill(pid, 0)
+    assert [row.state for row in manager.status()] == ["stopped"]
+    assert seen.notices == [] and seen.failures == []  # a stop is not the server's failure
+
+
 async def test_garbage_before_the_answers_is_a_protocol_failure_not_a_quiet_log_line(
     stdio_server: StdioServers,
 ) -> None:
