@@ -13,6 +13,7 @@ assembles the built-in set (:func:`default_tools`); the subagent tool comes from
 
 from __future__ import annotations
 
+from dsh.agent_loop.sandbox import Sandbox
 from dsh.agent_loop.tools.edits import edit_file_tool, write_file_tool
 from dsh.agent_loop.tools.files import list_dir_tool, read_file_tool, search_text_tool
 from dsh.agent_loop.tools.registry import (
@@ -50,14 +51,17 @@ __all__ = [
 ]
 
 
-def default_tools(approver: Approver | None = None, *, allow_edits: bool = False) -> ToolRegistry:
+def default_tools(
+    approver: Approver | None = None, *, allow_edits: bool = False, sandbox: Sandbox | None = None
+) -> ToolRegistry:
     """The developer tools: read_file, list_dir, search_text, write_file, edit_file, run_shell.
 
     ``approver`` answers for run_shell and the edit tools; ``allow_edits`` lets the edit tools write
-    inside the working tree when there is no approver (piped and ``-p`` runs).
+    inside the working tree when there is no approver (piped and ``-p`` runs); ``sandbox`` runs each shell
+    command under bubblewrap (docs/safety.md).
     """
     return ToolRegistry([
         read_file_tool(), list_dir_tool(), search_text_tool(),
         write_file_tool(approver, allow_unattended=allow_edits), edit_file_tool(approver, allow_unattended=allow_edits),
-        run_shell_tool(approver),
+        run_shell_tool(approver, sandbox=sandbox),
     ])
