@@ -59,7 +59,8 @@ class Sandbox:
     network: bool = False
 
     def wrap(self, argv: Sequence[str], *, cwd: str | os.PathLike[str]) -> list[str]:
-        """``argv`` inside bubblewrap, for a command run in ``cwd``; ``OSError`` when there is no ``bwrap``."""
+        """``argv`` inside bubblewrap, for a command run in ``cwd``; ``OSError`` when there is no ``bwrap``,
+        ``ValueError`` when the tree would be ``/``."""
         binary = shutil.which(BWRAP, path=os.environ.get("PATH", os.defpath))
         if binary is None:
             raise FileNotFoundError(f"{BWRAP} is not on PATH")
@@ -122,6 +123,8 @@ def bwrap_argv(argv: Sequence[str], *, cwd: Path, network: bool, bwrap: str = BW
     found = find_git_dir(cwd)
     tree = found[0] if found is not None else cwd
     real_tree = _real(tree)
+    if real_tree == "/":  # the whole file system writable is no sandbox
+        raise ValueError("the sandbox cannot run a command whose project tree is / (start dsh in a project)")
     out = [
         bwrap,
         "--ro-bind", "/", "/",

@@ -34,7 +34,8 @@ from dsh.agent_loop.sandbox import (
     sandbox_check,
     sandbox_problem,
 )
-from dsh.agent_loop.tools import ToolContext, ToolOutput, run_shell_tool
+from dsh.agent_loop.tools import ToolContext, ToolOutput, ToolRegistry, run_shell_tool, run_tool_call
+from dsh.llm.events import ToolCall
 from tests.real_parts import missing
 from tests.waiting import PROMPTLY, async_wait_until, wait_until
 
@@ -274,6 +275,21 @@ async def test_without_bwrap_on_path_the_command_is_not_run_unsandboxed(
     with pytest.raises(FileNotFoundError):
         await run(repo, "echo ran > ran.txt")
     assert not (repo / "ran.txt").exists()
+
+
+async def test_a_tree_that_would_be_the_root_is_refused(tmp_path: Path, bwrap: str) -> None:
+    # A working directory of / (no git repository above it) would make the whole file system writable.
+    tools = ToolRegistry([run_shell_tool(sandbox=Sandbox())])
+    result = await run_tool_call(tools, ToolCall("c1", "run_shell", '{"command": "true"}'),
+                                 ToolContext(cwd=Path("/"), turn=1, notify=lambda event: None,
+                                             approver=_yes))
+    assert result.text == (
+        "Error: the sandbox cannot run a command whose project tree is / (start dsh in a project)"
+    ) and result.is_error
+
+
+async def _yes(request: object) -> str:
+    return "yes"
 
 
 # --- the check -------------------------------------------------------------------------------------
