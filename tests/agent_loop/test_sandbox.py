@@ -260,6 +260,17 @@ async def test_cancel_kills_the_command_and_everything_it_started(repo: Path) ->
     wait_until(lambda: not host_processes(token), PROMPTLY, "every sandboxed process to be gone")
 
 
+async def test_the_timeout_kills_a_sandboxed_command(repo: Path) -> None:
+    async def yes(request: object) -> str:
+        return "yes"
+
+    tool = run_shell_tool(sandbox=Sandbox())
+    ctx = ToolContext(cwd=repo, turn=1, notify=lambda event: None, approver=yes)
+    result = await tool.run({"command": "echo started; sleep 600", "timeout_s": 1}, ctx)
+    assert isinstance(result, ToolOutput) and result.is_error
+    assert result.text == "started\n[timed out after 1s; the command was killed] (sandboxed)"
+
+
 async def test_the_environment_is_the_allowlist(repo: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.setenv("DSH_SANDBOX_SECRET_TOKEN", "not-for-children")
     monkeypatch.setenv("TMPDIR", "/var/tmp")
@@ -341,6 +352,13 @@ def test_no_stderr_text_reaches_the_line(status: int, stderr: str) -> None:
         f'sandbox = "bwrap" but bwrap cannot start a sandbox here (exit status {status}): check it with '
         "bwrap --ro-bind / / true"
     )
+
+
+@given(st.lists(st.text(), min_size=1, max_size=4))
+def test_the_command_is_one_argv_after_the_options(argv: list[str]) -> None:
+    # Nothing in a command can become a bwrap option: it follows "--", each part one argument.
+    built = bwrap_argv(argv, cwd=Path("/nonexistent/dir"), network=False)
+    assert built[-len(argv) - 1:] == ["--", *argv] and built.index("--") == len(built) - len(argv) - 1
 
 
 def test_the_argv_orders_private_tmp_before_the_tree_and_read_only_git_files_last(tmp_path: Path) -> None:
