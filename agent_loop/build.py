@@ -19,6 +19,7 @@ from dsh.agent_loop.mcp import McpManager
 from dsh.agent_loop.mcp.config import parse_servers, secret_values
 from dsh.agent_loop.recap import Recap
 from dsh.agent_loop.retry import RetryPolicy
+from dsh.agent_loop.sandbox import sandbox_of
 from dsh.agent_loop.session_log import SessionInfo, SessionLog, list_sessions, resolve_session
 from dsh.agent_loop.subagent import ParentContext
 from dsh.agent_loop.subagent.jobs import user_notice
@@ -120,7 +121,8 @@ def build_agent(
     """The agent over ``log`` (closed again if the agent cannot be built); ``extra_secrets`` are masked too (the
     MCP servers' values, McpManager.secrets); ``files``: an editor's file access (agent_loop/tools/file_access.py)."""
     # Without an approver nobody can answer: the shell tool then says so instead of "denied".
-    tools = default_tools(approve, allow_edits=config.allow_edits, files=files)
+    tools = default_tools(approve, allow_edits=config.allow_edits, files=files,
+                          sandbox=sandbox_of(config.sandbox, config.sandbox_network))
     for tool in extra_tools:
         tools.add(tool, replace=True)
     try:

@@ -60,6 +60,10 @@ class SessionConfig(Protocol):
     @property
     def record(self) -> str | None: ...
     @property
+    def sandbox(self) -> str | None: ...  # "bwrap": run_shell under bubblewrap (docs/safety.md)
+    @property
+    def sandbox_network(self) -> bool: ...
+    @property
     def secrets(self) -> tuple[str, ...]: ...
 
 

@@ -73,6 +73,8 @@ BENCHMARKS: tuple[Benchmark, ...] = (
     Benchmark("mcp", (("mcp_roundtrip_raw_ms", "ms", None), ("mcp_vs_raw_sdk", "x", ("<=", 1.2))), "bench.mcp",
               "mcp_vs_raw_sdk"),
     Benchmark("mcp_first_prompt", (("mcp_first_prompt_ms", "ms", ("<", 30.0)),), "bench.mcp", "mcp_first_prompt"),
+    Benchmark("sandbox", (("sandbox_cost_ms", "ms", None), ("sandbox_vs_bare", "x", None)), "bench.sandbox",
+              "sandbox_cost"),
 )
 
 

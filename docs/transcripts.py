@@ -983,6 +983,71 @@ def edits_session(lab: Lab) -> str:
     return lab.once("edits", job).result()
 
 
+# --- the sandbox (docs/safety.md) ---------------------------------------------------------------------------
+
+SANDBOX_CONFIG = 'sandbox = "bwrap"\n'
+SANDBOX_AFTER = "cat made.txt; ls .git/hooks/pre-commit /etc/planted"
+SANDBOX_COMMAND = "echo hello > made.txt; touch /etc/planted; echo x > .git/hooks/pre-commit"
+# The terminal app's approval, answered y: the REPL's own Shell and approval question, driven in a child with
+# a front end that answers yes (a pty transcript would carry prompt_toolkit's redraws).
+_SANDBOX_TURN = """import sys, anyio, os
+from dsh.repl.config import load_config
+from dsh.repl.frontend import PlainFrontEnd, StreamSink
+from dsh.repl.render import approval_question
+from dsh.repl.shell import Shell
+class Yes(PlainFrontEnd):
+    can_approve = True
+    async def ask_approval(self, request):
+        self.out.write(approval_question(request).question + "y\\n")
+        return "yes"
+async def main():
+    sink = StreamSink(sys.stdout)
+    shell = Shell(load_config({"base_url": sys.argv[1]}, os.environ), Yes(sink), color=False, env=os.environ)
+    await shell.start()
+    try:
+        sys.stdout.write("> run it\\n")
+        await shell.handle_line("run it")
+    finally:
+        await shell.aclose()
+        sink.flush()
+anyio.run(main)
+"""
+
+
+def sandbox_run(lab: Lab) -> str:
+    """A turn whose model runs a command in a git repository: the approval, and what the sandbox refused."""
+    from dsh.llm.loopback.fault_server import Behaviour, FaultServer
+
+    def job() -> str:
+        home = lab.home(SANDBOX_CONFIG)
+        subprocess.run(["git", "init", "-q", str(home / "project")], check=True)
+        with FaultServer() as server:
+            server.push(Behaviour("tool_call", id="call_1", name="run_shell",
+                                  arguments=json.dumps({"command": SANDBOX_COMMAND}),
+                                  reasoning="The user asked for this command; run it."),
+                        Behaviour("text", text="Done: made.txt is written; the rest was refused."))
+            out = subprocess.run([PYTHON, "-c", _SANDBOX_TURN, server.url], cwd=home / "project",
+                                 env=lab.env(home, DEEPSEEK_API_KEY="any"), capture_output=True, text=True,
+                                 timeout=TIMEOUT)
+        text = lab.normalise(out.stdout + out.stderr, home)
+        after = subprocess.run(["sh", "-c", SANDBOX_AFTER], cwd=home / "project", capture_output=True, text=True,
+                               env=lab.env(home), timeout=TIMEOUT)
+        parts = ["$ cat ~/.config/dsh/config.toml", SANDBOX_CONFIG.rstrip("\n"), "$ dsh", text.rstrip("\n"),
+                 f"$ {SANDBOX_AFTER}", lab.normalise(after.stdout + after.stderr, home).rstrip("\n")]
+        return fence("\n".join(parts), "console")
+
+    return lab.once("sandbox-run", job).result()
+
+
+def sandbox_refusal(lab: Lab) -> str:
+    """``sandbox = "bwrap"`` where there is no bwrap: dsh does not start, and says how to get it."""
+    run = lab.once("sandbox-refusal", lambda: lab.dsh(
+        ["-p", "hello"], config=SANDBOX_CONFIG, env={"DEEPSEEK_API_KEY": "any", "PATH": "/nowhere"},
+        shown_env="PATH=/nowhere")).result()
+    return fence("\n".join(["$ cat ~/.config/dsh/config.toml", SANDBOX_CONFIG.rstrip("\n"),
+                            session_text(run, status=True)]), "console")
+
+
 # --- dsh doctor ------------------------------------------------------------------------------------------
 
 DOCTOR_KEY = "sk-0123456789abcdef0123456789abcdef"  # DeepSeek's key shape; the fault server takes any key
@@ -1199,6 +1264,8 @@ GENERATORS: dict[str, Callable[[Lab], str]] = {
     "mcp-config-errors": mcp_config_errors,
     "mcp-allow": mcp_allow,
     "mcp-list": mcp_list,
+    "sandbox-run": sandbox_run,
+    "sandbox-refusal": sandbox_refusal,
 }
 SLOW = {"fault-matrix"}  # a minute, not seconds: only with --slow (test_fault_matrix checks the same rows)
 SLOW |= {"litellm"}  # needs .venv/litellm: only with --slow (tests/llm/test_litellm_gateway.py checks the table)

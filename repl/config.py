@@ -64,6 +64,8 @@ KNOWN_KEYS = frozenset(
         "record",
         "auto_compact",
         "markdown",
+        "sandbox",
+        "sandbox_network",
     }
 )
 
@@ -99,6 +101,8 @@ class Config:
     auto_compact: bool = False  # CONTEXT_WINDOW_EXCEEDED: one compaction and one retry (docs/compaction.md)
     markdown: bool = True  # render assistant markdown on a colour terminal (docs/markdown.md)
     proxy: str | None = None  # the proxy that carries requests: --proxy, HTTPS_PROXY & co, or the file
+    sandbox: str | None = None  # "bwrap": run_shell under bubblewrap; dsh will not start without it working
+    sandbox_network: bool = False  # the sandbox keeps the network (docs/safety.md)
     record: str | None = None  # write a masked wire trace of every model exchange here (docs/record-replay.md)
     config_path: Path | None = None  # the file that was read, if any
     warnings: tuple[str, ...] = ()
@@ -308,6 +312,13 @@ def _check_text(key: str, value: object, where: str) -> str:
     return value
 
 
+def _check_sandbox(key: str, value: object, where: str) -> str | None:
+    """``sandbox``: "bwrap" or "none" (docs/safety.md); whether bwrap works here is checked at start-up."""
+    if value in ("bwrap", "none"):
+        return None if value == "none" else "bwrap"
+    raise ConfigError(f'{where}: {key} must be "bwrap" or "none", got {value!r:.40}')
+
+
 def _check_record(key: str, value: object, where: str) -> str:
     """A trace path; ``{time}`` (UTC) and ``{pid}`` make one file per run, so two sessions never share one."""
     path = os.path.expanduser(_check_str(key, value, where))
@@ -335,6 +346,8 @@ _CHECKS = {
     "record": _check_record,
     "auto_compact": _check_thinking,  # the same true/false (or enabled/disabled) switch
     "markdown": _check_thinking,
+    "sandbox": _check_sandbox,
+    "sandbox_network": _check_bool,
 }
 
 

@@ -625,6 +625,20 @@ class Doctor:
 
     # -- MCP servers ----------------------------------------------------------------------------------
 
+    async def sandbox(self) -> Step:
+        """``sandbox = "bwrap"``: one command run the way run_shell runs each (docs/safety.md)."""
+        from dsh.agent_loop.sandbox import sandbox_check  # only with a sandbox configured
+
+        started = self.now()
+        problem = await anyio.to_thread.run_sync(sandbox_check, self.env)
+        took = self.now() - started
+        network = "network on (sandbox_network)" if self.config.sandbox_network else "no network"
+        facts: dict[str, Any] = {"sandbox": self.config.sandbox, "network": self.config.sandbox_network,
+                                 "ms": round(took * 1000, 1)}
+        if problem is not None:
+            return Step("sandbox", FAIL, f'sandbox = "bwrap" but {problem.what}', f"  fix: {problem.fix}", facts)
+        return Step("sandbox", PASS, f"bwrap ran a test command in a sandbox in {_ms(took)}; {network}", facts=facts)
+
     async def mcp_servers(self) -> list[Step]:
         """One step per ``[mcp_servers.NAME]`` (docs/mcp.md): start it, ``initialize``, list its tools, stop it.
         A failure is the server's closed line (DESIGN §8); its own words stay host-side (dsh.log)."""
@@ -693,6 +707,8 @@ class Doctor:
                 add(step)
                 failed = step.status == FAIL
             add(await self.environment())
+            if self.config.sandbox is not None:
+                add(await self.sandbox())
             for step in await self.mcp_servers():
                 add(step)
         finally:

@@ -354,6 +354,8 @@ def _configure(args: argparse.Namespace, env: dict[str, str]) -> Config:
         raise ConfigError("--record records a real endpoint or a --replay; the demo's scenarios are scripted")
     if config.record:
         _check_record_path(config.record)
+    if config.sandbox is not None:
+        _check_sandbox(config)
     if args.demo:
         from dsh.repl.demo.catalogue import SCENARIOS  # only the demo
 
@@ -371,6 +373,15 @@ def _load_trace(path: str) -> Any:
     except ReplayError as exc:
         message = exc.message
     raise ConfigError(message)  # outside the handler: one line, no chain beneath
+
+
+def _check_sandbox(config: Config) -> None:
+    """The configured sandbox works here, or dsh does not start: never a silent unsandboxed run (docs/safety.md)."""
+    from dsh.agent_loop.sandbox import sandbox_problem  # only with a sandbox configured: one test run of bwrap
+
+    problem = sandbox_problem()
+    if problem is not None:
+        raise ConfigError(f"config file {config.config_path}: {problem}")
 
 
 def _check_record_path(path: str) -> None:

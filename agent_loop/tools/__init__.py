@@ -13,6 +13,7 @@ assembles the built-in set (:func:`default_tools`); the subagent tool comes from
 
 from __future__ import annotations
 
+from dsh.agent_loop.sandbox import Sandbox
 from dsh.agent_loop.tools.edits import edit_file_tool, write_file_tool
 from dsh.agent_loop.tools.file_access import FileAccess
 from dsh.agent_loop.tools.files import list_dir_tool, read_file_tool, search_text_tool
@@ -53,16 +54,17 @@ __all__ = [
 
 
 def default_tools(approver: Approver | None = None, *, allow_edits: bool = False,
-                  files: FileAccess | None = None) -> ToolRegistry:
+                  files: FileAccess | None = None, sandbox: Sandbox | None = None) -> ToolRegistry:
     """The developer tools: read_file, list_dir, search_text, write_file, edit_file, run_shell.
 
     ``approver`` answers for run_shell and the edit tools; ``allow_edits`` lets the edit tools write
     inside the working tree when there is no approver (piped and ``-p`` runs). ``files`` (an editor's, ``dsh
-    acp``): read_file and the edit tools read and write files inside the working tree through it.
+    acp``): read_file and the edit tools read and write files inside the working tree through it. ``sandbox``
+    runs each shell command under bubblewrap (docs/safety.md).
     """
     return ToolRegistry([
         read_file_tool(files), list_dir_tool(), search_text_tool(),
         write_file_tool(approver, allow_unattended=allow_edits, files=files),
         edit_file_tool(approver, allow_unattended=allow_edits, files=files),
-        run_shell_tool(approver),
+        run_shell_tool(approver, sandbox=sandbox),
     ])

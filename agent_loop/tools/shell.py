@@ -18,6 +18,7 @@ from typing import Any
 import anyio
 
 from dsh.agent_loop.process import ManagedProcess, ProcessStartError
+from dsh.agent_loop.sandbox import Sandbox
 from dsh.agent_loop.tools.registry import (
     Approver,
     Tool,
@@ -175,22 +176,34 @@ async def _feed_input(process: ManagedProcess, data: bytes) -> None:
 
 # --- run_shell ------------------------------------------------------------------------------------
 
-def _format_command(result: CommandResult, timeout: float) -> ToolOutput:
+SANDBOXED = " (sandboxed)"  # ends a sandboxed command's status line (docs/safety.md)
+
+
+def _format_command(result: CommandResult, timeout: float, *, sandboxed: bool = False) -> ToolOutput:
     text = result.output if result.output else "(no output)"
     if not text.endswith("\n"):
         text += "\n"
+    mark = SANDBOXED if sandboxed else ""
     if result.timed_out:
-        return ToolOutput(text + f"[timed out after {timeout:g}s; the command was killed]", is_error=True)
+        return ToolOutput(text + f"[timed out after {timeout:g}s; the command was killed]{mark}", is_error=True)
     if result.signal is not None:
-        return ToolOutput(text + f"[killed by {result.signal}]", is_error=True)
-    return ToolOutput(text + f"[exit code: {result.exit_code}]", is_error=result.exit_code != 0)
+        return ToolOutput(text + f"[killed by {result.signal}]{mark}", is_error=True)
+    return ToolOutput(text + f"[exit code: {result.exit_code}]{mark}", is_error=result.exit_code != 0)
 
 
-def run_shell_tool(approver: Approver | None = None, *, shell: str = "/bin/sh") -> Tool:
+_SANDBOX_NOTE = (
+    " It runs sandboxed: the project tree is writable, the rest of the file system read-only, /tmp private"
+)
+
+
+def run_shell_tool(
+    approver: Approver | None = None, *, shell: str = "/bin/sh", sandbox: Sandbox | None = None
+) -> Tool:
     """``run_shell``: asks ``approver`` (else the context's approver) before every command.
 
     ``always`` approves shell commands for the rest of the session. No approver, a failing approver, or
-    any answer but ``yes``/``always`` denies the command.
+    any answer but ``yes``/``always`` denies the command. With ``sandbox`` each command runs under
+    bubblewrap (``dsh.agent_loop.sandbox``; docs/safety.md).
     """
 
     async def run(args: dict[str, Any], ctx: ToolContext) -> ToolOutput:
@@ -202,18 +215,26 @@ def run_shell_tool(approver: Approver | None = None, *, shell: str = "/bin/sh") 
                                     denied=SHELL_DENIED, no_approver=SHELL_NO_APPROVER)
         if denial is not None:
             return denial
+        argv = [shell, "-c", command]
+        if sandbox is not None:
+            argv = sandbox.wrap(argv, cwd=ctx.cwd)
         result = await run_command(
-            [shell, "-c", command],
+            argv,
             cwd=ctx.cwd,
             timeout=timeout,
             output_limit=SHELL_OUTPUT_LIMIT,
         )
-        return _format_command(result, timeout)
+        return _format_command(result, timeout, sandboxed=sandbox is not None)
 
+    description = (
+        "Run a shell command (/bin/sh -c) in the working directory. The user approves each command. "
+        "stdout and stderr are merged; long output keeps its start and end. Default timeout 120 s."
+    )
+    if sandbox is not None:
+        description += _SANDBOX_NOTE + ("." if sandbox.network else ", and there is no network.")
     return Tool(
         "run_shell",
-        "Run a shell command (/bin/sh -c) in the working directory. The user approves each command. "
-        "stdout and stderr are merged; long output keeps its start and end. Default timeout 120 s.",
+        description,
         arguments_schema(
             {
                 "command": param("string", "the command line"),

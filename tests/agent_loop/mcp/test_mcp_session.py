@@ -47,6 +47,8 @@ class _Config:
     auto_compact: bool = False
     proxy: str | None = None
     record: str | None = None
+    sandbox: str | None = None
+    sandbox_network: bool = False
 
     @property
     def secrets(self) -> tuple[str, ...]:

@@ -1,0 +1,376 @@
+"""run_shell under real bubblewrap (docs/safety.md, "The sandbox"): what a sandboxed command can and cannot do.
+
+Each test runs the real ``run_shell`` tool with a sandbox over a git repository made in a tmp dir (never
+this checkout: a repository without ``.git/hooks`` gets an empty one). Without bwrap they skip with the
+install line; under ``CI=true`` that is a failure (``.ci/run`` installs bubblewrap).
+"""
+
+from __future__ import annotations
+
+import contextlib
+import http.server
+import os
+import shutil
+import subprocess
+import sys
+import tempfile
+import threading
+import uuid
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+import anyio
+import pytest
+from hypothesis import given
+from hypothesis import strategies as st
+
+from dsh.agent_loop.sandbox import (
+    MISSING,
+    NO_USERNS,
+    Sandbox,
+    bwrap_argv,
+    classify_failure,
+    sandbox_check,
+    sandbox_problem,
+)
+from dsh.agent_loop.tools import ToolContext, ToolOutput, ToolRegistry, run_shell_tool, run_tool_call
+from dsh.llm.events import ToolCall
+from tests.real_parts import missing
+from tests.waiting import PROMPTLY, async_wait_until, wait_until
+
+pytestmark = [pytest.mark.anyio, pytest.mark.usefixtures("no_leftover_processes")]
+
+GIT_ENV = {"GIT_AUTHOR_NAME": "t", "GIT_AUTHOR_EMAIL": "t@example.invalid", "GIT_COMMITTER_NAME": "t",
+           "GIT_COMMITTER_EMAIL": "t@example.invalid", "GIT_CONFIG_NOSYSTEM": "1"}
+
+
+@pytest.fixture(scope="module")
+def bwrap() -> str:
+    found = shutil.which("bwrap")
+    if found is None:
+        missing("bubblewrap (bwrap)", "apt-get install bubblewrap")
+    problem = sandbox_problem()
+    if problem is not None:
+        missing("a working bubblewrap", problem)
+    return found
+
+
+def git(cwd: Path, *args: str) -> str:
+    env = {**os.environ, **GIT_ENV}
+    done = subprocess.run(["git", *args], cwd=cwd, env=env, capture_output=True, text=True, check=True, timeout=60)
+    return done.stdout
+
+
+@pytest.fixture
+def repo(tmp_path: Path, bwrap: str) -> Path:
+    tree = tmp_path / "tree"
+    tree.mkdir()
+    git(tree, "init", "-q", "-b", "main", ".")
+    (tree / "README").write_text("hello\n")
+    git(tree, "add", "README")
+    git(tree, "commit", "-q", "-m", "first")
+    return tree
+
+
+@pytest.fixture
+def outside() -> Iterator[Path]:
+    """A directory the test can write on the host, outside the tree and outside /tmp (the sandbox's /tmp is
+    its own, so a path there would be missing, not read-only)."""
+    directory = Path(tempfile.mkdtemp(prefix="dsh-sandbox-", dir="/var/tmp"))
+    try:
+        yield directory
+    finally:
+        shutil.rmtree(directory, ignore_errors=True)
+
+
+async def run(tree: Path, command: str, *, network: bool = False, cwd: Path | None = None) -> ToolOutput:
+    async def yes(request: object) -> str:
+        return "yes"
+
+    tool = run_shell_tool(sandbox=Sandbox(network=network))
+    ctx = ToolContext(cwd=cwd or tree, turn=1, notify=lambda event: None, approver=yes)
+    result = await tool.run({"command": command}, ctx)
+    assert isinstance(result, ToolOutput)
+    return result
+
+
+def attempt(label: str, action: str) -> str:
+    """A shell line that prints ``label: ok`` or ``label: refused`` (the shell's own message hidden)."""
+    return f"if ( {action} ) 2>/dev/null; then echo '{label}: ok'; else echo '{label}: refused'; fi"
+
+
+async def test_a_sandboxed_command_writes_inside_the_tree_and_nowhere_else(repo: Path, outside: Path) -> None:
+    home = Path(os.path.expanduser("~"))
+    marker = f"dsh-sandbox-{uuid.uuid4().hex}"
+    command = "; ".join([
+        attempt("tree", "echo inside > made.txt && cat made.txt >/dev/null"),
+        attempt("subdir", "mkdir -p sub/deeper && echo x > sub/deeper/f"),
+        attempt("etc", f"echo x > /etc/{marker}"),
+        attempt("home", f"echo x > {home}/{marker}"),
+        attempt("outside", f"echo x > {outside}/{marker}"),
+        attempt("read", "cat /etc/hostname >/dev/null"),
+    ])
+    result = await run(repo, command)
+    assert result.text == (
+        "tree: ok\nsubdir: ok\netc: refused\nhome: refused\noutside: refused\nread: ok\n[exit code: 0] (sandboxed)"
+    )
+    assert (repo / "made.txt").read_text() == "inside\n" and (repo / "sub/deeper/f").read_text() == "x\n"
+    assert not any(path.exists() for path in (Path("/etc") / marker, home / marker, outside / marker))
+
+
+async def test_git_config_and_hooks_stay_read_only_and_git_still_works(repo: Path) -> None:
+    command = "; ".join([
+        attempt("config", "echo '[core] hooksPath = /x' >> .git/config"),
+        attempt("hook", "printf '#!/bin/sh\\n' > .git/hooks/pre-commit && chmod +x .git/hooks/pre-commit"),
+        attempt("move .git", "mv .git .git-aside"),
+        attempt("remove config", "rm -f .git/config"),
+        attempt("commit", "echo two > two && git add two && git commit -q -m two"),
+    ])
+    before = (repo / ".git" / "config").read_bytes()
+    result = await run(repo, f"export {' '.join(f'{k}={v}' for k, v in GIT_ENV.items())}; {command}")
+    assert result.text == (
+        "config: refused\nhook: refused\nmove .git: refused\nremove config: refused\ncommit: ok\n"
+        "[exit code: 0] (sandboxed)"
+    )
+    assert (repo / ".git" / "config").read_bytes() == before
+    assert not (repo / ".git" / "hooks" / "pre-commit").exists()
+    assert git(repo, "log", "--format=%s") == "two\nfirst\n"
+
+
+async def test_a_missing_hooks_directory_cannot_be_created_with_a_hook_in_it(repo: Path) -> None:
+    shutil.rmtree(repo / ".git" / "hooks")
+    result = await run(repo, attempt("hook", "mkdir -p .git/hooks && echo x > .git/hooks/pre-commit"))
+    assert result.text == "hook: refused\n[exit code: 0] (sandboxed)"
+    assert list((repo / ".git" / "hooks").iterdir()) == []  # the empty mount point, as `git init` makes
+
+
+async def test_in_a_linked_worktree_the_shared_config_and_pointers_are_read_only(repo: Path, outside: Path) -> None:
+    # Outside /tmp, so that the main tree is on the read-only host file system, not hidden by the private /tmp.
+    shutil.move(repo, outside / "tree")
+    repo = outside / "tree"
+    worktree = outside / "linked"
+    git(repo, "worktree", "add", "-q", "-b", "side", str(worktree))
+    common = repo / ".git"
+    command = "; ".join([
+        attempt("shared config", f"echo x >> {common}/config"),
+        attempt("shared hook", f"echo x > {common}/hooks/post-checkout"),
+        attempt("commondir", f"echo /tmp > {common}/worktrees/linked/commondir"),
+        attempt(".git file", "echo 'gitdir: /tmp/elsewhere' > .git"),
+        attempt("main tree", f"echo x > {repo}/README"),
+        attempt("commit", "echo w > w && git add w && git commit -q -m in-worktree"),
+    ])
+    result = await run(worktree, f"export {' '.join(f'{k}={v}' for k, v in GIT_ENV.items())}; {command}")
+    assert result.text == (
+        "shared config: refused\nshared hook: refused\ncommondir: refused\n.git file: refused\n"
+        "main tree: refused\ncommit: ok\n[exit code: 0] (sandboxed)"
+    )
+    assert git(worktree, "log", "--format=%s", "-1") == "in-worktree\n"
+    assert (repo / "README").read_text() == "hello\n"
+
+
+async def test_a_command_in_a_subdirectory_gets_the_whole_work_tree(repo: Path) -> None:
+    (repo / "src").mkdir()
+    result = await run(repo, attempt("parent", "echo x > ../top.txt") + "; pwd", cwd=repo / "src")
+    assert result.text == f"parent: ok\n{os.path.realpath(repo / 'src')}\n[exit code: 0] (sandboxed)"
+    assert (repo / "top.txt").exists()
+
+
+async def test_tmp_is_private(repo: Path) -> None:
+    name = f"/tmp/dsh-sandbox-{uuid.uuid4().hex}"
+    result = await run(repo, f"echo private > {name} && cat {name} && ls -A /tmp | wc -l")
+    assert result.text == "private\n2\n[exit code: 0] (sandboxed)"  # the file, and the directory down to the tree
+    assert not Path(name).exists()
+
+
+@contextlib.contextmanager
+def loopback_http() -> Iterator[int]:
+    class Handler(http.server.BaseHTTPRequestHandler):
+        def do_GET(self) -> None:
+            self.send_response(200)
+            self.end_headers()
+            self.wfile.write(b"reached")
+
+        def log_message(self, *args: Any) -> None:
+            pass
+
+    server = http.server.ThreadingHTTPServer(("127.0.0.1", 0), Handler)
+    thread = threading.Thread(target=server.serve_forever, daemon=True)
+    thread.start()
+    try:
+        yield server.server_address[1]
+    finally:
+        server.shutdown()
+        server.server_close()
+        thread.join()
+
+
+def fetch(tree: Path, port: int) -> str:
+    """A command that GETs the loopback server and prints its body, or the kind of failure."""
+    (tree / "fetch.py").write_text(
+        "import urllib.request\n"
+        "try:\n"
+        f"    print(urllib.request.urlopen('http://127.0.0.1:{port}/', timeout=30).read().decode())\n"
+        "except OSError as exc:\n"
+        "    print(type(getattr(exc, 'reason', exc)).__name__)\n"
+    )
+    return f"{sys.executable} fetch.py"
+
+
+async def test_no_network_unless_sandbox_network(repo: Path) -> None:
+    with loopback_http() as port:
+        assert (await run(repo, fetch(repo, port))).text == "ConnectionRefusedError\n[exit code: 0] (sandboxed)"
+        assert (await run(repo, fetch(repo, port), network=True)).text == "reached\n[exit code: 0] (sandboxed)"
+
+
+def host_processes(token: str) -> list[int]:
+    """Host pids of live ``sleep TOKEN`` processes (bwrap's and sh's own command lines hold the token too)."""
+    found = []
+    for entry in os.listdir("/proc"):
+        if not entry.isdigit():
+            continue
+        try:
+            with open(f"/proc/{entry}/cmdline", "rb") as handle:
+                cmdline = handle.read()
+            with open(f"/proc/{entry}/stat", "rb") as handle:
+                state = handle.read().rsplit(b")", 1)[1].split()[0]
+        except OSError:
+            continue
+        if cmdline == f"sleep\0{token}\0".encode() and state != b"Z":
+            found.append(int(entry))
+    return found
+
+
+async def test_cancel_kills_the_command_and_everything_it_started(repo: Path) -> None:
+    # A plain child, a background one and a setsid escapee (its own session and group: the process group
+    # signal cannot reach it; the pid namespace's end does). Each writes its pid before sleeping.
+    token = f"{600 + uuid.uuid4().int % 1000}.{uuid.uuid4().int % 10**6:06d}"  # a sleep nobody else runs
+    command = (
+        f"setsid sh -c 'echo $$ > escapee.pid; exec sleep {token}' & "
+        f"sh -c 'echo $$ > background.pid; exec sleep {token}' & "
+        f"echo $$ > leader.pid; sleep {token}; wait"
+    )
+    pids = ("escapee.pid", "background.pid", "leader.pid")
+    async with anyio.create_task_group() as group:
+        group.start_soon(run, repo, command)
+        await async_wait_until(lambda: all((repo / name).exists() for name in pids) and len(host_processes(token)) == 3,
+                               PROMPTLY, "the sandboxed command and its children to start")
+        group.cancel_scope.cancel()
+    assert all((repo / name).read_text().strip().isdigit() for name in pids)
+    wait_until(lambda: not host_processes(token), PROMPTLY, "every sandboxed process to be gone")
+
+
+async def test_the_timeout_kills_a_sandboxed_command(repo: Path) -> None:
+    async def yes(request: object) -> str:
+        return "yes"
+
+    tool = run_shell_tool(sandbox=Sandbox())
+    ctx = ToolContext(cwd=repo, turn=1, notify=lambda event: None, approver=yes)
+    result = await tool.run({"command": "echo started; sleep 600", "timeout_s": 1}, ctx)
+    assert isinstance(result, ToolOutput) and result.is_error
+    assert result.text == "started\n[timed out after 1s; the command was killed] (sandboxed)"
+
+
+async def test_the_environment_is_the_allowlist(repo: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setenv("DSH_SANDBOX_SECRET_TOKEN", "not-for-children")
+    monkeypatch.setenv("TMPDIR", "/var/tmp")
+    result = await run(repo, "env | cut -d= -f1 | sort | tr '\\n' ' '")
+    names = set(result.text.split("\n")[0].split())
+    assert "DSH_SANDBOX_SECRET_TOKEN" not in names and "TMPDIR" not in names and "PATH" in names
+
+
+async def test_without_bwrap_on_path_the_command_is_not_run_unsandboxed(
+    repo: Path, monkeypatch: pytest.MonkeyPatch, tmp_path: Path
+) -> None:
+    monkeypatch.setenv("PATH", str(tmp_path / "empty"))
+    with pytest.raises(FileNotFoundError):
+        await run(repo, "echo ran > ran.txt")
+    assert not (repo / "ran.txt").exists()
+
+
+async def test_a_tree_that_would_be_the_root_is_refused(tmp_path: Path, bwrap: str) -> None:
+    # A working directory of / (no git repository above it) would make the whole file system writable.
+    tools = ToolRegistry([run_shell_tool(sandbox=Sandbox())])
+    result = await run_tool_call(tools, ToolCall("c1", "run_shell", '{"command": "true"}'),
+                                 ToolContext(cwd=Path("/"), turn=1, notify=lambda event: None,
+                                             approver=_yes))
+    assert result.text == (
+        "Error: the sandbox cannot run a command whose project tree is / (start dsh in a project)"
+    ) and result.is_error
+
+
+async def _yes(request: object) -> str:
+    return "yes"
+
+
+# --- the check -------------------------------------------------------------------------------------
+
+
+def test_the_check_passes_where_bwrap_works(bwrap: str) -> None:
+    assert sandbox_check() is None
+
+
+def test_a_missing_bwrap_names_the_package_and_the_install_command(tmp_path: Path) -> None:
+    assert sandbox_problem({"PATH": str(tmp_path)}) == (
+        'sandbox = "bwrap" but bwrap is not installed: install Debian\'s bubblewrap package '
+        "(sudo apt-get install bubblewrap)"
+    )
+    assert sandbox_check({"PATH": str(tmp_path)}) is MISSING
+
+
+def test_a_bwrap_refused_user_namespaces_names_the_sysctl(tmp_path: Path) -> None:
+    # The words bubblewrap 0.8 prints on a kernel that refuses unprivileged user namespaces; this machine
+    # allows them, so a stand-in bwrap says them (the classification is what is under test).
+    stand_in = tmp_path / "bwrap"
+    stand_in.write_text(
+        "#!/bin/sh\necho 'bwrap: No permissions to creating new namespace, likely because the kernel does not "
+        "allow non-privileged user namespaces. On e.g. debian this can be enabled with "
+        "'\\''sysctl kernel.unprivileged_userns_clone=1'\\''.' >&2\nexit 1\n"
+    )
+    stand_in.chmod(0o755)
+    assert sandbox_problem({"PATH": str(tmp_path)}) == (
+        'sandbox = "bwrap" but this system does not let bwrap create user namespaces: allow them with sudo '
+        "sysctl kernel.unprivileged_userns_clone=1 (Debian) or user.max_user_namespaces=15000 "
+        "(on Ubuntu also kernel.apparmor_restrict_unprivileged_userns=0)"
+    )
+
+
+def test_another_failure_gives_its_status_and_never_the_stderr(tmp_path: Path) -> None:
+    stand_in = tmp_path / "bwrap"
+    stand_in.write_text("#!/bin/sh\necho 'bwrap: secret-looking /home/u/.ssh/id_rsa: No such file' >&2\nexit 7\n")
+    stand_in.chmod(0o755)
+    assert sandbox_problem({"PATH": str(tmp_path)}) == (
+        'sandbox = "bwrap" but bwrap cannot start a sandbox here (exit status 7): check it with '
+        "bwrap --ro-bind / / true"
+    )
+
+
+@given(st.integers(min_value=1, max_value=255), st.text())
+def test_no_stderr_text_reaches_the_line(status: int, stderr: str) -> None:
+    problem = classify_failure(status, stderr)
+    assert problem is NO_USERNS or problem.line == (
+        f'sandbox = "bwrap" but bwrap cannot start a sandbox here (exit status {status}): check it with '
+        "bwrap --ro-bind / / true"
+    )
+
+
+@given(st.lists(st.text(), min_size=1, max_size=4))
+def test_the_command_is_one_argv_after_the_options(argv: list[str]) -> None:
+    # Nothing in a command can become a bwrap option: it follows "--", each part one argument.
+    built = bwrap_argv(argv, cwd=Path("/nonexistent/dir"), network=False)
+    assert built[-len(argv) - 1:] == ["--", *argv] and built.index("--") == len(built) - len(argv) - 1
+
+
+def test_the_argv_orders_private_tmp_before_the_tree_and_read_only_git_files_last(tmp_path: Path) -> None:
+    tree = tmp_path / "t"
+    (tree / ".git" / "hooks").mkdir(parents=True)
+    (tree / ".git" / "config").write_text("")
+    real = os.path.realpath(tree)
+    argv = bwrap_argv(["sh", "-c", "true"], cwd=tree, network=True, bwrap="/usr/bin/bwrap")
+    assert argv == [
+        "/usr/bin/bwrap", "--ro-bind", "/", "/", "--dev", "/dev", "--proc", "/proc", "--tmpfs", "/tmp",
+        "--bind", real, real, "--bind", f"{real}/.git", f"{real}/.git",
+        "--ro-bind", f"{real}/.git/config", f"{real}/.git/config", "--ro-bind", f"{real}/.git/hooks",
+        f"{real}/.git/hooks", "--unshare-pid", "--die-with-parent", "--cap-drop", "ALL",
+        "--unsetenv", "TMPDIR", "--chdir", real, "--", "sh", "-c", "true",
+    ]
