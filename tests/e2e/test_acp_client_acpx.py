@@ -175,3 +175,15 @@ def test_stall_then_ctrl_c_cancels_the_turn(home: Path) -> None:
     with FaultServer(script=["stall_mid_stream"]) as server:
         run = _dsh(home, server.url, interrupt_after="Partial")
     assert (run.lines, run.returncode) == ([*START, "Partial", "[done] cancelled"], 0)
+
+
+def test_docs_editors_transcripts_are_what_acpx_shows_now() -> None:
+    """docs/editors.md's acpx regions are slow ones (they need npm), so tests/test_docs.py leaves them: here."""
+    import subprocess
+    import sys
+
+    regions = "acpx-turn,acpx-denied,acpx-refused,acpx-401,acpx-cancel"
+    script = Path(__file__).resolve().parents[2] / "docs" / "transcripts.py"
+    done = subprocess.run([sys.executable, str(script), "--check", "--slow", "--only", regions],
+                          capture_output=True, text=True, timeout=170, check=False)
+    assert done.returncode == 0, done.stdout + done.stderr
