@@ -34,6 +34,7 @@ import contextlib
 import logging
 import os
 import re
+import signal
 import sys
 from collections.abc import Callable, Mapping, Sequence
 from pathlib import Path
@@ -135,8 +136,8 @@ class DshAgent:
         tables = mcp_tables(mcp_servers)
         owner = AcpSession(self.conn, cwd, sources=self.sources, demo=self.demo)
         files = None
-        if self._fs.read_text_file or self._fs.write_text_file:
-            files = ClientFiles(self.conn, "", read=bool(self._fs.read_text_file), write=bool(self._fs.write_text_file))
+        if self._fs.read_text_file and self._fs.write_text_file:  # both, or dsh's own tools (acp_session.py)
+            files = ClientFiles(self.conn, "")
         demo = self.demo
         session = Session(
             self.config, sessions_root=state_dir(self.env) / "sessions", env=self.env,
@@ -217,13 +218,28 @@ async def serve(config: Config, env: dict[str, str], args: argparse.Namespace, m
             demo = await start_demo(stack, args.scenario or "text")
         agent = DshAgent(config, env, demo=demo, missing_key=missing_key, tasks=tasks)
         conn = acp.AgentSideConnection(agent, writer, reader, listening=False)
-        try:
-            await conn.listen()  # until the client closes stdin
-        finally:
-            await agent.aclose()
-            with anyio.CancelScope(shield=True), contextlib.suppress(Exception):
-                await conn.close()
-            tasks.cancel_scope.cancel()
+        # Until the client closes stdin, or SIGTERM / SIGHUP (a client's shutdown ladder: the SDK's closes stdin,
+        # waits 2 s, then sends SIGTERM). Either way the sessions close below, their turns end and their children
+        # (MCP servers, subagents) go through their own ladders; the receiver stays open meanwhile, so a SIGTERM
+        # that arrives during that does not cut it short and orphan them.
+        with anyio.open_signal_receiver(signal.SIGTERM, signal.SIGHUP) as received:
+            try:
+                async with anyio.create_task_group() as until:
+                    async def listen() -> None:
+                        await conn.listen()
+                        until.cancel_scope.cancel()
+
+                    async def signals() -> None:
+                        async for _ in received:
+                            until.cancel_scope.cancel()
+
+                    until.start_soon(listen)
+                    until.start_soon(signals)
+            finally:
+                await agent.aclose()
+                with anyio.CancelScope(shield=True), contextlib.suppress(Exception):
+                    await conn.close()
+                tasks.cancel_scope.cancel()
     return 0
 
 

@@ -4,7 +4,8 @@ front end (docs/editors.md, "How dsh acp maps turns").
 - :class:`AcpFrontEnd` answers the session's approvals with ``session/request_permission`` (allow once /
   allow always / reject once); a rejection, a cancelled request or a client that cannot answer denies.
 - :class:`ClientFiles` is the :class:`~dsh.agent_loop.tools.FileAccess` over ``fs/read_text_file`` and
-  ``fs/write_text_file``, used when the client advertises them.
+  ``fs/write_text_file``, used when the client advertises both (with one alone, a read and the write that
+  follows it would see different files: dsh's own tools then do both).
 - :class:`AcpSession` sends the session's events as ``session/update`` notifications, in order, through one
   pump task, and runs each prompt to its stop reason or its JSON-RPC error.
 """
@@ -67,15 +68,11 @@ def prompt_text(blocks: list[Any]) -> str:
 class ClientFiles:
     """Files inside the tree as the editor holds them (its unsaved buffers too), over the ACP connection."""
 
-    def __init__(self, conn: Any, session_id: str, *, read: bool, write: bool) -> None:
+    def __init__(self, conn: Any, session_id: str) -> None:
         self._conn = conn
         self.session_id = session_id
-        self._read = read
-        self._write = write
 
     async def read_text(self, path: Path) -> str:
-        if not self._read:
-            return await anyio.to_thread.run_sync(_read_local, path)
         try:
             response = await self._conn.read_text_file(session_id=self.session_id, path=str(path))
         except acp.RequestError as exc:
@@ -85,20 +82,7 @@ class ClientFiles:
         return clean(response.content)
 
     async def write_text(self, path: Path, text: str) -> None:
-        if not self._write:
-            await anyio.to_thread.run_sync(_write_local, path, text)
-            return
         await self._conn.write_text_file(session_id=self.session_id, path=str(path), content=text)
-
-
-def _read_local(path: Path) -> str:
-    from dsh.agent_loop.safe_open import read_regular  # a client that writes but does not read: rare
-
-    return read_regular(path, 4 * 1024 * 1024)
-
-
-def _write_local(path: Path, text: str) -> None:
-    path.write_text(text, encoding="utf-8", errors="surrogatepass")
 
 
 class AcpFrontEnd:
@@ -167,6 +151,7 @@ class AcpSession:
         self.translator = Translator(Redactor(), cwd)
         self._queue: asyncio.Queue[Any] = asyncio.Queue()
         self.running = False
+        self._scope: anyio.CancelScope | None = None  # the prompt's, for a cancel before its turn started
 
     @property
     def id(self) -> str:
@@ -221,20 +206,23 @@ class AcpSession:
         session = self.session
         assert session is not None
         if self.running:
-            raise acp.RequestError(-32002, "a turn is already running in this session")
+            raise acp.RequestError.invalid_request({"details": "a turn is already running in this session"})
         text = prompt_text(blocks)
-        sent = self.demo.before_turn(text) if self.demo is not None else None
         self.running = True
+        self._scope = scope = anyio.CancelScope()
         try:
-            self.translator.redact = Redactor(session.secrets)
-            reason = await session.run_turn(text, sent=sent)
+            with scope:
+                reason = await self._turn(session, text)
         except StartupError as exc:  # the agent could not be built (a locked log, say): the REPL's line
             cause = exc.__cause__ or exc
             raise acp.RequestError(TURN_FAILED, clean(f"dsh: failed to start: {error_chain(cause)}",
                                                       Redactor(session.secrets))) from None
         finally:
             self.running = False
+            self._scope = None
         await self.flushed()  # every update of the turn before its answer
+        if scope.cancelled_caught:  # cancelled while the turn was being set up (MCP servers starting, say)
+            return schema.PromptResponse(stop_reason="cancelled")
         stop = stop_reason(reason)
         if stop is None:
             assert isinstance(reason, Failed)
@@ -242,9 +230,23 @@ class AcpSession:
             raise acp.RequestError(TURN_FAILED, message, data)
         return schema.PromptResponse(stop_reason=stop)
 
+    async def _turn(self, session: Session, text: str) -> Any:
+        """As the REPL's shell runs a prompt: a compaction first when the window is nearly full, the demo's
+        scenario applied, then the turn."""
+        self.translator.redact = Redactor(session.secrets)
+        if session.compaction_due():
+            await session.compact("")  # a failure is a notice (a thought line); the turn runs anyway
+        sent = self.demo.before_turn(text) if self.demo is not None else None
+        return await session.run_turn(text, sent=sent)
+
     def cancel(self) -> None:
-        if self.session is not None:
-            self.session.cancel_turn()  # the same cancellation as Ctrl-C: the turn ends ``aborted``
+        session = self.session
+        if session is None or not self.running:
+            return
+        if session.turn_running:
+            session.cancel_turn()  # the same cancellation as Ctrl-C: the turn ends ``aborted``
+        elif self._scope is not None:
+            self._scope.cancel()  # no turn yet (context, MCP servers): nothing started, nothing to end
 
     async def aclose(self) -> None:
         with anyio.CancelScope(shield=True):

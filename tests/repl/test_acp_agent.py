@@ -22,7 +22,7 @@ import pytest
 from acp import schema
 
 from dsh.llm.loopback.fault_server import Behaviour, FaultServer
-from fixtures.mcp_servers import stdio_command
+from fixtures.mcp_servers import received, stdio_command
 from tests import canaries
 from tests.waiting import PROMPTLY, async_wait_until
 
@@ -105,7 +105,7 @@ def _env(tmp_path: Path, **extra: str) -> dict[str, str]:
 
 @asynccontextmanager
 async def _dsh_acp(tmp_path: Path, client: Client, *args: str, key: str | None = canaries.API_KEY,
-                   env: dict[str, str] | None = None) -> AsyncIterator[Agent]:
+                   env: dict[str, str] | None = None, shutdown_timeout: float = 2.0) -> AsyncIterator[Agent]:
     cwd = tmp_path / "tree"
     cwd.mkdir(exist_ok=True)
     full = _env(tmp_path, **(env or {}))
@@ -114,12 +114,9 @@ async def _dsh_acp(tmp_path: Path, client: Client, *args: str, key: str | None =
     saved = os.environ.pop("DEEPSEEK_API_KEY", None)  # the SDK merges the parent's environment
     try:
         async with acp.spawn_agent_process(client, sys.executable, "-m", "dsh.repl", "acp", *args, env=full,
-                                           cwd=str(cwd)) as (conn, process):
-            try:
-                yield Agent(conn, client, cwd)
-            finally:
-                if process.returncode is None:
-                    process.terminate()
+                                           cwd=str(cwd), transport_kwargs={"shutdown_timeout": shutdown_timeout},
+                                           ) as (conn, _process):
+            yield Agent(conn, client, cwd)  # the SDK closes stdin, waits, then terminates: dsh's shutdown ladder
     finally:
         if saved is not None:
             os.environ["DEEPSEEK_API_KEY"] = saved
@@ -385,3 +382,52 @@ async def test_the_demo_answers_without_a_key(tmp_path: Path) -> None:
         session_id = await agent.start()
         response = await agent.prompt(session_id, "hello")
     assert response.stop_reason == "end_turn" and client.text()
+
+
+@pytest.mark.slow
+async def test_cancel_while_a_client_mcp_server_is_still_starting_ends_the_prompt_cancelled(tmp_path: Path) -> None:
+    # The turn waits for the client's servers (startup_timeout 30 s) before it starts: a cancel then has no turn
+    # to end, and still ends the prompt (the model is never asked). Slow: closing the session waits for the hung
+    # server's startup deadline (the MCP manager cannot stop a handshake yet), so the client waits for dsh's exit.
+    record = tmp_path / "hang.jsonl"
+    command = stdio_command("hang-initialize", "--record", str(record))
+    entry = schema.McpServerStdio(name="hang", command=command[0], args=command[1:],
+                                  env=[schema.EnvVariable(name="PYTHONPATH", value=REPO)])
+    async with FaultServer() as server:
+        client = Client()
+        async with _dsh_acp(tmp_path, client, "--base-url", server.url, shutdown_timeout=60) as agent:
+            session_id = await agent.start(mcp_servers=[entry])
+            await async_wait_until(lambda: received(record, "initialize"), PROMPTLY, "the server's initialize")
+            answers: list[Any] = []
+            async with anyio.create_task_group() as tasks:
+                async def prompt() -> None:
+                    answers.append(await agent.prompt(session_id, "hi"))
+
+                tasks.start_soon(prompt)
+                with anyio.fail_after(PROMPTLY):
+                    while not answers:  # a cancel before the prompt arrived is a no-op: send until answered
+                        await agent.conn.cancel(session_id=session_id)
+                        await anyio.sleep(0.05)
+    assert answers[0].stop_reason == "cancelled"
+    assert server.requests == []
+
+
+async def test_allow_always_for_edits_still_reports_each_diff(tmp_path: Path) -> None:
+    script = [
+        Behaviour("tool_call", id="call_w1", name="write_file", arguments={"path": "a.txt", "content": "one\n"}),
+        Behaviour("tool_call", id="call_w2", name="write_file", arguments={"path": "b.txt", "content": "two\n"}),
+        Behaviour("text", text="wrote both"),
+    ]
+    async with FaultServer(script=script) as server:
+        client = Client(answers=["always"])
+        async with _dsh_acp(tmp_path, client, "--base-url", server.url) as agent:
+            session_id = await agent.start()
+            response = await agent.prompt(session_id, "write two files")
+            tree = agent.cwd
+    assert response.stop_reason == "end_turn"
+    assert len(client.asked) == 1  # "always" covered the second edit
+    assert (tree / "a.txt").read_text() == "one\n" and (tree / "b.txt").read_text() == "two\n"
+    diffs = [(u.tool_call_id, u.content[0].path, u.content[0].old_text, u.content[0].new_text)
+             for u in client.of(schema.ToolCallProgress) if u.status == "completed"]
+    assert diffs == [("1:call_w1", str(tree / "a.txt"), None, "one\n"),
+                     ("1:call_w2", str(tree / "b.txt"), None, "two\n")]
