@@ -136,6 +136,29 @@ def test_tool_call_denied_in_the_client_holds(home: Path) -> None:
     assert "the user denied this shell command" in followup  # the model was told: the rejection held
 
 
+READ_NOTES = Behaviour("tool_call", name="read_file", arguments=json.dumps({"path": "notes.txt"}))
+EDIT_NOTES = Behaviour("tool_call", name="edit_file",
+                       arguments=json.dumps({"path": "notes.txt", "old_string": "milk", "new_string": "bread"}))
+
+
+def test_edit_approved_in_the_client_goes_through_the_clients_files(home: Path) -> None:
+    """acpx advertises fs: the read, the permission, the re-read (the buffer unchanged?) and the write all go
+    through the client, and the file on disk is the client's write."""
+    with FaultServer(script=[READ_NOTES, EDIT_NOTES, "text"]) as server:
+        run = _dsh(home, server.url, "buy bread, not milk", flags=("--approve-all",))
+    edit = run.lines.index("[tool] Edit notes.txt (completed)")
+    assert run.lines[edit - 4 : edit + 2] == [
+        "[client] fs/read_text_file (running)",
+        "[client] session/request_permission (running)",
+        "[client] fs/read_text_file (running)",
+        "[client] fs/write_text_file (running)",
+        "[tool] Edit notes.txt (completed)",
+        "  kind: edit",
+    ]
+    assert (run.lines[-2:], run.returncode) == (["Hello! How can I help you today?", "[done] end_turn"], 0)
+    assert (home / "project" / "notes.txt").read_text(encoding="utf-8") == "remember the bread\n"
+
+
 def test_refused_connection_shows_the_turn_end_line(home: Path) -> None:
     with closed_port() as port:
         run = _dsh(home, f"http://127.0.0.1:{port}")
