@@ -36,7 +36,11 @@ CLAUDE_AGENT_ACP := @agentclientprotocol/claude-agent-acp@0.101.0
 GEMINI_CLI := @google/gemini-cli@0.61.0
 # The real MCP servers the MCP client tests drive over stdio (docs/mcp.md).
 MCP_SERVERS := @modelcontextprotocol/server-everything@2026.8.31 @modelcontextprotocol/server-filesystem@2026.8.31
-NPM_AGENTS := $(CLAUDE_AGENT_ACP) $(GEMINI_CLI) $(MCP_SERVERS)
+# The real ACP client that drives `dsh acp` in tests/e2e/test_acp_client_acpx.py and docs/editors.md's transcripts.
+# acpx declares node >= 22.13 but runs on Debian's node 20 for everything dsh uses (exec, --agent, the
+# permission flags, SIGINT as session/cancel: checked by those tests); 41 packages, 4-17 s to install (npm 10 or 11).
+ACP_CLIENT := acpx@0.19.1
+NPM_AGENTS := $(CLAUDE_AGENT_ACP) $(GEMINI_CLI) $(MCP_SERVERS) $(ACP_CLIENT)
 # Each stamp's name carries a checksum of its pins: changing a pin reinstalls, nothing else does.
 NPM_STAMP := $(VENV)/.npm-$(shell echo '$(NPM_AGENTS)' | cksum | cut -d' ' -f1)
 $(NPM_STAMP): | $(BIN)/python

@@ -1217,6 +1217,76 @@ def table_litellm(lab: Lab) -> str:
             proxy.stop()
 
 
+# --- dsh in an editor: the real acpx client driving `dsh acp` (slow: `make test` installs acpx in .venv/npm) ----
+
+ACPX_CONFIG = "max_retries = 0\n"
+ACPX_KEY = "sk-docs0000000000000000000000"
+ACPX_SHELL_PROMPT = "say hi in the shell"
+
+
+def _acpx_run(lab: Lab, script: list[object], prompt: str, *, flags: tuple[str, ...] = (),
+              base_url: str | None = None, interrupt_after: str | None = None) -> str:
+    """One ``acpx ... --agent 'dsh acp' exec PROMPT`` against a fault server playing ``script``, as a terminal
+    shows it (the command, the client's output verbatim, ``$?``); ``interrupt_after``: Ctrl-C there (``^C``)."""
+    sys.path.insert(0, str(REPO))
+    from dsh.llm.loopback.fault_server import FaultServer
+    from tests.acp_client_run import ACPX, INSTALL, client_env, dsh_acp, run_client
+
+    if not ACPX.exists():
+        raise RuntimeError(f"no acpx: {INSTALL}")
+    home = lab.home(ACPX_CONFIG)
+    with FaultServer(script=script) as server:  # type: ignore[arg-type]
+        env = client_env(home, DEEPSEEK_API_KEY=ACPX_KEY, DEEPSEEK_BASE_URL=base_url or server.url)
+        run = run_client(dsh_acp(), prompt, cwd=home / "project", env=env, flags=flags,
+                         interrupt_after=interrupt_after)
+    output = run.output
+    if interrupt_after is not None:
+        at = output.index(interrupt_after) + len(interrupt_after)
+        output = output[:at] + "^C" + output[at:]
+    shown = " ".join(["acpx", *map(shlex.quote, flags), "--agent", "'dsh acp'", "exec", shlex.quote(prompt)])
+    text = "\n".join([f"$ {shown}", output.rstrip("\n"), "$ echo $?", str(run.returncode)])
+    return lab.normalise(text, home)
+
+
+def _acpx_session(lines: Callable[[Lab], str]) -> Callable[[Lab], str]:
+    def generate(lab: Lab) -> str:
+        return fence(lines(lab), "console")
+
+    return generate
+
+
+def _acpx_turn(lab: Lab) -> str:
+    from dsh.llm.loopback.fault_server import Behaviour
+
+    call = Behaviour("tool_call", name="run_shell", arguments=json.dumps({"command": "echo hi"}))
+    return _acpx_run(lab, [call, "text"], ACPX_SHELL_PROMPT, flags=("--approve-all",))
+
+
+def _acpx_refused(lab: Lab) -> str:
+    from dsh.llm.loopback.fault_server import closed_port
+
+    with closed_port() as port:
+        return _acpx_run(lab, [], "hello", base_url=f"http://127.0.0.1:{port}")
+
+
+def _acpx_401(lab: Lab) -> str:
+    from dsh.llm.loopback.fault_server import Behaviour
+
+    echoed = Behaviour("http_401", message=f"Authentication Fails, Your api key: {ACPX_KEY} is invalid")
+    return _acpx_run(lab, [echoed], "hello")
+
+
+def _acpx_cancel(lab: Lab) -> str:
+    return _acpx_run(lab, ["stall_mid_stream"], "hello", interrupt_after="Partial")
+
+
+def _acpx_denied(lab: Lab) -> str:
+    from dsh.llm.loopback.fault_server import Behaviour
+
+    call = Behaviour("tool_call", name="run_shell", arguments=json.dumps({"command": "echo hi"}))
+    return _acpx_run(lab, [call, "text"], ACPX_SHELL_PROMPT, flags=("--deny-all",))
+
+
 # --- the registry ---------------------------------------------------------------------------------------
 
 GENERATORS: dict[str, Callable[[Lab], str]] = {
@@ -1266,9 +1336,16 @@ GENERATORS: dict[str, Callable[[Lab], str]] = {
     "mcp-list": mcp_list,
     "sandbox-run": sandbox_run,
     "sandbox-refusal": sandbox_refusal,
+    "acpx-turn": _acpx_session(_acpx_turn),
+    "acpx-denied": _acpx_session(_acpx_denied),
+    "acpx-refused": _acpx_session(_acpx_refused),
+    "acpx-401": _acpx_session(_acpx_401),
+    "acpx-cancel": _acpx_session(_acpx_cancel),
 }
 SLOW = {"fault-matrix"}  # a minute, not seconds: only with --slow (test_fault_matrix checks the same rows)
 SLOW |= {"litellm"}  # needs .venv/litellm: only with --slow (tests/llm/test_litellm_gateway.py checks the table)
+# need acpx from .venv/npm: only with --slow (tests/e2e/test_acp_client_acpx.py asserts the same lines)
+SLOW |= {"acpx-turn", "acpx-denied", "acpx-refused", "acpx-401", "acpx-cancel"}
 MEASURED = {"reliability-counts"}  # vary from run to run: only from --reliability-report, never checked
 
 

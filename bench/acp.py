@@ -1,0 +1,173 @@
+"""dsh as an ACP agent: a turn through ``dsh acp`` against ``dsh -p`` on the same stream, in the same run.
+
+``acp_vs_print``       spawn of ``python -m dsh.repl acp`` -> ``initialize`` -> ``session/new`` -> one
+                       ``session/prompt`` answered -> the child reaped, driven by the ACP SDK's own Python client
+                       (``acp.spawn_agent_process``, the ``acp`` package), over ``python -m dsh.repl -p PROMPT``
+                       to its exit: both read the same stream from the bench server, paired run by run. Two
+                       parts, the headline the worse: ``short`` (the ``text`` answer: start-up dominates) and
+                       ``long`` (a ``tiny-N`` stream of 1-3 character deltas: each becomes one
+                       ``agent_message_chunk`` frame, where ``-p`` writes to a pipe).
+``acp_first_chunk_ms`` from sending ``initialize`` to the first ``agent_message_chunk`` (the ``text`` stream):
+                       what an editor waits between starting dsh and seeing its first word.
+``acp_peak_rss_mb``    the ``dsh acp`` process's peak resident set (``VmHWM``) after the long turn.
+
+Details: ``import_acp_ms`` (the SDK's import, which ``dsh acp`` pays at every start and ``dsh -p`` never does)
+and, per part, ``sdk_client_cpu_ms`` (the bench's own SDK client decoding the frames: on the ACP side's clock,
+as an editor's decoding would be).
+
+Both front ends run over the same Session (docs/architecture.md, "Front ends"); docs/performance.md has figures.
+"""
+
+from __future__ import annotations
+
+import statistics
+import subprocess
+import sys
+import time
+from collections.abc import Awaitable, Callable
+from pathlib import Path
+from typing import Any
+
+from bench import subjects
+from bench.harness import BenchServer, Figure, Settings, Stats, child_env, paired_async, ratios
+from bench.loop import PROMPT, temp_root
+
+__all__ = ["acp_first_chunk", "acp_vs_print"]
+
+RATIO_TARGET = ("<=", 1.1)
+Run = Callable[[], Awaitable[float]]
+
+
+def _env(server: BenchServer, stream: str, root: Path) -> dict[str, str]:
+    return child_env(
+        DEEPSEEK_API_KEY=subjects.BENCH_KEY,
+        DEEPSEEK_BASE_URL=server.base_url(stream),
+        XDG_STATE_HOME=str(root / "state"),
+        XDG_CONFIG_HOME=str(root / "config"),
+    )
+
+
+def _print_mode(env: dict[str, str], root: Path) -> Run:
+    """``dsh -p`` to its exit (its answer goes to a pipe that is drained, as a script reads it)."""
+
+    async def run() -> float:
+        start = time.perf_counter()
+        done = subprocess.run([sys.executable, "-m", "dsh.repl", "-p", PROMPT], env=env, cwd=root,
+                              capture_output=True, check=False)
+        elapsed = time.perf_counter() - start
+        if done.returncode != 0 or not done.stdout.strip():
+            raise RuntimeError(f"dsh -p exited {done.returncode}: {done.stderr.decode()[-300:]}")
+        return elapsed
+
+    return run
+
+
+class _Client:
+    """The SDK client side: counts answer chunks, notes when the first one arrived; refuses permissions."""
+
+    def __init__(self) -> None:
+        self.chunks = 0
+        self.first_chunk_at: float | None = None
+
+    async def session_update(self, session_id: str, update: Any, **_: Any) -> None:
+        if getattr(update, "session_update", None) == "agent_message_chunk":
+            if self.first_chunk_at is None:
+                self.first_chunk_at = time.perf_counter()
+            self.chunks += 1
+
+    async def request_permission(self, session_id: str, tool_call: Any, options: list[Any], **_: Any) -> Any:
+        from acp.schema import DeniedOutcome, RequestPermissionResponse
+
+        return RequestPermissionResponse(outcome=DeniedOutcome(outcome="cancelled"))
+
+
+def _vm_hwm_mb(pid: int) -> float:
+    with open(f"/proc/{pid}/status") as status:
+        for line in status:
+            if line.startswith("VmHWM:"):
+                return int(line.split()[1]) / 1024  # kB
+    raise RuntimeError(f"no VmHWM for pid {pid}")
+
+
+def _acp_turn(env: dict[str, str], root: Path, *, first_chunks: list[float] | None = None,
+              peaks: list[float] | None = None, client_cpu: list[float] | None = None) -> Run:
+    """One whole ``dsh acp`` session for one prompt; ``first_chunks`` gets initialize -> first chunk (s),
+    ``peaks`` the child's peak RSS (MB) read after the answer, before it is closed, ``client_cpu`` the CPU
+    seconds this process (the SDK client decoding every frame) spent in the session."""
+    import acp
+    from acp.schema import ClientCapabilities, Implementation
+
+    async def run() -> float:
+        client = _Client()
+        cpu = time.process_time()
+        start = time.perf_counter()
+        async with acp.spawn_agent_process(client, sys.executable, "-m", "dsh.repl", "acp",
+                                           env=env, cwd=str(root)) as (conn, proc):
+            initialize_at = time.perf_counter()
+            await conn.initialize(protocol_version=acp.PROTOCOL_VERSION, client_capabilities=ClientCapabilities(),
+                                  client_info=Implementation(name="bench", version="0.1.0"))
+            session = await conn.new_session(cwd=str(root), mcp_servers=[])
+            response = await conn.prompt(session_id=session.session_id, prompt=[acp.text_block(PROMPT)])
+            if peaks is not None:
+                peaks.append(_vm_hwm_mb(proc.pid))
+        elapsed = time.perf_counter() - start
+        if client_cpu is not None:
+            client_cpu.append(time.process_time() - cpu)
+        if response.stop_reason != "end_turn" or not client.chunks or client.first_chunk_at is None:
+            raise RuntimeError(f"the dsh acp turn ended {response.stop_reason} after {client.chunks} chunk(s)")
+        if first_chunks is not None:
+            first_chunks.append(client.first_chunk_at - initialize_at)
+        return elapsed
+
+    return run
+
+
+def _import_acp_ms(env: dict[str, str], repeat: int) -> float:
+    """``python -c 'import acp'`` minus ``python -c pass``: the SDK's schema models, built at import, a cost
+    ``dsh acp`` pays at every start and ``dsh -p`` never does."""
+    def once(code: str) -> float:
+        start = time.perf_counter()
+        subprocess.run([sys.executable, "-c", code], env=env, check=True)
+        return time.perf_counter() - start
+
+    return statistics.median(once("import acp") - once("pass") for _ in range(repeat)) * 1000
+
+
+def _long_stream(settings: Settings) -> str:
+    return f"tiny-{settings.size(20_000, 5_000)}"
+
+
+async def acp_vs_print(settings: Settings, server: BenchServer) -> list[Figure]:
+    parts: dict[str, Stats] = {}
+    details: dict[str, Any] = {}
+    peaks: list[float] = []
+    client_cpu: list[float] = []
+    repeat = settings.size(6, 3)
+    with temp_root("acp-front") as root:
+        for label, stream in (("short", "text"), ("long", _long_stream(settings))):
+            env = _env(server, stream, root)
+            samples = await paired_async(settings, {
+                "acp": _acp_turn(env, root, peaks=peaks if label == "long" else None, client_cpu=client_cpu),
+                "print": _print_mode(env, root),
+            }, repeat=repeat)
+            parts[label] = Stats.of(ratios(samples["acp"], samples["print"]))
+            details[label] = {
+                "stream": stream,
+                "acp_ms": round(statistics.median(samples["acp"]) * 1000, 1),
+                "print_ms": round(statistics.median(samples["print"]) * 1000, 1),
+                "sdk_client_cpu_ms": round(statistics.median(client_cpu[-repeat:]) * 1000, 1),
+            }
+        details["import_acp_ms"] = round(_import_acp_ms(env, repeat), 1)
+    peak = Figure("acp_peak_rss_mb", "MB", Stats.of(peaks), details={"stream": details["long"]["stream"]})
+    return [Figure("acp_vs_print", "x", parts=parts, target=RATIO_TARGET, details=details), peak]
+
+
+async def acp_first_chunk(settings: Settings, server: BenchServer) -> list[Figure]:
+    first_chunks: list[float] = []
+    with temp_root("acp-first-chunk") as root:
+        run = _acp_turn(_env(server, "ttft", root), root, first_chunks=first_chunks)
+        totals = await paired_async(settings, {"acp": run}, repeat=settings.size(8, 4))
+    measured = [s * 1000 for s in first_chunks[-len(totals["acp"]):]]  # the warm-up's sample dropped
+    return [Figure("acp_first_chunk_ms", "ms", Stats.of(measured),
+                   details={"whole_session_ms": round(statistics.median(totals["acp"]) * 1000, 1)})]
+
