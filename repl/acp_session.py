@@ -29,6 +29,7 @@ from acp import schema
 from dsh.agent_loop.events import Event
 from dsh.agent_loop.reasons import Failed
 from dsh.agent_loop.session import Notice, Session, SessionUpdate, StartupError
+from dsh.agent_loop.subagent.diagnostics import error_code_text
 from dsh.agent_loop.tools import Approval
 from dsh.agent_loop.tools.edits import EditRequest
 from dsh.agent_loop.tools.registry import McpCallRequest
@@ -79,7 +80,8 @@ class ClientFiles:
         except acp.RequestError as exc:
             if not os.path.lexists(path):  # a new file: the edit tools create it
                 raise FileNotFoundError(errno.ENOENT, "No such file or directory", str(path)) from None
-            raise OSError(f"the editor could not read {path}: {exc}") from None
+            # The editor's own message is not repeated (acpx answers a refused read "Internal error"): its code is.
+            raise OSError(f"the editor could not read {path} ({error_code_text(exc.code)})") from None
         return clean(response.content)
 
     async def write_text(self, path: Path, text: str) -> None:

@@ -91,8 +91,9 @@ def stop_reason(reason: EndReason) -> schema.StopReason | None:
 
 def turn_error(reason: Failed, failure: BaseException | None, *, secrets: Sequence[str],
                sources: Mapping[str, str]) -> tuple[str, dict[str, Any]]:
-    """A failed turn's JSON-RPC error: the message is the turn-end line the REPL prints; the data has the code,
-    the fix line (or None) and the links ``/why`` shows, all masked."""
+    """A failed turn's JSON-RPC error: the message is what the REPL prints when a turn fails (the turn-end line
+    with its root cause, then the fix line on a line of its own); the data has the code, the fix line (or None)
+    and the links ``/why`` shows, all masked."""
     redact = Redactor(secrets)
     line = turn_end_line(reason, secrets) or "[turn failed]"
     fix = fix_line(reason, sources)
@@ -104,7 +105,8 @@ def turn_error(reason: Failed, failure: BaseException | None, *, secrets: Sequen
         "fix": clean(fix, redact) if fix else None,
         "chain": [clean(link.strip(), redact) for link in links],
     }
-    return clean(line, redact), data
+    message = clean(line, redact) if not fix else f"{clean(line, redact)}\n{clean(fix, redact)}"
+    return message, data
 
 
 def _arguments(raw: str) -> Any:

@@ -40,6 +40,7 @@ __all__ = [
     "Category",
     "Failure",
     "Stage",
+    "error_code_text",
     "failure_line",
     "join_lines",
     "mode_warning",
@@ -117,6 +118,12 @@ ERROR_CODE_NAMES: dict[int, str] = {
     -32700: "parse error",
 }
 
+def error_code_text(code: int) -> str:
+    """``error code: -32603 (internal error)``: a JSON-RPC error's code, with its fixed name when it has one."""
+    name = ERROR_CODE_NAMES.get(code)
+    return f"error code: {code} ({name})" if name else f"error code: {code}"
+
+
 UNATTENDED_REQUESTS: frozenset[str] = frozenset(
     {
         "tool permission", "command execution", "file change", "permissions", "user input",
@@ -172,8 +179,7 @@ def failure_line(failure: Failure, *, provider: str, product: str | None = None)
     fields = [f"provider: {safe_token(provider)}", f"stage: {stage}", f"category: {category}"]
     code = failure.error_code
     if isinstance(code, int) and not isinstance(code, bool) and -(2**31) <= code < 2**31:
-        name = ERROR_CODE_NAMES.get(code)
-        fields.append(f"error code: {code} ({name})" if name else f"error code: {code}")
+        fields.append(error_code_text(code))
     reason = failure.stop_reason
     if isinstance(reason, str) and reason in SUBAGENT_STOP_REASONS:
         fields.append(f"stop reason: {reason}")

@@ -166,6 +166,7 @@ def test_refused_connection_shows_the_turn_end_line(home: Path) -> None:
         *START,
         f"[error] RUNTIME: [turn failed TRANSPORT] request to the endpoint at http://127.0.0.1:{port} failed: "
         f"All connection attempts failed: [Errno 111] Connect call failed ('127.0.0.1', {port})",
+        f"  fix: nothing is listening at 127.0.0.1:{port} — check DEEPSEEK_BASE_URL (environment)",
     ], 1)
 
 
@@ -178,6 +179,7 @@ def test_401_shows_the_turn_end_line_and_never_the_key(home: Path) -> None:
     assert (run.lines, run.returncode) == ([
         *START,
         "[error] RUNTIME: [turn failed AUTH] Authentication Fails, Your api key: *** is invalid",
+        "  fix: the API key was refused — check DEEPSEEK_API_KEY (environment)",
     ], 1)
 
 
@@ -188,7 +190,8 @@ def test_401_error_frame_carries_code_fix_and_chain_masked(home: Path) -> None:
     frames = [json.loads(line) for line in run.lines]
     [error] = [frame["error"] for frame in frames if "error" in frame]
     assert error["code"] == -32603
-    assert error["message"] == "[turn failed AUTH] Authentication Fails, Your api key: *** is invalid"
+    assert error["message"] == ("[turn failed AUTH] Authentication Fails, Your api key: *** is invalid\n"
+                                "  fix: the API key was refused — check DEEPSEEK_API_KEY (environment)")
     assert error["data"]["code"] == "AUTH"
     assert error["data"]["fix"] == "  fix: the API key was refused — check DEEPSEEK_API_KEY (environment)"
     assert error["data"]["chain"] and all(canaries.API_KEY not in link for link in error["data"]["chain"])

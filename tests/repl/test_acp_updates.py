@@ -77,9 +77,9 @@ def test_a_failed_turn_is_the_turn_end_line_with_code_fix_and_chain_masked() -> 
     reason = Failed(code="TRANSPORT", message=f"cannot connect: {canaries.API_KEY}", detail="refused",
                     endpoint="http://127.0.0.1:9")
     message, data = turn_error(reason, failure, secrets=SECRETS, sources={})
-    assert message == "[turn failed TRANSPORT] cannot connect: ***"
     assert data["code"] == "TRANSPORT"
     assert data["fix"] is not None and "127.0.0.1:9" in data["fix"]
+    assert message == f"[turn failed TRANSPORT] cannot connect: ***\n{data['fix']}"  # the REPL's two lines
     assert data["chain"][0] == "dsh.llm.errors.LlmError: cannot connect to http://127.0.0.1:9"
     assert canaries.API_KEY not in json.dumps([message, data])
 
