@@ -78,14 +78,27 @@ class ClientFiles:
         try:
             response = await self._conn.read_text_file(session_id=self.session_id, path=str(path))
         except acp.RequestError as exc:
-            if not os.path.lexists(path):  # a new file: the edit tools create it
-                raise FileNotFoundError(errno.ENOENT, "No such file or directory", str(path)) from None
-            # The editor's own message is not repeated (acpx answers a refused read "Internal error"): its code is.
-            raise OSError(f"the editor could not read {path} ({error_code_text(exc.code)})") from None
-        return clean(response.content)
+            refused = exc.code
+        else:
+            return clean(response.content)
+        if not os.path.lexists(path):  # a new file: the edit tools create it
+            raise FileNotFoundError(errno.ENOENT, "No such file or directory", str(path))
+        raise OSError(_refused("read", path, refused))
 
     async def write_text(self, path: Path, text: str) -> None:
-        await self._conn.write_text_file(session_id=self.session_id, path=str(path), content=text)
+        try:
+            await self._conn.write_text_file(session_id=self.session_id, path=str(path), content=text)
+        except acp.RequestError as exc:
+            refused = exc.code
+        else:
+            return
+        raise OSError(_refused("write", path, refused))
+
+
+def _refused(verb: str, path: Path, code: int) -> str:
+    # Raised outside the handler, so no chain carries the editor's own message (acpx answers a refused read
+    # "Internal error", twice): the model reads the code, the closed fact.
+    return f"the editor could not {verb} {path} ({error_code_text(code)})"
 
 
 class AcpFrontEnd:

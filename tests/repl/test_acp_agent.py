@@ -256,6 +256,23 @@ async def test_files_go_through_the_client_when_it_advertises_fs(tmp_path: Path)
     assert client.reads and set(client.reads) == {path}
 
 
+async def test_a_read_the_editor_refuses_is_named_by_its_error_code(tmp_path: Path) -> None:
+    script = [Behaviour("tool_call", id="call_r", name="read_file", arguments={"path": "notes.txt"}),
+              Behaviour("text", text="could not read it")]
+    async with FaultServer(script=script) as server:
+        client = Client()
+        async with _dsh_acp(tmp_path, client, "--base-url", server.url) as agent:
+            (agent.cwd / "notes.txt").write_text("on disk\n")
+            client.buffers = {}  # an editor that answers every read with an error (acpx --deny-all)
+            session_id = await agent.start(fs=True)
+            response = await agent.prompt(session_id, "read it")
+            path = agent.cwd / "notes.txt"
+    assert response.stop_reason == "end_turn"
+    tool_message = server.requests[1].json["messages"][-1]
+    assert tool_message["content"] == (
+        f"Error: the editor could not read {path} (error code: -32002 (resource not found))")
+
+
 async def test_a_refused_connection_fails_the_prompt_with_the_turn_end_line(tmp_path: Path) -> None:
     async with FaultServer() as server:
         url = server.url  # closed once the block ends: nothing listens there any more
