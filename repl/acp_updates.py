@@ -217,8 +217,8 @@ class Translator:
             content.append(helpers.tool_diff_content(path, new, old))
         text = event.output if not event.diagnostic else f"{event.output}\n{event.diagnostic}"
         content.append(helpers.tool_content(helpers.text_block(clean(text, self.redact))))
-        return helpers.update_tool_call(acp_id, status="failed" if event.is_error else "completed", content=content,
-                                        raw_output={"output": clean(event.output, self.redact)})
+        # The result once, as content (no rawOutput beside it: clients such as acpx show both, so twice).
+        return helpers.update_tool_call(acp_id, status="failed" if event.is_error else "completed", content=content)
 
     def asking(self, request: str | EditRequest | McpCallRequest) -> _Call | None:
         """The running call an approval is for."""

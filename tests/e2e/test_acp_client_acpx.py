@@ -155,6 +155,7 @@ def test_edit_approved_in_the_client_goes_through_the_clients_files(home: Path) 
         "[tool] Edit notes.txt (completed)",
         "  kind: edit",
     ]
+    assert run.lines.count("    edited notes.txt: 1 replacement (+1 -1)") == 1  # the result once, beside its diff
     assert (run.lines[-2:], run.returncode) == (["Hello! How can I help you today?", "[done] end_turn"], 0)
     assert (home / "project" / "notes.txt").read_text(encoding="utf-8") == "remember the bread\n"
 
