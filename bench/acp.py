@@ -1,12 +1,13 @@
 """dsh as an ACP agent: a turn through ``dsh acp`` against ``dsh -p`` on the same stream, in the same run.
 
-``acp_vs_print``       spawn of ``python -m dsh.repl acp`` -> ``initialize`` -> ``session/new`` -> one
-                       ``session/prompt`` answered -> the child reaped, driven by the ACP SDK's own Python client
-                       (``acp.spawn_agent_process``, the ``acp`` package), over ``python -m dsh.repl -p PROMPT``
-                       to its exit: both read the same stream from the bench server, paired run by run. Two
-                       parts, the headline the worse: ``short`` (the ``text`` answer: start-up dominates) and
-                       ``long`` (a ``tiny-N`` stream of 1-3 character deltas: each becomes one
-                       ``agent_message_chunk`` frame, where ``-p`` writes to a pipe).
+``acp_vs_print``       a turn through ``dsh acp`` over the same turn through ``dsh -p``, on the same stream from the
+                       bench server, paired run by run. The ACP turn: ``session/prompt`` sent to its answer, the
+                       ACP SDK's own Python client (``acp.spawn_agent_process``) decoding every update, in a
+                       ``dsh acp`` that is already running (an editor starts it once); the ``-p`` turn: the
+                       ``duration_s`` its ``--output-format json`` result reports. Two parts, the headline the
+                       worse: ``short`` (the ``text`` answer) and ``long`` (a ``tiny-N`` stream of 1-3 character
+                       deltas: the updates that queue while a frame goes out are merged into one).
+                       Details: each side's whole process, spawn to exit (``dsh acp`` pays the SDK's import).
 ``acp_first_chunk_ms`` from sending ``initialize`` to the first ``agent_message_chunk`` (the ``text`` stream):
                        what an editor waits between starting dsh and seeing its first word.
 ``acp_peak_rss_mb``    the ``dsh acp`` process's peak resident set (``VmHWM``) after the long turn.
@@ -20,6 +21,7 @@ Both front ends run over the same Session (docs/architecture.md, "Front ends"); 
 
 from __future__ import annotations
 
+import json
 import statistics
 import subprocess
 import sys
@@ -47,17 +49,19 @@ def _env(server: BenchServer, stream: str, root: Path) -> dict[str, str]:
     )
 
 
-def _print_mode(env: dict[str, str], root: Path) -> Run:
-    """``dsh -p`` to its exit (its answer goes to a pipe that is drained, as a script reads it)."""
+def _print_mode(env: dict[str, str], root: Path, processes: list[float] | None = None) -> Run:
+    """The turn of ``dsh -p --output-format json`` (its own ``duration_s``); ``processes`` gets spawn -> exit."""
 
     async def run() -> float:
         start = time.perf_counter()
-        done = subprocess.run([sys.executable, "-m", "dsh.repl", "-p", PROMPT], env=env, cwd=root,
-                              capture_output=True, check=False)
+        done = subprocess.run([sys.executable, "-m", "dsh.repl", "-p", PROMPT, "--output-format", "json"], env=env,
+                              cwd=root, capture_output=True, check=False)
         elapsed = time.perf_counter() - start
         if done.returncode != 0 or not done.stdout.strip():
             raise RuntimeError(f"dsh -p exited {done.returncode}: {done.stderr.decode()[-300:]}")
-        return elapsed
+        if processes is not None:
+            processes.append(elapsed)
+        return float(json.loads(done.stdout)["duration_s"])
 
     return run
 
@@ -90,10 +94,12 @@ def _vm_hwm_mb(pid: int) -> float:
 
 
 def _acp_turn(env: dict[str, str], root: Path, *, first_chunks: list[float] | None = None,
-              peaks: list[float] | None = None, client_cpu: list[float] | None = None) -> Run:
-    """One whole ``dsh acp`` session for one prompt; ``first_chunks`` gets initialize -> first chunk (s),
-    ``peaks`` the child's peak RSS (MB) read after the answer, before it is closed, ``client_cpu`` the CPU
-    seconds this process (the SDK client decoding every frame) spent in the session."""
+              peaks: list[float] | None = None, client_cpu: list[float] | None = None,
+              processes: list[float] | None = None, answered: list[float] | None = None) -> Run:
+    """One whole ``dsh acp`` session for one prompt, returning the turn (``session/prompt`` -> its answer);
+    ``first_chunks`` gets initialize -> first chunk (s), ``peaks`` the child's peak RSS (MB) read after the
+    answer, before it is closed, ``client_cpu`` the CPU seconds this process (the SDK client decoding every
+    frame) spent in the session, ``processes`` spawn -> reaped, ``answered`` initialize -> session/new answered."""
     import acp
     from acp.schema import ClientCapabilities, Implementation
 
@@ -107,7 +113,11 @@ def _acp_turn(env: dict[str, str], root: Path, *, first_chunks: list[float] | No
             await conn.initialize(protocol_version=acp.PROTOCOL_VERSION, client_capabilities=ClientCapabilities(),
                                   client_info=Implementation(name="bench", version="0.1.0"))
             session = await conn.new_session(cwd=str(root), mcp_servers=[])
+            prompted = session_made = time.perf_counter()
             response = await conn.prompt(session_id=session.session_id, prompt=[acp.text_block(PROMPT)])
+            turn = time.perf_counter() - prompted
+            if answered is not None:
+                answered.append(session_made - initialize_at)
             if peaks is not None:
                 peaks.append(_vm_hwm_mb(proc.pid))
         elapsed = time.perf_counter() - start
@@ -117,7 +127,9 @@ def _acp_turn(env: dict[str, str], root: Path, *, first_chunks: list[float] | No
             raise RuntimeError(f"the dsh acp turn ended {response.stop_reason} after {client.chunks} chunk(s)")
         if first_chunks is not None:
             first_chunks.append(client.first_chunk_at - initialize_at)
-        return elapsed
+        if processes is not None:
+            processes.append(elapsed)
+        return turn
 
     return run
 
@@ -146,15 +158,19 @@ async def acp_vs_print(settings: Settings, server: BenchServer) -> list[Figure]:
     with temp_root("acp-front") as root:
         for label, stream in (("short", "text"), ("long", _long_stream(settings))):
             env = _env(server, stream, root)
+            process: dict[str, list[float]] = {"acp": [], "print": []}
             samples = await paired_async(settings, {
-                "acp": _acp_turn(env, root, peaks=peaks if label == "long" else None, client_cpu=client_cpu),
-                "print": _print_mode(env, root),
+                "acp": _acp_turn(env, root, peaks=peaks if label == "long" else None, client_cpu=client_cpu,
+                                 processes=process["acp"]),
+                "print": _print_mode(env, root, processes=process["print"]),
             }, repeat=repeat)
             parts[label] = Stats.of(ratios(samples["acp"], samples["print"]))
             details[label] = {
                 "stream": stream,
-                "acp_ms": round(statistics.median(samples["acp"]) * 1000, 1),
-                "print_ms": round(statistics.median(samples["print"]) * 1000, 1),
+                "acp_turn_ms": round(statistics.median(samples["acp"]) * 1000, 1),
+                "print_turn_ms": round(statistics.median(samples["print"]) * 1000, 1),
+                "acp_process_ms": round(statistics.median(process["acp"]) * 1000, 1),
+                "print_process_ms": round(statistics.median(process["print"]) * 1000, 1),
                 "sdk_client_cpu_ms": round(statistics.median(client_cpu[-repeat:]) * 1000, 1),
             }
         details["import_acp_ms"] = round(_import_acp_ms(env, repeat), 1)
@@ -164,10 +180,16 @@ async def acp_vs_print(settings: Settings, server: BenchServer) -> list[Figure]:
 
 async def acp_first_chunk(settings: Settings, server: BenchServer) -> list[Figure]:
     first_chunks: list[float] = []
+    answered: list[float] = []
     with temp_root("acp-first-chunk") as root:
-        run = _acp_turn(_env(server, "ttft", root), root, first_chunks=first_chunks)
-        totals = await paired_async(settings, {"acp": run}, repeat=settings.size(8, 4))
-    measured = [s * 1000 for s in first_chunks[-len(totals["acp"]):]]  # the warm-up's sample dropped
-    return [Figure("acp_first_chunk_ms", "ms", Stats.of(measured),
-                   details={"whole_session_ms": round(statistics.median(totals["acp"]) * 1000, 1)})]
+        run = _acp_turn(_env(server, "ttft", root), root, first_chunks=first_chunks, answered=answered)
+        turns = await paired_async(settings, {"acp": run}, repeat=settings.size(8, 4))
+    count = len(turns["acp"])  # the warm-up's samples dropped
+    measured = [s * 1000 for s in first_chunks[-count:]]
+    # An editor sends initialize as soon as it has spawned dsh: until dsh answers, it is starting (the SDK's
+    # import, import_acp_ms in acp_vs_print). After that, the session and the turn up to its first word.
+    details = {"initialize_to_session_ms": round(statistics.median(answered[-count:]) * 1000, 1),
+               "prompt_to_first_chunk_ms": round(statistics.median(
+                   f * 1000 - a * 1000 for f, a in zip(first_chunks[-count:], answered[-count:], strict=True)), 1)}
+    return [Figure("acp_first_chunk_ms", "ms", Stats.of(measured), details=details)]
 

@@ -34,7 +34,7 @@ from dsh.agent_loop.tools import Approval
 from dsh.agent_loop.tools.edits import EditRequest
 from dsh.agent_loop.tools.registry import McpCallRequest
 from dsh.llm import Redactor, error_chain
-from dsh.repl.acp_updates import TURN_FAILED, Translator, clean, history_updates, stop_reason, turn_error
+from dsh.repl.acp_updates import TURN_FAILED, Translator, clean, coalesced, history_updates, stop_reason, turn_error
 
 __all__ = ["AcpFrontEnd", "AcpSession", "ClientFiles", "prompt_text"]
 
@@ -202,14 +202,18 @@ class AcpSession:
     async def pump(self) -> None:
         """Send queued updates as ``session/update`` notifications, in order, for as long as the session lives."""
         while True:
-            update = await self._queue.get()
+            batch = [await self._queue.get()]
+            while not self._queue.empty():  # what queued while the last frame went out: text chunks merge
+                batch.append(self._queue.get_nowait())
             try:
-                if self.session is not None and self.session.id is not None:
-                    await self.conn.session_update(session_id=self.session.id, update=update)
+                for update in coalesced(batch):
+                    if self.session is not None and self.session.id is not None:
+                        await self.conn.session_update(session_id=self.session.id, update=update)
             except Exception as exc:  # the client is gone or refused the frame: the run goes on, the log says so
                 log.warning("could not send a session update: %s", type(exc).__name__)
             finally:
-                self._queue.task_done()
+                for _ in batch:
+                    self._queue.task_done()
 
     async def replay(self) -> None:
         """A loaded session's history, as updates, before ``session/load`` answers."""

@@ -38,8 +38,10 @@ from dsh.repl.render import fix_line, one_line, turn_end_line
 
 __all__ = [
     "TURN_FAILED",
+    "TextChunk",
     "Translator",
     "clean",
+    "coalesced",
     "history_updates",
     "stop_reason",
     "turn_error",
@@ -122,6 +124,42 @@ def _first_line(text: str) -> str:
     return line if len(line) <= _TITLE_CHARS else line[: _TITLE_CHARS - 1] + "…"
 
 
+@dataclass(slots=True)
+class TextChunk:
+    """An answer or reasoning delta on its way to a frame: plain text until :func:`coalesced` merges a run of
+    them and builds the one update (a schema model per 1-character delta cost more than the stream itself)."""
+
+    thought: bool
+    text: str
+
+
+def coalesced(updates: Sequence[Any]) -> list[Any]:
+    """The updates to send, in order, each run of consecutive :class:`TextChunk` of one kind as one update: a
+    stream faster than its client costs one frame per batch that queued while the last frame went out."""
+    merged: list[Any] = []
+    run: list[str] = []
+    thought = False
+
+    def close_run() -> None:
+        if run:
+            text = clean("".join(run))  # scrubbed whole: a surrogate pair split across deltas stays a pair
+            update = helpers.update_agent_thought_text if thought else helpers.update_agent_message_text
+            merged.append(update(text))
+            run.clear()
+
+    for update in updates:
+        if isinstance(update, TextChunk):
+            if run and update.thought != thought:
+                close_run()
+            thought = update.thought
+            run.append(update.text)
+        else:
+            close_run()
+            merged.append(update)
+    close_run()
+    return merged
+
+
 def tool_kind(name: str) -> schema.ToolKind:
     return _KINDS.get(name, "other")
 
@@ -170,11 +208,12 @@ class Translator:
     _running: dict[str, _Call] = field(default_factory=dict)  # by dsh's call id
 
     def updates(self, event: Event) -> list[Any]:
-        """The ``session/update`` payloads of one live event (none for most)."""
+        """The ``session/update`` payloads of one live event (none for most); text as :class:`TextChunk`, made
+        a payload by :func:`coalesced`."""
         if isinstance(event, TextDelta):
-            return [helpers.update_agent_message_text(clean(event.text))] if event.text else []
+            return [TextChunk(False, event.text)] if event.text else []
         if isinstance(event, ReasoningDelta):
-            return [helpers.update_agent_thought_text(clean(event.text))] if event.text else []
+            return [TextChunk(True, event.text)] if event.text else []
         if isinstance(event, TurnStart):
             self._turn = event.turn
             self._running.clear()

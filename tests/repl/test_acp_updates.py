@@ -14,7 +14,7 @@ from hypothesis import strategies as st
 from dsh.agent_loop.events import ReasoningDelta, TextDelta, ToolCallStart, ToolResult, TurnStart
 from dsh.agent_loop.reasons import Aborted, Completed, Disposed, Failed, MaxTokens, Rejected
 from dsh.llm import ErrorCode, LlmError, Redactor
-from dsh.repl.acp_updates import Translator, history_updates, stop_reason, turn_error
+from dsh.repl.acp_updates import Translator, coalesced, history_updates, stop_reason, turn_error
 from tests import canaries
 
 REPO = str(Path(__file__).resolve().parents[2])
@@ -32,13 +32,13 @@ def _frame(update: object) -> bytes:
 def test_hostile_tool_text_becomes_frames_that_encode_and_hold_no_secret(text: str, name: str) -> None:
     translator = Translator(Redactor(SECRETS), "/tree")
     arguments = json.dumps({"command": text, "path": name}, ensure_ascii=False)
-    updates = [
+    updates = coalesced([
         *translator.updates(TurnStart(1, text)),
         *translator.updates(TextDelta(text.replace(canaries.API_KEY, "***"))),  # the agent masks deltas itself
         *translator.updates(ReasoningDelta("\udc00" + name.replace(canaries.API_KEY, "***"))),
         *translator.updates(ToolCallStart(1, "c\ud8001", "run_shell", arguments)),
         *translator.updates(ToolResult(1, "c\ud8001", "run_shell", text, is_error=True)),
-    ]
+    ])
     assert len(updates) == 4
     for update in updates:
         data = _frame(update)
@@ -126,3 +126,29 @@ def test_stdout_carries_nothing_but_frames(tmp_path: Path) -> None:
     assert answer["agentCapabilities"]["promptCapabilities"] == {"audio": False, "embeddedContext": True,
                                                                  "image": False}
     assert answer["agentCapabilities"]["mcpCapabilities"]["http"] is True
+
+
+_pieces = st.lists(st.tuples(st.sampled_from(["answer", "thought", "tool"]), st.text(min_size=1, max_size=5)),
+                   max_size=40)
+
+
+@given(_pieces)
+def test_coalescing_merges_runs_of_text_and_keeps_order_and_text(pieces: list[tuple[str, str]]) -> None:
+    translator = Translator(Redactor(), "/tmp")
+    updates: list[object] = []
+    expected: list[tuple[str, str]] = []  # (update kind, its text or the tool call's id), runs of text merged
+    for number, (kind, text) in enumerate(pieces):
+        if kind == "tool":
+            updates += translator.updates(ToolCallStart(1, f"call_{number}", "list_dir", "{}"))
+            expected.append(("tool_call", f"1:call_{number}"))
+            continue
+        updates += translator.updates(TextDelta(text) if kind == "answer" else ReasoningDelta(text))
+        name = "agent_message_chunk" if kind == "answer" else "agent_thought_chunk"
+        if expected and expected[-1][0] == name:
+            expected[-1] = (name, expected[-1][1] + text)
+        else:
+            expected.append((name, text))
+    merged = coalesced(updates)
+    seen = [(u.session_update, u.tool_call_id if u.session_update == "tool_call" else u.content.text)  # type: ignore[attr-defined]
+            for u in merged]
+    assert seen == expected  # one frame per run, the same text in the same order around the same tool calls
