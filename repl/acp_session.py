@@ -40,11 +40,9 @@ __all__ = ["AcpFrontEnd", "AcpSession", "ClientFiles", "prompt_text"]
 
 log = logging.getLogger(__name__)
 
-_OPTIONS = (
-    schema.PermissionOption(option_id="yes", name="Allow once", kind="allow_once"),
-    schema.PermissionOption(option_id="always", name="Always allow", kind="allow_always"),
-    schema.PermissionOption(option_id="no", name="Reject", kind="reject_once"),
-)
+_ALLOW_ONCE = schema.PermissionOption(option_id="yes", name="Allow once", kind="allow_once")
+_ALLOW_ALWAYS = schema.PermissionOption(option_id="always", name="Always allow", kind="allow_always")
+_REJECT = schema.PermissionOption(option_id="no", name="Reject", kind="reject_once")
 
 
 def prompt_text(blocks: list[Any]) -> str:
@@ -139,8 +137,8 @@ class AcpFrontEnd:
             owner.send(owner.translator.approved(call))
             return "yes"
         tool_call = owner.translator.permission_call(call, request)
-        options = [option for option in _OPTIONS
-                   if option.kind != "allow_always" or edit is None or edit.may_always]
+        always = edit is None or edit.may_always  # a git-directory edit is asked every time
+        options = [_ALLOW_ONCE, _ALLOW_ALWAYS, _REJECT] if always else [_ALLOW_ONCE, _REJECT]
         await owner.flushed()  # the tool_call went out before the question about it
         response = await owner.conn.request_permission(session_id=owner.id, tool_call=tool_call, options=options)
         outcome = response.outcome

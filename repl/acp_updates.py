@@ -31,7 +31,7 @@ from dsh.agent_loop.events import (
 from dsh.agent_loop.reasons import Aborted, Disposed, EndReason, Failed, MaxTokens, Rejected
 from dsh.agent_loop.tools.edits import EditRequest
 from dsh.agent_loop.tools.registry import McpCallRequest
-from dsh.llm import HarnessError, Redactor, chain_links
+from dsh.llm import ErrorCode, HarnessError, Redactor, chain_links
 from dsh.llm.text import scrub_surrogates
 from dsh.repl.commands import link_lines
 from dsh.repl.render import fix_line, one_line, turn_end_line
@@ -103,7 +103,7 @@ def turn_error(reason: Failed, failure: BaseException | None, *, secrets: Sequen
     if failure is not None and isinstance(failure, HarnessError) and not links:
         links = [one_line(str(failure))]
     data = {
-        "code": clean(reason.code or "UNKNOWN", redact),
+        "code": clean(reason.code or ErrorCode.UNKNOWN, redact),
         "fix": clean(fix, redact) if fix else None,
         "chain": [clean(link.strip(), redact) for link in links],
     }
