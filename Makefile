@@ -1,6 +1,7 @@
 # Every target creates .venv on first use with only python3 and pip, and installs only what it needs:
-# `make demo` the product alone; `make test` adds the test tools and every provider's SDK; `make bench`
-# adds the baselines (the openai SDK).
+# `make demo` the product and the acp extra (1 MB: the ACP scenarios run; the Claude Code ones need the
+# claude extra, 385 MB, and /scenario marks them); `make test` adds the test tools and every provider's SDK;
+# `make bench` adds the baselines (the openai SDK).
 PYTHON ?= python3
 VENV := .venv
 BIN := $(VENV)/bin
@@ -19,7 +20,7 @@ $(BIN)/python:
 	$(PYTHON) -m venv $(VENV)
 
 $(VENV)/.demo: pyproject.toml | $(BIN)/python
-	$(PIP) -e .
+	$(PIP) -e '.[acp]'
 	touch $@
 
 $(VENV)/.test: pyproject.toml | $(BIN)/python
@@ -31,7 +32,9 @@ $(VENV)/.bench: pyproject.toml | $(BIN)/python
 	touch $@
 
 # The real third-party ACP agents the subagent tests drive (tests skip without them; CI installs them).
-# gemini-cli (node >= 20) adds about 100 MB and 7 s to a fresh install.
+# gemini-cli (node >= 20) adds about 100 MB and 7 s to a fresh install. claude-agent-acp declares node >= 22
+# (every release does), so npm warns EBADENGINE under Node 20; 0.101.0 runs, and its tests pass, on Node 20.20.
+# It brings the `claude` binary (about 320 MB of the 550 MB in .venv/npm; README.md, "Development").
 CLAUDE_AGENT_ACP := @agentclientprotocol/claude-agent-acp@0.101.0
 GEMINI_CLI := @google/gemini-cli@0.61.0
 # The real MCP servers the MCP client tests drive over stdio (docs/mcp.md).

@@ -310,12 +310,17 @@ def retry_waits(lines: list[str]) -> str:
 
 
 def table_scenarios(lab: Lab) -> str:
+    from dsh.repl.demo.catalogue import SCENARIOS
+
     turns = scenario_turns(lab)
     rows = ["| scenario | what happens | retry waits | how the turn ends |",
             "|---|---|---|---|"]
     for name, summary, _ in _catalogue():
         lines = turns[name]
         what = summary.replace("|", "\\|")
+        extra = SCENARIOS[name].extra  # marked whether or not it is installed where this table is written
+        if extra is not None:
+            what += f" (needs the `{extra}` extra)"
         rows.append(f"| `{name}` | {what} | {retry_waits(lines)} | {cell(result_lines(lines))} |")
     return "\n".join(rows) + "\n"
 
@@ -446,7 +451,8 @@ _ENDS = [
     ("completed", "text", None),
     ("failed", "http-401", None),
     ("aborted (Ctrl-C)", "stall", signal.SIGINT),
-    ("aborted (SIGTERM, e.g. a script's `timeout`)", "stall", signal.SIGTERM),
+    # `timeout` sends SIGTERM but exits 124 itself; `--preserve-status` passes dsh's 143 on (README.md)
+    ("aborted (SIGTERM, e.g. `timeout --preserve-status`)", "stall", signal.SIGTERM),
     ("rejected", "prompt-rejected", None),
     ("output-token limit", "max-tokens", None),
     ("interrupted (shown first on `--resume`)", None, None),

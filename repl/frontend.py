@@ -152,17 +152,18 @@ class Display:
     """Renders what a session publishes and writes it to a front end.
 
     With ``answer`` (``-p``) the answer text goes there and everything else to the front end, in the
-    order it happened (:class:`~dsh.repl.render.AnswerSplit`).
+    order it happened (:class:`~dsh.repl.render.AnswerSplit`); ``answer_markdown``: rendered as Markdown
+    (``answer`` is a colour terminal).
     """
 
-    def __init__(self, session: Session, frontend: FrontEnd, renderer: Renderer, *, answer: Sink | None = None
-                 ) -> None:
+    def __init__(self, session: Session, frontend: FrontEnd, renderer: Renderer, *, answer: Sink | None = None,
+                 answer_markdown: bool = False) -> None:
         self.session = session
         self.frontend = frontend
         self.renderer = renderer
         self.activity = TurnActivity()  # the live view's toolbar reads it
         self.answer = answer
-        self.split = AnswerSplit(renderer) if answer is not None else None
+        self.split = AnswerSplit(renderer, markdown=answer_markdown) if answer is not None else None
         self._last_target: Sink | FrontEnd | None = None  # where the split wrote last
         session.subscribe(self.show)
 

@@ -25,6 +25,7 @@ from typing import Any, TextIO
 
 from dsh.agent_loop.session import StartupError
 from dsh.llm import ErrorCode, HarnessError, RedactingFilter, error_chain, redact_text, unwrap_group
+from dsh.llm._version import install_line
 from dsh.llm.defaults import DEFAULT_MODEL
 from dsh.llm.wire_trace import not_regular
 from dsh.repl import __version__
@@ -79,7 +80,7 @@ def _serve(args: list[str]) -> int:
     return serve.main(args)
 
 
-ACP_MISSING_EXTRA = "dsh acp needs the acp extra: pip install 'dsh[acp]'"
+ACP_MISSING_EXTRA = f"dsh acp needs the acp extra: {install_line('acp')}"
 
 
 def _acp(args: list[str]) -> int:

@@ -144,11 +144,14 @@ class PrintFrontEnd(PlainFrontEnd):
 
 async def run_print(args: argparse.Namespace, config: Config, env: dict[str, str]) -> int:
     stderr = StreamSink(sys.stderr)
-    frontend = PrintFrontEnd(args.output_format or "text", stderr, StreamSink(sys.stdout))
+    output_format = args.output_format or "text"
+    frontend = PrintFrontEnd(output_format, stderr, StreamSink(sys.stdout))
+    # The answer is Markdown on a colour terminal, as in the REPL; piped or redirected, as the model wrote it.
+    answer_markdown = output_format == "text" and color(env, sys.stdout)
     try:
         async with contextlib.AsyncExitStack() as stack:
             shell = await open_shell(stack, args, config, env, frontend, color=color(env, sys.stderr),
-                                     answer=frontend.answer)
+                                     answer=frontend.answer, answer_markdown=answer_markdown)
             return await _one_turn(shell, args.print_prompt, frontend)
     finally:
         stderr.flush()  # nothing written, even while closing down, is left behind

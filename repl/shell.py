@@ -51,10 +51,12 @@ class Shell:
         retry: RetryPolicy | None = None,
         show_usage: bool = False,
         answer: Sink | None = None,
+        answer_markdown: bool = False,
         extra_tools: Callable[[Session], Sequence[Tool]] | None = None,
         allow_mcp: bool = False,
     ) -> None:
-        """``answer`` (``-p``): the answer text goes there, everything else to the front end.
+        """``answer`` (``-p``): the answer text goes there, everything else to the front end; with
+        ``answer_markdown`` (``answer`` is a colour terminal) rendered as Markdown (docs/markdown.md).
 
         ``allow_mcp`` (``--allow-mcp``): MCP tools that would ask run without asking (docs/mcp.md).
 
@@ -77,7 +79,8 @@ class Shell:
         # unfinished line aside lets it stream raw and be rewritten, any other gets whole lines.
         markdown = ("live" if frontend.rewrites_partial else "lines") if color and config.markdown else None
         self.renderer = Renderer(color=color, secrets=config.secrets, sources=sources, markdown=markdown)
-        self.display = Display(self.session, frontend, self.renderer, answer=answer)
+        self.display = Display(self.session, frontend, self.renderer, answer=answer,
+                               answer_markdown=answer_markdown and config.markdown)
         self.show_usage = show_usage
         self.prefill = ""  # text the next prompt starts with (what was typed during a turn)
         self.exit_code: int | None = None  # set by /exit

@@ -40,6 +40,7 @@ async def open_shell(
     color: bool,
     show_usage: bool = False,
     answer: Sink | None = None,
+    answer_markdown: bool = False,
     defer_agent: bool = False,
 ) -> Shell:
     """A started shell on ``frontend`` over the endpoint ``args`` pick, closed by ``stack``; StartupError if not.
@@ -60,7 +61,7 @@ async def open_shell(
     except Exception as exc:
         raise StartupError(exc)
     shell = Shell(config, frontend, color=color, env=env, client=client, demo=demo, retry=retry,
-                  show_usage=show_usage, answer=answer, allow_mcp=args.allow_mcp)
+                  show_usage=show_usage, answer=answer, answer_markdown=answer_markdown, allow_mcp=args.allow_mcp)
     stack.push_async_callback(shell.aclose)
     await shell.start(resume=args.resume, defer_agent=defer_agent)
     return shell

@@ -25,6 +25,7 @@ from dsh.agent_loop.mcp.diagnostics import McpFailure, McpServerFailure, failure
 from dsh.agent_loop.mcp.tools import McpToolSpec, build_tool, clean_description, clean_schema, format_result, tool_names
 from dsh.agent_loop.owned_group import OwnedTaskGroup
 from dsh.agent_loop.tools.registry import Tool, ToolOutput
+from dsh.llm._version import install_line
 
 if TYPE_CHECKING:
     from dsh.agent_loop.mcp.client import ServerConnection
@@ -32,7 +33,7 @@ if TYPE_CHECKING:
 __all__ = ["McpManager", "ServerStatus"]
 
 _log = logging.getLogger("dsh.mcp")
-MISSING_EXTRA = "MCP servers need the mcp extra: pip install 'dsh[mcp]'"
+MISSING_EXTRA = f"MCP servers need the mcp extra: {install_line('mcp')}"
 _SETTLE_BACKSTOP = 5.0  # seconds past a server's deadline before a turn stops waiting for it regardless
 
 

@@ -1,6 +1,6 @@
 """Claude Code as a subagent: the official ``claude-agent-sdk`` driving the ``claude`` CLI, unattended.
 
-Config (``[subagents.NAME]``, ``provider = "claude-code"``; the ``dsh[claude]`` extra installs the SDK,
+Config (``[subagents.NAME]``, ``provider = "claude-code"``; the ``dsh-agent[claude]`` extra installs the SDK,
 whose wheel bundles the CLI)::
 
     cli_path = "/opt/claude/bin/claude"   # optional; "claude" means the one on PATH; default: bundled
@@ -201,7 +201,7 @@ class ClaudeCodeRun(Run[ClaudeCodeConfig]):
         failure: Failure | None
         try:
             sdk, transport_module = _load_sdk()
-        except ImportError as exc:  # the dsh[claude] extra is not installed
+        except ImportError as exc:  # the dsh-agent[claude] extra is not installed
             return self._outcome(Failure(Stage.QUERY_START, Category.CONFIGURATION, cause=exc), None)
         try:
             if not os.path.isdir(self.request.cwd):
@@ -412,7 +412,7 @@ def _subtype_category(subtype: object) -> Category:
 
 
 def _load_sdk() -> tuple[ModuleType, ModuleType]:
-    """Import the SDK lazily (the ``dsh[claude]`` extra); silence its logger's last-resort stderr output."""
+    """Import the SDK lazily (the ``dsh-agent[claude]`` extra); silence its logger's last-resort stderr output."""
     sdk = importlib.import_module("claude_agent_sdk")
     sdk_log = logging.getLogger("claude_agent_sdk")
     if not any(isinstance(h, logging.NullHandler) for h in sdk_log.handlers):

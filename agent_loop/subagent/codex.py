@@ -1,6 +1,6 @@
 """Codex as a subagent: our own client of ``codex app-server`` over stdio.
 
-Config (``[subagents.NAME]``, ``provider = "codex"``; the ``dsh[codex]`` extra installs the
+Config (``[subagents.NAME]``, ``provider = "codex"``; the ``dsh-agent[codex]`` extra installs the
 ``openai-codex-cli-bin`` wheel with the real binary)::
 
     command = ["/usr/local/bin/codex"]     # optional argv prefix; default: the wheel's binary, else PATH
@@ -647,7 +647,7 @@ class CodexRun(Run[CodexConfig]):
 def _find_codex() -> tuple[str, str | None]:
     """The ``openai-codex-cli-bin`` binary (and its helper dir), else ``codex`` on PATH."""
     try:
-        import codex_cli_bin  # the dsh[codex] extra
+        import codex_cli_bin  # the dsh-agent[codex] extra
 
         binary = str(codex_cli_bin.bundled_codex_path())
         helpers = codex_cli_bin.bundled_path_dir()

@@ -1,9 +1,9 @@
 """Which optional SDK a provider needs, and the one line that says how to install it.
 
-``pip install dsh`` gives the core; each provider whose SDK is heavy lives behind an extra. A provider
-whose SDK is missing still builds (so one missing extra never keeps the REPL from starting); the REPL
-shows :func:`missing_extra_hint` on screen and the run ends with a configuration failure. Checked with
-:func:`importlib.util.find_spec`, so asking costs no SDK import.
+``pip install dsh-agent`` (:data:`~dsh.llm._version.DISTRIBUTION`) gives the core; each provider whose SDK
+is heavy lives behind an extra. A provider whose SDK is missing still builds (so one missing extra never
+keeps the REPL from starting); the REPL shows :func:`missing_extra_hint` on screen and the run ends with a
+configuration failure. Checked with :func:`importlib.util.find_spec`, so asking costs no SDK import.
 """
 
 from __future__ import annotations
@@ -13,7 +13,9 @@ import shutil
 from collections.abc import Mapping
 from typing import Any
 
-__all__ = ["PROVIDER_EXTRAS", "missing_extra", "missing_extra_hint"]
+from dsh.llm._version import install_line
+
+__all__ = ["PROVIDER_EXTRAS", "extra_installed", "missing_extra", "missing_extra_hint", "provider_extra"]
 
 # provider kind -> (extra name, the import name of the SDK it installs)
 PROVIDER_EXTRAS: dict[str, tuple[str, str]] = {
@@ -23,8 +25,8 @@ PROVIDER_EXTRAS: dict[str, tuple[str, str]] = {
 }
 
 
-def missing_extra(kind: str, table: Mapping[str, Any] | None = None) -> str | None:
-    """The extra to install for provider ``kind`` when its SDK is not importable, else None.
+def provider_extra(kind: str, table: Mapping[str, Any] | None = None) -> str | None:
+    """The extra provider ``kind`` needs, installed or not (None: the core is enough).
 
     Codex needs its wheel only for the binary: a configured ``command`` or a ``codex`` on PATH does.
     """
@@ -33,17 +35,29 @@ def missing_extra(kind: str, table: Mapping[str, Any] | None = None) -> str | No
         return None
     if kind == "codex" and ((table or {}).get("command") or shutil.which("codex")):
         return None
-    extra, module = entry
+    return entry[0]
+
+
+def extra_installed(extra: str) -> bool:
+    """Whether the SDK that ``extra`` installs is importable (an unknown extra counts as installed)."""
+    module = next((module for name, module in PROVIDER_EXTRAS.values() if name == extra), None)
+    if module is None:
+        return True
     try:
-        found = importlib.util.find_spec(module) is not None
+        return importlib.util.find_spec(module) is not None
     except (ImportError, ValueError):
-        found = False
-    return None if found else extra
+        return False
+
+
+def missing_extra(kind: str, table: Mapping[str, Any] | None = None) -> str | None:
+    """The extra to install for provider ``kind`` when its SDK is not importable, else None."""
+    extra = provider_extra(kind, table)
+    return None if extra is None or extra_installed(extra) else extra
 
 
 def missing_extra_hint(name: str, kind: str, table: Mapping[str, Any] | None = None) -> str | None:
-    """``subagent NAME (KIND) needs the acp extra: pip install 'dsh[acp]'``, or None when nothing is missing."""
+    """``subagent NAME (KIND) needs the acp extra: pip install 'dsh-agent[acp]'``, or None when nothing is missing."""
     extra = missing_extra(kind, table)
     if extra is None:
         return None
-    return f"subagent {name} ({kind}) needs the {extra} extra: pip install 'dsh[{extra}]'"
+    return f"subagent {name} ({kind}) needs the {extra} extra: {install_line(extra)}"

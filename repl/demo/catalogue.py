@@ -18,7 +18,9 @@ from dataclasses import dataclass, field, fields
 from typing import Any, TypedDict
 
 from dsh.agent_loop.retry import RetryPolicy
+from dsh.agent_loop.subagent.extras import extra_installed
 from dsh.llm import ChatRequest, DeepSeekClient, StreamEvent
+from dsh.llm._version import install_line
 from dsh.llm.loopback.fault_server import Behaviour, FaultServer, closed_port
 from dsh.repl.demo.delegation import demo_subagent_tables, register_demo_scenarios
 from dsh.repl.demo.product_delegation import product_demo_tables, register_product_demo_scenarios
@@ -88,6 +90,13 @@ class Scenario:
     setup: Setup
     expect: str | None = None  # a line (or line prefix) the scenario prints: pinned by the e2e tests
     cancel: bool = False  # the scenario waits for Ctrl-C
+    extra: str | None = None  # the optional extra it needs (``acp``, ``claude``): /scenario marks it when missing
+
+    def needs(self) -> str | None:
+        """``needs the acp extra: pip install 'dsh-agent[acp]'`` when its extra is not installed, else None."""
+        if self.extra is None or extra_installed(self.extra):
+            return None
+        return f"needs the {self.extra} extra: {install_line(self.extra)}"
 
 
 SCENARIOS: dict[str, Scenario] = {}
@@ -95,10 +104,12 @@ CORE_SCENARIOS: tuple[str, ...] = ()  # the ones this module defines (others add
 
 
 def register_scenario(
-    name: str, summary: str, setup: Setup, *, expect: str | None = None, cancel: bool = False
+    name: str, summary: str, setup: Setup, *, expect: str | None = None, cancel: bool = False,
+    extra: str | None = None,
 ) -> Scenario:
-    """Add (or replace) a scenario; ``name`` is what ``/scenario NAME`` takes."""
-    scenario = Scenario(name, summary, setup, expect, cancel)
+    """Add (or replace) a scenario; ``name`` is what ``/scenario NAME`` takes; ``extra``, the optional extra
+    it needs to run (without it, its turn answers with the install line, and the listing says so)."""
+    scenario = Scenario(name, summary, setup, expect, cancel, extra)
     SCENARIOS[name] = scenario
     return scenario
 
@@ -172,7 +183,8 @@ class Demo:
 
     def listing(self) -> str:
         width = max(len(name) for name in SCENARIOS)
-        lines = [f"{'*' if s is self.scenario else ' '} {s.name:<{width}}  {s.summary}" for s in SCENARIOS.values()]
+        lines = [f"{'*' if s is self.scenario else ' '} {s.name:<{width}}  {s.summary}{_needs(s)}"
+                 for s in SCENARIOS.values()]
         lines.append("pick one with /scenario NAME; it applies to every turn until you pick another")
         return "\n".join(lines)
 
@@ -187,6 +199,11 @@ class Demo:
                 setattr(self.retry, item.name, getattr(turn.retry, item.name))
         self.client.turn = turn
         return turn.prompt
+
+
+def _needs(scenario: Scenario) -> str:
+    needs = scenario.needs()
+    return f" ({needs})" if needs else ""
 
 
 # --- the catalogue ----------------------------------------------------------------------------------

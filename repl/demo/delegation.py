@@ -9,9 +9,10 @@ or ``fixtures`` (imports point one way). The front end:
 * calls :func:`register_demo_scenarios` with ``dsh.repl.demo.catalogue.register_scenario`` and
   ``dsh.llm.loopback.fault_server.Behaviour``.
 
-``pip install dsh`` alone has no ACP or Claude Code SDK: the tables that need a missing extra are left
-out of the demo's subagents (so the toolkit never builds them), and their scenarios answer with the one
-line :func:`~dsh.agent_loop.subagent.extras.missing_extra_hint` prints, naming the extra to install.
+``pip install dsh-agent`` alone has no ACP or Claude Code SDK: the tables that need a missing extra are
+left out of the demo's subagents (so the toolkit never builds them), their scenarios answer with the one
+line :func:`~dsh.agent_loop.subagent.extras.missing_extra_hint` prints, naming the extra to install, and
+``/scenario`` marks them with it (:func:`scenario_extra`). ``make demo`` installs the ``acp`` extra.
 
 Each scenario scripts the main model to call the ``subagent`` tool (and, for a real child dsh, the
 child's own request), then to answer. The child dsh is the real ``dsh serve --stdio``; protocol faults
@@ -27,7 +28,7 @@ from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
-from dsh.agent_loop.subagent.extras import missing_extra_hint
+from dsh.agent_loop.subagent.extras import missing_extra_hint, provider_extra
 
 __all__ = [
     "DELEGATION_SCENARIOS",
@@ -37,6 +38,7 @@ __all__ = [
     "missing_extra_line",
     "register_demo_scenarios",
     "runnable_tables",
+    "scenario_extra",
 ]
 
 _FAIL = "    Subagent failure (provider: {name}; "
@@ -67,6 +69,14 @@ def missing_extra_line(name: str, table: Mapping[str, Any]) -> str | None:
     if kind == "codex" and table.get("command"):
         return None  # an explicit app-server command: the bundled binary (the codex extra) is not needed
     return missing_extra_hint(name, kind)
+
+
+def scenario_extra(table: Mapping[str, Any]) -> str | None:
+    """The extra a scenario that runs subagent ``table`` needs, installed or not (None: the core is enough)."""
+    kind = str(table.get("provider", "dsh"))
+    if kind == "codex" and table.get("command"):
+        return None  # as in missing_extra_line: an explicit app-server command needs no bundled binary
+    return provider_extra(kind, table)
 
 
 def runnable_tables(tables: Mapping[str, dict[str, Any]]) -> dict[str, dict[str, Any]]:
@@ -228,5 +238,7 @@ def scenario_setup(
 
 def register_demo_scenarios(register: Callable[..., Any], behaviour: Callable[..., Any]) -> None:
     """``register`` is the catalogue's ``register_scenario``; ``behaviour`` the fault server's ``Behaviour``."""
+    tables = all_delegation_tables()
     for scenario in DELEGATION_SCENARIOS:
-        register(scenario.name, scenario.summary, scenario_setup(scenario, behaviour), expect=scenario.expect)
+        register(scenario.name, scenario.summary, scenario_setup(scenario, behaviour), expect=scenario.expect,
+                 extra=scenario_extra(tables[scenario.provider]))

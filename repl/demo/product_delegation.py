@@ -20,7 +20,7 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
-from dsh.repl.demo.delegation import DelegationScenario, runnable_tables, scenario_setup
+from dsh.repl.demo.delegation import DelegationScenario, runnable_tables, scenario_extra, scenario_setup
 
 __all__ = ["PRODUCT_SCENARIOS", "all_product_tables", "product_demo_tables", "register_product_demo_scenarios"]
 
@@ -217,4 +217,5 @@ def register_product_demo_scenarios(register: Callable[..., Any], behaviour: Cal
     tables = all_product_tables()
     for scenario in PRODUCT_SCENARIOS:
         setup = scenario_setup(scenario, behaviour, tables[scenario.provider])
-        register(scenario.name, scenario.summary, setup, expect=scenario.expect)
+        register(scenario.name, scenario.summary, setup, expect=scenario.expect,
+                 extra=scenario_extra(tables[scenario.provider]))

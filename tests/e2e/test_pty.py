@@ -853,6 +853,39 @@ def test_no_color_keeps_markdown_as_written(home: Path, spawn) -> None:
         dsh.prompt()
 
 
+def test_print_mode_renders_the_answer_as_markdown_on_a_terminal(home: Path, spawn) -> None:
+    """``-p`` with stdout a terminal: the answer as the REPL shows it, a line at a time (issue 27 item 2)."""
+    _no_retry_config(home)
+    err = home / "err.txt"
+    with FaultServer(default=Behaviour("slow_text", text=MARKDOWN_REPLY + "a **last** line", delay=0.01)) as server:
+        dsh = spawn("-p", "plan it", via_sh=f" 2>{_quote(str(err))}", DEEPSEEK_API_KEY=KEY,
+                    DEEPSEEK_BASE_URL=server.url)
+        for line in ("\x1b[1;4mPlan\x1b[0m", "Some \x1b[1mbold\x1b[0m and \x1b[36mcode\x1b[0m:",
+                     "\x1b[2m```python\x1b[0m", "\x1b[35mreturn\x1b[0m \x1b[33m1\x1b[0m", "\x1b[2m```\x1b[0m",
+                     "a \x1b[1mlast\x1b[0m line"):  # the last line has no newline: rendered when the turn ends
+            dsh.expect_exact(line + "\r\n")
+        assert dsh.wait_exit() == 0
+    assert "**" not in dsh.raw and "# Plan" not in dsh.raw
+    assert err.read_text() == ""
+
+
+@pytest.mark.parametrize("how", ["piped", "NO_COLOR"])
+def test_print_mode_writes_the_answer_as_written_when_piped_or_under_no_color(home: Path, spawn, how: str) -> None:
+    _no_retry_config(home)
+    answer = home / "answer.txt"
+    with FaultServer(default=Behaviour("text", text=MARKDOWN_REPLY)) as server:
+        if how == "piped":  # stdout a file, stderr still the terminal
+            dsh = spawn("-p", "plan it", via_sh=f" >{_quote(str(answer))}", DEEPSEEK_API_KEY=KEY,
+                        DEEPSEEK_BASE_URL=server.url)
+            assert dsh.wait_exit() == 0
+            assert answer.read_text() == MARKDOWN_REPLY
+        else:
+            dsh = spawn("-p", "plan it", DEEPSEEK_API_KEY=KEY, DEEPSEEK_BASE_URL=server.url, NO_COLOR="1")
+            dsh.expect_exact(MARKDOWN_REPLY.replace("\n", "\r\n"))
+            assert dsh.wait_exit() == 0
+    assert "\x1b[1;4m" not in dsh.raw
+
+
 def test_ctrl_c_cancels_a_compaction_and_the_conversation_is_unchanged(home: Path, spawn) -> None:
     _no_retry_config(home)
     with FaultServer(script=["text", "stall_after_headers"], default=Behaviour("text", text="ok\n")) as server:

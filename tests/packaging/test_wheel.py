@@ -23,7 +23,7 @@ from pathlib import Path
 
 import pytest
 
-from dsh.llm._version import __version__
+from dsh.llm._version import DISTRIBUTION, __version__
 from dsh.repl.demo.catalogue import SCENARIOS
 from dsh.repl.demo.delegation import DELEGATION_SCENARIOS, all_delegation_tables
 from dsh.repl.demo.product_delegation import PRODUCT_SCENARIOS, all_product_tables
@@ -43,7 +43,7 @@ _NETWORK_FAILURES = re.compile(
     r"Failed to establish a new connection|Name or service not known|Temporary failure in name resolution"
     r"|Network is unreachable|ConnectTimeoutError|ReadTimeoutError|ProxyError|\(from versions: none\)"
 )
-BUILD_INPUTS = ("pyproject.toml", "README.md", *LAYERS)  # all a build may read: no fixtures/, tests/, bench/
+BUILD_INPUTS = ("pyproject.toml", "README.md", "LICENSE", *LAYERS)  # all a build may read: no fixtures/, tests/, bench/
 
 
 def _unavailable(what: str, output: str) -> None:
@@ -115,7 +115,7 @@ def built(tmp_path_factory: pytest.TempPathFactory) -> Built:
         if _NETWORK_FAILURES.search(output):
             _unavailable("installing the build backend", output)
         pytest.fail(f"python -m build failed ({result.returncode})\n{output[-4000:]}")
-    (wheel,) = (root / "dist").glob("dsh-*.whl")
+    (wheel,) = (root / "dist").glob(f"{DISTRIBUTION.replace('-', '_')}-*.whl")
     return Built(wheel, output)
 
 
@@ -148,11 +148,14 @@ def test_the_build_prints_no_warning(built: Built) -> None:
     assert warnings == []
 
 
+DIST_INFO = f"{DISTRIBUTION.replace('-', '_')}-{__version__}.dist-info"  # the distribution's name, not dsh's
+
+
 def test_the_wheel_takes_no_top_level_name_but_dsh(built: Built) -> None:
     top_level = {name.split("/", 1)[0] for name in built.names()}
-    assert top_level == {"dsh", f"dsh-{__version__}.dist-info"}
+    assert top_level == {"dsh", DIST_INFO}
     with zipfile.ZipFile(built.wheel) as archive:
-        record = archive.read(f"dsh-{__version__}.dist-info/RECORD").decode()
+        record = archive.read(f"{DIST_INFO}/RECORD").decode()
     recorded = {line.split(",", 1)[0].split("/", 1)[0] for line in record.splitlines() if line}
     assert recorded == top_level
 
@@ -173,12 +176,14 @@ def test_the_wheel_holds_every_product_module_and_nothing_else(built: Built) -> 
 
 def test_the_wheel_declares_the_extras(built: Built) -> None:
     with zipfile.ZipFile(built.wheel) as archive:
-        metadata = archive.read(f"dsh-{__version__}.dist-info/METADATA").decode()
+        metadata = archive.read(f"{DIST_INFO}/METADATA").decode()
+        licence = archive.read(f"{DIST_INFO}/licenses/LICENSE").decode()
     extras = sorted(line.removeprefix("Provides-Extra: ") for line in metadata.splitlines()
                     if line.startswith("Provides-Extra: "))
     project = tomllib.loads((REPO / "pyproject.toml").read_text(encoding="utf-8"))["project"]
     assert extras == sorted(project["optional-dependencies"]) == ["acp", "bench", "claude", "codex", "mcp", "test"]
-    assert "License-Expression: MIT" in metadata.splitlines()
+    assert {"License-Expression: MIT", "License-File: LICENSE", f"Name: {DISTRIBUTION}"} <= set(metadata.splitlines())
+    assert licence.startswith("MIT License\n") and "Copyright (c) 2026 the dsh authors" in licence
 
 
 # --- beside llm and fixtures ----------------------------------------------------------------------
@@ -278,12 +283,12 @@ def test_each_demo_scenario_works_or_names_the_extra_to_install(
         result = _run([*command, "-p", "hi"], cwd=scenario_dir, env=env, timeout=60)
         returncode, stdout, stderr = result.returncode, result.stdout, result.stderr
     if extra is not None:
-        hint = f"subagent {table} ({kind}) needs the {extra} extra: pip install 'dsh[{extra}]'"
+        hint = f"subagent {table} ({kind}) needs the {extra} extra: pip install 'dsh-agent[{extra}]'"
         assert (returncode, stdout, stderr) == (0, f"{hint}\n", "")  # the demo's answer: on stdout, with -p
         return
     # -p: the scenario's line is the answer (stdout) or one of the turn's diagnostics (stderr).
     lines = (stdout + stderr).splitlines()
     assert any(line.startswith(scenario.expect) for line in lines), (stdout, stderr)
-    assert "pip install 'dsh[" not in stdout + stderr
+    assert "pip install 'dsh-agent[" not in stdout + stderr
     assert not any(line.startswith(("dsh: ", "Traceback")) for line in stderr.splitlines()), stderr
     assert returncode == _exit_code(scenario.expect)

@@ -102,7 +102,7 @@ def test_without_the_acp_extra_one_line_names_it_and_exits_2() -> None:
                          "runpy.run_module('dsh.repl', run_name='__main__', alter_sys=True)")
     result = _dsh("acp", launcher=without_sdk)
     assert (result.returncode, result.stdout, result.stderr) == (2, "", "dsh acp needs the acp extra: "
-                                                                         "pip install 'dsh[acp]'\n")
+                                                                         "pip install 'dsh-agent[acp]'\n")
 
 
 def test_stdout_carries_nothing_but_frames(tmp_path: Path) -> None:

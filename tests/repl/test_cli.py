@@ -18,6 +18,7 @@ import pytest
 
 from dsh.agent_loop import events as ev
 from dsh.agent_loop.session_log import SessionLog
+from dsh.llm._version import DISTRIBUTION
 from dsh.llm.loopback.fault_server import FaultServer, closed_port
 from tests.waiting import wait_until
 
@@ -114,7 +115,8 @@ def test_version_is_defined_once() -> None:
     import dsh.llm
     import dsh.repl
 
-    assert dsh.repl.__version__ is dsh.llm.__version__ == importlib.metadata.version("dsh")
+    assert dsh.repl.__version__ is dsh.llm.__version__ == importlib.metadata.version(DISTRIBUTION)
+    assert pyproject["project"]["name"] == DISTRIBUTION  # the name every install line names
 
 
 # --- -p exit codes --------------------------------------------------------------------------------------

@@ -165,6 +165,8 @@ async def test_scenario_selection_and_listing(tmp_path: Path) -> None:
         listing = sink.text.splitlines()
         assert listing[0].startswith("* text ")
         assert len(listing) == len(SCENARIOS) + 1
+        assert "needs the" not in sink.text  # every extra is installed here (tests/agent_loop/subagent/test_extras.py
+        # hides them)
         sink.parts.clear()
         await shell.handle_line("/scenario http-402")
         assert sink.text == "scenario http-402: HTTP 402 insufficient balance, with the fix line\n"

@@ -123,7 +123,7 @@ def test_without_the_mcp_extra_the_servers_are_not_started_and_the_line_says_wha
     record = home / "fx.jsonl"
     result = dsh(home, add_call, stdin="/mcp\n/mcp restart fx\n", tables=_tables(record), launcher=without_sdk)
     assert (result.returncode, result.stderr) == (0, "")
-    hint = "MCP servers need the mcp extra: pip install 'dsh[mcp]'"
+    hint = "MCP servers need the mcp extra: pip install 'dsh-agent[mcp]'"
     assert result.stdout.splitlines() == [
         f"{hint} (not started: bad, fx)",
         "MCP servers:",

@@ -440,6 +440,33 @@ def test_answer_split_keeps_the_answer_apart_from_everything_else() -> None:
     assert split.end() == ""
 
 
+def test_answer_split_renders_markdown_for_a_terminal_in_whole_lines() -> None:
+    """``-p`` with stdout a colour terminal: the answer as Markdown, a line once its newline arrives; a held
+    line ends where anything else is shown, and at the end of the turn."""
+    split = AnswerSplit(Renderer(color=False), markdown=True)
+    events = (
+        ev.TurnStart(1, "x"),
+        ev.StepStart(1, 1),
+        ev.TextDelta("# Pl"),
+        ev.TextDelta("an\nSome **bold"),
+        ev.TextDelta("** here"),
+        ev.ToolCallStart(1, "c1", "list_dir", "{}"),
+        ev.ToolResult(1, "c1", "list_dir", "a"),
+        ev.StepStart(1, 2),
+        ev.TextDelta("`code` at the end"),
+        end(1, Completed().to_dict()),
+    )
+    chunks = [chunk for event in events for chunk in split.render(event)] + [(ANSWER, split.end())]
+    answer = "".join(terminal_text(text) for stream, text in chunks if stream == ANSWER)
+    assert answer == ("\x1b[1;4mPlan\x1b[0m\nSome \x1b[1mbold\x1b[0m here\n"
+                      "\x1b[36mcode\x1b[0m at the end\n")
+    assert "".join(terminal_text(text) for _, text in chunks) == (
+        "\x1b[1;4mPlan\x1b[0m\nSome \x1b[1mbold\x1b[0m here\n  [tool call] list_dir({})\n  [tool result] a\n"
+        "\x1b[36mcode\x1b[0m at the end\n"
+    )
+    assert split.end() == ""
+
+
 # --- the one sanitizer (every sink calls terminal_text) -------------------------------------------------
 
 UNSAFE_CATEGORIES = ("Cc", "Cf", "Zl", "Zp", "Cs")

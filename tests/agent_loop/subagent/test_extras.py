@@ -19,8 +19,8 @@ from dsh.agent_loop.subagent.tool import SubagentToolkit
 from dsh.llm.loopback.fault_server import Behaviour, FaultServer
 from tests.reliability.dsh_harness import make_home, run_dsh
 
-ACP_HINT = "subagent probe (acp) needs the acp extra: pip install 'dsh[acp]'"
-CLAUDE_HINT = "subagent helper (claude-code) needs the claude extra: pip install 'dsh[claude]'"
+ACP_HINT = "subagent probe (acp) needs the acp extra: pip install 'dsh-agent[acp]'"
+CLAUDE_HINT = "subagent helper (claude-code) needs the claude extra: pip install 'dsh-agent[claude]'"
 CONFIG = f"""
 [subagents.probe]
 provider = "acp"
@@ -88,7 +88,8 @@ def test_codex_needs_its_extra_only_without_a_binary(monkeypatch: pytest.MonkeyP
     monkeypatch.setitem(sys.modules, "codex_cli_bin", None)
     monkeypatch.setenv("PATH", str(tmp_path))  # no codex on PATH
     assert missing_extra("codex") == "codex"
-    assert missing_extra_hint("c", "codex") == "subagent c (codex) needs the codex extra: pip install 'dsh[codex]'"
+    hint = "subagent c (codex) needs the codex extra: pip install 'dsh-agent[codex]'"
+    assert missing_extra_hint("c", "codex") == hint
     assert missing_extra("codex", {"command": ["/opt/codex/bin/codex"]}) is None
     (tmp_path / "codex").write_text("#!/bin/sh\n")
     (tmp_path / "codex").chmod(0o755)
@@ -99,3 +100,22 @@ def test_the_toolkit_collects_one_hint_per_provider(monkeypatch: pytest.MonkeyPa
     monkeypatch.setitem(sys.modules, "acp", None)
     kit = SubagentToolkit.from_config({"probe": {"provider": "acp", "command": "agent"}, "child": {"provider": "dsh"}})
     assert kit.hints == [ACP_HINT]
+
+
+def test_the_demo_marks_the_scenarios_whose_extra_is_missing(tmp_path: Path) -> None:
+    """``pip install dsh-agent`` alone (no acp, no claude extra): ``/scenario`` says what each of those needs,
+    and picking one answers with the same install line (issue 27 item 3)."""
+    home = make_home(tmp_path, "")
+    run = run_dsh(home, ["--demo"], ["/scenario", "/scenario delegate-acp", "go"],
+                  launcher=_without("acp", "claude_agent_sdk"), label="demo-missing-extras")
+    assert run.returncode == 0, run.stderr[-600:]
+    listing = {line.split()[0]: line for line in run.stdout.splitlines() if line.startswith("  ")}
+    marked = {name: line.rsplit(" (needs ", 1)[1] for name, line in listing.items() if " (needs " in line}
+    assert marked["delegate-acp"] == "the acp extra: pip install 'dsh-agent[acp]')"
+    assert marked["delegate-claude-code"] == "the claude extra: pip install 'dsh-agent[claude]')"
+    assert set(marked.values()) == {"the acp extra: pip install 'dsh-agent[acp]')",
+                                    "the claude extra: pip install 'dsh-agent[claude]')"}
+    assert len(marked) == 24  # 8 ACP and 16 Claude Code scenarios; the child dsh and Codex ones need nothing
+    assert "delegate-dsh" in listing and "delegate-dsh" not in marked and "delegate-codex" not in marked
+    assert "[main turn 1] subagent acp (acp) needs the acp extra: pip install 'dsh-agent[acp]'" in run.stdout
+
