@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import argparse
 import asyncio
+import dataclasses
 import logging
 import os
 import select
@@ -351,8 +352,11 @@ def _configure(args: argparse.Namespace, env: dict[str, str]) -> Config:
         if args.demo:
             raise ConfigError("--replay and --demo each pick the endpoint; give one of them")
         args.trace = _load_trace(args.replay)
-    if args.demo and config.record:
+    if args.demo and args.record:
         raise ConfigError("--record records a real endpoint or a --replay; the demo's scenarios are scripted")
+    if args.demo and config.record:  # the config file's: the demo still starts, and says it records nothing
+        config = dataclasses.replace(config, record=None, warnings=(
+            *config.warnings, f"record in {config.config_path} is not used by --demo: its scenarios are scripted"))
     if config.record:
         _check_record_path(config.record)
     if config.sandbox is not None:

@@ -258,6 +258,17 @@ def test_record_and_replay_usage_errors_are_one_line(home: Path, args: list[str]
     assert (result.returncode, result.stderr.splitlines()) == (2, [line])
 
 
+def test_the_demo_starts_with_a_config_file_that_records_and_says_it_records_nothing(home: Path) -> None:
+    # The example config of docs/configuration.md sets record; the demo must still start from it.
+    write_config(home, f'record = "{home}/trace-{{pid}}.jsonl"\n')
+    result = dsh(home, "--demo", "-p", "hi")
+    config = home / "config" / "dsh" / "config.toml"
+    assert result.returncode == 0, result.stderr
+    assert result.stderr.splitlines()[0] == (
+        f"dsh: warning: record in {config} is not used by --demo: its scenarios are scripted")
+    assert not list(home.glob("trace-*.jsonl"))
+
+
 def test_replay_speed_must_be_positive(home: Path) -> None:
     result = dsh(home, "-p", "hi", "--replay", "x.jsonl", "--replay-speed", "0")
     assert result.returncode == 2
