@@ -105,3 +105,15 @@ def test_the_failure_kit_marks_every_scenario_that_needs_an_extra() -> None:
     for scenario in SCENARIOS.values():
         marked = f"(needs the `{scenario.extra}` extra)" in rows[scenario.name]
         assert marked == (scenario.extra is not None), scenario.name
+
+
+def test_the_example_config_of_docs_configuration_is_a_config_dsh_accepts(tmp_path: Path) -> None:
+    from dsh.repl.config import load_config
+
+    text = (REPO / "docs" / "configuration.md").read_text(encoding="utf-8")
+    example = re.search(r"```toml\n(.*?)```", text, re.S)
+    assert example is not None, "docs/configuration.md: the example config is gone"
+    path = tmp_path / "config.toml"
+    path.write_text(example.group(1), encoding="utf-8")
+    config = load_config({}, {"HOME": str(tmp_path)}, config_path=path)  # every key known, every value valid
+    assert config.record and config.sandbox == "bwrap" and "files" in config.mcp_servers
