@@ -144,14 +144,16 @@ async def test_only_the_last_lines_of_a_long_stderr_are_kept() -> None:
 
 async def test_a_timeout_without_any_exception_still_leaves_a_record(tmp_path: Path) -> None:
     agent = str(Path(acp.__file__).parents[2] / "repl" / "demo" / "acp_agent.py")
-    provider = acp.from_config("probe", {"command": [sys.executable, agent], "startup_timeout": 1,
+    provider = acp.from_config("probe", {"command": [sys.executable, agent], "startup_timeout": 2,
                                          "env": {"ACP_FAKE_HANG": "initialize", "ACP_FAKE_STDERR_TEXT": "stuck"},
                                          "eof_grace": 0.5, "term_grace": 0.5})  # fmt: skip
     result = await run_once(provider, request(tmp_path))
     assert result.diagnostic == "Subagent failure (provider: probe; stage: initialize; category: timeout)"
     record = _record(result)
     assert [link.type_name for link in chain_links(record)] == ["dsh.agent_loop.subagent.result.SubagentFailure"]
-    assert record.words.stderr == ("stuck", "stuck")  # at start-up, and when initialize arrived
+    # At start-up (before the agent imports its SDK), and when initialize arrived, if it did within the 2 s
+    # (a loaded machine can spend them importing the SDK): the words before the timeout, whichever they are.
+    assert record.words.stderr in (("stuck",), ("stuck", "stuck"))
 
 
 async def test_a_stop_reason_without_a_failure_line_leaves_a_record_named_by_its_headline(tmp_path: Path) -> None:
