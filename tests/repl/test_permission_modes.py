@@ -17,8 +17,10 @@ import sys
 from pathlib import Path
 
 import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
 
-from dsh.agent_loop.permissions import PLAN_REFUSAL, Action, Mode, Permissions, Refuse, decide
+from dsh.agent_loop.permissions import PLAN_REFUSAL, Action, Mode, Permissions, Refuse, decide, parse_mode
 from dsh.agent_loop.sandbox import sandbox_problem
 from dsh.llm.loopback.fault_server import Behaviour, FaultServer
 from dsh.repl.config import ConfigError, load_config
@@ -92,6 +94,31 @@ def test_a_bad_permission_mode_names_the_file(tmp_path: Path) -> None:
         load_config({}, {"HOME": str(tmp_path)}, require_key=False, config_path=path)
     assert str(caught.value) == (f"config file {path}: permission_mode must be one of default, plan, accept-edits, "
                                  "auto, got 'yolo'")
+
+
+@settings(max_examples=200, deadline=None)
+@given(st.one_of(st.text(max_size=200), st.integers(), st.booleans(), st.none(), st.lists(st.text(max_size=5))))
+def test_any_other_value_is_refused_in_one_bounded_line(tmp_path_factory: pytest.TempPathFactory, value: object
+                                                        ) -> None:
+    """Whatever a config file holds: a mode, or one ConfigError line that shows at most 40 characters of it."""
+    mode = parse_mode(value)
+    if isinstance(value, str) and value in ("default", "plan", "accept-edits", "auto"):
+        assert mode == value
+        return
+    assert mode is None
+    with pytest.raises(ConfigError) as caught:
+        load_config({}, {"HOME": "/nonexistent"}, require_key=False,
+                    config_path=_file(tmp_path_factory.mktemp("c"), f"permission_mode = {_toml(value)}\n"))
+    message = str(caught.value)
+    assert "\n" not in message and len(message) < 200 + len(str(tmp_path_factory.getbasetemp()))
+
+
+def _toml(value: object) -> str:
+    if value is None:
+        return '""'  # TOML has no null: the empty string stands for it
+    if isinstance(value, bool):
+        return "true" if value else "false"
+    return json.dumps(value)
 
 
 def test_auto_without_a_sandbox_names_where_auto_came_from(tmp_path: Path) -> None:
