@@ -50,6 +50,7 @@ from dsh.agent_loop.events import (
 )
 from dsh.agent_loop.gc_pause import gc_paused
 from dsh.agent_loop.guard import PromptGuard
+from dsh.agent_loop.permissions import Mode, Permissions
 from dsh.agent_loop.reasons import (
     Aborted,
     Completed,
@@ -350,12 +351,14 @@ class Agent:
         conversation: Conversation | None = None,
         redactor: Redactor | None = None,
         auto_compact: bool = False,
+        permissions: Permissions | None = None,
     ) -> None:
         """``conversation``, when given, is the one :func:`open_session` rebuilt from ``session``.
         ``redactor`` masks every tool result (subagent output included) before the model, the log or the
         screen get it; by default it knows the client's secrets (its key, URL and proxy credentials) and
         the secret shapes. ``auto_compact``: a request refused as ``CONTEXT_WINDOW_EXCEEDED`` gets one
-        compaction and one retry."""
+        compaction and one retry. ``permissions``: the session's permission mode, which each approval consults
+        (docs/safety.md); None is the default mode."""
         self.client = client
         self.model = model
         self.tools = tools if tools is not None else ToolRegistry()
@@ -369,6 +372,7 @@ class Agent:
         self.reasoning_effort = reasoning_effort
         self.max_steps = max_steps
         self.approver = approver
+        self.permissions = permissions
         self._redactor = redactor
         self.auto_compact = auto_compact
         self.cwd = Path(cwd) if cwd is not None else Path.cwd()
@@ -758,7 +762,9 @@ class Agent:
     async def _turn_body(self, state: _TurnState, prompt: str, source: str | None) -> EndReason:
         guarded = source is None
         logged_prompt = self.guard.mask(prompt) if guarded else prompt
-        self._publish(TurnStart(state.turn, logged_prompt, source=source))
+        mode = self.permissions.mode if self.permissions is not None else Mode.DEFAULT
+        self._publish(TurnStart(state.turn, logged_prompt, source=source,
+                                mode=None if mode is Mode.DEFAULT else str(mode)))
         if guarded:
             rejection = await self.guard.check(prompt, self.cwd)
             if rejection is not None:
@@ -890,6 +896,7 @@ class Agent:
             call_id=call.id,
             post_notice=self.post_notice,
             redact=self.redactor,
+            permissions=self.permissions,
         )
 
     async def _run_tools(self, state: _TurnState, calls: list[ToolCall]) -> None:

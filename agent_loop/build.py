@@ -17,6 +17,7 @@ from dsh.agent_loop.events import JobNotice
 from dsh.agent_loop.guard import PromptGuard
 from dsh.agent_loop.mcp import McpManager
 from dsh.agent_loop.mcp.config import parse_servers, secret_values
+from dsh.agent_loop.permissions import Permissions
 from dsh.agent_loop.recap import Recap
 from dsh.agent_loop.retry import RetryPolicy
 from dsh.agent_loop.sandbox import sandbox_of
@@ -117,6 +118,7 @@ def build_agent(
     cwd: str,
     extra_secrets: Sequence[str] = (),
     files: FileAccess | None = None,
+    permissions: Permissions | None = None,
 ) -> Agent:
     """The agent over ``log`` (closed again if the agent cannot be built); ``extra_secrets`` are masked too (the
     MCP servers' values, McpManager.secrets); ``files``: an editor's file access (agent_loop/tools/file_access.py)."""
@@ -132,7 +134,7 @@ def build_agent(
             guard=PromptGuard(hook_command=config.prompt_hook, api_key=config.api_key),
             redactor=Redactor((*config.secrets, *client.secrets, *extra_secrets)),
             max_tokens=config.max_tokens, thinking=config.thinking, reasoning_effort=config.reasoning_effort,
-            auto_compact=config.auto_compact,
+            auto_compact=config.auto_compact, permissions=permissions,
         )
     except BaseException:
         if log is not None:

@@ -59,6 +59,9 @@ class TurnStart(_Known):
     turn: int
     prompt: str
     source: str | None = field(default=None, metadata=_IF_SET)  # "notice": a turn that delivers job notices
+    # The permission mode the turn started in, when not "default" (docs/safety.md); a change during the turn
+    # applies to its next tool call and is not recorded.
+    mode: str | None = field(default=None, metadata=_IF_SET)
 
 
 @dataclass(frozen=True, slots=True)

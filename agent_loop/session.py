@@ -22,6 +22,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from dsh.agent_loop.events import AssistantMessage, ContextCompacted, Event, JobNotice, ToolResult, TurnEnd, TurnStart
+from dsh.agent_loop.permissions import Mode, Permissions
 from dsh.agent_loop.project import project_root
 from dsh.agent_loop.reasons import EndReason, Failed, failure_from_exception
 from dsh.agent_loop.retry import RetryPolicy
@@ -131,6 +132,10 @@ class Session:
         self.model = config.model
         self.cwd = cwd or os.getcwd()
         self._approve = approve
+        # The permission mode, shared with the agent's tools (read at each call) and changed by the front end
+        # (Shift+Tab, ACP's session/set_mode); it outlives /new and /resume. auto only with a sandbox, which
+        # the front end checked works before the session was made (docs/safety.md).
+        self.permissions = Permissions(Mode(config.permission_mode), auto_allowed=config.sandbox is not None)
         self._subagent_tables = {**(subagent_tables or {}), **config.subagents}
         self._parent_base_url = parent_base_url or config.base_url
         self._user_dir = user_dir
@@ -334,7 +339,8 @@ class Session:
         conversation, self._resumed = self._resumed, None
         agent = build.build_agent(self.config, self.client, log, conversation=conversation, model=self.model,
                                   approve=self._approve, extra_tools=extra, retry=self.retry, label=self._label,
-                                  cwd=self.cwd, extra_secrets=self._mcp_secrets(), files=self._files)
+                                  cwd=self.cwd, extra_secrets=self._mcp_secrets(), files=self._files,
+                                  permissions=self.permissions)
         self.agent = agent
         self._unsubscribe_agent = agent.subscribe(self._on_event)
 

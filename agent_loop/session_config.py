@@ -64,6 +64,8 @@ class SessionConfig(Protocol):
     @property
     def sandbox_network(self) -> bool: ...
     @property
+    def permission_mode(self) -> str: ...  # default | plan | accept-edits | auto (dsh.agent_loop.permissions)
+    @property
     def secrets(self) -> tuple[str, ...]: ...
 
 

@@ -1054,6 +1054,89 @@ def sandbox_refusal(lab: Lab) -> str:
                             session_text(run, status=True)]), "console")
 
 
+# --- permission modes -------------------------------------------------------------------------------------
+
+_MODES_CALLS = [("read_file", {"path": "notes.txt"}),
+                ("write_file", {"path": "notes.txt", "content": "remember the oat milk\n"}),
+                ("run_shell", {"command": "rm -rf build"})]
+
+
+def _scripted_calls(calls: list[tuple[str, dict[str, object]]], reasoning: str) -> object:
+    from dsh.llm.loopback.fault_server import Behaviour
+
+    return Behaviour("parallel_tool_calls", reasoning=reasoning, calls=[
+        {"id": f"call_{index}", "name": name, "arguments": arguments} for index, (name, arguments) in enumerate(calls)])
+
+
+def modes_plan(lab: Lab) -> str:
+    """``--permission-mode plan`` in a -p run: the read runs, the write and the command are refused."""
+    from dsh.llm.loopback.fault_server import Behaviour, FaultServer
+
+    def job() -> str:
+        home = lab.home()
+        with FaultServer() as server:
+            server.push(_scripted_calls(_MODES_CALLS, "Read the notes, then change them and clean up."),
+                        Behaviour("text", text="Plan: change the milk line, then remove build/."))
+            run = lab.dsh(["-p", "tidy up the notes", "--permission-mode", "plan"], home=home,
+                          env={"DEEPSEEK_API_KEY": "any", "DEEPSEEK_BASE_URL": server.url})
+        after = (home / "project" / "notes.txt").read_text(encoding="utf-8").rstrip("\n")
+        return fence("\n".join([session_text(run), "$ cat notes.txt", after]), "console")
+
+    return lab.once("modes-plan", job).result()
+
+
+def modes_auto_refusal(lab: Lab) -> str:
+    """``--permission-mode auto`` without a sandbox: dsh does not start, and says how to get one."""
+    run = lab.once("modes-auto-refusal", lambda: lab.dsh(
+        ["-p", "hello", "--permission-mode", "auto"], env={"DEEPSEEK_API_KEY": "any"})).result()
+    return session_text(run, status=True).join(("```console\n", "\n```\n"))
+
+
+_MODE_ROWS = ("read_file notes.txt", "write_file new.txt (inside the tree)", "write_file ../outside.txt",
+              "run_shell echo ran > shell.txt", "MCP tool add (not read-only)")
+
+
+def _mode_cell(result: str) -> str:
+    from dsh.agent_loop.permissions import PLAN_REFUSAL
+
+    if result == PLAN_REFUSAL:
+        return "refused: plan mode is on"
+    if result.startswith("Error: ") and "no one" in result:
+        return "asks (denied under -p: no one to approve)"
+    return f"runs: {_code(result.split(chr(10))[-1] if result.endswith('(sandboxed)') else result.rstrip())}"
+
+
+def modes_table(lab: Lab) -> str:
+    """The same scripted turn under each mode in a real ``dsh -p`` (tests/repl/test_permission_modes.py asserts
+    the same results): what ran, what asked and what was refused."""
+    from dsh.llm.loopback.fault_server import Behaviour, FaultServer
+
+    server_table = _mcp_table("fx", "ok")
+    modes = ("default", "plan", "accept-edits", "auto")
+
+    def one(mode: str) -> list[str]:
+        home = lab.home(('sandbox = "bwrap"\n' if mode == "auto" else "") + server_table)
+        subprocess.run(["git", "init", "-q", str(home / "project")], check=True, timeout=TIMEOUT)
+        calls = [("read_file", {"path": "notes.txt"}), ("write_file", {"path": "new.txt", "content": "inside\n"}),
+                 ("write_file", {"path": "../outside.txt", "content": "outside\n"}),
+                 ("run_shell", {"command": "echo ran > shell.txt"}), ("mcp__fx__add", {"a": 2, "b": 3})]
+        with FaultServer() as server:
+            server.push(_scripted_calls(calls, "All five."), Behaviour("text", text="done"))
+            run = lab.dsh(["-p", "go", "--permission-mode", mode], home=home,
+                          env={"DEEPSEEK_API_KEY": "any", "DEEPSEEK_BASE_URL": server.url})
+            if run.returncode != 0:
+                raise RuntimeError(f"{mode}: {run.output}")
+            answers = {m["tool_call_id"]: m["content"] for m in server.requests[1].json["messages"]
+                       if m["role"] == "tool"}
+        return [_mode_cell(answers[f"call_{index}"]) for index in range(len(calls))]
+
+    columns = {mode: lab.once(f"modes-table-{mode}", lambda mode=mode: one(mode)).result() for mode in modes}
+    lines = ["| call | " + " | ".join(f"`{mode}`" for mode in modes) + " |", "|---" * (len(modes) + 1) + "|"]
+    for index, row in enumerate(_MODE_ROWS):
+        lines.append(f"| {row} | " + " | ".join(columns[mode][index] for mode in modes) + " |")
+    return "\n".join(lines) + "\n"
+
+
 # --- dsh doctor ------------------------------------------------------------------------------------------
 
 DOCTOR_KEY = "sk-0123456789abcdef0123456789abcdef"  # DeepSeek's key shape; the fault server takes any key
@@ -1342,6 +1425,9 @@ GENERATORS: dict[str, Callable[[Lab], str]] = {
     "mcp-list": mcp_list,
     "sandbox-run": sandbox_run,
     "sandbox-refusal": sandbox_refusal,
+    "modes-plan": modes_plan,
+    "modes-auto-refusal": modes_auto_refusal,
+    "modes": modes_table,
     "acpx-turn": _acpx_session(_acpx_turn),
     "acpx-denied": _acpx_session(_acpx_denied),
     "acpx-refused": _acpx_session(_acpx_refused),

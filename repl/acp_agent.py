@@ -24,6 +24,10 @@ Methods (the mapping of each turn: docs/editors.md, "How dsh acp maps turns"):
     turn-end line and whose data is ``{code, fix, chain}``.
 ``session/cancel``
     Ends the running turn ``cancelled`` (``Session.cancel_turn``, as Ctrl-C).
+``session/set_mode {sessionId, modeId}``
+    The permission mode (docs/safety.md): session/new and session/load answer the modes (``default``,
+    ``accept-edits``, ``plan``, and ``auto`` only with a sandbox configured) and the current one, from
+    ``--permission-mode`` or config.toml; the next tool call gets the new mode.
 """
 
 from __future__ import annotations
@@ -44,13 +48,22 @@ import acp
 import anyio
 from acp import schema
 
+from dsh.agent_loop.permissions import CYCLE, Mode, Permissions, parse_mode
 from dsh.agent_loop.session import Session, StartupError
 from dsh.llm import ErrorCode, HarnessError, Redactor, error_chain
 from dsh.llm.defaults import DEFAULT_MODEL
 from dsh.repl import __version__
 from dsh.repl.acp_session import AcpSession, ClientFiles
 from dsh.repl.acp_updates import TURN_FAILED, clean
-from dsh.repl.config import Config, ConfigError, config_file_path, load_config, state_dir
+from dsh.repl.config import (
+    PERMISSION_MODES,
+    Config,
+    ConfigError,
+    check_sandbox,
+    config_file_path,
+    load_config,
+    state_dir,
+)
 
 __all__ = ["DshAgent", "main", "mcp_tables"]
 
@@ -163,14 +176,25 @@ class DshAgent:
 
     async def new_session(self, cwd: str, mcp_servers: Any = None, **_: Any) -> Any:
         owner = await self._open(cwd, mcp_servers, None)
-        return schema.NewSessionResponse(session_id=owner.id)
+        return schema.NewSessionResponse(session_id=owner.id, modes=_modes(owner))
 
     async def load_session(self, cwd: str, session_id: str, mcp_servers: Any = None, **_: Any) -> Any:
         if session_id in self.sessions:
             raise acp.RequestError(-32002, "this session is already open on this connection")
         owner = await self._open(cwd, mcp_servers, session_id)
         await owner.replay()
-        return schema.LoadSessionResponse()
+        return schema.LoadSessionResponse(modes=_modes(owner))
+
+    async def set_session_mode(self, session_id: str, mode_id: str, **_: Any) -> Any:
+        """The permission mode of the session; its next tool call gets it (docs/safety.md)."""
+        permissions = _permissions(self._session(session_id))
+        mode = parse_mode(mode_id)
+        if mode is None:
+            raise acp.RequestError.invalid_params({"modeId": f"not a mode (modes: {', '.join(PERMISSION_MODES)})"})
+        refusal = permissions.set(mode)
+        if refusal is not None:
+            raise acp.RequestError.invalid_params({"modeId": refusal})
+        return schema.SetSessionModeResponse()
 
     def _session(self, session_id: str) -> AcpSession:
         owner = self.sessions.get(session_id)
@@ -190,6 +214,27 @@ class DshAgent:
         for owner in list(self.sessions.values()):
             with contextlib.suppress(Exception):
                 await owner.aclose()
+
+
+_MODE_NAMES = {
+    Mode.DEFAULT: ("Default", "Ask before each shell command and edit"),
+    Mode.ACCEPT_EDITS: ("Accept edits", "Edits inside the project apply without asking; shell commands still ask"),
+    Mode.PLAN: ("Plan", "Read-only: edits, writes and shell commands are refused"),
+    Mode.AUTO: ("Auto", "Shell commands (sandboxed) and edits inside the project run without asking"),
+}
+
+
+def _permissions(owner: AcpSession) -> Permissions:
+    assert owner.session is not None  # attached before the session is answered
+    return owner.session.permissions
+
+
+def _modes(owner: AcpSession) -> schema.SessionModeState:
+    """The modes a client may pick (auto only with a sandbox, as Shift+Tab offers them) and the current one."""
+    permissions = _permissions(owner)
+    available = [schema.SessionMode(id=str(mode), name=_MODE_NAMES[mode][0], description=_MODE_NAMES[mode][1])
+                 for mode in CYCLE if mode is not Mode.AUTO or permissions.auto_allowed]
+    return schema.SessionModeState(current_mode_id=str(permissions.mode), available_modes=available)
 
 
 async def _stdio(out_fd: int) -> tuple[asyncio.StreamWriter, asyncio.StreamReader]:
@@ -257,15 +302,20 @@ def _parser() -> argparse.ArgumentParser:
     parser.add_argument("--max-tokens", dest="max_tokens", type=int, metavar="N", help="output-token cap per step")
     parser.add_argument("--thinking", choices=("enabled", "disabled"), help="DeepSeek thinking mode")
     parser.add_argument("--reasoning-effort", dest="reasoning_effort", choices=("low", "high", "max"))
+    parser.add_argument("--permission-mode", dest="permission_mode", choices=PERMISSION_MODES,
+                        help="the sessions' permission mode (docs/safety.md); the client may change it")
     return parser
 
 
 def _load(args: argparse.Namespace, env: Mapping[str, str]) -> tuple[Config, str | None]:
     """The config, and the REPL's start-up line when no key is set (session/new answers with it)."""
     flags = {"model": args.model, "base_url": args.base_url, "proxy": args.proxy, "max_tokens": args.max_tokens,
-             "thinking": args.thinking, "reasoning_effort": args.reasoning_effort}
+             "thinking": args.thinking, "reasoning_effort": args.reasoning_effort,
+             "permission_mode": args.permission_mode}
     path = Path(args.config) if args.config else None
     config = load_config(flags, env, require_key=False, config_path=path)
+    if config.sandbox is not None:
+        check_sandbox(config)  # as the REPL: a configured sandbox works, or dsh does not start (docs/safety.md)
     if args.demo:
         return config, None
     try:

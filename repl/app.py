@@ -413,15 +413,25 @@ class InteractiveApp:
 
     # --- the prompt ----------------------------------------------------------------------------------
 
-    def _toolbar_base(self) -> str:
+    def _toolbar_base(self, *, mode: bool = True) -> str:
         session = self.shell.session
-        text = f" {session.model} · {session.endpoint}"
+        text = f" {session.model} · {session.endpoint}" + (f" · {self._mode_text()}" if mode else "")
         context = context_text(session.usage, self.shell.config.models)
         if context is not None:
             text += f" · {context}"
         if self.shell.demo is not None:
             text += f" · demo scenario: {self.shell.demo.scenario.name}"
         return sanitize(text)  # prompt_toolkit draws the toolbar: the sink's sanitizer, applied here
+
+    def _mode_text(self) -> str:
+        """The permission mode, always on the toolbar (docs/safety.md)."""
+        return f"mode: {self.shell.session.permissions.mode}"
+
+    def _cycle_mode(self, event: KeyPressEvent) -> None:
+        """Shift+Tab, at the prompt or during a turn: the next permission mode (auto only with a sandbox); a
+        turn's next tool call gets it (docs/safety.md)."""
+        self.shell.session.permissions.cycle()
+        event.app.invalidate()
 
     def _columns(self) -> int:
         try:
@@ -454,6 +464,7 @@ class InteractiveApp:
             event.current_buffer.insert_text("\n")
 
         keys.add("c-o")(self._expand)
+        keys.add(Keys.BackTab)(self._cycle_mode)
 
         return PromptSession(
             history=SafeHistory(self.history_path),
@@ -498,8 +509,10 @@ class InteractiveApp:
         columns = self._columns()
         text = base + (f" · {activity}" if activity else "") + f" · {hint}"
         if columns <= NARROW_COLUMNS or fit_width(text, columns) != text:
-            # The live part first, so what a narrow terminal (or a long endpoint) cuts is the static part.
-            text = " " + " · ".join(part for part in (activity, hint, base.strip()) if part)
+            # The live part first, so what a narrow terminal (or a long endpoint) cuts is the static part; the
+            # mode, which says what the next tool call may do, with the live part.
+            static = self._toolbar_base(mode=False).strip()
+            text = " " + " · ".join(part for part in (activity, hint, self._mode_text(), static) if part)
         return [("class:bottom-toolbar", fit_width(sanitize(text), columns))]
 
     def _cancel_turn(self) -> None:
@@ -542,6 +555,7 @@ class InteractiveApp:
             self._cancel_turn()
 
         keys.add("c-o")(self._expand)
+        keys.add(Keys.BackTab)(self._cycle_mode)
 
         asking = Condition(lambda: self._question is not None)
         for key, answer in (("y", "y"), ("Y", "y"), ("n", "n"), ("N", "n"), ("a", "a"), ("A", "a"),

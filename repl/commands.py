@@ -81,7 +81,7 @@ def _command(name: str, args: str, summary: str, *, demo_only: bool = False) -> 
 KEYS_HELP = (
     "keys: Enter sends · Esc Enter or a trailing \\ adds a line · Ctrl-C cancels a turn or clears the line\n"
     "      Ctrl-C twice on an empty line or Ctrl-D exits · Up/Down walk the history · Tab completes /commands\n"
-    "      Ctrl-O (or /expand) shows the last tool output in full"
+    "      Ctrl-O (or /expand) shows the last tool output in full · Shift+Tab cycles the permission mode"
 )
 
 

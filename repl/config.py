@@ -34,6 +34,7 @@ __all__ = [
     "KNOWN_KEYS",
     "Config",
     "ConfigError",
+    "check_sandbox",
     "config_file_path",
     "history_path",
     "load_config",
@@ -66,6 +67,7 @@ KNOWN_KEYS = frozenset(
         "markdown",
         "sandbox",
         "sandbox_network",
+        "permission_mode",
     }
 )
 
@@ -103,6 +105,7 @@ class Config:
     proxy: str | None = None  # the proxy that carries requests: --proxy, HTTPS_PROXY & co, or the file
     sandbox: str | None = None  # "bwrap": run_shell under bubblewrap; dsh will not start without it working
     sandbox_network: bool = False  # the sandbox keeps the network (docs/safety.md)
+    permission_mode: str = "default"  # default | plan | accept-edits | auto (docs/safety.md, "Permission modes")
     record: str | None = None  # write a masked wire trace of every model exchange here (docs/record-replay.md)
     config_path: Path | None = None  # the file that was read, if any
     warnings: tuple[str, ...] = ()
@@ -319,6 +322,36 @@ def _check_sandbox(key: str, value: object, where: str) -> str | None:
     raise ConfigError(f'{where}: {key} must be "bwrap" or "none", got {value!r:.40}')
 
 
+PERMISSION_MODES = ("default", "plan", "accept-edits", "auto")  # dsh.agent_loop.permissions.Mode's values
+
+
+def _check_permission_mode(key: str, value: object, where: str) -> str:
+    """``permission_mode`` (docs/safety.md); that auto has a sandbox is checked once every value is known."""
+    if isinstance(value, str) and value in PERMISSION_MODES:
+        return value
+    raise ConfigError(f"{where}: {key} must be one of {', '.join(PERMISSION_MODES)}, got {value!r:.40}")
+
+
+def _check_auto_has_sandbox(values: Mapping[str, Any], sources: Mapping[str, str], path: Path) -> None:
+    """auto runs commands without asking only because they run sandboxed: without a sandbox configured dsh does
+    not start (never a silent unsandboxed auto; docs/safety.md). Whether the sandbox works is checked after."""
+    if values.get("permission_mode") != "auto" or values.get("sandbox") is not None:
+        return
+    if sources.get("permission_mode", "").endswith("(flag)"):
+        raise ConfigError(f'--permission-mode auto needs a sandbox: set sandbox = "bwrap" in {path} (docs/safety.md)')
+    raise ConfigError(f'config file {path}: permission_mode = "auto" needs a sandbox: set sandbox = "bwrap" in it '
+                      "(docs/safety.md)")
+
+
+def check_sandbox(config: Config) -> None:
+    """The configured sandbox works here, or dsh does not start: never a silent unsandboxed run (docs/safety.md)."""
+    from dsh.agent_loop.sandbox import sandbox_problem  # only with a sandbox configured: one test run of bwrap
+
+    problem = sandbox_problem()
+    if problem is not None:
+        raise ConfigError(f"config file {config.config_path}: {problem}")
+
+
 def _check_record(key: str, value: object, where: str) -> str:
     """A trace path; ``{time}`` (UTC) and ``{pid}`` make one file per run, so two sessions never share one."""
     path = os.path.expanduser(_check_str(key, value, where))
@@ -348,6 +381,7 @@ _CHECKS = {
     "markdown": _check_thinking,
     "sandbox": _check_sandbox,
     "sandbox_network": _check_bool,
+    "permission_mode": _check_permission_mode,
 }
 
 
@@ -424,6 +458,7 @@ def load_config(
             values["proxy"] = _check_proxy(found[1], found[0], "environment")
             sources["proxy"] = f"{found[1]} (environment)"
 
+    _check_auto_has_sandbox(values, sources, path)
     if require_key and not values.get("api_key"):
         endpoint = endpoint_for_url(values.get("base_url", DEFAULT_BASE_URL))
         which = "DeepSeek API key" if endpoint.is_deepseek else f"API key for {endpoint}"

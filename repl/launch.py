@@ -30,7 +30,7 @@ from dsh.llm._version import install_line
 from dsh.llm.defaults import DEFAULT_MODEL
 from dsh.llm.wire_trace import not_regular
 from dsh.repl import __version__
-from dsh.repl.config import Config, ConfigError, load_config, state_dir
+from dsh.repl.config import PERMISSION_MODES, Config, ConfigError, check_sandbox, load_config, state_dir
 from dsh.repl.render import sanitize
 
 __all__ = ["run"]
@@ -207,6 +207,10 @@ def _parser() -> argparse.ArgumentParser:
                         help="piped and -p runs may write files in the working tree without asking")
     parser.add_argument("--allow-mcp", dest="allow_mcp", action="store_true",
                         help="MCP tools run without asking (-p and piped runs deny them otherwise; docs/mcp.md)")
+    parser.add_argument("--permission-mode", dest="permission_mode", choices=PERMISSION_MODES,
+                        help="default (ask for each command and edit), plan (read-only), accept-edits (edits in "
+                        "the tree without asking), auto (commands and edits in the tree without asking; needs "
+                        'sandbox = "bwrap"); Shift+Tab cycles them (docs/safety.md)')
     parser.add_argument("--record", metavar="FILE", help="write a masked wire trace of every model exchange")
     parser.add_argument("--replay", metavar="FILE", help="answer from a --record trace instead of the API")
     parser.add_argument("--replay-speed", dest="replay_speed", type=_replay_speed, default=1.0, metavar="N",
@@ -341,6 +345,7 @@ def _configure(args: argparse.Namespace, env: dict[str, str]) -> Config:
         "reasoning_effort": args.reasoning_effort,
         "allow_edits": args.allow_edits,
         "record": args.record,
+        "permission_mode": args.permission_mode,
     }
     if args.print_prompt in (_FROM_STDIN, "-"):
         args.print_prompt = _stdin_prompt(explicit=args.print_prompt == "-")
@@ -360,7 +365,7 @@ def _configure(args: argparse.Namespace, env: dict[str, str]) -> Config:
     if config.record:
         _check_record_path(config.record)
     if config.sandbox is not None:
-        _check_sandbox(config)
+        check_sandbox(config)
     if args.demo:
         from dsh.repl.demo.catalogue import SCENARIOS  # only the demo
 
@@ -378,15 +383,6 @@ def _load_trace(path: str) -> Any:
     except ReplayError as exc:
         message = exc.message
     raise ConfigError(message)  # outside the handler: one line, no chain beneath
-
-
-def _check_sandbox(config: Config) -> None:
-    """The configured sandbox works here, or dsh does not start: never a silent unsandboxed run (docs/safety.md)."""
-    from dsh.agent_loop.sandbox import sandbox_problem  # only with a sandbox configured: one test run of bwrap
-
-    problem = sandbox_problem()
-    if problem is not None:
-        raise ConfigError(f"config file {config.config_path}: {problem}")
 
 
 def _check_record_path(path: str) -> None:

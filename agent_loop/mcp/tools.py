@@ -35,6 +35,7 @@ from dsh.agent_loop.mcp.plain import (
     ResourceBlock,
     TextBlock,
 )
+from dsh.agent_loop.permissions import Action
 from dsh.agent_loop.tools.registry import (
     MAX_RESULT_CHARS,
     McpCallRequest,
@@ -211,9 +212,10 @@ def build_tool(spec: McpToolSpec, call: CallTool, *, auto: Callable[[], bool]) -
 
     async def run(args: dict[str, Any], ctx: ToolContext) -> ToolOutput:
         args = clean_arguments(args)  # what the approver sees is what the server gets
-        if not spec.read_only and not auto():
+        if not spec.read_only:  # the mode may refuse even a trusted server's tool (plan; docs/safety.md)
             denial = await ask_approval(ctx, ctx.approver, McpCallRequest(spec.server, spec.tool, dict(args)),
-                                        always_key=always_key, denied=MCP_DENIED, no_approver=MCP_NO_APPROVER)
+                                        always_key=always_key, denied=MCP_DENIED, no_approver=MCP_NO_APPROVER,
+                                        action=Action.MCP_TRUSTED if auto() else Action.MCP)
             if denial is not None:
                 return denial
         return await call(spec, args)

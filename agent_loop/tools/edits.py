@@ -41,6 +41,7 @@ from typing import Any
 
 import anyio.to_thread
 
+from dsh.agent_loop.permissions import Action
 from dsh.agent_loop.safe_open import DirectoryChanged, NotRegularFile, open_parent, open_regular
 from dsh.agent_loop.tools.edit_paths import GitArea, git_area
 from dsh.agent_loop.tools.file_access import FileAccess, text_stamp, via_client
@@ -354,8 +355,16 @@ async def _approve(request: EditRequest, ctx: ToolContext, approver: Approver | 
     return await ask_approval(
         ctx, approver or ctx.approver, request,
         always_key=f"{request.tool}.always" if request.may_always else None, always_covers=not request.outside,
-        denied=EDIT_DENIED, no_approver=_unattended_refusal(request, allow_unattended),
+        denied=EDIT_DENIED, no_approver=_unattended_refusal(request, allow_unattended), action=_action(request),
     )
+
+
+def _action(request: EditRequest) -> Action:
+    """What the permission mode decides on (docs/safety.md): a git directory before outside the tree, both
+    keep today's asking."""
+    if request.git is not None:
+        return Action.EDIT_GIT
+    return Action.EDIT_OUTSIDE if request.outside else Action.EDIT
 
 
 def _unattended_refusal(request: EditRequest, allow_unattended: bool) -> str | None:

@@ -17,6 +17,7 @@ from pathlib import Path
 from typing import Any, Literal
 
 from dsh.agent_loop.events import Event
+from dsh.agent_loop.permissions import Action, Mode, Permissions, Refuse, decide
 from dsh.llm import ToolCall, ToolSpec, error_chain
 from dsh.llm import text as json_text
 from dsh.llm.redact import Redactor
@@ -91,6 +92,8 @@ class ToolContext:
     # The agent's redactor: what the model saw of a file is masked, so an edit checks it, and an edit's
     # approval masks only its known values (agent_loop/tools/edits.py).
     redact: Redactor = field(default_factory=Redactor)
+    # The session's permission mode, read at each approval (None: the default mode; docs/safety.md).
+    permissions: Permissions | None = None
 
 
 ToolFunction = Callable[[dict[str, Any], ToolContext], Awaitable["ToolOutput | str"]]
@@ -151,9 +154,14 @@ class ToolRegistry:
 
 
 async def ask_approval(ctx: ToolContext, ask: Approver | None, request: object, *, always_key: str | None,
-                       denied: str, no_approver: str | None, always_covers: bool = True) -> ToolOutput | None:
+                       denied: str, no_approver: str | None, always_covers: bool = True,
+                       action: Action | None = None) -> ToolOutput | None:
     """The one approval flow of run_shell, the edit tools and MCP tools: None when the call may go ahead,
     else the denial the model sees (docs/configuration.md, docs/mcp.md).
+
+    First the permission mode decides what ``action`` may do (``dsh.agent_loop.permissions.decide``;
+    docs/safety.md): run without asking, be refused with its line, or ask as below. Nothing below outranks a
+    refusal. Without ``action`` (or in the default mode) the call asks.
 
     An "always" answered earlier (``session_state[always_key]``) goes ahead without asking, unless
     ``always_covers`` is false (an edit outside the working tree is asked every time; an "always" answered
@@ -162,6 +170,12 @@ async def ask_approval(ctx: ToolContext, ask: Approver | None, request: object, 
     its chain; "always" is kept under ``always_key`` (None: the request cannot be always-approved, so
     "always" counts as "yes"); any other answer but "yes" denies.
     """
+    if action is not None:
+        decision = decide(ctx.permissions.mode if ctx.permissions is not None else Mode.DEFAULT, action)
+        if isinstance(decision, Refuse):
+            return ToolOutput(decision.line, is_error=True)
+        if decision == "run":
+            return None
     if always_key is not None and always_covers and ctx.session_state.get(always_key):
         return None
     if ask is None:

@@ -17,6 +17,7 @@ from typing import Any
 
 import anyio
 
+from dsh.agent_loop.permissions import Action
 from dsh.agent_loop.process import ManagedProcess, ProcessStartError
 from dsh.agent_loop.sandbox import Sandbox
 from dsh.agent_loop.tools.registry import (
@@ -212,7 +213,7 @@ def run_shell_tool(
             raise ValueError("command must be a non-empty string")
         timeout = float(int_arg(args, "timeout_s", int(SHELL_TIMEOUT), 1, int(SHELL_MAX_TIMEOUT)))
         denial = await ask_approval(ctx, approver or ctx.approver, command, always_key=_ALWAYS_KEY,
-                                    denied=SHELL_DENIED, no_approver=SHELL_NO_APPROVER)
+                                    denied=SHELL_DENIED, no_approver=SHELL_NO_APPROVER, action=Action.SHELL)
         if denial is not None:
             return denial
         argv = [shell, "-c", command]

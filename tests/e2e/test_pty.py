@@ -754,7 +754,9 @@ def test_a_narrow_toolbar_puts_the_live_status_first_and_fits(spawn, rows: int, 
     bar = _toolbar_row(dsh, "no content for")
     assert bar is not None and len(bar) == cols, (bar, len(bar or ""))  # cut to the width, not wrapped
     # The live status leads; the static part (model, endpoint, scenario) is what the width cuts.
-    assert re.fullmatch(r" no content for \d+s · keep-alive \d+s ago · Ctrl-C cancels · d.*…", bar), bar
+    # Then the mode (cut at 60 columns), then the static part.
+    live = r" no content for \d+s · keep-alive \d+s ago · Ctrl-C cancels"
+    assert re.fullmatch(live + r" · m(ode: default · d.*)?…", bar), bar
     assert sum("Ctrl-C cancels" in row for row in dsh.screen.text().split("\n")) == 1  # one row, not wrapped
     dsh.child.sendintr()
     dsh.expect_exact("[turn aborted] cancelled\r\n")

@@ -49,6 +49,7 @@ class _Config:
     record: str | None = None
     sandbox: str | None = None
     sandbox_network: bool = False
+    permission_mode: str = "default"
 
     @property
     def secrets(self) -> tuple[str, ...]:

@@ -1,0 +1,54 @@
+"""``dsh acp`` and the permission modes (docs/safety.md, docs/editors.md): session/new answers the modes and the
+current one (``--permission-mode``), session/set_mode changes what the next tool call may do, and auto is not
+offered (nor accepted) without a sandbox. A real ``dsh acp`` process, the SDK's client, the fault server."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import acp
+import anyio
+import pytest
+from acp import schema
+
+from dsh.agent_loop.permissions import PLAN_REFUSAL
+from dsh.llm.loopback.fault_server import Behaviour, FaultServer
+from tests.repl.test_acp_agent import Client, _dsh_acp
+from tests.waiting import PROMPTLY
+
+pytestmark = [pytest.mark.anyio, pytest.mark.usefixtures("no_leftover_processes")]
+
+
+async def test_modes_are_advertised_and_set_mode_applies_to_the_next_call(tmp_path: Path) -> None:
+    script = [
+        Behaviour("tool_call", id="call_w", name="write_file", arguments={"path": "new.txt", "content": "unasked\n"}),
+        Behaviour("text", text="wrote"),
+        Behaviour("tool_call", id="call_s", name="run_shell", arguments={"command": "echo no > no.txt"}),
+        Behaviour("text", text="refused"),
+    ]
+    async with FaultServer(script=script) as server:
+        client = Client(answers=[])
+        async with _dsh_acp(tmp_path, client, "--base-url", server.url, "--permission-mode", "accept-edits") as agent:
+            with anyio.fail_after(PROMPTLY):
+                await agent.conn.initialize(protocol_version=1, client_capabilities=schema.ClientCapabilities(),
+                                            client_info=schema.Implementation(name="test", version="1"))
+                session = await agent.conn.new_session(cwd=str(agent.cwd), mcp_servers=[])
+            modes = session.modes
+            assert modes is not None and modes.current_mode_id == "accept-edits"
+            assert [(m.id, m.name) for m in modes.available_modes] == [
+                ("default", "Default"), ("accept-edits", "Accept edits"), ("plan", "Plan")]  # no auto: no sandbox
+            first = await agent.prompt(session.session_id, "write it")
+            with anyio.fail_after(PROMPTLY):
+                await agent.conn.set_session_mode(session_id=session.session_id, mode_id="plan")
+            second = await agent.prompt(session.session_id, "run it")
+            for mode_id, line in (("auto", 'auto needs a sandbox: set sandbox = "bwrap" in config.toml '
+                                            "(docs/safety.md)"),
+                                  ("yolo", "not a mode (modes: default, plan, accept-edits, auto)")):
+                with anyio.fail_after(PROMPTLY), pytest.raises(acp.RequestError) as caught:
+                    await agent.conn.set_session_mode(session_id=session.session_id, mode_id=mode_id)
+                assert caught.value.code == -32602 and caught.value.data == {"modeId": line}
+            tree = agent.cwd
+    assert (first.stop_reason, second.stop_reason) == ("end_turn", "end_turn")
+    assert client.asked == []  # accept-edits wrote unasked; plan refused without asking
+    assert (tree / "new.txt").read_text() == "unasked\n" and not (tree / "no.txt").exists()
+    assert server.requests[3].json["messages"][-1]["content"] == PLAN_REFUSAL
