@@ -281,7 +281,10 @@ class Session:
         """
         from dsh.agent_loop import build  # the agent's modules: imported behind the first prompt
 
-        log, self._resumed, recap = build.open_log(ident, self._root(), project=self.project, current=self.id)
+        info = model_info(self.model, self.config.models)
+        window = (info.context_window or 0) if info is not None else 0  # 0: unknown
+        log, self._resumed, recap = build.open_log(ident, self._root(), project=self.project, current=self.id,
+                                                   window=window)
         self.recap = recap
         if recap.last_prompt is not None:
             self.last_prompt = recap.last_prompt
