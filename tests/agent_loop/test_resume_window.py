@@ -23,7 +23,7 @@ from dsh.agent_loop import events as ev
 from dsh.agent_loop.agent import Conversation, message_tokens, open_session, resume_budget
 from dsh.agent_loop.reasons import Completed, Rejected
 from dsh.agent_loop.recap import Recap
-from dsh.agent_loop.session import Session
+from dsh.agent_loop.session import Notice, Session
 from dsh.agent_loop.session_log import INTERRUPTED_TOOL_OUTPUT, SessionLog
 from dsh.llm import ToolCall, Usage, lines
 
@@ -242,8 +242,11 @@ def test_a_session_resume_cuts_to_its_models_window_and_counts_no_old_usage(tmp_
     assert b'"prompt_tokens":10' in path.read_bytes()  # the log's replies carry usage; /cost does not read it
     expected = _cut_once(path, WINDOW) if model == "small-model" else _full(path).messages  # 1M tokens: all fits
 
+    heard: list[object] = []
+
     async def main() -> None:
         session = Session(_Config(model=model), sessions_root=root, project_context=False)
+        session.subscribe(heard.append)
         await session.start(resume=str(path))
         try:
             agent = session.ensure_agent()
@@ -254,3 +257,12 @@ def test_a_session_resume_cuts_to_its_models_window_and_counts_no_old_usage(tmp_
             await session.aclose()
 
     anyio.run(main)
+    notices = [update.text for update in heard if isinstance(update, Notice)]
+    if model == "small-model":
+        dropped = len(_full(path).messages) - len(expected)
+        assert notices == [
+            f"dsh: this session is longer than twice the model's context window: the next request holds its "
+            f"newest {len(expected)} messages; the {dropped} older ones stay in the log"
+        ]
+    else:
+        assert notices == []
