@@ -19,6 +19,7 @@ import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
+from dsh.agent_loop import agent as agent_module
 from dsh.agent_loop import events as ev
 from dsh.agent_loop.agent import Conversation, message_tokens, open_session, resume_budget
 from dsh.agent_loop.reasons import Completed, Rejected
@@ -173,6 +174,44 @@ def test_records_apply_as_their_events_do(script: list[tuple[int, int, bool]]) -
         by_record.apply_record(record["type"], record["data"])
     assert by_record.messages == by_event.messages
     assert by_record.pending_notices == by_event.pending_notices
+
+
+@given(st.lists(st.tuples(st.integers(0, 40), st.integers(0, 3), st.booleans()), min_size=1, max_size=60),
+       st.integers(5, 200))
+@settings(max_examples=200, deadline=None)
+def test_cutting_as_the_log_is_read_ends_where_one_cut_of_everything_does(
+    turns: list[tuple[int, int, bool]], budget: int
+) -> None:
+    """Whatever the turns (sizes, tool calls, refused ones, notices, compactions) and the budget, the running
+    cut of the resume pass (``_Bounded``: a cut whenever twice the budget is held) keeps what one cut of the
+    whole rebuilt conversation keeps."""
+    records: list[dict[str, Any]] = []
+    for turn, (size, calls, odd) in enumerate(turns, start=1):
+        text = "w" * size * 7
+        if odd and calls == 3:
+            records.append(ev.to_wire(ev.ContextCompacted("summary " + text, None, 1)))
+        if odd and calls == 2:
+            records.append(ev.to_wire(ev.JobNotice("j", "notice " + text)))
+        records.append(ev.to_wire(ev.TurnStart(turn, f"prompt {turn} {text}")))
+        records.append(ev.to_wire(ev.StepStart(turn, 1)))
+        if not (odd and calls == 0):  # else refused: the turn is withdrawn
+            ids = [f"c{turn}_{index}" for index in range(calls)]
+            calls_made = tuple(ToolCall(call_id, "f", text) for call_id in ids)
+            records.append(ev.to_wire(ev.AssistantMessage(turn, 1, text, None, calls_made)))
+            records.extend(ev.to_wire(ev.ToolResult(turn, i, "f", text * 2)) for i in ids)
+        records.append(ev.to_wire(ev.TurnEnd(turn, Completed())))
+    whole, running = Conversation(), Conversation()
+    for record in records:
+        whole.apply_record(record["type"], record["data"])
+    whole.fit(budget)
+    bounded = agent_module._Bounded(running, budget)
+    handlers = running.record_handlers()
+    for record in records:
+        handlers[record["type"]](record["data"])
+        if record["type"] == ev.TurnEnd.type:
+            bounded.check()
+    bounded.finish()
+    assert running.messages == whole.messages
 
 
 def test_the_recap_and_the_retry_prompt_are_those_of_a_full_resume(tmp_path: Path) -> None:
