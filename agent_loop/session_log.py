@@ -211,6 +211,7 @@ def _stream(
             number += 1
         else:
             good_size = item  # where complete lines end
+        del item  # not held while the next chunk is read
     loaded.good_size = good_size
     loaded.size = os.fstat(fd).st_size
     if loaded.size > good_size:

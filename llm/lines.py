@@ -96,24 +96,29 @@ def read_line_batches(
         return
     position = start  # where the next read starts
     line_start = start  # where the line being gathered starts
-    pending: list[bytes] = []  # its pieces so far (a line longer than a chunk)
+    pending: list[bytes] = []  # its pieces so far: only a line longer than a chunk
     while True:
         chunk = os.pread(fd, _CHUNK, position)
         if not chunk:
             yield line_start
             return
-        position += len(chunk)
         lines = chunk.split(b"\n")
         rest = lines.pop()  # after the last newline: the start of the next line
-        if lines:
-            if pending:
-                pending.append(lines[0])
-                lines[0] = b"".join(pending)
-                pending = []
-            line_start = position - len(rest)
-            yield lines
-        if rest:
-            pending.append(rest)
+        if not lines:  # no newline: a line longer than a chunk goes on
+            pending.append(chunk)
+            position += len(chunk)
+            continue
+        if pending:
+            pending.append(lines[0])
+            lines[0] = b"".join(pending)
+            pending = []
+        # The next read starts where the unfinished line does, rather than keeping its start to join:
+        # fewer, steadier allocations (a 1 GB log of 1 MB lines spent more time in the kernel than parsing).
+        position += len(chunk) - len(rest)
+        line_start = position
+        del chunk, rest
+        yield lines
+        del lines  # the reader holds what it needs; the next read is not made while these are held here too
 
 
 def _first_bytes(parts: list[bytes]) -> bytes:
