@@ -425,6 +425,9 @@ def resume_budget(window: int | None) -> int:
     return RESUME_WINDOWS * (window or UNKNOWN_WINDOW)
 
 
+_CHECK_EVERY = 32  # messages added between two looks at what is held (memory: twice the budget and these)
+
+
 class _Bounded:
     """The resume pass's running cut: :meth:`Conversation.fit` whenever what is held passes twice the budget.
 
@@ -447,6 +450,8 @@ class _Bounded:
         messages = conversation.messages
         if messages is not self._seen or len(messages) < self._counted:  # a compaction replaced them
             self._seen, self._counted, self._held = messages, 0, 0
+        elif len(messages) - self._counted < _CHECK_EVERY:
+            return  # counted a few turns at a time: a look per turn cost more than the cut it guards
         self._held += _chars(messages[self._counted :])
         self._counted = len(messages)
         if self._held > self._limit and conversation.between_turns:
