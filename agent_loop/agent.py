@@ -47,6 +47,7 @@ from dsh.agent_loop.events import (
     TurnEnd,
     TurnStart,
     from_wire,
+    wire_reader,
 )
 from dsh.agent_loop.gc_pause import gc_paused
 from dsh.agent_loop.guard import PromptGuard
@@ -71,6 +72,8 @@ from dsh.agent_loop.tools import (
     plan_batches,
     run_tool_call,
 )
+from dsh.agent_loop.usage import CHARS_PER_TOKEN as _CHARS_PER_TOKEN
+from dsh.agent_loop.usage import tokens_for_chars
 from dsh.llm import (
     DEFAULT_MODEL,
     ChatRequest,
@@ -107,6 +110,8 @@ LOGGED_ARGUMENTS_CHARS = 4096  # a tool/call event's arguments beyond this are i
 NOTICE_SOURCE = "notice"
 
 _log = logging.getLogger("dsh.agent_loop")
+_read_str, _read_opt_str = wire_reader("str"), wire_reader("str | None")
+_read_calls = wire_reader("tuple[ToolCall, ...]")
 _KEEPALIVE = StreamKeepAlive()  # carries nothing: one instance serves every keep-alive
 _Triage = Literal["again", "stands", "policy"]  # a failed request: sent again now, final, or the policy's call
 
@@ -114,16 +119,27 @@ _Triage = Literal["again", "stands", "policy"]  # a failed request: sent again n
 # --- the conversation, derived from durable events -------------------------------------------
 
 
+def message_tokens(message: Message) -> int:
+    """A message's estimated tokens (:func:`~dsh.agent_loop.usage.estimate_tokens` of all its text), summed per
+    message so that a run's count is the sum of its messages'."""
+    chars = len(message.content) + len(message.reasoning_content or "")
+    for call in message.tool_calls:
+        chars += len(call.name) + len(call.arguments)
+    return tokens_for_chars(chars)
+
+
 def _assistant_to_message(event: AssistantMessage) -> Message | None:
     """The message sent back to the model for an ``assistant/message``, or None for nothing."""
-    if event.tool_calls:
+    return _reply_to_message(event.content, event.reasoning_content, event.tool_calls)
+
+
+def _reply_to_message(content: str, reasoning: str | None, calls: tuple[ToolCall, ...]) -> Message | None:
+    if calls:
         # Thinking mode answers 400 unless tool-call messages carry their reasoning back, even "".
-        return Message(
-            "assistant", event.content, reasoning_content=event.reasoning_content or "", tool_calls=event.tool_calls
-        )
-    if not event.content:
+        return Message("assistant", content, reasoning_content=reasoning or "", tool_calls=calls)
+    if not content:
         return None  # an empty or reasoning-only prefix: nothing the model needs back
-    return Message("assistant", event.content)
+    return Message("assistant", content)
 
 
 class Conversation:
@@ -139,6 +155,8 @@ class Conversation:
 
     def __init__(self, system_prompt: str | None = None) -> None:
         self.messages: list[Message] = [Message("system", system_prompt)] if system_prompt else []
+        self._summary_head = False  # the first message after the system prompt is a compaction's summary
+        self.resume_dropped = 0  # messages the resume pass cut to the model's window (:func:`open_session`)
         self._notices: list[str] = []
         self._turn_mark: int | None = None
         self._turn_prompt: str | None = None
@@ -162,53 +180,146 @@ class Conversation:
     def apply(self, event: Event) -> None:
         """Apply one event; live-only and unknown ones change nothing."""
         if isinstance(event, TurnStart):
-            self._turn_mark = len(self.messages)
-            self._turn_prompt = event.prompt
-            self._turn_has_reply = False
-            self._first_step = True
-            self._open_calls = {}
-            self._turn_notices = []
-            if event.source == NOTICE_SOURCE:
-                # A turn started to deliver the queued notices: its prompt is their text.
-                self._turn_notices, self._notices = self._notices, []
+            self._turn_start(event.prompt, event.source)
         elif isinstance(event, StepStart):
-            if self._first_step:
-                self._first_step = False
-                self._flush_notices()
-                if self._turn_prompt is not None:
-                    self.messages.append(Message("user", self._turn_prompt))
-            else:
-                self._flush_notices()
+            self._step_start()
         elif isinstance(event, AssistantMessage):
-            message = _assistant_to_message(event)
-            if message is not None:
-                self.messages.append(message)
-                self._turn_has_reply = True
-                self._open_calls = {call.id: call.name for call in message.tool_calls}
+            self._reply(_assistant_to_message(event))
         elif isinstance(event, ToolResult):
-            if event.id in self._open_calls:
-                del self._open_calls[event.id]
-                self.messages.append(Message("tool", event.output, tool_call_id=event.id))
+            self._tool_result(event.id, event.output)
         elif isinstance(event, JobNotice):
             if event.text:
                 self._notices.append(event.text)
         elif isinstance(event, ContextCompacted):
-            system = self.messages[:1] if self.messages and self.messages[0].role == "system" else []
-            self.messages = [*system, summary_message(event.summary)]
-            if self._turn_mark is not None:
-                self._turn_mark = len(self.messages)  # nothing before the summary can be withdrawn
-                self._turn_notices = []
-                self._open_calls = {}
+            self._compacted(event.summary)
         elif isinstance(event, TurnEnd):
-            for call_id in list(self._open_calls):  # defensive: the API rejects unanswered calls
-                self.messages.append(Message("tool", UNFINISHED_TOOL_OUTPUT, tool_call_id=call_id))
-            self._open_calls = {}
-            if self._turn_mark is not None and not self._turn_has_reply:
-                del self.messages[self._turn_mark :]
-                self._notices[:0] = self._turn_notices
-            self._turn_mark = None
-            self._turn_prompt = None
+            self._turn_end()
+
+    def apply_record(self, kind: str, data: Any) -> None:
+        """:meth:`apply` of ``from_wire({"type": kind, "data": data})``, without building the event."""
+        handler = self.record_handlers().get(kind)
+        if handler is not None:
+            handler(data if type(data) is dict else {})
+
+    def record_handlers(self) -> dict[str, Callable[[dict[str, Any]], None]]:
+        """For each record type the conversation reads, what applies a record's ``data`` (a dict) to it: the
+        resume pass's path through 100 000s of records, with no event built (other types change nothing).
+        The fields are read with the event codec's own lenient readers
+        (:func:`~dsh.agent_loop.events.wire_reader`), so this path and :meth:`apply` see the same values
+        (tests/agent_loop/test_resume_window.py holds them equal)."""
+
+        def assistant(data: dict[str, Any]) -> None:
+            get = data.get
+            self._reply(_reply_to_message(_read_str(get("content")), _read_opt_str(get("reasoning_content")),
+                                          _read_calls(get("tool_calls"))))
+
+        def notice(data: dict[str, Any]) -> None:
+            text = _read_str(data.get("text"))
+            if text:
+                self._notices.append(text)
+
+        return {
+            StepStart.type: lambda data: self._step_start(),
+            ToolResult.type: lambda data: self._tool_result(_read_str(data.get("id")), _read_str(data.get("output"))),
+            AssistantMessage.type: assistant,
+            TurnStart.type: lambda data: self._turn_start(_read_str(data.get("prompt")),
+                                                          _read_opt_str(data.get("source"))),
+            TurnEnd.type: lambda data: self._turn_end(),
+            JobNotice.type: notice,
+            ContextCompacted.type: lambda data: self._compacted(_read_str(data.get("summary"))),
+        }
+
+    def _turn_start(self, prompt: str, source: str | None) -> None:
+        self._turn_mark = len(self.messages)
+        self._turn_prompt = prompt
+        self._turn_has_reply = False
+        self._first_step = True
+        self._open_calls = {}
+        self._turn_notices = []
+        if source == NOTICE_SOURCE:
+            # A turn started to deliver the queued notices: its prompt is their text.
+            self._turn_notices, self._notices = self._notices, []
+
+    def _step_start(self) -> None:
+        if self._first_step:
+            self._first_step = False
+            self._flush_notices()
+            if self._turn_prompt is not None:
+                self.messages.append(Message("user", self._turn_prompt))
+        else:
+            self._flush_notices()
+
+    def _reply(self, message: Message | None) -> None:
+        if message is not None:
+            self.messages.append(message)
+            self._turn_has_reply = True
+            self._open_calls = {call.id: call.name for call in message.tool_calls}
+
+    def _tool_result(self, call_id: str, output: str) -> None:
+        if call_id in self._open_calls:
+            del self._open_calls[call_id]
+            self.messages.append(Message("tool", output, tool_call_id=call_id))
+
+    def _compacted(self, summary: str) -> None:
+        system = self.messages[:1] if self.messages and self.messages[0].role == "system" else []
+        self.messages = [*system, summary_message(summary)]
+        self._summary_head = True
+        if self._turn_mark is not None:
+            self._turn_mark = len(self.messages)  # nothing before the summary can be withdrawn
             self._turn_notices = []
+            self._open_calls = {}
+
+    def _turn_end(self) -> None:
+        for call_id in list(self._open_calls):  # defensive: the API rejects unanswered calls
+            self.messages.append(Message("tool", UNFINISHED_TOOL_OUTPUT, tool_call_id=call_id))
+        self._open_calls = {}
+        if self._turn_mark is not None and not self._turn_has_reply:
+            del self.messages[self._turn_mark :]
+            self._notices[:0] = self._turn_notices
+        self._turn_mark = None
+        self._turn_prompt = None
+        self._turn_notices = []
+
+    @property
+    def between_turns(self) -> bool:
+        """No turn is open: the messages are whole turns (a cut may be made, nothing is withdrawn later)."""
+        return self._turn_mark is None
+
+    def fit(self, budget: int) -> int:
+        """Drop the oldest messages so that the rest fit ``budget`` estimated tokens; how many were dropped.
+
+        The resume pass's cut to the model's window (:func:`open_session`, docs/architecture.md "The session
+        log"): kept are the system prompt, a compaction's summary at the head, and the longest run of the
+        newest messages that starts at a user message and fits what is left of ``budget``
+        (:func:`message_tokens`); if even the newest turn does not fit, it is kept whole from its user
+        message. A cut never separates a tool result from its call. Between turns only. The cut of a cut
+        with more turns after it is the cut of the whole (the kept run only grows at its new end), so the
+        pass may cut as it goes and still end where one cut of everything would.
+        """
+        assert self._turn_mark is None, "the conversation is cut between turns only"
+        messages = self.messages
+        head = (1 if messages and messages[0].role == "system" else 0) + (1 if self._summary_head else 0)
+        left = budget - sum(message_tokens(message) for message in messages[:head])
+        held = 0
+        cut: int | None = None  # the oldest user message whose run to the end fits
+        index = len(messages) - 1
+        while index >= head:
+            held += message_tokens(messages[index])
+            if held > left:
+                break
+            if messages[index].role == "user":
+                cut = index
+            index -= 1
+        else:
+            return 0  # everything fits: nothing is cut
+        if cut is None:  # the newest turn alone is over the budget: kept whole, from its user message
+            while index >= head and messages[index].role != "user":
+                index -= 1
+            if index < head:
+                return 0
+            cut = index
+        del messages[head:cut]
+        return cut - head
 
     def _flush_notices(self) -> None:
         for text in self._notices:
@@ -303,28 +414,112 @@ def _unique_ids(calls: Sequence[ToolCall]) -> list[ToolCall]:
 # --- the agent ---------------------------------------------------------------------------------
 
 
+# What the resume pass keeps of a conversation longer than the model's window: twice the window (by
+# estimate, :func:`message_tokens`; a real tokenizer may count fewer), so that no conversation the server
+# could still accept is cut; a model with no known window counts as one of UNKNOWN_WINDOW tokens.
+RESUME_WINDOWS = 2
+UNKNOWN_WINDOW = 1_048_576
+
+
+def resume_budget(window: int | None) -> int:
+    """The estimated tokens a resumed conversation keeps for a model with this context ``window``."""
+    return RESUME_WINDOWS * (window or UNKNOWN_WINDOW)
+
+
+_CHECK_EVERY = 32  # messages added between two looks at what is held (memory: twice the budget and these)
+
+
+class _Bounded:
+    """The resume pass's running cut: :meth:`Conversation.fit` whenever what is held passes twice the budget.
+
+    Counts the characters the conversation holds as it grows (only the messages added since the last
+    look; a trigger, so characters over four stand in for tokens), so the pass stays linear; memory stays
+    within about twice the budget plus the open turn.
+    """
+
+    def __init__(self, conversation: Conversation, budget: int) -> None:
+        self.conversation = conversation
+        self.budget = budget
+        self.dropped = 0
+        self._limit = 2 * budget * _CHARS_PER_TOKEN
+        self._seen: list[Message] = conversation.messages
+        self._counted = 0
+        self._held = 0  # characters
+
+    def check(self) -> None:
+        conversation = self.conversation
+        messages = conversation.messages
+        if messages is not self._seen or len(messages) < self._counted:  # a compaction replaced them
+            self._seen, self._counted, self._held = messages, 0, 0
+        elif len(messages) - self._counted < _CHECK_EVERY:
+            return  # counted a few turns at a time: a look per turn cost more than the cut it guards
+        self._held += _chars(messages[self._counted :])
+        self._counted = len(messages)
+        if self._held > self._limit and conversation.between_turns:
+            self.finish()
+
+    def finish(self) -> None:
+        if not self.conversation.between_turns:
+            return
+        self.dropped += self.conversation.fit(self.budget)
+        messages = self._seen = self.conversation.messages
+        self._counted = len(messages)
+        self._held = _chars(messages)
+
+
+def _chars(messages: list[Message]) -> int:
+    held = sum([len(message.content) for message in messages])
+    held += sum([len(message.reasoning_content) for message in messages if message.reasoning_content])
+    return held + sum([len(call.arguments) for message in messages for call in message.tool_calls])
+
+
 def open_session(
     id_or_last: str | os.PathLike[str],
     root: str | os.PathLike[str] | None = None,
     *,
     system_prompt: str | None = None,
     on_record: Callable[[dict[str, Any]], None] | None = None,
+    record_kinds: frozenset[str] | None = None,
+    window: int | None = None,
 ) -> tuple[SessionLog, Conversation]:
     """Open a session to continue and rebuild its conversation in the same single pass over the log.
 
     Memory follows the conversation, not the file (docs/architecture.md, the session log); pass both
     to :class:`Agent` (``session=``, ``conversation=``). ``on_record`` sees each record of that pass
-    too (the front end's resume recap, :class:`~dsh.agent_loop.recap.Recap`).
+    too (the front end's resume recap, :class:`~dsh.agent_loop.recap.Recap`), or only those of ``record_kinds``
+    when given (a hook that reads a few types is not called 100 000s of times for nothing). With ``window`` (the
+    model's context window in tokens; 0 for unknown) the conversation is cut to
+    :func:`resume_budget` as it is rebuilt (:meth:`Conversation.fit`): what the next request can hold,
+    not the whole log. :attr:`Conversation.resume_dropped` says how many messages the cut left out.
     """
     conversation = Conversation(system_prompt)
-    apply = conversation.apply
+    handlers = conversation.record_handlers()
+    bounded = _Bounded(conversation, resume_budget(window)) if window is not None else None
+    if bounded is not None:  # the running cut looks at each turn's end, once the conversation has it
+        end_turn = handlers[TurnEnd.type]
 
-    def take(record: dict[str, Any]) -> None:
-        apply(from_wire(record))
-        if on_record is not None:
-            on_record(record)
+        def turn_end(data: dict[str, Any]) -> None:
+            end_turn(data)
+            bounded.check()
 
-    session = SessionLog.open(id_or_last, root, on_record=take)
+        handlers[TurnEnd.type] = turn_end
+    hook = handlers.get
+    wanted = record_kinds
+
+    def take(records: list[dict[str, Any]]) -> None:
+        for record in records:  # one call per batch of records, not per record: 100 000s of them
+            kind = record["type"]  # a str: the log's reader keeps no record without one
+            handler = hook(kind)
+            if handler is not None:
+                data = record.get("data")
+                handler(data if type(data) is dict else {})
+            if on_record is not None and (wanted is None or kind in wanted):
+                on_record(record)
+
+    session = SessionLog.open(id_or_last, root, on_records=take)
+    if bounded is not None:
+        bounded.finish()
+        conversation.resume_dropped = bounded.dropped
     return session, conversation
 
 

@@ -43,8 +43,10 @@ def deepseek_client(config: SessionConfig, env: Mapping[str, str]) -> EndpointCl
                           first_token_timeout=config.first_token_timeout, env=env, record=config.record)
 
 
-def open_log(ident: str, root: Path, *, project: str, current: str | None) -> tuple[SessionLog, Conversation, Recap]:
-    """A log to continue, its conversation rebuilt and its recap gathered in the same pass.
+def open_log(ident: str, root: Path, *, project: str, current: str | None,
+             window: int = 0) -> tuple[SessionLog, Conversation, Recap]:
+    """A log to continue, its conversation rebuilt (cut to the model's ``window``, 0 for unknown) and its
+    recap gathered in the same pass.
 
     ``last`` is this project's latest session with turns, never the ``current`` one.
     """
@@ -52,7 +54,7 @@ def open_log(ident: str, root: Path, *, project: str, current: str | None) -> tu
     if ident == "last":
         target = resolve_session("last", root, project=project, exclude=current)
     recap = Recap()
-    log, conversation = open_session(target, root=root, on_record=recap)
+    log, conversation = open_session(target, root=root, on_record=recap, record_kinds=recap.kinds, window=window)
     return log, conversation, recap
 
 

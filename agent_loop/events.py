@@ -36,6 +36,7 @@ __all__ = [
     "UnknownEvent",
     "from_wire",
     "to_wire",
+    "wire_reader",
 ]
 
 # How a field is on the wire, when not simply always (field metadata; the codec below reads it).
@@ -291,6 +292,12 @@ def _reason_to_wire(reason: EndReason) -> dict[str, Any]:
 
 
 Converter = Callable[[Any], Any]
+
+
+def wire_reader(annotation: str) -> Converter:
+    """How a field annotated ``annotation`` is read from the wire (``"str"``, ``"tuple[ToolCall, ...]"``): for a
+    reader of records that skips building the event (the resume pass, ``Conversation.apply_record``)."""
+    return _CONVERTERS[annotation][0]
 
 # annotation -> (from the wire, to the wire)
 _CONVERTERS: dict[str, tuple[Converter, Converter]] = {

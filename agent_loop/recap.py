@@ -11,7 +11,7 @@ from __future__ import annotations
 
 from collections import deque
 from dataclasses import dataclass, field
-from typing import Any
+from typing import Any, ClassVar
 
 __all__ = ["KEEP", "LIMIT", "Recap", "TurnSummary"]
 
@@ -38,12 +38,16 @@ def _cut(text: str) -> tuple[str, bool]:
 class Recap:
     """Call it with each record of a log; then read :attr:`turns` and :attr:`last_prompt`."""
 
+    # The record types it reads: a caller may pass it only these (``open_session(record_kinds=...)``).
+    kinds: ClassVar[frozenset[str]] = frozenset({"turn/start", "assistant/message", "turn/end"})
     turns: deque[TurnSummary] = field(default_factory=lambda: deque(maxlen=KEEP))
     last_prompt: str | None = None  # the whole prompt of the last turn the user prompted
     last_prompt_turn: int = 0
 
     def __call__(self, record: dict[str, Any]) -> None:
         kind = record.get("type")
+        if kind not in self.kinds:
+            return
         data = record.get("data")
         if not isinstance(data, dict):
             return

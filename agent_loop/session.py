@@ -157,6 +157,7 @@ class Session:
         self._subscribers: list[Callable[[SessionUpdate], None]] = []
         self._unsubscribe_agent: Callable[[], None] | None = None
         self._resumed: Conversation | None = None  # rebuilt by _open, taken by _attach
+        self._cut_notice: str | None = None  # what the resume cut to the window left out, said once
         self._project: str | None = None
         self.recap: Recap | None = None  # the last turns of the session resumed last
         self.context: ProjectContext | None = None  # gathered before the first turn of each session
@@ -292,10 +293,17 @@ class Session:
         """
         from dsh.agent_loop import build  # the agent's modules: imported behind the first prompt
 
-        log, self._resumed, recap = build.open_log(ident, self._root(), project=self.project, current=self.id)
+        info = model_info(self.model, self.config.models)
+        window = (info.context_window or 0) if info is not None else 0  # 0: unknown
+        log, self._resumed, recap = build.open_log(ident, self._root(), project=self.project, current=self.id,
+                                                   window=window)
         self.recap = recap
         if recap.last_prompt is not None:
             self.last_prompt = recap.last_prompt
+        dropped = self._resumed.resume_dropped
+        self._cut_notice = None if not dropped else (
+            f"dsh: this session is longer than twice the model's context window: the next request holds its "
+            f"newest {len(self._resumed.messages)} messages; the {dropped} older ones stay in the log")
         return log
 
     def saved_sessions(self, project: str | None) -> list[SessionInfo]:
@@ -354,6 +362,9 @@ class Session:
             return
         if log.repaired_turn is not None:
             self._publish(RepairedTurn(log.repaired_turn))
+        if self._cut_notice is not None:  # docs/architecture.md, "The session log": the cut to the window
+            self._publish(Notice(self._cut_notice))
+            self._cut_notice = None
         if log.load_summary is not None:
             for warning in log.load_warnings:
                 _log.warning("%s", warning)

@@ -31,6 +31,7 @@ from __future__ import annotations
 import contextlib
 import errno
 import fcntl
+import itertools
 import json
 import os
 import re
@@ -56,8 +57,8 @@ from dsh.agent_loop.reasons import Interrupted
 from dsh.agent_loop.safe_open import NotRegularFile, open_regular_fd
 from dsh.agent_loop.session_id import new_session_id
 from dsh.llm import ErrorCode, HarnessError
-from dsh.llm.lines import LongLine, read_lines
-from dsh.llm.text import loads
+from dsh.llm.lines import LongLine, read_line_batches, read_lines
+from dsh.llm.text import loads, loads_lines
 
 __all__ = [
     "INTERRUPTED_TOOL_OUTPUT",
@@ -127,9 +128,20 @@ class _Loaded:
     keep_tail: bool = True  # False: a reader that never repairs keeps not even the last turn
 
 
-_CHUNK = 1 << 22  # bytes read per pread while streaming a log
+_BATCH = 1024  # lines parsed at once: one parse of many is fast, and a batch's objects stay a few MB
 _HEADER_LIMIT = 1 << 20  # a first line longer than this is not a dsh header
 _WARNING_LIMIT = 20  # detailed warnings kept per load; the rest are only counted
+
+
+_Batch = Callable[[list[dict[str, Any]]], None]  # hears records a parsed batch at a time
+
+
+def _each(on_record: Callable[[dict[str, Any]], None]) -> _Batch:
+    def each(records: list[dict[str, Any]]) -> None:
+        for record in records:
+            on_record(record)
+
+    return each
 
 
 def _open_regular(path: Path, flags: int) -> tuple[int, os.stat_result]:
@@ -166,47 +178,40 @@ def _read_header(line: bytes, path: Path, warnings: list[str]) -> dict[str, Any]
 def _stream(
     fd: int,
     path: Path,
-    on_record: Callable[[dict[str, Any]], None] | None,
+    on_records: _Batch | None,
     *,
     max_record: int | None = None,
     on_long: Callable[[LongLine], None] | None = None,
     keep_tail: bool = True,
 ) -> _Loaded:
-    """One pass over the log: every record to ``on_record`` in order; keep only the last turn's.
+    """One pass over the log: every record to ``on_records`` in order, a batch at a time; keep only the last turn's.
 
     With ``max_record``, a longer line is never held: it goes to ``on_long`` as a :class:`LongLine`.
     ``keep_tail`` False keeps not even the last turn (a reader that does not repair the log).
     """
     warnings: list[str] = []
-    lines = read_lines(fd, max_line=max_record)
-    _, first = next(lines)
-    if first is None:
+    batches = read_line_batches(fd, max_line=max_record)  # a chunk's lines at a time: no Python step per line
+    opening = next(batches)
+    if isinstance(opening, int):
         raise _log_error(f"{path} is not a dsh session log (no header line)")
-    first_size = first.size if isinstance(first, LongLine) else len(first)
-    if isinstance(first, LongLine) or first_size > _HEADER_LIMIT:
+    first_size = opening.size if isinstance(opening, LongLine) else len(opening[0])
+    if isinstance(opening, LongLine) or first_size > _HEADER_LIMIT:
         raise _log_error(f"{path} is not a dsh session log (a first line of {first_size} bytes)")
+    first = opening[0]
     loaded = _Loaded(_read_header(first, path, warnings), [], warnings, len(first) + 1, keep_tail=keep_tail)
-    batch: list[bytes] = []
-    batch_bytes = 0
-    number = 2  # the line number of batch[0]
+    number = 2  # the line number of the next line
     good_size = loaded.good_size
-    for position, line in lines:
-        if line is None:
-            good_size = position
-            break
-        if isinstance(line, LongLine):
-            _take(batch, number, path, loaded, on_record)
-            number += len(batch) + 1
-            batch, batch_bytes = [], 0
-            _skip_long(line, number - 1, path, loaded, on_long)
-            continue
-        batch.append(line)
-        batch_bytes += len(line)
-        if batch_bytes >= _CHUNK or len(batch) >= 4096:
-            _take(batch, number, path, loaded, on_record)
-            number += len(batch)
-            batch, batch_bytes = [], 0
-    _take(batch, number, path, loaded, on_record)
+    for item in itertools.chain((opening[1:],), batches):
+        if isinstance(item, list):
+            for start in range(0, len(item), _BATCH):
+                _take(item[start : start + _BATCH], number + start, path, loaded, on_records)
+            number += len(item)
+        elif isinstance(item, LongLine):
+            _skip_long(item, number, path, loaded, on_long)
+            number += 1
+        else:
+            good_size = item  # where complete lines end
+        del item  # not held while the next chunk is read
     loaded.good_size = good_size
     loaded.size = os.fstat(fd).st_size
     if loaded.size > good_size:
@@ -226,7 +231,7 @@ def _skip_long(line: LongLine, number: int, path: Path, loaded: _Loaded,
 
 
 def _take(
-    batch: list[bytes], number: int, path: Path, loaded: _Loaded, on_record: Callable[[dict[str, Any]], None] | None
+    batch: list[bytes], number: int, path: Path, loaded: _Loaded, on_records: _Batch | None
 ) -> None:
     records = _parse_clean_body(batch, loaded.next_seq)
     if records is None:
@@ -234,44 +239,46 @@ def _take(
     elif records:
         loaded.next_seq = records[-1]["seq"] + 1
         loaded.max_seq = max(loaded.max_seq, records[-1]["seq"])
-    tail = loaded.tail
-    for record in records:
-        kind = record.get("type")
-        if kind in _TURN_BOUNDARIES and isinstance(record.get("data"), dict):
-            tail.clear()
-            if kind == TurnStart.type:
-                turn = record["data"].get("turn")
-                if isinstance(turn, int) and turn > loaded.last_turn:
-                    loaded.last_turn = turn
-        if loaded.keep_tail:
-            tail.append(record)
-        if on_record is not None:
-            on_record(record)
+    if on_records is not None and records:
+        on_records(records)
+    # The tail is the records from the last turn boundary on; a batch is looked at whole, not record by record.
+    starts = [index for index, record in enumerate(records)
+              if record["type"] in _TURN_BOUNDARIES and isinstance(record.get("data"), dict)]
+    for index in starts:
+        if records[index]["type"] == TurnStart.type:
+            turn = records[index]["data"].get("turn")
+            if isinstance(turn, int) and turn > loaded.last_turn:
+                loaded.last_turn = turn
+    if starts:
+        loaded.tail = records[starts[-1] :] if loaded.keep_tail else []
+    elif loaded.keep_tail:
+        loaded.tail.extend(records)
 
 
 def _parse_clean_body(lines: list[bytes], expected_seq: int = 1) -> list[dict[str, Any]] | None:
     """Every record line at once, or None unless each is a record and ``seq`` runs on from ``expected_seq``.
 
-    One ``loads`` over the joined lines is several times faster than one per line. Any
-    irregularity (an unreadable or blank line, a gap) returns None so that the line-by-line reader
-    reports it exactly as before. (Only a crafted file could fool the count check: a line holding
+    One parse of the joined lines (:func:`~dsh.llm.text.loads_lines`) is several times faster than one
+    per line. Any irregularity (an unreadable or blank line, a gap) returns None so that the line-by-line
+    reader reports it exactly as before. (Only a crafted file could fool the count check: a line holding
     two records that makes up for one record split over two lines, with every ``seq`` in order.)
     """
     if not lines:
         return []
     try:
-        records = loads(b"[" + b",".join(lines) + b"]")
+        records = loads_lines(lines)
     except ValueError:
         return None
     if len(records) != len(lines):
         return None
-    for record in records:
-        if not isinstance(record, dict) or not isinstance(record.get("type"), str):
+    try:  # checked a list at a time: a non-record (a list, a number, no "type") is a TypeError or KeyError
+        if not all([type(record["type"]) is str for record in records]):
             return None
-        seq = record.get("seq")
-        if not isinstance(seq, int) or seq != expected_seq:
-            return None
-        expected_seq = seq + 1
+        seqs = [record.get("seq") for record in records]
+    except (TypeError, KeyError):
+        return None
+    if seqs != list(range(expected_seq, expected_seq + len(seqs))) or not all([type(seq) is int for seq in seqs]):
+        return None
     return cast(list[dict[str, Any]], records)  # each checked above
 
 
@@ -342,7 +349,8 @@ def load_session_file(
     fd, _ = _open_regular(file, os.O_RDONLY)
     try:
         with gc_paused():
-            loaded = _stream(fd, file, on_record or records.append, max_record=max_record, on_long=on_long,
+            loaded = _stream(fd, file, _each(on_record) if on_record else records.extend, max_record=max_record,
+                             on_long=on_long,
                              keep_tail=False)  # no repair here
     except OSError as exc:
         raise _log_error(f"cannot read session log {file}", exc)
@@ -509,19 +517,22 @@ class SessionLog:
         root: str | os.PathLike[str] | None = None,
         *,
         on_record: Callable[[dict[str, Any]], None] | None = None,
+        on_records: Callable[[list[dict[str, Any]]], None] | None = None,
     ) -> SessionLog:
         """Open an existing session to continue it: lock, cut a torn tail, close an open last turn.
 
         The log is streamed once: each record (then each closer appended) goes to ``on_record`` in
-        order, and only the last turn's records are held here, so memory follows what the caller
-        keeps, not the file's size.
+        order -- or to ``on_records`` a parsed batch at a time (resume: no call per record) -- and only
+        the last turn's records are held here, so memory follows what the caller keeps, not the file's size.
         """
         path = resolve_session(path_or_id, root)
         fd, _ = _open_regular(path, os.O_RDWR | os.O_APPEND)
         with gc_paused():
             try:
                 _flock(fd, path)
-                loaded = _stream(fd, path, on_record)
+                if on_record is not None:
+                    on_records = _each(on_record)
+                loaded = _stream(fd, path, on_records)
                 log = cls(path, fd, loaded)
             except OSError as exc:
                 os.close(fd)
@@ -536,8 +547,8 @@ class SessionLog:
                 if closers:
                     for closer in closers:
                         record = log.append(closer, sync=False)
-                        if on_record is not None:
-                            on_record(record)
+                        if on_records is not None:
+                            on_records([record])
                     log.sync()
                     log.repaired_turn = closers[-1].turn
             except BaseException:

@@ -15,9 +15,18 @@ from typing import Any
 from dsh.llm.events import Usage
 from dsh.llm.models import ModelInfo, cost_usd, model_info
 
-__all__ = ["AUTO_COMPACT_AT", "CONTEXT_WARNING_AT", "UsageTally", "context_fill", "estimate_tokens"]
+__all__ = [
+    "AUTO_COMPACT_AT",
+    "CHARS_PER_TOKEN",
+    "CONTEXT_WARNING_AT",
+    "UsageTally",
+    "context_fill",
+    "estimate_tokens",
+    "tokens_for_chars",
+]
 
 CONTEXT_WARNING_AT = 0.8  # the share of the context window at which the REPL says what to do
+CHARS_PER_TOKEN = 4  # the estimate's rule of thumb
 AUTO_COMPACT_AT = 0.9  # with auto_compact on, a prompt sent past this share is preceded by a compaction
 
 
@@ -63,4 +72,9 @@ def context_fill(tally: UsageTally, models: Mapping[str, Mapping[str, Any]] | No
 
 def estimate_tokens(text: str) -> int:
     """A rough count for display (about four characters a token); requests report the real one."""
-    return (len(text) + 3) // 4
+    return tokens_for_chars(len(text))
+
+
+def tokens_for_chars(chars: int) -> int:
+    """:func:`estimate_tokens` of a text of ``chars`` characters."""
+    return (chars + CHARS_PER_TOKEN - 1) // CHARS_PER_TOKEN

@@ -66,6 +66,7 @@ BENCHMARKS: tuple[Benchmark, ...] = (
     Benchmark("resume", (("resume_100k_ms", "ms", ("<", 1000.0)),), "bench.loop", "resume_100k"),
     Benchmark("sessions_list", (("sessions_list_ms", "ms", ("<", 300.0)),), "bench.sessions", "sessions_list"),
     Benchmark("resume_1gb", (("resume_1gb", "s", ("<", 5.0)),), "bench.sessions", "resume_1gb"),
+    Benchmark("resume_200mb_82k", (("resume_200mb_82k", "s", ("<", 5.0)),), "bench.sessions", "resume_200mb_82k"),
     Benchmark("startup", (("startup_ms", "ms", ("<", 160.0)),), "bench.startup", "startup"),
     Benchmark("child_dsh", (("child_dsh_roundtrip_ms", "ms", ("<", 500.0)),), "bench.subagents",
               "child_dsh_roundtrip"),

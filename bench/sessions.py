@@ -1,4 +1,4 @@
-"""Session files at scale: listing 1 000 logs holding 2 GB, and resuming a 1 GB log.
+"""Session files at scale: listing 1 000 logs holding 2 GB, resuming a 1 GB log and a 200 MB one of 82 000 turns.
 
 ``sessions_list_ms``: ``list_sessions`` over 1 000 logs of 2 MB each. Each log has real records at its
 start and end and a sparse hole between them (so the bench writes little); listing reads only a
@@ -6,13 +6,17 @@ log's head and tail, so what lies between cannot matter -- and a whole-file read
 time at once. ``resume_1gb``: a fresh process opens (locks, streams, repairs) a 1 GB log and rebuilds
 its conversation; half its turns keep a 1 MB tool result, half are rejected 1 MB prompts the
 conversation drops. Time and peak RSS (``VmHWM``) of that process.
-``python -m bench.sessions PATH`` is the child.
+``resume_200mb_82k``: a fresh process resumes a realistic 200 MB log of 82 000 turns the way ``--resume``
+does (``build.open_log``: the model's window, the recap) up to the messages of the next request; a tiny
+log of the same shape, resumed the same way in the same run, is the baseline (imports, interpreter).
+``python -m bench.sessions PATH`` is the child (``--window`` passes the model's context window).
 """
 
 from __future__ import annotations
 
 import json
 import os
+import statistics
 import subprocess
 import sys
 import time
@@ -21,7 +25,7 @@ from pathlib import Path
 from bench.harness import REPO_ROOT, BenchServer, Figure, Settings, Stats, child_env, repeat_sync
 from bench.loop import temp_root
 
-__all__ = ["resume_1gb", "sessions_list"]
+__all__ = ["resume_1gb", "resume_200mb_82k", "sessions_list"]
 
 _MB = 1 << 20
 
@@ -125,6 +129,141 @@ async def resume_1gb(settings: Settings, server: BenchServer) -> list[Figure]:
                         "peak_rss_target_mb": 1000, "peak_rss_ok": max(peaks) < 1000}),
     ]
 
+def _corpus() -> str:
+    """Real text to slice tool output, prompts and answers from: the Python standard library's own modules
+    (code and docstrings: newlines, quotes, backslashes, a little non-ASCII), the same for every run of
+    one Python version, whatever this repository holds."""
+    parts = [path.read_text(encoding="utf-8", errors="replace")
+             for path in sorted(Path(os.__file__).parent.glob("*.py"))]
+    text = "\n".join(parts)
+    return text * max(1, (4 * _MB) // max(len(text), 1) + 1)  # at least 4 MB to slice from
+
+
+class _Slicer:
+    """Deterministic, varied slices of the corpus (no two neighbouring turns share a text)."""
+
+    def __init__(self, corpus: str) -> None:
+        self._corpus = corpus
+        self._at = 0
+
+    def take(self, size: int) -> str:
+        if self._at + size > len(self._corpus):
+            self._at = (self._at * 7 + 1013) % max(len(self._corpus) - size, 1)
+        text = self._corpus[self._at : self._at + size]
+        self._at += size + 17
+        return text
+
+
+# Bytes of tool output per turn, cycling: mostly reads and command output of 0.3-3 KB, now and then a
+# whole file (12-40 KB); the mean (with prompts, answers, reasoning, records) lands near 2.5 KB a turn.
+_OUTPUT_SIZES = (400, 900, 1500, 300, 2200, 700, 1100, 500, 1800, 600, 950, 1300, 450, 2600, 800, 1200, 350,
+                 1700, 650, 1000, 14000, 750, 1400, 550, 2000, 850, 1150, 420, 38000, 900)
+
+
+def _write_realistic_log(path: Path, turns: int, total: int) -> int:
+    """``turns`` turns of the shape a coding session leaves, scaled so the log is about ``total`` bytes.
+
+    Each turn: a prompt (30-280 characters), a step whose reply reasons (160 characters) and calls
+    one tool (``read_file``/``run_command``/``grep`` with real-looking arguments), its ``tool/call`` and
+    ``tool/result`` (sizes from :data:`_OUTPUT_SIZES`, scaled), then a second step answering in 80-480
+    characters, server usage on both replies, and ``turn/end``. Every 50th turn calls two tools. The
+    text is the standard library's source (:func:`_corpus`).
+    Returns the bytes written.
+    """
+    slicer = _Slicer(_corpus())
+    mean_output = sum(_OUTPUT_SIZES) / len(_OUTPUT_SIZES)
+    overhead = 0.0  # bytes of a turn besides its tool output, measured as the log is written
+    output_bytes = 0
+    header = {"type": "session", "version": 1, "id": path.stem, "createdAt": "2026-01-01T00:00:00.000Z",
+              "cwd": "/home/user/project", "project": "/home/user/project"}
+    seq = 0
+    written = 0
+    tools = ("read_file", "run_command", "grep")
+    with open(path, "wb", buffering=8 * _MB) as file:
+        written += file.write((json.dumps(header) + "\n").encode())
+
+        def put(kind: str, data: dict[str, object]) -> None:
+            nonlocal seq, written
+            seq += 1
+            record = {"type": kind, "seq": seq, "time": "2026-01-01T00:00:00.000Z", "data": data}
+            written += file.write(json.dumps(record, ensure_ascii=False, separators=(",", ":")).encode() + b"\n")
+
+        for turn in range(1, turns + 1):
+            # Scaled so that the turns left fill the bytes left (the output sizes keep their mix).
+            left = (total - written) / (turns - turn + 1)
+            scale = max(0.05, (left - overhead) / mean_output) if turn > 1 else 1.0
+            turn_output = 0
+            usage = {"prompt_tokens": 40_000 + turn % 9000, "completion_tokens": 350, "total_tokens": 40_350,
+                     "prompt_cache_hit_tokens": 38_000, "prompt_cache_miss_tokens": 2000 + turn % 9000,
+                     "reasoning_tokens": 120}
+            put("turn/start", {"turn": turn, "prompt": slicer.take(30 + turn * 37 % 250)})
+            put("step/start", {"turn": turn, "step": 1})
+            calls = []
+            for index in range(2 if turn % 50 == 0 else 1):
+                name = tools[(turn + index) % 3]
+                arguments = json.dumps({"path": f"src/module_{turn % 997}.py"} if name == "read_file"
+                                       else {"command": f"pytest -q tests/test_{turn % 311}.py"}
+                                       if name == "run_command"
+                                       else {"pattern": f"def handler_{turn % 53}", "path": "src"})
+                calls.append({"id": f"call_{turn}_{index}", "name": name, "arguments": arguments})
+            put("assistant/message", {"turn": turn, "step": 1, "content": "", "reasoning_content": slicer.take(160),
+                                      "tool_calls": calls, "finish_reason": "tool_calls", "interrupted": False,
+                                      "usage": usage})
+            for call in calls:
+                put("tool/call", {"turn": turn, "id": call["id"], "name": call["name"], "arguments": call["arguments"]})
+                size = int(_OUTPUT_SIZES[turn % len(_OUTPUT_SIZES)] * scale)
+                turn_output += size
+                put("tool/result", {"turn": turn, "id": call["id"], "name": call["name"], "output": slicer.take(size),
+                                    "is_error": turn % 23 == 0, "diagnostic": None})
+            put("step/start", {"turn": turn, "step": 2})
+            put("assistant/message", {"turn": turn, "step": 2, "content": slicer.take(80 + turn * 53 % 400),
+                                      "reasoning_content": None, "tool_calls": [], "finish_reason": "stop",
+                                      "interrupted": False, "usage": usage})
+            put("turn/end", {"turn": turn, "reason": {"kind": "completed"}})
+            output_bytes += turn_output
+            overhead = (written - output_bytes) / turn
+    return written
+
+
+def _resume_child(path: Path, *, window: bool) -> dict[str, float]:
+    args = [sys.executable, "-m", "bench.sessions", str(path), *(["--window"] if window else [])]
+    done = subprocess.run(args, cwd=REPO_ROOT, env=child_env(), capture_output=True, text=True, timeout=300,
+                          check=False)
+    if done.returncode != 0:
+        raise RuntimeError(f"bench.sessions exited {done.returncode}: {done.stderr.strip()[-300:]}")
+    result: dict[str, float] = json.loads(done.stdout)
+    return result
+
+
+async def resume_200mb_82k(settings: Settings, server: BenchServer) -> list[Figure]:
+    turns = settings.size(82_000, 20_500)
+    total = settings.size(200, 50) * _MB
+    with temp_root("resume200m") as root:
+        big = root / "20260101-000000-big.jsonl"
+        big_bytes = _write_realistic_log(big, turns, total)
+        tiny = root / "20260101-000000-tiny.jsonl"
+        _write_realistic_log(tiny, 3, 3 * 2600)
+        runs: list[dict[str, float]] = []
+        bases: list[dict[str, float]] = []
+
+        def once() -> float:
+            bases.append(_resume_child(tiny, window=True))  # the baseline, back to back with each sample
+            runs.append(_resume_child(big, window=True))
+            return runs[-1]["seconds"]
+
+        samples = repeat_sync(settings, once, settings.size(3, 1))
+        runs, bases = runs[-len(samples):], bases[-len(samples):]
+    peak = max(run["peak_mb"] for run in runs)
+    return [
+        Figure("resume_200mb_82k", "s", target=("<", 5.0),
+               parts={"seconds": Stats.of(samples), "tiny_seconds": Stats.of([b["seconds"] for b in bases])},
+               details={"log_mb": round(big_bytes / 1e6), "turns": turns, "peak_rss_mb": round(peak),
+                        "cpu_seconds": round(statistics.median(run["cpu_seconds"] for run in runs), 2),
+                        "tiny_peak_rss_mb": round(max(b["peak_mb"] for b in bases)),
+                        "messages": int(runs[-1]["messages"]), "peak_rss_target_mb": 500,
+                        "peak_rss_ok": peak < 500, "load_average": [round(x, 2) for x in os.getloadavg()]}),
+    ]
+
 
 def _child(path: str) -> None:
     from bench.rss import _status_mb
@@ -140,5 +279,38 @@ def _child(path: str) -> None:
     os._exit(0)  # do not pay for freeing the conversation
 
 
+def _resume_like_dsh(path: str) -> None:
+    """What ``dsh --resume PATH`` does before it can send: open the log (window-bound, with the recap),
+    build the client and the agent, and hold the next request's messages."""
+    from bench.rss import _status_mb
+
+    start = time.perf_counter()
+    from dsh.agent_loop import build
+    from dsh.agent_loop.agent import Agent
+    from dsh.llm import ChatRequest, DeepSeekClient
+    from dsh.llm.defaults import DEFAULT_MODEL
+    from dsh.llm.models import model_info
+
+    file = Path(path)
+    info = model_info(DEFAULT_MODEL)
+    window = (info.context_window or 0) if info is not None else 0  # as Session._open passes it
+    log, conversation, recap = build.open_log(str(file), file.parent, project=str(file.parent), current=None,
+                                              window=window)
+    client = DeepSeekClient(base_url="http://127.0.0.1:9", api_key="bench-key")
+    agent = Agent(client, model=DEFAULT_MODEL, session=log, conversation=conversation)
+    request = ChatRequest(model=agent.model, messages=tuple(agent.messages), tools=agent.tools.specs())
+    seconds = time.perf_counter() - start
+    if len(request.messages) < 2 or not recap.turns:
+        raise SystemExit("the bench log did not resume")
+    log.close()
+    # CPU time too: on a shared machine it says what the wall time cannot (the process's own work).
+    print(json.dumps({"seconds": seconds, "cpu_seconds": time.process_time(), "peak_mb": _status_mb("VmHWM"),
+                      "messages": len(request.messages)}))
+    os._exit(0)  # do not pay for freeing the conversation
+
+
 if __name__ == "__main__":
-    _child(sys.argv[1])
+    if sys.argv[2:] == ["--window"]:
+        _resume_like_dsh(sys.argv[1])
+    else:
+        _child(sys.argv[1])

@@ -12,7 +12,7 @@ import sys
 from collections.abc import Iterator
 from dataclasses import dataclass
 
-__all__ = ["LongLine", "read_lines"]
+__all__ = ["LongLine", "read_line_batches", "read_lines"]
 
 _CHUNK = 1 << 22  # bytes read per pread
 
@@ -68,6 +68,57 @@ def read_lines(
             pending.append(rest)
             if length > limit:
                 head, pending = _first_bytes(pending), []
+
+
+def read_line_batches(
+    fd: int, start: int = 0, *, max_line: int | None = None
+) -> Iterator[list[bytes] | LongLine | int]:
+    """:func:`read_lines` a chunk at a time: lists of complete lines (newlines dropped), a :class:`LongLine`
+    for each line over ``max_line``, and last the offset where complete lines end (an ``int``).
+
+    The same lines in the same order as :func:`read_lines`, without a Python step per line: a reader of
+    a session log of 600 000 lines (resume) hands each chunk's list on whole. Memory is one chunk plus
+    the longest line (with ``max_line``: as :func:`read_lines`).
+    """
+    if max_line is not None:
+        batch: list[bytes] = []
+        for offset, line in read_lines(fd, start, max_line=max_line):
+            if isinstance(line, bytes):
+                batch.append(line)
+                if len(batch) >= 4096:
+                    yield batch
+                    batch = []
+                continue
+            if batch:
+                yield batch
+                batch = []
+            yield offset if line is None else line
+        return
+    position = start  # where the next read starts
+    line_start = start  # where the line being gathered starts
+    pending: list[bytes] = []  # its pieces so far: only a line longer than a chunk
+    while True:
+        chunk = os.pread(fd, _CHUNK, position)
+        if not chunk:
+            yield line_start
+            return
+        lines = chunk.split(b"\n")
+        rest = lines.pop()  # after the last newline: the start of the next line
+        if not lines:  # no newline: a line longer than a chunk goes on
+            pending.append(chunk)
+            position += len(chunk)
+            continue
+        if pending:
+            pending.append(lines[0])
+            lines[0] = b"".join(pending)
+            pending = []
+        # The next read starts where the unfinished line does, rather than keeping its start to join:
+        # fewer, steadier allocations (a 1 GB log of 1 MB lines spent more time in the kernel than parsing).
+        position += len(chunk) - len(rest)
+        line_start = position
+        del chunk, rest
+        yield lines
+        del lines  # the reader holds what it needs; the next read is not made while these are held here too
 
 
 def _first_bytes(parts: list[bytes]) -> bytes:

@@ -11,16 +11,18 @@ text"):
 * :class:`SurrogateJoiner` rejoins a pair split across deltas of one stream;
 * :func:`scrub_surrogates` turns whatever is still lone into U+FFFD;
 * :func:`loads` is ``json.loads`` for a whole document (a JSON-RPC line, a session-log line) whose
-  strings come back scrubbed.
+  strings come back scrubbed; :func:`loads_lines` reads many such lines at once (a session log's batch).
 """
 
 from __future__ import annotations
 
 import json
 import re
+from bisect import bisect_right
+from itertools import accumulate
 from typing import Any
 
-__all__ = ["REPLACEMENT", "SurrogateJoiner", "loads", "scrub_surrogates"]
+__all__ = ["REPLACEMENT", "SurrogateJoiner", "loads", "loads_lines", "scrub_surrogates"]
 
 REPLACEMENT = "\ufffd"
 _SURROGATE = re.compile("[\ud800-\udfff]")
@@ -103,3 +105,37 @@ def loads(text: str | bytes, **options: Any) -> Any:
     if "\\ud" not in text and "\\uD" not in text:
         return value
     return _scrub_value(value) if _ESCAPED_SURROGATE.search(text) else value
+
+
+def loads_lines(lines: list[bytes]) -> list[Any]:
+    """Each line's JSON value, as :func:`loads` would give it, parsed in one ``json.loads`` of them all.
+
+    One parse of the joined lines is several times faster than one per line. Only a line that spells a
+    surrogate escape has its value walked: a batch of a session log that quotes ``\\ud83d`` somewhere
+    (source code about surrogates, say) would otherwise be walked whole. ValueError when the joined lines
+    are not valid JSON; the caller checks that there is one value per line.
+    """
+    if not lines:
+        return []
+    joined = b"[" + b",".join(lines) + b"]"
+    values: list[Any] = json.loads(joined)
+    if b"\\ud" not in joined and b"\\uD" not in joined:
+        return values
+    if len(values) != len(lines):  # not one value per line: the caller falls back; nothing leaves unscrubbed
+        return [_scrub_value(value) for value in values]
+    starts: list[int] | None = None  # where each line begins in ``joined``, once a line needs finding
+    scrubbed = -1
+    for match in _ESCAPED_SURROGATE_BYTES.finditer(joined):
+        at = match.start()
+        run = at
+        while run > 0 and joined[run - 1] == 0x5C:  # backslashes before it: an even run escapes nothing more
+            run -= 1
+        if (at - run) % 2:
+            continue  # ``\\ud8..``: an escaped backslash, then the letters
+        if starts is None:
+            starts = list(accumulate((len(line) + 1 for line in lines), initial=1))
+        index = bisect_right(starts, at) - 1
+        if index != scrubbed:
+            values[index] = _scrub_value(values[index])
+            scrubbed = index
+    return values

@@ -16,8 +16,8 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from dsh.agent_loop import session_log
-from dsh.llm.lines import LongLine, read_lines
+from dsh.llm import lines
+from dsh.llm.lines import LongLine, read_line_batches, read_lines
 from dsh.llm.loopback.replay_server import MAX_REQUEST_BODY
 from fixtures.big_files import TRACE_ANSWER, write_session, write_trace
 from tests.reliability.dsh_harness import FIGURES, make_home, run_dsh
@@ -84,8 +84,9 @@ def test_fuzz_the_line_reader_never_holds_a_line_over_its_limit(
     fd = os.open(path, os.O_RDONLY)
     try:
         with pytest.MonkeyPatch.context() as patch:
-            patch.setattr(session_log, "_CHUNK", chunk)  # cut lines across reads at every offset
+            patch.setattr(lines, "_CHUNK", chunk)  # cut lines across reads at every offset
             got = list(read_lines(fd, start, max_line=max_line))
+            batched = list(read_line_batches(fd, start, max_line=max_line))
     finally:
         os.close(fd)
     expected: list[tuple[int, bytes | LongLine | None]] = []
@@ -95,3 +96,6 @@ def test_fuzz_the_line_reader_never_holds_a_line_over_its_limit(
         expected.append((offset, LongLine(len(line), line[:256]) if too_long else line))
         offset += len(line) + 1
     assert got == [*expected, (offset, None)]
+    # The batched reader (resume's): the same lines, in lists, then where complete lines end.
+    flat = [line for item in batched[:-1] for line in (item if isinstance(item, list) else [item])]
+    assert flat == [line for _, line in expected] and batched[-1] == offset
