@@ -10,7 +10,6 @@ recap, ``/retry``'s prompt, ``/cost`` and the repair as they were.
 from __future__ import annotations
 
 import tracemalloc
-from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
@@ -27,6 +26,7 @@ from dsh.agent_loop.recap import Recap
 from dsh.agent_loop.session import Notice, Session
 from dsh.agent_loop.session_log import INTERRUPTED_TOOL_OUTPUT, SessionLog
 from dsh.llm import ToolCall, Usage, lines
+from dsh.repl.config import Config
 
 OUTPUT = "0123456789 abcdef\n" * 100  # 1 800 characters: about 450 estimated tokens
 WINDOW = 1_000  # tokens: a session of 40 such turns is far over twice this
@@ -246,34 +246,6 @@ def test_the_repair_still_closes_a_torn_unfinished_turn(tmp_path: Path) -> None:
     assert conversation.messages == _cut_once(log.path, WINDOW)  # the repaired log, read whole and cut once
 
 
-@dataclass(frozen=True)
-class _Config:
-    """A SessionConfig (agent_loop/session_config.py) without the front end's loader."""
-
-    base_url: str = "http://127.0.0.1:9"
-    api_key: str | None = "sk-resume-window-test"
-    model: str = "small-model"
-    max_tokens: int | None = None
-    thinking: bool | None = None
-    reasoning_effort: str | None = None
-    stream_idle_timeout: float = 10.0
-    first_token_timeout: float = 20.0
-    prompt_hook: str | None = None
-    max_retries: int | None = None
-    subagents: dict[str, dict[str, Any]] = field(default_factory=dict)
-    system_prompt: str | None = None
-    system_prompt_append: str | None = None
-    models: dict[str, dict[str, Any]] = field(default_factory=lambda: {"small-model": {"context_window": WINDOW}})
-    allow_edits: bool = False
-    auto_compact: bool = False
-    proxy: str | None = None
-    record: str | None = None
-
-    @property
-    def secrets(self) -> tuple[str, ...]:
-        return (self.api_key or "",)
-
-
 @pytest.mark.parametrize("model", ["small-model", "unknown-model"])
 def test_a_session_resume_cuts_to_its_models_window_and_counts_no_old_usage(tmp_path: Path, model: str) -> None:
     root = tmp_path / "sessions"
@@ -284,7 +256,9 @@ def test_a_session_resume_cuts_to_its_models_window_and_counts_no_old_usage(tmp_
     heard: list[object] = []
 
     async def main() -> None:
-        session = Session(_Config(model=model), sessions_root=root, project_context=False)
+        config = Config(base_url="http://127.0.0.1:9", api_key="sk-resume-window-test", model=model,
+                    models={"small-model": {"context_window": WINDOW}})
+        session = Session(config, sessions_root=root, project_context=False)
         session.subscribe(heard.append)
         await session.start(resume=str(path))
         try:

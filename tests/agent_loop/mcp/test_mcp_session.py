@@ -7,53 +7,20 @@ from __future__ import annotations
 import json
 import logging
 from collections.abc import Callable
-from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
 
 import pytest
 
 from dsh.agent_loop.mcp import McpServerFailure
 from dsh.agent_loop.session import Session
 from dsh.llm.loopback.fault_server import Behaviour, FaultServer
+from dsh.repl.config import Config
 from fixtures.mcp_servers import HttpServer
 from tests.canaries import API_KEY, CHILD_ENV
 
 pytestmark = [pytest.mark.anyio, pytest.mark.usefixtures("no_leftover_processes")]
 
 VARIABLE = "DSH_TEST_MCP_HEADER_VALUE"  # a name that does not look secret: only the ${} use makes it one
-
-
-@dataclass(frozen=True)
-class _Config:
-    """A SessionConfig (agent_loop/session_config.py) without the front end's loader; its secrets are the key's."""
-
-    base_url: str
-    mcp_servers: dict[str, dict[str, Any]]
-    api_key: str | None = API_KEY
-    model: str = "deepseek-chat"
-    max_tokens: int | None = None
-    thinking: bool | None = None
-    reasoning_effort: str | None = None
-    stream_idle_timeout: float = 10.0
-    first_token_timeout: float = 20.0
-    prompt_hook: str | None = None
-    max_retries: int | None = None
-    subagents: dict[str, dict[str, Any]] = field(default_factory=dict)
-    system_prompt: str | None = None
-    system_prompt_append: str | None = None
-    models: dict[str, dict[str, Any]] = field(default_factory=dict)
-    allow_edits: bool = False
-    auto_compact: bool = False
-    proxy: str | None = None
-    record: str | None = None
-    sandbox: str | None = None
-    sandbox_network: bool = False
-    permission_mode: str = "default"
-
-    @property
-    def secrets(self) -> tuple[str, ...]:
-        return (API_KEY,)
 
 
 async def test_a_secret_a_server_echoes_is_masked_everywhere(
@@ -64,7 +31,7 @@ async def test_a_secret_a_server_echoes_is_masked_everywhere(
     caplog.set_level(logging.WARNING, logger="dsh.mcp")
     web = http_server("echo-env-secret", secret_env=VARIABLE)
     table = {"url": web.url, "headers": {"X-Token": f"${{{VARIABLE}}}"}, "approve": "auto"}
-    config = _Config(base_url=server.url, mcp_servers={"sec": table})
+    config = Config(base_url=server.url, api_key=API_KEY, model="deepseek-chat", mcp_servers={"sec": table})
     assert CHILD_ENV not in config.secrets  # the session's own secrets do not know it
     session = Session(config, sessions_root=tmp_path / "sessions", env={VARIABLE: CHILD_ENV})
     await session.start()
