@@ -510,9 +510,10 @@ class Session:
         await self.open_mcp()
         await self.sync_mcp_tools()
         self.last_prompt = prompt
+        sent = self._with_undo_note(agent, prompt if sent is None else sent)
         async with self._running(scope):
             try:
-                end = await agent.run_turn(prompt if sent is None else sent)
+                end = await agent.run_turn(sent)
             except Exception as exc:  # the loop promises not to raise; if it does, still say why
                 end = failure_from_exception(exc, 0, self.secrets)
                 self.last_failure = exc
@@ -521,6 +522,43 @@ class Session:
                 self._note_failure(end, agent)
         self.last_reason = end
         return end
+
+    @staticmethod
+    def _with_undo_note(agent: Agent, sent: str) -> str:
+        """``sent``, after a note of the undos the model has not heard of (a /undo since the last turn, also
+        one made before a resume): the note goes to the model and into the log with the prompt."""
+        journal = agent.journal
+        note = journal.untold(agent.turn_number) if journal is not None else None
+        return sent if note is None else f"{note}\n\n{sent}"
+
+    async def undo(self, turns: int) -> list[str]:
+        """``/undo`` (1) and ``/rewind N``: revert the files of the last ``turns`` turns that changed files,
+        newest first; the lines that say what happened (agent_loop/journal.py, docs/safety.md)."""
+        if self.turn_running:
+            raise HarnessError("cannot undo while a turn is running", ErrorCode.TURN_BUSY)
+        import anyio.to_thread  # with the agent's modules, behind the first prompt
+
+        agent = self.ensure_agent()
+        journal = agent.journal
+        if journal is None:
+            return ["nothing to undo: this session keeps no log, so no journal of its edits"]
+        available = await anyio.to_thread.run_sync(journal.undoable_turns)
+        dropped = journal.dropped_turns()
+        past_cap = (f"; turn{'s' if len(dropped) != 1 else ''} {_turn_list(dropped)} changed files but "
+                    f"{'are' if len(dropped) != 1 else 'is'} past the journal's cap, so "
+                    f"{'their' if len(dropped) != 1 else 'its'} changes cannot be undone") if dropped else ""
+        if not available:
+            return [f"nothing to undo: no turn of this session has file changes left to undo{past_cap}"]
+        lines: list[str] = []
+        chosen = available[:turns]
+        for turn in chosen:
+            report = await journal.undo_turn(turn, agent.turn_number + 1, self._files, anyio.to_thread.run_sync)
+            lines.append(f"undo turn {turn}:")
+            lines += [f"  {line}" for line in report.lines]
+        if len(chosen) < turns:
+            lines.append(f"only {len(chosen)} turn{'s' if len(chosen) != 1 else ''} had file changes to undo"
+                         + past_cap)
+        return lines
 
     def _note_failure(self, end: EndReason, agent: Agent) -> None:
         if isinstance(end, Failed):
@@ -557,6 +595,13 @@ class Session:
             self._note_failure(end, agent)
             self.last_reason = end
         return end
+
+
+def _turn_list(turns: list[int]) -> str:
+    """``3``, ``1-4``, ``1, 3``: the turns as a short phrase."""
+    if len(turns) > 1 and turns == list(range(turns[0], turns[-1] + 1)):
+        return f"{turns[0]}-{turns[-1]}"
+    return ", ".join(map(str, turns))
 
 
 def _reason_error(reason: Failed) -> BaseException:

@@ -1,0 +1,557 @@
+"""The undo journal: each edit's before-image, durable before the edit lands, so ``/undo`` can take it back.
+
+Beside each session log ``<id>.jsonl`` lives ``<id>.journal/`` (mode 0700), written only by the process
+that holds the log's lock (docs/safety.md, "Undo and rewind"):
+
+- ``journal.jsonl``: one JSON line per record, appended with one ``write(2)`` and fsynced before the edit
+  goes ahead (``change``), or once an undo is done (``undo``):
+
+  - ``{"type":"change","seq","turn","root","path","before","before_size","after","after_size","via"}``:
+    turn ``turn`` changed ``path`` (relative to ``root``, the working tree's real path; absolute outside
+    it). ``before`` is the content hash of the file as it was (null: it did not exist), ``after`` the hash
+    of what dsh wrote, to tell later whether someone else changed it. ``via`` is ``disk`` or ``editor``
+    (``dsh acp``: the text came from and went to the editor's buffer).
+  - ``{"type":"withdraw","seq"}``: the change ``seq`` was journaled but not written (the file changed
+    while the edit waited).
+  - ``{"type":"undo","turn","next_turn","reverted","kept"}``: turn ``turn``'s changes were undone (the
+    files in ``kept`` were left as they were); ``next_turn`` is the turn the model is told in.
+  - ``{"type":"drop","turns"}``: these turns' before-images were deleted to keep the journal under its cap.
+
+- ``blobs/<sha256>``: before-images, stored once per content (a file edited ten times from the same text,
+  or two files with the same text, cost one blob), each written to a temporary name, fsynced and renamed.
+
+A SIGKILL loses at most the line being written: a torn last line is ignored (and cut before the next
+append). A change journaled whose write never happened is harmless: its file is still as before, and the
+undo says it is unchanged. Bounded: when the blobs pass :data:`DEFAULT_CAP` bytes, the oldest turns are
+dropped (never the running one), and ``/undo`` says which turns can no longer be undone.
+
+Restoring walks to the file's directory from ``/`` following no symlink
+(:func:`dsh.agent_loop.safe_open.open_parent`) and never opens a symlink in the file's place: a link
+swapped in after dsh wrote the file is named and left alone.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import errno
+import hashlib
+import json
+import os
+import secrets
+import shutil
+import stat
+from collections.abc import Awaitable, Callable, Iterable
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any, Protocol
+
+from dsh.agent_loop.safe_open import DirectoryChanged, file_kind, open_parent, open_regular_fd
+from dsh.llm import ErrorCode, HarnessError
+
+__all__ = [
+    "DEFAULT_CAP",
+    "JOURNAL_KEY",
+    "JOURNAL_SUFFIX",
+    "Journal",
+    "JournalError",
+    "TextAccess",
+    "UndoReport",
+    "journal_dir",
+    "remove_journal",
+]
+
+DEFAULT_CAP = 64 << 20  # bytes of before-images kept per session; older turns are dropped past it
+JOURNAL_SUFFIX = ".journal"
+JOURNAL_KEY = "undo.journal"  # where the agent puts the session's journal in ToolContext.session_state
+_LOG = "journal.jsonl"
+_BLOBS = "blobs"
+_READ_CHUNK = 1 << 20
+
+
+class JournalError(HarnessError):
+    """The journal cannot be read or written; an edit is then refused rather than made without it."""
+
+    def __init__(self, message: str, cause: BaseException | None = None) -> None:
+        super().__init__(message, ErrorCode.SESSION_LOG, cause=cause)
+
+
+class TextAccess(Protocol):
+    """An editor's buffers (``dsh.agent_loop.tools.file_access.FileAccess``), as the undo needs them."""
+
+    def read_text(self, path: Path) -> Awaitable[str]: ...
+
+    def write_text(self, path: Path, text: str) -> Awaitable[None]: ...
+
+
+def journal_dir(log_path: Path) -> Path:
+    """``<sessions>/<id>.journal`` for the log ``<sessions>/<id>.jsonl``."""
+    return log_path.with_suffix(JOURNAL_SUFFIX)
+
+
+def digest(data: bytes) -> str:
+    return hashlib.sha256(data).hexdigest()
+
+
+@dataclass(frozen=True, slots=True)
+class _Change:
+    seq: int
+    turn: int
+    root: str
+    path: str
+    before: str | None
+    before_size: int | None
+    after: str
+    after_size: int
+    via: str
+
+    @property
+    def target(self) -> Path:
+        return Path(self.root) / self.path
+
+
+@dataclass(slots=True)
+class UndoReport:
+    """What one turn's undo did: the lines to show, and the files for the model's note."""
+
+    turn: int
+    lines: list[str] = field(default_factory=list)
+    reverted: list[str] = field(default_factory=list)
+    kept: list[str] = field(default_factory=list)
+
+
+def _dumps(record: dict[str, Any]) -> bytes:
+    return (json.dumps(record, ensure_ascii=False, separators=(",", ":")) + "\n").encode("utf-8", "backslashreplace")
+
+
+def _shown(path: str) -> str:
+    return path.replace("\n", "\u240a").replace("\r", "\u240d")  # a name cannot start a forged line
+
+
+class Journal:
+    """One session's journal. Loaded on first use; every method does blocking I/O (run it in a thread)."""
+
+    def __init__(self, directory: Path, *, cap: int = DEFAULT_CAP) -> None:
+        self.directory = directory
+        self.cap = cap
+        self._loaded = False
+        self._fd: int | None = None
+        self._changes: dict[int, _Change] = {}  # seq -> change, withdrawn ones removed
+        self._undone: set[int] = set()  # turns undone
+        self._dropped: set[int] = set()  # turns past the cap
+        self._undo_records: list[dict[str, Any]] = []  # each undo record, in order
+        self._next_seq = 1
+        self._blob_bytes = 0
+        self._blob_sizes: dict[str, int] = {}
+
+    # --- loading ------------------------------------------------------------------------------
+
+    def _load(self) -> None:
+        if self._loaded:
+            return
+        self._loaded = True
+        try:
+            fd, _ = open_regular_fd(self.directory / _LOG, follow_symlinks=False)
+        except FileNotFoundError:
+            return
+        except OSError as exc:
+            raise JournalError(f"cannot read the undo journal {self.directory}", exc) from exc
+        try:
+            data = b""
+            while chunk := os.read(fd, _READ_CHUNK):
+                data += chunk
+        finally:
+            os.close(fd)
+        for line in data.split(b"\n")[:-1]:  # the last piece is b"" or a torn line
+            with contextlib.suppress(ValueError):
+                record = json.loads(line)
+                if isinstance(record, dict):
+                    self._apply(record)
+        blobs = self.directory / _BLOBS
+        with contextlib.suppress(OSError):
+            for entry in os.scandir(blobs):
+                if entry.is_file(follow_symlinks=False) and not entry.name.startswith("."):
+                    size = entry.stat(follow_symlinks=False).st_size
+                    self._blob_sizes[entry.name] = size
+                    self._blob_bytes += size
+        self._collect()  # blobs of a change never journaled (a kill between the two writes)
+
+    def _apply(self, record: dict[str, Any]) -> None:
+        kind = record.get("type")
+        seq = record.get("seq")
+        if kind == "change" and isinstance(seq, int):
+            try:
+                change = _Change(seq, int(record["turn"]), str(record["root"]), str(record["path"]),
+                                 record.get("before"), record.get("before_size"), str(record["after"]),
+                                 int(record["after_size"]), str(record.get("via", "disk")))
+            except (KeyError, TypeError, ValueError):
+                return
+            self._changes[seq] = change
+            self._next_seq = max(self._next_seq, seq + 1)
+        elif kind == "withdraw" and isinstance(seq, int):
+            self._changes.pop(seq, None)
+        elif kind == "undo" and isinstance(record.get("turn"), int):
+            self._undone.add(record["turn"])
+            self._undo_records.append(record)
+        elif kind == "drop" and isinstance(record.get("turns"), list):
+            self._dropped.update(turn for turn in record["turns"] if isinstance(turn, int))
+
+    # --- writing ------------------------------------------------------------------------------
+
+    def _open(self) -> int:
+        if self._fd is not None:
+            return self._fd
+        try:
+            _make_dir(self.directory)
+            _make_dir(self.directory / _BLOBS)
+            fd = os.open(self.directory / _LOG, os.O_RDWR | os.O_APPEND | os.O_CREAT | os.O_NOFOLLOW | os.O_CLOEXEC,
+                         0o600)
+        except OSError as exc:
+            raise JournalError(f"cannot write the undo journal {self.directory}", exc) from exc
+        try:
+            info = os.fstat(fd)
+            if not stat.S_ISREG(info.st_mode):
+                raise OSError(errno.EINVAL, "not a regular file")
+            data = os.pread(fd, 1, info.st_size - 1) if info.st_size else b"\n"
+            if data != b"\n":  # a torn last line: cut back to the last whole one
+                tail = os.pread(fd, min(info.st_size, 1 << 20), max(0, info.st_size - (1 << 20)))
+                cut = tail.rfind(b"\n")
+                os.ftruncate(fd, max(0, info.st_size - len(tail) + cut + 1))
+        except OSError as exc:
+            os.close(fd)
+            raise JournalError(f"cannot write the undo journal {self.directory}", exc) from exc
+        self._fd = fd
+        return fd
+
+    def _append(self, record: dict[str, Any]) -> None:
+        fd = self._open()
+        line = _dumps(record)
+        try:
+            os.write(fd, line)  # one write of the whole line on O_APPEND
+            os.fsync(fd)
+        except OSError as exc:
+            raise JournalError(f"cannot write the undo journal {self.directory}", exc) from exc
+        self._apply(record)
+
+    def _store(self, data: bytes) -> str:
+        name = digest(data)
+        if name in self._blob_sizes:
+            return name
+        blobs = self.directory / _BLOBS
+        temp = blobs / f".{name}.{secrets.token_hex(4)}.tmp"
+        try:
+            fd = os.open(temp, os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_NOFOLLOW | os.O_CLOEXEC, 0o600)
+            try:
+                view = memoryview(data)
+                while view:
+                    view = view[os.write(fd, view):]
+                os.fsync(fd)
+            finally:
+                os.close(fd)
+            os.rename(temp, blobs / name)
+            _fsync_dir(blobs)
+        except OSError as exc:
+            with contextlib.suppress(OSError):
+                temp.unlink()
+            raise JournalError(f"cannot write the undo journal {self.directory}", exc) from exc
+        self._blob_sizes[name] = len(data)
+        self._blob_bytes += len(data)
+        return name
+
+    def record(self, turn: int, target: Path, root: Path, before: bytes | None, after: bytes, via: str = "disk") -> int:
+        """Journal turn ``turn``'s change of ``target`` (a real path) durably, before it is written; its seq."""
+        self._load()
+        self._open()
+        blob = None if before is None else self._store(before)
+        path = str(target.relative_to(root)) if target.is_relative_to(root) else str(target)
+        seq = self._next_seq
+        self._append({"type": "change", "seq": seq, "turn": turn, "root": str(root) if path != str(target) else "/",
+                      "path": path, "before": blob, "before_size": None if before is None else len(before),
+                      "after": digest(after), "after_size": len(after), "via": via})
+        self._enforce_cap(turn)
+        return seq
+
+    def withdraw(self, seq: int) -> None:
+        """The change ``seq`` was not written after all."""
+        with contextlib.suppress(JournalError):
+            self._append({"type": "withdraw", "seq": seq})
+
+    def _enforce_cap(self, current: int) -> None:
+        if self._blob_bytes <= self.cap:
+            return
+        turns = sorted({c.turn for c in self._changes.values()} - self._dropped - self._undone - {current})
+        dropped: list[int] = []
+        for turn in turns:
+            dropped.append(turn)
+            self._dropped.add(turn)
+            if self._live_bytes() <= self.cap:
+                break
+        if dropped:
+            self._append({"type": "drop", "turns": dropped})
+            self._collect()
+
+    def _referenced(self) -> set[str]:
+        return {c.before for c in self._changes.values()
+                if c.before is not None and c.turn not in self._dropped and c.turn not in self._undone}
+
+    def _live_bytes(self) -> int:
+        return sum(self._blob_sizes.get(name, 0) for name in self._referenced())
+
+    def _collect(self) -> None:
+        """Delete the blobs no undoable change needs."""
+        keep = self._referenced()
+        for name in [name for name in self._blob_sizes if name not in keep]:
+            with contextlib.suppress(FileNotFoundError):
+                os.unlink(self.directory / _BLOBS / name)
+            self._blob_bytes -= self._blob_sizes.pop(name)
+
+    def close(self) -> None:
+        fd, self._fd = self._fd, None
+        if fd is not None:
+            os.close(fd)
+
+    # --- reading ------------------------------------------------------------------------------
+
+    @property
+    def blob_bytes(self) -> int:
+        self._load()
+        return self._blob_bytes
+
+    def undoable_turns(self) -> list[int]:
+        """Turns with file changes that can still be undone, newest first."""
+        self._load()
+        turns = {c.turn for c in self._changes.values()} - self._undone - self._dropped
+        return sorted(turns, reverse=True)
+
+    def dropped_turns(self) -> list[int]:
+        self._load()
+        return sorted(self._dropped - self._undone)
+
+    def untold(self, last_turn: int) -> str | None:
+        """The note for the model about the undos made after turn ``last_turn`` (it has not been told of
+        them: no turn began since), or None. Shown to the model before the next prompt, so it does not
+        assume its edits stand (docs/safety.md, "Undo and rewind")."""
+        self._load()
+        parts: list[str] = []
+        for record in self._undo_records:
+            next_turn = record.get("next_turn")
+            if not isinstance(next_turn, int) or next_turn <= last_turn:
+                continue
+            reverted = [str(path) for path in record.get("reverted") or []]
+            kept = [str(path) for path in record.get("kept") or []]
+            part = f"turn {record['turn']}: " + (", ".join(reverted) if reverted else "no file")
+            if kept:
+                part += f" (not reverted, changed since: {', '.join(kept)})"
+            parts.append(part)
+        if not parts:
+            return None
+        return ("[the user undid file changes with /undo, back to before " + "; ".join(parts)
+                + ". Those files are as they were before that turn: read them again before changing them.]")
+
+    def changes(self, turn: int) -> list[_Change]:
+        self._load()
+        return [c for c in sorted(self._changes.values(), key=lambda c: c.seq) if c.turn == turn]
+
+    def blob(self, name: str) -> bytes | None:
+        try:
+            fd, _ = open_regular_fd(self.directory / _BLOBS / name, follow_symlinks=False)
+        except OSError:
+            return None
+        try:
+            data = b""
+            while chunk := os.read(fd, _READ_CHUNK):
+                data += chunk
+        finally:
+            os.close(fd)
+        return data if digest(data) == name else None
+
+    # --- undoing ------------------------------------------------------------------------------
+
+    async def undo_turn(self, turn: int, next_turn: int, files: TextAccess | None,
+                        run_sync: Callable[..., Awaitable[Any]]) -> UndoReport:
+        """Revert turn ``turn``'s files (the earliest before-image of each), unless changed since; record it.
+
+        ``run_sync(function, *args)`` runs blocking I/O off the event loop (anyio's ``to_thread.run_sync``).
+        ``files`` (an editor's) takes back what went through it, for files inside the tree.
+        """
+        report = UndoReport(turn)
+        for first, last in _per_file(self.changes(turn)):
+            shown = _shown(last.path)
+            before = None if first.before is None else await run_sync(self.blob, first.before)
+            if first.before is not None and before is None:
+                report.lines.append(f"{shown}: its before-image is missing from the journal; not reverted")
+                report.kept.append(last.path)
+                continue
+            if last.via == "editor" and files is not None and last.root != "/":
+                line = await _undo_through(files, last, first, before, shown)
+            else:
+                line = await run_sync(_undo_on_disk, last, first, before, shown)
+            report.lines.append(line)
+            (report.kept if line.endswith("not reverted") or line.endswith("not restored") or
+             line.endswith("not removed") else report.reverted).append(last.path)
+        await run_sync(self._append, {"type": "undo", "turn": turn, "next_turn": next_turn,
+                                      "reverted": report.reverted, "kept": report.kept})
+        await run_sync(self._collect)
+        return report
+
+
+def _per_file(changes: Iterable[_Change]) -> list[tuple[_Change, _Change]]:
+    """(first, last) change of each file, in the order the files were first changed."""
+    files: dict[Path, list[_Change]] = {}
+    for change in changes:
+        files.setdefault(change.target, []).append(change)
+    return [(found[0], found[-1]) for found in files.values()]
+
+
+def _differs(last: _Change, size: int | None) -> str:
+    if size is None:
+        return "deleted"
+    if size == last.after_size:
+        return f"changed since dsh wrote it (same size, {size} bytes, different content)"
+    return f"changed since dsh wrote it (size {last.after_size} -> {size} bytes)"
+
+
+def _undo_on_disk(last: _Change, first: _Change, before: bytes | None, shown: str) -> str:
+    """Put ``first``'s before-image back in place of what ``last`` wrote, if the file is still that."""
+    target = last.target
+    try:
+        directory = open_parent(target, create=False)
+    except DirectoryChanged as exc:
+        what = "a symlink" if exc.symlink else "not a directory"
+        root = Path(last.root)
+        where = exc.path.relative_to(root) if exc.path.is_relative_to(root) and last.root != "/" else exc.path
+        return f"{shown}: {_shown(str(where))} is {what} now; not reverted"
+    except FileNotFoundError:
+        if before is None:
+            return f"reverted {shown} (already gone)"
+        return f"{shown} was deleted since dsh wrote it; not restored"
+    except OSError as exc:
+        return f"{shown}: cannot reach it ({os.strerror(exc.errno or 0)}); not reverted"
+    try:
+        return _undo_in(directory, target.name, last, before, shown)
+    except OSError as exc:
+        return f"{shown}: cannot write it ({os.strerror(exc.errno or 0)}); not reverted"
+    finally:
+        os.close(directory)
+
+
+def _undo_in(directory: int, name: str, last: _Change, before: bytes | None, shown: str) -> str:
+    try:
+        info = os.stat(name, dir_fd=directory, follow_symlinks=False)
+    except FileNotFoundError:
+        if before is None:
+            return f"reverted {shown} (already gone)"
+        return f"{shown} was deleted since dsh wrote it; not restored"
+    if stat.S_ISLNK(info.st_mode):
+        return f"{shown} is a symlink now; not reverted"
+    if not stat.S_ISREG(info.st_mode):
+        return f"{shown} is {file_kind(info.st_mode)} now; not reverted"
+    current = None
+    if info.st_size == last.after_size or (before is not None and info.st_size == len(before)):
+        current = _read_at(directory, name)
+    if current is not None and before is not None and current == before:
+        return f"reverted {shown} (already as before)"
+    if current is None or digest(current) != last.after:
+        return f"{shown} {_differs(last, info.st_size)}; not reverted"
+    if before is None:
+        os.unlink(name, dir_fd=directory)
+        _fsync_fd_dir(directory)
+        return f"removed {shown} (dsh created it)"
+    _replace(directory, name, before, stat.S_IMODE(info.st_mode))
+    return f"reverted {shown}"
+
+
+def _read_at(directory: int, name: str) -> bytes | None:
+    try:
+        fd = os.open(name, os.O_RDONLY | os.O_NOFOLLOW | os.O_NONBLOCK | os.O_CLOEXEC, dir_fd=directory)
+    except OSError:
+        return None
+    try:
+        if not stat.S_ISREG(os.fstat(fd).st_mode):
+            return None
+        data = b""
+        while chunk := os.read(fd, _READ_CHUNK):
+            data += chunk
+        return data
+    finally:
+        os.close(fd)
+
+
+def _replace(directory: int, name: str, data: bytes, mode: int) -> None:
+    """``data`` written to a temporary file beside ``name`` and renamed over it, all relative to ``directory``."""
+    flags = os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_CLOEXEC | os.O_NOFOLLOW
+    temp = f".{name[:200]}.dsh-{secrets.token_hex(4)}.tmp"
+    fd = os.open(temp, flags, 0o600, dir_fd=directory)
+    try:
+        with os.fdopen(fd, "wb") as out:
+            os.fchmod(out.fileno(), mode)
+            out.write(data)
+            out.flush()
+            os.fsync(out.fileno())
+        os.rename(temp, name, src_dir_fd=directory, dst_dir_fd=directory)
+    except BaseException:
+        with contextlib.suppress(OSError):
+            os.unlink(temp, dir_fd=directory)
+        raise
+    _fsync_fd_dir(directory)
+
+
+async def _undo_through(files: TextAccess, last: _Change, first: _Change, before: bytes | None, shown: str) -> str:
+    """:func:`_undo_on_disk` for a change made through an editor's buffer (``dsh acp``)."""
+    try:
+        text: str | None = await files.read_text(last.target)
+    except FileNotFoundError:
+        text = None
+    current = None if text is None else text.encode("utf-8", "surrogatepass")
+    if current is not None and before is not None and current == before:
+        return f"reverted {shown} (already as before)"
+    if current is None:
+        return f"reverted {shown} (already gone)" if before is None else (
+            f"{shown} was deleted since dsh wrote it; not restored")
+    if digest(current) != last.after:
+        return f"{shown} {_differs(last, len(current))}; not reverted"
+    if before is None:
+        return f"{shown} was created through the editor, which dsh cannot delete files through; not removed"
+    await files.write_text(last.target, before.decode("utf-8", "surrogatepass"))
+    return f"reverted {shown}"
+
+
+# --- files ------------------------------------------------------------------------------------
+
+
+def _make_dir(path: Path) -> None:
+    with contextlib.suppress(FileExistsError):
+        os.mkdir(path, 0o700)
+    if not stat.S_ISDIR(os.stat(path, follow_symlinks=False).st_mode):  # a symlink or a file planted there
+        raise OSError(errno.ENOTDIR, "not a directory", str(path))
+
+
+def _fsync_dir(path: Path) -> None:
+    with contextlib.suppress(OSError):
+        fd = os.open(path, os.O_RDONLY | os.O_DIRECTORY | os.O_CLOEXEC)
+        try:
+            os.fsync(fd)
+        finally:
+            os.close(fd)
+
+
+def _fsync_fd_dir(directory: int) -> None:
+    with contextlib.suppress(OSError):
+        fd = os.open(".", os.O_RDONLY | os.O_DIRECTORY | os.O_CLOEXEC, dir_fd=directory)  # O_PATH cannot fsync
+        try:
+            os.fsync(fd)
+        finally:
+            os.close(fd)
+
+
+def remove_journal(log_path: Path) -> None:
+    """Delete the journal of the log at ``log_path`` (``dsh sessions rm``), never following a symlink."""
+    directory = journal_dir(log_path)
+    try:
+        info = os.stat(directory, follow_symlinks=False)
+    except FileNotFoundError:
+        return
+    if stat.S_ISDIR(info.st_mode):
+        shutil.rmtree(directory, ignore_errors=True)  # rmtree does not follow symlinks inside
+    else:
+        with contextlib.suppress(OSError):
+            os.unlink(directory)
