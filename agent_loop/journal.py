@@ -130,9 +130,9 @@ def _shown(path: str) -> str:
 class Journal:
     """One session's journal. Loaded on first use; every method does blocking I/O (run it in a thread)."""
 
-    def __init__(self, directory: Path, *, cap: int = DEFAULT_CAP) -> None:
+    def __init__(self, directory: Path, *, cap: int | None = None) -> None:
         self.directory = directory
-        self.cap = cap
+        self.cap = DEFAULT_CAP if cap is None else cap
         self._loaded = False
         self._fd: int | None = None
         self._changes: dict[int, _Change] = {}  # seq -> change, withdrawn ones removed

@@ -556,7 +556,7 @@ class Session:
             lines.append(f"undo turn {turn}:")
             lines += [f"  {line}" for line in report.lines]
         if len(chosen) < turns:
-            lines.append(f"only {len(chosen)} turn{'s' if len(chosen) != 1 else ''} had file changes to undo"
+            lines.append(f"only {len(chosen)} turn{'s' if len(chosen) != 1 else ''} had file changes left to undo"
                          + past_cap)
         return lines
 

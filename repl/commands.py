@@ -196,7 +196,7 @@ async def _context(shell: Host, arg: str) -> None:
     shell.say("\n".join(lines))
 
 
-@_command("undo", "", "revert the files the last turn that changed files changed")
+@_command("undo", "", "revert the file changes of the last turn that changed files")
 async def _undo(shell: Host, arg: str) -> None:
     if arg:
         shell.say("/undo takes no argument; /rewind N undoes the last N turns' file changes")

@@ -82,18 +82,21 @@ def test_rewind_2_undoes_the_last_two_turns_that_changed_files(tmp_path: Path, s
         "text",  # turn 3 changes nothing: not counted
         _call("edit_file", path="a.txt", old_string="a1", new_string="a4"), "text",
     )
-    run = run_dsh(home, ["--allow-edits"], ["one", "two", "three", "four", "/rewind 2", "/rewind 5"], label="rewind")
+    run = run_dsh(home, ["--allow-edits"], ["one", "two", "three", "four", "/rewind 2"], label="rewind")
     assert run.returncode == 0, run.stderr
     assert _after(_lines(run), "undo turn 4:") == [
-        "undo turn 4:",
-        "  reverted a.txt",
-        "undo turn 2:",
-        "  reverted b.txt",
+        "undo turn 4:", "  reverted a.txt", "undo turn 2:", "  reverted b.txt"]
+    assert (work / "a.txt").read_text() == "a1\n" and (work / "b.txt").read_text() == "b0\n"
+    # A resume knows what was undone: what is left is turn 1.
+    run = run_dsh(home, ["--resume", "last"], ["/rewind 5", "/undo"], label="rewind-after-resume")
+    assert run.returncode == 0, run.stderr
+    assert _after(_lines(run), "undo turn 1:") == [
         "undo turn 1:",
         "  reverted a.txt",
-        "only 1 turn had file changes to undo",
+        "only 1 turn had file changes left to undo",
+        "nothing to undo: no turn of this session has file changes left to undo",
     ]
-    assert (work / "a.txt").read_text() == "a0\n" and (work / "b.txt").read_text() == "b0\n"
+    assert (work / "a.txt").read_text() == "a0\n"
 
 
 def test_a_file_changed_since_is_named_and_kept_after_a_resume(tmp_path: Path, server: FaultServer) -> None:
@@ -146,6 +149,28 @@ def test_kill_9_after_the_edit_then_resume_and_undo(tmp_path: Path, server: Faul
     assert (work / "notes.txt").read_bytes() == before
 
 
+def test_kill_9_between_the_journal_and_the_write_then_resume_and_undo(tmp_path: Path,
+                                                                      server: FaultServer) -> None:
+    """The worst moment: the before-image is journaled, the file not yet written. The undo finds the file
+    as it was and says so; nothing is overwritten."""
+    home = _home(tmp_path, server)
+    work = home.workspace
+    before = (work / "notes.txt").read_bytes()
+    server.push(_call("read_file", path="notes.txt"), _call("write_file", path="notes.txt", content="never\n"))
+    run = run_dsh(home, ["--allow-edits", "-p", "change it"], launcher=("-m", "tests.reliability.killed_mid_edit_dsh"),
+                  label="killed-mid-edit")
+    assert run.returncode == -9
+    assert (work / "notes.txt").read_bytes() == before
+    run = run_dsh(home, ["--resume", "last"], ["/undo", "/undo"], label="undo-after-kill-mid-edit")
+    assert run.returncode == 0, run.stderr
+    assert _after(_lines(run), "undo turn 1:") == [
+        "undo turn 1:",
+        "  reverted notes.txt (already as before)",
+        "nothing to undo: no turn of this session has file changes left to undo",
+    ]
+    assert (work / "notes.txt").read_bytes() == before
+
+
 def test_a_symlink_swapped_in_after_the_edit_is_not_followed(tmp_path: Path, server: FaultServer) -> None:
     home = _home(tmp_path, server)
     work = home.workspace
@@ -171,6 +196,28 @@ def test_a_symlink_swapped_in_after_the_edit_is_not_followed(tmp_path: Path, ser
         "  src/new.txt: src is a symlink now; not reverted",
     ]
     assert (outside / "secret.txt").read_text() == "keep me\n" and (outside / "new.txt").read_text() == "fresh\n"
+
+
+def test_past_the_cap_the_oldest_turns_cannot_be_undone_and_undo_says_so(tmp_path: Path,
+                                                                          server: FaultServer) -> None:
+    home = _home(tmp_path, server)
+    work = home.workspace
+    for name in "abc":
+        (work / f"{name}.txt").write_text(name * 1999 + "\n")
+        server.push(_call("read_file", path=f"{name}.txt"), _call("write_file", path=f"{name}.txt", content="short\n"),
+                    "text")
+    run = run_dsh(home, ["--allow-edits"], ["one", "two", "three", "/rewind 3", "/undo"],
+                  launcher=("-m", "tests.reliability.small_journal_dsh"), label="cap")  # a 3000-byte cap
+    assert run.returncode == 0, run.stderr
+    past = "; turns 1-2 changed files but are past the journal's cap, so their changes cannot be undone"
+    assert _after(_lines(run), "undo turn 3:") == [
+        "undo turn 3:",
+        "  reverted c.txt",
+        "only 1 turn had file changes left to undo" + past,
+        "nothing to undo: no turn of this session has file changes left to undo" + past,
+    ]
+    assert (work / "c.txt").read_text() == "c" * 1999 + "\n" and (work / "a.txt").read_text() == "short\n"
+    assert list((_journal(home) / "blobs").iterdir()) == []  # dropped and undone: nothing kept
 
 
 def test_sessions_rm_removes_the_journal(tmp_path: Path, server: FaultServer) -> None:
