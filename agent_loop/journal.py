@@ -92,6 +92,14 @@ def digest(data: bytes) -> str:
     return hashlib.sha256(data).hexdigest()
 
 
+_HEX = frozenset("0123456789abcdef")
+
+
+def _is_hash(value: object) -> bool:
+    """A blob name as :func:`digest` makes them (so no name read back can point outside ``blobs/``)."""
+    return isinstance(value, str) and len(value) == 64 and set(value) <= _HEX
+
+
 @dataclass(frozen=True, slots=True)
 class _Change:
     seq: int
@@ -169,23 +177,30 @@ class Journal:
         blobs = self.directory / _BLOBS
         with contextlib.suppress(OSError):
             for entry in os.scandir(blobs):
-                if entry.is_file(follow_symlinks=False) and not entry.name.startswith("."):
+                if entry.is_file(follow_symlinks=False) and _is_hash(entry.name):
                     size = entry.stat(follow_symlinks=False).st_size
                     self._blob_sizes[entry.name] = size
                     self._blob_bytes += size
+                elif entry.name.startswith(".") and entry.name.endswith(".tmp"):  # a store cut short by a kill
+                    with contextlib.suppress(OSError):
+                        os.unlink(entry.path)
         self._collect()  # blobs of a change never journaled (a kill between the two writes)
 
     def _apply(self, record: dict[str, Any]) -> None:
         kind = record.get("type")
         seq = record.get("seq")
         if kind == "change" and isinstance(seq, int):
-            try:
-                change = _Change(seq, int(record["turn"]), str(record["root"]), str(record["path"]),
-                                 record.get("before"), record.get("before_size"), str(record["after"]),
-                                 int(record["after_size"]), str(record.get("via", "disk")))
-            except (KeyError, TypeError, ValueError):
-                return
-            self._changes[seq] = change
+            before, after = record.get("before"), record.get("after")
+            turn, size = record.get("turn"), record.get("after_size")
+            if not (isinstance(after, str) and _is_hash(after) and (before is None or _is_hash(before))
+                    and isinstance(turn, int)
+                    and isinstance(size, int) and isinstance(record.get("root"), str)
+                    and isinstance(record.get("path"), str)):
+                return  # not a record this module wrote: ignored, as an unreadable line is
+            before_size = record.get("before_size")
+            self._changes[seq] = _Change(seq, turn, record["root"], record["path"], before,
+                                         before_size if isinstance(before_size, int) else None, after, size,
+                                         "editor" if record.get("via") == "editor" else "disk")
             self._next_seq = max(self._next_seq, seq + 1)
         elif kind == "withdraw" and isinstance(seq, int):
             self._changes.pop(seq, None)
@@ -336,8 +351,8 @@ class Journal:
             next_turn = record.get("next_turn")
             if not isinstance(next_turn, int) or next_turn <= last_turn:
                 continue
-            reverted = [str(path) for path in record.get("reverted") or []]
-            kept = [str(path) for path in record.get("kept") or []]
+            reverted = _paths(record.get("reverted"))
+            kept = _paths(record.get("kept"))
             part = f"turn {record['turn']}: " + (", ".join(reverted) if reverted else "no file")
             if kept:
                 part += f" (not reverted, changed since: {', '.join(kept)})"
@@ -392,6 +407,10 @@ class Journal:
                                       "reverted": report.reverted, "kept": report.kept})
         await run_sync(self._collect)
         return report
+
+
+def _paths(value: object) -> list[str]:
+    return [_shown(path) for path in value if isinstance(path, str)] if isinstance(value, list) else []
 
 
 def _per_file(changes: Iterable[_Change]) -> list[tuple[_Change, _Change]]:

@@ -176,3 +176,33 @@ def test_any_bytes_come_back_exactly(tmp_path_factory: pytest.TempPathFactory, d
     lines = anyio.run(undo)
     assert all(line.startswith("reverted ") for line in lines)
     assert all((base / name).read_bytes() == data for name in names)
+
+
+_VALUE = st.one_of(st.none(), st.booleans(), st.integers(-5, 5), st.text(max_size=70), st.lists(st.integers(1, 3)),
+                   st.just("../" * 3 + "etc/passwd"), st.just("a" * 64), st.just("/"))
+
+
+@settings(max_examples=150, deadline=None)
+@given(records=st.lists(st.fixed_dictionaries({}, optional={
+    key: _VALUE for key in ("type", "seq", "turn", "root", "path", "before", "before_size", "after", "after_size",
+                            "via", "turns", "next_turn", "reverted", "kept")}), max_size=8),
+       garbage=st.binary(max_size=40))
+def test_a_hostile_journal_loads_and_undoes_nothing_outside(tmp_path_factory: pytest.TempPathFactory,
+                                                           records: list[dict[str, Any]], garbage: bytes) -> None:
+    """Whatever the index holds (a damaged disk, a hand edit), loading it never raises, and an undo of it
+    writes nothing: no record can name a blob outside ``blobs/`` or a before-image that is not there."""
+    base = Path(os.path.realpath(tmp_path_factory.mktemp("hostile")))
+    (base / "s.journal" / "blobs").mkdir(parents=True)
+    lines = b"".join(json.dumps(record).encode() + b"\n" for record in records) + garbage
+    (base / "s.journal" / "journal.jsonl").write_bytes(lines)
+    journal = Journal(base / "s.journal")
+
+    async def undo_all() -> None:
+        for turn in journal.undoable_turns():
+            await journal.undo_turn(turn, 99, None, anyio.to_thread.run_sync)
+
+    anyio.run(undo_all)
+    for turn in range(-1, 100, 7):
+        journal.untold(turn)
+    journal.dropped_turns()
+    assert sorted(path.name for path in base.iterdir()) == ["s.journal"]
