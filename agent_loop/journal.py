@@ -13,8 +13,10 @@ that holds the log's lock (docs/safety.md, "Undo and rewind"):
     (``dsh acp``: the text came from and went to the editor's buffer).
   - ``{"type":"withdraw","seq"}``: the change ``seq`` was journaled but not written (the file changed
     while the edit waited).
-  - ``{"type":"undo","turn","next_turn","reverted","kept"}``: turn ``turn``'s changes were undone (the
-    files in ``kept`` were left as they were); ``next_turn`` is the turn the model is told in.
+  - ``{"type":"undo","turn","reverted","kept"}``: turn ``turn``'s changes were undone (the files in
+    ``kept`` were left as they were).
+  - ``{"type":"told","undos"}``: the model has been told of the first ``undos`` undos (a prompt that
+    carried the note joined the conversation).
   - ``{"type":"drop","turns"}``: these turns' before-images were deleted to keep the journal under its cap.
 
 - ``blobs/<sha256>``: before-images, stored once per content (a file edited ten times from the same text,
@@ -147,6 +149,7 @@ class Journal:
         self._undone: set[int] = set()  # turns undone
         self._dropped: set[int] = set()  # turns past the cap
         self._undo_records: list[dict[str, Any]] = []  # each undo record, in order
+        self._told = 0  # how many of them the model has been told of
         self._next_seq = 1
         self._blob_bytes = 0
         self._blob_sizes: dict[str, int] = {}
@@ -207,6 +210,8 @@ class Journal:
         elif kind == "undo" and isinstance(record.get("turn"), int):
             self._undone.add(record["turn"])
             self._undo_records.append(record)
+        elif kind == "told" and isinstance(record.get("undos"), int):
+            self._told = max(self._told, record["undos"])
         elif kind == "drop" and isinstance(record.get("turns"), list):
             self._dropped.update(turn for turn in record["turns"] if isinstance(turn, int))
 
@@ -341,16 +346,13 @@ class Journal:
         self._load()
         return sorted(self._dropped - self._undone)
 
-    def untold(self, last_turn: int) -> str | None:
-        """The note for the model about the undos made after turn ``last_turn`` (it has not been told of
-        them: no turn began since), or None. Shown to the model before the next prompt, so it does not
-        assume its edits stand (docs/safety.md, "Undo and rewind")."""
+    def untold(self) -> tuple[str | None, int]:
+        """The note for the model about the undos it has not been told of (or None), and the count to pass
+        to :meth:`told` once a prompt carrying it joined the conversation. The note goes before the next
+        prompt, so the model does not assume its edits stand (docs/safety.md, "Undo and rewind")."""
         self._load()
         parts: list[str] = []
-        for record in self._undo_records:
-            next_turn = record.get("next_turn")
-            if not isinstance(next_turn, int) or next_turn <= last_turn:
-                continue
+        for record in self._undo_records[self._told:]:
             reverted = _paths(record.get("reverted"))
             kept = _paths(record.get("kept"))
             part = f"turn {record['turn']}: " + (", ".join(reverted) if reverted else "no file")
@@ -358,9 +360,16 @@ class Journal:
                 part += f" (not reverted, changed since: {', '.join(kept)})"
             parts.append(part)
         if not parts:
-            return None
+            return None, self._told
         return ("[the user undid file changes with /undo, back to before " + "; ".join(parts)
-                + ". Those files are as they were before that turn: read them again before changing them.]")
+                + ". Those files are as they were before that turn: read them again before changing them.]",
+                len(self._undo_records))
+
+    def told(self, undos: int) -> None:
+        """The model has the note of the first ``undos`` undos (kept durably: a resume does not repeat it)."""
+        if undos > self._told:
+            with contextlib.suppress(JournalError):  # worst case, the note is sent once more
+                self._append({"type": "told", "undos": undos})
 
     def changes(self, turn: int) -> list[_Change]:
         self._load()
@@ -381,7 +390,7 @@ class Journal:
 
     # --- undoing ------------------------------------------------------------------------------
 
-    async def undo_turn(self, turn: int, next_turn: int, files: TextAccess | None,
+    async def undo_turn(self, turn: int, files: TextAccess | None,
                         run_sync: Callable[..., Awaitable[Any]]) -> UndoReport:
         """Revert turn ``turn``'s files (the earliest before-image of each), unless changed since; record it.
 
@@ -403,8 +412,8 @@ class Journal:
             report.lines.append(line)
             (report.kept if line.endswith("not reverted") or line.endswith("not restored") or
              line.endswith("not removed") else report.reverted).append(last.path)
-        await run_sync(self._append, {"type": "undo", "turn": turn, "next_turn": next_turn,
-                                      "reverted": report.reverted, "kept": report.kept})
+        await run_sync(self._append, {"type": "undo", "turn": turn, "reverted": report.reverted,
+                                      "kept": report.kept})
         await run_sync(self._collect)
         return report
 

@@ -510,7 +510,14 @@ class Session:
         await self.open_mcp()
         await self.sync_mcp_tools()
         self.last_prompt = prompt
-        sent = self._with_undo_note(agent, prompt if sent is None else sent)
+        sent = prompt if sent is None else sent
+        # Undos the model has not heard of (since the last turn, or before a resume): a note before the prompt,
+        # in the log with it. Told once a prompt carrying it stays in the conversation (a turn that failed
+        # before any answer withdraws its prompt: the next one carries the note again).
+        journal = agent.journal
+        note, undos = journal.untold() if journal is not None else (None, 0)
+        if note is not None:
+            sent = f"{note}\n\n{sent}"
         async with self._running(scope):
             try:
                 end = await agent.run_turn(sent)
@@ -520,16 +527,11 @@ class Session:
                 self._publish(TurnEnd(agent.turn_number, end))
             else:
                 self._note_failure(end, agent)
+        if journal is not None and note is not None and any(
+                message.role == "user" and message.content.startswith(note) for message in agent.messages):
+            journal.told(undos)
         self.last_reason = end
         return end
-
-    @staticmethod
-    def _with_undo_note(agent: Agent, sent: str) -> str:
-        """``sent``, after a note of the undos the model has not heard of (a /undo since the last turn, also
-        one made before a resume): the note goes to the model and into the log with the prompt."""
-        journal = agent.journal
-        note = journal.untold(agent.turn_number) if journal is not None else None
-        return sent if note is None else f"{note}\n\n{sent}"
 
     async def undo(self, turns: int) -> list[str]:
         """``/undo`` (1) and ``/rewind N``: revert the files of the last ``turns`` turns that changed files,
@@ -552,7 +554,7 @@ class Session:
         lines: list[str] = []
         chosen = available[:turns]
         for turn in chosen:
-            report = await journal.undo_turn(turn, agent.turn_number + 1, self._files, anyio.to_thread.run_sync)
+            report = await journal.undo_turn(turn, self._files, anyio.to_thread.run_sync)
             lines.append(f"undo turn {turn}:")
             lines += [f"  {line}" for line in report.lines]
         if len(chosen) < turns:

@@ -44,7 +44,7 @@ class Turns:
         return await run_tool_call(self.registry, ToolCall("c", name, json.dumps(args)), ctx)
 
     async def undo(self, turn: int, files: Buffers | None = None) -> list[str]:
-        report = await self.journal.undo_turn(turn, self.turn + 1, files, anyio.to_thread.run_sync)
+        report = await self.journal.undo_turn(turn, files, anyio.to_thread.run_sync)
         return report.lines
 
 
@@ -171,7 +171,7 @@ def test_any_bytes_come_back_exactly(tmp_path_factory: pytest.TempPathFactory, d
         journal.record(1, base / name, base, data, b"dsh wrote this")
 
     async def undo() -> list[str]:
-        return (await journal.undo_turn(1, 2, None, anyio.to_thread.run_sync)).lines
+        return (await journal.undo_turn(1, None, anyio.to_thread.run_sync)).lines
 
     lines = anyio.run(undo)
     assert all(line.startswith("reverted ") for line in lines)
@@ -185,7 +185,7 @@ _VALUE = st.one_of(st.none(), st.booleans(), st.integers(-5, 5), st.text(max_siz
 @settings(max_examples=150, deadline=None)
 @given(records=st.lists(st.fixed_dictionaries({}, optional={
     key: _VALUE for key in ("type", "seq", "turn", "root", "path", "before", "before_size", "after", "after_size",
-                            "via", "turns", "next_turn", "reverted", "kept")}), max_size=8),
+                            "via", "turns", "undos", "reverted", "kept")}), max_size=8),
        garbage=st.binary(max_size=40))
 def test_a_hostile_journal_loads_and_undoes_nothing_outside(tmp_path_factory: pytest.TempPathFactory,
                                                            records: list[dict[str, Any]], garbage: bytes) -> None:
@@ -199,10 +199,9 @@ def test_a_hostile_journal_loads_and_undoes_nothing_outside(tmp_path_factory: py
 
     async def undo_all() -> None:
         for turn in journal.undoable_turns():
-            await journal.undo_turn(turn, 99, None, anyio.to_thread.run_sync)
+            await journal.undo_turn(turn, None, anyio.to_thread.run_sync)
 
     anyio.run(undo_all)
-    for turn in range(-1, 100, 7):
-        journal.untold(turn)
+    journal.untold()
     journal.dropped_turns()
     assert sorted(path.name for path in base.iterdir()) == ["s.journal"]

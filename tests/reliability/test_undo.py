@@ -71,6 +71,18 @@ def test_undo_restores_the_bytes_removes_a_created_file_and_tells_the_model(tmp_
     assert list((_journal(home) / "blobs").iterdir()) == []  # undone: its before-images are no longer kept
 
 
+def test_a_turn_that_fails_before_any_answer_does_not_use_up_the_note(tmp_path: Path, server: FaultServer) -> None:
+    """Its prompt is withdrawn from the conversation, note and all; the next prompt carries the note again."""
+    home = _home(tmp_path, server)
+    server.push(_call("read_file", path="notes.txt"), _call("write_file", path="notes.txt", content="edited\n"),
+                "text", "reset_before_headers", "text", "text")
+    run = run_dsh(home, ["--allow-edits"], ["change it", "/undo", "first try", "second try", "third"], label="told")
+    assert run.returncode == 0, run.stderr
+    prompts = [request.json["messages"][-1]["content"] for request in server.requests[-3:]]
+    note = f"[the user undid file changes with /undo, back to before turn 1: notes.txt. {NOTE_END}\n\n"
+    assert prompts == [note + "first try", note + "second try", "third"]
+
+
 def test_rewind_2_undoes_the_last_two_turns_that_changed_files(tmp_path: Path, server: FaultServer) -> None:
     home = _home(tmp_path, server)
     work = home.workspace
