@@ -27,9 +27,7 @@ append). A change journaled whose write never happened is harmless: its file is 
 undo says it is unchanged. Bounded: when the blobs pass :data:`DEFAULT_CAP` bytes, the oldest turns are
 dropped (never the running one), and ``/undo`` says which turns can no longer be undone.
 
-Restoring walks to the file's directory from ``/`` following no symlink
-(:func:`dsh.agent_loop.safe_open.open_parent`) and never opens a symlink in the file's place: a link
-swapped in after dsh wrote the file is named and left alone.
+Putting the files back is ``dsh.agent_loop.undo``'s job; this module keeps the record.
 """
 
 from __future__ import annotations
@@ -42,24 +40,24 @@ import os
 import secrets
 import shutil
 import stat
-from collections.abc import Awaitable, Callable, Iterable
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from pathlib import Path
-from typing import Any, Protocol
+from typing import Any
 
-from dsh.agent_loop.safe_open import DirectoryChanged, file_kind, open_parent, open_regular_fd
+from dsh.agent_loop.safe_open import open_regular_fd
 from dsh.llm import ErrorCode, HarnessError
 
 __all__ = [
     "DEFAULT_CAP",
     "JOURNAL_KEY",
     "JOURNAL_SUFFIX",
+    "Change",
     "Journal",
     "JournalError",
-    "TextAccess",
-    "UndoReport",
+    "digest",
     "journal_dir",
     "remove_journal",
+    "shown_path",
 ]
 
 DEFAULT_CAP = 64 << 20  # bytes of before-images kept per session; older turns are dropped past it
@@ -75,14 +73,6 @@ class JournalError(HarnessError):
 
     def __init__(self, message: str, cause: BaseException | None = None) -> None:
         super().__init__(message, ErrorCode.SESSION_LOG, cause=cause)
-
-
-class TextAccess(Protocol):
-    """An editor's buffers (``dsh.agent_loop.tools.file_access.FileAccess``), as the undo needs them."""
-
-    def read_text(self, path: Path) -> Awaitable[str]: ...
-
-    def write_text(self, path: Path, text: str) -> Awaitable[None]: ...
 
 
 def journal_dir(log_path: Path) -> Path:
@@ -103,7 +93,7 @@ def _is_hash(value: object) -> bool:
 
 
 @dataclass(frozen=True, slots=True)
-class _Change:
+class Change:
     seq: int
     turn: int
     root: str
@@ -119,21 +109,11 @@ class _Change:
         return Path(self.root) / self.path
 
 
-@dataclass(slots=True)
-class UndoReport:
-    """What one turn's undo did: the lines to show, and the files for the model's note."""
-
-    turn: int
-    lines: list[str] = field(default_factory=list)
-    reverted: list[str] = field(default_factory=list)
-    kept: list[str] = field(default_factory=list)
-
-
 def _dumps(record: dict[str, Any]) -> bytes:
     return (json.dumps(record, ensure_ascii=False, separators=(",", ":")) + "\n").encode("utf-8", "backslashreplace")
 
 
-def _shown(path: str) -> str:
+def shown_path(path: str) -> str:
     return path.replace("\n", "\u240a").replace("\r", "\u240d")  # a name cannot start a forged line
 
 
@@ -145,7 +125,7 @@ class Journal:
         self.cap = DEFAULT_CAP if cap is None else cap
         self._loaded = False
         self._fd: int | None = None
-        self._changes: dict[int, _Change] = {}  # seq -> change, withdrawn ones removed
+        self._changes: dict[int, Change] = {}  # seq -> change, withdrawn ones removed
         self._undone: set[int] = set()  # turns undone
         self._dropped: set[int] = set()  # turns past the cap
         self._undo_records: list[dict[str, Any]] = []  # each undo record, in order
@@ -201,7 +181,7 @@ class Journal:
                     and isinstance(record.get("path"), str)):
                 return  # not a record this module wrote: ignored, as an unreadable line is
             before_size = record.get("before_size")
-            self._changes[seq] = _Change(seq, turn, record["root"], record["path"], before,
+            self._changes[seq] = Change(seq, turn, record["root"], record["path"], before,
                                          before_size if isinstance(before_size, int) else None, after, size,
                                          "editor" if record.get("via") == "editor" else "disk")
             self._next_seq = max(self._next_seq, seq + 1)
@@ -371,7 +351,7 @@ class Journal:
             with contextlib.suppress(JournalError):  # worst case, the note is sent once more
                 self._append({"type": "told", "undos": undos})
 
-    def changes(self, turn: int) -> list[_Change]:
+    def changes(self, turn: int) -> list[Change]:
         self._load()
         return [c for c in sorted(self._changes.values(), key=lambda c: c.seq) if c.turn == turn]
 
@@ -388,159 +368,14 @@ class Journal:
             os.close(fd)
         return data if digest(data) == name else None
 
-    # --- undoing ------------------------------------------------------------------------------
-
-    async def undo_turn(self, turn: int, files: TextAccess | None,
-                        run_sync: Callable[..., Awaitable[Any]]) -> UndoReport:
-        """Revert turn ``turn``'s files (the earliest before-image of each), unless changed since; record it.
-
-        ``run_sync(function, *args)`` runs blocking I/O off the event loop (anyio's ``to_thread.run_sync``).
-        ``files`` (an editor's) takes back what went through it, for files inside the tree.
-        """
-        report = UndoReport(turn)
-        for first, last in _per_file(self.changes(turn)):
-            shown = _shown(last.path)
-            before = None if first.before is None else await run_sync(self.blob, first.before)
-            if first.before is not None and before is None:
-                report.lines.append(f"{shown}: its before-image is missing from the journal; not reverted")
-                report.kept.append(last.path)
-                continue
-            if last.via == "editor" and files is not None and last.root != "/":
-                line = await _undo_through(files, last, first, before, shown)
-            else:
-                line = await run_sync(_undo_on_disk, last, first, before, shown)
-            report.lines.append(line)
-            (report.kept if line.endswith("not reverted") or line.endswith("not restored") or
-             line.endswith("not removed") else report.reverted).append(last.path)
-        await run_sync(self._append, {"type": "undo", "turn": turn, "reverted": report.reverted,
-                                      "kept": report.kept})
-        await run_sync(self._collect)
-        return report
+    def record_undo(self, turn: int, reverted: list[str], kept: list[str]) -> None:
+        """Turn ``turn`` is undone (``kept``: the files left as they were); its before-images are deleted."""
+        self._append({"type": "undo", "turn": turn, "reverted": reverted, "kept": kept})
+        self._collect()
 
 
 def _paths(value: object) -> list[str]:
-    return [_shown(path) for path in value if isinstance(path, str)] if isinstance(value, list) else []
-
-
-def _per_file(changes: Iterable[_Change]) -> list[tuple[_Change, _Change]]:
-    """(first, last) change of each file, in the order the files were first changed."""
-    files: dict[Path, list[_Change]] = {}
-    for change in changes:
-        files.setdefault(change.target, []).append(change)
-    return [(found[0], found[-1]) for found in files.values()]
-
-
-def _differs(last: _Change, size: int | None) -> str:
-    if size is None:
-        return "deleted"
-    if size == last.after_size:
-        return f"changed since dsh wrote it (same size, {size} bytes, different content)"
-    return f"changed since dsh wrote it (size {last.after_size} -> {size} bytes)"
-
-
-def _undo_on_disk(last: _Change, first: _Change, before: bytes | None, shown: str) -> str:
-    """Put ``first``'s before-image back in place of what ``last`` wrote, if the file is still that."""
-    target = last.target
-    try:
-        directory = open_parent(target, create=False)
-    except DirectoryChanged as exc:
-        what = "a symlink" if exc.symlink else "not a directory"
-        root = Path(last.root)
-        where = exc.path.relative_to(root) if exc.path.is_relative_to(root) and last.root != "/" else exc.path
-        return f"{shown}: {_shown(str(where))} is {what} now; not reverted"
-    except FileNotFoundError:
-        if before is None:
-            return f"reverted {shown} (already gone)"
-        return f"{shown} was deleted since dsh wrote it; not restored"
-    except OSError as exc:
-        return f"{shown}: cannot reach it ({os.strerror(exc.errno or 0)}); not reverted"
-    try:
-        return _undo_in(directory, target.name, last, before, shown)
-    except OSError as exc:
-        return f"{shown}: cannot write it ({os.strerror(exc.errno or 0)}); not reverted"
-    finally:
-        os.close(directory)
-
-
-def _undo_in(directory: int, name: str, last: _Change, before: bytes | None, shown: str) -> str:
-    try:
-        info = os.stat(name, dir_fd=directory, follow_symlinks=False)
-    except FileNotFoundError:
-        if before is None:
-            return f"reverted {shown} (already gone)"
-        return f"{shown} was deleted since dsh wrote it; not restored"
-    if stat.S_ISLNK(info.st_mode):
-        return f"{shown} is a symlink now; not reverted"
-    if not stat.S_ISREG(info.st_mode):
-        return f"{shown} is {file_kind(info.st_mode)} now; not reverted"
-    current = None
-    if info.st_size == last.after_size or (before is not None and info.st_size == len(before)):
-        current = _read_at(directory, name)
-    if current is not None and before is not None and current == before:
-        return f"reverted {shown} (already as before)"
-    if current is None or digest(current) != last.after:
-        return f"{shown} {_differs(last, info.st_size)}; not reverted"
-    if before is None:
-        os.unlink(name, dir_fd=directory)
-        _fsync_fd_dir(directory)
-        return f"removed {shown} (dsh created it)"
-    _replace(directory, name, before, stat.S_IMODE(info.st_mode))
-    return f"reverted {shown}"
-
-
-def _read_at(directory: int, name: str) -> bytes | None:
-    try:
-        fd = os.open(name, os.O_RDONLY | os.O_NOFOLLOW | os.O_NONBLOCK | os.O_CLOEXEC, dir_fd=directory)
-    except OSError:
-        return None
-    try:
-        if not stat.S_ISREG(os.fstat(fd).st_mode):
-            return None
-        data = b""
-        while chunk := os.read(fd, _READ_CHUNK):
-            data += chunk
-        return data
-    finally:
-        os.close(fd)
-
-
-def _replace(directory: int, name: str, data: bytes, mode: int) -> None:
-    """``data`` written to a temporary file beside ``name`` and renamed over it, all relative to ``directory``."""
-    flags = os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_CLOEXEC | os.O_NOFOLLOW
-    temp = f".{name[:200]}.dsh-{secrets.token_hex(4)}.tmp"
-    fd = os.open(temp, flags, 0o600, dir_fd=directory)
-    try:
-        with os.fdopen(fd, "wb") as out:
-            os.fchmod(out.fileno(), mode)
-            out.write(data)
-            out.flush()
-            os.fsync(out.fileno())
-        os.rename(temp, name, src_dir_fd=directory, dst_dir_fd=directory)
-    except BaseException:
-        with contextlib.suppress(OSError):
-            os.unlink(temp, dir_fd=directory)
-        raise
-    _fsync_fd_dir(directory)
-
-
-async def _undo_through(files: TextAccess, last: _Change, first: _Change, before: bytes | None, shown: str) -> str:
-    """:func:`_undo_on_disk` for a change made through an editor's buffer (``dsh acp``)."""
-    try:
-        text: str | None = await files.read_text(last.target)
-    except FileNotFoundError:
-        text = None
-    current = None if text is None else text.encode("utf-8", "surrogatepass")
-    if current is not None and before is not None and current == before:
-        return f"reverted {shown} (already as before)"
-    if current is None:
-        return f"reverted {shown} (already gone)" if before is None else (
-            f"{shown} was deleted since dsh wrote it; not restored")
-    if digest(current) != last.after:
-        return f"{shown} {_differs(last, len(current))}; not reverted"
-    if before is None:
-        return f"{shown} was created through the editor, which dsh cannot delete files through; not removed"
-    await files.write_text(last.target, before.decode("utf-8", "surrogatepass"))
-    return f"reverted {shown}"
+    return [shown_path(path) for path in value if isinstance(path, str)] if isinstance(value, list) else []
 
 
 # --- files ------------------------------------------------------------------------------------
@@ -560,16 +395,6 @@ def _fsync_dir(path: Path) -> None:
             os.fsync(fd)
         finally:
             os.close(fd)
-
-
-def _fsync_fd_dir(directory: int) -> None:
-    with contextlib.suppress(OSError):
-        fd = os.open(".", os.O_RDONLY | os.O_DIRECTORY | os.O_CLOEXEC, dir_fd=directory)  # O_PATH cannot fsync
-        try:
-            os.fsync(fd)
-        finally:
-            os.close(fd)
-
 
 def remove_journal(log_path: Path) -> None:
     """Delete the journal of the log at ``log_path`` (``dsh sessions rm``), never following a symlink."""

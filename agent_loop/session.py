@@ -540,6 +540,8 @@ class Session:
             raise HarnessError("cannot undo while a turn is running", ErrorCode.TURN_BUSY)
         import anyio.to_thread  # with the agent's modules, behind the first prompt
 
+        from dsh.agent_loop.undo import undo_turn
+
         agent = self.ensure_agent()
         journal = agent.journal
         if journal is None:
@@ -554,7 +556,7 @@ class Session:
         lines: list[str] = []
         chosen = available[:turns]
         for turn in chosen:
-            report = await journal.undo_turn(turn, self._files, anyio.to_thread.run_sync)
+            report = await undo_turn(journal, turn, self._files, anyio.to_thread.run_sync)
             lines.append(f"undo turn {turn}:")
             lines += [f"  {line}" for line in report.lines]
         if len(chosen) < turns:

@@ -1,5 +1,6 @@
-"""The undo journal (agent_loop/journal.py) under the real edit tools: its cap, an editor's buffers, a write
-journaled but never made, a torn line, a journal that cannot be written, before-images stored once.
+"""The undo journal (agent_loop/journal.py) and the undo (agent_loop/undo.py) under the real edit tools: the
+cap, an editor's buffers, a write journaled but never made, a torn line, a journal that cannot be written,
+before-images stored once, hostile journal lines.
 
 The real dsh drives ``/undo`` in tests/reliability/test_undo.py; here the tools run in-process with the
 journal in their session state, as the agent puts it there."""
@@ -18,6 +19,7 @@ from hypothesis import strategies as st
 
 from dsh.agent_loop.journal import JOURNAL_KEY, Journal
 from dsh.agent_loop.tools import ToolContext, ToolOutput, default_tools, run_tool_call
+from dsh.agent_loop.undo import undo_turn
 from dsh.llm import ToolCall
 from tests.agent_loop.test_file_access import Buffers
 
@@ -44,7 +46,7 @@ class Turns:
         return await run_tool_call(self.registry, ToolCall("c", name, json.dumps(args)), ctx)
 
     async def undo(self, turn: int, files: Buffers | None = None) -> list[str]:
-        report = await self.journal.undo_turn(turn, files, anyio.to_thread.run_sync)
+        report = await undo_turn(self.journal, turn, files, anyio.to_thread.run_sync)
         return report.lines
 
 
@@ -171,7 +173,7 @@ def test_any_bytes_come_back_exactly(tmp_path_factory: pytest.TempPathFactory, d
         journal.record(1, base / name, base, data, b"dsh wrote this")
 
     async def undo() -> list[str]:
-        return (await journal.undo_turn(1, None, anyio.to_thread.run_sync)).lines
+        return (await undo_turn(journal, 1, None, anyio.to_thread.run_sync)).lines
 
     lines = anyio.run(undo)
     assert all(line.startswith("reverted ") for line in lines)
@@ -199,7 +201,7 @@ def test_a_hostile_journal_loads_and_undoes_nothing_outside(tmp_path_factory: py
 
     async def undo_all() -> None:
         for turn in journal.undoable_turns():
-            await journal.undo_turn(turn, None, anyio.to_thread.run_sync)
+            await undo_turn(journal, turn, None, anyio.to_thread.run_sync)
 
     anyio.run(undo_all)
     journal.untold()
