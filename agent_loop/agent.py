@@ -51,6 +51,7 @@ from dsh.agent_loop.events import (
 )
 from dsh.agent_loop.gc_pause import gc_paused
 from dsh.agent_loop.guard import PromptGuard
+from dsh.agent_loop.journal import JOURNAL_KEY, Journal, journal_dir
 from dsh.agent_loop.permissions import Mode, Permissions
 from dsh.agent_loop.reasons import (
     Aborted,
@@ -573,6 +574,7 @@ class Agent:
         self.cwd = Path(cwd) if cwd is not None else Path.cwd()
         self.last_failure: BaseException | None = None
         self.session_state: dict[str, Any] = {}
+        self._journal: Journal | None = None  # the session log's undo journal, opened on first need
         # A tuple, replaced on (un)subscribe: delivery iterates a snapshot without copying per event.
         self._subscribers: tuple[Callable[[Event], None], ...] = ()
         self._running = False
@@ -798,6 +800,18 @@ class Agent:
                     announce(exc, code, retries, delay, limit)
                 await anyio.sleep(delay)
 
+    @property
+    def journal(self) -> Journal | None:
+        """The undo journal beside the session log (agent_loop/journal.py); None without a log."""
+        if self.session is None:
+            return None
+        directory = journal_dir(self.session.path)
+        if self._journal is None or self._journal.directory != directory:
+            if self._journal is not None:
+                self._journal.close()
+            self._journal = Journal(directory)
+        return self._journal
+
     def new_session(self) -> None:
         """``/new``: a fresh conversation, approvals and turn numbers, and a new log in the same root."""
         if self._running:
@@ -820,6 +834,8 @@ class Agent:
                 with anyio.CancelScope(shield=True):
                     await self._idle.wait()
         self._closed = True
+        if self._journal is not None:
+            self._journal.close()
         if self.session is not None:
             self.session.close()
 
@@ -960,6 +976,9 @@ class Agent:
         mode = self.permissions.mode if self.permissions is not None else Mode.DEFAULT
         self._publish(TurnStart(state.turn, logged_prompt, source=source,
                                 mode=None if mode is Mode.DEFAULT else str(mode)))
+        journal = self.journal  # the log exists now (a lazy one is written by turn/start)
+        if journal is not None:
+            self.session_state[JOURNAL_KEY] = journal  # the edit tools journal before-images there
         if guarded:
             rejection = await self.guard.check(prompt, self.cwd)
             if rejection is not None:

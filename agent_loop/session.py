@@ -527,17 +527,59 @@ class Session:
         await self.open_mcp()
         await self.sync_mcp_tools()
         self.last_prompt = prompt
+        sent = prompt if sent is None else sent
+        # Undos the model has not heard of (since the last turn, or before a resume): a note before the prompt,
+        # in the log with it. Told once a prompt carrying it stays in the conversation (a turn that failed
+        # before any answer withdraws its prompt: the next one carries the note again).
+        journal = agent.journal
+        note, undos = journal.untold() if journal is not None else (None, 0)
+        if note is not None:
+            sent = f"{note}\n\n{sent}"
         async with self._running(scope):
             try:
-                end = await agent.run_turn(prompt if sent is None else sent)
+                end = await agent.run_turn(sent)
             except Exception as exc:  # the loop promises not to raise; if it does, still say why
                 end = failure_from_exception(exc, 0, self.secrets)
                 self.last_failure = exc
                 self._publish(TurnEnd(agent.turn_number, end))
             else:
                 self._note_failure(end, agent)
+        if journal is not None and note is not None and any(
+                message.role == "user" and message.content.startswith(note) for message in agent.messages):
+            journal.told(undos)
         self.last_reason = end
         return end
+
+    async def undo(self, turns: int) -> list[str]:
+        """``/undo`` (1) and ``/rewind N``: revert the files of the last ``turns`` turns that changed files,
+        newest first; the lines that say what happened (agent_loop/journal.py, docs/safety.md)."""
+        if self.turn_running:
+            raise HarnessError("cannot undo while a turn is running", ErrorCode.TURN_BUSY)
+        import anyio.to_thread  # with the agent's modules, behind the first prompt
+
+        from dsh.agent_loop.undo import undo_turn
+
+        agent = self.ensure_agent()
+        journal = agent.journal
+        if journal is None:
+            return ["nothing to undo: this session keeps no log, so no journal of its edits"]
+        available = await anyio.to_thread.run_sync(journal.undoable_turns)
+        dropped = journal.dropped_turns()
+        past_cap = (f"; turn{'s' if len(dropped) != 1 else ''} {_turn_list(dropped)} changed files but "
+                    f"{'are' if len(dropped) != 1 else 'is'} past the journal's cap, so "
+                    f"{'their' if len(dropped) != 1 else 'its'} changes cannot be undone") if dropped else ""
+        if not available:
+            return [f"nothing to undo: no turn of this session has file changes left to undo{past_cap}"]
+        lines: list[str] = []
+        chosen = available[:turns]
+        for turn in chosen:
+            report = await undo_turn(journal, turn, self._files, anyio.to_thread.run_sync)
+            lines.append(f"undo turn {turn}:")
+            lines += [f"  {line}" for line in report.lines]
+        if len(chosen) < turns:
+            lines.append(f"only {len(chosen)} turn{'s' if len(chosen) != 1 else ''} had file changes left to undo"
+                         + past_cap)
+        return lines
 
     def _note_failure(self, end: EndReason, agent: Agent) -> None:
         if isinstance(end, Failed):
@@ -574,6 +616,13 @@ class Session:
             self._note_failure(end, agent)
             self.last_reason = end
         return end
+
+
+def _turn_list(turns: list[int]) -> str:
+    """``3``, ``1-4``, ``1, 3``: the turns as a short phrase."""
+    if len(turns) > 1 and turns == list(range(turns[0], turns[-1] + 1)):
+        return f"{turns[0]}-{turns[-1]}"
+    return ", ".join(map(str, turns))
 
 
 def _reason_error(reason: Failed) -> BaseException:

@@ -52,6 +52,7 @@ from dsh.agent_loop.events import (
     to_wire,
 )
 from dsh.agent_loop.gc_pause import gc_paused
+from dsh.agent_loop.journal import remove_journal
 from dsh.agent_loop.project import project_root
 from dsh.agent_loop.reasons import Interrupted
 from dsh.agent_loop.safe_open import NotRegularFile, open_regular_fd
@@ -923,7 +924,8 @@ def session_in_use(path: Path) -> bool:
 
 
 def remove_session(id_or_path: str | os.PathLike[str], root: str | os.PathLike[str] | None = None) -> Path:
-    """Delete a session log; refused (``SESSION_LOCKED``) while a dsh process has it open."""
+    """Delete a session log and its undo journal (agent_loop/journal.py); refused (``SESSION_LOCKED``) while a
+    dsh process has it open."""
     path = resolve_session(id_or_path, root)
     fd, _ = _open_regular(path, os.O_RDONLY)
     try:
@@ -933,6 +935,7 @@ def remove_session(id_or_path: str | os.PathLike[str], root: str | os.PathLike[s
             path.unlink()
         except OSError as exc:
             raise _log_error(f"cannot remove session log {path}", exc)
+        remove_journal(path)  # still under the lock: nobody is writing it
     finally:
         os.close(fd)
     _fsync_dir(path.parent)

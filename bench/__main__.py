@@ -79,6 +79,8 @@ BENCHMARKS: tuple[Benchmark, ...] = (
     Benchmark("mcp_first_prompt", (("mcp_first_prompt_ms", "ms", ("<", 30.0)),), "bench.mcp", "mcp_first_prompt"),
     Benchmark("sandbox", (("sandbox_cost_ms", "ms", None), ("sandbox_vs_bare", "x", None)), "bench.sandbox",
               "sandbox_cost"),
+    Benchmark("undo", (("undo_journal_vs_bare", "x", None), ("undo_journal_cost_ms", "ms", None)), "bench.undo",
+              "undo_journal_cost"),
 )
 
 

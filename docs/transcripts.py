@@ -1135,6 +1135,39 @@ def modes_table(lab: Lab) -> str:
     for index, row in enumerate(_MODE_ROWS):
         lines.append(f"| {row} | " + " | ".join(columns[mode][index] for mode in modes) + " |")
     return "\n".join(lines) + "\n"
+# --- undo (docs/safety.md) -------------------------------------------------------------------------------
+
+UNDO_SHELL = "echo 'and buy bread' >> notes.txt"
+
+
+def undo_run(lab: Lab) -> str:
+    """One turn edits two files and creates one; the user changes one of them; ``/undo`` after a resume."""
+    from dsh.llm.loopback.fault_server import Behaviour, FaultServer
+
+    def call(name: str, **arguments: str) -> Behaviour:
+        return Behaviour("tool_call", name=name, arguments=json.dumps(arguments), reasoning="")
+
+    def job() -> str:
+        with FaultServer() as server:
+            home = lab.home(f'base_url = "{server.url}"\n')
+            work = home / "project"
+            (work / "todo.txt").write_text("write the report\n", encoding="utf-8")
+            server.push(call("read_file", path="notes.txt"),
+                        call("edit_file", path="notes.txt", old_string="milk", new_string="oat milk"),
+                        call("read_file", path="todo.txt"), call("write_file", path="todo.txt", content="done\n"),
+                        call("write_file", path="src/plan.md", content="# Plan\n"),
+                        Behaviour("text", text="Edited notes.txt and todo.txt; added src/plan.md."))
+            key = {"DEEPSEEK_API_KEY": "any"}
+            edit = lab.dsh(["--allow-edits", "-p", "tidy up"], home=home, env=key)
+            subprocess.run(["sh", "-c", UNDO_SHELL], cwd=work, env=lab.env(home), timeout=TIMEOUT, check=True)
+            undo = lab.dsh(["--resume", "last"], stdin="/undo\n/undo\n", home=home, env=key)
+        after = subprocess.run(["sh", "-c", "cat notes.txt todo.txt; ls src"], cwd=work, capture_output=True,
+                               text=True, env=lab.env(home), timeout=TIMEOUT)
+        parts = [session_text(edit), f"$ {UNDO_SHELL}", session_text(undo, "/undo\n/undo\n"),
+                 "$ cat notes.txt todo.txt; ls src", after.stdout.rstrip("\n")]
+        return fence("\n".join(parts), "console")
+
+    return lab.once("undo-run", job).result()
 
 
 # --- dsh doctor ------------------------------------------------------------------------------------------
@@ -1428,6 +1461,7 @@ GENERATORS: dict[str, Callable[[Lab], str]] = {
     "modes-plan": modes_plan,
     "modes-auto-refusal": modes_auto_refusal,
     "modes": modes_table,
+    "undo-run": undo_run,
     "acpx-turn": _acpx_session(_acpx_turn),
     "acpx-denied": _acpx_session(_acpx_denied),
     "acpx-refused": _acpx_session(_acpx_refused),

@@ -196,6 +196,22 @@ async def _context(shell: Host, arg: str) -> None:
     shell.say("\n".join(lines))
 
 
+@_command("undo", "", "revert the file changes of the last turn that changed files")
+async def _undo(shell: Host, arg: str) -> None:
+    if arg:
+        shell.say("/undo takes no argument; /rewind N undoes the last N turns' file changes")
+        return
+    shell.say("\n".join(await shell.session.undo(1)))
+
+
+@_command("rewind", "N", "revert the file changes of the last N turns that changed files, newest first")
+async def _rewind(shell: Host, arg: str) -> None:
+    if not arg.isdigit() or not 0 < int(arg) <= 1000:
+        shell.say("/rewind needs a number of turns (1-1000), e.g. /rewind 2")
+        return
+    shell.say("\n".join(await shell.session.undo(int(arg))))
+
+
 @_command("compact", "[focus]", "summarize the conversation so far and continue from the summary")
 async def _compact(shell: Host, arg: str) -> None:
     await shell.compact(arg)

@@ -25,6 +25,9 @@ approved, then committed. What makes an edit trustworthy lives here:
   git directory (a hook or git's config can run a program: ``edit_paths.git_area``), is asked every time.
   With no approver (piped and ``-p`` runs) edits are denied unless ``allow_edits`` is set, and even then
   only inside the working tree and outside its git directories.
+- **Undoable.** Once approved, the file's bytes as they were (or that it did not exist) are journaled
+  durably before the write (``dsh.agent_loop.journal``, when the session keeps a log); an edit whose
+  journal cannot be written is not made. ``/undo`` and ``/rewind N`` take the changes back.
 """
 
 from __future__ import annotations
@@ -41,6 +44,7 @@ from typing import Any
 
 import anyio.to_thread
 
+from dsh.agent_loop.journal import JOURNAL_KEY, Journal, JournalError
 from dsh.agent_loop.permissions import Action
 from dsh.agent_loop.safe_open import DirectoryChanged, NotRegularFile, open_parent, open_regular
 from dsh.agent_loop.tools.edit_paths import GitArea, git_area
@@ -132,6 +136,7 @@ class _Plan:
     request: EditRequest
     done: str  # the result text once written
     unchanged: bool = False  # the file already has this text: nothing to approve or write
+    old: bytes | None = None  # the file's bytes as planned from: the undo journal's before-image
 
 
 @dataclass(frozen=True, slots=True)
@@ -141,6 +146,7 @@ class _Current:
     stamp: tuple[int, int]
     mode: int
     owner: tuple[int, int]  # uid, gid
+    data: bytes  # the bytes read (the undo journal's before-image)
 
 
 def _shown(path: Path, root: Path) -> str:
@@ -177,7 +183,7 @@ def _load(target: Path, shown: str) -> _Current | None:
         raise EditRefused(f"Error: {shown} is not valid UTF-8; {_TEXT_ONLY}") from None
     newlines = text.count("\n")
     crlf = newlines > 0 and text.count("\r\n") == newlines
-    return _Current(text, crlf, file_stamp(info), stat.S_IMODE(info.st_mode), (info.st_uid, info.st_gid))
+    return _Current(text, crlf, file_stamp(info), stat.S_IMODE(info.st_mode), (info.st_uid, info.st_gid), data)
 
 
 def _check_fresh(current: _Current, known: tuple[int, int] | None, shown: str) -> None:
@@ -274,7 +280,7 @@ def _plan(tool: str, target: Path, root: Path, known: tuple[int, int] | None, ch
     if current is None:
         return _Plan(target, root, shown, None, None, None, data, request, done)
     return _Plan(target, root, shown, current.stamp, current.mode, current.owner, data, request, done,
-                 unchanged=after == before)
+                 unchanged=after == before, old=current.data)
 
 
 def _changed_on_disk(plan: _Plan) -> EditRefused:
@@ -296,6 +302,37 @@ def _commit(plan: _Plan) -> tuple[int, int]:
         return _replace(plan, directory)
     finally:
         os.close(directory)
+
+
+def _journal(ctx: ToolContext) -> Journal | None:
+    """The session's undo journal (the agent puts it there when the session keeps a log), else None."""
+    journal = ctx.session_state.get(JOURNAL_KEY)
+    return journal if isinstance(journal, Journal) else None
+
+
+def _record(journal: Journal | None, turn: int, target: Path, root: Path, shown: str, before: bytes | None,
+            after: bytes, via: str) -> int | None:
+    """Journal the before-image durably (docs/safety.md, "Undo and rewind"); EditRefused when that fails:
+    an edit that could not be undone is not made."""
+    if journal is None:
+        return None
+    try:
+        return journal.record(turn, target, root, before, after, via)
+    except JournalError as exc:
+        cause = exc.__cause__
+        why = f" ({os.strerror(cause.errno)})" if isinstance(cause, OSError) and cause.errno else ""
+        raise EditRefused(f"Error: {shown} was not written: its undo journal cannot be written{why}") from None
+
+
+def _commit_journaled(plan: _Plan, journal: Journal | None, turn: int) -> tuple[int, int]:
+    """:func:`_commit`, the before-image journaled first; a write refused after that is withdrawn."""
+    seq = _record(journal, turn, plan.target, plan.root, plan.shown, plan.old, plan.data, "disk")
+    try:
+        return _commit(plan)
+    except EditRefused:
+        if journal is not None and seq is not None:
+            journal.withdraw(seq)
+        raise
 
 
 def _replace(plan: _Plan, directory: int) -> tuple[int, int]:
@@ -400,7 +437,7 @@ async def _run(tool: str, ctx: ToolContext, raw_path: object, change: Change, ap
         return refusal
     try:
         # Not abandoned: a write that has begun finishes (or is undone) before the turn ends.
-        stamps[str(target)] = await anyio.to_thread.run_sync(_commit, plan)
+        stamps[str(target)] = await anyio.to_thread.run_sync(_commit_journaled, plan, _journal(ctx), ctx.turn)
     except EditRefused as exc:
         stamps.pop(str(target), None)
         return ToolOutput(str(exc), is_error=True)
@@ -455,7 +492,20 @@ async def _run_through(files: FileAccess, tool: str, ctx: ToolContext, target: P
     text = after.replace("\n", "\r\n") if crlf else after
     if current is not None and current.startswith(_BOM) and not text.startswith(_BOM):
         text = _BOM + text
-    await files.write_text(target, text)
+    journal = _journal(ctx)
+    try:  # the editor's text as it gave it is the before-image
+        seq = await anyio.to_thread.run_sync(
+            _record, journal, ctx.turn, target, root, shown,
+            None if current is None else current.encode("utf-8", "surrogatepass"),
+            text.encode("utf-8", "surrogatepass"), "editor")
+    except EditRefused as exc:
+        return ToolOutput(str(exc), is_error=True)
+    try:
+        await files.write_text(target, text)
+    except BaseException:
+        if journal is not None and seq is not None:
+            journal.withdraw(seq)  # one short line; no await, so a cancel cannot skip it
+        raise
     stamps[str(target)] = text_stamp(text)
     return ToolOutput(done.replace("{counts}", f"+{added} -{removed}").replace("{shown}", shown))
 

@@ -175,3 +175,34 @@ def test_ctrl_c_at_the_edit_question_cancels_the_turn_and_leaves_the_file(work: 
         dsh.expect_exact("[turn aborted] cancelled\r\n")
         dsh.prompt()
     assert not (work / "new.txt").exists()
+
+
+def test_an_approved_edit_is_undone_in_the_terminal(work: Path, spawn) -> None:  # noqa: F811
+    """The interactive app: ``y`` writes the edit, ``/undo`` takes it back (docs/safety.md, "Undo and rewind")."""
+    notes = work / "notes.txt"
+    script = [
+        _call("r1", "read_file", path="notes.txt"),
+        _call("e1", "edit_file", path="notes.txt", old_string="milk", new_string="oat milk"),
+        Behaviour("text", text="first done\n"),
+    ]
+    with FaultServer(script=script, default=Behaviour("text", text="noted\n")) as server:
+        dsh: Dsh = spawn(cwd=work, DEEPSEEK_API_KEY=KEY, DEEPSEEK_BASE_URL=server.url)
+        dsh.prompt()
+        dsh.send("buy oat milk")
+        dsh.wait_screen("  [approve] edit_file notes.txt (+1 -1)  (y / n / a)")
+        dsh.child.send("y")
+        dsh.expect_exact("first done\r\n")
+        assert notes.read_text() == "remember the oat milk\n"
+        dsh.prompt()
+        dsh.send("/undo")
+        dsh.expect_exact("undo turn 1:\r\n")  # each line is written on its own (a wrap-mode reset before it)
+        dsh.expect_exact("  reverted notes.txt\r\n")
+        assert notes.read_text() == "remember the milk\n"
+        dsh.prompt()
+        dsh.send("/undo")
+        dsh.expect_exact("nothing to undo: no turn of this session has file changes left to undo\r\n")
+        dsh.prompt()
+        dsh.send("what now?")
+        dsh.expect_exact("noted\r\n")
+    assert server.requests[-1].json["messages"][-1]["content"].startswith(
+        "[the user undid file changes with /undo, back to before turn 1: notes.txt. ")

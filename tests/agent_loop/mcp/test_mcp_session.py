@@ -14,8 +14,8 @@ import pytest
 from dsh.agent_loop.mcp import McpServerFailure
 from dsh.agent_loop.session import Session
 from dsh.llm.loopback.fault_server import Behaviour, FaultServer
-from dsh.repl.config import Config
 from fixtures.mcp_servers import HttpServer
+from tests.agent_loop.session_configs import StubConfig
 from tests.canaries import API_KEY, CHILD_ENV
 
 pytestmark = [pytest.mark.anyio, pytest.mark.usefixtures("no_leftover_processes")]
@@ -31,7 +31,7 @@ async def test_a_secret_a_server_echoes_is_masked_everywhere(
     caplog.set_level(logging.WARNING, logger="dsh.mcp")
     web = http_server("echo-env-secret", secret_env=VARIABLE)
     table = {"url": web.url, "headers": {"X-Token": f"${{{VARIABLE}}}"}, "approve": "auto"}
-    config = Config(base_url=server.url, api_key=API_KEY, model="deepseek-chat", mcp_servers={"sec": table})
+    config = StubConfig(base_url=server.url, api_key=API_KEY, mcp_servers={"sec": table})
     assert CHILD_ENV not in config.secrets  # the session's own secrets do not know it
     session = Session(config, sessions_root=tmp_path / "sessions", env={VARIABLE: CHILD_ENV})
     await session.start()
