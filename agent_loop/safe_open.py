@@ -14,7 +14,8 @@ the session logs. What each open guarantees:
   own tools would.
 - **Bounded.** :func:`read_regular` reads at most the bytes asked for.
 - **Where it was approved.** :func:`open_parent` walks to a directory from ``/`` following no symlink, so
-  an edit writes into the directory the user approved or not at all.
+  an edit writes into the directory the user approved or not at all; :func:`replace_in` then replaces a file
+  there whole (a temporary file beside it, fsynced, renamed over it), as an edit and an undo both do.
 """
 
 from __future__ import annotations
@@ -22,6 +23,7 @@ from __future__ import annotations
 import contextlib
 import errno
 import os
+import secrets
 import stat
 from pathlib import Path
 from typing import BinaryIO
@@ -34,6 +36,8 @@ __all__ = [
     "open_regular",
     "open_regular_fd",
     "read_regular",
+    "replace_in",
+    "sync_directory",
 ]
 
 _KINDS = (
@@ -177,3 +181,48 @@ def open_parent(target: Path, *, create: bool) -> int:
         os.close(current)
         raise
     return current
+
+
+def replace_in(directory: int, name: str, data: bytes, *, mode: int | None = None,
+               owner: tuple[int, int] | None = None) -> None:
+    """``name`` in ``directory`` replaced by ``data`` at once: written to a new temporary file beside it (same file
+    system, so the rename is atomic), fsynced, renamed over it, the directory fsynced. ``mode`` and ``owner`` are
+    the replaced file's (else 0666 minus the umask, and ours); a crash leaves the old file or the new one."""
+    temp, fd = _temp_file(directory, name)
+    try:
+        with os.fdopen(fd, "wb") as out:
+            if owner is not None and owner != (os.getuid(), os.getgid()):
+                with contextlib.suppress(OSError):  # only root may give a file away: keep what we can
+                    os.fchown(out.fileno(), *owner)
+            if mode is not None:
+                os.fchmod(out.fileno(), mode)  # the file's own mode, not the umask's (after chown)
+            out.write(data)
+            out.flush()
+            os.fsync(out.fileno())
+        os.rename(temp, name, src_dir_fd=directory, dst_dir_fd=directory)
+    except BaseException:
+        with contextlib.suppress(OSError):
+            os.unlink(temp, dir_fd=directory)
+        raise
+    sync_directory(directory)
+
+
+def _temp_file(directory: int, name: str) -> tuple[str, int]:
+    flags = os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_CLOEXEC | os.O_NOFOLLOW
+    for _ in range(100):
+        temp = f".{name[:200]}.dsh-{secrets.token_hex(4)}.tmp"
+        try:
+            return temp, os.open(temp, flags, 0o666, dir_fd=directory)
+        except FileExistsError:
+            continue
+    raise FileExistsError("no free temporary name beside the file")
+
+
+def sync_directory(directory: int) -> None:
+    """A rename or an unlink in ``directory`` made durable (best effort: some file systems refuse)."""
+    with contextlib.suppress(OSError):
+        fd = os.open(".", os.O_RDONLY | os.O_DIRECTORY | os.O_CLOEXEC, dir_fd=directory)  # O_PATH cannot fsync
+        try:
+            os.fsync(fd)
+        finally:
+            os.close(fd)

@@ -14,9 +14,7 @@ the editor's file access.
 
 from __future__ import annotations
 
-import contextlib
 import os
-import secrets
 import stat
 from collections.abc import Awaitable, Callable, Iterable
 from dataclasses import dataclass, field
@@ -24,7 +22,7 @@ from pathlib import Path
 from typing import Any, Protocol
 
 from dsh.agent_loop.journal import Change, Journal, digest, shown_path
-from dsh.agent_loop.safe_open import DirectoryChanged, file_kind, open_parent
+from dsh.agent_loop.safe_open import DirectoryChanged, file_kind, open_parent, replace_in, sync_directory
 
 __all__ = ["TextAccess", "UndoReport", "undo_turn"]
 
@@ -135,9 +133,9 @@ def _undo_in(directory: int, name: str, last: Change, before: bytes | None, show
         return f"{shown} {_differs(last, info.st_size)}; not reverted"
     if before is None:
         os.unlink(name, dir_fd=directory)
-        _fsync_fd_dir(directory)
+        sync_directory(directory)
         return f"removed {shown} (dsh created it)"
-    _replace(directory, name, before, stat.S_IMODE(info.st_mode))
+    replace_in(directory, name, before, mode=stat.S_IMODE(info.st_mode))
     return f"reverted {shown}"
 
 
@@ -155,25 +153,6 @@ def _read_at(directory: int, name: str) -> bytes | None:
         return data
     finally:
         os.close(fd)
-
-
-def _replace(directory: int, name: str, data: bytes, mode: int) -> None:
-    """``data`` written to a temporary file beside ``name`` and renamed over it, all relative to ``directory``."""
-    flags = os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_CLOEXEC | os.O_NOFOLLOW
-    temp = f".{name[:200]}.dsh-{secrets.token_hex(4)}.tmp"
-    fd = os.open(temp, flags, 0o600, dir_fd=directory)
-    try:
-        with os.fdopen(fd, "wb") as out:
-            os.fchmod(out.fileno(), mode)
-            out.write(data)
-            out.flush()
-            os.fsync(out.fileno())
-        os.rename(temp, name, src_dir_fd=directory, dst_dir_fd=directory)
-    except BaseException:
-        with contextlib.suppress(OSError):
-            os.unlink(temp, dir_fd=directory)
-        raise
-    _fsync_fd_dir(directory)
 
 
 async def _undo_through(files: TextAccess, last: Change, first: Change, before: bytes | None, shown: str) -> str:
@@ -196,10 +175,3 @@ async def _undo_through(files: TextAccess, last: Change, first: Change, before: 
     return f"reverted {shown}"
 
 
-def _fsync_fd_dir(directory: int) -> None:
-    with contextlib.suppress(OSError):
-        fd = os.open(".", os.O_RDONLY | os.O_DIRECTORY | os.O_CLOEXEC, dir_fd=directory)  # O_PATH cannot fsync
-        try:
-            os.fsync(fd)
-        finally:
-            os.close(fd)

@@ -51,7 +51,6 @@ from acp import schema
 from dsh.agent_loop.permissions import CYCLE, Mode, Permissions, parse_mode
 from dsh.agent_loop.session import Session, StartupError
 from dsh.llm import ErrorCode, HarnessError, Redactor, error_chain
-from dsh.llm.defaults import DEFAULT_MODEL
 from dsh.repl import __version__
 from dsh.repl.acp_session import AcpSession, ClientFiles
 from dsh.repl.acp_updates import TURN_FAILED, clean
@@ -59,6 +58,7 @@ from dsh.repl.config import (
     PERMISSION_MODES,
     Config,
     ConfigError,
+    add_endpoint_flags,
     check_sandbox,
     config_file_path,
     load_config,
@@ -295,13 +295,7 @@ def _parser() -> argparse.ArgumentParser:
     )
     parser.add_argument("--demo", action="store_true", help="no key, no network: the embedded scripted endpoint")
     parser.add_argument("--scenario", metavar="NAME", help="demo scenario (implies --demo)")
-    parser.add_argument("--model", help=f"model name (default {DEFAULT_MODEL})")
-    parser.add_argument("--base-url", dest="base_url", metavar="URL", help="API base URL")
-    parser.add_argument("--proxy", metavar="URL", help="proxy for API requests (default: HTTPS_PROXY & co)")
-    parser.add_argument("--config", metavar="PATH", help="config file (default $XDG_CONFIG_HOME/dsh/config.toml)")
-    parser.add_argument("--max-tokens", dest="max_tokens", type=int, metavar="N", help="output-token cap per step")
-    parser.add_argument("--thinking", choices=("enabled", "disabled"), help="DeepSeek thinking mode")
-    parser.add_argument("--reasoning-effort", dest="reasoning_effort", choices=("low", "high", "max"))
+    add_endpoint_flags(parser)
     parser.add_argument("--permission-mode", dest="permission_mode", choices=PERMISSION_MODES,
                         help="the sessions' permission mode (docs/safety.md); the client may change it")
     return parser

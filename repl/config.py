@@ -7,6 +7,7 @@ starts an older dsh.
 
 from __future__ import annotations
 
+import argparse
 import math
 import os
 import time
@@ -34,6 +35,7 @@ __all__ = [
     "KNOWN_KEYS",
     "Config",
     "ConfigError",
+    "add_endpoint_flags",
     "check_sandbox",
     "config_file_path",
     "history_path",
@@ -410,6 +412,18 @@ def _readable_by_others(path: Path) -> bool:
         return bool(path.stat().st_mode & 0o044)
     except OSError:
         return False
+
+
+def add_endpoint_flags(parser: argparse.ArgumentParser) -> None:
+    """The flags that pick the endpoint and the model, one way for every command that talks to one (the REPL and
+    ``-p``, ``dsh acp``); :func:`load_config` ranks what they give over the environment and the file."""
+    parser.add_argument("--model", help=f"model name (default {DEFAULT_MODEL})")
+    parser.add_argument("--base-url", dest="base_url", metavar="URL", help="API base URL")
+    parser.add_argument("--proxy", metavar="URL", help="proxy for API requests (default: HTTPS_PROXY & co)")
+    parser.add_argument("--config", metavar="PATH", help="config file (default $XDG_CONFIG_HOME/dsh/config.toml)")
+    parser.add_argument("--max-tokens", dest="max_tokens", type=int, metavar="N", help="output-token cap per step")
+    parser.add_argument("--thinking", choices=("enabled", "disabled"), help="DeepSeek thinking mode")
+    parser.add_argument("--reasoning-effort", dest="reasoning_effort", choices=("low", "high", "max"))
 
 
 def load_config(

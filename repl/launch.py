@@ -27,10 +27,17 @@ from typing import Any, TextIO
 from dsh.agent_loop.session import StartupError
 from dsh.llm import ErrorCode, HarnessError, RedactingFilter, error_chain, redact_text, unwrap_group
 from dsh.llm._version import install_line
-from dsh.llm.defaults import DEFAULT_MODEL
 from dsh.llm.wire_trace import not_regular
 from dsh.repl import __version__
-from dsh.repl.config import PERMISSION_MODES, Config, ConfigError, check_sandbox, load_config, state_dir
+from dsh.repl.config import (
+    PERMISSION_MODES,
+    Config,
+    ConfigError,
+    add_endpoint_flags,
+    check_sandbox,
+    load_config,
+    state_dir,
+)
 from dsh.repl.render import sanitize
 
 __all__ = ["run"]
@@ -196,13 +203,7 @@ def _parser() -> argparse.ArgumentParser:
     parser.add_argument("--resume", metavar="ID|last", help="continue a saved session")
     parser.add_argument("--demo", action="store_true", help="no key, no network: an embedded scripted endpoint")
     parser.add_argument("--scenario", metavar="NAME", help="demo scenario to start with (implies --demo)")
-    parser.add_argument("--model", help=f"model name (default {DEFAULT_MODEL})")
-    parser.add_argument("--base-url", dest="base_url", metavar="URL", help="API base URL")
-    parser.add_argument("--proxy", metavar="URL", help="proxy for API requests (default: HTTPS_PROXY & co)")
-    parser.add_argument("--config", metavar="PATH", help="config file (default $XDG_CONFIG_HOME/dsh/config.toml)")
-    parser.add_argument("--max-tokens", dest="max_tokens", type=int, metavar="N", help="output-token cap per step")
-    parser.add_argument("--thinking", choices=("enabled", "disabled"), help="DeepSeek thinking mode")
-    parser.add_argument("--reasoning-effort", dest="reasoning_effort", choices=("low", "high", "max"))
+    add_endpoint_flags(parser)
     parser.add_argument("--allow-edits", dest="allow_edits", action="store_true", default=None,
                         help="piped and -p runs may write files in the working tree without asking")
     parser.add_argument("--allow-mcp", dest="allow_mcp", action="store_true",

@@ -32,10 +32,8 @@ approved, then committed. What makes an edit trustworthy lives here:
 
 from __future__ import annotations
 
-import contextlib
 import difflib
 import os
-import secrets
 import stat
 from collections.abc import Callable
 from dataclasses import dataclass, field
@@ -46,7 +44,13 @@ import anyio.to_thread
 
 from dsh.agent_loop.journal import JOURNAL_KEY, Journal, JournalError
 from dsh.agent_loop.permissions import Action
-from dsh.agent_loop.safe_open import DirectoryChanged, NotRegularFile, open_parent, open_regular
+from dsh.agent_loop.safe_open import (
+    DirectoryChanged,
+    NotRegularFile,
+    open_parent,
+    open_regular,
+    replace_in,
+)
 from dsh.agent_loop.tools.edit_paths import GitArea, git_area
 from dsh.agent_loop.tools.file_access import FileAccess, text_stamp, via_client
 from dsh.agent_loop.tools.files import file_stamp, read_stamps
@@ -345,45 +349,8 @@ def _replace(plan: _Plan, directory: int) -> tuple[int, int]:
     now = None if info is None else file_stamp(info)
     if now != plan.before or (info is not None and not stat.S_ISREG(info.st_mode)):  # a symlink now, say
         raise _changed_on_disk(plan)
-    temp, fd = _temp_file(directory, name)
-    try:
-        with os.fdopen(fd, "wb") as out:
-            if plan.owner is not None and plan.owner != (os.getuid(), os.getgid()):
-                with contextlib.suppress(OSError):  # only root may give a file away: keep what we can
-                    os.fchown(out.fileno(), *plan.owner)
-            if plan.mode is not None:
-                os.fchmod(out.fileno(), plan.mode)  # the file's own mode, not the umask's (after chown)
-            out.write(plan.data)
-            out.flush()
-            os.fsync(out.fileno())
-        os.rename(temp, name, src_dir_fd=directory, dst_dir_fd=directory)
-    except BaseException:
-        with contextlib.suppress(OSError):
-            os.unlink(temp, dir_fd=directory)
-        raise
-    _sync_directory(directory)
+    replace_in(directory, name, plan.data, mode=plan.mode, owner=plan.owner)
     return file_stamp(os.stat(name, dir_fd=directory, follow_symlinks=False))
-
-
-def _temp_file(directory: int, name: str) -> tuple[str, int]:
-    """A new file beside the target (same file system, so the rename is atomic), mode 0666 minus the umask."""
-    flags = os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_CLOEXEC | os.O_NOFOLLOW
-    for _ in range(100):
-        temp = f".{name[:200]}.dsh-{secrets.token_hex(4)}.tmp"
-        try:
-            return temp, os.open(temp, flags, 0o666, dir_fd=directory)
-        except FileExistsError:
-            continue
-    raise FileExistsError("no free temporary name beside the file")
-
-
-def _sync_directory(directory: int) -> None:
-    with contextlib.suppress(OSError):
-        fd = os.open(".", os.O_RDONLY | os.O_DIRECTORY | os.O_CLOEXEC, dir_fd=directory)  # O_PATH cannot fsync
-        try:
-            os.fsync(fd)
-        finally:
-            os.close(fd)
 
 
 async def _approve(request: EditRequest, ctx: ToolContext, approver: Approver | None,
