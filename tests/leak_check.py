@@ -67,6 +67,25 @@ def live_descendants() -> set[int]:
     return {pid for pid in _descendants(os.getpid()) if not _is_zombie(pid)}
 
 
+def live_processes_running(*argv: str) -> list[int]:
+    """Pids of live processes anywhere on the machine whose command line is exactly ``argv`` (``sleep TOKEN``
+    with a token of the test's own): for what may have escaped the test's tree (a ``setsid`` child, a sandbox's
+    own pid namespace), where :func:`live_descendants` cannot look."""
+    wanted = "".join(f"{arg}\0" for arg in argv).encode()
+    found = []
+    for entry in os.listdir("/proc"):
+        if not entry.isdigit():
+            continue
+        try:
+            with open(f"/proc/{entry}/cmdline", "rb") as handle:
+                cmdline = handle.read()
+        except OSError:
+            continue
+        if cmdline == wanted and not _is_zombie(int(entry)):
+            found.append(int(entry))
+    return found
+
+
 def _reap_adopted_orphans() -> None:
     # Re-parented grandchildren become our zombies. Only reap those nobody else waits for: a member of
     # a foreign process group that is not its leader can only be ours by adoption (asyncio and

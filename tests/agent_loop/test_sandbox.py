@@ -36,8 +36,15 @@ from dsh.agent_loop.sandbox import (
 )
 from dsh.agent_loop.tools import ToolContext, ToolOutput, ToolRegistry, run_shell_tool, run_tool_call
 from dsh.llm.events import ToolCall
+from tests.leak_check import live_processes_running
 from tests.real_parts import missing
 from tests.waiting import PROMPTLY, async_wait_until, wait_until
+
+
+def sleepers(token: str) -> list[int]:
+    """Live ``sleep TOKEN`` processes anywhere (a sandbox's own pid namespace, a setsid escapee)."""
+    return live_processes_running("sleep", token)
+
 
 pytestmark = [pytest.mark.anyio, pytest.mark.usefixtures("no_leftover_processes")]
 
@@ -223,24 +230,6 @@ async def test_no_network_unless_sandbox_network(repo: Path) -> None:
         assert (await run(repo, fetch(repo, port), network=True)).text == "reached\n[exit code: 0] (sandboxed)"
 
 
-def host_processes(token: str) -> list[int]:
-    """Host pids of live ``sleep TOKEN`` processes (bwrap's and sh's own command lines hold the token too)."""
-    found = []
-    for entry in os.listdir("/proc"):
-        if not entry.isdigit():
-            continue
-        try:
-            with open(f"/proc/{entry}/cmdline", "rb") as handle:
-                cmdline = handle.read()
-            with open(f"/proc/{entry}/stat", "rb") as handle:
-                state = handle.read().rsplit(b")", 1)[1].split()[0]
-        except OSError:
-            continue
-        if cmdline == f"sleep\0{token}\0".encode() and state != b"Z":
-            found.append(int(entry))
-    return found
-
-
 async def test_cancel_kills_the_command_and_everything_it_started(repo: Path) -> None:
     # A plain child, a background one and a setsid escapee (its own session and group: the process group
     # signal cannot reach it; the pid namespace's end does). Each writes its pid before sleeping.
@@ -253,11 +242,11 @@ async def test_cancel_kills_the_command_and_everything_it_started(repo: Path) ->
     pids = ("escapee.pid", "background.pid", "leader.pid")
     async with anyio.create_task_group() as group:
         group.start_soon(run, repo, command)
-        await async_wait_until(lambda: all((repo / name).exists() for name in pids) and len(host_processes(token)) == 3,
+        await async_wait_until(lambda: all((repo / name).exists() for name in pids) and len(sleepers(token)) == 3,
                                PROMPTLY, "the sandboxed command and its children to start")
         group.cancel_scope.cancel()
     assert all((repo / name).read_text().strip().isdigit() for name in pids)
-    wait_until(lambda: not host_processes(token), PROMPTLY, "every sandboxed process to be gone")
+    wait_until(lambda: not sleepers(token), PROMPTLY, "every sandboxed process to be gone")
 
 
 async def test_the_timeout_kills_a_sandboxed_command(repo: Path) -> None:

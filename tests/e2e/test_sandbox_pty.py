@@ -15,8 +15,15 @@ from test_pty import KEY, home, spawn  # noqa: F401  (fixtures)
 
 from dsh.agent_loop.sandbox import sandbox_problem
 from dsh.llm.loopback.fault_server import Behaviour, FaultServer
+from tests.leak_check import live_processes_running
 from tests.real_parts import missing
 from tests.waiting import PROMPTLY, wait_until
+
+
+def sleepers(token: str) -> list[int]:
+    """Live ``sleep TOKEN`` processes anywhere (a sandbox's own pid namespace, a setsid escapee)."""
+    return live_processes_running("sleep", token)
+
 
 pytestmark = [pytest.mark.timeout(90), pytest.mark.usefixtures("no_leftover_processes")]
 
@@ -35,24 +42,6 @@ def work(home: Path) -> Path:  # noqa: F811
     return work
 
 
-def _sleepers(token: str) -> list[int]:
-    """Host pids of live ``sleep TOKEN`` processes."""
-    found = []
-    for entry in os.listdir("/proc"):
-        if not entry.isdigit():
-            continue
-        try:
-            with open(f"/proc/{entry}/cmdline", "rb") as handle:
-                cmdline = handle.read()
-            with open(f"/proc/{entry}/stat", "rb") as handle:
-                state = handle.read().rsplit(b")", 1)[1].split()[0]
-        except OSError:
-            continue
-        if cmdline == f"sleep\0{token}\0".encode() and state != b"Z":
-            found.append(int(entry))
-    return found
-
-
 def test_ctrl_c_ends_a_sandboxed_command_and_all_it_started(work: Path, spawn) -> None:  # noqa: F811
     token = f"{600 + uuid.uuid4().int % 1000}.{uuid.uuid4().int % 10**6:06d}"  # a sleep nobody else runs
     command = (f"setsid sh -c 'echo $$ > escapee.pid; exec sleep {token}' & echo $$ > leader.pid; "
@@ -64,11 +53,11 @@ def test_ctrl_c_ends_a_sandboxed_command_and_all_it_started(work: Path, spawn) -
         dsh.send("be slow")
         dsh.wait_screen("(y / n / a)")
         dsh.child.send("y")
-        dsh._wait(lambda: len(_sleepers(token)) == 2, "the sandboxed command and its escapee to start", PROMPTLY)
+        dsh._wait(lambda: len(sleepers(token)) == 2, "the sandboxed command and its escapee to start", PROMPTLY)
         dsh.child.sendintr()
         dsh.expect_exact("[turn aborted] cancelled", timeout=PROMPTLY)  # not the 600 s the command sleeps
         dsh.prompt()
-        wait_until(lambda: not _sleepers(token), PROMPTLY, "every process of the sandboxed command to end")
+        wait_until(lambda: not sleepers(token), PROMPTLY, "every process of the sandboxed command to end")
         dsh.child.sendeof()
         assert dsh.wait_exit() == 0
     assert (work / "leader.pid").exists() and (work / "escapee.pid").exists()  # written inside, in the tree
