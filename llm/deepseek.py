@@ -35,7 +35,14 @@ from dsh.llm.events import (
     StreamEvent,
 )
 from dsh.llm.http_status import auth_detail, code_for_status, request_id, retry_after_seconds
-from dsh.llm.network import PERMANENT, FailureDetail, classify_transport, environment_proxy, ssl_context
+from dsh.llm.network import (
+    CERTIFICATE_DETAILS,
+    PERMANENT,
+    FailureDetail,
+    classify_transport,
+    environment_proxy,
+    ssl_context,
+)
 from dsh.llm.redact import redact_text, redact_url, url_secrets
 from dsh.llm.stream_decoder import PAYLOAD_PREVIEW, BadEncoding, Inflater, StreamDecoder, malformed_payload
 from dsh.llm.text import scrub_surrogates
@@ -52,6 +59,7 @@ __all__ = ["DeepSeekClient", "StreamTrace"]
 _ERROR_BODY_LIMIT = 64 * 1024
 _ACCEPT_ENCODING = "gzip, deflate"  # what Inflater decodes; a server that sends anything else is refused
 _JSON_BODY_LIMIT = 1024 * 1024  # a GET answer (``/models``, ``/user/balance``) larger than this is not one
+CERTIFICATE_PROBE_TIMEOUT = 5.0  # seconds (at most the connect timeout) to read a refused certificate again
 
 
 @dataclass(slots=True)
@@ -201,6 +209,7 @@ class DeepSeekClient:
             proxy = found[0] if found else None
         self.proxy = proxy
         self.proxy_display = redact_url(proxy) if proxy else None
+        self._replaying = shown_as is not None
         if shown_as is not None:
             self.base_url_display, self.proxy_display = shown_as
         # Whom messages name: by the host now, by the answers' headers once one arrives (then kept).
@@ -346,6 +355,25 @@ class DeepSeekClient:
             cause=exc,
         )
 
+    async def certificate_named(self, error: LlmError, address: tuple[str, int] | None = None) -> LlmError:
+        """``error``, and when it is a certificate failure, what the server presented named beneath it: a
+        :class:`~dsh.llm.errors.Finding` (issuer, subject, whether the trust store knows that issuer) above the
+        raw chain. The certificate is read again without verifying it (dsh.llm.certificate_truth); when that
+        fails, ``error`` is left as it was. A replay (``shown_as``) is never probed: its server is not the one
+        that failed. ``address``: where to connect instead of resolving the host again (``dsh doctor``)."""
+        cause = error.__cause__
+        if error.detail not in CERTIFICATE_DETAILS or cause is None or self._replaying:
+            return error
+        from dsh.llm.certificate_truth import certificate_finding  # cryptography: only on this failure path
+
+        finding = await certificate_finding(
+            cause, url=self._base_url, detail=error.detail, env=self._env, proxy=self.proxy, address=address,
+            timeout=min(self._connect_timeout, CERTIFICATE_PROBE_TIMEOUT),
+        )
+        if finding is not None:
+            error.__cause__ = finding
+        return error
+
     @contextmanager
     def _naming(self) -> Iterator[None]:
         """Every :class:`LlmError` that leaves the client names where it failed: the URL (unless a proxy's
@@ -408,13 +436,19 @@ class DeepSeekClient:
     ) -> tuple[httpx.Response, _Watchdog]:
         """Send and wait for the response headers under the first deadline; each failure is a turn's error."""
         response: httpx.Response | None = None
-        with self._translating():
-            http = self._client()
-            http_request = http.build_request(method, self._url(path), content=content, headers=headers)
-            # The clock starts once the request is ready: the first call's lazy client setup is ours.
-            watchdog = _Watchdog(self.stream_idle_timeout, self.first_token_timeout)
-            with anyio.CancelScope(deadline=watchdog.deadline()) as scope:
-                response = await http.send(http_request, stream=True)
+        try:
+            with self._translating():
+                http = self._client()
+                http_request = http.build_request(method, self._url(path), content=content, headers=headers)
+                # The clock starts once the request is ready: the first call's lazy client setup is ours.
+                watchdog = _Watchdog(self.stream_idle_timeout, self.first_token_timeout)
+                with anyio.CancelScope(deadline=watchdog.deadline()) as scope:
+                    response = await http.send(http_request, stream=True)
+        except LlmError as exc:
+            if exc.detail not in CERTIFICATE_DETAILS:
+                raise
+            with self._translating():  # a cancel while the certificate is read again is still ABORTED
+                raise await self.certificate_named(exc)
         if scope.cancelled_caught or response is None:
             raise self._timeout(watchdog, headers=False)
         self.endpoint = self.endpoint.learn(response.headers)

@@ -30,7 +30,7 @@ import math
 from collections.abc import Mapping
 from dataclasses import dataclass, field
 
-__all__ = ["ChainLink", "Evidence", "HarnessError", "LlmError", "chain_links", "error_chain", "unwrap_group"]
+__all__ = ["ChainLink", "Evidence", "Finding", "HarnessError", "LlmError", "chain_links", "error_chain", "unwrap_group"]
 
 MAX_DEPTH = 64
 MAX_LENGTH = 16 * 1024
@@ -115,6 +115,12 @@ class Evidence(Exception):
     as a link of its own; the one-line chain (turn-end lines, logs) leaves it out."""
 
 
+class Finding(Exception):
+    """What dsh found out about a failure beyond what the failure itself said (the certificate a server
+    presented: dsh.llm.certificate_truth). Its text tells everything beneath it that matters, so the one-line
+    chain (turn-end lines, logs) ends with it; ``/why`` still shows every raw link beneath it."""
+
+
 def unwrap_group(exc: BaseException) -> BaseException:
     """The one real failure inside single-member task-group wrappers (anyio wraps what a task raises)."""
     while isinstance(exc, BaseExceptionGroup) and len(exc.exceptions) == 1:
@@ -131,6 +137,7 @@ class ChainLink:
     members: list[list[ChainLink]] = field(default_factory=list)
     duplicate: bool = False  # same text as its parent: shown in /why, collapsed in one-liners
     evidence: bool = False  # an Evidence link: shown in /why, left out of one-liners
+    finding: bool = False  # a Finding: the one-liner ends with it; /why shows the links beneath
 
 
 def _type_name(value: object) -> str:
@@ -207,7 +214,7 @@ def _walk(value: object, on_path: set[int], budget: list[int]) -> list[ChainLink
             added.append(id(current))
             text = _node_text(current)
             link = ChainLink(_type_name(current), text, duplicate=text == parent_text,
-                             evidence=isinstance(current, Evidence))
+                             evidence=isinstance(current, Evidence), finding=isinstance(current, Finding))
             if isinstance(current, BaseExceptionGroup):
                 try:
                     members = list(current.exceptions)
@@ -237,6 +244,8 @@ def _inline(links: list[ChainLink]) -> str:
         if link.members:
             text = f"{text} [{'; '.join(_inline(member) for member in link.members)}]"
         parts.append(text)
+        if link.finding:
+            break  # its text already says what the raw links beneath it say (see Finding)
     return ": ".join(parts)
 
 

@@ -16,7 +16,14 @@ from collections.abc import Mapping
 from enum import StrEnum
 from urllib.parse import urlsplit
 
-__all__ = ["FailureDetail", "classify_transport", "environment_proxy", "ssl_context"]
+__all__ = [
+    "CERTIFICATE_DETAILS",
+    "FailureDetail",
+    "certificate_error",
+    "classify_transport",
+    "environment_proxy",
+    "ssl_context",
+]
 
 
 class FailureDetail(StrEnum):
@@ -29,7 +36,10 @@ class FailureDetail(StrEnum):
     REFUSED = "refused"
     NAME_NOT_FOUND = "name-not-found"
     PLAIN_HTTP = "plain-http"
-    CERTIFICATE = "certificate"
+    CERTIFICATE = "certificate"  # not trusted: an unknown issuer, a self-signed certificate
+    CERTIFICATE_NAME = "certificate-name"  # trusted, but issued for other host names
+    CERTIFICATE_EXPIRED = "certificate-expired"
+    CERTIFICATE_NOT_YET_VALID = "certificate-not-yet-valid"
     INVALID_URL = "invalid-url"
     PROXY_AUTH = "proxy-auth"
     PROXY_DEPENDENCY = "proxy-dependency"
@@ -42,11 +52,26 @@ PERMANENT = frozenset(
         FailureDetail.NAME_NOT_FOUND,
         FailureDetail.PLAIN_HTTP,
         FailureDetail.CERTIFICATE,
+        FailureDetail.CERTIFICATE_NAME,
+        FailureDetail.CERTIFICATE_EXPIRED,
+        FailureDetail.CERTIFICATE_NOT_YET_VALID,
         FailureDetail.INVALID_URL,
         FailureDetail.PROXY_AUTH,
         FailureDetail.PROXY_DEPENDENCY,
     }
 )
+
+# The certificate failures, and OpenSSL's X509_V_ERR_* codes (``SSLCertVerificationError.verify_code``) that
+# are not a trust failure: 62 host name, 63 e-mail, 64 IP address mismatch; 10 expired; 9 not yet valid.
+CERTIFICATE_DETAILS = frozenset({FailureDetail.CERTIFICATE, FailureDetail.CERTIFICATE_NAME,
+                                 FailureDetail.CERTIFICATE_EXPIRED, FailureDetail.CERTIFICATE_NOT_YET_VALID})
+_VERIFY_CODE_DETAILS = {
+    62: FailureDetail.CERTIFICATE_NAME,
+    63: FailureDetail.CERTIFICATE_NAME,
+    64: FailureDetail.CERTIFICATE_NAME,
+    10: FailureDetail.CERTIFICATE_EXPIRED,
+    9: FailureDetail.CERTIFICATE_NOT_YET_VALID,
+}
 
 # EAI_NODATA is glibc's (macOS has only EAI_NONAME), hence getattr.
 _NAME_NOT_FOUND_ERRNOS = frozenset({socket.EAI_NONAME, getattr(socket, "EAI_NODATA", socket.EAI_NONAME)})
@@ -123,13 +148,21 @@ def _chain(exc: BaseException) -> list[BaseException]:
     return seen
 
 
+def certificate_error(exc: BaseException) -> ssl.SSLCertVerificationError | None:
+    """The certificate verification failure beneath ``exc``, if that is what it is."""
+    return next((node for node in _chain(exc) if isinstance(node, ssl.SSLCertVerificationError)), None)
+
+
 def classify_transport(exc: BaseException) -> str | None:
     """The :class:`FailureDetail` of a failure that happened before any response, or None."""
     import httpx  # a request was tried, so httpx is loaded already (docs/architecture.md, lazy imports)
 
     for node in _chain(exc):
         if isinstance(node, ssl.SSLCertVerificationError):
-            return FailureDetail.CERTIFICATE
+            # OpenSSL's code; truststore on macOS and Windows sets none: a trust failure then.
+            code = getattr(node, "verify_code", None)
+            return _VERIFY_CODE_DETAILS.get(code, FailureDetail.CERTIFICATE) if isinstance(code, int) else (
+                FailureDetail.CERTIFICATE)
         if isinstance(node, ssl.SSLError) and "WRONG_VERSION_NUMBER" in (str(node.reason or "") + str(node)):
             return FailureDetail.PLAIN_HTTP
         if isinstance(node, socket.gaierror):

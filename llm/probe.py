@@ -12,6 +12,8 @@ from __future__ import annotations
 import base64
 import datetime
 import ssl
+from collections.abc import AsyncIterator
+from contextlib import asynccontextmanager
 from dataclasses import dataclass
 from typing import Any
 from urllib.parse import unquote, urlsplit
@@ -29,11 +31,13 @@ __all__ = [
     "certificate_facts",
     "connect_failure_word",
     "open_tls",
+    "presented_chain",
     "shown_host",
     "unverified_certificate",
 ]
 
 _CONNECT_ANSWER_LIMIT = 64 * 1024
+MAX_PRESENTED = 10  # certificates of a presented chain kept (real chains hold 2 to 4)
 
 
 def shown_host(host: str, port: int) -> str:
@@ -109,10 +113,9 @@ async def _tunnel(stream: Any, host: str, port: int, proxy: str) -> None:
         raise httpx.ProxyError(f"{code} {reason}".strip())
 
 
-async def open_tls(address: str, port: int, host: str, port_behind: int, context: ssl.SSLContext,
-                   proxy: str | None = None) -> TlsFacts:
-    """Connect to ``address:port`` (the endpoint's, or an http proxy's, then ``CONNECT host:port_behind``),
-    shake hands for ``host`` with ``context``, and close. Raises what the handshake raised."""
+@asynccontextmanager
+async def _handshake(address: str, port: int, host: str, port_behind: int, context: ssl.SSLContext,
+                     proxy: str | None) -> AsyncIterator[TLSStream]:
     raw = await anyio.connect_tcp(address, port)
     try:
         if proxy is not None:
@@ -122,19 +125,55 @@ async def open_tls(address: str, port: int, host: str, port_behind: int, context
         await raw.aclose()
         raise
     try:
-        return TlsFacts(stream.extra(TLSAttribute.tls_version), certificate_facts(
-            stream.extra(TLSAttribute.peer_certificate_binary)))
+        yield stream
     finally:
         await stream.aclose()
+
+
+async def open_tls(address: str, port: int, host: str, port_behind: int, context: ssl.SSLContext,
+                   proxy: str | None = None) -> TlsFacts:
+    """Connect to ``address:port`` (the endpoint's, or an http proxy's, then ``CONNECT host:port_behind``),
+    shake hands for ``host`` with ``context``, and close. Raises what the handshake raised."""
+    async with _handshake(address, port, host, port_behind, context, proxy) as stream:
+        return TlsFacts(stream.extra(TLSAttribute.tls_version), certificate_facts(
+            stream.extra(TLSAttribute.peer_certificate_binary)))
+
+
+def _unverifying_context() -> ssl.SSLContext:
+    context = ssl.create_default_context()
+    context.check_hostname = False
+    context.verify_mode = ssl.CERT_NONE
+    return context
 
 
 async def unverified_certificate(address: str, port: int, host: str, port_behind: int,
                                  proxy: str | None = None) -> dict[str, Any]:
     """The certificate a server shows, read without verifying it (to say what verification refused)."""
-    context = ssl.create_default_context()
-    context.check_hostname = False
-    context.verify_mode = ssl.CERT_NONE
     try:
-        return (await open_tls(address, port, host, port_behind, context, proxy)).certificate
+        return (await open_tls(address, port, host, port_behind, _unverifying_context(), proxy)).certificate
     except Exception:
         return {}
+
+
+def _chain_of(ssl_object: Any) -> list[bytes]:
+    """The certificates the peer sent, leaf first, as DER. Python 3.13 has ``get_unverified_chain()``;
+    3.10-3.12 have the same method, unexported, on the ``_ssl`` object beneath (docs/reliability.md)."""
+    getter = getattr(ssl_object, "get_unverified_chain", None) or getattr(
+        getattr(ssl_object, "_sslobj", None), "get_unverified_chain", None)
+    chain = list(getter() or []) if getter is not None else []
+    der = [item if isinstance(item, bytes) else item.public_bytes(ssl._ssl.ENCODING_DER)  # type: ignore[attr-defined]
+           for item in chain[:MAX_PRESENTED]]
+    if not der:  # no chain accessor at all: the leaf alone
+        leaf = ssl_object.getpeercert(binary_form=True)
+        der = [leaf] if leaf else []
+    return der
+
+
+async def presented_chain(address: str, port: int, host: str, port_behind: int,
+                          proxy: str | None = None) -> list[bytes]:
+    """The chain a server presents for ``host``, leaf first, read without verifying it: the handshake that
+    failed verification does not keep it (Python's ``ssl`` hands back only the error), so this is a second,
+    unverified handshake over the same path (the same address, the same proxy tunnel). Raises what the
+    connection raised."""
+    async with _handshake(address, port, host, port_behind, _unverifying_context(), proxy) as stream:
+        return _chain_of(stream.extra(TLSAttribute.ssl_object))

@@ -171,6 +171,11 @@ def _with_line(source: str) -> str:
     return source
 
 
+def _clipped(value: Any, limit: int = 200) -> Any:
+    """A certificate's text, bounded (a hostile server sends 10 KB names); other facts as they are."""
+    return value if not isinstance(value, str) or len(value) <= limit else value[: limit - 1] + "…"
+
+
 def _days(days: int) -> str:
     return f"{days} day{'s' if days != 1 else ''} to expiry" if days >= 0 else f"expired {-days} day(s) ago"
 
@@ -374,7 +379,10 @@ class Doctor:
             shown: dict[str, Any] = {}
             with anyio.move_on_after(self.connect_timeout):
                 shown = await unverified_certificate(*where, self.config.proxy)
-            step = self._failed("TLS", self._client().transport_failure(exc), {"trust": store, **shown})
+            shown = {key: _clipped(value) for key, value in shown.items()}  # the server's text: bounded
+            # A turn's failure, with the same certificate facts a turn's line names (dsh.llm.certificate_truth).
+            failure = await self._client().certificate_named(self._client().transport_failure(exc), where[:2])
+            step = self._failed("TLS", failure, {"trust": store, **shown})
             if shown.get("subject"):
                 step.details.append(f"certificate: subject {shown['subject']}; issuer {shown['issuer']}; "
                                     f"{_days(shown['days_to_expiry'])}")

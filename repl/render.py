@@ -45,6 +45,9 @@ __all__ = [
     "FIX_AUTH",
     "FIX_AUTH_FROM",
     "FIX_CERTIFICATE",
+    "FIX_CERTIFICATE_EXPIRED",
+    "FIX_CERTIFICATE_NAME",
+    "FIX_CERTIFICATE_NOT_YET_VALID",
     "FIX_CONTEXT",
     "FIX_INVALID_URL",
     "FIX_NAME_NOT_FOUND",
@@ -114,8 +117,22 @@ FIX_CONTEXT = "  fix: the conversation is too long for the model — /compact or
 FIX_REFUSED = "  fix: nothing is listening at {host} — check {source}"
 FIX_NAME_NOT_FOUND = "  fix: the host name {name} does not exist — check {source}"
 FIX_PLAIN_HTTP = "  fix: the server speaks plain HTTP — did you mean {url}?"
+# Certificate failures, by FailureDetail: how to trust the CA, or what the server must change. Never "turn
+# verification off" (docs/reliability.md, "Certificate failures"); tests/repl/test_render.py holds them to it.
 FIX_CERTIFICATE = (
-    "  fix: the certificate is not trusted — install its CA in the system trust store, or point SSL_CERT_FILE at it"
+    "  fix: trust the CA that issued it: point SSL_CERT_FILE at a bundle that holds that CA, or add the CA to the"
+    " OS trust store (update-ca-certificates on Debian)"
+)
+FIX_CERTIFICATE_NAME = (
+    "  fix: the certificate is for other host names — use one it names in {source}, or the server needs a"
+    " certificate for {name}"
+)
+FIX_CERTIFICATE_EXPIRED = (
+    "  fix: the server's certificate has expired and must be renewed there (if it looks current, check this"
+    " machine's clock)"
+)
+FIX_CERTIFICATE_NOT_YET_VALID = (
+    "  fix: the certificate is not valid yet — check this machine's clock, or the dates of the server's certificate"
 )
 FIX_INVALID_URL = "  fix: the URL is not valid — check {source}"
 FIX_PROXY_REFUSED = "  fix: nothing is listening at the proxy {host} — check {source}"
@@ -379,6 +396,12 @@ def fix_line(reason: EndReason, sources: Mapping[str, str] | None = None) -> str
             return one_line(FIX_PLAIN_HTTP.format(url="http" + endpoint[len("https"):]))
         if detail == FailureDetail.CERTIFICATE:
             return FIX_CERTIFICATE
+        if detail == FailureDetail.CERTIFICATE_NAME and host:
+            return one_line(FIX_CERTIFICATE_NAME.format(name=host, source=source))
+        if detail == FailureDetail.CERTIFICATE_EXPIRED:
+            return FIX_CERTIFICATE_EXPIRED
+        if detail == FailureDetail.CERTIFICATE_NOT_YET_VALID:
+            return FIX_CERTIFICATE_NOT_YET_VALID
         if detail == FailureDetail.INVALID_URL:
             return one_line(FIX_INVALID_URL.format(source=source))
         return None

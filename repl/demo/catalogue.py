@@ -365,8 +365,8 @@ def _register_catalogue() -> None:
     add("plain-http", "https:// to a port that speaks plain HTTP (not retried)", _plain_http,
         expect="  fix: the server speaks plain HTTP — did you mean http://127.0.0.1:")
     add("bad-cert", "a self-signed certificate the system does not trust (not retried)", _bad_cert,
-        expect="  fix: the certificate is not trusted — install its CA in the system trust store, "
-        "or point SSL_CERT_FILE at it")
+        expect="  fix: trust the CA that issued it: point SSL_CERT_FILE at a bundle that holds that CA, or add the CA "
+        "to the OS trust store (update-ca-certificates on Debian)")
     add("proxy-407", "a proxy refusing its credentials (and echoing them): PROXY, not retried", _proxy_407,
         expect="[turn failed PROXY] proxy http://***@127.0.0.1:")
     add("proxy-503", "a proxy whose upstream refused (squid's headers): PROXY, retried", _proxy_503,

@@ -20,7 +20,7 @@ from pathlib import Path
 import httpx
 import pytest
 
-from dsh.llm import error_chain
+from dsh.llm import chain_links, error_chain
 from dsh.llm.loopback.fault_server import FullBacklogListener, closed_port
 from tests import canaries
 from tests.real_parts import isolated_resolver
@@ -195,8 +195,16 @@ async def test_self_signed_certificate_raw(tls_fault_server):
 
 
 async def test_self_signed_certificate_through_the_client(tls_fault_server, make_client, stream_outcome):
-    error = await wrapped(make_client, stream_outcome, tls_fault_server.tls_url)
-    assert_request_failed(error, tls_fault_server.tls_url, SELF_SIGNED)
+    # The one-liner ends with what dsh found out about the certificate (dsh.llm.certificate_truth); the raw
+    # chain is still beneath it, link by link, for /why.
+    error = await wrapped(make_client, stream_outcome, tls_fault_server.tls_url, env={})
+    port = tls_fault_server.tls_url.rsplit(":", 1)[1]
+    assert_request_failed(error, tls_fault_server.tls_url, re.escape(
+        f'the certificate presented for 127.0.0.1:{port} was not accepted: self-signed certificate '
+        '"dsh fault server (self-signed)"; the OS trust store does not know it'))
+    raw = [link for link in chain_links(error) if re.fullmatch(SELF_SIGNED, link.text)]
+    assert [link.type_name for link in raw] == ["httpx.ConnectError", "httpcore.ConnectError",
+                                                "ssl.SSLCertVerificationError"]
     assert tls_fault_server.requests == []  # the request never got past the handshake
 
 

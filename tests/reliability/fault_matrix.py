@@ -132,10 +132,11 @@ FAULTS: tuple[Fault, ...] = (
           + re.escape("\n  fix: the server speaks plain HTTP — did you mean ") + r"http://127\.0\.0\.1:\d+\?",
           code="TRANSPORT", endpoint="https_plain", regex=True, fast=ENDPOINT_FAST, group="transport"),
     Fault("self_signed_tls", "self-signed TLS certificate",
-          re.escape("[turn failed TRANSPORT] request to the endpoint at {url} failed: ")
-          + r"\[SSL: CERTIFICATE_VERIFY_FAILED\] certificate verify failed: self-signed certificate " + SSL
-          + re.escape("\n  fix: the certificate is not trusted — install its CA in the system trust store, "
-                      "or point SSL_CERT_FILE at it"),
+          re.escape("[turn failed TRANSPORT] request to the endpoint at {url} failed: the certificate presented for ")
+          + r"127\.0\.0\.1:\d+"
+          + re.escape(' was not accepted: self-signed certificate "dsh fault server (self-signed)"; the OS trust '
+                      "store does not know it\n  fix: trust the CA that issued it: point SSL_CERT_FILE at a bundle "
+                      "that holds that CA, or add the CA to the OS trust store (update-ca-certificates on Debian)"),
           code="TRANSPORT", endpoint="tls", regex=True, fast=ENDPOINT_FAST, group="transport"),
     Fault("connect_timeout", "connect timeout (full accept backlog)",
           f"[turn failed TIMEOUT] no response headers from {E} within {IDLE}s", code="TIMEOUT",

@@ -129,14 +129,29 @@ async def test_a_self_signed_certificate_fails_at_tls_and_shows_it(env: dict[str
                                                                    tls_fault_server: FaultServer) -> None:
     url = tls_fault_server.tls_url
     _, lines = await _report(env, url)
-    assert re.fullmatch(
-        re.escape(f"✗ TLS: [TRANSPORT] request to the endpoint at {url} failed: [SSL: CERTIFICATE_VERIFY_FAILED] "
-                  "certificate verify failed: self-signed certificate (_ssl.c:") + r"\d+\)", lines[4])
+    port = url.rsplit(":", 1)[1]
+    assert lines[4] == (f"✗ TLS: [TRANSPORT] request to the endpoint at {url} failed: the certificate presented "
+                        f'for 127.0.0.1:{port} was not accepted: self-signed certificate "dsh fault server '
+                        '(self-signed)"; the OS trust store does not know it')
     assert lines[5:7] == [
         "    certificate: subject CN=dsh fault server (self-signed); issuer CN=dsh fault server (self-signed); "
         "1 day to expiry",
         FIX_CERTIFICATE,
     ]
+
+
+async def test_an_untrusted_corporate_root_fails_at_tls_with_the_turn_s_facts(env: dict[str, str]) -> None:
+    from dsh.llm.loopback.certificate import CORPORATE_ROOT, corporate_chain
+
+    async with FaultServer(tls=corporate_chain()) as server:
+        url = server.tls_url
+        _, lines = await _report(env, url)
+    port = url.rsplit(":", 1)[1]
+    assert lines[4] == (f"✗ TLS: [TRANSPORT] request to the endpoint at {url} failed: the certificate presented "
+                        f'for 127.0.0.1:{port} was not accepted: unknown issuer "{CORPORATE_ROOT}" (subject '
+                        '"127.0.0.1"); the OS trust store does not know that issuer')
+    assert lines[5:7] == [f"    certificate: subject CN=127.0.0.1; issuer CN={CORPORATE_ROOT}; 1 day to expiry",
+                          FIX_CERTIFICATE]
 
 
 async def test_the_certificate_trusted_through_ssl_cert_file_passes(env: dict[str, str],

@@ -562,8 +562,17 @@ def test_a_command_taller_than_the_screen_must_be_viewed() -> None:
         ("TRANSPORT", "plain-http", "https://127.0.0.1:8765", {},
          "  fix: the server speaks plain HTTP — did you mean http://127.0.0.1:8765?"),
         ("TRANSPORT", "certificate", "https://127.0.0.1:8443", {},
-         "  fix: the certificate is not trusted — install its CA in the system trust store, "
-         "or point SSL_CERT_FILE at it"),
+         "  fix: trust the CA that issued it: point SSL_CERT_FILE at a bundle that holds that CA, or add the CA "
+         "to the OS trust store (update-ca-certificates on Debian)"),
+        ("TRANSPORT", "certificate-name", "https://127.0.0.1:8443", {"base_url": "--base-url (flag)"},
+         "  fix: the certificate is for other host names — use one it names in --base-url (flag), or the server "
+         "needs a certificate for 127.0.0.1"),
+        ("TRANSPORT", "certificate-expired", "https://127.0.0.1:8443", {},
+         "  fix: the server's certificate has expired and must be renewed there (if it looks current, check this "
+         "machine's clock)"),
+        ("TRANSPORT", "certificate-not-yet-valid", "https://127.0.0.1:8443", {},
+         "  fix: the certificate is not valid yet — check this machine's clock, or the dates of the server's "
+         "certificate"),
         ("TRANSPORT", "name-not-found", "https://api.deepseek.invalid", {"base_url": "--base-url (flag)"},
          "  fix: the host name api.deepseek.invalid does not exist — check --base-url (flag)"),
         ("TRANSPORT", "invalid-url", "htps://x", {"base_url": "base_url in /home/u/.config/dsh/config.toml"},
