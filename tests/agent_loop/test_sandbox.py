@@ -221,7 +221,9 @@ def fetch(tree: Path, port: int) -> str:
         "except OSError as exc:\n"
         "    print(type(getattr(exc, 'reason', exc)).__name__)\n"
     )
-    return f"{sys.executable} fetch.py"
+    # The interpreter itself, not the venv's link to it: a clone under /tmp (as CI's is) has its venv hidden by the
+    # sandbox's private /tmp; the script needs the standard library only.
+    return f"{os.path.realpath(sys.executable)} -I fetch.py"
 
 
 async def test_no_network_unless_sandbox_network(repo: Path) -> None:
