@@ -14,6 +14,7 @@ from typing import TYPE_CHECKING, Any
 
 from dsh.agent_loop.agent import Agent, Conversation, open_session
 from dsh.agent_loop.events import JobNotice
+from dsh.agent_loop.frames import FrameLog
 from dsh.agent_loop.guard import PromptGuard
 from dsh.agent_loop.mcp import McpManager
 from dsh.agent_loop.mcp.config import parse_servers, secret_values
@@ -32,7 +33,7 @@ from dsh.llm.deepseek import DeepSeekClient
 if TYPE_CHECKING:
     from dsh.agent_loop.session_config import Approver, EndpointClient, SessionConfig
 
-__all__ = ["build_agent", "create_log", "deepseek_client", "mcp_manager", "open_log", "saved_sessions",
+__all__ = ["FrameLog", "build_agent", "create_log", "deepseek_client", "mcp_manager", "open_log", "saved_sessions",
            "settled_notice", "subagent_toolkit"]
 
 
@@ -69,10 +70,11 @@ def create_log(root: Path, *, cwd: str, session_id: str | None, project: str) ->
 
 def subagent_toolkit(
     tables: Mapping[str, Mapping[str, Any]], *, model: str, base_url: str, api_key: str | None, cwd: str,
-    secrets: tuple[str, ...],
+    secrets: tuple[str, ...], frames: FrameLog | None = None,
 ) -> SubagentToolkit:
-    """The ``subagent`` and job tools of ``[subagents.NAME]`` tables, inheriting what the tables leave out."""
-    parent = ParentContext(model=model, base_url=base_url, api_key=api_key, cwd=cwd, secrets=secrets)
+    """The ``subagent`` and job tools of ``[subagents.NAME]`` tables, inheriting what the tables leave out;
+    each run's JSON-RPC frames are remembered in ``frames``."""
+    parent = ParentContext(model=model, base_url=base_url, api_key=api_key, cwd=cwd, secrets=secrets, frames=frames)
     return SubagentToolkit.from_config(dict(tables), parent=parent)
 
 
@@ -84,6 +86,7 @@ def mcp_secrets(tables: Mapping[str, Any], env: Mapping[str, str]) -> tuple[str,
 def mcp_manager(
     tables: Mapping[str, Any], *, env: Mapping[str, str], secrets: tuple[str, ...],
     notice: Callable[[str], None], on_failure: Callable[[BaseException], None], allow_mcp: bool,
+    frames: FrameLog | None = None,
 ) -> McpManager:
     """The MCP manager of ``[mcp_servers.NAME]`` tables (McpConfigError for a bad one); the servers start when
     it is entered. A server's words are masked with the session's secrets and the tables' own values."""
@@ -92,7 +95,8 @@ def mcp_manager(
     def mask(text: str) -> str:
         return Redactor((*secrets, *holder[0].secrets()))(text) if holder else Redactor(secrets)(text)
 
-    manager = McpManager(tables, environ=env, mask=mask, notice=notice, on_failure=on_failure, allow_mcp=allow_mcp)
+    manager = McpManager(tables, environ=env, mask=mask, notice=notice, on_failure=on_failure, allow_mcp=allow_mcp,
+                         frames=frames)
     holder.append(manager)
     return manager
 

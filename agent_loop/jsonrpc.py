@@ -53,6 +53,7 @@ from typing import Any, Protocol
 import anyio
 import anyio.abc
 
+from dsh.agent_loop.frames import FrameTap
 from dsh.agent_loop.owned_group import OwnedTaskGroup
 from dsh.llm import ErrorCode, HarnessError
 from dsh.llm import text as json_text
@@ -145,7 +146,9 @@ class JsonRpcConnection:
         strict: bool = True,
         max_line_bytes: int = DEFAULT_MAX_LINE_BYTES,
         name: str = "jsonrpc",
+        on_frame: FrameTap | None = None,
     ) -> None:
+        """``on_frame``: told of every frame sent and received (a failure report's memory, agent_loop/frames.py)."""
         if max_line_bytes <= 0:
             raise ValueError("max_line_bytes must be positive")
         self._reader = reader
@@ -156,6 +159,7 @@ class JsonRpcConnection:
         self._strict = strict
         self._max_line = max_line_bytes
         self._name = name
+        self._on_frame = on_frame
         self._ids = itertools.count(1)
         self._pending: dict[int, asyncio.Future[Any]] = {}
         self._write_lock = anyio.Lock()
@@ -286,6 +290,8 @@ class JsonRpcConnection:
 
     async def _send(self, frame: dict[str, Any]) -> None:
         data = json.dumps(frame, ensure_ascii=False, separators=(",", ":"), allow_nan=False).encode() + b"\n"
+        if self._on_frame is not None:
+            self._on_frame("sent", frame, len(data))
         async with self._write_lock:
             if self._writer.is_closing():
                 raise TransportClosed("JSON-RPC peer stream is closed")
@@ -357,12 +363,16 @@ class JsonRpcConnection:
         try:
             message = self._parse(line)
         except _BadFrame as bad:
+            if self._on_frame is not None:
+                self._on_frame("received", None, None if line is _OVERSIZED else len(line))
             log.warning("%s: bad frame from peer (%s)", self._name, bad.reason)
             if self._strict:
                 self._stop(ProtocolError(f"bad JSON-RPC frame from peer: {bad.reason}", rpc_code=bad.code))
             elif bad.answerable:
                 await self._reply_error(bad.request_id, bad.code, _ERROR_TEXT[bad.code])
             return
+        if self._on_frame is not None:
+            self._on_frame("received", message, len(line))
         if "method" in message:
             params = message.get("params")
             if "id" in message and message["id"] is not None:

@@ -35,6 +35,7 @@ from dsh.llm.models import model_info
 if TYPE_CHECKING:
     from dsh.agent_loop.agent import Agent, Conversation
     from dsh.agent_loop.context import ProjectContext
+    from dsh.agent_loop.frames import FrameLog
     from dsh.agent_loop.mcp import McpManager
     from dsh.agent_loop.recap import Recap
     from dsh.agent_loop.session_log import SessionInfo, SessionLog
@@ -153,6 +154,9 @@ class Session:
         self.mcp: McpManager | None = None
         self._mcp_opened = False
         self._mcp_secret_values: tuple[str, ...] | None = None
+        # The JSON-RPC frames of the children started for this session, as closed facts (/report reads it);
+        # made when the first child can start (subagents or MCP servers configured).
+        self.frames: FrameLog | None = None
         self._new_session_id: str | None = None  # named by start(defer_agent=True), created on first need
         self._subscribers: list[Callable[[SessionUpdate], None]] = []
         self._unsubscribe_agent: Callable[[], None] | None = None
@@ -233,8 +237,10 @@ class Session:
             return
         from dsh.agent_loop import build  # the agent's modules: imported behind the first prompt
 
+        self.frames = self.frames or build.FrameLog()
         toolkit = build.subagent_toolkit(self._subagent_tables, model=self.model, base_url=self._parent_base_url,
-                                         api_key=self.config.api_key, cwd=self.cwd, secrets=self.config.secrets)
+                                         api_key=self.config.api_key, cwd=self.cwd, secrets=self.config.secrets,
+                                         frames=self.frames)
         self.toolkit = await self._toolkit_scope.enter_async_context(toolkit)
         for hint in toolkit.hints:
             self._publish(Notice(hint))
@@ -249,10 +255,11 @@ class Session:
         self._mcp_opened = True
         from dsh.agent_loop import build  # the agent's modules: imported behind the first prompt
 
+        self.frames = self.frames or build.FrameLog()
         try:
             manager = build.mcp_manager(self._mcp_tables, env=self.env, secrets=self.config.secrets,
                                         notice=lambda text: self._publish(Notice(text)),
-                                        on_failure=self._mcp_failed, allow_mcp=self._allow_mcp)
+                                        on_failure=self._mcp_failed, allow_mcp=self._allow_mcp, frames=self.frames)
             self.mcp = await self._toolkit_scope.enter_async_context(manager)
         except Exception as exc:
             raise StartupError(exc)

@@ -24,8 +24,10 @@ from mcp import types as mcp_types
 from mcp.client.session import IncomingMessage
 from mcp.client.streamable_http import streamable_http_client
 from mcp.shared.exceptions import MCPError
+from mcp.shared.message import SessionMessage
 from pydantic import ValidationError
 
+from dsh.agent_loop.frames import FrameTap
 from dsh.agent_loop.mcp.config import McpServerConfig, expand_headers
 from dsh.agent_loop.mcp.diagnostics import Category, McpFailure, Stage
 from dsh.agent_loop.mcp.plain import (
@@ -59,6 +61,80 @@ _MAX_MESSAGE_BYTES = 32 * 1024 * 1024
 State = Literal["starting", "ready", "failed", "stopped"]
 
 
+def _facts(tap: FrameTap, direction: Literal["sent", "received"], item: object) -> None:
+    """Tell ``tap`` of one SDK message as the plain JSON-RPC shape (the facts only: agent_loop/frames.py)."""
+    if not isinstance(item, SessionMessage):
+        tap(direction, None, None)  # a transport's parse failure: an invalid frame
+        return
+    message = item.message
+    if isinstance(message, mcp_types.JSONRPCRequest):
+        tap(direction, {"method": message.method, "id": message.id}, None)
+    elif isinstance(message, mcp_types.JSONRPCNotification):
+        tap(direction, {"method": message.method}, None)
+    elif isinstance(message, mcp_types.JSONRPCResponse):
+        tap(direction, {"id": message.id, "result": None}, None)
+    else:
+        tap(direction, {"id": message.id, "error": {"code": message.error.code}}, None)
+
+
+class _TappedRead:
+    """The SDK's read stream, each message told to a frame tap as it is received."""
+
+    def __init__(self, stream: Any, tap: FrameTap) -> None:
+        self._stream, self._tap = stream, tap
+
+    @property
+    def last_context(self) -> Any:  # the SDK reads it when a transport sets it (mcp.shared._stream_protocols)
+        return getattr(self._stream, "last_context", None)
+
+    async def receive(self) -> Any:
+        item = await self._stream.receive()
+        _facts(self._tap, "received", item)
+        return item
+
+    def __aiter__(self) -> _TappedRead:
+        return self
+
+    async def __anext__(self) -> Any:
+        try:
+            return await self.receive()
+        except (anyio.EndOfStream, anyio.ClosedResourceError):
+            raise StopAsyncIteration from None
+
+    async def aclose(self) -> None:
+        await self._stream.aclose()
+
+    async def __aenter__(self) -> _TappedRead:
+        await self._stream.__aenter__()
+        return self
+
+    async def __aexit__(self, *exc_info: Any) -> bool | None:
+        result: bool | None = await self._stream.__aexit__(*exc_info)
+        return result
+
+
+class _TappedWrite:
+    """The SDK's write stream, each message told to a frame tap as it is sent."""
+
+    def __init__(self, stream: Any, tap: FrameTap) -> None:
+        self._stream, self._tap = stream, tap
+
+    async def send(self, item: Any, /) -> None:
+        _facts(self._tap, "sent", item)
+        await self._stream.send(item)
+
+    async def aclose(self) -> None:
+        await self._stream.aclose()
+
+    async def __aenter__(self) -> _TappedWrite:
+        await self._stream.__aenter__()
+        return self
+
+    async def __aexit__(self, *exc_info: Any) -> bool | None:
+        result: bool | None = await self._stream.__aexit__(*exc_info)
+        return result
+
+
 class CallFailed(Exception):
     """A tools/call that did not come back with a result: its closed facts."""
 
@@ -69,8 +145,9 @@ class CallFailed(Exception):
 
 class ServerConnection:
     def __init__(self, config: McpServerConfig, *, environ: Mapping[str, str],
-                 on_change: Callable[[ServerConnection], None]) -> None:
+                 on_change: Callable[[ServerConnection], None], frames: FrameTap | None = None) -> None:
         self.config = config
+        self._frames = frames
         self._environ = environ
         self._on_change = on_change
         self.state: State = "starting"
@@ -115,6 +192,8 @@ class ServerConnection:
 
     async def _connect(self, stack: contextlib.AsyncExitStack) -> None:
         read, write = await self._open(stack)
+        if self._frames is not None:
+            read, write = _TappedRead(read, self._frames), _TappedWrite(write, self._frames)
         session = await stack.enter_async_context(ClientSession(read, write, message_handler=self._message))
         with anyio.fail_after(max(0.0, self.deadline - anyio.current_time())):
             self._stage = Stage.INITIALIZE

@@ -20,6 +20,7 @@ from typing import TYPE_CHECKING, Any
 import anyio
 
 from dsh.agent_loop.child_words import AgentWords
+from dsh.agent_loop.frames import FrameLog
 from dsh.agent_loop.mcp.config import McpServerConfig, parse_servers, secret_values
 from dsh.agent_loop.mcp.diagnostics import McpFailure, McpServerFailure, failure_line
 from dsh.agent_loop.mcp.tools import McpToolSpec, build_tool, clean_description, clean_schema, format_result, tool_names
@@ -57,14 +58,17 @@ class McpManager:
         notice: Callable[[str], None],
         on_failure: Callable[[BaseException], None] | None = None,
         allow_mcp: bool = False,
+        frames: FrameLog | None = None,
     ) -> None:
-        """``tables`` are the raw ``[mcp_servers.NAME]`` tables: a bad one raises McpConfigError here."""
+        """``tables`` are the raw ``[mcp_servers.NAME]`` tables: a bad one raises McpConfigError here.
+        ``frames``: where each server's JSON-RPC frames are remembered, as closed facts (agent_loop/frames.py)."""
         self.configs: dict[str, McpServerConfig] = parse_servers(tables)
         self._environ = environ
         self._mask = mask
         self._notice = notice
         self._on_failure = on_failure
         self.allow_mcp = allow_mcp
+        self._frames = frames
         self._connections: dict[str, ServerConnection] = {}
         self._group = OwnedTaskGroup()
         self._specs: list[McpToolSpec] | None = None  # rebuilt when a server's tools change
@@ -109,7 +113,8 @@ class McpManager:
 
         group = self._group.group
         assert group is not None, "McpManager not entered"
-        connection = ServerConnection(config, environ=self._environ, on_change=self._changed)
+        tap = self._frames.tap(f"mcp {config.name}") if self._frames is not None else None
+        connection = ServerConnection(config, environ=self._environ, on_change=self._changed, frames=tap)
         self._connections[config.name] = connection
         group.start_soon(connection.run, name=f"mcp server {config.name}")
 

@@ -27,6 +27,7 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 
+from dsh.agent_loop.frames import FrameLog
 from dsh.agent_loop.subagent.extras import missing_extra_hint
 from dsh.agent_loop.subagent.result import (
     DIAGNOSTIC_LIMIT_BYTES,
@@ -90,6 +91,7 @@ class ParentContext:
     api_key: str | None = None
     cwd: str | None = None
     secrets: tuple[str, ...] = ()  # the parent's masked values: a child's output has them masked too
+    frames: FrameLog | None = None  # where each run's JSON-RPC frames are remembered (agent_loop/frames.py)
 
 
 def build_provider(name: str, config: Mapping[str, Any], parent: ParentContext | None = None) -> AnyProvider:
@@ -112,7 +114,8 @@ def build_provider(name: str, config: Mapping[str, Any], parent: ParentContext |
     provider: AnyProvider = importlib.import_module(module_name).from_config(name, config, parent)
     secrets = _run_secrets(config, parent)
     hint = missing_extra_hint(name, kind, config)
-    return dataclasses.replace(provider, hint=hint, secrets=secrets)
+    frames = parent.frames if parent is not None else None
+    return dataclasses.replace(provider, hint=hint, secrets=secrets, frames=frames)
 
 
 def _run_secrets(config: Mapping[str, Any], parent: ParentContext | None) -> tuple[str, ...]:

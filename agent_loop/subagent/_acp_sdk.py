@@ -12,12 +12,15 @@ from __future__ import annotations
 import contextlib
 import logging
 import os
+from collections.abc import Callable
 
 import acp
 import anyio
 import pydantic
 from acp import schema
+from acp.connection import StreamDirection, StreamEvent
 
+from dsh.agent_loop.frames import FrameTap
 from dsh.agent_loop.process import ManagedProcess
 from dsh.agent_loop.subagent.diagnostics import permission_line
 
@@ -31,13 +34,24 @@ _CLOSE_TIMEOUT = 1.0
 _HARMLESS_KINDS = frozenset({"read", "search", "think"})
 
 
+def _observer(frames: FrameTap) -> Callable[[StreamEvent], None]:
+    """The SDK's stream observer, telling ``frames`` of each message (its size is not known here)."""
+
+    def observe(event: StreamEvent) -> None:
+        frames("sent" if event.direction == StreamDirection.OUTGOING else "received", event.message, None)
+
+    return observe
+
+
 class AcpConnection:
     """One client connection to the agent on ``proc``'s pipes, with the requests of one run."""
 
-    def __init__(self, client: PermissionClient, proc: ManagedProcess) -> None:
+    def __init__(self, client: PermissionClient, proc: ManagedProcess, frames: FrameTap | None = None) -> None:
         # The SDK's Client protocol lists every optional method; its router answers method-not-found for
         # the ones a client lacks (acp/router.py looks them up by name): a partial client is expected.
-        self._conn = acp.connect_to_agent(client, proc.stdin, proc.stdout)  # type: ignore[arg-type]
+        observers = [_observer(frames)] if frames is not None else None
+        self._conn = acp.connect_to_agent(client, proc.stdin, proc.stdout,  # type: ignore[arg-type]
+                                          observers=observers)
 
     async def initialize(self) -> schema.InitializeResponse:
         return await self._conn.initialize(

@@ -224,7 +224,7 @@ class AcpRun(Run[AcpSettings]):
         self._client = PermissionClient(settings.permission)
         conn: AcpConnection | None = None
         try:
-            conn = AcpConnection(self._client, proc)
+            conn = AcpConnection(self._client, proc, self.frame_tap())
             outcome = await self._session(proc, conn, self._client, cwd)
         finally:
             with anyio.CancelScope(shield=True):

@@ -367,6 +367,7 @@ class CodexRun(Run[CodexConfig]):
             on_notification=self._on_notification,
             include_jsonrpc=False,
             name="codex",
+            on_frame=self.frame_tap(),
         ) as conn:
             return await self._conversation(conn, process)
 

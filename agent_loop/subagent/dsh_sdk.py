@@ -190,7 +190,8 @@ class DshSdkRun(Run[DshSettings]):
         shutdown_failed = False
         try:
             async with JsonRpcConnection(
-                process.stdout, process.stdin, on_notification=self._on_notification, name=f"subagent {self.name}"
+                process.stdout, process.stdin, on_notification=self._on_notification, name=f"subagent {self.name}",
+                on_frame=self.frame_tap(),
             ) as conn:
                 failure = await self._initialize(conn, process)
                 if failure is not None:

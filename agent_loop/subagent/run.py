@@ -33,6 +33,7 @@ from typing import TYPE_CHECKING, Any, ClassVar, Generic, Protocol, TypeAlias, T
 import anyio
 import anyio.abc
 
+from dsh.agent_loop.frames import FrameLog, FrameTap
 from dsh.agent_loop.jsonrpc import ProtocolError
 from dsh.agent_loop.owned_group import OwnedTaskGroup
 from dsh.agent_loop.subagent.diagnostics import Failure, failure_line, join_lines, safe_token
@@ -114,6 +115,7 @@ class Run(Generic[SettingsT]):
         self._settings = provider.settings
         self.request = request
         self._problem = provider.problem
+        self._frames = provider.frames
         self._scope = anyio.CancelScope()
         self._settled = anyio.Event()
         self._finished = anyio.Event()
@@ -127,6 +129,10 @@ class Run(Generic[SettingsT]):
         self._partial = GrowingText(self._redactor)
         # The child, once the provider started it: a failed run keeps the last lines of its stderr host-side.
         self.process: ManagedProcess | None = None  # tests read its pid too
+
+    def frame_tap(self) -> FrameTap | None:
+        """What the run's JSON-RPC connection tells of each frame (the closed facts a report keeps), if kept."""
+        return self._frames.tap(f"subagent {self.name}") if self._frames is not None else None
 
     @property
     def settings(self) -> SettingsT:
@@ -303,6 +309,7 @@ class Provider(Generic[SettingsT]):
     problem: str | None = None
     hint: str | None = None
     secrets: tuple[str, ...] = ()  # masked in every run's output, with the run's secret env values
+    frames: FrameLog | None = None  # the session's memory of its children's frames, for /report
 
     def run(self, request: SubagentRequest) -> Run[SettingsT]:
         """A new, not yet started run of ``request``."""
