@@ -259,3 +259,20 @@ def test_recorded_text_is_hostile_and_shown_escaped(home: Path) -> None:
     assert result.returncode == 1
     assert line.startswith("[turn failed TRANSPORT] request to the endpoint at http://api.example.invalid failed: ")
     assert "refused" in line and not any(c in result.stderr for c in "\x1b\x07\u202e\ud800")
+
+
+def test_an_older_trace_without_a_chain_replays_as_the_reset_it_always_did(home: Path) -> None:
+    holder = socket.socket(socket.AF_INET, socket.SOCK_STREAM)
+    holder.bind(("127.0.0.1", 0))
+    port = holder.getsockname()[1]
+    holder.close()
+    trace = home / "trace.jsonl"
+    live = _dsh(home, "-p", "hi", "--record", str(trace), DEEPSEEK_API_KEY=canaries.API_KEY,
+                DEEPSEEK_BASE_URL=f"http://127.0.0.1:{port}")
+    assert live.returncode == 1
+    older = [{k: v for k, v in record.items() if k != "chain"} for record in records(trace)]  # as written before
+    trace.write_text("".join(json.dumps(record) + "\n" for record in older), encoding="utf-8")
+    replayed = _dsh(home, "-p", "hi", "--replay", str(trace))
+    assert (replayed.returncode, turn_end(replayed.stderr)[0]) == (1, (
+        f"[turn failed TRANSPORT] request to the endpoint at http://127.0.0.1:{port} failed: ReadError: "
+        "BrokenResourceError: [Errno 104] Connection reset by peer"))
