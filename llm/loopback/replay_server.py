@@ -5,8 +5,10 @@ with the k-th recorded exchange: its status and headers, its body bytes at their
 (divided by ``speed``), and its recorded end. A stream that a reset cut live is reset (RST) after the
 same bytes; a clean close mid-body closes (FIN) without the last chunk; a transport timeout or an
 exchange dsh stopped reading stalls until the client goes away, so the client's own deadline fires
-again. A request beyond the recording gets HTTP 410 naming the recording. The trace format is
-written by ``dsh.llm.wire_trace`` (docs/record-replay.md).
+again. A failure before any response is a reset before any byte, except to a replaying dsh (its requests carry
+``x-dsh-replay``): that gets the recorded cause chain and finding to raise again itself (dsh.llm.failure_chain),
+so a refused connection replays as refused. A request beyond the recording gets HTTP 410 naming the recording.
+The trace format is written by ``dsh.llm.wire_trace`` (docs/record-replay.md).
 
 Memory does not follow the file or the requests (docs/record-replay.md, "Limits"): the trace is
 checked and indexed in one streamed pass (where each exchange's lines are), and an exchange's body is
@@ -33,7 +35,7 @@ from typing import Any
 
 from dsh.llm.codes import ErrorCode
 from dsh.llm.errors import HarnessError, error_chain
-from dsh.llm.failure_chain import REPLAY_FAILURE_HEADER, REPLAY_REQUEST_HEADER, check_chain, rebuildable
+from dsh.llm.failure_chain import MAX_TEXT, REPLAY_FAILURE_HEADER, REPLAY_REQUEST_HEADER, check_chain, rebuildable
 from dsh.llm.lines import LongLine, read_lines
 from dsh.llm.loopback.fault_server import (
     FaultServer,
@@ -334,7 +336,8 @@ def _index_record(record: dict[str, Any], offset: int, where: str, slots: dict[i
             raise ValueError(f"{where}: {problem}")
         slot.end = offset
     elif kind == "finding":
-        _field(record, "text", str, where)
+        if len(_field(record, "text", str, where)) > MAX_TEXT:
+            raise ValueError(f"{where}: 'text' is longer than {MAX_TEXT} characters")
         slot.finding = offset
 
 

@@ -232,6 +232,8 @@ def _hand_made(home: Path, chain: object, *more: dict[str, object]) -> Path:
                  "line 3: a 'chain' link's 'members' is not a list of chains", id="members"),
     pytest.param([{"class": "OSError", "text": "x"}], ({"type": "finding", "n": 1, "text": 5},),
                  "line 4: 'text' is missing or not a str", id="finding-text"),
+    pytest.param([{"class": "OSError", "text": "x"}], ({"type": "finding", "n": 1, "text": "x" * 5000},),
+                 "line 4: 'text' is longer than 4096 characters", id="finding-huge"),
 ])
 def test_a_hand_edited_failure_of_the_wrong_type_is_refused_at_load(home: Path, chain: object, more: tuple,
                                                                      reason: str) -> None:
