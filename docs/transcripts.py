@@ -723,6 +723,27 @@ def _record_replay_session(lab: Lab) -> str:
     ]), "console")
 
 
+def _record_replay_refused(lab: Lab) -> str:
+    """A refused connection met live with ``--record``, its end record's chain, and ``--replay`` refused again."""
+    from dsh.llm.loopback.fault_server import closed_port
+
+    home = lab.home("max_retries = 0\n")
+    with closed_port() as port:
+        live = lab.dsh(["--base-url", f"http://127.0.0.1:{port}", "-p", "hello", "--record", "trace.jsonl"],
+                       home=home, env={"DEEPSEEK_API_KEY": "sk-secret0123456789"},
+                       shown_env="DEEPSEEK_API_KEY=sk-secret0123456789")
+        replayed = lab.dsh(["--replay", "trace.jsonl", "-p", "hello"], home=home)
+    records = [json.loads(line) for line in (home / "project" / "trace.jsonl").read_text(encoding="utf-8").splitlines()]
+    end = next(record for record in records if record["type"] == "end")
+    chain = [lab.normalise(json.dumps(link, ensure_ascii=False, separators=(",", ":")), home) for link in end["chain"]]
+    return fence("\n".join([
+        "$ cat ~/.config/dsh/config.toml", "max_retries = 0",
+        session_text(live, status=True),
+        "$ jq -c 'select(.type == \"end\") | .chain[]' trace.jsonl", *chain,
+        session_text(replayed, status=True),
+    ]), "console")
+
+
 # What each behaviour does, in words (checked against llm/loopback/fault_server.py); the table's last column
 # is what dsh printed against it. A behaviour missing here fails the run, so the table stays complete.
 BEHAVIOURS: dict[str, str] = {
@@ -1445,6 +1466,7 @@ GENERATORS: dict[str, Callable[[Lab], str]] = {
     "doctor-balance": doctor_balance,
     "fault-server-dsh": fault_server_dsh,
     "record-replay": lambda lab: lab.once("record-replay", lambda: _record_replay_session(lab)).result(),
+    "record-replay-refused": _record_replay_refused,
     "behaviours": table_behaviours,
     "session-log": session_log,
     "error-codes": table_error_codes,

@@ -28,12 +28,13 @@ from dsh.llm.defaults import (
     DEFAULT_WRITE_TIMEOUT,
 )
 from dsh.llm.endpoint import Endpoint, endpoint_for_url
-from dsh.llm.errors import LlmError
+from dsh.llm.errors import Finding, LlmError
 from dsh.llm.events import (
     ChatRequest,
     Message,
     StreamEvent,
 )
+from dsh.llm.failure_chain import EXCHANGE_EXTENSION
 from dsh.llm.http_status import auth_detail, code_for_status, request_id, retry_after_seconds
 from dsh.llm.network import (
     CERTIFICATE_DETAILS,
@@ -81,6 +82,18 @@ def _nodes(exc: BaseException) -> list[BaseException]:
         nodes.append(current)
         current = current.__cause__ or current.__context__
     return nodes
+
+
+def _with_recorded_finding(error: LlmError, cause: BaseException) -> LlmError:
+    """``error`` with the finding its recording holds (dsh.llm.replay_transport) beneath it, as the live run had it."""
+    from dsh.llm.replay_transport import recorded_finding  # only a replay gets here
+
+    text = recorded_finding(cause)
+    if text:
+        finding = Finding(text)
+        finding.__cause__ = cause
+        error.__cause__ = finding
+    return error
 
 
 def _message_to_wire(message: Message) -> dict[str, Any]:
@@ -251,12 +264,18 @@ class DeepSeekClient:
             # The proxy was picked above (environment_proxy) and the trust store by ssl_context, so
             # httpx reads neither from the environment itself.
             verify = ssl_context(self._env)
-            transport = None
+            transport: httpx.AsyncBaseTransport | None = None
+            if self._replaying:
+                # A failure recorded before any response is raised again, not met as a reset (record-replay.md).
+                from dsh.llm.replay_transport import replaying_transport  # built on httpx, as above
+
+                transport = replaying_transport(httpx.AsyncHTTPTransport(verify=verify, proxy=self.proxy,
+                                                                         trust_env=False))
             if self._trace is not None:
                 # The recorder wraps the transport the client would build itself (proxy included).
                 from dsh.llm.wire_recorder import recording_transport  # built on httpx, as above
 
-                inner = httpx.AsyncHTTPTransport(verify=verify, proxy=self.proxy, trust_env=False)
+                inner = transport or httpx.AsyncHTTPTransport(verify=verify, proxy=self.proxy, trust_env=False)
                 transport = recording_transport(inner, self._trace)
             self._http = httpx.AsyncClient(
                 proxy=self.proxy if transport is None else None,
@@ -333,7 +352,7 @@ class DeepSeekClient:
         detail = classify_transport(exc)
         code = ErrorCode.TRANSPORT
         status = None
-        if self.proxy is not None:
+        if self.proxy_display is not None:  # a replay names the recorded proxy: its failures are that proxy's
             # Every connection goes to the proxy, so a refused or unknown host is the proxy's; TLS is
             # the upstream's (through the CONNECT tunnel) and stays TRANSPORT.
             proxy_own = detail in (
@@ -359,11 +378,14 @@ class DeepSeekClient:
         """``error``, and when it is a certificate failure, what the server presented named beneath it: a
         :class:`~dsh.llm.errors.Finding` (issuer, subject, whether the trust store knows that issuer) above the
         raw chain. The certificate is read again without verifying it (dsh.llm.certificate_truth); when that
-        fails, ``error`` is left as it was. A replay (``shown_as``) is never probed: its server is not the one
-        that failed. ``address``: where to connect instead of resolving the host again (``dsh doctor``)."""
+        fails, ``error`` is left as it was. A replay (``shown_as``) is never probed (its server is not the one
+        that failed): the finding its recording holds is put there instead. ``address``: where to connect instead
+        of resolving the host again (``dsh doctor``)."""
         cause = error.__cause__
-        if error.detail not in CERTIFICATE_DETAILS or cause is None or self._replaying:
+        if error.detail not in CERTIFICATE_DETAILS or cause is None:
             return error
+        if self._replaying:
+            return _with_recorded_finding(error, cause)
         from dsh.llm.certificate_truth import certificate_finding  # cryptography: only on this failure path
 
         finding = await certificate_finding(
@@ -373,6 +395,12 @@ class DeepSeekClient:
         if finding is not None:
             error.__cause__ = finding
         return error
+
+    def _record_finding(self, request: httpx.Request | None, error: LlmError) -> None:
+        """A finding goes into the trace beside its exchange's end: a replay shows it without probing."""
+        n = request.extensions.get(EXCHANGE_EXTENSION) if request is not None else None
+        if self._trace is not None and isinstance(error.__cause__, Finding) and isinstance(n, int):
+            self._trace.finding(n, str(error.__cause__))
 
     @contextmanager
     def _naming(self) -> Iterator[None]:
@@ -436,6 +464,7 @@ class DeepSeekClient:
     ) -> tuple[httpx.Response, _Watchdog]:
         """Send and wait for the response headers under the first deadline; each failure is a turn's error."""
         response: httpx.Response | None = None
+        http_request: httpx.Request | None = None
         try:
             with self._translating():
                 http = self._client()
@@ -448,7 +477,9 @@ class DeepSeekClient:
             if exc.detail not in CERTIFICATE_DETAILS:
                 raise
             with self._translating():  # a cancel while the certificate is read again is still ABORTED
-                raise await self.certificate_named(exc)
+                named = await self.certificate_named(exc)
+            self._record_finding(http_request, named)
+            raise named
         if scope.cancelled_caught or response is None:
             raise self._timeout(watchdog, headers=False)
         self.endpoint = self.endpoint.learn(response.headers)

@@ -12,6 +12,7 @@ from typing import Any
 
 import httpx
 
+from dsh.llm.failure_chain import EXCHANGE_EXTENSION
 from dsh.llm.wire_trace import BodyTee, TraceWriter
 
 __all__ = ["recording_transport"]
@@ -61,6 +62,7 @@ class _Recording(httpx.AsyncBaseTransport):
     async def handle_async_request(self, request: httpx.Request) -> httpx.Response:
         trace = self._trace
         n = trace.next_exchange()
+        request.extensions[EXCHANGE_EXTENSION] = n  # the client adds a finding to this exchange
         start = time.monotonic()
         try:
             body = request.content

@@ -29,6 +29,7 @@ from typing import Any
 from dsh.llm._version import __version__
 from dsh.llm.codes import ErrorCode
 from dsh.llm.errors import HarnessError, error_chain
+from dsh.llm.failure_chain import chain_record
 from dsh.llm.redact import MASK, Redactor, json_spelled_pattern, redact_url
 
 __all__ = ["TRACE_TYPE", "TRACE_VERSION", "BodyTee", "TraceFileError", "TraceWriter", "not_regular",
@@ -205,9 +206,16 @@ class TraceWriter:
         if error is not None:
             record["error"] = type(error).__name__
             record["message"] = self.mask(error_chain(error))
+            if where in ("connect", "send", "headers"):  # before any response: what a replay raises again
+                record["chain"] = chain_record(error, self.mask)
         if note:
             record["note"] = note
         self._write(record)
+
+    def finding(self, n: int, text: str) -> None:
+        """What dsh found out about exchange ``n``'s failure (a certificate's issuer and subject), for a replay
+        that cannot find it out again (docs/record-replay.md)."""
+        self._write({"type": "finding", "n": n, "text": self.mask(text)})
 
     def _headers(self, headers: list[tuple[str, str]]) -> list[list[str]]:
         return [[name, MASK if name.lower() in _SECRET_HEADERS else self.mask(value)] for name, value in headers]

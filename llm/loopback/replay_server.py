@@ -5,8 +5,10 @@ with the k-th recorded exchange: its status and headers, its body bytes at their
 (divided by ``speed``), and its recorded end. A stream that a reset cut live is reset (RST) after the
 same bytes; a clean close mid-body closes (FIN) without the last chunk; a transport timeout or an
 exchange dsh stopped reading stalls until the client goes away, so the client's own deadline fires
-again. A request beyond the recording gets HTTP 410 naming the recording. The trace format is
-written by ``dsh.llm.wire_trace`` (docs/record-replay.md).
+again. A failure before any response is a reset before any byte, except to a replaying dsh (its requests carry
+``x-dsh-replay``): that gets the recorded cause chain and finding to raise again itself (dsh.llm.failure_chain),
+so a refused connection replays as refused. A request beyond the recording gets HTTP 410 naming the recording.
+The trace format is written by ``dsh.llm.wire_trace`` (docs/record-replay.md).
 
 Memory does not follow the file or the requests (docs/record-replay.md, "Limits"): the trace is
 checked and indexed in one streamed pass (where each exchange's lines are), and an exchange's body is
@@ -33,6 +35,7 @@ from typing import Any
 
 from dsh.llm.codes import ErrorCode
 from dsh.llm.errors import HarnessError, error_chain
+from dsh.llm.failure_chain import MAX_TEXT, REPLAY_FAILURE_HEADER, REPLAY_REQUEST_HEADER, check_chain, rebuildable
 from dsh.llm.lines import LongLine, read_lines
 from dsh.llm.loopback.fault_server import (
     FaultServer,
@@ -96,6 +99,8 @@ class RecordedExchange:
     where: str | None = None
     error: str | None = None
     t_end: float = 0.0
+    chain: list[dict[str, Any]] | None = None  # a failure before any response, link by link (failure_chain)
+    finding: str | None = None  # what the recording dsh found out about that failure (a certificate's names)
 
 
 @dataclass(slots=True)
@@ -108,6 +113,7 @@ class _Slot:
     response: int = -1
     data: int = -1  # the first data record
     end: int = -1
+    finding: int = -1
 
 
 class _Exchanges(Sequence[RecordedExchange]):
@@ -129,6 +135,8 @@ class _Exchanges(Sequence[RecordedExchange]):
             exchange.t_response = _offset(response, "")
         if slot.end >= 0:
             _apply_end(exchange, self._record_at(slot.end))
+        if slot.finding >= 0:
+            exchange.finding = self._record_at(slot.finding)["text"]
         return exchange
 
     def _record_at(self, offset: int) -> dict[str, Any]:
@@ -206,6 +214,8 @@ def _data(record: dict[str, Any], where: str) -> bytes:
 def _apply_end(exchange: RecordedExchange, record: dict[str, Any]) -> None:
     exchange.how, exchange.t_end = record["how"], _offset(record, "")
     exchange.where, exchange.error = _text(record, "where"), _text(record, "error")
+    chain = record.get("chain")
+    exchange.chain = chain if isinstance(chain, list) else None
 
 
 def _record(line: bytes | LongLine, where: str) -> dict[str, Any]:
@@ -293,7 +303,7 @@ def _check_header(record: dict[str, Any], where: str) -> dict[str, Any]:
 def _index_record(record: dict[str, Any], offset: int, where: str, slots: dict[int, _Slot]) -> None:
     """Check one record and note where it is; the record itself is dropped."""
     kind = record.get("type")
-    if kind not in ("request", "response", "data", "end"):
+    if kind not in ("request", "response", "data", "end", "finding"):
         raise ValueError(f"{where}: unknown record type {kind!r:.40}")
     n = _field(record, "n", int, where)
     if n < 1:
@@ -322,7 +332,13 @@ def _index_record(record: dict[str, Any], offset: int, where: str, slots: dict[i
         if record.get("how") not in ("complete", "error", "closed"):
             raise ValueError(f"{where}: 'how' must be complete, error or closed")
         _offset(record, where)
+        if "chain" in record and (problem := check_chain(record["chain"])):
+            raise ValueError(f"{where}: {problem}")
         slot.end = offset
+    elif kind == "finding":
+        if len(_field(record, "text", str, where)) > MAX_TEXT:
+            raise ValueError(f"{where}: 'text' is longer than {MAX_TEXT} characters")
+        slot.finding = offset
 
 
 async def summarise(head: RequestHead, pieces: AsyncIterator[bytes]) -> RequestSummary:
@@ -383,6 +399,8 @@ class ReplayServer(FaultServer):
 
         if exchange.status is None:
             await at(exchange.t_end)
+            if ex.request.headers.get(REPLAY_REQUEST_HEADER) == "1" and _raisable(exchange):
+                return await self._raise_again(ex, exchange)
             return await self._end(ex, exchange)
         await at(exchange.t_response)
         headers = [(k, v) for k, v in exchange.headers if k.lower() not in _HOP_BY_HOP]
@@ -401,6 +419,13 @@ class ReplayServer(FaultServer):
         await at(exchange.t_end)
         return await self._end(ex, exchange)
 
+    @staticmethod
+    async def _raise_again(ex: _Exchange, exchange: RecordedExchange) -> bool:
+        """A failure before any response, for a replaying dsh to raise again (dsh.llm.replay_transport)."""
+        body = json.dumps({"chain": exchange.chain, "finding": exchange.finding})  # ASCII: lone surrogates too
+        return await ex.respond(200, body.encode("ascii"), "application/json",
+                                [(REPLAY_FAILURE_HEADER, "1")])
+
     async def _end(self, ex: _Exchange, exchange: RecordedExchange) -> bool:
         """The recorded failure again: a reset, a clean close, or silence until the client gives up."""
         error = exchange.error or ""
@@ -411,6 +436,12 @@ class ReplayServer(FaultServer):
         else:
             ex.reset()
         return False
+
+
+def _raisable(exchange: RecordedExchange) -> bool:
+    """Whether a replaying dsh can be handed this failure to raise: a recorded chain of allowed classes only
+    (an old trace, or a hand-edited class, replays as a reset)."""
+    return exchange.how == "error" and exchange.chain is not None and rebuildable(exchange.chain)
 
 
 async def serve_forever(trace: Trace, *, port: int, speed: float, out: Callable[[str], None]) -> None:
