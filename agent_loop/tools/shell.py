@@ -22,6 +22,7 @@ from dsh.agent_loop.process import ManagedProcess, ProcessStartError
 from dsh.agent_loop.sandbox import Sandbox
 from dsh.agent_loop.tools.registry import (
     Approver,
+    SandboxedCommand,
     Tool,
     ToolContext,
     ToolOutput,
@@ -212,7 +213,8 @@ def run_shell_tool(
         if not isinstance(command, str) or not command.strip():
             raise ValueError("command must be a non-empty string")
         timeout = float(int_arg(args, "timeout_s", int(SHELL_TIMEOUT), 1, int(SHELL_MAX_TIMEOUT)))
-        denial = await ask_approval(ctx, approver or ctx.approver, command, always_key=_ALWAYS_KEY,
+        request = SandboxedCommand(command) if sandbox is not None else command
+        denial = await ask_approval(ctx, approver or ctx.approver, request, always_key=_ALWAYS_KEY,
                                     denied=SHELL_DENIED, no_approver=SHELL_NO_APPROVER, action=Action.SHELL)
         if denial is not None:
             return denial
