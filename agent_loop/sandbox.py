@@ -17,6 +17,10 @@ Why each flag:
   read-only binds.
 - The git directory is bound onto itself (a ``.git`` file read-only): a mount point cannot be renamed, so a
   command cannot move ``.git`` aside and put a directory with its own config in its place.
+- The command's real wait status: bwrap exits 128+N for a command killed by signal N (its ``--json-status-fd``
+  says the same), which an ``exit 137`` also gives. With ``status_fd`` a small reaper (:data:`_REAPER`, run by
+  dsh's own Python inside the sandbox) starts the command, waits for it and writes its raw wait status to that
+  pipe, which the command itself never holds; :func:`wait_status` reads it back (docs/safety.md).
 
 The check runs ``bwrap`` once with the same namespaces and sorts its failure into closed categories; its
 stderr stays host-side (only the category reaches a line).
@@ -27,10 +31,12 @@ from __future__ import annotations
 import os
 import shutil
 import subprocess
+import sys
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 
+from dsh.agent_loop.process import ExitStatus
 from dsh.agent_loop.project import find_git_dir, read_git_file
 
 __all__ = [
@@ -43,6 +49,7 @@ __all__ = [
     "sandbox_check",
     "sandbox_of",
     "sandbox_problem",
+    "wait_status",
 ]
 
 BWRAP = "bwrap"
@@ -58,13 +65,41 @@ class Sandbox:
 
     network: bool = False
 
-    def wrap(self, argv: Sequence[str], *, cwd: str | os.PathLike[str]) -> list[str]:
+    def wrap(self, argv: Sequence[str], *, cwd: str | os.PathLike[str], status_fd: int | None = None) -> list[str]:
         """``argv`` inside bubblewrap, for a command run in ``cwd``; ``OSError`` when there is no ``bwrap``,
-        ``ValueError`` when the tree would be ``/``."""
+        ``ValueError`` when the tree would be ``/``. With ``status_fd`` (the write end of a pipe the child
+        inherits) the command's wait status is written to it (:func:`wait_status`)."""
         binary = shutil.which(BWRAP, path=os.environ.get("PATH", os.defpath))
         if binary is None:
             raise FileNotFoundError(f"{BWRAP} is not on PATH")
+        if status_fd is not None and sys.executable:
+            argv = [sys.executable, "-I", "-S", "-c", _REAPER, str(status_fd), *argv]
         return bwrap_argv(argv, cwd=Path(cwd), network=self.network, bwrap=binary)
+
+
+# Inside the sandbox: run argv[2:] with the status pipe closed for it (non-inheritable) and the signals Python
+# ignores back at their defaults, as subprocess does; write its wait status, exit as bwrap would have.
+_REAPER = """\
+import os, signal, sys
+fd = int(sys.argv[1])
+os.set_inheritable(fd, False)
+pid = os.posix_spawnp(sys.argv[2], sys.argv[2:], os.environ, setsigdef=(signal.SIGPIPE, signal.SIGXFSZ))
+status = os.waitpid(pid, 0)[1]
+os.write(fd, b"%d" % status)
+os._exit(os.WEXITSTATUS(status) if os.WIFEXITED(status) else 128 + os.WTERMSIG(status))
+"""
+
+
+def wait_status(data: bytes) -> ExitStatus | None:
+    """How the command ended, from what the reaper wrote; None when it wrote nothing usable (it was killed
+    first, by the ladder or the timeout: bwrap's own status stands)."""
+    text = data.decode("ascii", "replace")
+    if not text.isdigit() or len(text) > 10:
+        return None
+    try:
+        return ExitStatus.from_returncode(os.waitstatus_to_exitcode(int(text)))
+    except ValueError:  # not an exit or a signal (a stopped child is never reported)
+        return None
 
 
 def sandbox_of(kind: str | None, network: bool) -> Sandbox | None:

@@ -262,6 +262,28 @@ async def test_the_timeout_kills_a_sandboxed_command(repo: Path) -> None:
     assert result.text == "started\n[timed out after 1s; the command was killed] (sandboxed)"
 
 
+@pytest.mark.parametrize(
+    ("command", "status"),
+    [
+        ("kill -KILL $$", "[killed by SIGKILL]"),
+        ("kill -TERM $$", "[killed by SIGTERM]"),
+        ("exit 137", "[exit code: 137]"),  # what bwrap alone reports for SIGKILL
+        # The status pipe is not the command's: writing a fake status to every fd it might be changes nothing.
+        ("for fd in 3 4 5 6 7 8 9 10 11 12; do (eval \"printf 9 >&$fd\") 2>/dev/null; done; exit 143",
+         "[exit code: 143]"),
+    ],
+)
+async def test_a_signal_is_named_as_without_the_sandbox(repo: Path, command: str, status: str) -> None:
+    """bwrap exits 128+N for a command killed by signal N; the result names the signal, as an unsandboxed
+    command's does, and tells it apart from an exit 128+N (docs/safety.md)."""
+    sandboxed = await run(repo, command)
+    bare = await run_shell_tool(sandbox=None).run(
+        {"command": command}, ToolContext(cwd=repo, turn=1, notify=lambda event: None, approver=_yes))
+    assert isinstance(bare, ToolOutput)
+    assert sandboxed.text == f"(no output)\n{status} (sandboxed)" and sandboxed.is_error
+    assert bare.text == f"(no output)\n{status}"
+
+
 async def test_the_environment_is_the_allowlist(repo: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.setenv("DSH_SANDBOX_SECRET_TOKEN", "not-for-children")
     monkeypatch.setenv("TMPDIR", "/var/tmp")
