@@ -641,7 +641,7 @@ class InteractiveApp:
     async def _ask_approval(self, request: str | EditRequest | McpCallRequest) -> ToolApproval | None:
         """The approver of run_shell (a command), the edit tools (an EditRequest) and MCP tools (an
         McpCallRequest: server, tool, the whole arguments JSON): inline, (y / n / a)."""
-        from dsh.agent_loop.tools.registry import McpCallRequest, SandboxedCommand  # loaded with the tools already
+        from dsh.agent_loop.tools.registry import McpCallRequest  # loaded with the tools already
 
         view = self._view
         if view is None or not view.is_running:
@@ -650,8 +650,7 @@ class InteractiveApp:
         self._answer, self._answered = None, anyio.Event()
         size = self._output.get_size()
         if isinstance(request, str):
-            tool = "run_shell (sandboxed)" if isinstance(request, SandboxedCommand) else "run_shell"
-            self._approval = approval_question(request, rows=size.rows, cols=size.columns, tool=tool)
+            self._approval = approval_question(request, rows=size.rows, cols=size.columns)
         elif isinstance(request, McpCallRequest):
             self._approval = mcp_approval(request.server, request.tool, request.arguments, rows=size.rows,
                                           cols=size.columns)
