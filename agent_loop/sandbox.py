@@ -17,6 +17,8 @@ Why each flag:
   read-only binds.
 - The git directory is bound onto itself (a ``.git`` file read-only): a mount point cannot be renamed, so a
   command cannot move ``.git`` aside and put a directory with its own config in its place.
+- Each submodule's git directory under ``modules`` likewise (and every directory on the way to it): the
+  superproject's ``git status`` reads its config, so a ``core.fsmonitor`` planted there would run unsandboxed.
 - The command's real wait status: bwrap exits 128+N for a command killed by signal N (its ``--json-status-fd``
   says the same), which an ``exit 137`` also gives. With ``status_fd`` a small reaper (:data:`_REAPER`, run by
   dsh's own Python inside the sandbox) starts the command, waits for it and writes its raw wait status to that
@@ -57,6 +59,7 @@ SANDBOX_KINDS = ("bwrap",)
 _PROBE_TIMEOUT = 10.0
 _PROTECTED = ("config", "config.worktree", "hooks")  # what a later git reads and runs
 _PER_CHECKOUT = ("commondir", "config.worktree")  # a linked worktree's pointer to its config, and its own config
+_MODULES_LIMIT = 200  # directories walked under .git/modules; past it the whole of it is read-only
 
 
 @dataclass(frozen=True, slots=True)
@@ -137,15 +140,52 @@ def _git_binds(tree: Path, git_dir: Path) -> list[str]:
         if worktrees.is_dir() and not worktrees.is_symlink():
             for entry in sorted(worktrees.iterdir()):
                 readonly += [entry / name for name in _PER_CHECKOUT]
+    hooks_dirs = [Path(dirs[0]) / "hooks"] if dirs else []
+    for git_path in map(Path, dirs):
+        modules = _submodule_binds(git_path / "modules")
+        if modules is None:  # too many to list: the whole directory read-only (submodule commits then fail)
+            binds += ["--ro-bind", _real(git_path / "modules"), _real(git_path / "modules")]
+            continue
+        mount_points, module_dirs = modules
+        for directory in mount_points:  # each a mount point, so none can be renamed and replaced
+            binds += ["--bind", _real(directory), _real(directory)]
+        for module in module_dirs:
+            readonly += [module / name for name in _PROTECTED]
+            hooks_dirs.append(module / "hooks")
     for path in dict.fromkeys(readonly):
         if path.exists():
             binds += ["--ro-bind", _real(path), _real(path)]
-    hooks = Path(dirs[0]) / "hooks" if dirs else None
-    if hooks is not None and not hooks.exists() and not hooks.is_symlink():
-        # No hooks directory: an empty read-only one takes its place (bwrap creates the mount point on
-        # disk, as `git init` would), so a command cannot create one with a hook in it.
-        binds += ["--tmpfs", str(hooks), "--remount-ro", str(hooks)]
+    for hooks in hooks_dirs:
+        if not hooks.exists() and not hooks.is_symlink():
+            # No hooks directory: an empty read-only one takes its place (bwrap creates the mount point on
+            # disk, as `git init` would), so a command cannot create one with a hook in it.
+            binds += ["--tmpfs", _real(hooks), "--remount-ro", _real(hooks)]
     return binds
+
+
+def _submodule_binds(modules: Path) -> tuple[list[Path], list[Path]] | None:
+    """The submodules' git directories under ``modules`` (``.git/modules/NAME``, a name may hold ``/``,
+    nested submodules below each), and every directory on the way to them: their ``config`` and ``hooks``
+    are what a later ``git status`` in the superproject reads and runs. None past :data:`_MODULES_LIMIT`."""
+    mount_points: list[Path] = []
+    module_dirs: list[Path] = []
+    pending = [modules]
+    while pending:
+        directory = pending.pop()
+        if directory.is_symlink() or not directory.is_dir():
+            continue
+        mount_points.append(directory)
+        if len(mount_points) > _MODULES_LIMIT:
+            return None
+        if directory != modules and ((directory / "HEAD").is_file() or (directory / "config").is_file()):
+            module_dirs.append(directory)
+            pending.append(directory / "modules")
+            continue
+        try:
+            pending += sorted(entry for entry in directory.iterdir() if entry.is_dir() and not entry.is_symlink())
+        except OSError:
+            return None
+    return mount_points, module_dirs
 
 
 def bwrap_argv(argv: Sequence[str], *, cwd: Path, network: bool, bwrap: str = BWRAP) -> list[str]:

@@ -152,6 +152,32 @@ async def test_a_missing_hooks_directory_cannot_be_created_with_a_hook_in_it(rep
     assert list((repo / ".git" / "hooks").iterdir()) == []  # the empty mount point, as `git init` makes
 
 
+async def test_a_submodule_s_config_and_hooks_stay_read_only_and_it_still_commits(repo: Path, outside: Path) -> None:
+    """A superproject's ``git status`` reads each submodule's config (``core.fsmonitor`` runs a program) from
+    ``.git/modules/NAME``: a command cannot plant one there, nor move the directory aside and replace it."""
+    sub = outside / "sub"
+    sub.mkdir()
+    git(sub, "init", "-q", "-b", "main", ".")
+    git(sub, "commit", "-q", "--allow-empty", "-m", "s")
+    git(repo, "-c", "protocol.file.allow=always", "submodule", "add", "-q", str(sub), "libs/sub")
+    module = repo / ".git" / "modules" / "libs" / "sub"
+    before = (module / "config").read_bytes()
+    command = "; ".join([
+        attempt("config", "echo '[core] fsmonitor = touch planted' >> .git/modules/libs/sub/config"),
+        attempt("hook", "echo x > .git/modules/libs/sub/hooks/post-checkout"),
+        attempt("move module", "mv .git/modules/libs/sub .git/modules/libs/aside"),
+        attempt("move modules", "mv .git/modules .git/modules-aside"),
+        attempt("commit in it", "cd libs/sub && git commit -q --allow-empty -m inside"),
+    ])
+    result = await run(repo, f"export {' '.join(f'{k}={v}' for k, v in GIT_ENV.items())}; {command}")
+    assert result.text == (
+        "config: refused\nhook: refused\nmove module: refused\nmove modules: refused\ncommit in it: ok\n"
+        "[exit code: 0] (sandboxed)"
+    )
+    assert (module / "config").read_bytes() == before and not (module / "hooks" / "post-checkout").exists()
+    assert git(repo / "libs" / "sub", "log", "--format=%s", "-1") == "inside\n"
+
+
 async def test_in_a_linked_worktree_the_shared_config_and_pointers_are_read_only(repo: Path, outside: Path) -> None:
     # Outside /tmp, so that the main tree is on the read-only host file system, not hidden by the private /tmp.
     shutil.move(repo, outside / "tree")
