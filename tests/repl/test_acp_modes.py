@@ -52,3 +52,35 @@ async def test_modes_are_advertised_and_set_mode_applies_to_the_next_call(tmp_pa
     assert client.asked == []  # accept-edits wrote unasked; plan refused without asking
     assert (tree / "new.txt").read_text() == "unasked\n" and not (tree / "no.txt").exists()
     assert server.requests[3].json["messages"][-1]["content"] == PLAN_REFUSAL
+
+
+async def test_plan_refuses_a_subagent_under_acp_and_default_runs_it_unasked(tmp_path: Path) -> None:
+    """The same rule as the terminal app: in plan a delegation is refused without asking the editor; in default
+    it runs under the subagent's own permission setting (docs/safety.md)."""
+    import json
+    import sys
+
+    child = [sys.executable, "-m", "dsh.repl.demo.scripted_dsh_child"]
+    (tmp_path / "config" / "dsh").mkdir(parents=True)
+    (tmp_path / "config" / "dsh" / "config.toml").write_text(
+        f'[subagents.helper]\nprovider = "dsh"\ncommand = {json.dumps(child)}\n'
+        f"env = {{ DSH_SCRIPTED_CHILD = {json.dumps(json.dumps({'text': 'delegated'}))} }}\n")
+    delegate = {"description": "look", "prompt": "look around"}
+    script = [
+        Behaviour("tool_call", id="call_1", name="subagent", arguments=delegate),
+        Behaviour("text", text="refused"),
+        Behaviour("tool_call", id="call_2", name="subagent", arguments=delegate),
+        Behaviour("text", text="ran"),
+    ]
+    async with FaultServer(script=script) as server:
+        client = Client(answers=[])
+        async with _dsh_acp(tmp_path, client, "--base-url", server.url, "--permission-mode", "plan") as agent:
+            session_id = await agent.start()
+            first = await agent.prompt(session_id, "delegate it")
+            with anyio.fail_after(PROMPTLY):
+                await agent.conn.set_session_mode(session_id=session_id, mode_id="default")
+            second = await agent.prompt(session_id, "delegate it again")
+    assert (first.stop_reason, second.stop_reason) == ("end_turn", "end_turn")
+    assert client.asked == []
+    assert server.requests[1].json["messages"][-1]["content"] == PLAN_REFUSAL
+    assert server.requests[3].json["messages"][-1]["content"] == "delegated"
