@@ -147,8 +147,8 @@ def _git_binds(tree: Path, git_dir: Path) -> list[str]:
             binds += ["--ro-bind", _real(git_path / "modules"), _real(git_path / "modules")]
             continue
         mount_points, module_dirs = modules
-        for directory in mount_points:  # each a mount point, so none can be renamed and replaced
-            binds += ["--bind", _real(directory), _real(directory)]
+        for mount in mount_points:  # each a mount point, so none can be renamed and replaced
+            binds += ["--bind", _real(mount), _real(mount)]
         for module in module_dirs:
             readonly += [module / name for name in _PROTECTED]
             hooks_dirs.append(module / "hooks")
