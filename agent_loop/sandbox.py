@@ -75,9 +75,20 @@ class Sandbox:
         binary = shutil.which(BWRAP, path=os.environ.get("PATH", os.defpath))
         if binary is None:
             raise FileNotFoundError(f"{BWRAP} is not on PATH")
-        if status_fd is not None and sys.executable:
-            argv = [sys.executable, "-I", "-S", "-c", _REAPER, str(status_fd), *argv]
+        python = _reaper_python()
+        if status_fd is not None and python is not None:
+            argv = [python, "-I", "-S", "-c", _REAPER, str(status_fd), *argv]
         return bwrap_argv(argv, cwd=Path(cwd), network=self.network, bwrap=binary)
+
+
+def _reaper_python() -> str | None:
+    """The interpreter that runs the reaper: dsh's own, resolved past a virtualenv's link (the reaper needs only
+    the standard library); None when it lives under /tmp, which the sandbox hides (the command then runs
+    without the reaper, and a signal shows as bwrap's 128+N)."""
+    if not sys.executable:
+        return None
+    real = os.path.realpath(sys.executable)
+    return None if real == "/tmp" or real.startswith("/tmp/") else real
 
 
 # Inside the sandbox: run argv[2:] with the status pipe closed for it (non-inheritable) and the signals Python
