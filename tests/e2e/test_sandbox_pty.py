@@ -79,3 +79,18 @@ def test_the_question_and_the_result_say_the_command_runs_sandboxed(work: Path, 
         dsh.child.sendeof()
         assert dsh.wait_exit() == 0
     assert (work / "in.txt").read_text() == "in\n" and not os.path.exists("/etc/dsh-planted")
+
+
+def test_a_sandboxed_command_killed_by_a_signal_says_which(work: Path, spawn) -> None:  # noqa: F811
+    call = Behaviour("tool_call", id="call_1", name="run_shell", arguments=json.dumps({"command": "kill -TERM $$"}))
+    with FaultServer(script=[call], default=Behaviour("text", text="done\n")) as server:
+        dsh = spawn(cwd=work, DEEPSEEK_API_KEY=KEY, DEEPSEEK_BASE_URL=server.url)
+        dsh.prompt()
+        dsh.send("stop yourself")
+        dsh.wait_screen("  [approve] run_shell (sandboxed): kill -TERM $$  (y / n / a)")
+        dsh.child.send("y")
+        # Not bwrap's "[exit code: 143]": the signal, as without the sandbox.
+        dsh.expect_exact("  [tool result] Error: (no output)\r\n    [killed by SIGTERM] (sandboxed)\r\n")
+        dsh.prompt()
+        dsh.child.sendeof()
+        assert dsh.wait_exit() == 0
