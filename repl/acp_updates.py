@@ -163,7 +163,7 @@ def coalesced(updates: Sequence[Any]) -> list[Any]:
 def _where(request: object) -> str:
     """A permission request for a command that will run in the sandbox says so, as the terminal's question does
     (docs/safety.md)."""
-    return "" if isinstance(request, SandboxedCommand) else ""
+    return " (sandboxed)" if isinstance(request, SandboxedCommand) else ""
 
 
 def tool_kind(name: str) -> schema.ToolKind:
