@@ -15,6 +15,9 @@ Why each flag:
   ladder's SIGTERM first, as an unsandboxed one does.
 - ``--cap-drop ALL``: run by root, bwrap would otherwise keep capabilities, and ``umount`` would lift the
   read-only binds.
+- ``--tmpfs /run``: a read-only mount does not stop ``connect()`` on a Unix socket, and ``/run`` holds the ones
+  that reach outside (the D-Bus buses, where ``systemd-run --user`` starts anything; Docker's; ssh and gpg
+  agents; a database's). Sockets elsewhere stay reachable (docs/safety.md says so).
 - The git directory is bound onto itself (a ``.git`` file read-only): a mount point cannot be renamed, so a
   command cannot move ``.git`` aside and put a directory with its own config in its place.
 - Each submodule's git directory under ``modules`` likewise (and every directory on the way to it): the
@@ -217,6 +220,7 @@ def bwrap_argv(argv: Sequence[str], *, cwd: Path, network: bool, bwrap: str = BW
         "--dev", "/dev",
         "--proc", "/proc",
         "--tmpfs", "/tmp",
+        *_private_run(network),
         "--bind", real_tree, real_tree,
     ]
     if found is not None:
@@ -226,6 +230,20 @@ def bwrap_argv(argv: Sequence[str], *, cwd: Path, network: bool, bwrap: str = BW
         out.append("--unshare-net")
     # TMPDIR may name a directory that is read-only in here: the private /tmp is the temp directory.
     out += ["--unsetenv", "TMPDIR", "--chdir", _real(cwd), "--", *argv]
+    return out
+
+
+def _private_run(network: bool) -> list[str]:
+    """``/run`` (and a ``/var/run`` that is not a link to it) as an empty file system: a read-only mount does not
+    stop ``connect()`` on a Unix socket, and those there (the D-Bus buses, Docker's, an agent's) would run or
+    reach things outside the sandbox. With the network, the directory ``/etc/resolv.conf`` points into stays."""
+    out: list[str] = []
+    for path in ("/run", "/var/run"):
+        if os.path.isdir(path) and not os.path.islink(path):
+            out += ["--tmpfs", path]
+    resolver = os.path.dirname(os.path.realpath("/etc/resolv.conf"))
+    if network and out and resolver.startswith(("/run/", "/var/run/")):
+        out += ["--ro-bind-try", resolver, resolver]
     return out
 
 

@@ -216,6 +216,16 @@ async def test_tmp_is_private(repo: Path) -> None:
     assert not Path(name).exists()
 
 
+async def test_run_is_empty_so_its_unix_sockets_are_out_of_reach(repo: Path) -> None:
+    """A read-only /run would still let a command connect() to the sockets there (the D-Bus buses, where
+    ``systemd-run --user`` starts anything; Docker's): it is an empty file system instead. With the network on,
+    the resolver's configuration is still read."""
+    assert os.listdir("/run")  # the host's /run has something in it to hide
+    assert (await run(repo, "ls -A /run | wc -l")).text == "0\n[exit code: 0] (sandboxed)"
+    host = Path("/etc/resolv.conf").read_text().rstrip("\n")
+    assert (await run(repo, "cat /etc/resolv.conf", network=True)).text == f"{host}\n[exit code: 0] (sandboxed)"
+
+
 @contextlib.contextmanager
 def loopback_http() -> Iterator[int]:
     class Handler(http.server.BaseHTTPRequestHandler):
@@ -405,11 +415,11 @@ def test_the_argv_orders_private_tmp_before_the_tree_and_read_only_git_files_las
     (tree / ".git" / "hooks").mkdir(parents=True)
     (tree / ".git" / "config").write_text("")
     real = os.path.realpath(tree)
-    argv = bwrap_argv(["sh", "-c", "true"], cwd=tree, network=True, bwrap="/usr/bin/bwrap")
+    argv = bwrap_argv(["sh", "-c", "true"], cwd=tree, network=False, bwrap="/usr/bin/bwrap")
     assert argv == [
         "/usr/bin/bwrap", "--ro-bind", "/", "/", "--dev", "/dev", "--proc", "/proc", "--tmpfs", "/tmp",
-        "--bind", real, real, "--bind", f"{real}/.git", f"{real}/.git",
+        "--tmpfs", "/run", "--bind", real, real, "--bind", f"{real}/.git", f"{real}/.git",
         "--ro-bind", f"{real}/.git/config", f"{real}/.git/config", "--ro-bind", f"{real}/.git/hooks",
-        f"{real}/.git/hooks", "--unshare-pid", "--die-with-parent", "--cap-drop", "ALL",
+        f"{real}/.git/hooks", "--unshare-pid", "--die-with-parent", "--cap-drop", "ALL", "--unshare-net",
         "--unsetenv", "TMPDIR", "--chdir", real, "--", "sh", "-c", "true",
     ]
