@@ -51,6 +51,9 @@ class Action(enum.Enum):
     # An MCP tool that may write, on a server the user trusts (approve = "auto", or --allow-mcp): it runs
     # without asking in every mode but plan.
     MCP_TRUSTED = "an MCP tool that may write, trusted"
+    # A delegation to a subagent (an ACP agent, a child dsh, Claude Code, Codex): it may edit and run commands
+    # outside the sandbox under its own ``permission`` setting. Only plan refuses it; no mode loosens it.
+    SUBAGENT = "a delegation to a subagent"
 
 
 @dataclass(frozen=True, slots=True)
@@ -60,18 +63,21 @@ class Refuse:
 
 Decision = Literal["run", "ask"] | Refuse
 
-PLAN_REFUSAL = ("Error: plan mode is on: edits, writes, shell commands and MCP tools that may write are refused "
-                "(Shift+Tab or --permission-mode changes the mode)")
+PLAN_REFUSAL = ("Error: plan mode is on: edits, writes, shell commands, subagents and MCP tools that may write are "
+                "refused (Shift+Tab or --permission-mode changes the mode)")
 AUTO_NEEDS_SANDBOX = 'auto needs a sandbox: set sandbox = "bwrap" in config.toml (docs/safety.md)'
 
 # Shift+Tab's order; auto only when a sandbox is configured (Permissions.cycle skips it otherwise).
 CYCLE = (Mode.DEFAULT, Mode.ACCEPT_EDITS, Mode.PLAN, Mode.AUTO)
 
+# A subagent never asks here: its own ``permission`` setting decides what it may do (docs/subagents.md), the
+# same in every mode but plan.
 _RUN_UNASKED: dict[Mode, frozenset[Action]] = {
-    Mode.DEFAULT: frozenset({Action.MCP_TRUSTED}),
-    Mode.ACCEPT_EDITS: frozenset({Action.EDIT, Action.MCP_TRUSTED}),
-    # Only the sandboxed shell and edits inside the tree: MCP servers are not sandboxed, so they still ask.
-    Mode.AUTO: frozenset({Action.SHELL, Action.EDIT, Action.MCP_TRUSTED}),
+    Mode.DEFAULT: frozenset({Action.MCP_TRUSTED, Action.SUBAGENT}),
+    Mode.ACCEPT_EDITS: frozenset({Action.EDIT, Action.MCP_TRUSTED, Action.SUBAGENT}),
+    # Only the sandboxed shell and edits inside the tree: MCP servers and subagents are not sandboxed, so auto
+    # gives them nothing the default mode does not.
+    Mode.AUTO: frozenset({Action.SHELL, Action.EDIT, Action.MCP_TRUSTED, Action.SUBAGENT}),
     Mode.PLAN: frozenset(),
 }
 

@@ -216,6 +216,7 @@ class ManagedProcess:
         term_grace: float = DEFAULT_TERM_GRACE,
         merge_stderr: bool = False,
         stdin: bool = True,
+        pass_fds: Sequence[int] = (),
     ) -> None:
         if not argv or not all(isinstance(part, str) for part in argv):
             raise ValueError("argv must be a non-empty sequence of strings")
@@ -228,6 +229,7 @@ class ManagedProcess:
         self._term_grace = term_grace
         self._merge_stderr = merge_stderr
         self._pipe_stdin = stdin
+        self._pass_fds = tuple(pass_fds)  # kept open in the child, e.g. the sandbox's status pipe
         self._transport: asyncio.SubprocessTransport | None = None
         self._protocol: _ChildProtocol | None = None
         self._ladder_lock = anyio.Lock()
@@ -256,6 +258,7 @@ class ManagedProcess:
                 cwd=self._cwd,
                 start_new_session=True,  # own session => own process group, pgid == pid
                 close_fds=True,
+                pass_fds=self._pass_fds,
             )
         except OSError as exc:  # missing binary, not executable, bad cwd, fd exhaustion
             raise ProcessStartError(exc) from exc

@@ -1,8 +1,9 @@
 """``sandbox_cost_ms`` and ``sandbox_vs_bare``: one ``sh -c true`` through ``run_command`` under bubblewrap
 (``sandbox = "bwrap"``, docs/safety.md) against the same command bare, in a git repository, paired.
 
-The sandboxed run pays for bwrap's namespaces, its mounts (the tree, the git directory, its read-only files,
-a private /tmp) and its pid-1 init, plus the lookup of the git directory in ``bwrap_argv``.
+The sandboxed run is run_shell's (``run_sandboxed``): it pays for bwrap's namespaces, its mounts (the tree, the
+git directory, its read-only files, a private /tmp), its pid-1 init and the reaper that reports the command's
+own wait status, plus the lookup of the git directory in ``bwrap_argv``.
 """
 
 from __future__ import annotations
@@ -16,7 +17,7 @@ from pathlib import Path
 from bench.harness import BenchServer, Figure, Settings, Stats, paired_async, ratios, unavailable
 from bench.loop import temp_root
 from dsh.agent_loop.sandbox import Sandbox, sandbox_problem
-from dsh.agent_loop.tools.shell import run_command
+from dsh.agent_loop.tools.shell import run_command, run_sandboxed
 
 __all__ = ["sandbox_cost"]
 
@@ -25,8 +26,9 @@ def _subject(tree: Path, sandbox: Sandbox | None) -> Callable[[], Awaitable[floa
     async def run() -> None:
         argv = ["/bin/sh", "-c", "true"]
         if sandbox is not None:
-            argv = sandbox.wrap(argv, cwd=tree)
-        result = await run_command(argv, cwd=tree, timeout=60)
+            result = await run_sandboxed(sandbox, argv, cwd=tree, timeout=60, output_limit=64 * 1024)
+        else:
+            result = await run_command(argv, cwd=tree, timeout=60)
         assert result.exit_code == 0, result
 
     return run

@@ -1114,7 +1114,12 @@ def modes_auto_refusal(lab: Lab) -> str:
 
 
 _MODE_ROWS = ("read_file notes.txt", "write_file new.txt (inside the tree)", "write_file ../outside.txt",
-              "run_shell echo ran > shell.txt", "MCP tool add (not read-only)")
+              "run_shell echo ran > shell.txt", "MCP tool add (not read-only)", "MCP tool echo (read-only)",
+              "subagent (a child dsh)")
+# The subagent of the modes table: the scripted child dsh (repl/demo), which answers without touching anything.
+_MODES_SUBAGENT = ('[subagents.helper]\nprovider = "dsh"\n'
+                   f'command = {json.dumps([PYTHON, "-m", "dsh.repl.demo.scripted_dsh_child"])}\n'
+                   f"env = {{ DSH_SCRIPTED_CHILD = {json.dumps(json.dumps({'text': 'delegated'}))} }}\n")
 
 
 def _mode_cell(result: str) -> str:
@@ -1136,13 +1141,14 @@ def modes_table(lab: Lab) -> str:
     modes = ("default", "plan", "accept-edits", "auto")
 
     def one(mode: str) -> list[str]:
-        home = lab.home(('sandbox = "bwrap"\n' if mode == "auto" else "") + server_table)
+        home = lab.home(('sandbox = "bwrap"\n' if mode == "auto" else "") + server_table + _MODES_SUBAGENT)
         subprocess.run(["git", "init", "-q", str(home / "project")], check=True, timeout=TIMEOUT)
         calls = [("read_file", {"path": "notes.txt"}), ("write_file", {"path": "new.txt", "content": "inside\n"}),
                  ("write_file", {"path": "../outside.txt", "content": "outside\n"}),
-                 ("run_shell", {"command": "echo ran > shell.txt"}), ("mcp__fx__add", {"a": 2, "b": 3})]
+                 ("run_shell", {"command": "echo ran > shell.txt"}), ("mcp__fx__add", {"a": 2, "b": 3}),
+                 ("mcp__fx__echo", {"text": "hi"}), ("subagent", {"description": "look", "prompt": "look around"})]
         with FaultServer() as server:
-            server.push(_scripted_calls(calls, "All five."), Behaviour("text", text="done"))
+            server.push(_scripted_calls(calls, "All seven."), Behaviour("text", text="done"))
             run = lab.dsh(["-p", "go", "--permission-mode", mode], home=home,
                           env={"DEEPSEEK_API_KEY": "any", "DEEPSEEK_BASE_URL": server.url})
             if run.returncode != 0:

@@ -219,7 +219,7 @@ class DshAgent:
 _MODE_NAMES = {
     Mode.DEFAULT: ("Default", "Ask before each shell command and edit"),
     Mode.ACCEPT_EDITS: ("Accept edits", "Edits inside the project apply without asking; shell commands still ask"),
-    Mode.PLAN: ("Plan", "Read-only: edits, writes and shell commands are refused"),
+    Mode.PLAN: ("Plan", "Read-only: edits, writes, shell commands, subagents and MCP tools that may write are refused"),
     Mode.AUTO: ("Auto", "Shell commands (sandboxed) and edits inside the project run without asking"),
 }
 

@@ -30,7 +30,7 @@ from dsh.agent_loop.events import (
 )
 from dsh.agent_loop.reasons import Aborted, Disposed, EndReason, Failed, MaxTokens, Rejected
 from dsh.agent_loop.tools.edits import EditRequest
-from dsh.agent_loop.tools.registry import McpCallRequest
+from dsh.agent_loop.tools.registry import McpCallRequest, SandboxedCommand
 from dsh.llm import ErrorCode, HarnessError, Redactor, chain_links
 from dsh.llm.text import scrub_surrogates
 from dsh.repl.commands import link_lines
@@ -160,6 +160,12 @@ def coalesced(updates: Sequence[Any]) -> list[Any]:
     return merged
 
 
+def _where(request: object) -> str:
+    """A permission request for a command that will run in the sandbox says so, as the terminal's question does
+    (docs/safety.md)."""
+    return " (sandboxed)" if isinstance(request, SandboxedCommand) else ""
+
+
 def tool_kind(name: str) -> schema.ToolKind:
     return _KINDS.get(name, "other")
 
@@ -282,8 +288,8 @@ class Translator:
         if call is None:  # no call to name (it should not happen): a fresh id, so the client can still ask
             return schema.ToolCallUpdate(tool_call_id=f"{self._turn}:approval", title=self._request_title(request),
                                          kind="other", status="pending", content=content)
-        return schema.ToolCallUpdate(tool_call_id=call.acp_id, title=call.title, kind=call.kind, status="pending",
-                                     raw_input=call.raw_input, content=content)
+        return schema.ToolCallUpdate(tool_call_id=call.acp_id, title=call.title + _where(request), kind=call.kind,
+                                     status="pending", raw_input=call.raw_input, content=content)
 
     def note_edit(self, call: _Call | None, request: EditRequest) -> None:
         """An edit that goes ahead without asking the client ("always"): its diff still reaches the update."""
@@ -298,7 +304,7 @@ class Translator:
             return clean(f"Edit {request.path}", self.redact)
         if isinstance(request, McpCallRequest):
             return clean(f"{request.server}: {request.tool}", self.redact)
-        return clean(f"Run {_first_line(request)}", self.redact)
+        return clean(f"Run {_first_line(request)}", self.redact) + _where(request)
 
     def approved(self, call: _Call | None) -> Any | None:
         """The update that says an approved call runs now."""

@@ -813,14 +813,18 @@ _INDENT = "      "
 
 
 def approval_question(command: str, *, rows: int = 24, cols: int = 80, tool: str = "run_shell") -> Approval:
-    """The question for a command; one that does not fit the screen is shown by ``v`` before ``y`` counts."""
-    head = f"  [approve] {tool}: "
+    """The question for a command; one that does not fit the screen is shown by ``v`` before ``y`` counts. A
+    command that will run in the sandbox says so (docs/safety.md)."""
+    from dsh.agent_loop.tools.registry import SandboxedCommand  # loaded with the tools, before any approval
+
+    where = " (sandboxed)" if isinstance(command, SandboxedCommand) else ""
+    head = f"  [approve] {tool}{where}: "
     shown = shown_command(command.strip("\n") if command.strip() else command)
     if _fits(shown, command, rows, cols):
         text = head + ("\n" + _INDENT).join(shown) + "  (y / n / a) "
         return Approval(text, False, "", text)
     size = _size(command)
-    view = f"  [command] {tool}, {size}:\n" + "".join(f"{_INDENT}{line}\n" for line in shown)
+    view = f"  [command] {tool}{where}, {size}:\n" + "".join(f"{_INDENT}{line}\n" for line in shown)
     return Approval(
         f"{head}command is {size} \u2014 v to view  (v / n) ",
         True,

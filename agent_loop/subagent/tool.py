@@ -25,11 +25,13 @@ import logging
 from collections.abc import Mapping
 from typing import Any
 
+from dsh.agent_loop.permissions import Action
 from dsh.agent_loop.subagent import ParentContext, build_providers
 from dsh.agent_loop.subagent.jobs import JobManager, job_tools, run_subagent
 from dsh.agent_loop.subagent.result import FAILURE_HEADLINES, SubagentRequest, SubagentResult
 from dsh.agent_loop.subagent.run import AnyProvider
 from dsh.agent_loop.tools import Tool, ToolContext, ToolOutput
+from dsh.agent_loop.tools.registry import mode_refusal
 
 __all__ = [
     "FAILURE_HEADLINES",
@@ -73,6 +75,10 @@ def subagent_tool(providers: Mapping[str, AnyProvider], jobs: JobManager | None 
             return _error("subagent: prompt must be a non-empty string")
         if not names:
             return _error("subagent: no subagents are configured (add a [subagents.NAME] table)")
+        # A subagent edits and runs commands outside the sandbox: plan mode refuses it (docs/safety.md).
+        refusal = mode_refusal(ctx, Action.SUBAGENT)
+        if refusal is not None:
+            return refusal
         choice = args.get("provider") or names[0]
         provider = providers.get(choice) if isinstance(choice, str) else None
         if provider is None:

@@ -28,6 +28,7 @@ __all__ = [
     "Approval",
     "Approver",
     "McpCallRequest",
+    "SandboxedCommand",
     "Tool",
     "ToolContext",
     "ToolOutput",
@@ -35,6 +36,7 @@ __all__ = [
     "arguments_schema",
     "ask_approval",
     "int_arg",
+    "mode_refusal",
     "param",
     "plan_batches",
     "resolve_path",
@@ -45,9 +47,17 @@ DEFAULT_MAX_PARALLEL = 10
 MAX_RESULT_CHARS = 100_000  # a last bound on any tool's text, whoever wrote the tool
 
 Approval = Literal["yes", "no", "always"]
-# Called with what is to be approved: run_shell's command (a str), an edit tool's
-# ``dsh.agent_loop.tools.edits.EditRequest`` (its diff), or an MCP tool call's :class:`McpCallRequest`.
+# Called with what is to be approved: run_shell's command (a str; a :class:`SandboxedCommand` when it runs in the
+# sandbox), an edit tool's ``dsh.agent_loop.tools.edits.EditRequest`` (its diff), or an MCP tool call's
+# :class:`McpCallRequest`.
 Approver = Callable[[Any], Awaitable["Approval | None"]]
+
+
+class SandboxedCommand(str):
+    """run_shell's command, to approve, when it will run in the sandbox: a str as every command is, so an approver
+    that only knows commands still works, and the question says where it runs (docs/safety.md)."""
+
+    __slots__ = ()
 
 
 @dataclass(frozen=True, slots=True)
@@ -151,6 +161,12 @@ class ToolRegistry:
 
 
 # --- approval ---------------------------------------------------------------------------------------
+
+
+def mode_refusal(ctx: ToolContext, action: Action) -> ToolOutput | None:
+    """The refusal the session's permission mode gives ``action`` (plan mode's line), else None."""
+    decision = decide(ctx.permissions.mode if ctx.permissions is not None else Mode.DEFAULT, action)
+    return ToolOutput(decision.line, is_error=True) if isinstance(decision, Refuse) else None
 
 
 async def ask_approval(ctx: ToolContext, ask: Approver | None, request: object, *, always_key: str | None,

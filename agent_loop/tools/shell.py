@@ -10,6 +10,7 @@ reaped when the turn is cancelled. The prompt hook (``dsh.agent_loop.guard``) an
 from __future__ import annotations
 
 import contextlib
+import dataclasses
 import os
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
@@ -19,9 +20,10 @@ import anyio
 
 from dsh.agent_loop.permissions import Action
 from dsh.agent_loop.process import ManagedProcess, ProcessStartError
-from dsh.agent_loop.sandbox import Sandbox
+from dsh.agent_loop.sandbox import Sandbox, wait_status
 from dsh.agent_loop.tools.registry import (
     Approver,
+    SandboxedCommand,
     Tool,
     ToolContext,
     ToolOutput,
@@ -36,6 +38,7 @@ __all__ = [
     "SHELL_NO_APPROVER",
     "CommandResult",
     "run_command",
+    "run_sandboxed",
     "run_shell_tool",
 ]
 
@@ -98,6 +101,7 @@ async def run_command(
     env: Mapping[str, str] | None = None,
     exit_grace: float = 0.5,
     kill_grace: float = 0.5,
+    pass_fds: Sequence[int] = (),
 ) -> CommandResult:
     """Run a :class:`~dsh.agent_loop.process.ManagedProcess` and collect its bounded output.
 
@@ -106,10 +110,11 @@ async def run_command(
     after ``kill_grace``, and the child is reaped before this returns (or re-raises the cancellation).
     When the child exits but something it left in its group still holds the pipe, output is collected
     for ``exit_grace`` more and the group is then killed, so a stray background job cannot hang the
-    call. Raises ``OSError`` when the command cannot be started.
+    call. ``pass_fds`` stay open in the child. Raises ``OSError`` when the command cannot be started.
     """
     process = ManagedProcess(
-        argv, env=env, cwd=cwd, merge_stderr=merge_stderr, stdin=input is not None, eof_grace=0, term_grace=kill_grace
+        argv, env=env, cwd=cwd, merge_stderr=merge_stderr, stdin=input is not None, eof_grace=0, term_grace=kill_grace,
+        pass_fds=pass_fds,
     )
     await _start(process)
     buffer = _HeadTail(output_limit)
@@ -124,6 +129,32 @@ async def run_command(
     exit_code = status.exit_code if status is not None else None
     signal_name = status.signal if status is not None else None
     return CommandResult(exit_code, signal_name, buffer.text(), buffer.dropped, timed_out)
+
+
+async def run_sandboxed(
+    sandbox: Sandbox, argv: Sequence[str], *, cwd: str | os.PathLike[str], timeout: float, output_limit: int
+) -> CommandResult:
+    """:func:`run_command` of ``argv`` under ``sandbox``, with the command's own exit code or signal (bwrap
+    alone reports a signal as 128+N; ``dsh.agent_loop.sandbox`` says how the status pipe works)."""
+    read_end, write_end = os.pipe()
+    try:
+        wrapped = sandbox.wrap(argv, cwd=cwd, status_fd=write_end)
+        result = await run_command(wrapped, cwd=cwd, timeout=timeout, output_limit=output_limit, pass_fds=(write_end,))
+        os.close(write_end)
+        write_end = -1
+        os.set_blocking(read_end, False)  # every writer is gone (the group is reaped): never waits
+        try:
+            data = os.read(read_end, 64)
+        except BlockingIOError:
+            data = b""
+    finally:
+        os.close(read_end)
+        if write_end >= 0:
+            os.close(write_end)
+    status = wait_status(data)
+    if status is None or result.timed_out:
+        return result
+    return dataclasses.replace(result, exit_code=status.exit_code, signal=status.signal)
 
 
 async def _start(process: ManagedProcess) -> None:
@@ -212,19 +243,16 @@ def run_shell_tool(
         if not isinstance(command, str) or not command.strip():
             raise ValueError("command must be a non-empty string")
         timeout = float(int_arg(args, "timeout_s", int(SHELL_TIMEOUT), 1, int(SHELL_MAX_TIMEOUT)))
-        denial = await ask_approval(ctx, approver or ctx.approver, command, always_key=_ALWAYS_KEY,
+        request = SandboxedCommand(command) if sandbox is not None else command
+        denial = await ask_approval(ctx, approver or ctx.approver, request, always_key=_ALWAYS_KEY,
                                     denied=SHELL_DENIED, no_approver=SHELL_NO_APPROVER, action=Action.SHELL)
         if denial is not None:
             return denial
         argv = [shell, "-c", command]
         if sandbox is not None:
-            argv = sandbox.wrap(argv, cwd=ctx.cwd)
-        result = await run_command(
-            argv,
-            cwd=ctx.cwd,
-            timeout=timeout,
-            output_limit=SHELL_OUTPUT_LIMIT,
-        )
+            result = await run_sandboxed(sandbox, argv, cwd=ctx.cwd, timeout=timeout, output_limit=SHELL_OUTPUT_LIMIT)
+        else:
+            result = await run_command(argv, cwd=ctx.cwd, timeout=timeout, output_limit=SHELL_OUTPUT_LIMIT)
         return _format_command(result, timeout, sandboxed=sandbox is not None)
 
     description = (

@@ -152,6 +152,32 @@ async def test_a_missing_hooks_directory_cannot_be_created_with_a_hook_in_it(rep
     assert list((repo / ".git" / "hooks").iterdir()) == []  # the empty mount point, as `git init` makes
 
 
+async def test_a_submodule_s_config_and_hooks_stay_read_only_and_it_still_commits(repo: Path, outside: Path) -> None:
+    """A superproject's ``git status`` reads each submodule's config (``core.fsmonitor`` runs a program) from
+    ``.git/modules/NAME``: a command cannot plant one there, nor move the directory aside and replace it."""
+    sub = outside / "sub"
+    sub.mkdir()
+    git(sub, "init", "-q", "-b", "main", ".")
+    git(sub, "commit", "-q", "--allow-empty", "-m", "s")
+    git(repo, "-c", "protocol.file.allow=always", "submodule", "add", "-q", str(sub), "libs/sub")
+    module = repo / ".git" / "modules" / "libs" / "sub"
+    before = (module / "config").read_bytes()
+    command = "; ".join([
+        attempt("config", "echo '[core] fsmonitor = touch planted' >> .git/modules/libs/sub/config"),
+        attempt("hook", "echo x > .git/modules/libs/sub/hooks/post-checkout"),
+        attempt("move module", "mv .git/modules/libs/sub .git/modules/libs/aside"),
+        attempt("move modules", "mv .git/modules .git/modules-aside"),
+        attempt("commit in it", "cd libs/sub && git commit -q --allow-empty -m inside"),
+    ])
+    result = await run(repo, f"export {' '.join(f'{k}={v}' for k, v in GIT_ENV.items())}; {command}")
+    assert result.text == (
+        "config: refused\nhook: refused\nmove module: refused\nmove modules: refused\ncommit in it: ok\n"
+        "[exit code: 0] (sandboxed)"
+    )
+    assert (module / "config").read_bytes() == before and not (module / "hooks" / "post-checkout").exists()
+    assert git(repo / "libs" / "sub", "log", "--format=%s", "-1") == "inside\n"
+
+
 async def test_in_a_linked_worktree_the_shared_config_and_pointers_are_read_only(repo: Path, outside: Path) -> None:
     # Outside /tmp, so that the main tree is on the read-only host file system, not hidden by the private /tmp.
     shutil.move(repo, outside / "tree")
@@ -188,6 +214,16 @@ async def test_tmp_is_private(repo: Path) -> None:
     result = await run(repo, f"echo private > {name} && cat {name} && ls -A /tmp | wc -l")
     assert result.text == "private\n2\n[exit code: 0] (sandboxed)"  # the file, and the directory down to the tree
     assert not Path(name).exists()
+
+
+async def test_run_is_empty_so_its_unix_sockets_are_out_of_reach(repo: Path) -> None:
+    """A read-only /run would still let a command connect() to the sockets there (the D-Bus buses, where
+    ``systemd-run --user`` starts anything; Docker's): it is an empty file system instead. With the network on,
+    the resolver's configuration is still read."""
+    assert os.listdir("/run")  # the host's /run has something in it to hide
+    assert (await run(repo, "ls -A /run | wc -l")).text == "0\n[exit code: 0] (sandboxed)"
+    host = Path("/etc/resolv.conf").read_text().rstrip("\n")
+    assert (await run(repo, "cat /etc/resolv.conf", network=True)).text == f"{host}\n[exit code: 0] (sandboxed)"
 
 
 @contextlib.contextmanager
@@ -260,6 +296,28 @@ async def test_the_timeout_kills_a_sandboxed_command(repo: Path) -> None:
     result = await tool.run({"command": "echo started; sleep 600", "timeout_s": 1}, ctx)
     assert isinstance(result, ToolOutput) and result.is_error
     assert result.text == "started\n[timed out after 1s; the command was killed] (sandboxed)"
+
+
+@pytest.mark.parametrize(
+    ("command", "status"),
+    [
+        ("kill -KILL $$", "[killed by SIGKILL]"),
+        ("kill -TERM $$", "[killed by SIGTERM]"),
+        ("exit 137", "[exit code: 137]"),  # what bwrap alone reports for SIGKILL
+        # The status pipe is not the command's: writing a fake status to every fd it might be changes nothing.
+        ("for fd in 3 4 5 6 7 8 9 10 11 12; do (eval \"printf 9 >&$fd\") 2>/dev/null; done; exit 143",
+         "[exit code: 143]"),
+    ],
+)
+async def test_a_signal_is_named_as_without_the_sandbox(repo: Path, command: str, status: str) -> None:
+    """bwrap exits 128+N for a command killed by signal N; the result names the signal, as an unsandboxed
+    command's does, and tells it apart from an exit 128+N (docs/safety.md)."""
+    sandboxed = await run(repo, command)
+    bare = await run_shell_tool(sandbox=None).run(
+        {"command": command}, ToolContext(cwd=repo, turn=1, notify=lambda event: None, approver=_yes))
+    assert isinstance(bare, ToolOutput)
+    assert sandboxed.text == f"(no output)\n{status} (sandboxed)" and sandboxed.is_error
+    assert bare.text == f"(no output)\n{status}"
 
 
 async def test_the_environment_is_the_allowlist(repo: Path, monkeypatch: pytest.MonkeyPatch) -> None:
@@ -357,11 +415,11 @@ def test_the_argv_orders_private_tmp_before_the_tree_and_read_only_git_files_las
     (tree / ".git" / "hooks").mkdir(parents=True)
     (tree / ".git" / "config").write_text("")
     real = os.path.realpath(tree)
-    argv = bwrap_argv(["sh", "-c", "true"], cwd=tree, network=True, bwrap="/usr/bin/bwrap")
+    argv = bwrap_argv(["sh", "-c", "true"], cwd=tree, network=False, bwrap="/usr/bin/bwrap")
     assert argv == [
         "/usr/bin/bwrap", "--ro-bind", "/", "/", "--dev", "/dev", "--proc", "/proc", "--tmpfs", "/tmp",
-        "--bind", real, real, "--bind", f"{real}/.git", f"{real}/.git",
+        "--tmpfs", "/run", "--bind", real, real, "--bind", f"{real}/.git", f"{real}/.git",
         "--ro-bind", f"{real}/.git/config", f"{real}/.git/config", "--ro-bind", f"{real}/.git/hooks",
-        f"{real}/.git/hooks", "--unshare-pid", "--die-with-parent", "--cap-drop", "ALL",
+        f"{real}/.git/hooks", "--unshare-pid", "--die-with-parent", "--cap-drop", "ALL", "--unshare-net",
         "--unsetenv", "TMPDIR", "--chdir", real, "--", "sh", "-c", "true",
     ]

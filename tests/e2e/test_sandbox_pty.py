@@ -1,5 +1,5 @@
-"""The sandbox in the terminal app (docs/safety.md): an approved command runs under real bwrap, says so, and
-Ctrl-C ends it and everything it started, a ``setsid`` escapee included."""
+"""The sandbox in the terminal app (docs/safety.md): an approved command runs under real bwrap, its question and
+its result say so, and Ctrl-C ends it and everything it started, a ``setsid`` escapee included."""
 
 from __future__ import annotations
 
@@ -63,14 +63,15 @@ def test_ctrl_c_ends_a_sandboxed_command_and_all_it_started(work: Path, spawn) -
     assert (work / "leader.pid").exists() and (work / "escapee.pid").exists()  # written inside, in the tree
 
 
-def test_an_approved_command_says_it_ran_sandboxed(work: Path, spawn) -> None:  # noqa: F811
+def test_the_question_and_the_result_say_the_command_runs_sandboxed(work: Path, spawn) -> None:  # noqa: F811
     call = Behaviour("tool_call", id="call_1", name="run_shell",
                      arguments=json.dumps({"command": "echo in > in.txt; touch /etc/dsh-planted"}))
     with FaultServer(script=[call], default=Behaviour("text", text="done\n")) as server:
         dsh = spawn(cwd=work, DEEPSEEK_API_KEY=KEY, DEEPSEEK_BASE_URL=server.url)
         dsh.prompt()
         dsh.send("write")
-        dsh.wait_screen("  [approve] run_shell: echo in > in.txt; touch /etc/dsh-planted  (y / n / a)")
+        # The user knows what they approve: a command bounded by the sandbox (docs/safety.md).
+        dsh.wait_screen("  [approve] run_shell (sandboxed): echo in > in.txt; touch /etc/dsh-planted  (y / n / a)")
         dsh.child.send("y")
         dsh.expect_exact("  [tool result] Error: touch: cannot touch '/etc/dsh-planted': Read-only file system\r\n"
                          "    [exit code: 1] (sandboxed)\r\n")
@@ -78,3 +79,18 @@ def test_an_approved_command_says_it_ran_sandboxed(work: Path, spawn) -> None:  
         dsh.child.sendeof()
         assert dsh.wait_exit() == 0
     assert (work / "in.txt").read_text() == "in\n" and not os.path.exists("/etc/dsh-planted")
+
+
+def test_a_sandboxed_command_killed_by_a_signal_says_which(work: Path, spawn) -> None:  # noqa: F811
+    call = Behaviour("tool_call", id="call_1", name="run_shell", arguments=json.dumps({"command": "kill -TERM $$"}))
+    with FaultServer(script=[call], default=Behaviour("text", text="done\n")) as server:
+        dsh = spawn(cwd=work, DEEPSEEK_API_KEY=KEY, DEEPSEEK_BASE_URL=server.url)
+        dsh.prompt()
+        dsh.send("stop yourself")
+        dsh.wait_screen("  [approve] run_shell (sandboxed): kill -TERM $$  (y / n / a)")
+        dsh.child.send("y")
+        # Not bwrap's "[exit code: 143]": the signal, as without the sandbox.
+        dsh.expect_exact("  [tool result] Error: (no output)\r\n    [killed by SIGTERM] (sandboxed)\r\n")
+        dsh.prompt()
+        dsh.child.sendeof()
+        assert dsh.wait_exit() == 0

@@ -2,7 +2,8 @@
 
 A real ``dsh -p`` against the fault server, in a git work tree, with the fixture MCP server over stdio: the
 model asks in one message for read_file, write_file inside the tree, write_file outside it, run_shell and an
-MCP tool that is not read-only. What ran is on disk and in the server's record; what each call answered is in
+MCP tool that is not read-only, the MCP tool that is, and a delegation to a subagent (the scripted child dsh,
+which answers without touching anything). What ran is on disk and in the server's record; what each call answered is in
 the follow-up request. ``auto`` runs under real bubblewrap. The table these tests pin is the one in
 docs/safety.md.
 """
@@ -41,6 +42,8 @@ READ = "remember the milk\n"
 CREATED = "created new.txt (1 line)"
 SHELL_RAN = "(no output)\n[exit code: 0] (sandboxed)"
 MCP_RAN = "5"
+ECHOED = "hi"  # the fixture's read-only echo tool
+DELEGATED = "delegated"
 
 
 # --- the decision table -------------------------------------------------------------------------------
@@ -49,11 +52,12 @@ MCP_RAN = "5"
 def test_the_decision_table() -> None:
     ask, run = "ask", "run"
     table = {
-        Mode.DEFAULT: (ask, ask, ask, ask, ask, run),
-        Mode.ACCEPT_EDITS: (ask, run, ask, ask, ask, run),
-        Mode.AUTO: (run, run, ask, ask, ask, run),
+        Mode.DEFAULT: (ask, ask, ask, ask, ask, run, run),
+        Mode.ACCEPT_EDITS: (ask, run, ask, ask, ask, run, run),
+        Mode.AUTO: (run, run, ask, ask, ask, run, run),
     }
-    actions = (Action.SHELL, Action.EDIT, Action.EDIT_OUTSIDE, Action.EDIT_GIT, Action.MCP, Action.MCP_TRUSTED)
+    actions = (Action.SHELL, Action.EDIT, Action.EDIT_OUTSIDE, Action.EDIT_GIT, Action.MCP, Action.MCP_TRUSTED,
+               Action.SUBAGENT)
     for mode, expected in table.items():
         assert tuple(decide(mode, action) for action in actions) == expected, mode
     assert {decide(Mode.PLAN, action) for action in Action} == {Refuse(PLAN_REFUSAL)}
@@ -169,15 +173,21 @@ def _turn(home: Path, mode: str, *flags: str, sandbox: bool = False) -> tuple[di
     subprocess.run(["git", "init", "-q", str(work)], check=True, timeout=60)
     (work / "notes.txt").write_text("remember the milk\n")
     argv = stdio_command("ok", "--record", str(record))
+    child = [sys.executable, "-m", "dsh.repl.demo.scripted_dsh_child"]
     _write_config(home, ('sandbox = "bwrap"\n' if sandbox else "")
                   + f"[mcp_servers.fx]\ncommand = {json.dumps(argv[0])}\nargs = {json.dumps(argv[1:])}\n"
-                  f"cwd = {json.dumps(str(REPO))}\n")
+                  f"cwd = {json.dumps(str(REPO))}\n"
+                  f'[subagents.helper]\nprovider = "dsh"\ncommand = {json.dumps(child)}\n'
+                  f"env = {{ DSH_SCRIPTED_CHILD = {json.dumps(json.dumps({'text': DELEGATED}))}, "
+                  f"PYTHONPATH = {json.dumps(str(REPO))} }}\n")
     calls = [
         ("read_file", {"path": "notes.txt"}),
         ("write_file", {"path": "new.txt", "content": "inside\n"}),
         ("write_file", {"path": str(outside), "content": "outside\n"}),
         ("run_shell", {"command": "echo ran > shell.txt"}),
         ("mcp__fx__add", {"a": 2, "b": 3}),
+        ("mcp__fx__echo", {"text": ECHOED}),
+        ("subagent", {"description": "d", "prompt": "look around"}),
     ]
     script = [Behaviour("parallel_tool_calls", calls=[
         {"id": f"call_{index}", "name": name, "arguments": arguments} for index, (name, arguments) in enumerate(calls)
@@ -187,7 +197,7 @@ def _turn(home: Path, mode: str, *flags: str, sandbox: bool = False) -> tuple[di
         assert (result.returncode, result.stdout) == (0, "done\n"), result.stderr
         follow_up = server.requests[1].json["messages"]
     answers = {message["tool_call_id"]: message["content"] for message in follow_up if message["role"] == "tool"}
-    names = ("read", "write inside", "write outside", "shell", "mcp")
+    names = ("read", "write inside", "write outside", "shell", "mcp", "mcp read-only", "subagent")
     results = {name: answers[f"call_{index}"] for index, name in enumerate(names)}
     mcp_calls = [entry["tool"] for entry in read_record(record) if entry["event"] == "tool-started"] \
         if record.exists() else []
@@ -201,22 +211,25 @@ def _on_disk(home: Path, work: Path) -> tuple[bool, bool, bool]:
 def test_default_mode_under_p_is_today_s_behaviour(tmp_path: Path) -> None:
     results, work, mcp_calls = _turn(tmp_path, "default")
     assert results == {"read": READ, "write inside": EDIT_NO_APPROVER, "write outside": EDIT_NO_APPROVER,
-                       "shell": SHELL_NO_APPROVER, "mcp": MCP_NO_APPROVER}
-    assert _on_disk(tmp_path, work) == (False, False, False) and mcp_calls == []
+                       "shell": SHELL_NO_APPROVER, "mcp": MCP_NO_APPROVER, "mcp read-only": ECHOED,
+                       "subagent": DELEGATED}
+    assert _on_disk(tmp_path, work) == (False, False, False) and mcp_calls == ["echo"]
 
 
 def test_plan_mode_refuses_every_change_even_with_allow_edits_and_allow_mcp(tmp_path: Path) -> None:
     results, work, mcp_calls = _turn(tmp_path, "plan", "--allow-edits", "--allow-mcp")
     assert results == {"read": READ, "write inside": PLAN_REFUSAL, "write outside": PLAN_REFUSAL,
-                       "shell": PLAN_REFUSAL, "mcp": PLAN_REFUSAL}
-    assert _on_disk(tmp_path, work) == (False, False, False) and mcp_calls == []
+                       "shell": PLAN_REFUSAL, "mcp": PLAN_REFUSAL, "mcp read-only": ECHOED,
+                       "subagent": PLAN_REFUSAL}
+    assert _on_disk(tmp_path, work) == (False, False, False) and mcp_calls == ["echo"]
 
 
 def test_accept_edits_writes_inside_the_tree_without_asking_and_nothing_else(tmp_path: Path) -> None:
     results, work, mcp_calls = _turn(tmp_path, "accept-edits")
     assert results == {"read": READ, "write inside": CREATED, "write outside": EDIT_NO_APPROVER,
-                       "shell": SHELL_NO_APPROVER, "mcp": MCP_NO_APPROVER}
-    assert _on_disk(tmp_path, work) == (True, False, False) and mcp_calls == []
+                       "shell": SHELL_NO_APPROVER, "mcp": MCP_NO_APPROVER, "mcp read-only": ECHOED,
+                       "subagent": DELEGATED}
+    assert _on_disk(tmp_path, work) == (True, False, False) and mcp_calls == ["echo"]
     assert (work / "new.txt").read_text() == "inside\n"
 
 
@@ -224,15 +237,16 @@ def test_auto_runs_sandboxed_commands_and_edits_inside_but_mcp_tools_still_ask(t
     _needs_bwrap()
     results, work, mcp_calls = _turn(tmp_path, "auto", sandbox=True)
     assert results == {"read": READ, "write inside": CREATED, "write outside": EDIT_NO_APPROVER,
-                       "shell": SHELL_RAN, "mcp": MCP_NO_APPROVER}
-    assert _on_disk(tmp_path, work) == (True, False, True) and mcp_calls == []
+                       "shell": SHELL_RAN, "mcp": MCP_NO_APPROVER, "mcp read-only": ECHOED,
+                       "subagent": DELEGATED}
+    assert _on_disk(tmp_path, work) == (True, False, True) and mcp_calls == ["echo"]
     assert (work / "shell.txt").read_text() == "ran\n"
 
 
 def test_auto_with_allow_mcp_runs_the_mcp_tool_too(tmp_path: Path) -> None:
     _needs_bwrap()
     results, _, mcp_calls = _turn(tmp_path, "auto", "--allow-mcp", sandbox=True)
-    assert results["mcp"] == MCP_RAN and mcp_calls == ["add"]
+    assert results["mcp"] == MCP_RAN and sorted(mcp_calls) == ["add", "echo"]
 
 
 def test_auto_without_a_sandbox_does_not_start(tmp_path: Path) -> None:

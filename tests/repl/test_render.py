@@ -365,6 +365,17 @@ def test_approval_question_and_answer() -> None:
     assert [approval_answer(a) for a in ("y", "n", "a", None)] == ["yes", "no", "always", "no"]
 
 
+def test_a_sandboxed_command_s_question_says_where_it_runs() -> None:
+    from dsh.agent_loop.tools.registry import SandboxedCommand
+
+    assert approval_question(SandboxedCommand("make test")).question == (
+        "  [approve] run_shell (sandboxed): make test  (y / n / a) ")
+    long = approval_question(SandboxedCommand("echo x\n" * 40), rows=10)
+    assert long.must_view and long.question == (
+        "  [approve] run_shell (sandboxed): command is 41 lines / 280 chars \u2014 v to view  (v / n) ")
+    assert long.view.startswith("  [command] run_shell (sandboxed), 41 lines / 280 chars:\n")
+
+
 # --- the toolbar's activity ----------------------------------------------------------------------------
 
 

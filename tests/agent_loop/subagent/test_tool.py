@@ -184,3 +184,24 @@ async def test_twenty_parallel_subagent_calls_keep_their_diagnostics_apart() -> 
             await agent.aclose()
     results = {r["id"]: r["diagnostic"] for r in recorder.of("tool/result")}
     assert results == {f"call_{n}": f"Subagent failure (provider: p{n}; {KINDS[n % len(KINDS)][1]}" for n in range(20)}
+
+
+@pytest.mark.anyio
+@pytest.mark.usefixtures("no_leftover_processes")
+async def test_plan_mode_refuses_a_delegation_and_no_other_mode_changes_it() -> None:
+    """A subagent edits and runs commands outside the sandbox: plan refuses it before any child starts, in the
+    foreground and as a job; default, accept-edits and auto run it as configured (docs/safety.md)."""
+    from dsh.agent_loop.permissions import PLAN_REFUSAL, Mode, Permissions
+
+    kit = toolkit({"probe": scripted(text="delegated")})
+    tool = subagent_tool(kit.providers, kit.jobs)
+    ctx = context()
+    ctx.permissions = Permissions(Mode.PLAN, auto_allowed=True)
+    async with kit:
+        for background in (False, True):
+            args = {"description": "d", "prompt": "p", "run_in_background": background}
+            assert await tool.run(args, ctx) == ToolOutput(PLAN_REFUSAL, is_error=True)
+        assert kit.jobs_summary() == []  # no job was started
+        for mode in (Mode.DEFAULT, Mode.ACCEPT_EDITS, Mode.AUTO):
+            assert ctx.permissions.set(mode) is None
+            assert await tool.run({"description": "d", "prompt": "p"}, ctx) == ToolOutput("delegated")
