@@ -64,6 +64,11 @@ class ExchangeRing:
         self.size += len(line)
         self._evict(n)
 
+    def keeps(self, n: int) -> bool:
+        """Whether more body records of exchange ``n`` would be kept (not once it has been cut)."""
+        held = self._held.get(n)
+        return held is None or not held.cut
+
     def _cut_request(self, record: dict[str, Any]) -> bytes:
         """The request with its body cut to fit (a replay answers by order, never by the body)."""
         body = record.get("body")

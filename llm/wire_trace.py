@@ -178,6 +178,11 @@ class TraceWriter:
                 raise  # a file that cannot take its header is a start-up failure
             self.close()  # later, a full disk ends the recording, never the turn
 
+    def keeps_body(self, n: int) -> bool:
+        """Whether exchange ``n``'s next body bytes go anywhere: a ring alone that has cut the exchange keeps
+        no more of it, so the rest of a flood is not masked for nothing (docs/reporting.md)."""
+        return self._fd is not None or (self.ring is not None and self.ring.keeps(n))
+
     def copy(self, record: dict[str, Any]) -> None:
         """Write ``record`` (one a ring kept, or a capsule's own) with every string in it masked again with
         this writer's secrets: a capsule knows more of them than the client did (docs/reporting.md)."""
@@ -283,7 +288,7 @@ class BodyTee:
                 yield piece
 
     def feed(self, chunk: bytes) -> None:
-        if self.cut:
+        if self.cut or not self.trace.keeps_body(self.n):
             return
         t = time.monotonic() - self.start
         for piece in self._decoded(chunk):
