@@ -35,9 +35,9 @@ import os
 import re
 import shlex
 import signal
+import stat
 import subprocess
 import sys
-import stat
 import tempfile
 import threading
 import time

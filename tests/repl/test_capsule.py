@@ -90,7 +90,7 @@ def test_a_failed_turn_s_capsule_is_masked_0600_and_replays_to_the_same_turn_end
     assert report["settings"]["mcp_servers"]["value"] == {"remote": ["headers", "url"]}
     assert [step["step"] for step in report["doctor"]["steps"]][:3] == ["configuration", "proxy", "DNS"]
     assert report["trust"]["store"] and report["exchanges"] == {"turn": 1, "kept": 1, "ring": "on"}
-    assert [r["type"] for r in exchange][0] == "request" and {r["n"] for r in exchange} == {1}
+    assert exchange[0]["type"] == "request" and {r["n"] for r in exchange} == {1}
     assert exchange[-1]["type"] == "end"
     assert "my token is ***" in exchange[0]["body"]
 
