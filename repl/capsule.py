@@ -128,7 +128,15 @@ def report_record(shell: Host, reason: EndReason, doctor: dict[str, Any], exchan
         "trust": _trust(shell.env),
         "doctor": doctor,
         "exchanges": exchanges,
+        "frames": _frames(shell),
     }
+
+
+def _frames(shell: Host) -> dict[str, Any]:
+    """The children's JSON-RPC frames as closed facts (agent_loop/frames.py), per peer; none without that log."""
+    frames = getattr(shell.session, "frames", None)  # a FrameLog once a subagent or an MCP server was started
+    snapshot = getattr(frames, "snapshot", None)
+    return snapshot() if callable(snapshot) else {}
 
 
 def _turn_records(shell: Host) -> tuple[list[dict[str, Any]], dict[str, Any]]:
