@@ -132,3 +132,19 @@ def test_report_needs_print_mode(home: Path) -> None:
     result = dsh(home, "--report", "x.jsonl")
     assert result.returncode == 2
     assert "--report works only with -p/--print (in the REPL: /report [FILE])" in result.stderr
+
+
+def test_piped_report_holds_only_the_failed_turn_s_exchanges_numbered_from_one(home: Path, fault: FaultServer) -> None:
+    capsule = home / "capsule.jsonl"
+    write_config(home, "max_retries = 0\n")
+    fault.push(Behaviour("text", text="first answer"), Behaviour("http_500"))
+    result = dsh(home, stdin=f"hello\nagain\n/report {capsule}\n", timeout=90, DEEPSEEK_API_KEY=canaries.API_KEY,
+                 DEEPSEEK_BASE_URL=fault.url)
+    assert f"report written to {capsule}" in result.stdout + result.stderr, result
+    records = _records(capsule)
+    exchange = records[2:]
+    assert records[1]["exchanges"] == {"turn": 1, "kept": 1, "ring": "on"}
+    assert [(r["type"], r["n"]) for r in exchange] == [("request", 1), ("response", 1), ("data", 1), ("end", 1)]
+    assert exchange[1]["status"] == 500
+    body = json.loads(exchange[0]["body"])  # the second turn's request: the first answer is in its history
+    assert [m["content"] for m in body["messages"] if m["role"] != "system"][-3:] == ["hello", "first answer", "again"]
