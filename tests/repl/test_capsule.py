@@ -148,3 +148,20 @@ def test_piped_report_holds_only_the_failed_turn_s_exchanges_numbered_from_one(h
     assert exchange[1]["status"] == 500
     body = json.loads(exchange[0]["body"])  # the second turn's request: the first answer is in its history
     assert [m["content"] for m in body["messages"] if m["role"] != "system"][-3:] == ["hello", "first answer", "again"]
+
+
+def test_report_ring_bytes_0_turns_the_ring_off_and_a_bad_value_stops_dsh(home: Path, fault: FaultServer) -> None:
+    capsule = home / "capsule.jsonl"
+    write_config(home, "max_retries = 0\nreport_ring_bytes = 0\n")
+    fault.push(Behaviour("http_500"))
+    result = _live(home, fault, capsule)
+    assert result.returncode == 1
+    records = _records(capsule)
+    assert [r["type"] for r in records] == ["dsh-failure-capsule", "report"]  # the report, no exchange
+    assert records[1]["exchanges"] == {"turn": 0, "kept": 0, "ring": "off"}
+
+    write_config(home, "report_ring_bytes = -1\n")
+    bad = _live(home, fault, capsule)
+    config = home / "config" / "dsh" / "config.toml"
+    assert (bad.returncode, bad.stderr) == (2, f"dsh: failed to start: config file {config}: report_ring_bytes must be "
+                                                "an integer from 0 to 67108864 (64 MiB), got -1\n")
