@@ -41,7 +41,8 @@ def deepseek_client(config: SessionConfig, env: Mapping[str, str]) -> EndpointCl
     # trust_env off: the config already read the proxy variables (and names them in fix lines).
     return DeepSeekClient(base_url=config.base_url, api_key=config.api_key, proxy=config.proxy, trust_env=False,
                           stream_idle_timeout=config.stream_idle_timeout,
-                          first_token_timeout=config.first_token_timeout, env=env, record=config.record)
+                          first_token_timeout=config.first_token_timeout, env=env, record=config.record,
+                          ring_bytes=config.report_ring_bytes)
 
 
 def open_log(ident: str, root: Path, *, project: str, current: str | None,

@@ -168,6 +168,9 @@ class Session:
         self.last_prompt: str | None = None
         self.last_reason: EndReason | None = None
         self.last_failure: BaseException | None = None  # what /why shows
+        # The last turn's exchanges in the client's ring: those numbered after the first and up to the
+        # second (a failure capsule holds them; docs/reporting.md).
+        self.turn_exchanges: tuple[int, int] = (0, 0)
         self.last_tool_result: ToolResult | None = None  # what /expand shows in full
         self.turn_usage = UsageTally()
         self.usage = UsageTally()  # since this process started (``/cost``)
@@ -542,6 +545,7 @@ class Session:
         note, undos = journal.untold() if journal is not None else (None, 0)
         if note is not None:
             sent = f"{note}\n\n{sent}"
+        first = self._exchanges_so_far()
         async with self._running(scope):
             try:
                 end = await agent.run_turn(sent)
@@ -551,6 +555,8 @@ class Session:
                 self._publish(TurnEnd(agent.turn_number, end))
             else:
                 self._note_failure(end, agent)
+            finally:
+                self.turn_exchanges = (first, self._exchanges_so_far())
         if journal is not None and note is not None and any(
                 message.role == "user" and message.content.startswith(note) for message in agent.messages):
             journal.told(undos)
@@ -587,6 +593,11 @@ class Session:
             lines.append(f"only {len(chosen)} turn{'s' if len(chosen) != 1 else ''} had file changes left to undo"
                          + past_cap)
         return lines
+
+    def _exchanges_so_far(self) -> int:
+        """The number of the client's latest exchange its ring holds (0 with no ring: dsh.llm.exchange_ring)."""
+        ring = getattr(self.client, "ring", None)  # a DeepSeekClient's; another EndpointClient keeps none
+        return ring.last if ring is not None else 0
 
     def _note_failure(self, end: EndReason, agent: Agent) -> None:
         if isinstance(end, Failed):

@@ -60,6 +60,8 @@ class SessionConfig(Protocol):
     @property
     def record(self) -> str | None: ...
     @property
+    def report_ring_bytes(self) -> int: ...  # the last exchanges kept in memory for a failure capsule
+    @property
     def sandbox(self) -> str | None: ...  # "bwrap": run_shell under bubblewrap (docs/safety.md)
     @property
     def sandbox_network(self) -> bool: ...

@@ -43,7 +43,8 @@ class Benchmark:
 
 
 BENCHMARKS: tuple[Benchmark, ...] = (
-    Benchmark("stream", (("stream_vs_parse_floor", "x", ("<=", 1.3)), ("transport_floor", "x", None)),
+    Benchmark("stream", (("stream_vs_parse_floor", "x", ("<=", 1.3)), ("transport_floor", "x", None),
+                         ("ring_vs_no_ring", "x", ("<=", 1.1))),
               "bench.stream", "stream_figures"),
     Benchmark("openai", (("stream_vs_openai", "x", ("<=", 0.5)),), "bench.stream", "stream_vs_openai"),
     Benchmark("ttft", (("ttft_overhead_ms", "ms", ("<", 1.0)),), "bench.stream", "ttft_overhead"),

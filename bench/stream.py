@@ -31,18 +31,21 @@ def _check_same_work(counts: dict[str, list[int]]) -> dict[str, int]:
 
 
 async def stream_figures(settings: Settings, server: BenchServer) -> list[Figure]:
-    """``stream_vs_parse_floor`` and ``transport_floor``, over the tiny-delta and the tool stream."""
+    """``stream_vs_parse_floor``, ``transport_floor`` and ``ring_vs_no_ring`` (what the failure capsule's
+    always-on ring costs: docs/reporting.md), over the tiny-delta and the tool stream."""
     parse_parts: dict[str, Stats] = {}
     transport_parts: dict[str, Stats] = {}
+    ring_parts: dict[str, Stats] = {}
     details: dict[str, dict[str, object]] = {}
     for label, stream in (("tiny_deltas", tiny_stream(settings)), ("reasoning_tool", tool_stream(settings))):
         base = server.base_url(stream)
-        counts: dict[str, list[int]] = {"dsh": [], "parse": [], "transport": []}
+        counts: dict[str, list[int]] = {"dsh": [], "no_ring": [], "parse": [], "transport": []}
         async with contextlib.AsyncExitStack() as stack:
             samples = await paired_async(
                 settings,
                 {
                     "dsh": subjects.dsh_client(stack, base, counts["dsh"]),
+                    "no_ring": subjects.dsh_client(stack, base, counts["no_ring"], ring_bytes=0),
                     "parse": subjects.parse_floor(stack, base, counts["parse"]),
                     "transport": subjects.transport_floor(stack, base, counts["transport"]),
                 },
@@ -50,11 +53,13 @@ async def stream_figures(settings: Settings, server: BenchServer) -> list[Figure
         work = _check_same_work(counts)
         parse_parts[label] = Stats.of(ratios(samples["dsh"], samples["parse"]))
         transport_parts[label] = Stats.of(ratios(samples["dsh"], samples["transport"]))
+        ring_parts[label] = Stats.of(ratios(samples["dsh"], samples["no_ring"]))
         details[label] = {
             "stream": stream,
             "events": work["dsh"],
             "bytes": work["transport"],
             "dsh_ms": round(statistics.median(samples["dsh"]) * 1000, 1),
+            "no_ring_ms": round(statistics.median(samples["no_ring"]) * 1000, 1),
             "parse_floor_ms": round(statistics.median(samples["parse"]) * 1000, 1),
             "transport_floor_ms": round(statistics.median(samples["transport"]) * 1000, 1),
             "dsh_us_per_event": round(statistics.median(samples["dsh"]) / work["dsh"] * 1e6, 2),
@@ -63,6 +68,9 @@ async def stream_figures(settings: Settings, server: BenchServer) -> list[Figure
         Figure("stream_vs_parse_floor", "x", target=("<=", 1.3), parts=parse_parts, details=details),
         Figure("transport_floor", "x", parts=transport_parts,
                details={label: {k: v for k, v in d.items() if k in ("dsh_ms", "transport_floor_ms")}
+                        for label, d in details.items()}),
+        Figure("ring_vs_no_ring", "x", target=("<=", 1.1), parts=ring_parts,
+               details={label: {k: v for k, v in d.items() if k in ("dsh_ms", "no_ring_ms")}
                         for label, d in details.items()}),
     ]
 
@@ -95,6 +103,7 @@ async def stream_vs_openai(settings: Settings, server: BenchServer) -> list[Figu
             details={
                 "stream": stream,
                 "dsh_ms": round(statistics.median(samples["dsh"]) * 1000, 1),
+            "no_ring_ms": round(statistics.median(samples["no_ring"]) * 1000, 1),
                 "openai_ms": round(statistics.median(samples["openai"]) * 1000, 1),
                 "dsh_events": work["dsh"],
                 "openai_deltas": work["openai"],

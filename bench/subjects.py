@@ -15,6 +15,7 @@ from typing import Any
 import httpx
 
 from dsh.llm import ChatRequest, DeepSeekClient, Message
+from dsh.llm.exchange_ring import DEFAULT_RING_BYTES
 
 __all__ = [
     "BENCH_KEY",
@@ -42,9 +43,11 @@ def _headers() -> dict[str, str]:
             "Accept": "text/event-stream"}
 
 
-def dsh_client(stack: contextlib.AsyncExitStack, base_url: str, counter: list[int]) -> Subject:
-    """dsh's DeepSeekClient as the product builds it: every event out of ``stream()``."""
-    client = DeepSeekClient(base_url=base_url, api_key=BENCH_KEY)
+def dsh_client(stack: contextlib.AsyncExitStack, base_url: str, counter: list[int],
+               ring_bytes: int = DEFAULT_RING_BYTES) -> Subject:
+    """dsh's DeepSeekClient as the product builds it (its failure-capsule ring on; ``ring_bytes=0``: off):
+    every event out of ``stream()``."""
+    client = DeepSeekClient(base_url=base_url, api_key=BENCH_KEY, ring_bytes=ring_bytes)
     stack.push_async_callback(client.aclose)
 
     async def run() -> None:

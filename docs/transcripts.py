@@ -35,6 +35,7 @@ import os
 import re
 import shlex
 import signal
+import stat
 import subprocess
 import sys
 import tempfile
@@ -659,6 +660,39 @@ def _fault_server(lab: Lab, home: Path, args: list[str]) -> Iterator[_FaultServe
         process.send_signal(signal.SIGINT)
         rest, _ = process.communicate(timeout=TIMEOUT)
         server.rest = rest.decode()
+
+
+def _report_session(lab: Lab) -> str:
+    """An HTTP 500 met with ``-p --report``, what the capsule holds (jq), and ``--replay`` of the capsule."""
+    home = lab.home("max_retries = 0\n")
+    with _fault_server(lab, home, ["--script", "http_500"]) as server:
+        url = re.search(r"listening on (\S+)", server.readline())
+        if url is None:
+            raise RuntimeError("fault server did not start")
+        live = lab.dsh(["--base-url", url.group(1), "-p", "hello", "--report", "capsule.jsonl"], home=home,
+                       env={"DEEPSEEK_API_KEY": "sk-secret0123456789"},
+                       shown_env="DEEPSEEK_API_KEY=sk-secret0123456789")
+    path = home / "project" / "capsule.jsonl"
+    records = [json.loads(line) for line in path.read_text(encoding="utf-8").splitlines()]
+    report = next(record for record in records if record["type"] == "report")
+
+    def line(value: object) -> str:
+        return lab.normalise(json.dumps(value, ensure_ascii=False, separators=(",", ":")), home)
+
+    replayed = lab.dsh(["--replay", "capsule.jsonl", "-p", "hello"], home=home)
+    return fence("\n".join([
+        "$ python -m dsh.llm.loopback.fault_server --port 0 --script http_500 &",
+        session_text(live, status=True),
+        "$ ls -l capsule.jsonl | cut -c1-10", f"{stat.filemode(path.stat().st_mode)}",
+        "$ jq -c '{type}' capsule.jsonl", *(line({"type": record["type"]}) for record in records),
+        "$ jq -c 'select(.type == \"report\") | {turn, fix, why}' capsule.jsonl",
+        line({key: report[key] for key in ("turn", "fix", "why")}),
+        "$ jq -c 'select(.type == \"report\") | .settings.api_key, .settings.max_retries, .exchanges' capsule.jsonl",
+        line(report["settings"]["api_key"]), line(report["settings"]["max_retries"]), line(report["exchanges"]),
+        "$ jq -r 'select(.type == \"report\") | .doctor.steps[] | \"\\(.status) \\(.step)\"' capsule.jsonl",
+        *(f"{step['status']} {step['step']}" for step in report["doctor"]["steps"]),
+        session_text(replayed, status=True),
+    ]), "console")
 
 
 def _fault_server_session(lab: Lab) -> tuple[str, Run, str]:
@@ -1474,6 +1508,7 @@ GENERATORS: dict[str, Callable[[Lab], str]] = {
     "record-replay": lambda lab: lab.once("record-replay", lambda: _record_replay_session(lab)).result(),
     "record-replay-refused": _record_replay_refused,
     "behaviours": table_behaviours,
+    "report": lambda lab: lab.once("report", lambda: _report_session(lab)).result(),
     "session-log": session_log,
     "error-codes": table_error_codes,
     "fault-matrix": table_fault_matrix,

@@ -34,6 +34,7 @@ from dsh.llm.events import (
     Message,
     StreamEvent,
 )
+from dsh.llm.exchange_ring import ExchangeRing
 from dsh.llm.failure_chain import EXCHANGE_EXTENSION
 from dsh.llm.http_status import auth_detail, code_for_status, request_id, retry_after_seconds
 from dsh.llm.network import (
@@ -209,8 +210,11 @@ class DeepSeekClient:
         env: Mapping[str, str] | None = None,
         record: str | os.PathLike[str] | None = None,
         shown_as: tuple[str, str | None] | None = None,
+        ring_bytes: int = 0,
     ) -> None:
         """``record``: write a masked wire trace of every exchange there (dsh.llm.wire_trace).
+        ``ring_bytes``: keep the last exchanges' masked records in memory, up to about that many bytes, for
+        a failure capsule (:attr:`ring`, docs/reporting.md); 0 keeps none.
         ``shown_as``: the endpoint and proxy that messages name instead of the real ones (a replay
         names the recorded ones, so that its lines are the live run's)."""
         self._base_url = base_url.rstrip("/")
@@ -237,10 +241,18 @@ class DeepSeekClient:
         self._trace: TraceWriter | None = None
         if record is not None and http_client is not None:
             raise ValueError("record= wraps the client's own transport; it cannot record a caller's http_client")
-        if record is not None:
+        # The ring needs the client's own transport to tee, as a recording does.
+        self.ring = ExchangeRing(ring_bytes) if ring_bytes > 0 and http_client is None else None
+        if record is not None or self.ring is not None:
             timeouts = {"stream_idle_timeout": stream_idle_timeout, "first_token_timeout": first_token_timeout}
             self._trace = TraceWriter(record, secrets=self.secrets, base_url=self.base_url_display,
-                                      proxy=self.proxy_display, timeouts=timeouts)
+                                      proxy=self.proxy_display, timeouts=timeouts, ring=self.ring)
+
+    @property
+    def trace_header(self) -> dict[str, Any] | None:
+        """The header a recording of this client starts with (a capsule's copies it), None with neither a
+        recording nor a ring."""
+        return dict(self._trace.header) if self._trace is not None else None
 
     async def __aenter__(self) -> DeepSeekClient:
         return self

@@ -29,14 +29,16 @@ from typing import Any
 from dsh.llm._version import __version__
 from dsh.llm.codes import ErrorCode
 from dsh.llm.errors import HarnessError, error_chain
+from dsh.llm.exchange_ring import ExchangeRing
 from dsh.llm.failure_chain import chain_record
 from dsh.llm.redact import MASK, Redactor, json_spelled_pattern, redact_url
 
-__all__ = ["TRACE_TYPE", "TRACE_VERSION", "BodyTee", "TraceFileError", "TraceWriter", "not_regular",
+__all__ = ["CAPSULE_TYPE", "TRACE_TYPE", "TRACE_VERSION", "BodyTee", "TraceFileError", "TraceWriter", "not_regular",
            "regular_file_problem"]
 
 TRACE_TYPE = "dsh-wire-trace"
 TRACE_VERSION = 1
+CAPSULE_TYPE = "dsh-failure-capsule"  # a trace with a report record after its header (docs/reporting.md)
 _SECRET_HEADERS = frozenset({"authorization", "proxy-authorization", "x-api-key", "api-key", "cookie", "set-cookie"})
 _HELD_LIMIT = 64 * 1024  # a body line longer than this is written in pieces (the memory bound)
 _PIECE = 256 * 1024  # the most bytes one inflate step may produce
@@ -46,10 +48,11 @@ _BODY_LIMIT = 64 << 20  # body bytes recorded per exchange; past it (a gzip bomb
 
 
 class TraceFileError(HarnessError):
-    """A ``--record`` path dsh will not write: one line naming it and why (exit 2)."""
+    """A ``--record`` (or ``/report``) path dsh will not write: one line naming it and why (exit 2)."""
 
-    def __init__(self, path: str, problem: str) -> None:
-        super().__init__(f"record file {path} cannot be written: {problem}", ErrorCode.CONFIG)
+    def __init__(self, path: str, problem: str, what: str = "record") -> None:
+        super().__init__(f"{what} file {path} cannot be written: {problem}", ErrorCode.CONFIG)
+        self.problem = problem  # a capsule names its own file with it (dsh.repl.capsule)
 
 
 _KINDS = (
@@ -79,7 +82,7 @@ def regular_file_problem(mode: int) -> str | None:
     return f"it is {kind}, not a regular file"
 
 
-def _open_regular(path: str) -> int:
+def _open_regular(path: str, what: str = "record") -> int:
     """``path`` opened for writing, created 0600 and emptied; only ever a regular file.
 
     Checked before opening (opening a device can act on it), then opened ``O_NOFOLLOW | O_NONBLOCK``
@@ -103,7 +106,7 @@ def _open_regular(path: str) -> int:
                 return fd
             os.close(fd)
         problem = problem or not_regular(path) or "it is not a regular file"
-    raise TraceFileError(path, problem)
+    raise TraceFileError(path, problem, what)
 
 
 def _escape_marks(secrets: Iterable[str]) -> tuple[str, ...]:
@@ -113,28 +116,35 @@ def _escape_marks(secrets: Iterable[str]) -> tuple[str, ...]:
 
 
 class TraceWriter:
-    """The open trace file: one ``write(2)`` per record, masked with ``secrets`` first."""
+    """Masks each record with ``secrets`` and hands it on: to the ``--record`` file at ``path`` (one ``write(2)``
+    per record) and to ``ring``, the capsule's memory (:mod:`dsh.llm.exchange_ring`), either or both."""
 
-    def __init__(self, path: str | os.PathLike[str], *, secrets: Iterable[str] = (), base_url: str = "",
-                 proxy: str | None = None, timeouts: dict[str, float] | None = None) -> None:
-        self.path = os.fspath(path)
+    def __init__(self, path: str | os.PathLike[str] | None = None, *, secrets: Iterable[str] = (),
+                 base_url: str = "", proxy: str | None = None, timeouts: dict[str, float] | None = None,
+                 ring: ExchangeRing | None = None, kind: str = TRACE_TYPE) -> None:
+        self.path = os.fspath(path) if path is not None else None
+        self.ring = ring
         self.secrets = tuple(s for s in secrets if s)
         self._redactor = Redactor(self.secrets)
         # The secrets spelled with JSON escapes (a hostile server's \u0073k-…): see json_spelled_pattern.
         self._spelled = json_spelled_pattern(self._redactor.secrets)
         self._escape_marks = _escape_marks(self._redactor.secrets)
         self._exchanges = 0
-        self._fd: int | None = _open_regular(self.path)
+        self.header: dict[str, Any] = {
+            "type": kind, "version": TRACE_VERSION, "dsh": __version__,
+            "created": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime()),
+            "base_url": redact_url(base_url) if base_url else "",
+            "proxy": redact_url(proxy) if proxy else None,
+            "timeouts": dict(timeouts or {}),  # a replay uses them, so its deadlines fire as these did
+        }
+        what = "report" if kind == CAPSULE_TYPE else "record"
+        self._fd: int | None = _open_regular(self.path, what) if self.path is not None else None
+        if self._fd is None:
+            return
         try:
             if os.fstat(self._fd).st_mode & 0o077:
                 os.fchmod(self._fd, 0o600)  # an older, looser file of the same name is tightened
-            self._write({
-                "type": TRACE_TYPE, "version": TRACE_VERSION, "dsh": __version__,
-                "created": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime()),
-                "base_url": redact_url(base_url) if base_url else "",
-                "proxy": redact_url(proxy) if proxy else None,
-                "timeouts": dict(timeouts or {}),  # a replay uses them, so its deadlines fire as these did
-            }, first=True)
+            self._write(self.header, first=True)
         except BaseException:
             self.close()
             raise
@@ -153,10 +163,14 @@ class TraceWriter:
         return self._exchanges
 
     def _write(self, record: dict[str, Any], *, first: bool = False) -> None:
-        if self._fd is None:
+        if self._fd is None and (self.ring is None or first):
             return
         line = json.dumps(record, ensure_ascii=False, separators=(",", ":")) + "\n"
         data = line.encode("utf-8", "surrogatepass")
+        if self.ring is not None and not first:
+            self.ring.add(record, data)
+        if self._fd is None:
+            return
         try:
             while data:
                 data = data[os.write(self._fd, data):]
@@ -164,6 +178,25 @@ class TraceWriter:
             if first:
                 raise  # a file that cannot take its header is a start-up failure
             self.close()  # later, a full disk ends the recording, never the turn
+
+    def keeps_body(self, n: int) -> bool:
+        """Whether exchange ``n``'s next body bytes go anywhere: a ring alone that has cut the exchange keeps
+        no more of it, so the rest of a flood is not masked for nothing (docs/reporting.md)."""
+        return self._fd is not None or (self.ring is not None and self.ring.keeps(n))
+
+    def copy(self, record: dict[str, Any]) -> None:
+        """Write ``record`` (one a ring kept, or a capsule's own) with every string in it masked again with
+        this writer's secrets: a capsule knows more of them than the client did (docs/reporting.md)."""
+        self._write(self._masked(record))
+
+    def _masked(self, value: Any) -> Any:
+        if isinstance(value, str):
+            return self._mask_body(value)
+        if isinstance(value, dict):
+            return {key: self._masked(item) for key, item in value.items()}
+        if isinstance(value, list):
+            return [self._masked(item) for item in value]
+        return value
 
     def request(self, n: int, method: str, url: str, path: str, headers: list[tuple[str, str]],
                 body: bytes) -> None:
@@ -221,6 +254,7 @@ class TraceWriter:
         return [[name, MASK if name.lower() in _SECRET_HEADERS else self.mask(value)] for name, value in headers]
 
     def close(self) -> None:
+        """Closes the file; the ring stays readable (``/report`` after the client closed)."""
         fd, self._fd = self._fd, None
         if fd is not None:
             os.close(fd)
@@ -262,7 +296,7 @@ class BodyTee:
                 yield piece
 
     def feed(self, chunk: bytes) -> None:
-        if self.cut:
+        if self.cut or not self.trace.keeps_body(self.n):
             return
         t = time.monotonic() - self.start
         for piece in self._decoded(chunk):

@@ -32,7 +32,8 @@ if TYPE_CHECKING:
     from dsh.repl.config import Config
     from dsh.repl.demo.catalogue import Demo
 
-__all__ = ["COMMANDS", "Command", "Host", "dispatch", "expanded_output", "help_text", "link_lines"]
+__all__ = ["COMMANDS", "REPORT_WRITTEN", "Command", "Host", "dispatch", "expanded_output", "help_text", "link_lines",
+           "why_lines"]
 
 
 class Host(Protocol):
@@ -77,6 +78,8 @@ def _command(name: str, args: str, summary: str, *, demo_only: bool = False) -> 
 
     return register
 
+
+REPORT_WRITTEN = "report written to {path} (it holds this turn's requests, like --record: read it before you share it)"
 
 KEYS_HELP = (
     "keys: Enter sends · Esc Enter or a trailing \\ adds a line · Ctrl-C cancels a turn or clears the line\n"
@@ -244,13 +247,12 @@ def link_lines(links: list[ChainLink], depth: int, secrets: tuple[str, ...]) -> 
     return lines
 
 
-@_command("why", "", "the last failure's full cause chain, one link per line (subagents and MCP servers too)")
-async def _why(shell: Host, arg: str) -> None:
-    failure = shell.session.last_failure
+def why_lines(session: Session) -> list[str]:
+    """What /why prints for ``session``'s last failure, masked (a failure capsule holds them too)."""
+    failure = session.last_failure
     if failure is None:
-        shell.say("no failure yet")
-        return
-    secrets = shell.session.secrets
+        return ["no failure yet"]
+    secrets = session.secrets
     head = "last failure"
     if isinstance(failure, HarnessError):
         head += f" ({failure.code}"
@@ -265,7 +267,24 @@ async def _why(shell: Host, arg: str) -> None:
     # A subagent's or an MCP server's own words (agent_loop/child_words.py): masked by its run, and again here.
     if isinstance(failure, ChildFailure):
         lines += [f"  {redact_text(line, secrets)}" for line in failure.word_lines()]
-    shell.say("\n".join(lines))
+    return lines
+
+
+@_command("why", "", "the last failure's full cause chain, one link per line (subagents and MCP servers too)")
+async def _why(shell: Host, arg: str) -> None:
+    shell.say("\n".join(why_lines(shell.session)))
+
+
+@_command("report", "[FILE]", "write the last failed turn to one masked file to share or replay (docs/reporting.md)")
+async def _report(shell: Host, arg: str) -> None:
+    from dsh.repl.capsule import NO_FAILURE, failed_turn, write_capsule  # only when asked
+
+    if failed_turn(shell) is None:
+        shell.say(NO_FAILURE)
+        return
+    shell.say("report: running dsh doctor's steps again for it…")
+    path = await write_capsule(shell, arg or None, on_step=lambda step: shell.say("\n".join(step.lines())))
+    shell.say(REPORT_WRITTEN.format(path=path))
 
 
 def _server_state(status: ServerStatus) -> str:

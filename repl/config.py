@@ -26,6 +26,7 @@ from dsh.llm.defaults import (
 )
 from dsh.llm.endpoint import endpoint_for_url
 from dsh.llm.errors import HarnessError
+from dsh.llm.exchange_ring import DEFAULT_RING_BYTES, MAX_RING_BYTES
 from dsh.llm.network import environment_proxy
 from dsh.llm.redact import MIN_SECRET_CHARS, environment_secrets, redact_url, url_secrets
 
@@ -65,6 +66,7 @@ KNOWN_KEYS = frozenset(
         "models",
         "allow_edits",
         "record",
+        "report_ring_bytes",
         "auto_compact",
         "markdown",
         "sandbox",
@@ -109,6 +111,7 @@ class Config:
     sandbox_network: bool = False  # the sandbox keeps the network (docs/safety.md)
     permission_mode: str = "default"  # default | plan | accept-edits | auto (docs/safety.md, "Permission modes")
     record: str | None = None  # write a masked wire trace of every model exchange here (docs/record-replay.md)
+    report_ring_bytes: int = DEFAULT_RING_BYTES  # the last exchanges kept for /report (docs/reporting.md); 0: off
     config_path: Path | None = None  # the file that was read, if any
     warnings: tuple[str, ...] = ()
     # Where base_url, api_key and proxy came from, in words a fix line can name (docs/reliability.md).
@@ -218,6 +221,12 @@ def _check_positive_int(key: str, value: object, where: str) -> int:
 def _check_retries(key: str, value: object, where: str) -> int:
     if isinstance(value, bool) or not isinstance(value, int) or not 0 <= value <= 10:
         raise ConfigError(f"{where}: {key} must be an integer from 0 to 10, got {value!r:.40}")
+    return value
+
+
+def _check_ring_bytes(key: str, value: object, where: str) -> int:
+    if isinstance(value, bool) or not isinstance(value, int) or not 0 <= value <= MAX_RING_BYTES:
+        raise ConfigError(f"{where}: {key} must be an integer from 0 to {MAX_RING_BYTES} (64 MiB), got {value!r:.40}")
     return value
 
 
@@ -379,6 +388,7 @@ _CHECKS = {
     "models": _check_models,
     "allow_edits": _check_bool,
     "record": _check_record,
+    "report_ring_bytes": _check_ring_bytes,
     "auto_compact": _check_thinking,  # the same true/false (or enabled/disabled) switch
     "markdown": _check_thinking,
     "sandbox": _check_sandbox,

@@ -213,6 +213,8 @@ def _parser() -> argparse.ArgumentParser:
                         "the tree without asking), auto (commands and edits in the tree without asking; needs "
                         'sandbox = "bwrap"); Shift+Tab cycles them (docs/safety.md)')
     parser.add_argument("--record", metavar="FILE", help="write a masked wire trace of every model exchange")
+    parser.add_argument("--report", metavar="FILE",
+                        help="with -p: when the turn does not complete, write a failure capsule (docs/reporting.md)")
     parser.add_argument("--replay", metavar="FILE", help="answer from a --record trace instead of the API")
     parser.add_argument("--replay-speed", dest="replay_speed", type=_replay_speed, default=1.0, metavar="N",
                         help="replay the recorded timing N times faster")
@@ -293,6 +295,8 @@ def _main(argv: list[str]) -> int:
     args = parser.parse_args(argv)
     if args.output_format is not None and args.print_prompt is None:
         parser.error("--output-format works only with -p/--print")
+    if args.report is not None and args.print_prompt is None:
+        parser.error("--report works only with -p/--print (in the REPL: /report [FILE])")
     mode = _mode(args)
     if args.scenario:
         args.demo = True
@@ -365,6 +369,9 @@ def _configure(args: argparse.Namespace, env: dict[str, str]) -> Config:
             *config.warnings, f"record in {config.config_path} is not used by --demo: its scenarios are scripted"))
     if config.record:
         _check_record_path(config.record)
+    if args.report:
+        args.report = os.path.expanduser(args.report)
+        _check_record_path(args.report, "report")
     if config.sandbox is not None:
         check_sandbox(config)
     if args.demo:
@@ -386,7 +393,7 @@ def _load_trace(path: str) -> Any:
     raise ConfigError(message)  # outside the handler: one line, no chain beneath
 
 
-def _check_record_path(path: str) -> None:
+def _check_record_path(path: str, what: str = "record") -> None:
     """Fail before the first prompt, not at the first request, when the trace cannot be written.
 
     Nothing is opened here: a FIFO, a device or a link is refused by its ``lstat`` alone (the writer
@@ -399,7 +406,7 @@ def _check_record_path(path: str) -> None:
     else:
         problem = not_regular(path)
     if problem is not None:
-        raise ConfigError(f"record file {path} cannot be written: {problem}")
+        raise ConfigError(f"{what} file {path} cannot be written: {problem}")
 
 
 def _setup_logging(env: dict[str, str], secrets: tuple[str, ...]) -> None:

@@ -27,7 +27,7 @@ import anyio
 from dsh.agent_loop.events import Event, TurnStart, to_wire
 from dsh.agent_loop.reasons import Aborted, EndReason
 from dsh.agent_loop.session import SessionUpdate
-from dsh.llm import redact_text
+from dsh.llm import HarnessError, error_chain, redact_text
 from dsh.repl.config import Config
 from dsh.repl.frontend import PlainFrontEnd, Sink, StreamSink
 from dsh.repl.piped import Signals
@@ -152,13 +152,13 @@ async def run_print(args: argparse.Namespace, config: Config, env: dict[str, str
         async with contextlib.AsyncExitStack() as stack:
             shell = await open_shell(stack, args, config, env, frontend, color=color(env, sys.stderr),
                                      answer=frontend.answer, answer_markdown=answer_markdown)
-            return await _one_turn(shell, args.print_prompt, frontend)
+            return await _one_turn(shell, args.print_prompt, frontend, getattr(args, "report", None))
     finally:
         stderr.flush()  # nothing written, even while closing down, is left behind
         frontend.stdout.flush()
 
 
-async def _one_turn(shell: Shell, prompt: str, frontend: PrintFrontEnd) -> int:
+async def _one_turn(shell: Shell, prompt: str, frontend: PrintFrontEnd, report: str | None = None) -> int:
     signals = Signals(shell, lambda: None)
     started = time.monotonic()
     async with anyio.create_task_group() as tasks:
@@ -169,4 +169,21 @@ async def _one_turn(shell: Shell, prompt: str, frontend: PrintFrontEnd) -> int:
         tasks.cancel_scope.cancel()
     status = signals.exit_status(end.exit_code) if isinstance(end, Aborted) else end.exit_code
     frontend.finish(shell, end, status, time.monotonic() - started)
+    if report is not None:  # after the turn's own lines (and --output-format json's object)
+        await _report(shell, report, frontend)
     return status
+
+
+async def _report(shell: Shell, path: str, frontend: PrintFrontEnd) -> None:
+    """``--report FILE``: the failure capsule, only when the turn did not complete; the exit status stays the turn's."""
+    from dsh.repl.capsule import failed_turn, write_capsule  # only on a failure
+
+    if failed_turn(shell) is None:
+        return
+    try:
+        written = await write_capsule(shell, path)
+    except HarnessError as exc:
+        shell.say(f"dsh: report not written: {redact_text(error_chain(exc), shell.config.secrets)}")
+    else:
+        shell.say(f"dsh: report written to {written}")
+    frontend.flush()

@@ -97,6 +97,6 @@ async def _start_replay(stack: contextlib.AsyncExitStack, trace: Trace, speed: f
         first = trace.timeouts.get("first_token_timeout", first)
     client = DeepSeekClient(base_url=server.url, api_key=None, proxy=None, trust_env=False, env={},
                             record=config.record, shown_as=(trace.base_url or server.url, trace.proxy),
-                            stream_idle_timeout=idle, first_token_timeout=first)
+                            stream_idle_timeout=idle, first_token_timeout=first, ring_bytes=config.report_ring_bytes)
     stack.push_async_callback(client.aclose)
     return client

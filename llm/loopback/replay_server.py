@@ -47,7 +47,7 @@ from dsh.llm.loopback.fault_server import (
     error_body,
     read_head,
 )
-from dsh.llm.wire_trace import TRACE_TYPE, TRACE_VERSION, regular_file_problem
+from dsh.llm.wire_trace import CAPSULE_TYPE, TRACE_TYPE, TRACE_VERSION, regular_file_problem
 
 __all__ = ["MAX_REQUEST_BODY", "SUMMARIES_KEPT", "RecordedExchange", "ReplayError", "ReplayServer",
            "RequestSummary", "Trace", "load_trace", "main", "parse_speed", "serve_forever"]
@@ -266,6 +266,8 @@ def _index(path: str, fd: int) -> Trace:
         record = _record(line, where)
         if header is None:
             header = _check_header(record, where)
+        elif record.get("type") == "report" and header["type"] == CAPSULE_TYPE:
+            continue  # a failure capsule's own facts (docs/reporting.md): nothing to serve
         else:
             _index_record(record, offset, where, slots)
     if header is None:
@@ -293,7 +295,7 @@ def _trace_lines(fd: int, start: int = 0) -> Iterator[tuple[int, bytes | LongLin
 
 
 def _check_header(record: dict[str, Any], where: str) -> dict[str, Any]:
-    if record.get("type") != TRACE_TYPE:
+    if record.get("type") not in (TRACE_TYPE, CAPSULE_TYPE):
         raise ValueError(f"{where}: no {TRACE_TYPE} header")
     if record.get("version") != TRACE_VERSION:
         raise ValueError(f"{where}: version {record.get('version')!r} (this dsh reads {TRACE_VERSION})")

@@ -28,6 +28,7 @@ class StubConfig:
     auto_compact: bool = False
     proxy: str | None = None
     record: str | None = None
+    report_ring_bytes: int = 4 << 20
     sandbox: str | None = None
     sandbox_network: bool = False
     permission_mode: str = "default"

@@ -1,0 +1,198 @@
+"""A failure capsule: the failed turn as one masked 0600 file another person can read and replay (docs/reporting.md).
+
+``/report [FILE]`` and ``dsh -p … --report FILE`` write it. The file is a wire trace
+(:mod:`dsh.llm.wire_trace`) whose header says ``dsh-failure-capsule``, then one ``report`` record (the
+turn-end and fix lines, the ``/why`` chain, version and platform, the settings and where each came from,
+the proxy and trust store, ``dsh doctor``'s steps run again now), then the failed turn's exchanges from the
+client's ring (:mod:`dsh.llm.exchange_ring`), numbered from 1 so that ``dsh --replay`` meets them in order.
+Every string is masked again with every secret the configuration knows before it is written.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import json
+import os
+import platform
+import sys
+import time
+from collections.abc import Callable
+from typing import TYPE_CHECKING, Any
+
+from dsh.agent_loop.reasons import Completed, EndReason
+from dsh.llm import HarnessError, redact_url
+from dsh.llm._version import __version__
+from dsh.llm.codes import ErrorCode
+from dsh.llm.wire_trace import CAPSULE_TYPE, TraceFileError, TraceWriter
+from dsh.repl.config import KNOWN_KEYS
+from dsh.repl.render import fix_line, turn_end_line
+
+if TYPE_CHECKING:
+    from dsh.repl.commands import Host
+    from dsh.repl.doctor import Step
+
+__all__ = ["NO_FAILURE", "default_name", "failed_turn", "write_capsule"]
+
+NO_FAILURE = "no failed turn to report yet"
+# Settings whose values are shown by their shape only: a table's values or a prompt's text could hold a secret
+# or the user's own words (docs/reporting.md, "What a capsule holds").
+_TABLES = ("subagents", "mcp_servers", "models")
+_TEXTS = ("system_prompt", "system_prompt_append")
+
+
+def default_name() -> str:
+    """``dsh-report-20261204T102703Z.jsonl``: in the current folder, one a second."""
+    return time.strftime("dsh-report-%Y%m%dT%H%M%SZ.jsonl", time.gmtime())
+
+
+def failed_turn(shell: Host) -> EndReason | None:
+    """The last turn's end when it did not complete (a failure, an abort, a limit); None otherwise."""
+    reason = shell.session.last_reason
+    if reason is None or isinstance(reason, Completed) or turn_end_line(reason) is None:
+        return None
+    return reason
+
+
+def _sources(shell: Host) -> dict[str, str]:
+    """Where each setting came from, in the words fix lines use (the demo's own endpoint in the demo)."""
+    if shell.demo is not None:
+        return {**shell.config.sources, "base_url": "the demo scenario", "proxy": "the demo scenario"}
+    return dict(shell.config.sources)
+
+
+def settings(shell: Host) -> dict[str, Any]:
+    """Each setting's value and source, never a secret: the key only as set or not, URLs redacted, tables by
+    their names and keys, prompts by their length (the whole record is masked again when written)."""
+    config, sources = shell.config, _sources(shell)
+    out: dict[str, Any] = {}
+    for key in sorted(KNOWN_KEYS):
+        value = getattr(config, key, None)
+        if key == "api_key":
+            value = {"set": bool(value)}
+        elif key in ("base_url", "proxy") and isinstance(value, str):
+            value = redact_url(value)
+        elif key in _TABLES and isinstance(value, dict):
+            value = {name: sorted(table) if isinstance(table, dict) else "?" for name, table in value.items()}
+        elif key in _TEXTS and isinstance(value, str):
+            value = {"chars": len(value)}
+        out[key] = {"value": value, "source": sources.get(key, "default")}
+    return out
+
+
+def _trust(env: dict[str, str]) -> dict[str, Any]:
+    """The trust store a request verifies against (dsh.llm.trust_store), as a request picks it."""
+    from dsh.llm.trust_store import request_store  # cryptography: only when a report is written
+
+    store = request_store(env)
+    return {"store": store.label, "files": list(store.files), "listable": store.listable,
+            "SSL_CERT_FILE": env.get("SSL_CERT_FILE") or None, "SSL_CERT_DIR": env.get("SSL_CERT_DIR") or None}
+
+
+def _proxy(shell: Host) -> dict[str, Any]:
+    config, env = shell.config, shell.env
+    no_proxy = env.get("no_proxy", "") or env.get("NO_PROXY", "")
+    return {"proxy": redact_url(config.proxy) if config.proxy else None,
+            "source": _sources(shell).get("proxy") if config.proxy else None, "no_proxy": no_proxy or None}
+
+
+async def _doctor(shell: Host, on_step: Callable[[Step], None] | None) -> dict[str, Any]:
+    """``dsh doctor``'s steps, run again now, bounded by its own timeouts (repl/doctor.py)."""
+    from dsh.repl.doctor import run_doctor  # the endpoint checks: loaded when asked for
+
+    config = shell.config
+    if shell.demo is not None:  # the demo's own endpoint: no key, no proxy
+        config = dataclasses.replace(config, base_url=shell.demo.server.url, api_key=None, proxy=None)
+    config = dataclasses.replace(config, model=shell.session.model)
+    report = await run_doctor(config, shell.env, on_step, demo=shell.demo is not None)
+    return report.to_dict()
+
+
+def report_record(shell: Host, reason: EndReason, doctor: dict[str, Any], exchanges: dict[str, Any]) -> dict[str, Any]:
+    """The ``report`` record: what the user saw, why, and where it ran."""
+    from dsh.repl.commands import why_lines  # /why's own lines
+
+    secrets = shell.config.secrets
+    fix = fix_line(reason, _sources(shell))
+    return {
+        "type": "report",
+        "turn": turn_end_line(reason, secrets),
+        "fix": fix.strip() if fix else None,
+        "why": why_lines(shell.session),
+        "dsh": __version__,
+        "platform": platform.platform(),
+        "python": f"{platform.python_implementation()} {platform.python_version()}",
+        "executable": sys.executable,
+        "model": shell.session.model,
+        "settings": settings(shell),
+        "proxy": _proxy(shell),
+        "trust": _trust(shell.env),
+        "doctor": doctor,
+        "exchanges": exchanges,
+        "frames": _frames(shell),
+    }
+
+
+def _frames(shell: Host) -> dict[str, Any]:
+    """The children's JSON-RPC frames as closed facts (agent_loop/frames.py), per peer; none without that log."""
+    frames = getattr(shell.session, "frames", None)  # a FrameLog once a subagent or an MCP server was started
+    snapshot = getattr(frames, "snapshot", None)
+    return snapshot() if callable(snapshot) else {}
+
+
+def _turn_records(shell: Host) -> tuple[list[dict[str, Any]], dict[str, Any]]:
+    """The failed turn's records from the ring, renumbered from 1, and a summary of what was kept."""
+    ring = getattr(shell.session.client, "ring", None)
+    first, last = shell.session.turn_exchanges
+    summary: dict[str, Any] = {"turn": last - first, "kept": 0, "ring": "off" if ring is None else "on"}
+    if ring is None:
+        return [], summary
+    records: list[dict[str, Any]] = []
+    kept: set[int] = set()
+    for n, line in ring.lines(first):
+        if n > last:
+            break
+        record = json.loads(line)
+        record["n"] = n - first
+        kept.add(n)
+        records.append(record)
+    summary["kept"] = len(kept)
+    if kept and min(kept) != first + 1:  # the ring's cap dropped the turn's first exchanges
+        summary["first_kept"] = min(kept) - first
+    return records, summary
+
+
+def _open(path: str, header: dict[str, Any], secrets: tuple[str, ...]) -> TraceWriter:
+    try:
+        return TraceWriter(path, secrets=secrets, base_url=header.get("base_url", ""), proxy=header.get("proxy"),
+                           timeouts=header.get("timeouts"), kind=CAPSULE_TYPE)
+    except TraceFileError as exc:
+        raise HarnessError(exc.message, ErrorCode.CONFIG) from None
+    except OSError as exc:
+        raise HarnessError(f"report file {path} cannot be written: {exc.strerror or type(exc).__name__}",
+                           ErrorCode.CONFIG) from None
+
+
+async def write_capsule(shell: Host, path: str | None = None, *,
+                        on_step: Callable[[Step], None] | None = None) -> str:
+    """Write the capsule of the last failed turn to ``path`` (:func:`default_name` in the current folder when
+    None) and return the path; a :class:`HarnessError` names a path that cannot take it. ``on_step`` hears
+    each of the doctor's steps as it ends."""
+    reason = failed_turn(shell)
+    if reason is None:
+        raise HarnessError(NO_FAILURE, ErrorCode.CONFIG)
+    path = os.path.expanduser(path) if path else default_name()
+    records, summary = _turn_records(shell)  # before the doctor runs: its requests are not the turn's
+    header = getattr(shell.session.client, "trace_header", None) or {
+        "base_url": redact_url(shell.config.base_url), "proxy": redact_url(shell.config.proxy)
+        if shell.config.proxy else None, "timeouts": {}}
+    secrets = shell.config.secrets
+    _open(path, header, secrets).close()  # a path that cannot take it is said before the doctor runs
+    doctor = await _doctor(shell, on_step)
+    writer = _open(path, header, secrets)
+    try:
+        writer.copy(report_record(shell, reason, doctor, summary))
+        for record in records:
+            writer.copy(record)
+    finally:
+        writer.close()
+    return path
