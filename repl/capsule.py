@@ -134,9 +134,8 @@ def report_record(shell: Host, reason: EndReason, doctor: dict[str, Any], exchan
 
 def _frames(shell: Host) -> dict[str, Any]:
     """The children's JSON-RPC frames as closed facts (agent_loop/frames.py), per peer; none without that log."""
-    frames = getattr(shell.session, "frames", None)  # a FrameLog once a subagent or an MCP server was started
-    snapshot = getattr(frames, "snapshot", None)
-    return snapshot() if callable(snapshot) else {}
+    frames = shell.session.frames  # a FrameLog once a subagent or an MCP server was started
+    return frames.snapshot() if frames is not None else {}
 
 
 def _turn_records(shell: Host) -> tuple[list[dict[str, Any]], dict[str, Any]]:

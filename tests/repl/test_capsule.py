@@ -18,8 +18,9 @@ from pathlib import Path
 import pytest
 
 from dsh.llm.loopback.fault_server import Behaviour, FaultServer
+from fixtures.mcp_servers import OK_TOOLS, stdio_command
 from tests import canaries
-from tests.repl.test_cli import dsh, write_config
+from tests.repl.test_cli import REPO, dsh, write_config
 from tests.repl.test_record_replay import base_url, turn_end
 
 # Secrets of this test alone: the session log keeps the user's own words (the prompt), so these are not in
@@ -165,3 +166,23 @@ def test_report_ring_bytes_0_turns_the_ring_off_and_a_bad_value_stops_dsh(home: 
     config = home / "config" / "dsh" / "config.toml"
     assert (bad.returncode, bad.stderr) == (2, f"dsh: failed to start: config file {config}: report_ring_bytes must be "
                                                 "an integer from 0 to 67108864 (64 MiB), got -1\n")
+
+
+def test_the_capsule_holds_an_mcp_server_s_frames_as_closed_facts(home: Path, fault: FaultServer) -> None:
+    """A real MCP server (the fixture, over stdio) talked to dsh before the turn failed: the report has the
+    frames' facts (kind, known method, id), never what they carried (its tool names and descriptions)."""
+    capsule = home / "capsule.jsonl"
+    command = json.dumps(stdio_command("ok"))
+    write_config(home, f'max_retries = 0\n[mcp_servers.ok]\ncommand = {command}\ncwd = "{REPO}"\n')
+    fault.push(Behaviour("http_500"))
+    live = _live(home, fault, capsule)
+    assert live.returncode == 1, live.stderr
+    report = _records(capsule)[1]
+    frames = report["frames"]["mcp ok"]
+    shape = [(f["direction"], f["kind"], f.get("method")) for f in frames]
+    assert shape[:3] == [("sent", "request", "initialize"), ("received", "response", None),
+                         ("sent", "notification", "notifications/initialized")]
+    assert ("sent", "request", "tools/list") in shape
+    assert all(set(f) <= {"t", "direction", "kind", "method", "id", "code", "size"} for f in frames)
+    text = json.dumps(report["frames"])
+    assert all(name not in text for name in OK_TOOLS)

@@ -278,3 +278,35 @@ def test_an_older_trace_without_a_chain_replays_as_the_reset_it_always_did(home:
     assert (replayed.returncode, turn_end(replayed.stderr)[0]) == (1, (
         f"[turn failed TRANSPORT] request to the endpoint at http://127.0.0.1:{port} failed: ReadError: "
         "BrokenResourceError: [Errno 104] Connection reset by peer"))
+
+
+@pytest.mark.parametrize("failure", ["refused", "certificate"])
+def test_a_failure_capsule_of_a_failure_before_any_response_replays_as_itself(home: Path, failure: str) -> None:
+    """`-p --report` keeps the chain and the finding from the always-on ring; the capsule replays them offline."""
+    capsule = home / "capsule.jsonl"
+    with contextlib.ExitStack() as stack:
+        if failure == "refused":
+            holder = socket.socket(socket.AF_INET, socket.SOCK_STREAM)
+            holder.bind(("127.0.0.1", 0))
+            port = holder.getsockname()[1]
+            holder.close()
+            url = f"http://127.0.0.1:{port}"
+        else:
+            server = FaultServer(default="text", tls=corporate_chain()).start_in_thread()
+            stack.callback(server.stop)
+            url, port = server.tls_url, int(server.tls_url.rsplit(":", 1)[1])
+        live = _dsh(home, "-p", "hi", "--report", str(capsule), DEEPSEEK_API_KEY=canaries.API_KEY,
+                    DEEPSEEK_BASE_URL=url)
+    assert live.returncode == 1, live.stderr
+    *end, said = turn_end(live.stderr)
+    assert said == f"dsh: report written to {capsule}"
+    assert end[0].startswith(f"[turn failed TRANSPORT] request to the endpoint at {url} failed: ")
+    cause = "[Errno 111] Connect call failed" if failure == "refused" else f'unknown issuer "{CORPORATE_ROOT}"'
+    assert cause in end[0]
+    assert_masked(capsule)
+    kinds = [r["type"] for r in records(capsule)]
+    assert kinds == ["dsh-failure-capsule", "report", "request", "end", *(["finding"] if failure != "refused" else [])]
+    with _silent_listener(port) as listener:  # offline: nothing answers at the recorded address, nothing may try
+        replayed = _dsh(home, "-p", "hi", "--replay", str(capsule), DEEPSEEK_BASE_URL=url)
+        assert _nobody_came(listener), "the replay connected to the recorded address"
+    assert (replayed.returncode, turn_end(replayed.stderr)) == (1, end), replayed.stderr
