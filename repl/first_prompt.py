@@ -25,7 +25,7 @@ if TYPE_CHECKING:
     from types import FrameType
     from typing import Any
 
-__all__ = ["PROMPT", "FirstPrompt", "banner_line", "draw"]
+__all__ = ["PROMPT", "FirstPrompt", "banner_line"]
 
 PROMPT = "> "  # what prompt_toolkit draws over it (dsh.repl.app, InteractiveApp._read_line)
 _IFLAG, _LFLAG = 0, 3  # in termios's attribute list: iflag, oflag, cflag, lflag, ...
@@ -39,16 +39,36 @@ def banner_line(version: str, model: str, endpoint: str, session_id: str) -> str
 
 
 class FirstPrompt:
-    """The banner and ``> `` on the terminal, echo off, until prompt_toolkit takes the line over."""
+    """The banner and ``> `` on the terminal, echo off, until prompt_toolkit takes the line over.
 
-    def __init__(self, banner: str, session_id: str, fd: int, saved: list[Any]) -> None:
+    Made before it is drawn, so that whoever calls :meth:`draw` can call :meth:`abandon` in a ``finally``
+    that covers the draw itself (a Ctrl-C may land anywhere in it).
+    """
+
+    def __init__(self, banner: str, session_id: str) -> None:
         self.banner = banner
         self.session_id = session_id  # the new session the banner names (Session.start uses it)
-        self._fd = fd
-        self._saved = saved
-        self._owned = True  # the line is still ours (not taken over, not abandoned)
-        self._previous_term: Any = signal.getsignal(signal.SIGTERM)
+        self._fd = 0
+        self._saved: list[Any] | None = None
+        self._owned = False  # the terminal is switched and the line ours (not taken over, not abandoned)
+        self._previous_term: Any = None
+
+    def draw(self) -> bool:
+        """Echo and line editing off, the banner and the prompt written; False (nothing done) if stdin is not
+        a terminal."""
+        try:
+            self._saved = termios.tcgetattr(self._fd)
+        except termios.error:
+            return False
+        self._owned = True
+        self._previous_term = signal.getsignal(signal.SIGTERM)
         signal.signal(signal.SIGTERM, self._on_sigterm)
+        try:
+            termios.tcsetattr(self._fd, termios.TCSANOW, _quiet(self._saved))
+        except termios.error:
+            self._release()
+            return False
+        return _write(sanitize(self.banner) + "\n" + PROMPT)
 
     def _on_sigterm(self, signum: int, frame: FrameType | None) -> None:
         # The default action would leave the terminal without echo; unwind through abandon() instead.
@@ -69,7 +89,7 @@ class FirstPrompt:
 
     def take_over(self) -> None:
         """prompt_toolkit draws next: echo back on (its raw mode saves and restores the terminal as found), the
-        cursor to the prompt line's start, where it draws the same prompt. Called once; later calls do nothing."""
+        cursor to the prompt line's start, where it draws the same prompt. Later calls do nothing."""
         if self._release():
             _write("\r")
 
@@ -77,21 +97,6 @@ class FirstPrompt:
         """Start-up ended before prompt_toolkit drew: the prompt line erased, the terminal as it was."""
         if self._release():
             _write(_ERASE_LINE)
-
-
-def draw(banner: str, session_id: str) -> FirstPrompt | None:
-    """Write ``banner`` and the prompt with echo off; None (nothing written) if stdin is not a terminal."""
-    fd = 0
-    try:
-        saved = termios.tcgetattr(fd)
-        termios.tcsetattr(fd, termios.TCSANOW, _quiet(saved))
-    except termios.error:
-        return None
-    early = FirstPrompt(banner, session_id, fd, saved)
-    if not _write(sanitize(banner) + "\n" + PROMPT):
-        early.abandon()
-        return None
-    return early
 
 
 def _quiet(attrs: list[Any]) -> list[Any]:

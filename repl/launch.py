@@ -306,12 +306,15 @@ def _main(argv: list[str]) -> int:
         return EXIT_USAGE
     for warning in config.warnings:
         _stderr(f"dsh: warning: {warning}")
-    args.first_prompt = _draw_first_prompt(args, config) if mode == "interactive" else None
+    early = _first_prompt(args, config) if mode == "interactive" else None
+    args.first_prompt = None
     try:
+        if early is not None and early.draw():
+            args.first_prompt = early  # taken over by the interactive app (dsh.repl.app)
         return _run_mode(mode, args, config, env, env_secrets)
     finally:
-        if args.first_prompt is not None:
-            args.first_prompt.abandon()  # start-up ended before prompt_toolkit took the line over
+        if early is not None:
+            early.abandon()  # start-up ended before prompt_toolkit took the line over (else: nothing to do)
 
 
 def _run_mode(mode: str, args: argparse.Namespace, config: Config, env: dict[str, str],
@@ -335,20 +338,20 @@ def _run_mode(mode: str, args: argparse.Namespace, config: Config, env: dict[str
         return EXIT_USAGE if isinstance(cause, HarnessError) and cause.code == ErrorCode.CONFIG else 1
 
 
-def _draw_first_prompt(args: argparse.Namespace, config: Config) -> FirstPrompt | None:
-    """The banner and the prompt on the terminal now, before prompt_toolkit and the agent's modules are
-    imported (dsh.repl.first_prompt), when nothing else comes before the prompt: a new session with no
-    subagent tables (their hints), not the demo or a replay (their endpoint starts first)."""
+def _first_prompt(args: argparse.Namespace, config: Config) -> FirstPrompt | None:
+    """The banner and prompt to draw before prompt_toolkit and the agent's modules are imported
+    (dsh.repl.first_prompt), when nothing else comes before the prompt: a new session with no subagent tables
+    (their hints), not the demo or a replay (their endpoint starts first)."""
     if args.demo or args.replay or args.resume is not None or config.subagents:
         return None
     from dsh.agent_loop.session_id import new_session_id
     from dsh.llm.redact import redact_url
-    from dsh.repl.first_prompt import banner_line, draw
+    from dsh.repl.first_prompt import FirstPrompt, banner_line
 
     # The session's own spelling of its endpoint before its client exists (Session.endpoint).
     endpoint = redact_url(config.base_url.rstrip("/"))
     session_id = new_session_id()
-    return draw(banner_line(__version__, config.model, endpoint, session_id), session_id)
+    return FirstPrompt(banner_line(__version__, config.model, endpoint, session_id), session_id)
 
 
 def _mode_main(mode: str) -> ModeMain:
