@@ -370,6 +370,11 @@ class InteractiveApp:
         self._drawn.set()
         if self.shell.session.agent is not None:
             return
+        # Its modules take longer to import than the prompt took to draw: in a worker thread, so that keys
+        # typed at the prompt meanwhile are drawn as they come (docs/architecture.md, "Start-up and lazy imports").
+        await asyncio.to_thread(_import_agent_modules)
+        if self.shell.session.agent is not None:  # a line sent meanwhile built it (Session.run_turn)
+            return
         try:
             self.shell.session.ensure_agent()  # a line sent before this ran builds it itself (Session.run_turn)
         except StartupError as exc:
@@ -683,6 +688,12 @@ class InteractiveApp:
             self._approval = None
         self.sink.write(self.shell.renderer.line(question + approval_answer(answered)))
         return _ANSWERS.get(answered or "")
+
+
+def _import_agent_modules() -> None:
+    import anyio._backends._asyncio  # noqa: F401  (anyio's backend, loaded by the agent's first use)
+
+    import dsh.agent_loop.build  # noqa: F401  (the agent, its tools, the session log, the client)
 
 
 async def run_interactive(args: argparse.Namespace, config: Config, env: dict[str, str]) -> int:

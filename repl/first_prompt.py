@@ -76,7 +76,7 @@ class FirstPrompt:
 
     def _release(self) -> bool:
         """Echo as it was, the SIGTERM handler as it was (unless another replaced ours); False if done before."""
-        if not self._owned:
+        if not self._owned or self._saved is None:
             return False
         self._owned = False
         if signal.getsignal(signal.SIGTERM) == self._on_sigterm:
