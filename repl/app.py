@@ -273,6 +273,7 @@ class InteractiveApp:
         self._startup_error: StartupError | None = None
         self._first_prompt: FirstPrompt | None = None  # drawn by start-up, taken over by the first prompt
         self._drawn = asyncio.Event()  # the first prompt is on the screen: what was deferred may start
+        self._imported = asyncio.Event()  # and the agent's modules are imported (in a worker thread)
         self._servers_opened = False
         self._typed = ""  # typed during a turn: the next prompt starts with it
         self._cancelling = False  # Ctrl-C was pressed during this turn: the toolbar says so until it ends
@@ -369,10 +370,12 @@ class InteractiveApp:
     async def _build_agent(self) -> None:
         self._drawn.set()
         if self.shell.session.agent is not None:
+            self._imported.set()
             return
         # Its modules take longer to import than the prompt took to draw: in a worker thread, so that keys
         # typed at the prompt meanwhile are drawn as they come (docs/architecture.md, "Start-up and lazy imports").
         await asyncio.to_thread(_import_agent_modules)
+        self._imported.set()
         if self.shell.session.agent is not None:  # a line sent meanwhile built it (Session.run_turn)
             return
         try:
@@ -384,13 +387,16 @@ class InteractiveApp:
         anyio.get_cancelled_exc_class()  # loads anyio's backend now rather than in the first turn
 
     async def _prompt_then_open_servers(self, prompt: Coroutine[Any, Any, str]) -> str:
-        """The prompt's line; the first time, the session's MCP servers are opened once the prompt is drawn
-        (they never delay it, docs/mcp.md), from this task: the one that closes them (structured concurrency)."""
+        """The prompt's line; the first time, the session's MCP servers are opened once the prompt is drawn and the
+        agent's modules are imported (they never delay it, docs/mcp.md), from this task: the one that closes them
+        (structured concurrency)."""
         if self._servers_opened:
             return await prompt
         self._servers_opened = True
         reading = asyncio.ensure_future(prompt)
-        drawn = asyncio.ensure_future(self._drawn.wait())
+        # Once the agent's modules are in (the manager is one): importing it here meanwhile would wait for the
+        # worker thread's import lock with the loop, and keys typed at the prompt with it.
+        drawn = asyncio.ensure_future(self._imported.wait())
         try:
             await asyncio.wait((reading, drawn), return_when=asyncio.FIRST_COMPLETED)
             await self.shell.session.open_mcp()
