@@ -8,8 +8,7 @@ cursor to the line's start, where prompt_toolkit draws the same prompt over it. 
 before that (Ctrl-C, SIGTERM, an error), :meth:`FirstPrompt.abandon` erases the prompt line and gives
 the terminal back as it was. docs/architecture.md, "Start-up and lazy imports".
 
-Only the standard library's ``os``, ``signal``, ``sys`` and ``termios`` and dsh's sanitizer are imported
-here.
+Only ``signal``, ``sys``, ``termios`` and dsh's sanitizer are imported here (``typing`` is in already).
 """
 
 from __future__ import annotations
@@ -17,13 +16,12 @@ from __future__ import annotations
 import signal
 import sys
 import termios
+from typing import TYPE_CHECKING, Any
 
 from dsh.repl.sanitize import sanitize
 
-TYPE_CHECKING = False  # typing costs ~15 ms to import, before the prompt that would be
 if TYPE_CHECKING:
     from types import FrameType
-    from typing import Any
 
 __all__ = ["PROMPT", "FirstPrompt", "banner_line"]
 
