@@ -169,3 +169,15 @@ def test_ctrl_d_typed_while_prompt_toolkit_loads_ends_dsh_at_the_prompt(home: Pa
     dsh.finish()
     assert "rc=0" in dsh.screen.text()
     assert dsh.terminal_as_found()
+
+
+def test_the_early_banner_is_sanitized_like_every_other_line(home: Path) -> None:  # noqa: F811
+    """A model name with an OSC title sequence (DSH_MODEL is the user's, but the rule has no exceptions)."""
+    dsh = HeldDsh(home, DEEPSEEK_API_KEY=KEY, DSH_MODEL="evil\x1b]0;pwned\x07model")
+    banner = _banner_then_prompt(dsh)
+    assert "· evil␛]0;pwned␇model ·" in banner
+    assert "\x1b]0;" not in dsh.raw
+    dsh.child.sendeof()
+    dsh.release()
+    dsh.finish()
+    assert "rc=0" in dsh.screen.text()
