@@ -209,12 +209,14 @@ class Session:
 
     # --- lifecycle --------------------------------------------------------------------------------
 
-    async def start(self, resume: str | None = None, *, defer_agent: bool = False) -> None:
+    async def start(self, resume: str | None = None, *, defer_agent: bool = False,
+                    session_id: str | None = None) -> None:
         """Open the toolkit and a resumed or new session log; StartupError on failure.
 
         With ``defer_agent`` the client, the agent and a new session's log are built by
         :meth:`ensure_agent` instead, called by the first turn at the latest; the new session is named
-        now (:attr:`id`). A session to resume is still opened (and repaired) here.
+        now (:attr:`id`): ``session_id`` when the front end already showed one. A session to resume is
+        still opened (and repaired) here.
         """
         try:
             await self._open_toolkit()
@@ -223,7 +225,7 @@ class Session:
             if resume is not None:
                 self.log = self._open(resume)
             elif defer_agent:
-                self._new_session_id = new_session_id()
+                self._new_session_id = session_id or new_session_id()
             else:
                 self.log = self._create()
             if not defer_agent:

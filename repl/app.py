@@ -43,6 +43,7 @@ from prompt_toolkit.patch_stdout import patch_stdout
 
 from dsh.repl import commands
 from dsh.repl.config import Config, history_path
+from dsh.repl.first_prompt import PROMPT, FirstPrompt
 from dsh.repl.render import (
     Approval,
     Rewrite,
@@ -270,7 +271,9 @@ class InteractiveApp:
         self._answer: str | None = None
         self._answered: anyio.Event | None = None
         self._startup_error: StartupError | None = None
+        self._first_prompt: FirstPrompt | None = None  # drawn by start-up, taken over by the first prompt
         self._drawn = asyncio.Event()  # the first prompt is on the screen: what was deferred may start
+        self._imported = asyncio.Event()  # and the agent's modules are imported (in a worker thread)
         self._servers_opened = False
         self._typed = ""  # typed during a turn: the next prompt starts with it
         self._cancelling = False  # Ctrl-C was pressed during this turn: the toolbar says so until it ends
@@ -299,8 +302,10 @@ class InteractiveApp:
 
     # --- the loop ---------------------------------------------------------------------------------
 
-    async def run(self, shell: Shell, *, banner: str) -> int:
+    async def run(self, shell: Shell, *, banner: str, first_prompt: FirstPrompt | None = None) -> int:
+        """The REPL until exit; ``first_prompt``: the banner and prompt start-up already drew, to take over."""
         self._shell = shell
+        self._first_prompt = first_prompt
         # Plain asyncio (prompt_toolkit's loop) until the first prompt is drawn: anyio's backend is
         # loaded with the agent, just after (see _build_agent).
         loop = asyncio.get_running_loop()
@@ -316,7 +321,11 @@ class InteractiveApp:
     async def _loop(self, banner: str) -> int:
         self.sink.prompt_toolkit_ran = True  # from the banner on (patch_stdout is running)
         self._session = self._build_prompt()
-        self.shell.say(banner)
+        early = self._first_prompt
+        if early is None or early.banner != banner:
+            if early is not None:
+                early.abandon()  # not what start-up promised (never expected): the real banner follows
+            self.shell.say(banner)
         while True:
             line = await self._read_line()
             if self._startup_error is not None:
@@ -337,7 +346,7 @@ class InteractiveApp:
     async def _read_line(self) -> str | None:
         assert self._session is not None
         default, self.shell.prefill = self.shell.prefill, ""
-        prompt = self._session.prompt_async("> ", default=default, handle_sigint=False, pre_run=self._schedule_agent)
+        prompt = self._session.prompt_async(PROMPT, default=default, handle_sigint=False, pre_run=self._pre_run)
         try:
             return await self._prompt_then_open_servers(prompt)
         except EOFError:
@@ -347,6 +356,12 @@ class InteractiveApp:
 
     # --- the agent, built once the first prompt is on the screen ------------------------------------
 
+    def _pre_run(self) -> None:
+        """Runs just before prompt_toolkit reads the typeahead, enters raw mode and draws the prompt."""
+        if self._first_prompt is not None:
+            self._first_prompt.take_over()  # echo back on before raw mode saves it; its prompt is drawn over
+        self._schedule_agent()
+
     def _schedule_agent(self) -> None:
         """Runs before the prompt is drawn: build the agent right after, while the user reads it."""
         if self._session is not None and (not self._drawn.is_set() or self.shell.session.agent is None):
@@ -355,6 +370,13 @@ class InteractiveApp:
     async def _build_agent(self) -> None:
         self._drawn.set()
         if self.shell.session.agent is not None:
+            self._imported.set()
+            return
+        # Its modules take longer to import than the prompt took to draw: in a worker thread, so that keys
+        # typed at the prompt meanwhile are drawn as they come (docs/architecture.md, "Start-up and lazy imports").
+        await asyncio.to_thread(_import_agent_modules)
+        self._imported.set()
+        if self.shell.session.agent is not None:  # a line sent meanwhile built it (Session.run_turn)
             return
         try:
             self.shell.session.ensure_agent()  # a line sent before this ran builds it itself (Session.run_turn)
@@ -365,13 +387,16 @@ class InteractiveApp:
         anyio.get_cancelled_exc_class()  # loads anyio's backend now rather than in the first turn
 
     async def _prompt_then_open_servers(self, prompt: Coroutine[Any, Any, str]) -> str:
-        """The prompt's line; the first time, the session's MCP servers are opened once the prompt is drawn
-        (they never delay it, docs/mcp.md), from this task: the one that closes them (structured concurrency)."""
+        """The prompt's line; the first time, the session's MCP servers are opened once the prompt is drawn and the
+        agent's modules are imported (they never delay it, docs/mcp.md), from this task: the one that closes them
+        (structured concurrency)."""
         if self._servers_opened:
             return await prompt
         self._servers_opened = True
         reading = asyncio.ensure_future(prompt)
-        drawn = asyncio.ensure_future(self._drawn.wait())
+        # Once the agent's modules are in (the manager is one): importing it here meanwhile would wait for the
+        # worker thread's import lock with the loop, and keys typed at the prompt with it.
+        drawn = asyncio.ensure_future(self._imported.wait())
         try:
             await asyncio.wait((reading, drawn), return_when=asyncio.FIRST_COMPLETED)
             await self.shell.session.open_mcp()
@@ -671,13 +696,20 @@ class InteractiveApp:
         return _ANSWERS.get(answered or "")
 
 
+def _import_agent_modules() -> None:
+    import anyio._backends._asyncio  # noqa: F401  (anyio's backend, loaded by the agent's first use)
+
+    import dsh.agent_loop.build  # noqa: F401  (the agent, its tools, the session log, the client)
+
+
 async def run_interactive(args: argparse.Namespace, config: Config, env: dict[str, str]) -> int:
     """The REPL: the first prompt is drawn first and the agent built behind it (see ``_build_agent``)."""
     app = InteractiveApp(history=history_path(env))
     async with contextlib.AsyncExitStack() as stack:
+        early: FirstPrompt | None = getattr(args, "first_prompt", None)  # dsh.repl.launch drew it, or not
         shell = await open_shell(stack, args, config, env, app, color=color(env, sys.stdout), show_usage=True,
-                                 defer_agent=True)
+                                 defer_agent=True, session_id=early.session_id if early is not None else None)
         if args.resume is not None:
             shell.report_resumed()
-        return await app.run(shell, banner=banner(shell, args))
+        return await app.run(shell, banner=banner(shell, args), first_prompt=early)
     return 1  # pragma: no cover - the exit stack does not swallow

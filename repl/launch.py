@@ -12,7 +12,6 @@ its top (docs/architecture.md, "Start-up and lazy imports"). Nothing here prints
 from __future__ import annotations
 
 import argparse
-import asyncio
 import dataclasses
 import logging
 import os
@@ -22,9 +21,8 @@ import sys
 import termios
 from collections.abc import Callable, Coroutine
 from pathlib import Path
-from typing import Any, TextIO
+from typing import TYPE_CHECKING, Any, TextIO
 
-from dsh.agent_loop.session import StartupError
 from dsh.llm import ErrorCode, HarnessError, RedactingFilter, error_chain, redact_text, unwrap_group
 from dsh.llm._version import install_line
 from dsh.llm.wire_trace import not_regular
@@ -38,7 +36,10 @@ from dsh.repl.config import (
     load_config,
     state_dir,
 )
-from dsh.repl.render import sanitize
+from dsh.repl.sanitize import sanitize
+
+if TYPE_CHECKING:
+    from dsh.repl.first_prompt import FirstPrompt
 
 __all__ = ["run"]
 
@@ -309,16 +310,52 @@ def _main(argv: list[str]) -> int:
         return EXIT_USAGE
     for warning in config.warnings:
         _stderr(f"dsh: warning: {warning}")
+    early = _first_prompt(args, config) if mode == "interactive" else None
+    args.first_prompt = None
+    try:
+        if early is not None and early.draw():
+            args.first_prompt = early  # taken over by the interactive app (dsh.repl.app)
+        return _run_mode(mode, args, config, env, env_secrets)
+    finally:
+        if early is not None:
+            early.abandon()  # start-up ended before prompt_toolkit took the line over (else: nothing to do)
+
+
+def _run_mode(mode: str, args: argparse.Namespace, config: Config, env: dict[str, str],
+              env_secrets: tuple[str, ...]) -> int:
     _setup_logging(env, config.secrets)
+    # The session and the loop: imported here, after the first prompt may have been drawn.
+    import asyncio
+
+    from dsh.agent_loop.session import StartupError
+
     mode_main = _mode_main(mode)
     try:
         # asyncio, prompt_toolkit's loop, with anyio inside it: anyio loads its backend on first use,
         # which in the interactive mode comes after the first prompt is drawn.
         return asyncio.run(mode_main(args, config, env))
     except StartupError as exc:
+        if args.first_prompt is not None:
+            args.first_prompt.abandon()  # the failure goes where the prompt was
         cause = exc.__cause__ or exc
         _startup_failure(cause, mode=mode, secrets=config.secrets + env_secrets)
         return EXIT_USAGE if isinstance(cause, HarnessError) and cause.code == ErrorCode.CONFIG else 1
+
+
+def _first_prompt(args: argparse.Namespace, config: Config) -> FirstPrompt | None:
+    """The banner and prompt to draw before prompt_toolkit and the agent's modules are imported
+    (dsh.repl.first_prompt), when nothing else comes before the prompt: a new session with no subagent tables
+    (their hints), not the demo or a replay (their endpoint starts first)."""
+    if args.demo or args.replay or args.resume is not None or config.subagents:
+        return None
+    from dsh.agent_loop.session_id import new_session_id
+    from dsh.llm.redact import redact_url
+    from dsh.repl.first_prompt import FirstPrompt, banner_line
+
+    # The session's own spelling of its endpoint before its client exists (Session.endpoint).
+    endpoint = redact_url(config.base_url.rstrip("/"))
+    session_id = new_session_id()
+    return FirstPrompt(banner_line(__version__, config.model, endpoint, session_id), session_id)
 
 
 def _mode_main(mode: str) -> ModeMain:

@@ -90,8 +90,9 @@ class Shell:
     def env(self) -> dict[str, str]:
         return self.session.env
 
-    async def start(self, resume: str | None = None, *, defer_agent: bool = False) -> None:
-        await self.session.start(resume, defer_agent=defer_agent)
+    async def start(self, resume: str | None = None, *, defer_agent: bool = False,
+                    session_id: str | None = None) -> None:
+        await self.session.start(resume, defer_agent=defer_agent, session_id=session_id)
 
     async def aclose(self) -> None:
         await self.session.aclose()

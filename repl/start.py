@@ -15,6 +15,7 @@ from dsh.agent_loop.session import StartupError
 from dsh.agent_loop.session_config import EndpointClient
 from dsh.repl import __version__
 from dsh.repl.config import Config
+from dsh.repl.first_prompt import banner_line
 from dsh.repl.frontend import FrontEnd, Sink
 from dsh.repl.shell import Shell
 
@@ -42,10 +43,12 @@ async def open_shell(
     answer: Sink | None = None,
     answer_markdown: bool = False,
     defer_agent: bool = False,
+    session_id: str | None = None,
 ) -> Shell:
     """A started shell on ``frontend`` over the endpoint ``args`` pick, closed by ``stack``; StartupError if not.
 
-    With ``defer_agent`` the agent is built behind the first prompt (the interactive mode sees to it).
+    With ``defer_agent`` the agent is built behind the first prompt (the interactive mode sees to it), and a
+    new session is named ``session_id`` if given (the id the early banner showed, dsh.repl.first_prompt).
     """
     client: EndpointClient | None = None
     demo: Demo | None = None
@@ -63,7 +66,7 @@ async def open_shell(
     shell = Shell(config, frontend, color=color, env=env, client=client, demo=demo, retry=retry,
                   show_usage=show_usage, answer=answer, answer_markdown=answer_markdown, allow_mcp=args.allow_mcp)
     stack.push_async_callback(shell.aclose)
-    await shell.start(resume=args.resume, defer_agent=defer_agent)
+    await shell.start(resume=args.resume, defer_agent=defer_agent, session_id=session_id)
     return shell
 
 
@@ -75,8 +78,7 @@ def banner(shell: Shell, args: argparse.Namespace) -> str:
             f"dsh {__version__} demo · no key, no network: scripted endpoint {session.endpoint} · "
             f"scenario {shell.demo.scenario.name} · /scenario lists the failure kit · /help"
         )
-    text = f"dsh {__version__} · {session.model} · {session.endpoint} · session {session.id or '?'} · /help"
-    text += " · Ctrl-D exits"
+    text = banner_line(__version__, session.model, session.endpoint, session.id or "?")
     if args.replay:
         text += f" · replaying {len(args.trace.exchanges)} recorded exchange(s) from {args.replay}"
     return text

@@ -6,6 +6,7 @@ from __future__ import annotations
 import time
 from pathlib import Path
 
+import anyio
 import pytest
 from prompt_toolkit.application import create_app_session
 from prompt_toolkit.completion import CompleteEvent
@@ -106,24 +107,38 @@ def _env(tmp_path: Path) -> dict[str, str]:
     return {"HOME": str(tmp_path), "XDG_STATE_HOME": str(tmp_path / "state"), "XDG_CONFIG_HOME": str(tmp_path / "cfg")}
 
 
-async def _run_app(tmp_path: Path, keys: str, extra_tools: object = None) -> tuple[int, Session]:
-    """The app over a shell whose agent is deferred; its exit status and the session it ran."""
+async def _run_app(
+    tmp_path: Path, keys: str, extra_tools: object = None, *, once_built: str = ""
+) -> tuple[int, Session]:
+    """The app over a shell whose agent is deferred; its exit status and the session it ran. ``keys`` are typed
+    ahead, ``once_built`` once the agent is built."""
     config = Config(api_key="sk-appTestKey0000000000000000000", base_url="http://127.0.0.1:9")
     with create_pipe_input() as pipe, create_app_session(input=pipe, output=DummyOutput()):
         app = InteractiveApp(history=tmp_path / "history")
         shell = Shell(config, app, color=False, env=_env(tmp_path), extra_tools=extra_tools)  # type: ignore[arg-type]
+
+        async def type_once_built() -> None:
+            while shell.session.agent is None:
+                await anyio.sleep(0.01)
+            pipe.send_text(once_built)
+
         try:
             await shell.start(defer_agent=True)
             assert shell.session.agent is None
             pipe.send_text(keys)
-            return await app.run(shell, banner="banner"), shell.session
+            if not once_built:
+                return await app.run(shell, banner="banner"), shell.session
+            async with anyio.create_task_group() as group:
+                group.start_soon(type_once_built)
+                status = await app.run(shell, banner="banner")
+            return status, shell.session
         finally:
             await shell.aclose()
 
 
 @pytest.mark.anyio
 async def test_the_agent_is_built_once_the_first_prompt_is_up(tmp_path: Path) -> None:
-    status, session = await _run_app(tmp_path, "\x04")  # Ctrl-D at the first prompt
+    status, session = await _run_app(tmp_path, "", once_built="\x04")  # Ctrl-D at the first prompt, once built
     assert status == 0
     assert session.agent is None and session.log is not None  # built, then closed with the shell
 

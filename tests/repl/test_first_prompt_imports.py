@@ -1,8 +1,10 @@
-"""The first prompt is drawn with only what it needs: no HTTP client, no agent, no session log, no anyio backend.
+"""The first prompt is drawn with only what it needs: no HTTP client, no agent, no session log, no anyio backend;
+and the banner and ``> `` before that, without prompt_toolkit, asyncio or the session (dsh.repl.first_prompt).
 
-dsh runs in a real pty under a small wrapper that records ``sys.modules`` when prompt_toolkit first
-draws the prompt, and again when the process exits (by then the agent has been built behind the
-prompt, so the check cannot pass by accident). This pins the import set loosely, not a time.
+dsh runs in a real pty under a small wrapper that records ``sys.modules`` when start-up draws the banner and
+prompt, when prompt_toolkit first draws the prompt over it, and again when the process exits (by then the agent
+has been built behind the prompt, so the check cannot pass by accident). This pins the import set loosely, not
+a time.
 """
 
 from __future__ import annotations
@@ -21,10 +23,11 @@ from fixtures.mcp_servers import stdio_command
 REPO = Path(__file__).resolve().parents[2]
 KEY = "sk-firstPromptKey0000000000000000"
 
-# Recorded at the first draw of the prompt (not its final "done" redraw), and at exit.
+# Recorded when start-up draws the banner and prompt (dsh.repl.first_prompt), at prompt_toolkit's first draw of
+# the prompt over it (not its final "done" redraw), and at exit. prompt_toolkit is patched only after the early
+# draw, so that the wrapper itself imports nothing before it.
 WRAPPER = """
 import atexit, json, sys
-from prompt_toolkit.application import Application
 
 out = sys.argv.pop(1)
 seen = {}
@@ -33,17 +36,41 @@ def record(when):
         seen[when] = sorted(sys.modules)
         with open(out, "w") as handle:
             json.dump(seen, handle)
-draw = Application._redraw
-def redraw(self, render_as_done=False):
-    draw(self, render_as_done)
-    if not render_as_done:
-        record("first_prompt")
-Application._redraw = redraw
+
+def patch_prompt_toolkit():
+    from prompt_toolkit.application import Application
+    draw = Application._redraw
+    def redraw(self, render_as_done=False):
+        draw(self, render_as_done)
+        if not render_as_done:
+            record("first_prompt")
+    Application._redraw = redraw
+
+from dsh.repl.first_prompt import FirstPrompt
+early_draw = FirstPrompt.draw
+def draw(self):
+    drawn = early_draw(self)
+    record("early_prompt")
+    patch_prompt_toolkit()
+    return drawn
+FirstPrompt.draw = draw
 atexit.register(record, "exit")
 sys.argv[0] = "dsh"
 from dsh.repl.cli import main
 main()
 """
+
+# Not needed to draw the banner and the prompt: prompt_toolkit and its loop, the renderer, the session.
+NOT_BEFORE_THE_EARLY_PROMPT = {
+    "prompt_toolkit",
+    "asyncio",
+    "anyio",
+    "dsh.repl.app",
+    "dsh.repl.render",
+    "dsh.repl.shell",
+    "dsh.agent_loop.events",
+    "dsh.agent_loop.session",
+}
 
 # Only needed once a turn runs (or for a config file, of which there is none here).
 NOT_BEFORE_THE_PROMPT = {
@@ -60,8 +87,9 @@ NOT_BEFORE_THE_PROMPT = {
 }
 
 
-def _modules_seen(tmp_path: Path, config: str | None = None) -> tuple[set[str], set[str]]:
-    """The modules loaded at the first draw of the prompt, and at exit (after Ctrl-D at that prompt)."""
+def _modules_seen(tmp_path: Path, config: str | None = None) -> tuple[set[str], set[str], set[str]]:
+    """The modules loaded at the early draw of the prompt, at prompt_toolkit's first draw, and at exit (after
+    Ctrl-D at that prompt)."""
     record = tmp_path / "modules.json"
     env = {
         "PATH": os.environ.get("PATH", "/usr/bin:/bin"),
@@ -90,13 +118,16 @@ def _modules_seen(tmp_path: Path, config: str | None = None) -> tuple[set[str], 
             child.close(force=True)
     assert child.exitstatus == 0, child.before
     seen = json.loads(record.read_text())
-    return set(seen["first_prompt"]), set(seen["exit"])
+    return set(seen["early_prompt"]), set(seen["first_prompt"]), set(seen["exit"])
 
 
 @pytest.mark.timeout(60)
 def test_the_first_prompt_is_drawn_before_the_client_and_the_agent_are_imported(tmp_path: Path) -> None:
-    first, last = _modules_seen(tmp_path)
+    early, first, last = _modules_seen(tmp_path)
 
+    assert "dsh.repl.first_prompt" in early and "dsh.repl.config" in early
+    assert not (NOT_BEFORE_THE_EARLY_PROMPT | NOT_BEFORE_THE_PROMPT) & early, sorted(
+        (NOT_BEFORE_THE_EARLY_PROMPT | NOT_BEFORE_THE_PROMPT) & early)
     assert "prompt_toolkit.shortcuts.prompt" in first and "dsh.repl.app" in first
     assert not NOT_BEFORE_THE_PROMPT & first, sorted(NOT_BEFORE_THE_PROMPT & first)
     # Behind the prompt the agent was built and anyio's backend loaded; the HTTP client waits for a request.
@@ -111,9 +142,10 @@ def test_configured_mcp_servers_start_behind_the_first_prompt(tmp_path: Path) ->
     SDK wait until the prompt is drawn (docs/mcp.md, bench: mcp_first_prompt_ms)."""
     command = json.dumps(stdio_command("ok"))  # a JSON array of strings is a TOML array
     config = "".join(f"[mcp_servers.s{i}]\ncommand = {command}\ncwd = {json.dumps(str(REPO))}\n\n" for i in range(3))
-    first, last = _modules_seen(tmp_path, config)
+    early, first, last = _modules_seen(tmp_path, config)
 
     assert "dsh.agent_loop.mcp.config" in first
     later = {"dsh.agent_loop.mcp.manager", "dsh.agent_loop.mcp.tools", "dsh.agent_loop.build"}
     assert not (NOT_BEFORE_THE_PROMPT - {"tomllib"} | later | {"mcp"}) & first
+    assert not NOT_BEFORE_THE_EARLY_PROMPT & early, sorted(NOT_BEFORE_THE_EARLY_PROMPT & early)
     assert later <= last, sorted(later - last)
