@@ -399,6 +399,9 @@ def _configure(args: argparse.Namespace, env: dict[str, str]) -> Config:
         if args.demo:
             raise ConfigError("--replay and --demo each pick the endpoint; give one of them")
         args.trace = _load_trace(args.replay)
+        if args.trace.max_retries is not None and "max_retries" not in config.sources:
+            # A capsule's run retried this often: so does its replay, unless this run sets it.
+            config = dataclasses.replace(config, max_retries=args.trace.max_retries)
     if args.demo and args.record:
         raise ConfigError("--record records a real endpoint or a --replay; the demo's scenarios are scripted")
     if args.demo and config.record:  # the config file's: the demo still starts, and says it records nothing

@@ -164,6 +164,9 @@ class Trace:
     timeouts: dict[str, float]
     exchanges: Sequence[RecordedExchange]
     fd: int = -1
+    # A failure capsule's max_retries (its report's settings): a replay retries as the reporter's run did, so
+    # the recorded attempts are all it asks for (docs/reporting.md). None for a recording, or the default.
+    max_retries: int | None = None
 
     def close(self) -> None:
         fd, self.fd = self.fd, -1
@@ -259,6 +262,7 @@ def load_trace(path: str) -> Trace:
 def _index(path: str, fd: int) -> Trace:
     header: dict[str, Any] | None = None
     slots: dict[int, _Slot] = {}
+    max_retries: int | None = None
     for number, (offset, line) in enumerate(_trace_lines(fd), 1):
         where = f"line {number}"
         if isinstance(line, bytes) and not line.strip():
@@ -267,7 +271,7 @@ def _index(path: str, fd: int) -> Trace:
         if header is None:
             header = _check_header(record, where)
         elif record.get("type") == "report" and header["type"] == CAPSULE_TYPE:
-            continue  # a failure capsule's own facts (docs/reporting.md): nothing to serve
+            max_retries = _reported_retries(record)  # the rest is a failure capsule's facts: nothing to serve
         else:
             _index_record(record, offset, where, slots)
     if header is None:
@@ -277,7 +281,15 @@ def _index(path: str, fd: int) -> Trace:
                and v > 0} if isinstance(timeouts, dict) else {}
     base_url, proxy = _text(header, "base_url") or "", _text(header, "proxy")
     exchanges = _Exchanges(fd, [slots[n] for n in sorted(slots)])
-    return Trace(path, base_url, proxy, checked, exchanges, fd)
+    return Trace(path, base_url, proxy, checked, exchanges, fd, max_retries)
+
+
+def _reported_retries(report: dict[str, Any]) -> int | None:
+    """``settings.max_retries.value`` of a capsule's report, when it is a sane count."""
+    settings = report.get("settings")
+    entry = settings.get("max_retries") if isinstance(settings, dict) else None
+    value = entry.get("value") if isinstance(entry, dict) else None
+    return value if isinstance(value, int) and not isinstance(value, bool) and 0 <= value <= 100 else None
 
 
 def _trace_lines(fd: int, start: int = 0) -> Iterator[tuple[int, bytes | LongLine]]:

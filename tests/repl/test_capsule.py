@@ -96,7 +96,7 @@ def test_a_failed_turn_s_capsule_is_masked_0600_and_replays_to_the_same_turn_end
     assert "my token is ***" in exchange[0]["body"]
 
     fault.stop()  # offline, no key
-    write_config(home, "max_retries = 0\n")
+    write_config(home, "")  # the capsule's max_retries = 0 is the replay's: no retry asks beyond it
     replayed = dsh(home, "-p", "hi", "--replay", str(capsule))
     assert replayed.returncode == 1, replayed.stderr
     assert turn_end(replayed.stderr) == end
