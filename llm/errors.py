@@ -30,7 +30,8 @@ import math
 from collections.abc import Mapping
 from dataclasses import dataclass, field
 
-__all__ = ["ChainLink", "Evidence", "Finding", "HarnessError", "LlmError", "chain_links", "error_chain", "unwrap_group"]
+__all__ = ["ChainLink", "Evidence", "Finding", "HarnessError", "LlmError", "cause_beneath", "chain_links",
+           "error_chain", "unwrap_group"]
 
 MAX_DEPTH = 64
 MAX_LENGTH = 16 * 1024
@@ -174,7 +175,7 @@ def _node_text(value: object) -> str:
         return UNRENDERABLE
 
 
-def _beneath(value: object) -> object | None:
+def cause_beneath(value: object) -> object | None:
     """The cause beneath a node: ``__cause__``, else ``__context__`` (even if suppressed), else ``args[0]``."""
     if not isinstance(value, BaseException):
         return None
@@ -223,7 +224,7 @@ def _walk(value: object, on_path: set[int], budget: list[int]) -> list[ChainLink
                 link.members = [_walk(member, on_path, budget) for member in members]
             links.append(link)
             parent_text = text
-            current = _beneath(current)
+            current = cause_beneath(current)
     finally:
         for ident in added:
             on_path.discard(ident)

@@ -19,6 +19,7 @@ __all__ = ["DEFAULT_RING_BYTES", "MAX_RING_BYTES", "ExchangeRing"]
 
 DEFAULT_RING_BYTES = 4 << 20  # 4 MiB: a long turn's exchanges, never a session's history
 MAX_RING_BYTES = 64 << 20  # the most report_ring_bytes may ask for
+_MASK_MARGIN = 64 * 1024  # bytes masked past a request body's cut point (far longer than any secret)
 
 
 class _Held:
@@ -51,7 +52,7 @@ class ExchangeRing:
             held = self._held[n] = _Held()
             self.last = max(self.last, n)
         kind = record.get("type")
-        if kind == "request" and len(line) > self.cap // 2:
+        if kind == "request" and (len(line) > self.cap // 2 or record.get("note") == "cut"):
             line = self._cut_request(record)
         elif kind == "data":
             if held.cut or held.size + len(line) > self.cap:
@@ -63,6 +64,15 @@ class ExchangeRing:
         held.size += len(line)
         self.size += len(line)
         self._evict(n)
+
+    def cuts_request(self, size: int) -> bool:
+        """Whether a request whose body is ``size`` bytes will have its body cut here."""
+        return size > self.cap // 2
+
+    def request_head(self, body: bytes) -> bytes:
+        """The head of a body that will be cut: what is kept, and a margin beyond it, so that a secret across the
+        cut point is whole when the head is masked (the cut then falls in masked text)."""
+        return body[:self.cap // 16 + _MASK_MARGIN]
 
     def keeps(self, n: int) -> bool:
         """Whether more body records of exchange ``n`` would be kept (not once it has been cut)."""

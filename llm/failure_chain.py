@@ -6,13 +6,15 @@ replaying dsh (the ``x-dsh-replay`` request header asks for it), whose transport
 the exceptions. Each link names its class from the closed list :data:`ALLOWED` (a class outside it is recorded as
 its nearest listed base), its masked text and the fields :func:`dsh.llm.network.classify_transport` reads.
 
-Plain standard library: the trace's writer and the loopback server use it without loading httpx.
+The standard library and dsh.llm.errors only: the trace's writer and the loopback server use it without httpx.
 """
 
 from __future__ import annotations
 
 from collections.abc import Callable
 from typing import Any
+
+from dsh.llm.errors import cause_beneath
 
 __all__ = ["ALLOWED", "EXCHANGE_EXTENSION", "FIELDS", "MAX_LINKS", "MAX_TEXT", "REPLAY_FAILURE_HEADER",
            "REPLAY_REQUEST_HEADER", "chain_record", "check_chain", "class_name", "rebuildable"]
@@ -70,20 +72,6 @@ def _text(exc: BaseException) -> str:
     return text if isinstance(text, str) else ""
 
 
-def _beneath(exc: BaseException) -> BaseException | None:
-    """The link below ``exc``, as errors.chain_links walks it."""
-    if exc.__cause__ is not None:
-        return exc.__cause__
-    context = exc.__context__
-    if context is not None:
-        if isinstance(exc, BaseExceptionGroup) and any(context is member for member in exc.exceptions):
-            return None
-        return context
-    if exc.args and isinstance(exc.args[0], BaseException):
-        return exc.args[0]
-    return None
-
-
 def chain_record(exc: BaseException, mask: Callable[[str], str]) -> list[dict[str, Any]]:
     """``exc`` and everything beneath it as links (top first), each text ``mask``-ed and bounded."""
     return _links(exc, mask, set(), [MAX_LINKS])
@@ -103,7 +91,8 @@ def _links(exc: BaseException | None, mask: Callable[[str], str], on_path: set[i
         if isinstance(exc, BaseExceptionGroup):
             link["members"] = [_links(member, mask, on_path, budget) for member in exc.exceptions[:_MAX_MEMBERS]]
         links.append(link)
-        exc = _beneath(exc)
+        beneath = cause_beneath(exc)  # as errors.chain_links walks it
+        exc = beneath if isinstance(beneath, BaseException) else None
     return links
 
 

@@ -200,9 +200,14 @@ class TraceWriter:
 
     def request(self, n: int, method: str, url: str, path: str, headers: list[tuple[str, str]],
                 body: bytes) -> None:
-        self._write({"type": "request", "n": n, "method": method, "url": self.mask(redact_url(url)),
-                     "path": self.mask(path), "headers": self._headers(headers),
-                     "body": self.mask(body.decode("utf-8", "replace"))})
+        record: dict[str, Any] = {"type": "request", "n": n, "method": method, "url": self.mask(redact_url(url)),
+                                  "path": self.mask(path), "headers": self._headers(headers)}
+        if self._fd is None and self.ring is not None and self.ring.cuts_request(len(body)):
+            # A ring alone keeps a big body's head only: decode and mask no more than that (a 100 MB tool
+            # argument sent back must not cost copies of itself for a record that keeps 256 KiB).
+            body, record["note"] = self.ring.request_head(body), "cut"
+        record["body"] = self.mask(body.decode("utf-8", "replace"))
+        self._write(record)
 
     def response(self, n: int, t: float, status: int, headers: list[tuple[str, str]],
                  decoded: str | None = None) -> None:

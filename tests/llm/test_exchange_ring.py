@@ -117,6 +117,19 @@ def anyio_backend() -> str:
     return "asyncio"
 
 
+def test_a_big_request_is_masked_only_as_far_as_the_ring_keeps_it_and_a_secret_across_the_cut_is_masked() -> None:
+    ring = ExchangeRing(CAP)
+    writer = TraceWriter(secrets=(canaries.API_KEY,), ring=ring)
+    cut = CAP // 16
+    head = "x" * (cut - len('{"content":"') - 5)  # the key starts 5 characters before the cut point
+    body = ('{"content":"' + head + canaries.API_KEY + "y" * (CAP * 4) + canaries.API_KEY + '"}').encode()
+    n = _exchange(writer, b"data: ok\n\n", request=body)
+    [request] = [record for record in _lines(ring) if record["n"] == n and record["type"] == "request"]
+    assert request["note"] == "cut" and len(request["body"]) == cut
+    assert request["body"].endswith("x***yy")  # masked whole, then cut: no piece of the key is left
+    assert canaries.API_KEY not in "".join(line.decode() for _, line in ring.lines(0))
+
+
 def test_no_ring_and_no_record_means_no_trace_at_all() -> None:
     client = DeepSeekClient(base_url="http://127.0.0.1:9", api_key="k")
     assert client.ring is None and client.trace_header is None

@@ -91,7 +91,7 @@ def complete(shell: FakeShell, text: str) -> list[str]:
 
 def test_slash_completion(tmp_path: Path) -> None:
     plain = FakeShell(False, tmp_path)
-    assert complete(plain, "/re") == ["/retry", "/rewind", "/resume"]
+    assert complete(plain, "/re") == ["/retry", "/rewind", "/report", "/resume"]
     assert complete(plain, "/sc") == []  # /scenario is demo only
     assert complete(plain, "hello /re") == [] and complete(plain, "//re") == []
     assert complete(plain, "/resume ") == ["last"]
