@@ -141,7 +141,10 @@ def _calls(record: Path) -> list[dict[str, object]]:
 
 def test_mcp_restart_starts_the_server_again(home: Path, add_call: FaultServer) -> None:
     record = home / "fx.jsonl"
-    result = dsh(home, add_call, stdin="/mcp restart fx\nhello\n/mcp\n", tables=_tables(record))
+    add_call.clear_script()  # plain answers: each turn waits for fx to be ready, and nothing asks
+    # The first turn waits until the first fx is up (it has recorded its start), so the restart stops a server
+    # that started, whatever the load; the second waits for the new one.
+    result = dsh(home, add_call, stdin="hello\n/mcp restart fx\nhello\n/mcp\n", tables=_tables(record))
     assert result.returncode == 0, result.stderr
     assert "MCP server fx restarting (/mcp shows when it is ready)\n" in result.stdout
     assert "  fx   ready with 7 tools\n" in result.stdout  # the turn waited for it
