@@ -77,15 +77,14 @@ FrameTap = Callable[[Direction, object, "int | None"], None]
 
 
 def frame_facts(message: object) -> tuple[Kind, str | None, int | None, int | None]:
-    """The kind, known method, integer id and error code of a decoded JSON-RPC message (any object)."""
+    """The kind, method, integer id and error code of a decoded JSON-RPC message (any object)."""
     if not isinstance(message, Mapping):
         return "invalid", None, None, None
     raw_id = message.get("id")
     frame_id = raw_id if isinstance(raw_id, int) and not isinstance(raw_id, bool) else None
     method = message.get("method")
-    if isinstance(method, str):
-        known = method if method in KNOWN_METHODS else "other"
-        return ("request" if raw_id is not None else "notification"), known, frame_id, None
+    if isinstance(method, str):  # FrameLog.note keeps it only if known
+        return ("request" if raw_id is not None else "notification"), method, frame_id, None
     if "error" in message:
         error = message.get("error")
         code = error.get("code") if isinstance(error, Mapping) else None

@@ -277,18 +277,21 @@ class DeepSeekClient:
             # httpx reads neither from the environment itself.
             verify = ssl_context(self._env)
             transport: httpx.AsyncBaseTransport | None = None
-            if self._replaying:
-                # A failure recorded before any response is raised again, not met as a reset (record-replay.md).
-                from dsh.llm.replay_transport import replaying_transport  # built on httpx, as above
+            if self._replaying or self._trace is not None:
+                # The transport the client would build itself (proxy included), wrapped.
+                wrapped: httpx.AsyncBaseTransport = httpx.AsyncHTTPTransport(verify=verify, proxy=self.proxy,
+                                                                            trust_env=False)
+                if self._replaying:
+                    # A failure recorded before any response is raised again, not met as a reset (record-replay.md).
+                    from dsh.llm.replay_transport import replaying_transport  # built on httpx, as above
 
-                transport = replaying_transport(httpx.AsyncHTTPTransport(verify=verify, proxy=self.proxy,
-                                                                         trust_env=False))
-            if self._trace is not None:
-                # The recorder wraps the transport the client would build itself (proxy included).
-                from dsh.llm.wire_recorder import recording_transport  # built on httpx, as above
+                    wrapped = replaying_transport(wrapped)
+                if self._trace is not None:
+                    # The recorder tees every exchange (a --record file, the capsule's ring).
+                    from dsh.llm.wire_recorder import recording_transport  # built on httpx, as above
 
-                inner = transport or httpx.AsyncHTTPTransport(verify=verify, proxy=self.proxy, trust_env=False)
-                transport = recording_transport(inner, self._trace)
+                    wrapped = recording_transport(wrapped, self._trace)
+                transport = wrapped
             self._http = httpx.AsyncClient(
                 proxy=self.proxy if transport is None else None,
                 transport=transport,

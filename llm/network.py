@@ -22,6 +22,7 @@ __all__ = [
     "certificate_error",
     "classify_transport",
     "environment_proxy",
+    "no_proxy",
     "ssl_context",
 ]
 
@@ -85,7 +86,7 @@ def environment_proxy(url: str, env: Mapping[str, str]) -> tuple[str, str] | Non
         host, port = parts.hostname or "", parts.port
     except ValueError:
         return None  # the request itself fails with the URL's own error
-    if _bypassed(host, port, _lookup(env, "no_proxy")):
+    if _bypassed(host, port, no_proxy(env)):
         return None
     for name in (f"{parts.scheme}_proxy", "all_proxy"):
         for variable in (name, name.upper()):
@@ -97,8 +98,9 @@ def environment_proxy(url: str, env: Mapping[str, str]) -> tuple[str, str] | Non
     return None
 
 
-def _lookup(env: Mapping[str, str], name: str) -> str:
-    return env.get(name, "") or env.get(name.upper(), "")
+def no_proxy(env: Mapping[str, str]) -> str:
+    """The hosts ``env`` sends around any proxy: ``no_proxy``, else ``NO_PROXY`` (as httpx reads them)."""
+    return env.get("no_proxy", "") or env.get("NO_PROXY", "")
 
 
 def _bypassed(host: str, port: int | None, no_proxy: str) -> bool:

@@ -52,7 +52,6 @@ class TraceFileError(HarnessError):
 
     def __init__(self, path: str, problem: str, what: str = "record") -> None:
         super().__init__(f"{what} file {path} cannot be written: {problem}", ErrorCode.CONFIG)
-        self.problem = problem  # a capsule names its own file with it (dsh.repl.capsule)
 
 
 _KINDS = (

@@ -23,7 +23,8 @@ from dsh.agent_loop.reasons import Completed, EndReason
 from dsh.llm import HarnessError, redact_url
 from dsh.llm._version import __version__
 from dsh.llm.codes import ErrorCode
-from dsh.llm.wire_trace import CAPSULE_TYPE, TraceFileError, TraceWriter
+from dsh.llm.network import no_proxy
+from dsh.llm.wire_trace import CAPSULE_TYPE, TraceWriter
 from dsh.repl.config import KNOWN_KEYS
 from dsh.repl.render import fix_line, turn_end_line
 
@@ -89,10 +90,9 @@ def _trust(env: dict[str, str]) -> dict[str, Any]:
 
 
 def _proxy(shell: Host) -> dict[str, Any]:
-    config, env = shell.config, shell.env
-    no_proxy = env.get("no_proxy", "") or env.get("NO_PROXY", "")
+    config, bypass = shell.config, no_proxy(shell.env)
     return {"proxy": redact_url(config.proxy) if config.proxy else None,
-            "source": _sources(shell).get("proxy") if config.proxy else None, "no_proxy": no_proxy or None}
+            "source": _sources(shell).get("proxy") if config.proxy else None, "no_proxy": bypass or None}
 
 
 async def _doctor(shell: Host, on_step: Callable[[Step], None] | None) -> dict[str, Any]:
@@ -161,11 +161,10 @@ def _turn_records(shell: Host) -> tuple[list[dict[str, Any]], dict[str, Any]]:
 
 
 def _open(path: str, header: dict[str, Any], secrets: tuple[str, ...]) -> TraceWriter:
+    """The capsule's writer; a path it will not take is a TraceFileError (``report file PATH cannot be written: …``)."""
     try:
         return TraceWriter(path, secrets=secrets, base_url=header.get("base_url", ""), proxy=header.get("proxy"),
                            timeouts=header.get("timeouts"), kind=CAPSULE_TYPE)
-    except TraceFileError as exc:
-        raise HarnessError(exc.message, ErrorCode.CONFIG) from None
     except OSError as exc:
         raise HarnessError(f"report file {path} cannot be written: {exc.strerror or type(exc).__name__}",
                            ErrorCode.CONFIG) from None

@@ -44,7 +44,7 @@ from dsh.agent_loop.subagent.result import SubagentRequest
 from dsh.llm import ErrorCode, LlmError, Redactor, error_chain, redact_text, redact_url
 from dsh.llm.deepseek import DeepSeekClient, StreamTrace
 from dsh.llm.events import ChatRequest, Finish, KeepAlive, Message, ReasoningDelta, TextDelta
-from dsh.llm.network import FailureDetail, environment_proxy, ssl_context
+from dsh.llm.network import FailureDetail, environment_proxy, no_proxy, ssl_context
 from dsh.llm.probe import all_attempts_failed, connect_failure_word, open_tls, shown_host, unverified_certificate
 from dsh.repl import __version__
 from dsh.repl.config import Config, ConfigError, load_config, state_dir
@@ -285,8 +285,8 @@ class Doctor:
         return Step("configuration", PASS, "; ".join(parts), facts=facts)
 
     def proxy(self) -> Step:
-        no_proxy = self.env.get("no_proxy", "") or self.env.get("NO_PROXY", "")
-        no_proxy_shown = redact_text(no_proxy, self.secrets)
+        bypass = no_proxy(self.env)
+        no_proxy_shown = redact_text(bypass, self.secrets)
         host = urlsplit(self.config.base_url).hostname or ""
         facts: dict[str, Any] = {"no_proxy": no_proxy_shown or None}
         if self.config.proxy:
@@ -294,18 +294,18 @@ class Doctor:
             where = self._sources().get("proxy", "configured")
             facts.update(proxy=shown, source=where)
             text = f"{shown} carries requests to {host} ({where})"
-            if no_proxy:
+            if bypass:
                 text += f"; NO_PROXY={no_proxy_shown} does not match {host}"
             return Step("proxy", PASS, text, facts=facts)
         # No proxy: say whether NO_PROXY is why (a proxy variable is set, but bypassed for this host).
         variables = [name for name in ("https_proxy", "HTTPS_PROXY", "http_proxy", "HTTP_PROXY", "all_proxy",
                                        "ALL_PROXY") if self.env.get(name, "").strip()]
-        if variables and no_proxy and environment_proxy(self.config.base_url, {**self.env, "no_proxy": "",
+        if variables and bypass and environment_proxy(self.config.base_url, {**self.env, "no_proxy": "",
                                                                                  "NO_PROXY": ""}):
             facts["bypassed_by_no_proxy"] = True
             return Step("proxy", PASS, f"none: NO_PROXY={no_proxy_shown} matches {host} (direct)", facts=facts)
         text = "none applies (direct)"
-        if no_proxy:
+        if bypass:
             text += f"; NO_PROXY={no_proxy_shown}"
         return Step("proxy", PASS, text, facts=facts)
 
