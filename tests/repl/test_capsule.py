@@ -12,7 +12,6 @@ from __future__ import annotations
 import json
 import os
 import stat
-from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
@@ -29,22 +28,6 @@ ENV_SECRET = "canaryReportEnvSecret5521"  # a secret-named variable's value, pas
 HEADER_SECRET = "canaryReportHeaderSecret7730"  # an MCP server's header credential, from ${REPORT_TOKEN}
 # An MCP server whose header carries a credential (the server is not there: its failure is a notice).
 MCP = '[mcp_servers.remote]\nurl = "http://127.0.0.1:9/mcp"\nheaders = { Authorization = "Bearer ${REPORT_TOKEN}" }\n'
-
-
-@pytest.fixture
-def home(tmp_path: Path) -> Path:
-    (tmp_path / "state").mkdir()
-    (tmp_path / "config").mkdir()
-    return tmp_path
-
-
-@pytest.fixture
-def fault() -> Iterator[FaultServer]:
-    srv = FaultServer(default="text").start_in_thread()
-    try:
-        yield srv
-    finally:
-        srv.stop()
 
 
 def _records(path: Path) -> list[dict]:

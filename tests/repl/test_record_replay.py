@@ -15,7 +15,6 @@ import signal
 import stat
 import subprocess
 import sys
-from collections.abc import Iterator
 from pathlib import Path
 
 import httpx
@@ -48,22 +47,6 @@ CASES = [
     pytest.param(Behaviour("keepalive_only"), "first_token_timeout = 1\n", 1, id="keepalive-stall"),
     pytest.param(Behaviour("stall_mid_stream"), "stream_idle_timeout = 1\n", 1, id="idle-after-content"),
 ]
-
-
-@pytest.fixture
-def home(tmp_path: Path) -> Path:
-    (tmp_path / "state").mkdir()
-    (tmp_path / "config").mkdir()
-    return tmp_path
-
-
-@pytest.fixture
-def fault() -> Iterator[FaultServer]:
-    srv = FaultServer(default="text").start_in_thread()
-    try:
-        yield srv
-    finally:
-        srv.stop()
 
 
 def base_url(srv: FaultServer) -> str:
