@@ -23,13 +23,12 @@ import datetime as _dt
 import os
 import platform
 import re
-import shutil
 import stat
 from collections.abc import Mapping
 from dataclasses import dataclass
 from pathlib import Path
 
-from dsh.agent_loop.project import find_git_dir, read_git_file
+from dsh.agent_loop.project import find_git_dir, git_env, read_git_file, trusted_git
 from dsh.agent_loop.safe_open import NotRegularFile, read_regular
 from dsh.agent_loop.tools.shell import CommandResult, run_command
 from dsh.agent_loop.usage import estimate_tokens
@@ -69,9 +68,6 @@ _GIT_TIMEOUT = 2.0  # each of the two git commands
 _PROGRAM_KEYS = r"^filter\..+\.(clean|smudge|process)$"
 _TRUSTED_SCOPES = frozenset({"system", "global", "command"})  # the admin's and the user's own config
 _GIT_SWITCHED_OFF = ("-c", "core.fsmonitor=false", "-c", "core.hooksPath=/dev/null")
-_GIT_ENV = {"GIT_OPTIONAL_LOCKS": "0", "GIT_TERMINAL_PROMPT": "0", "GIT_PAGER": "cat"}
-# Where the user keeps their own (trusted) git config; passed on so git-lfs and the like still apply.
-_GIT_USER_CONFIG = ("XDG_CONFIG_HOME", "GIT_CONFIG_GLOBAL", "GIT_CONFIG_SYSTEM", "GIT_CONFIG_NOSYSTEM")
 _NOTICE_KEY_CHARS = 80
 _OBJECT_NAME = re.compile(r"[0-9a-f]{40}|[0-9a-f]{64}")  # a SHA-1 or SHA-256 commit id
 
@@ -190,12 +186,13 @@ async def _git_has_changes(root: Path) -> tuple[bool | None, str | None]:
     clean filter its config names. So the config is read first with ``git config``, which runs nothing;
     when the repository's own config names a filter program, status is not run at all. Hooks and
     ``core.fsmonitor`` are switched off, no index lock is taken (no index write, so no
-    post-index-change hook), and git is found on the absolute entries of ``PATH`` only.
+    post-index-change hook), and git is found on the absolute entries of ``PATH`` outside the tree only
+    (``dsh.agent_loop.project.trusted_git``: a ``git`` planted in an activated ``.venv/bin`` is not run).
     """
-    git, path = _trusted_git()
+    git, path = trusted_git(Path(os.path.realpath(root)))
     if git is None:
         return None, None  # git is not installed
-    env = {**{name: os.environ[name] for name in _GIT_USER_CONFIG if name in os.environ}, **_GIT_ENV, "PATH": path}
+    env = git_env(path)
     listed = await _run_git([git, "--no-pager", "config", "--show-scope", "-z", "--get-regexp", _PROGRAM_KEYS],
                             root, env)
     if listed is None or listed.exit_code not in (0, 1):  # 1: no such key
@@ -210,13 +207,6 @@ async def _git_has_changes(root: Path) -> tuple[bool | None, str | None]:
     if status is None or status.exit_code != 0:
         return None, None
     return bool(status.output.strip()), None
-
-
-def _trusted_git() -> tuple[str | None, str]:
-    """git's absolute path, and ``PATH`` without relative entries (``.`` or empty would mean the repository)."""
-    path = os.pathsep.join(entry for entry in os.environ.get("PATH", os.defpath).split(os.pathsep)
-                           if os.path.isabs(entry))
-    return shutil.which("git", path=path), path
 
 
 async def _run_git(argv: list[str], root: Path, env: Mapping[str, str]) -> CommandResult | None:

@@ -5,19 +5,39 @@ session log"), the project context reads the branch from the git directory it fi
 (``dsh.agent_loop.context``), and the edit tools follow a ``.git`` file to the git directory it names
 (``dsh.agent_loop.tools.edit_paths``). git's small files are read bounded and never through a symlink
 (``HEAD -> /proc/self/environ`` would put dsh's environment in the prompt).
+
+When dsh runs git itself (the project context's ``git status``, the ``core.hooksPath`` the sandbox and the edit
+tools guard), it finds it with :func:`trusted_git`: never on a ``PATH`` entry that is relative or lies inside the
+project tree, where a command could have planted a ``git`` (docs/safety.md, "The sandbox").
 """
 
 from __future__ import annotations
 
+import os
+import shutil
 import stat
+from collections.abc import Mapping
 from pathlib import Path
 
 from dsh.agent_loop.safe_open import read_regular
 
-__all__ = ["find_git_dir", "gitfile_target", "project_root", "read_git_file"]
+__all__ = [
+    "find_git_dir",
+    "git_env",
+    "gitfile_target",
+    "hooks_path",
+    "path_dirs_inside",
+    "project_root",
+    "read_git_file",
+    "trusted_git",
+]
 
 _GITFILE_PREFIX = "gitdir:"
 _GIT_FILE_MAX_BYTES = 4096
+_GIT_ENV = {"GIT_OPTIONAL_LOCKS": "0", "GIT_TERMINAL_PROMPT": "0", "GIT_PAGER": "cat"}
+# Where the user keeps their own (trusted) git config; passed on so git-lfs and the like still apply.
+_GIT_USER_CONFIG = ("XDG_CONFIG_HOME", "GIT_CONFIG_GLOBAL", "GIT_CONFIG_SYSTEM", "GIT_CONFIG_NOSYSTEM")
+_GIT_CONFIG_TIMEOUT = 2.0
 
 
 def read_git_file(path: Path) -> str | None:
@@ -31,7 +51,7 @@ def read_git_file(path: Path) -> str | None:
 def gitfile_target(marker: Path) -> Path | None:
     """The git directory a ``.git`` file names (``gitdir: <path>``, relative to its directory), or None."""
     text = read_git_file(marker)
-    if text is None or not text.startswith(_GITFILE_PREFIX):
+    if text is None or not text.startswith(_GITFILE_PREFIX) or "\0" in text:  # no path holds a NUL
         return None
     return marker.parent / text[len(_GITFILE_PREFIX):].strip()  # an absolute path stays as it is
 
@@ -61,3 +81,52 @@ def project_root(cwd: Path) -> Path:
     """
     found = find_git_dir(cwd)
     return found[0] if found is not None else cwd
+
+
+def path_dirs_inside(tree: Path, path: str | None = None) -> list[Path]:
+    """The absolute ``PATH`` entries (default: dsh's own) whose real path lies inside ``tree`` (a real path): an
+    activated ``.venv/bin``, ``node_modules/.bin``. A program there was written by whoever can write the tree."""
+    entries = (os.environ.get("PATH", os.defpath) if path is None else path).split(os.pathsep)
+    real = (Path(os.path.realpath(entry)) for entry in entries if os.path.isabs(entry))
+    return list(dict.fromkeys(entry for entry in real if entry.is_relative_to(tree)))
+
+
+def trusted_git(tree: Path) -> tuple[str | None, str]:
+    """git's absolute path, and the ``PATH`` to run it with: only absolute entries (``.`` or an empty one would mean
+    the repository), none inside ``tree`` (a real path; a ``git`` planted in ``.venv/bin`` would run as dsh's)."""
+    inside = path_dirs_inside(tree)
+    path = os.pathsep.join(entry for entry in os.environ.get("PATH", os.defpath).split(os.pathsep)
+                           if os.path.isabs(entry) and Path(os.path.realpath(entry)) not in inside)
+    return shutil.which("git", path=path), path
+
+
+def git_env(path: str) -> dict[str, str]:
+    """What dsh's own git runs with besides the child allowlist: the user's config locations, no pager, no
+    prompt, no optional lock (so no index write), and ``path`` from :func:`trusted_git`."""
+    user: Mapping[str, str] = {name: os.environ[name] for name in _GIT_USER_CONFIG if name in os.environ}
+    return {**user, **_GIT_ENV, "PATH": path}
+
+
+def hooks_path(tree: Path) -> Path | None:
+    """The real path of the directory ``core.hooksPath`` names for ``tree`` (a real path), from any config scope;
+    None when it is unset or git cannot tell. Read with ``git config``, which runs no program (blocking, a few ms).
+
+    A relative value is relative to where hooks run, the work tree's root.
+    """
+    import subprocess  # only when a sandbox or an edit needs it: not on the first prompt's path
+
+    from dsh.agent_loop.process import child_env
+
+    git, path = trusted_git(tree)
+    if git is None:
+        return None
+    try:
+        done = subprocess.run([git, "--no-pager", "config", "--type=path", "--get", "core.hooksPath"], cwd=tree,
+                              env=child_env(git_env(path)), stdin=subprocess.DEVNULL, capture_output=True,
+                              timeout=_GIT_CONFIG_TIMEOUT, check=False)
+    except (OSError, subprocess.TimeoutExpired):
+        return None
+    value = done.stdout.decode("utf-8", "surrogateescape").rstrip("\n")
+    if done.returncode != 0 or not value or "\0" in value:
+        return None
+    return Path(os.path.realpath(tree / value))  # an absolute value stays as it is

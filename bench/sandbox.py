@@ -3,7 +3,7 @@
 
 The sandboxed run is run_shell's (``run_sandboxed``): it pays for bwrap's namespaces, its mounts (the tree, the
 git directory, its read-only files, a private /tmp), its pid-1 init and the reaper that reports the command's
-own wait status, plus the lookup of the git directory in ``bwrap_argv``.
+own wait status, plus the check of the sandbox's plan before each command (the plan itself is made at the first).
 """
 
 from __future__ import annotations

@@ -21,8 +21,10 @@ approved, then committed. What makes an edit trustworthy lives here:
   which would hide the model's text. A masked value on a line being written is counted in the request
   (``hidden``): the approval then has to be viewed before it can be accepted.
 - **Approval.** The approver gets an :class:`EditRequest` (the repl shows the diff; docs/configuration.md).
-  ``always`` covers that tool for the rest of the session, but a path outside the working tree, or in a
-  git directory (a hook or git's config can run a program: ``edit_paths.git_area``), is asked every time.
+  ``always`` covers that tool for the rest of the session, but a path outside the working tree, in a
+  git directory (a hook or git's config can run a program: ``edit_paths.git_area``), or where a program is run
+  by name (the ``core.hooksPath`` folder or a ``PATH`` directory inside the tree: :func:`_run_area`), is asked
+  every time.
   With no approver (piped and ``-p`` runs) edits are denied unless ``allow_edits`` is set, and even then
   only inside the working tree and outside its git directories.
 - **Undoable.** Once approved, the file's bytes as they were (or that it did not exist) are journaled
@@ -44,6 +46,7 @@ import anyio.to_thread
 
 from dsh.agent_loop.journal import JOURNAL_KEY, Journal, JournalError
 from dsh.agent_loop.permissions import Action
+from dsh.agent_loop.project import hooks_path, path_dirs_inside, project_root
 from dsh.agent_loop.safe_open import (
     DirectoryChanged,
     NotRegularFile,
@@ -251,6 +254,29 @@ def _encode(text: str, current: _Current | None) -> bytes:
     return text.encode("utf-8", "surrogatepass")
 
 
+# Where a file written is later run by name, as a git hook is: the directory core.hooksPath names inside the project
+# tree (husky's .husky/) and a PATH directory inside it (an activated .venv/bin). Asked every time and never
+# written unattended, as a git directory (docs/safety.md, "The sandbox").
+_HOOKS_PATH = GitArea("git hook (core.hooksPath): runs on git commands",
+                     "a git hook (core.hooksPath), which runs on git commands")
+_ON_PATH = GitArea("on PATH: runs as a command", "in a PATH directory, whose programs run by name")
+_RUN_AREAS = (_HOOKS_PATH, _ON_PATH)
+
+
+def _run_area(target: Path, root: Path) -> GitArea | None:
+    """:data:`_HOOKS_PATH` or :data:`_ON_PATH` for a write to ``target`` inside the working tree ``root`` (real
+    paths); None elsewhere (outside the tree every edit is asked anyway). Blocking: runs ``git config``."""
+    if not target.is_relative_to(root):
+        return None
+    tree = Path(os.path.realpath(project_root(root)))
+    if any(target.is_relative_to(entry) for entry in path_dirs_inside(tree)):
+        return _ON_PATH
+    hooks = hooks_path(tree)
+    if hooks is not None and hooks != tree and hooks.is_relative_to(tree) and target.is_relative_to(hooks):
+        return _HOOKS_PATH
+    return None
+
+
 def _plan(tool: str, target: Path, root: Path, known: tuple[int, int] | None, change: Change,
           redact: Redactor) -> _Plan:
     """Read, check and build the edit.
@@ -279,7 +305,7 @@ def _plan(tool: str, target: Path, root: Path, known: tuple[int, int] | None, ch
     # Exactly what will be written: only known secret values are masked, and counted (docs/configuration.md).
     diff, hidden = _mask_known(diff, redact)
     request = EditRequest(tool, shown, diff, added, removed, current is None, not target.is_relative_to(root),
-                          git_area(target), hidden, *_masked_texts(before, after, redact))
+                          git_area(target) or _run_area(target, root), hidden, *_masked_texts(before, after, redact))
     done = done.replace("{counts}", f"+{added} -{removed}").replace("{shown}", shown)
     if current is None:
         return _Plan(target, root, shown, None, None, None, data, request, done)
@@ -374,7 +400,8 @@ def _action(request: EditRequest) -> Action:
 def _unattended_refusal(request: EditRequest, allow_unattended: bool) -> str | None:
     """Why an edit with no one to approve it is refused, or None when ``--allow-edits`` lets it through."""
     if request.git is not None:  # --allow-edits would not help: say why instead
-        return f"Error: {request.path} is {request.git.what}; unattended edits stay out of git directories"
+        where = "what git or a shell runs by name" if request.git in _RUN_AREAS else "git directories"
+        return f"Error: {request.path} is {request.git.what}; unattended edits stay out of {where}"
     if not allow_unattended:
         return EDIT_NO_APPROVER
     if request.outside:
@@ -448,7 +475,8 @@ async def _run_through(files: FileAccess, tool: str, ctx: ToolContext, target: P
         return ToolOutput(f"(no change: {shown} already has this content)")
     diff, added, removed = _unified(before, after, shown)
     diff, hidden = _mask_known(diff, ctx.redact)
-    request = EditRequest(tool, shown, diff, added, removed, current is None, False, git_area(target), hidden,
+    area = git_area(target) or await anyio.to_thread.run_sync(_run_area, target, root)
+    request = EditRequest(tool, shown, diff, added, removed, current is None, False, area, hidden,
                           *_masked_texts(before, after, ctx.redact))
     refusal = await _approve(request, ctx, approver, allow_unattended)
     if refusal is not None:

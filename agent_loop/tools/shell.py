@@ -11,12 +11,14 @@ from __future__ import annotations
 
 import contextlib
 import dataclasses
+import functools
 import os
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 
 import anyio
+import anyio.to_thread
 
 from dsh.agent_loop.permissions import Action
 from dsh.agent_loop.process import ManagedProcess, ProcessStartError
@@ -135,10 +137,12 @@ async def run_sandboxed(
     sandbox: Sandbox, argv: Sequence[str], *, cwd: str | os.PathLike[str], timeout: float, output_limit: int
 ) -> CommandResult:
     """:func:`run_command` of ``argv`` under ``sandbox``, with the command's own exit code or signal (bwrap
-    alone reports a signal as 128+N; ``dsh.agent_loop.sandbox`` says how the status pipe works)."""
+    alone reports a signal as 128+N; ``dsh.agent_loop.sandbox`` says how the status pipe works). Raises
+    ``SandboxRefused`` (a ``ValueError``, one line) when a pointer changed since the sandbox's plan was made."""
     read_end, write_end = os.pipe()
     try:
-        wrapped = sandbox.wrap(argv, cwd=cwd, status_fd=write_end)
+        # In a thread: the first command of a session makes the plan (a ``git config``), each one re-checks it.
+        wrapped = await anyio.to_thread.run_sync(functools.partial(sandbox.wrap, argv, cwd=cwd, status_fd=write_end))
         result = await run_command(wrapped, cwd=cwd, timeout=timeout, output_limit=output_limit, pass_fds=(write_end,))
         os.close(write_end)
         write_end = -1

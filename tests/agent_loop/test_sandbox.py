@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import contextlib
 import http.server
+import json
 import os
 import shutil
 import subprocess
@@ -32,6 +33,7 @@ from dsh.agent_loop.sandbox import (
     bwrap_argv,
     classify_failure,
     sandbox_check,
+    sandbox_of,
     sandbox_problem,
 )
 from dsh.agent_loop.tools import ToolContext, ToolOutput, ToolRegistry, run_shell_tool, run_tool_call
@@ -167,18 +169,26 @@ async def test_a_submodule_s_config_and_hooks_stay_read_only_and_it_still_commit
         attempt("hook", "echo x > .git/modules/libs/sub/hooks/post-checkout"),
         attempt("move module", "mv .git/modules/libs/sub .git/modules/libs/aside"),
         attempt("move modules", "mv .git/modules .git/modules-aside"),
+        attempt("new module", "mkdir .git/modules/evil"),
         attempt("commit in it", "cd libs/sub && git commit -q --allow-empty -m inside"),
     ])
     result = await run(repo, f"export {' '.join(f'{k}={v}' for k, v in GIT_ENV.items())}; {command}")
     assert result.text == (
-        "config: refused\nhook: refused\nmove module: refused\nmove modules: refused\ncommit in it: ok\n"
-        "[exit code: 0] (sandboxed)"
+        "config: refused\nhook: refused\nmove module: refused\nmove modules: refused\nnew module: refused\n"
+        "commit in it: ok\n[exit code: 0] (sandboxed)"
     )
     assert (module / "config").read_bytes() == before and not (module / "hooks" / "post-checkout").exists()
     assert git(repo / "libs" / "sub", "log", "--format=%s", "-1") == "inside\n"
+    # A submodule's own modules/ did not exist (it has no submodules): one made refuses the next command.
+    sandbox = Sandbox()
+    await run_call(sandbox, repo, "mkdir -p .git/modules/libs/sub/modules/evil")
+    assert (await run_call(sandbox, repo, "true")).text == refusal(".git/modules/libs/sub/modules")
 
 
-async def test_in_a_linked_worktree_the_shared_config_and_pointers_are_read_only(repo: Path, outside: Path) -> None:
+async def test_in_a_linked_worktree_the_git_directories_outside_the_tree_are_read_only(repo: Path, outside: Path
+                                                                                       ) -> None:
+    """A linked worktree's git directory and the shared one lie outside its tree: read-only, so git commands that
+    write fail inside the sandbox (docs/safety.md says so); the ``.git`` file cannot be pointed elsewhere."""
     # Outside /tmp, so that the main tree is on the read-only host file system, not hidden by the private /tmp.
     shutil.move(repo, outside / "tree")
     repo = outside / "tree"
@@ -192,14 +202,152 @@ async def test_in_a_linked_worktree_the_shared_config_and_pointers_are_read_only
         attempt(".git file", "echo 'gitdir: /tmp/elsewhere' > .git"),
         attempt("main tree", f"echo x > {repo}/README"),
         attempt("commit", "echo w > w && git add w && git commit -q -m in-worktree"),
+        attempt("status", "git status --porcelain >/dev/null"),
     ])
     result = await run(worktree, f"export {' '.join(f'{k}={v}' for k, v in GIT_ENV.items())}; {command}")
     assert result.text == (
         "shared config: refused\nshared hook: refused\ncommondir: refused\n.git file: refused\n"
-        "main tree: refused\ncommit: ok\n[exit code: 0] (sandboxed)"
+        "main tree: refused\ncommit: refused\nstatus: ok\n[exit code: 0] (sandboxed)"
     )
-    assert git(worktree, "log", "--format=%s", "-1") == "in-worktree\n"
-    assert (repo / "README").read_text() == "hello\n"
+    assert git(worktree, "log", "--format=%s", "-1") == "first\n"
+    assert (repo / "README").read_text() == "hello\n" and (worktree / "w").exists()  # the tree itself was written
+
+
+# --- the plan: decided at the first command, checked before each --------------------------------------------
+
+
+def refusal(path: str) -> str:
+    return (f"Error: run_shell refused: {path} changed since dsh started; the sandbox's writable set was decided at "
+            "start (restore the file or restart dsh)")
+
+
+async def run_call(sandbox: Sandbox, cwd: Path, command: str) -> ToolOutput:
+    """``command`` as the agent runs a tool call (an exception becomes an error result), with ``sandbox``."""
+    tools = ToolRegistry([run_shell_tool(sandbox=sandbox)])
+    result = await run_tool_call(tools, ToolCall("c1", "run_shell", json.dumps({"command": command})),
+                                 ToolContext(cwd=cwd, turn=1, notify=lambda event: None, approver=_yes))
+    assert isinstance(result, ToolOutput)
+    return result
+
+
+@pytest.mark.parametrize(
+    ("planted", "path"),
+    [
+        ("echo .. > .git/commondir", ".git/commondir"),  # today inside the tree: still followed by git
+        ("echo ../.. > .git/gitdir", ".git/gitdir"),
+        ("touch .git/config.worktree", ".git/config.worktree"),
+        ("mkdir -p .git/modules/x && echo '[core]' > .git/modules/x/config", ".git/modules"),
+        ("echo 'gitdir: ..' > src/.git", "src/.git"),  # dsh's own git would take src/ for the repository
+    ],
+)
+async def test_a_pointer_a_command_made_refuses_the_next_command(repo: Path, planted: str, path: str) -> None:
+    (repo / "src").mkdir()
+    sandbox = Sandbox()
+    first = await run_call(sandbox, repo / "src", f"cd {repo} && {planted}")
+    assert first.text == "(no output)\n[exit code: 0] (sandboxed)"
+    result = await run_call(sandbox, repo / "src", "echo ran > ran.txt")
+    assert (result.text, result.is_error) == (refusal(path), True)
+    assert not (repo / "src" / "ran.txt").exists()
+
+
+async def test_git_s_own_work_and_the_user_s_git_config_refuse_nothing(repo: Path) -> None:
+    """What git writes in its directory as it works (index, objects, refs, logs, packs, stash), and the user's own
+    ``git config`` outside the sandbox (config rewritten), leave the plan as it was: no command is refused."""
+    sandbox = Sandbox()
+    work = "; ".join([f"export {' '.join(f'{k}={v}' for k, v in GIT_ENV.items())}",
+                      "echo two > two && git add two && git commit -q -m two", "git checkout -q -b side",
+                      "echo three > two && git stash -q", "git gc -q", "git status --porcelain"])
+    assert (await run_call(sandbox, repo, work)).text == "(no output)\n[exit code: 0] (sandboxed)"
+    git(repo, "config", "user.name", "someone")
+    assert (await run_call(sandbox, repo, "git log --format=%s")).text == "two\nfirst\n[exit code: 0] (sandboxed)"
+
+
+async def test_the_plan_is_kept_where_it_was_made_and_a_fresh_sandbox_is_not_fooled(repo: Path, outside: Path) -> None:
+    """A ``commondir`` pointing out of the tree is never bound writable, by the sandbox that saw it appear (it
+    refuses) nor by one made after (a rebuilt agent, a subagent's own dsh)."""
+    sandbox = Sandbox()
+    await run_call(sandbox, repo, f"echo {outside} > .git/commondir")
+    assert (await run_call(sandbox, repo, "true")).text == refusal(".git/commondir")
+    fresh = await run_call(Sandbox(), repo, f"echo x > {outside}/planted")
+    assert fresh.text.endswith("Read-only file system\n[exit code: 2] (sandboxed)")
+    assert not (outside / "planted").exists()
+
+
+async def test_a_git_directory_swapped_between_commands_refuses(tmp_path: Path, bwrap: str, outside: Path) -> None:
+    """The git directory is a mount point, but a directory above it in the tree is not: moved aside and replaced,
+    the path would reach another directory."""
+    tree = tmp_path / "tree"
+    (tree / "a" / "gd").mkdir(parents=True)
+    git(tree / "a" / "gd", "init", "-q", "--bare", ".")
+    (tree / ".git").write_text("gitdir: a/gd\n")
+    sandbox = Sandbox()
+    first = await run_call(sandbox, tree, "mv a a2 && mkdir -p a/gd && echo '[core]' > a/gd/config")
+    assert first.text == "(no output)\n[exit code: 0] (sandboxed)"
+    assert (await run_call(sandbox, tree, "true")).text == refusal("a/gd")
+
+
+@pytest.mark.parametrize("pointed", ["/run", "/dev", "/tmp"])
+async def test_a_pointer_out_of_the_tree_brings_back_nothing_the_sandbox_hides(tmp_path: Path, bwrap: str,
+                                                                             pointed: str) -> None:
+    """A git directory outside the tree is never bound writable, and only a real one under /tmp is bound at all:
+    ``gitdir: /run`` would put the host's sockets (the D-Bus buses) back, ``/dev`` its devices, ``/tmp`` its X
+    server's and tmux's sockets."""
+    listing = "ls -A /run /dev; ls -A /tmp | wc -l"
+    plain, tree = tmp_path / "plain", tmp_path / "tree"
+    plain.mkdir()
+    tree.mkdir()
+    (tree / ".git").write_text(f"gitdir: {pointed}\n")
+    assert (await run(tree, listing)).text == (await run(plain, listing)).text
+
+
+async def test_a_hooks_symlink_replaced_by_a_directory_refuses_the_next_command(repo: Path) -> None:
+    """``.git/hooks -> ../githooks``: the target is read-only, but the link itself is no mount point."""
+    shutil.rmtree(repo / ".git" / "hooks")
+    (repo / "githooks").mkdir()
+    (repo / ".git" / "hooks").symlink_to("../githooks")
+    sandbox = Sandbox()
+    first = await run_call(sandbox, repo, "; ".join([
+        attempt("through the link", "echo x > .git/hooks/pre-commit"),
+        attempt("replace the link", "rm .git/hooks && mkdir .git/hooks && echo x > .git/hooks/pre-commit"),
+    ]))
+    assert first.text == "through the link: refused\nreplace the link: ok\n[exit code: 0] (sandboxed)"
+    assert (await run_call(sandbox, repo, "true")).text == refusal(".git/hooks")
+
+
+@pytest.mark.parametrize(("name", "text"), [(".git", "gitdir: a\0b\n"), (".git/commondir", "..\0x\n")])
+async def test_a_nul_in_a_pointer_is_no_path(tmp_path: Path, bwrap: str, name: str, text: str) -> None:
+    tree = tmp_path / "tree"
+    (tree / name).parent.mkdir(parents=True, exist_ok=True)
+    (tree / name).write_text(text)
+    assert (await run(tree, "echo x > made.txt")).text == "(no output)\n[exit code: 0] (sandboxed)"
+
+
+async def test_the_refused_path_is_shown_inert(tmp_path: Path, bwrap: str) -> None:
+    tree = tmp_path / "tree"
+    name = "g\x1b[2J\u202ed\nforged line"
+    (tree / name).mkdir(parents=True)
+    git(tree / name, "init", "-q", "--bare", ".")
+    (tree / ".git").write_text(f"gitdir: {name}\n")
+    sandbox = Sandbox()
+    await run_call(sandbox, tree, f"echo x > '{name}/commondir'")
+    result = await run_call(sandbox, tree, "true")
+    assert result.text == refusal("g\\u001b[2J\\u202ed\\nforged line/commondir")
+
+
+async def test_a_hooks_path_folder_inside_the_tree_is_read_only_also_when_missing(repo: Path) -> None:
+    git(repo, "config", "core.hooksPath", "tools/hooks")
+    (repo / "githooks").mkdir()
+    result = await run(repo, "; ".join([
+        attempt("hook", "mkdir -p tools/hooks && echo x > tools/hooks/pre-commit"),
+        attempt("elsewhere", "echo x > githooks/pre-commit"),  # not the configured folder: an ordinary file
+    ]))
+    assert result.text == "hook: refused\nelsewhere: ok\n[exit code: 0] (sandboxed)"
+    assert list((repo / "tools" / "hooks").iterdir()) == []  # the empty mount point, as for .git/hooks
+
+
+def test_sandbox_of_is_one_per_process_so_a_rebuilt_agent_keeps_the_plans() -> None:
+    assert sandbox_of("bwrap", False) is sandbox_of("bwrap", False)
+    assert sandbox_of("bwrap", True) is not sandbox_of("bwrap", False) and sandbox_of(None, False) is None
 
 
 async def test_a_command_in_a_subdirectory_gets_the_whole_work_tree(repo: Path) -> None:
