@@ -25,7 +25,6 @@ __all__ = [
     "find_git_dir",
     "git_env",
     "gitfile_target",
-    "hooks_path",
     "path_dirs_inside",
     "project_root",
     "read_git_file",
@@ -37,7 +36,6 @@ _GIT_FILE_MAX_BYTES = 4096
 _GIT_ENV = {"GIT_OPTIONAL_LOCKS": "0", "GIT_TERMINAL_PROMPT": "0", "GIT_PAGER": "cat"}
 # Where the user keeps their own (trusted) git config; passed on so git-lfs and the like still apply.
 _GIT_USER_CONFIG = ("XDG_CONFIG_HOME", "GIT_CONFIG_GLOBAL", "GIT_CONFIG_SYSTEM", "GIT_CONFIG_NOSYSTEM")
-_GIT_CONFIG_TIMEOUT = 2.0
 
 
 def read_git_file(path: Path) -> str | None:
@@ -105,28 +103,3 @@ def git_env(path: str) -> dict[str, str]:
     prompt, no optional lock (so no index write), and ``path`` from :func:`trusted_git`."""
     user: Mapping[str, str] = {name: os.environ[name] for name in _GIT_USER_CONFIG if name in os.environ}
     return {**user, **_GIT_ENV, "PATH": path}
-
-
-def hooks_path(tree: Path) -> Path | None:
-    """The real path of the directory ``core.hooksPath`` names for ``tree`` (a real path), from any config scope;
-    None when it is unset or git cannot tell. Read with ``git config``, which runs no program (blocking, a few ms).
-
-    A relative value is relative to where hooks run, the work tree's root.
-    """
-    import subprocess  # only when a sandbox or an edit needs it: not on the first prompt's path
-
-    from dsh.agent_loop.process import child_env
-
-    git, path = trusted_git(tree)
-    if git is None:
-        return None
-    try:
-        done = subprocess.run([git, "--no-pager", "config", "--type=path", "--get", "core.hooksPath"], cwd=tree,
-                              env=child_env(git_env(path)), stdin=subprocess.DEVNULL, capture_output=True,
-                              timeout=_GIT_CONFIG_TIMEOUT, check=False)
-    except (OSError, subprocess.TimeoutExpired):
-        return None
-    value = done.stdout.decode("utf-8", "surrogateescape").rstrip("\n")
-    if done.returncode != 0 or not value or "\0" in value:
-        return None
-    return Path(os.path.realpath(tree / value))  # an absolute value stays as it is

@@ -56,8 +56,8 @@ from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from dsh.agent_loop.process import ExitStatus
-from dsh.agent_loop.project import find_git_dir, hooks_path, read_git_file
+from dsh.agent_loop.process import ExitStatus, child_env
+from dsh.agent_loop.project import find_git_dir, git_env, read_git_file, trusted_git
 
 __all__ = [
     "BWRAP",
@@ -68,6 +68,7 @@ __all__ = [
     "SandboxRefused",
     "bwrap_argv",
     "classify_failure",
+    "hooks_path",
     "plan_sandbox",
     "sandbox_check",
     "sandbox_of",
@@ -483,6 +484,29 @@ def _private_run(network: bool) -> list[str]:
         out += ["--ro-bind-try", resolver, resolver]
     return out
 
+
+_HOOKS_PATH_TIMEOUT = 2.0
+
+
+def hooks_path(tree: Path) -> Path | None:
+    """The real path of the directory ``core.hooksPath`` names for ``tree`` (a real path), from any config scope;
+    None when it is unset or git cannot tell. Read with ``git config``, which runs no program (blocking, a few ms).
+
+    A relative value is relative to where hooks run, the work tree's root.
+    """
+    git, path = trusted_git(tree)
+    if git is None:
+        return None
+    try:
+        done = subprocess.run([git, "--no-pager", "config", "--type=path", "--get", "core.hooksPath"], cwd=tree,
+                              env=child_env(git_env(path)), stdin=subprocess.DEVNULL, capture_output=True,
+                              timeout=_HOOKS_PATH_TIMEOUT, check=False)
+    except (OSError, subprocess.TimeoutExpired):
+        return None
+    value = done.stdout.decode("utf-8", "surrogateescape").rstrip("\n")
+    if done.returncode != 0 or not value or "\0" in value:
+        return None
+    return Path(os.path.realpath(tree / value))  # an absolute value stays as it is
 
 # --- the check ---------------------------------------------------------------------------------------
 

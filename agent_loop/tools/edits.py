@@ -46,7 +46,7 @@ import anyio.to_thread
 
 from dsh.agent_loop.journal import JOURNAL_KEY, Journal, JournalError
 from dsh.agent_loop.permissions import Action
-from dsh.agent_loop.project import hooks_path, path_dirs_inside, project_root
+from dsh.agent_loop.project import path_dirs_inside, project_root
 from dsh.agent_loop.safe_open import (
     DirectoryChanged,
     NotRegularFile,
@@ -54,6 +54,7 @@ from dsh.agent_loop.safe_open import (
     open_regular,
     replace_in,
 )
+from dsh.agent_loop.sandbox import hooks_path
 from dsh.agent_loop.tools.edit_paths import GitArea, git_area
 from dsh.agent_loop.tools.file_access import FileAccess, text_stamp, via_client
 from dsh.agent_loop.tools.files import file_stamp, read_stamps
