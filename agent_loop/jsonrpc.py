@@ -64,12 +64,17 @@ __all__ = [
     "INVALID_PARAMS",
     "INVALID_REQUEST",
     "METHOD_NOT_FOUND",
+    "OVERSIZED",
     "PARSE_ERROR",
+    "BadFrame",
     "JsonRpcConnection",
     "NotificationHandler",
     "ProtocolError",
     "RequestHandler",
     "TransportClosed",
+    "error_text",
+    "frame_lines",
+    "parse_frame",
 ]
 
 log = logging.getLogger(__name__)
@@ -120,7 +125,9 @@ class FrameWriter(Protocol):
     def is_closing(self) -> bool: ...
 
 
-class _BadFrame(Exception):
+class BadFrame(Exception):
+    """A line that is no JSON-RPC message: ``code`` is the error to answer it with (when ``answerable``)."""
+
     def __init__(self, code: int, reason: str, request_id: Any = None, *, answerable: bool = True) -> None:
         super().__init__(reason)
         self.code = code
@@ -129,7 +136,7 @@ class _BadFrame(Exception):
         self.answerable = answerable  # False for a malformed response: responses are never answered
 
 
-_OVERSIZED = object()  # sentinel handed to the dispatcher for a discarded oversized line
+OVERSIZED: Any = object()  # what frame_lines yields for a discarded oversized line
 
 
 class JsonRpcConnection:
@@ -308,7 +315,7 @@ class JsonRpcConnection:
 
     async def _read_loop(self) -> None:
         try:
-            async with contextlib.aclosing(self._lines()) as lines:
+            async with contextlib.aclosing(frame_lines(self._reader, self._max_line)) as lines:
                 async for line in lines:
                     if self._failure is not None:
                         return
@@ -325,51 +332,19 @@ class JsonRpcConnection:
             broken.__cause__ = exc
             self._stop(broken)
 
-    async def _lines(self) -> AsyncGenerator[Any, None]:
-        """Lines without terminators; an oversized line is discarded and yielded as ``_OVERSIZED``."""
-        buffer = bytearray()
-        discarding = False
-        while True:
-            chunk = await self._reader.read(_READ_CHUNK)
-            if not chunk:
-                if buffer and not discarding:
-                    yield bytes(buffer)  # a final unterminated fragment still counts as a frame
-                return
-            start = 0
-            while (newline := chunk.find(b"\n", start)) != -1:
-                piece = chunk[start:newline]
-                start = newline + 1
-                if discarding:
-                    discarding = False
-                    continue
-                if len(buffer) + len(piece) > self._max_line:
-                    buffer.clear()
-                    yield _OVERSIZED
-                    continue
-                buffer += piece
-                line = bytes(buffer)
-                buffer.clear()
-                yield line
-            if not discarding:
-                buffer += chunk[start:]
-                if len(buffer) > self._max_line:
-                    buffer.clear()
-                    discarding = True
-                    yield _OVERSIZED
-
     async def _dispatch(self, line: Any) -> None:
-        if line is not _OVERSIZED and not line.strip():
+        if line is not OVERSIZED and not line.strip():
             return  # blank lines (and a lone \r) are not frames
         try:
-            message = self._parse(line)
-        except _BadFrame as bad:
+            message = parse_frame(line, self._max_line)
+        except BadFrame as bad:
             if self._on_frame is not None:
-                self._on_frame("received", None, None if line is _OVERSIZED else len(line))
+                self._on_frame("received", None, None if line is OVERSIZED else len(line))
             log.warning("%s: bad frame from peer (%s)", self._name, bad.reason)
             if self._strict:
                 self._stop(ProtocolError(f"bad JSON-RPC frame from peer: {bad.reason}", rpc_code=bad.code))
             elif bad.answerable:
-                await self._reply_error(bad.request_id, bad.code, _ERROR_TEXT[bad.code])
+                await self._reply_error(bad.request_id, bad.code, error_text(bad.code))
             return
         if self._on_frame is not None:
             self._on_frame("received", message, len(line))
@@ -384,41 +359,6 @@ class JsonRpcConnection:
                 await self._notify_handler(message["method"], params)
             return
         self._resolve(message)
-
-    def _parse(self, line: Any) -> dict[str, Any]:
-        if line is _OVERSIZED:
-            raise _BadFrame(PARSE_ERROR, f"line longer than {self._max_line} bytes")
-        try:
-            message = json_text.loads(line, parse_constant=_reject_constant)
-        except (ValueError, RecursionError):
-            raise _BadFrame(PARSE_ERROR, f"not JSON ({len(line)} bytes)")
-        if not isinstance(message, dict):
-            raise _BadFrame(INVALID_REQUEST, "frame is not a JSON object")
-        request_id = message.get("id")
-        if not _valid_id(request_id):
-            raise _BadFrame(INVALID_REQUEST, "invalid id")
-        if "jsonrpc" in message and message["jsonrpc"] != "2.0":
-            raise _BadFrame(INVALID_REQUEST, "unsupported jsonrpc version", request_id)
-        if "method" in message:
-            if not isinstance(message["method"], str) or not message["method"]:
-                raise _BadFrame(INVALID_REQUEST, "method is not a string", request_id)
-            if "params" in message and not isinstance(message["params"], dict | list | None):
-                raise _BadFrame(INVALID_REQUEST, "params is not an object or array", request_id)
-            return message
-        if request_id is None and "error" not in message:
-            raise _BadFrame(INVALID_REQUEST, "frame has neither method nor id", answerable=False)
-        if "error" in message:
-            error = message["error"]
-            if (
-                not isinstance(error, dict)
-                or not isinstance(error.get("code"), int)
-                or isinstance(error.get("code"), bool)
-                or not isinstance(error.get("message"), str)
-            ):
-                raise _BadFrame(INVALID_REQUEST, "malformed error object", answerable=False)
-        elif "result" not in message:
-            raise _BadFrame(INVALID_REQUEST, "response has neither result nor error", answerable=False)
-        return message
 
     def _resolve(self, message: dict[str, Any]) -> None:
         # An error with id null answers a frame the peer could not parse: valid, but nobody waits for it.
@@ -460,7 +400,7 @@ class JsonRpcConnection:
 
     async def _answer_one(self, request_id: Any, method: str, params: Any) -> None:
         if self._on_request is None:
-            await self._reply_error(request_id, METHOD_NOT_FOUND, _ERROR_TEXT[METHOD_NOT_FOUND])
+            await self._reply_error(request_id, METHOD_NOT_FOUND, error_text(METHOD_NOT_FOUND))
             return
         try:
             result = await self._on_request(method, params)
@@ -469,13 +409,13 @@ class JsonRpcConnection:
             return
         except Exception:
             log.exception("%s: request handler failed", self._name)
-            await self._reply_error(request_id, INTERNAL_ERROR, _ERROR_TEXT[INTERNAL_ERROR])
+            await self._reply_error(request_id, INTERNAL_ERROR, error_text(INTERNAL_ERROR))
             return
         try:
             await self._send(self._frame(id=request_id, result=result))
         except (TypeError, ValueError):  # a result JSON cannot carry (NaN, an object): our bug, not theirs
             log.exception("%s: could not encode the result of %s", self._name, method)
-            await self._reply_error(request_id, INTERNAL_ERROR, _ERROR_TEXT[INTERNAL_ERROR])
+            await self._reply_error(request_id, INTERNAL_ERROR, error_text(INTERNAL_ERROR))
         except TransportClosed:
             pass
 
@@ -496,6 +436,81 @@ class JsonRpcConnection:
                 future.set_exception(_copy_failure(failure))
 
 
+async def frame_lines(reader: FrameReader, max_line: int) -> AsyncGenerator[Any, None]:
+    """Lines without terminators, read in bounded chunks; an oversized line is discarded and yielded as
+    :data:`OVERSIZED` (:func:`parse_frame` makes it a parse error)."""
+    buffer = bytearray()
+    discarding = False
+    while True:
+        chunk = await reader.read(_READ_CHUNK)
+        if not chunk:
+            if buffer and not discarding:
+                yield bytes(buffer)  # a final unterminated fragment still counts as a frame
+            return
+        start = 0
+        while (newline := chunk.find(b"\n", start)) != -1:
+            piece = chunk[start:newline]
+            start = newline + 1
+            if discarding:
+                discarding = False
+                continue
+            if len(buffer) + len(piece) > max_line:
+                buffer.clear()
+                yield OVERSIZED
+                continue
+            buffer += piece
+            line = bytes(buffer)
+            buffer.clear()
+            yield line
+        if not discarding:
+            buffer += chunk[start:]
+            if len(buffer) > max_line:
+                buffer.clear()
+                discarding = True
+                yield OVERSIZED
+
+
+def parse_frame(line: Any, max_line: int) -> dict[str, Any]:
+    """One line (or :data:`OVERSIZED`) as a JSON-RPC 2.0 message: a request, a notification or a response.
+
+    Raises :class:`BadFrame` with the error code to answer (``-32700``, ``-32600``) and, for a request whose
+    id could be read, that id. Nothing of the line is kept in the reason (host logs only, still).
+    """
+    if line is OVERSIZED:
+        raise BadFrame(PARSE_ERROR, f"line longer than {max_line} bytes")
+    try:
+        message = json_text.loads(line, parse_constant=_reject_constant)
+    except (ValueError, RecursionError):
+        raise BadFrame(PARSE_ERROR, f"not JSON ({len(line)} bytes)")
+    if not isinstance(message, dict):
+        raise BadFrame(INVALID_REQUEST, "frame is not a JSON object")
+    request_id = message.get("id")
+    if not _valid_id(request_id):
+        raise BadFrame(INVALID_REQUEST, "invalid id")
+    if "jsonrpc" in message and message["jsonrpc"] != "2.0":
+        raise BadFrame(INVALID_REQUEST, "unsupported jsonrpc version", request_id)
+    if "method" in message:
+        if not isinstance(message["method"], str) or not message["method"]:
+            raise BadFrame(INVALID_REQUEST, "method is not a string", request_id)
+        if "params" in message and not isinstance(message["params"], dict | list | None):
+            raise BadFrame(INVALID_REQUEST, "params is not an object or array", request_id)
+        return message
+    if request_id is None and "error" not in message:
+        raise BadFrame(INVALID_REQUEST, "frame has neither method nor id", answerable=False)
+    if "error" in message:
+        error = message["error"]
+        if (
+            not isinstance(error, dict)
+            or not isinstance(error.get("code"), int)
+            or isinstance(error.get("code"), bool)
+            or not isinstance(error.get("message"), str)
+        ):
+            raise BadFrame(INVALID_REQUEST, "malformed error object", answerable=False)
+    elif "result" not in message:
+        raise BadFrame(INVALID_REQUEST, "response has neither result nor error", answerable=False)
+    return message
+
+
 _ERROR_TEXT = {
     PARSE_ERROR: "Parse error",
     INVALID_REQUEST: "Invalid Request",
@@ -503,6 +518,11 @@ _ERROR_TEXT = {
     INVALID_PARAMS: "Invalid params",
     INTERNAL_ERROR: "Internal error",
 }
+
+
+def error_text(code: int) -> str:
+    """The JSON-RPC 2.0 specification's message for one of its error codes."""
+    return _ERROR_TEXT[code]
 
 
 def _copy_failure(failure: BaseException) -> BaseException:

@@ -5,10 +5,10 @@ Every child dsh starts goes through :class:`ManagedProcess`: the subagents, the 
 
 * the child leads its own session/process group, so teardown reaches its grandchildren too;
 * stdin/stdout are asyncio streams (the ACP SDK and our JSON-RPC client speak over them);
-* stderr is drained continuously into a bounded host-side ring (the last 64 KiB) by the pipe protocol
-  itself (no task to own) — the pipe never fills and the text never reaches the screen;
-  :meth:`ManagedProcess.stderr_lines` is for the host side only (a failed subagent run's last lines go
-  to dsh.log and ``/why``, masked), never for a model-visible diagnostic.
+* stderr is drained continuously into a bounded host-side ring (the last 64 KiB, and the first 4 KiB
+  beside it) by the pipe protocol itself (no task to own) — the pipe never fills and the text never reaches
+  the screen; :meth:`ManagedProcess.stderr_lines` is for the host side only (a failed subagent run's first
+  and last lines go to dsh.log and ``/why``, masked), never for a model-visible diagnostic.
   ``merge_stderr=True`` sends it to stdout instead (the shell tool shows both);
 * the environment is :func:`child_env`: an allowlist of the parent's variables plus explicit entries;
 * :meth:`ManagedProcess.terminate` runs close-stdin -> grace -> SIGTERM group -> grace -> SIGKILL
@@ -62,6 +62,7 @@ ENV_ALLOWLIST: tuple[str, ...] = ("PATH", "HOME", "LANG", "TERM", "TMPDIR", "USE
 _ENV_ALLOWED_PREFIX = "LC_"
 
 DEFAULT_STDERR_LIMIT = 64 * 1024
+STDERR_HEAD_LIMIT = 4 * 1024  # the first bytes of a child's stderr, kept beside the ring
 DEFAULT_STDOUT_LIMIT = 8 * 1024 * 1024  # one NDJSON frame may carry a whole file
 DEFAULT_EOF_GRACE = 2.0
 DEFAULT_TERM_GRACE = 2.0
@@ -131,15 +132,19 @@ class LineTooLong(HarnessError):
 
 
 class _StderrRing:
-    """The last ``limit`` bytes of the child's stderr."""
+    """The last ``limit`` bytes of the child's stderr, and its first :data:`STDERR_HEAD_LIMIT` bytes: an agent
+    often says why it failed first, then prints a usage text or a trace that pushes that line out."""
 
     def __init__(self, limit: int) -> None:
         self._limit = limit
         self._chunks: deque[bytes] = deque()
         self._size = 0
+        self._head = bytearray()
         self.total_bytes = 0
 
     def append(self, data: bytes) -> None:
+        if len(self._head) < STDERR_HEAD_LIMIT:
+            self._head += data[: STDERR_HEAD_LIMIT - len(self._head)]
         self.total_bytes += len(data)
         if len(data) >= self._limit:
             self._chunks.clear()
@@ -163,6 +168,12 @@ class _StderrRing:
     def cut(self) -> bool:
         """Whether older bytes were dropped (the ring's first line may then be a fragment)."""
         return self.total_bytes > self._size
+
+    def lost_head(self) -> str:
+        """The whole lines of the kept head that the ring no longer holds (a line cut at either end is dropped:
+        it may begin or end inside a secret)."""
+        lost = bytes(self._head[: self.total_bytes - self._size])
+        return lost[: lost.rfind(b"\n") + 1].decode("utf-8", "replace")
 
 
 class _ChildProtocol(asyncio.subprocess.SubprocessStreamProtocol):
@@ -310,9 +321,11 @@ class ManagedProcess:
         return self._stderr.text()
 
     def stderr_lines(self) -> str:
-        """:meth:`stderr_tail` without a first line the ring cut short (it may begin inside a secret)."""
+        """The child's stderr in whole lines: all of it while the ring holds it; else the first lines the ring lost
+        (the reason a child gave before a long trace) and then the ring's, without a line either cut short (it
+        may begin or end inside a secret). Host logs only, as :meth:`stderr_tail`."""
         text = self._stderr.text()
-        return text.partition("\n")[2] if self._stderr.cut else text
+        return self._stderr.lost_head() + text.partition("\n")[2] if self._stderr.cut else text
 
     @property
     def stderr_bytes_seen(self) -> int:

@@ -4,7 +4,8 @@ A front end over the same :class:`~dsh.agent_loop.session.Session` as the REPL, 
 neovim) and headless clients (docs/editors.md). The endpoint is resolved exactly as the REPL resolves it
 (``--model``, ``--base-url``, config.toml, ``DEEPSEEK_API_KEY``; ``--demo`` for the keyless scripted one).
 Nothing but frames is written to stdout: the real stdout is kept for frames and fd 1 points at stderr, so a
-stray ``print`` cannot corrupt the stream; logs go to dsh.log, masked, as the REPL's.
+stray ``print`` cannot corrupt the stream; logs go to dsh.log, masked, as the REPL's. Frames in are read by
+:class:`ClientFrames`: a line that is no JSON-RPC message is answered ``-32700`` / ``-32600`` and skipped.
 
 Methods (the mapping of each turn: docs/editors.md, "How dsh acp maps turns"):
 
@@ -15,10 +16,11 @@ Methods (the mapping of each turn: docs/editors.md, "How dsh acp maps turns"):
 ``session/new {cwd, mcpServers}``
     A dsh session rooted at cwd, its log kept as the REPL's, the client's stdio and HTTP MCP servers
     connected with dsh's MCP client; answers the dsh session id. A missing key fails it with the REPL's
-    line.
+    line; a cwd that would put every file of the user's, or dsh's own, inside the tree is ``-32602``
+    (:func:`tree_refusal`).
 ``session/load {sessionId, cwd, mcpServers}``
     dsh's own saved session, its history replayed as updates before the answer; an unknown id is
-    ``-32002`` (resource not found).
+    ``-32002`` (resource not found); its cwd is checked as session/new's.
 ``session/prompt``
     One turn; its stop reason, or, for a failed turn, JSON-RPC error ``-32603`` whose message is the
     turn-end line and whose data is ``{code, fix, chain}``.
@@ -35,6 +37,7 @@ from __future__ import annotations
 import argparse
 import asyncio
 import contextlib
+import json
 import logging
 import os
 import re
@@ -48,6 +51,7 @@ import acp
 import anyio
 from acp import schema
 
+from dsh.agent_loop.jsonrpc import OVERSIZED, BadFrame, error_text, frame_lines, parse_frame
 from dsh.agent_loop.permissions import CYCLE, Mode, Permissions, parse_mode
 from dsh.agent_loop.session import Session, StartupError
 from dsh.llm import ErrorCode, HarnessError, Redactor, error_chain
@@ -65,7 +69,7 @@ from dsh.repl.config import (
     state_dir,
 )
 
-__all__ = ["DshAgent", "main", "mcp_tables"]
+__all__ = ["ClientFrames", "DshAgent", "main", "mcp_tables", "tree_refusal"]
 
 log = logging.getLogger(__name__)
 
@@ -99,6 +103,34 @@ def mcp_tables(servers: Sequence[Any] | None) -> dict[str, dict[str, Any]]:
             raise acp.RequestError.invalid_params(
                 {"mcpServers": f"{name}: dsh connects stdio and http MCP servers, not {type(server).__name__}"})
     return tables
+
+
+def tree_refusal(cwd: str, env: Mapping[str, str]) -> str | None:
+    """Why ``cwd`` cannot root a session, or None.
+
+    The session's cwd is its working tree: what accept-edits and auto write without asking, and what the sandbox
+    makes writable (docs/safety.md). The client picks it, so a folder that holds every file of the user's (``/``,
+    the home directory, a parent of it), or one inside dsh's own configuration or state (an edit there changes what
+    dsh runs or trusts), is refused rather than trusted. Symlinks are resolved; the client's text is never quoted
+    back."""
+    if not os.path.isabs(cwd):
+        return "not an absolute path"
+    if not os.path.isdir(cwd):
+        return "not an existing directory"
+    tree = Path(os.path.realpath(cwd))
+    if tree == Path(tree.anchor):
+        return "the file system root is no project folder: every path would be inside it"
+    home = Path(os.path.realpath(env["HOME"])) if os.path.isabs(env.get("HOME", "")) else None
+    if home is not None and home == tree:
+        return "the home directory is no project folder: every file of yours would be inside it"
+    if home is not None and home.is_relative_to(tree):
+        return "a folder holding the home directory is no project folder: every file of yours would be inside it"
+    for own, why in ((config_file_path(env).parent, "configuration is no project folder: an edit there changes "
+                                                      "what dsh runs"),
+                     (state_dir(env), "state is no project folder: an edit there changes what dsh trusts")):
+        if tree.is_relative_to(os.path.realpath(own)):
+            return f"dsh's own {why}"
+    return None
 
 
 class DshAgent:
@@ -144,8 +176,9 @@ class DshAgent:
 
     async def _open(self, cwd: str, mcp_servers: Any, resume: str | None) -> AcpSession:
         self._refuse_without_key()
-        if not os.path.isdir(cwd):
-            raise acp.RequestError.invalid_params({"cwd": "not an existing directory"})
+        refusal = tree_refusal(cwd, self.env)
+        if refusal is not None:
+            raise acp.RequestError.invalid_params({"cwd": refusal})
         tables = mcp_tables(mcp_servers)
         owner = AcpSession(self.conn, cwd, sources=self.sources, demo=self.demo)
         files = None
@@ -248,6 +281,45 @@ async def _stdio(out_fd: int) -> tuple[asyncio.StreamWriter, asyncio.StreamReade
     return writer, reader
 
 
+class ClientFrames:
+    """The SDK's message transport over stdio, with dsh's JSON-RPC frame reader in front of it.
+
+    The SDK hands every parsed line to its dispatcher, which fails on anything but an object (``[]``, ``5``, a
+    batch): dsh stopped with an internal error. Here each line is read bounded (50 MiB, the SDK's own limit)
+    and checked as agent_loop/jsonrpc.py checks a peer's frames; what is no JSON-RPC message is answered as the
+    specification says (``-32700`` Parse error, ``-32600`` Invalid Request, id null when it could not be
+    read) and the session goes on. The client's bytes reach dsh.log only as the reason's closed words.
+    """
+
+    def __init__(self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
+        self._lines = frame_lines(reader, acp.core.DEFAULT_STDIO_BUFFER_LIMIT_BYTES)
+        self._writer = writer
+        self._write_lock = asyncio.Lock()
+
+    async def receive(self) -> dict[str, Any] | None:
+        """The next JSON-RPC message, or None when stdin ended."""
+        while (line := await anext(self._lines, None)) is not None:
+            if line is not OVERSIZED and not line.strip():
+                continue  # a blank line is no frame
+            try:
+                return parse_frame(line, acp.core.DEFAULT_STDIO_BUFFER_LIMIT_BYTES)
+            except BadFrame as bad:
+                log.warning("acp: a frame from the client is no JSON-RPC message (%s)", bad.reason)
+                if bad.answerable:
+                    await self.send({"jsonrpc": "2.0", "id": bad.request_id,
+                                     "error": {"code": bad.code, "message": error_text(bad.code)}})
+        return None
+
+    async def send(self, message: dict[str, Any]) -> None:
+        data = (json.dumps(message, separators=(",", ":")) + "\n").encode()
+        async with self._write_lock:
+            self._writer.write(data)
+            await self._writer.drain()
+
+    async def close(self) -> None:
+        """Nothing to release: stdin and stdout are the process's, closed when it exits."""
+
+
 async def serve(config: Config, env: dict[str, str], args: argparse.Namespace, missing_key: str | None) -> int:
     # Frames go to the real stdout; fd 1 (and with it sys.stdout) now points at stderr.
     out_fd = os.dup(1)
@@ -260,7 +332,7 @@ async def serve(config: Config, env: dict[str, str], args: argparse.Namespace, m
 
             demo = await start_demo(stack, args.scenario or "text")
         agent = DshAgent(config, env, demo=demo, missing_key=missing_key, tasks=tasks)
-        conn = acp.AgentSideConnection(agent, writer, reader, listening=False)
+        conn = acp.AgentSideConnection(agent, ClientFrames(reader, writer), listening=False)
         # Until the client closes stdin, or SIGTERM / SIGHUP (a client's shutdown ladder: the SDK's closes stdin,
         # waits 2 s, then sends SIGTERM). Either way the sessions close below, their turns end and their children
         # (MCP servers, subagents) go through their own ladders; the receiver stays open meanwhile, so a SIGTERM

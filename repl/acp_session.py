@@ -2,7 +2,9 @@
 front end (docs/editors.md, "How dsh acp maps turns").
 
 - :class:`AcpFrontEnd` answers the session's approvals with ``session/request_permission`` (allow once /
-  allow always / reject once); a rejection, a cancelled request or a client that cannot answer denies.
+  allow always / reject once; no "always" for a git directory, and a client's "always" to a question that
+  did not offer it counts once); a rejection, a cancelled request, an option not offered or a client that
+  cannot answer denies.
 - :class:`ClientFiles` is the :class:`~dsh.agent_loop.tools.FileAccess` over ``fs/read_text_file`` and
   ``fs/write_text_file``, used when the client advertises both (with one alone, a read and the write that
   follows it would see different files: dsh's own tools then do both).
@@ -141,15 +143,24 @@ class AcpFrontEnd:
         options = [_ALLOW_ONCE, _ALLOW_ALWAYS, _REJECT] if always else [_ALLOW_ONCE, _REJECT]
         await owner.flushed()  # the tool_call went out before the question about it
         response = await owner.conn.request_permission(session_id=owner.id, tool_call=tool_call, options=options)
-        outcome = response.outcome
-        answer = outcome.option_id if isinstance(outcome, schema.AllowedOutcome) else None
-        if answer not in ("yes", "always"):
-            return None  # rejected, cancelled (a cancelled turn), or an option we did not offer: denied
+        answer = _answer(response.outcome, always)
+        if answer is None:
+            return None
         owner.send(owner.translator.approved(call))
         if edit is not None and answer == "always":
             self._always_edits.add(edit.tool)
             return "yes"
-        return "always" if answer == "always" else "yes"
+        return answer
+
+
+def _answer(outcome: Any, always_offered: bool) -> Approval | None:
+    """The client's pick as dsh's answer: ``yes``, ``always`` only when it was offered (a client that answers
+    "always" to a question offering once and reject gets once, never remembered), else None: a rejection, a
+    cancelled request (a cancelled turn) or an option dsh did not offer is a denial."""
+    answer = outcome.option_id if isinstance(outcome, schema.AllowedOutcome) else None
+    if answer == _ALLOW_ALWAYS.option_id:
+        return "always" if always_offered else "yes"
+    return "yes" if answer == _ALLOW_ONCE.option_id else None
 
 
 class AcpSession:

@@ -45,6 +45,7 @@ from dsh.agent_loop.subagent import (
     config_choice,
     config_command,
     config_env,
+    config_number,
     config_seconds,
     config_string,
     diagnostics,
@@ -151,6 +152,13 @@ _DRAIN_AFTER_EXIT = 0.5  # the app-server exited: how long its last frames may s
 # runs anyway. Short, so a cancelled run settles within a second even when the backend hangs and Codex
 # never confirms (docs/subagents.md, "Codex"); the turn deadline's wait is ``interrupt_grace``.
 CANCEL_INTERRUPT_GRACE = 0.25
+# ... and the teardown ladder's graces after it, unless the table sets them: an app-server that does not exit
+# when its stdin closes (0.163 was reported not to) gets SIGTERM after 0.2 s and SIGKILL 0.3 s later, not 2 s and
+# 2 s more. Codex keeps nothing of an ephemeral thread that a signal could lose. A normal end keeps 2 s and 2 s.
+CANCEL_EOF_GRACE = 0.2
+CANCEL_TERM_GRACE = 0.3
+_EOF_GRACE = 2.0
+_TERM_GRACE = 2.0
 
 # Server -> client requests answered unattended: (request kind, decision, reply granting nothing).
 _UNATTENDED_REPLIES: dict[str, tuple[str, str, dict[str, Any]]] = {
@@ -194,8 +202,8 @@ class CodexConfig:
     env: dict[str, str] = field(default_factory=dict)
     pass_env: tuple[str, ...] = ()
     interrupt_grace: float = 5.0  # after turn/interrupt: how long the turn may take to report it
-    eof_grace: float = 2.0
-    term_grace: float = 2.0
+    eof_grace: float | None = None  # None: the ladder's own (2 s; after a cancel CANCEL_EOF_GRACE)
+    term_grace: float | None = None  # None: 2 s; after a cancel CANCEL_TERM_GRACE
 
     @classmethod
     def from_mapping(cls, name: str, config: Mapping[str, Any]) -> CodexConfig:
@@ -219,8 +227,8 @@ class CodexConfig:
             env=config_env(name, config),
             pass_env=config_names(name, config, "pass_env"),
             interrupt_grace=seconds("interrupt_grace", 5.0),
-            eof_grace=seconds("eof_grace", 2.0),
-            term_grace=seconds("term_grace", 2.0),
+            eof_grace=config_number(name, config, "eof_grace", None),
+            term_grace=config_number(name, config, "term_grace", None),
         )
 
 
@@ -349,11 +357,15 @@ class CodexRun(Run[CodexConfig]):
             await self.process.start()
         except ProcessStartError as exc:  # the command or the working directory does not exist
             return self._outcome(Failure(Stage.INITIALIZE, Category.CONFIGURATION, cause=exc), None)
+        cancelled = False
         try:
             failure = await self._drive(self.process)
+        except anyio.get_cancelled_exc_class():
+            cancelled = True
+            raise
         finally:
             with anyio.CancelScope(shield=True):
-                teardown = await self._teardown(self.process)
+                teardown = await self._teardown(self.process, cancelled=cancelled)
         return self._outcome(failure, teardown)
 
     # -- the conversation -----------------------------------------------------------------------
@@ -602,9 +614,12 @@ class CodexRun(Run[CodexConfig]):
 
     # -- teardown and the outcome -----------------------------------------------------------------
 
-    async def _teardown(self, process: ManagedProcess) -> Failure | None:
+    async def _teardown(self, process: ManagedProcess, *, cancelled: bool) -> Failure | None:
         noted = descendants(process.pid) if process.pid is not None and not process.exited else {}
-        teardown = await process.terminate(eof_grace=self.settings.eof_grace, term_grace=self.settings.term_grace)
+        eof, term = (CANCEL_EOF_GRACE, CANCEL_TERM_GRACE) if cancelled else (_EOF_GRACE, _TERM_GRACE)
+        settings = self.settings
+        teardown = await process.terminate(eof_grace=eof if settings.eof_grace is None else settings.eof_grace,
+                                           term_grace=term if settings.term_grace is None else settings.term_grace)
         self.teardown = teardown
         if kill_survivors(noted):
             log.debug("codex teardown: killed helpers that left the app-server's process group")

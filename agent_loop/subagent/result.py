@@ -8,6 +8,8 @@ from typing import Literal
 # The agent's own words live in the shared child-words module (the MCP client keeps a server's the same way);
 # re-exported here for the subagent seam's users.
 from dsh.agent_loop.child_words import (
+    STDERR_HEAD_BYTES,
+    STDERR_HEAD_LINES,
     STDERR_TAIL_BYTES,
     STDERR_TAIL_LINES,
     WORDS_LIMIT_BYTES,
@@ -20,6 +22,8 @@ from dsh.agent_loop.child_words import (
 __all__ = [
     "DIAGNOSTIC_LIMIT_BYTES",
     "FAILURE_HEADLINES",
+    "STDERR_HEAD_BYTES",
+    "STDERR_HEAD_LINES",
     "STDERR_TAIL_BYTES",
     "STDERR_TAIL_LINES",
     "STOP_REASONS",
