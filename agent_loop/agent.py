@@ -63,7 +63,7 @@ from dsh.agent_loop.reasons import (
     Rejected,
     failure_from_exception,
 )
-from dsh.agent_loop.retry import RetryPolicy
+from dsh.agent_loop.retry import RetryPolicy, asked_to_wait
 from dsh.agent_loop.session_log import SessionLog
 from dsh.agent_loop.tools import (
     Approver,
@@ -575,6 +575,7 @@ class Agent:
         self.last_failure: BaseException | None = None
         self.session_state: dict[str, Any] = {}
         self._journal: Journal | None = None  # the session log's undo journal, opened on first need
+        self.journal_key: Path | None = None  # the key its lines are signed with (agent_loop/journal.py)
         # A tuple, replaced on (un)subscribe: delivery iterates a snapshot without copying per event.
         self._subscribers: tuple[Callable[[Event], None], ...] = ()
         self._running = False
@@ -794,11 +795,19 @@ class Agent:
                 limit = exc.retry_limit if isinstance(exc, LlmError) else None
                 if verdict == "stands" or not self.retry.should_retry(code, retries, limit):
                     raise
-                retries += 1
-                delay = self.retry.delay(retries, exc.retry_after_s if isinstance(exc, LlmError) else None)
-                if announce is not None:
-                    announce(exc, code, retries, delay, limit)
-                await anyio.sleep(delay)
+                retry_after = exc.retry_after_s if isinstance(exc, LlmError) else None
+                if isinstance(exc, LlmError) and retry_after is not None and self.retry.waits_too_long(retry_after):
+                    too_long = asked_to_wait(exc, retry_after)
+                else:
+                    retries += 1
+                    delay = self.retry.delay(retries, retry_after)
+                    if announce is not None:
+                        announce(exc, code, retries, delay, limit)
+                    await anyio.sleep(delay)
+                    continue
+            # Asked to wait past the cap: the turn ends saying when to retry. Raised out here, so that the
+            # failure it restates is not chained beneath it a second time.
+            raise too_long
 
     @property
     def journal(self) -> Journal | None:
@@ -809,7 +818,7 @@ class Agent:
         if self._journal is None or self._journal.directory != directory:
             if self._journal is not None:
                 self._journal.close()
-            self._journal = Journal(directory)
+            self._journal = Journal(directory, key_file=self.journal_key)
         return self._journal
 
     def new_session(self) -> None:
@@ -1023,8 +1032,9 @@ class Agent:
                 state.builder = None
                 await self._compact_in_turn(state, exc)
                 return "again"
-            # Content already on the user's screen is not streamed twice: such a failure ends the turn.
-            return "stands" if state.builder is not None and state.builder.has_content else "policy"
+            # Content already on the user's screen is not streamed twice: such a failure ends the turn. A
+            # half-received tool call was never shown: it is dropped and the request retried.
+            return "stands" if state.builder is not None and state.builder.has_shown_content else "policy"
 
         def announce(exc: Exception, code: str, attempt: int, delay: float, limit: int | None) -> None:
             state.builder = None

@@ -32,9 +32,12 @@ AUTO_COMPACT_AT = 0.9  # with auto_compact on, a prompt sent past this share is 
 
 @dataclass
 class UsageTally:
-    """Sums over requests. ``cost`` is None once any request had no known price."""
+    """Sums over requests. ``cost`` is None once any request had no known price. A reply that came without
+    a usage chunk counts as a request whose tokens and cost are unknown (``unreported``): the sums then
+    leave it out, and are not the totals (docs/scripting.md)."""
 
     requests: int = 0
+    unreported: int = 0  # requests whose reply carried no usage
     prompt: int = 0
     cached: int = 0
     output: int = 0
@@ -43,9 +46,22 @@ class UsageTally:
     context: int = 0  # the latest request's prompt + output: how full the window is now
     model: str = ""
     context_estimated: bool = False  # ``context`` is dsh's estimate (after a compaction), not the server's
+    context_unknown: bool = False  # the latest request reported no usage: how full the window is, is unknown
 
-    def add(self, usage: Usage, model: str, info: ModelInfo | None, when: _dt.datetime) -> None:
+    @property
+    def tokens_known(self) -> bool:
+        """Whether every request reported its usage, so the sums (and the cost) are the totals."""
+        return self.unreported == 0
+
+    def add(self, usage: Usage | None, model: str, info: ModelInfo | None, when: _dt.datetime) -> None:
+        """One request's usage; None when the endpoint sent none (the request still counts)."""
         self.requests += 1
+        self.model = model
+        if usage is None:
+            self.unreported += 1
+            self.context_unknown, self.context_estimated = True, False
+            return
+        self.context_unknown = False
         self.prompt += usage.prompt_tokens
         self.cached += usage.prompt_cache_hit_tokens
         self.output += usage.completion_tokens
@@ -62,7 +78,7 @@ class UsageTally:
 
 def context_fill(tally: UsageTally, models: Mapping[str, Mapping[str, Any]] | None = None) -> float | None:
     """How full the model's window is after the latest request (0.18 for 18%); None when unknown."""
-    if not tally.requests:
+    if not tally.requests or (tally.context_unknown and not tally.context_estimated):
         return None
     info = model_info(tally.model, models)
     if info is None or not info.context_window:

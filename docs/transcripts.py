@@ -809,6 +809,8 @@ BEHAVIOURS: dict[str, str] = {
     "reset_before_headers": "TCP reset (RST) before any response byte",
     "disconnect_before_response": "a clean close before any response byte",
     "reset_mid_stream": "some text, then a TCP reset",
+    "reset_mid_tool_call": "a tool call's name and first argument fragment, then a TCP reset (`reasoning=` or "
+                           "`text=` first)",
     "fin_mid_stream": "some text, then a clean close inside the chunked body",
     "huge_text": "`n=` deltas of one to three characters (default 200 000, `seed=` picks them), sent in 1 MiB writes",
     "http_400": "400 with DeepSeek's thinking-mode wording",
@@ -828,6 +830,8 @@ BEHAVIOURS: dict[str, str] = {
     "error_event": "a relay's in-stream `data: {\"error\": {...}}` event, then a close, as LiteLLM ends a failed "
                    "stream (`text=` first, `message=`, `type=`, `code=`)",
     "gateway_upstream_401": "401 as LiteLLM relays its upstream's refusal of LiteLLM's own key, with LiteLLM's headers",
+    "gateway_upstream_402": "LiteLLM's relay of its upstream's 402 (its own account out of credit), with LiteLLM's "
+                            "headers",
 }
 # dsh runs the tools, then asks again
 _FOLLOW_UP = {"tool_call": "text", "parallel_tool_calls": "text", "tool_call_flood": "text", "huge_arguments": "text"}
@@ -912,8 +916,10 @@ ERROR_CODES: list[tuple[str, str, str | None]] = [
     ("TIMEOUT", "no response headers, or only keep-alives until `first_token_timeout` (retried once at most), "
      "or no content for `stream_idle_timeout` after content; the message says which", "keepalive-stall"),
     ("AUTH", "HTTP 401 or 403", "http-401"),
-    ("QUOTA", "HTTP 402, or the provider's balance wording", "http-402"),
-    ("RATE_LIMIT", "HTTP 429 (`Retry-After` is kept and honoured up to the backoff cap)", "http-429"),
+    ("QUOTA", "HTTP 402, or the provider's balance or quota wording (a 429 too); relayed by a gateway from its "
+              "upstream, the fix names the gateway's upstream account instead", "http-402"),
+    ("RATE_LIMIT", "HTTP 429 (a `Retry-After` is waited for up to 60 s; a longer one ends the turn, saying when to "
+                   "retry)", "http-429"),
     ("SERVER", "HTTP 5xx", "http-503"),
     ("INVALID_REQUEST", "HTTP 400 (other than context overflow) and 413", "http-400"),
     ("CONTEXT_WINDOW_EXCEEDED", "HTTP 400 with the context-overflow wording", "http-400-context"),

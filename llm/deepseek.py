@@ -36,7 +36,7 @@ from dsh.llm.events import (
 )
 from dsh.llm.exchange_ring import ExchangeRing
 from dsh.llm.failure_chain import EXCHANGE_EXTENSION
-from dsh.llm.http_status import auth_detail, code_for_status, request_id, retry_after_seconds
+from dsh.llm.http_status import code_for_status, request_id, retry_after_seconds, upstream_detail
 from dsh.llm.network import (
     CERTIFICATE_DETAILS,
     PERMANENT,
@@ -594,7 +594,7 @@ class DeepSeekClient:
             status=status if 100 <= status <= 599 else None,
             retry_after_s=retry_after_seconds(response.headers),
             request_id=self._request_id(response),
-            detail=auth_detail(code, provider),
+            detail=upstream_detail(code, provider),
         )
 
     def _via_suffix(self) -> str:

@@ -11,6 +11,7 @@ __all__ = [
     "DEFAULT_MAX_RETRIES",
     "DEFAULT_MODEL",
     "DEFAULT_POOL_TIMEOUT",
+    "DEFAULT_RETRY_AFTER_MAX",
     "DEFAULT_RETRY_BASE_DELAY",
     "DEFAULT_RETRY_JITTER",
     "DEFAULT_RETRY_MAX_DELAY",
@@ -35,3 +36,6 @@ DEFAULT_MAX_RETRIES = 5
 DEFAULT_RETRY_BASE_DELAY = 0.5
 DEFAULT_RETRY_MAX_DELAY = 10.0
 DEFAULT_RETRY_JITTER = 0.1
+# A server's Retry-After is waited for, as asked, up to this; one that asks for longer ends the turn, saying
+# when the server asked to be retried (a turn never hangs for minutes on one header).
+DEFAULT_RETRY_AFTER_MAX = 60.0

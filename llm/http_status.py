@@ -16,7 +16,8 @@ from collections.abc import Mapping
 from dsh.llm.codes import ErrorCode
 from dsh.llm.network import FailureDetail
 
-__all__ = ["auth_detail", "code_for_relay", "code_for_status", "relayed_upstream", "request_id", "retry_after_seconds"]
+__all__ = ["code_for_relay", "code_for_status", "relayed_upstream", "request_id", "retry_after_seconds",
+           "upstream_detail"]
 
 _QUOTA_WORDING = re.compile(r"(?i)insufficient.?balance|quota|top.?up|billing")
 _CONTEXT_WORDING = re.compile(
@@ -35,12 +36,15 @@ _STATUS_BY_TYPE = {
     "auth_error": 401,
     "invalid_api_key": 401,
     "insufficient_quota": 402,
+    "billing_hard_limit_reached": 402,
     "permission_error": 403,
     "permission_denied": 403,
     "not_found_error": 404,
     "request_too_large": 413,
+    "rate_limit": 429,
     "rate_limit_error": 429,
     "rate_limit_exceeded": 429,
+    "too_many_requests": 429,
     "internal_server_error": 500,
     "server_error": 500,
     "api_error": 500,
@@ -48,6 +52,11 @@ _STATUS_BY_TYPE = {
     "overloaded_error": 529,
 }
 _CONTEXT_TYPES = frozenset({"context_length_exceeded", "context_window_exceeded"})
+# Kinds that say only "the request" or "the server": a specific kind beside one wins, in either field.
+# OpenAI sends ``type: invalid_request_error, code: invalid_api_key``; DeepSeek ``type: authentication_error,
+# code: invalid_request_error``.
+_GENERIC_KINDS = frozenset({"invalid_request_error", "bad_request", "api_error", "server_error",
+                            "internal_server_error"})
 
 # Where an answer says when to come back, most precise first (the OpenAI SDK reads ``retry-after-ms``
 # before ``retry-after``); LiteLLM passes its upstream's under an ``llm_provider-`` prefix.
@@ -82,14 +91,18 @@ def code_for_relay(status: int | None, kinds: tuple[str, ...], message: str | No
     """The code of a relay's in-stream error event, by the same table as an HTTP answer.
 
     ``status`` is the event's numeric ``code`` (LiteLLM sends ``"500"``), ``kinds`` its ``type`` and a
-    ``code`` that is a word. A context-length kind or wording is CONTEXT_WINDOW_EXCEEDED whatever the
-    status; with neither a status nor a known kind the failure is the relay's own: SERVER.
+    ``code`` that is a word; a specific kind (``invalid_api_key``) outranks a generic one
+    (``invalid_request_error``) in either field. A context-length kind or wording is
+    CONTEXT_WINDOW_EXCEEDED whatever the status; with neither a status nor a known kind the failure is the
+    relay's own: SERVER.
     """
     lowered = [kind.lower() for kind in kinds]
     if any(kind in _CONTEXT_TYPES for kind in lowered):
         return ErrorCode.CONTEXT_WINDOW_EXCEEDED
     if status is None:
-        status = next((_STATUS_BY_TYPE[kind] for kind in lowered if kind in _STATUS_BY_TYPE), 500)
+        known = sorted((kind in _GENERIC_KINDS, position) for position, kind in enumerate(lowered)
+                       if kind in _STATUS_BY_TYPE)
+        status = _STATUS_BY_TYPE[lowered[known[0][1]]] if known else 500
     if 400 <= status < 500 and _CONTEXT_WORDING.search(message or ""):
         return ErrorCode.CONTEXT_WINDOW_EXCEEDED
     return code_for_status(status, message)
@@ -100,9 +113,17 @@ def relayed_upstream(message: str | None) -> bool:
     return bool(message) and _UPSTREAM_EXCEPTION.search(message or "") is not None
 
 
-def auth_detail(code: str, message: str | None) -> str | None:
-    """``UPSTREAM_AUTH`` for an AUTH failure that a gateway relayed from its upstream, else None."""
-    return FailureDetail.UPSTREAM_AUTH if code == ErrorCode.AUTH and relayed_upstream(message) else None
+_UPSTREAM_DETAILS: dict[str, str] = {
+    ErrorCode.AUTH: FailureDetail.UPSTREAM_AUTH,
+    ErrorCode.QUOTA: FailureDetail.UPSTREAM_QUOTA,
+}
+
+
+def upstream_detail(code: str, message: str | None) -> str | None:
+    """``UPSTREAM_AUTH`` / ``UPSTREAM_QUOTA`` for an AUTH / QUOTA failure that a gateway relayed from its
+    upstream (the gateway's own credential or account, not the user's), else None."""
+    detail = _UPSTREAM_DETAILS.get(code)
+    return detail if detail is not None and relayed_upstream(message) else None
 
 
 def _seconds(value: str) -> float | None:

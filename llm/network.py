@@ -30,7 +30,8 @@ __all__ = [
 class FailureDetail(StrEnum):
     """What a failure was, below its code: the fix line routes on it (never on message text). Transport
     failures by kind; ``UPSTREAM_AUTH``: a gateway accepted the key, and its own upstream refused the
-    gateway's credential (an AUTH that the user's key cannot fix).
+    gateway's credential (an AUTH that the user's key cannot fix); ``UPSTREAM_QUOTA``: the same for quota
+    or credit (a QUOTA that the user's own account cannot fix).
 
     Members are ``str``: they compare, hash and serialize (JSON, session log) as their values."""
 
@@ -45,6 +46,7 @@ class FailureDetail(StrEnum):
     PROXY_AUTH = "proxy-auth"
     PROXY_DEPENDENCY = "proxy-dependency"
     UPSTREAM_AUTH = "upstream-auth"
+    UPSTREAM_QUOTA = "upstream-quota"
 
 
 # Permanent: retrying cannot change the answer (DESIGN §4). Refused, reset and timeouts stay transient.

@@ -64,8 +64,10 @@ class ReplyBuilder:
         return "".join(self._reasoning)
 
     @property
-    def has_content(self) -> bool:
-        return any(self._text) or any(self._reasoning) or bool(self._calls)
+    def has_shown_content(self) -> bool:
+        """Whether text or reasoning came: what a front end draws as it streams. A tool call is drawn only
+        once its reply is whole, so a half-received one was never shown (a retry drops it)."""
+        return any(self._text) or any(self._reasoning)
 
     @property
     def over_limit(self) -> bool:

@@ -30,7 +30,7 @@ from dsh.llm.events import (
     ToolCallDelta,
     Usage,
 )
-from dsh.llm.http_status import auth_detail, code_for_relay
+from dsh.llm.http_status import code_for_relay, upstream_detail
 from dsh.llm.redact import redact_text
 from dsh.llm.sse import MAX_LINE_BYTES, SseComment, SseDecoder, SseLineTooLong
 from dsh.llm.text import SurrogateJoiner, scrub_surrogates
@@ -113,7 +113,7 @@ def relay_failure(error: object, endpoint: Endpoint, secrets: tuple[str, ...], r
         code,
         status=status,
         request_id=request_id,
-        detail=auth_detail(code, message),
+        detail=upstream_detail(code, message),
         cause=Evidence(f"error event: {_shown(payload, secrets, RELAY_PAYLOAD_LIMIT)}"),
     )
 

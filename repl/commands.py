@@ -229,7 +229,7 @@ async def _cost(shell: Host, arg: str) -> None:
     shell.say(f"{tally.requests} request{'s' if tally.requests != 1 else ''}: {usage_line(tally, shell.config.models)}")
     if tally.cost is None:
         shell.say(f"no price known for {tally.model}: set [models.\"{tally.model}\"] prices in config.toml")
-    elif model_info(tally.model) is not None and tally.model not in shell.config.models:
+    elif tally.tokens_known and model_info(tally.model) is not None and tally.model not in shell.config.models:
         shell.say(f"prices as published by DeepSeek on {PRICES_AS_OF}, peak or off-peak by the hour of each request")
 
 

@@ -43,6 +43,7 @@ from dsh.agent_loop.subagent.acp import AcpInitializeRun
 from dsh.agent_loop.subagent.result import SubagentRequest
 from dsh.llm import ErrorCode, LlmError, Redactor, error_chain, redact_text, redact_url
 from dsh.llm.deepseek import DeepSeekClient, StreamTrace
+from dsh.llm.endpoint import endpoint_for_url
 from dsh.llm.events import ChatRequest, Finish, KeepAlive, Message, ReasoningDelta, TextDelta
 from dsh.llm.network import FailureDetail, environment_proxy, no_proxy, ssl_context
 from dsh.llm.probe import all_attempts_failed, connect_failure_word, open_tls, shown_host, unverified_certificate
@@ -140,13 +141,17 @@ def _is_address(host: str) -> bool:
     return True
 
 
-def _key_shape(key: str) -> str:
-    """Whether a key looks like what DeepSeek issues (``sk-`` and 32 hex digits); never the key itself."""
+def _key_shape(key: str, *, deepseek: bool) -> str | None:
+    """What the key's shape says, never the key itself: whitespace for any server; for DeepSeek only,
+    whether it looks like what DeepSeek issues (``sk-`` and 32 hex digits). Other servers issue other
+    shapes, so their keys get no DeepSeek verdict; None when there is nothing to say."""
     body = key[3:] if key.startswith("sk-") else None
-    if body is not None and len(body) == 32 and all(ch in "0123456789abcdef" for ch in body):
+    if deepseek and body is not None and len(body) == 32 and all(ch in "0123456789abcdef" for ch in body):
         return "sk- and 32 hex digits, as DeepSeek issues"
     if any(ch.isspace() for ch in key):
         return "holds whitespace: a copy-paste accident?"
+    if not deepseek:
+        return None
     if body is None:
         return "not the sk-… shape DeepSeek issues"
     return "sk-…, but not the 32 hex digits DeepSeek issues"
@@ -277,11 +282,12 @@ class Doctor:
             facts["api_key"] = {"present": False}
             parts.append("no API key")
             return Step("configuration", FAIL, "; ".join(parts), FIX_MISSING_KEY, facts)
-        shape = _key_shape(api_key)
+        shape = _key_shape(api_key, deepseek=endpoint_for_url(config.base_url).is_deepseek)
         facts["api_key"] = {"present": True, "masked": _masked(api_key), "length": len(api_key), "shape": shape,
                             "source": source("api_key")}
         length = f"{len(api_key)} character{'s' if len(api_key) != 1 else ''}"
-        parts.append(f"key {_masked(api_key)} ({source('api_key')}; {length}; {shape})")
+        said = "; ".join(part for part in (source("api_key"), length, shape) if part)
+        parts.append(f"key {_masked(api_key)} ({said})")
         return Step("configuration", PASS, "; ".join(parts), facts=facts)
 
     def proxy(self) -> Step:
@@ -463,7 +469,7 @@ class Doctor:
                         finish = event.reason
         except LlmError as exc:
             step = self._failed("stream", exc, {"keep_alives": keep_alives})
-            if exc.detail == FailureDetail.UPSTREAM_AUTH:
+            if exc.detail in (FailureDetail.UPSTREAM_AUTH, FailureDetail.UPSTREAM_QUOTA):
                 step.text = f"[{exc.code}] {self._upstream_refused(exc)}: {step.text.removeprefix(f'[{exc.code}] ')}"
             return step
         ended = self.now()
@@ -479,12 +485,14 @@ class Doctor:
         return Step("stream", PASS, "; ".join(parts) + f"; {_ms(ended - started)} in all", facts=facts)
 
     def _upstream_refused(self, exc: LlmError) -> str:
-        """A gateway's upstream refused the gateway's own credential: whether the gateway took the key first."""
+        """A gateway's upstream refused the gateway's own credential or account: whether the gateway took the
+        key first."""
         gateway = exc.endpoint_name or "the gateway"
         owner = f"{exc.endpoint_name}'s" if exc.endpoint_name else "the gateway's"
+        what = "credential" if exc.detail == FailureDetail.UPSTREAM_AUTH else "account for quota or credit"
         if self.models_listed:
-            return f"{gateway} accepted your key (GET /models 200), but its upstream refused {owner} own credential"
-        return f"the upstream of {gateway} refused {owner} own credential"
+            return f"{gateway} accepted your key (GET /models 200), but its upstream refused {owner} own {what}"
+        return f"the upstream of {gateway} refused {owner} own {what}"
 
     async def environment(self) -> Step:
         def version(name: str) -> str:

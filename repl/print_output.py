@@ -80,6 +80,7 @@ def result_object(shell: Shell, end: EndReason, status: int, duration_s: float, 
     reason.setdefault("code", None)
     reason["message"] = message if isinstance(message, str) and message else None
     tally = shell.session.turn_usage
+    known = tally.tokens_known  # a request without usage makes the sums unknown (null), never zero
     return {
         "type": "result",
         "session_id": shell.session.id,
@@ -88,12 +89,12 @@ def result_object(shell: Shell, end: EndReason, status: int, duration_s: float, 
         "text": text,
         "usage": {
             "requests": tally.requests,
-            "prompt_tokens": tally.prompt,
-            "cached_tokens": tally.cached,
-            "output_tokens": tally.output,
-            "reasoning_tokens": tally.reasoning,
+            "prompt_tokens": tally.prompt if known else None,
+            "cached_tokens": tally.cached if known else None,
+            "output_tokens": tally.output if known else None,
+            "reasoning_tokens": tally.reasoning if known else None,
         },
-        "cost_usd": round(tally.cost, 6) if tally.cost is not None else None,
+        "cost_usd": round(tally.cost, 6) if known and tally.cost is not None else None,
         "duration_s": round(duration_s, 3),
     }
 

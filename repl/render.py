@@ -64,6 +64,7 @@ __all__ = [
     "FIX_REFUSED",
     "FIX_SERVER",
     "FIX_UPSTREAM_AUTH",
+    "FIX_UPSTREAM_QUOTA",
     "HIGHLIGHT",
     "REMOVED",
     "RESET",
@@ -105,6 +106,11 @@ FIX_AUTH_FROM = "  fix: the API key was refused — check {source}"  # where the
 FIX_UPSTREAM_AUTH = (
     "  fix: {gateway} accepted your key, but its upstream refused {owner} own credential"
     " — check the upstream key in {owner} configuration"
+)
+# The same for quota or credit: the gateway's upstream account ran out, not the account of the user's key.
+FIX_UPSTREAM_QUOTA = (
+    "  fix: {gateway} accepted your key, but its upstream refused {owner} own account for quota or credit"
+    " — check the balance of the upstream account in {owner} configuration"
 )
 FIX_QUOTA = "  fix: your DeepSeek balance has run out; top up at https://platform.deepseek.com/top_up"
 FIX_QUOTA_ELSEWHERE = (
@@ -316,14 +322,22 @@ def _server_words(endpoint: Endpoint | None) -> str:
     return f"the {endpoint.name} server" if endpoint.name else str(endpoint)
 
 
+# A gateway relayed its upstream's refusal of the gateway's own credential or account (llm/http_status.py).
+_UPSTREAM_FIXES: dict[tuple[str, str], str] = {
+    (ErrorCode.AUTH, FailureDetail.UPSTREAM_AUTH): FIX_UPSTREAM_AUTH,
+    (ErrorCode.QUOTA, FailureDetail.UPSTREAM_QUOTA): FIX_UPSTREAM_QUOTA,
+}
+
+
 def _endpoint_fix(reason: Failed, sources: Mapping[str, str]) -> str | None:
     """The fix lines that name the endpoint: SERVER, QUOTA (DeepSeek's top-up page only for DeepSeek) and
-    a gateway's upstream refusing the gateway's own credential."""
+    a gateway's upstream refusing the gateway's own credential or account."""
     endpoint = _answered_by(reason)
-    if reason.code == ErrorCode.AUTH and reason.detail == FailureDetail.UPSTREAM_AUTH:
+    upstream = _UPSTREAM_FIXES.get((reason.code, reason.detail or ""))
+    if upstream is not None:
         gateway = endpoint.name if endpoint is not None and endpoint.name else None
         words = gateway or (f"the gateway at {endpoint.address}" if endpoint is not None else "the gateway")
-        return one_line(FIX_UPSTREAM_AUTH.format(gateway=words, owner=f"{gateway}'s" if gateway else "the gateway's"))
+        return one_line(upstream.format(gateway=words, owner=f"{gateway}'s" if gateway else "the gateway's"))
     if reason.code == ErrorCode.SERVER:
         return one_line(FIX_SERVER.format(endpoint=_server_words(endpoint)))
     if reason.code == ErrorCode.QUOTA:
@@ -819,6 +833,7 @@ def mcp_arguments(arguments: object) -> str:
 def mcp_approval(server: str, tool: str, arguments: object, *, rows: int = 24, cols: int = 80) -> Approval:
     """The question for an MCP tool call (docs/mcp.md, "Approval"): server, tool and the whole arguments JSON,
     y / n / a like ``run_shell``; arguments that do not fit the screen are viewed (``v``) before ``y`` counts."""
+    tool, server = one_line(tool), one_line(server)  # a name drawn on the question's own line, never a new one
     head = f"  [approve] MCP tool {tool} (server {server}): "
     text = mcp_arguments(arguments)
     shown = shown_command(text)

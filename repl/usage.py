@@ -1,7 +1,8 @@
 """Tokens, cost and context fill on screen: the dim line after each interactive turn, and ``/cost``.
 
 The sums are the session's (:mod:`dsh.agent_loop.usage`). Format, e.g.
-``tokens 12.3k in (9.1k cached) · 420 out · context 1.8% · $0.0031`` (docs/architecture.md).
+``tokens 12.3k in (9.1k cached) · 420 out · context 1.8% · $0.0031`` (docs/architecture.md); when the
+endpoint sent no usage, ``tokens unknown (the endpoint sent no usage)``.
 """
 
 from __future__ import annotations
@@ -14,6 +15,7 @@ from dsh.agent_loop.usage import AUTO_COMPACT_AT, CONTEXT_WARNING_AT, UsageTally
 __all__ = [
     "AUTO_COMPACT_AT",
     "CONTEXT_WARNING_AT",
+    "NO_USAGE",
     "UsageTally",
     "compact_count",
     "context_fill",
@@ -57,7 +59,14 @@ def context_warning(fill: float) -> str:
     return f"context {_percent(fill)} full — /compact summarizes the conversation so far, /new starts over"
 
 
+NO_USAGE = "tokens unknown (the endpoint sent no usage)"
+
+
 def usage_line(tally: UsageTally, models: Mapping[str, Mapping[str, Any]] | None = None) -> str:
+    """The sums, or that they are unknown: a request whose reply carried no usage is never counted as zero
+    tokens, and a cost that leaves some requests out is not shown."""
+    if tally.requests and tally.unreported == tally.requests:
+        return NO_USAGE
     parts = [f"tokens {compact_count(tally.prompt)} in"]
     if tally.cached:
         parts[0] += f" ({compact_count(tally.cached)} cached)"
@@ -68,6 +77,8 @@ def usage_line(tally: UsageTally, models: Mapping[str, Mapping[str, Any]] | None
     context = context_text(tally, models)
     if context is not None:
         parts.append(context)
-    if tally.cost is not None:
+    if tally.unreported:
+        parts.append(f"no usage sent for {tally.unreported} of {tally.requests} requests")
+    elif tally.cost is not None:
         parts.append(format_cost(tally.cost))
     return " · ".join(parts)

@@ -47,9 +47,11 @@ class _RetrySettings(TypedDict):
     base_delay: float
     max_delay: float
     jitter: float
+    retry_after_max: float
 
 
-DEMO_RETRY: _RetrySettings = {"max_retries": 5, "base_delay": 0.1, "max_delay": 0.4, "jitter": 0.0}
+DEMO_RETRY: _RetrySettings = {"max_retries": 5, "base_delay": 0.1, "max_delay": 0.4, "jitter": 0.0,
+                              "retry_after_max": 0.4}
 
 
 def demo_retry_policy() -> RetryPolicy:
@@ -351,8 +353,8 @@ def _register_catalogue() -> None:
         expect="[turn failed INVALID_REQUEST] Request body too large")
     add("http-422", "HTTP 422 invalid parameters (an unmapped status)", _default("http_422"),
         expect="[turn failed HTTP_422] Invalid Parameters: temperature must be between 0 and 2")
-    add("http-429", "HTTP 429 rate limit; its Retry-After: 1 is above the demo's 0.4 s backoff cap, "
-        "so dsh backs off 0.1-0.4 s instead (5 retries, then the fix line)",
+    add("http-429", "HTTP 429 rate limit; its Retry-After: 1 is past the demo's 0.4 s wait cap (60 s outside "
+        "the demo), so the turn ends at once saying when to retry (then the fix line)",
         _default(Behaviour("http_429", retry_after="1")), expect="[turn failed RATE_LIMIT] Rate Limit Reached")
     add("http-500", "HTTP 500 (retried, then the fix line)", _default("http_500"),
         expect="[turn failed SERVER] Internal Server Error")

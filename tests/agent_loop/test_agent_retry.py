@@ -9,6 +9,7 @@ import anyio
 import pytest
 
 from dsh.agent_loop import NEVER_RETRIED, RETRYABLE_CODES, Aborted, Completed, Failed, RetryPolicy
+from dsh.agent_loop.retry import wait_words
 from dsh.llm.loopback.fault_server import Behaviour
 from tests.agent_loop.agent_support import durable_types, read_log
 
@@ -39,12 +40,24 @@ async def test_retry_after_below_the_cap_is_honoured(server, make_agent):
     assert (retry["code"], retry["delay_s"], retry["message"]) == ("RATE_LIMIT", 0.3, "Rate Limit Reached")
 
 
-async def test_retry_after_above_the_cap_falls_back_to_the_backoff(server, make_agent):
+async def test_retry_after_above_the_backoff_cap_is_still_honoured(server, make_agent):
+    server.push(Behaviour("http_429", retry_after="0.3"), "text")
+    agent, seen = make_agent(server.url, retry=RetryPolicy(base_delay=0.001, max_delay=0.01, jitter=0.0))
+    assert await agent.run_turn("hello") == Completed()
+    assert [r["delay_s"] for r in seen.of("llm/retry")] == [0.3]
+
+
+async def test_retry_after_past_its_cap_ends_the_turn_at_once_saying_when(server, make_agent):
     server.push(Behaviour("http_429", retry_after="30"), "text")
-    agent, seen = make_agent(server.url, retry=RetryPolicy(base_delay=0.001, max_delay=1.0, jitter=0.0))
+    agent, seen = make_agent(server.url, retry=RetryPolicy(base_delay=0.001, retry_after_max=20.0))
     with anyio.fail_after(5):
-        assert await agent.run_turn("hello") == Completed()
-    assert [r["delay_s"] for r in seen.of("llm/retry")] == [0.001]
+        reason = await agent.run_turn("hello")
+    assert isinstance(reason, Failed)
+    assert (reason.code, reason.status, reason.message) == (
+        "RATE_LIMIT", 429, "Rate Limit Reached (the server asked to retry after 30 s)")
+    assert seen.of("llm/retry") == [] and len(server.requests) == 1
+    _, records = read_log(agent.session.path)
+    assert records[-1]["data"]["reason"]["message"] == reason.message
 
 
 async def test_auth_is_not_retried(server, make_agent):
@@ -127,11 +140,24 @@ def test_jitter_stays_within_ten_percent_and_under_the_cap():
             assert base <= policy.delay(attempt) <= min(10.0, base * 1.1)
 
 
-def test_retry_after_is_used_when_below_the_cap():
+def test_retry_after_is_used_up_to_its_cap():
     policy = RetryPolicy(jitter=0.0)
     assert policy.delay(1, 3.0) == 3.0
     assert policy.delay(1, 10.0) == 10.0
-    assert policy.delay(2, 60.0) == 1.0  # above the cap: ordinary backoff
+    assert policy.delay(2, 60.0) == 60.0  # above the backoff cap, at the Retry-After cap: as asked
+    assert not policy.waits_too_long(60.0) and not policy.waits_too_long(None)
+    assert policy.waits_too_long(60.5)  # past it: the failure ends the turn (the agent never waits)
+    assert policy.delay(2, 61.0) == 1.0
+
+
+@pytest.mark.parametrize(
+    ("seconds", "words"),
+    [(0.2, "1 s"), (61.0, "61 s"), (119.5, "120 s"), (120.0, "2 min"), (3599.2, "60 min"), (7200.0, "2 h"),
+     (86400.0, "24 h"), (86401.0, "more than a day"), (1e300, "more than a day"), (float("inf"), "more than a day"),
+     (float("nan"), "more than a day")],
+)
+def test_the_wait_is_said_in_bounded_words(seconds, words):
+    assert wait_words(seconds) == words
 
 
 def test_which_codes_are_retried():

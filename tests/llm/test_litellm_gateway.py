@@ -50,6 +50,13 @@ FIX_UPSTREAM_AUTH = (
     "  fix: LiteLLM accepted your key, but its upstream refused LiteLLM's own credential"
     " — check the upstream key in LiteLLM's configuration"
 )
+FIX_UPSTREAM_QUOTA = (
+    "  fix: LiteLLM accepted your key, but its upstream refused LiteLLM's own account for quota or credit"
+    " — check the balance of the upstream account in LiteLLM's configuration"
+)
+# OpenAI's answer for an account out of quota: a 429 that no retry can heal.
+QUOTA_429 = Behaviour("http_429", type="insufficient_quota",
+                      message="You exceeded your current quota, please check your plan and billing details.")
 FIX_SERVER = "  fix: the LiteLLM server is having trouble; retry later"
 DOCS = Path(__file__).resolve().parents[2] / "docs"
 CALL_ID = re.compile(r"[0-9a-f]{8}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{12}")  # x-litellm-call-id
@@ -190,6 +197,30 @@ def test_a_429_without_retries_left_names_the_rate_limit(gateway, upstream, home
     assert run.returncode == 1
     assert errors(run) == [f"[turn failed RATE_LIMIT] {UPSTREAM_429}",
                            "  fix: requests are arriving too fast; back off and try again shortly"]
+
+
+@pytest.mark.parametrize("refusal", [Behaviour("http_402"), QUOTA_429], ids=["402", "quota-429"])
+def test_an_upstream_quota_refusal_names_the_gateways_upstream_account_not_the_users(gateway, upstream, home,
+                                                                                   refusal):
+    upstream.push(refusal)
+    run = through(gateway, home, "-p", "hi")
+    assert run.returncode == 1
+    line, fix = errors(run)
+    assert line.startswith("[turn failed QUOTA] litellm.") and "Exception - " in line
+    assert fix == FIX_UPSTREAM_QUOTA
+    assert len(upstream.requests) and upstream.requests[-1].behaviour == refusal.name  # not retried
+
+
+def test_doctor_says_the_gateway_took_the_key_and_its_upstream_refused_its_account(gateway, upstream, home):
+    upstream.push("http_402")
+    run = through(gateway, home, "doctor")
+    assert run.returncode == 1
+    lines = run.stdout.splitlines()
+    (stream,) = [line for line in lines if line.startswith("✗ stream: ")]
+    assert stream.startswith("✗ stream: [QUOTA] LiteLLM accepted your key (GET /models 200), but its upstream "
+                             "refused LiteLLM's own account for quota or credit: litellm.")
+    assert FIX_UPSTREAM_QUOTA in lines
+    assert not [line for line in lines if "DEEPSEEK_API_KEY" in line and "fix:" in line]
 
 
 def test_an_upstream_500_names_litellm_not_deepseek(gateway, upstream, home):

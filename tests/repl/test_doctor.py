@@ -33,7 +33,7 @@ from tests.repl.test_shell_commands import ListSink
 pytestmark = pytest.mark.anyio
 
 KEY = "sk-0123456789abcdef0123456789abcdef"
-SHOWN_KEY = "key sk-***cdef (DEEPSEEK_API_KEY (environment); 35 characters; sk- and 32 hex digits, as DeepSeek issues)"
+SHOWN_KEY = "key sk-***cdef (DEEPSEEK_API_KEY (environment); 35 characters)"  # not DeepSeek: no DeepSeek key shape
 SKIPPED = "skipped (an earlier step failed)"
 
 
