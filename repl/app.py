@@ -43,7 +43,7 @@ from prompt_toolkit.patch_stdout import patch_stdout
 
 from dsh.repl import commands
 from dsh.repl.config import Config, history_path
-from dsh.repl.first_prompt import PROMPT, FirstPrompt
+from dsh.repl.first_prompt import ENDING_SIGNALS, PROMPT, FirstPrompt, ending_status
 from dsh.repl.render import (
     Approval,
     Rewrite,
@@ -67,7 +67,7 @@ if TYPE_CHECKING:
 __all__ = ["InteractiveApp", "SafeHistory", "TerminalSink", "run_interactive"]
 
 DOUBLE_CTRL_C_WINDOW = 2.0
-_SIGNALS = (signal.SIGINT, signal.SIGTERM)
+_SIGNALS = (signal.SIGINT, *ENDING_SIGNALS)  # a quit or hangup by kill too: raw mode makes Ctrl-\ a key
 _WAKE = "\x00wake"  # what the prompt returns when a background job's notice wakes the idle owner
 EXIT_HINT = "(press Ctrl-C again to exit, or Ctrl-D)"
 CANCELLING = "cancelling…"  # the turn toolbar's hint from a Ctrl-C until the turn has ended
@@ -414,8 +414,8 @@ class InteractiveApp:
     # --- signals (only while no application owns the terminal, or sent by kill) -------------------
 
     def _on_signal(self, signum: int) -> None:
-        if signum == signal.SIGTERM:
-            self._exit_status = 128 + signal.SIGTERM
+        if signum in ENDING_SIGNALS:  # the turn ends, the prompt exits, prompt_toolkit restores the terminal
+            self._exit_status = ending_status(signum)
             self.shell.cancel_turn()
             self._exit_prompt()
         elif self.shell.session.turn_running:

@@ -35,10 +35,11 @@ if TYPE_CHECKING:
 __all__ = ["NO_FAILURE", "default_name", "failed_turn", "write_capsule"]
 
 NO_FAILURE = "no failed turn to report yet"
-# Settings whose values are shown by their shape only: a table's values or a prompt's text could hold a secret
-# or the user's own words (docs/reporting.md, "What a capsule holds").
+# Settings whose values are shown by their shape only: a table's values, a prompt's text or a hook's arguments
+# could hold a secret or the user's own words (docs/reporting.md, "What a capsule holds").
 _TABLES = ("subagents", "mcp_servers", "models")
 _TEXTS = ("system_prompt", "system_prompt_append")
+_COMMANDS = ("prompt_hook",)  # an argv list or a shell command line: a checking service's token rides in it
 
 
 def default_name() -> str:
@@ -63,7 +64,8 @@ def _sources(shell: Host) -> dict[str, str]:
 
 def settings(shell: Host) -> dict[str, Any]:
     """Each setting's value and source, never a secret: the key only as set or not, URLs redacted, tables by
-    their names and keys, prompts by their length (the whole record is masked again when written)."""
+    their names and keys, prompts by their length, commands by their program (the whole record is masked
+    again when written)."""
     config, sources = shell.config, _sources(shell)
     out: dict[str, Any] = {}
     for key in sorted(KNOWN_KEYS):
@@ -76,8 +78,18 @@ def settings(shell: Host) -> dict[str, Any]:
             value = {name: sorted(table) if isinstance(table, dict) else "?" for name, table in value.items()}
         elif key in _TEXTS and isinstance(value, str):
             value = {"chars": len(value)}
+        elif key in _COMMANDS and value is not None:
+            value = _command_shape(value)
         out[key] = {"value": value, "source": sources.get(key, "default")}
     return out
+
+
+def _command_shape(command: str | list[str]) -> dict[str, Any]:
+    """An argv list as its program and how many arguments follow; a shell command line (its first word may be
+    ``TOKEN=… check``) by its length alone."""
+    if isinstance(command, list) and command:
+        return {"program": command[0], "arguments": len(command) - 1}
+    return {"chars": len(command)}
 
 
 def _trust(env: dict[str, str]) -> dict[str, Any]:

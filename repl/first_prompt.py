@@ -5,8 +5,13 @@ and ``> `` first (echo and line editing off, so keys typed meanwhile wait in the
 and prompt_toolkit takes over the same line once it is loaded: :meth:`FirstPrompt.take_over` turns
 echo back on just before prompt_toolkit reads the typeahead and switches to raw mode, and moves the
 cursor to the line's start, where prompt_toolkit draws the same prompt over it. If start-up ends
-before that (Ctrl-C, SIGTERM, an error), :meth:`FirstPrompt.abandon` erases the prompt line and gives
-the terminal back as it was. docs/architecture.md, "Start-up and lazy imports".
+before that (Ctrl-C, Ctrl-\\, SIGTERM, SIGHUP, an error), :meth:`FirstPrompt.abandon` erases the prompt
+line and gives the terminal back as it was. docs/architecture.md, "Start-up and lazy imports".
+
+Every signal that ends dsh ends it through the code that restores the terminal, with 128 + its number
+(:data:`ENDING_SIGNALS`): here while the early prompt owns the terminal, and in dsh.repl.app once
+prompt_toolkit does. Their handling is set here whatever dsh inherited: a runner may start dsh with
+SIGINT and SIGQUIT ignored (a non-interactive shell's background job), and the user's keys must still work.
 
 Only ``signal``, ``sys``, ``termios`` and dsh's sanitizer are imported here (``typing`` is in already).
 """
@@ -23,12 +28,20 @@ from dsh.repl.sanitize import sanitize
 if TYPE_CHECKING:
     from types import FrameType
 
-__all__ = ["PROMPT", "FirstPrompt", "banner_line"]
+__all__ = ["ENDING_SIGNALS", "PROMPT", "FirstPrompt", "banner_line", "ending_status"]
 
 PROMPT = "> "  # what prompt_toolkit draws over it (dsh.repl.app, InteractiveApp._read_line)
 _IFLAG, _LFLAG = 0, 3  # in termios's attribute list: iflag, oflag, cflag, lflag, ...
 _ERASE_LINE = "\r\x1b[K"
-SIGTERM_STATUS = 143
+# Signals whose default action would end dsh with the terminal as dsh set it: a kill, a hangup (the terminal
+# closed, or `kill -HUP`), Ctrl-\ (a quit, and a core dump, by default). SIGINT is Ctrl-C: KeyboardInterrupt.
+ENDING_SIGNALS = (signal.SIGTERM, signal.SIGHUP, signal.SIGQUIT)
+_HANDLED = (signal.SIGINT, *ENDING_SIGNALS)
+
+
+def ending_status(signum: int) -> int:
+    """dsh's exit status when an ending signal ends it: the shell's convention for a death by that signal."""
+    return 128 + signum
 
 
 def banner_line(version: str, model: str, endpoint: str, session_id: str) -> str:
@@ -49,7 +62,7 @@ class FirstPrompt:
         self._fd = 0
         self._saved: list[Any] | None = None
         self._owned = False  # the terminal is switched and the line ours (not taken over, not abandoned)
-        self._previous_term: Any = None
+        self._previous: dict[int, Any] = {}  # each handled signal's handler before draw()
 
     def draw(self) -> bool:
         """Echo and line editing off, the banner and the prompt written; False (nothing done) if stdin is not
@@ -59,8 +72,10 @@ class FirstPrompt:
         except termios.error:
             return False
         self._owned = True
-        self._previous_term = signal.getsignal(signal.SIGTERM)
-        signal.signal(signal.SIGTERM, self._on_sigterm)
+        self._previous = {signum: signal.getsignal(signum) for signum in _HANDLED}
+        signal.signal(signal.SIGINT, signal.default_int_handler)  # even if inherited ignored
+        for signum in ENDING_SIGNALS:
+            signal.signal(signum, self._on_ending_signal)
         try:
             termios.tcsetattr(self._fd, termios.TCSANOW, _quiet(self._saved))
         except termios.error:
@@ -68,21 +83,27 @@ class FirstPrompt:
             return False
         return _write(sanitize(self.banner) + "\n" + PROMPT)
 
-    def _on_sigterm(self, signum: int, frame: FrameType | None) -> None:
+    def _on_ending_signal(self, signum: int, frame: FrameType | None) -> None:
         # The default action would leave the terminal without echo; unwind through abandon() instead.
-        raise SystemExit(SIGTERM_STATUS)
+        raise SystemExit(ending_status(signum))
+
+    def _handler(self, signum: int) -> Any:
+        """What draw() set for ``signum``."""
+        return signal.default_int_handler if signum == signal.SIGINT else self._on_ending_signal
 
     def _release(self) -> bool:
-        """Echo as it was, the SIGTERM handler as it was (unless another replaced ours); False if done before."""
+        """Echo as it was, the signal handlers as they were (those another has not replaced since: prompt_toolkit's
+        loop sets its own before it takes over); False if done before."""
         if not self._owned or self._saved is None:
             return False
         self._owned = False
-        if signal.getsignal(signal.SIGTERM) == self._on_sigterm:
-            signal.signal(signal.SIGTERM, self._previous_term)
         try:
             termios.tcsetattr(self._fd, termios.TCSANOW, self._saved)  # TCSANOW: the typeahead stays queued
         except termios.error:
             pass
+        for signum, previous in self._previous.items():  # after: a signal meanwhile still unwinds through here
+            if signal.getsignal(signum) == self._handler(signum):
+                signal.signal(signum, previous)
         return True
 
     def take_over(self) -> None:

@@ -399,9 +399,7 @@ def _configure(args: argparse.Namespace, env: dict[str, str]) -> Config:
         if args.demo:
             raise ConfigError("--replay and --demo each pick the endpoint; give one of them")
         args.trace = _load_trace(args.replay)
-        if args.trace.max_retries is not None and "max_retries" not in config.sources:
-            # A capsule's run retried this often: so does its replay, unless this run sets it.
-            config = dataclasses.replace(config, max_retries=args.trace.max_retries)
+        config = _replay_retries(args.replay, args.trace.max_retries, config)
     if args.demo and args.record:
         raise ConfigError("--record records a real endpoint or a --replay; the demo's scenarios are scripted")
     if args.demo and config.record:  # the config file's: the demo still starts, and says it records nothing
@@ -431,6 +429,20 @@ def _load_trace(path: str) -> Any:
     except ReplayError as exc:
         message = exc.message
     raise ConfigError(message)  # outside the handler: one line, no chain beneath
+
+
+def _replay_retries(path: str, recorded: int | None, config: Config) -> Config:
+    """A capsule's run retried ``recorded`` times: so does its replay, up to the retry policy's default (a crafted
+    capsule must not retry for minutes: one warning says so), unless this run sets max_retries itself."""
+    from dsh.llm.loopback.replay_server import MAX_REPLAY_RETRIES  # only with --replay
+
+    if recorded is None or "max_retries" in config.sources:
+        return config
+    retries, warnings = min(recorded, MAX_REPLAY_RETRIES), config.warnings
+    if retries < recorded:
+        warnings = (*warnings, f"replay file {path} recorded max_retries = {recorded}; a replay retries at most "
+                               f"{retries} times")
+    return dataclasses.replace(config, max_retries=retries, warnings=warnings)
 
 
 def _check_record_path(path: str, what: str = "record") -> None:

@@ -10,6 +10,11 @@ again. A failure before any response is a reset before any byte, except to a rep
 so a refused connection replays as refused. A request beyond the recording gets HTTP 410 naming the recording.
 The trace format is written by ``dsh.llm.wire_trace`` (docs/record-replay.md).
 
+Time does not follow a crafted file either (docs/record-replay.md, "Limits"): every recorded offset and deadline
+is a finite number of seconds from 0 to :data:`MAX_REPLAY_SECONDS` (``NaN`` and ``Infinity``, which Python's json
+reads by default, are refused where a line is parsed), and a capsule's retries are followed up to
+:data:`MAX_REPLAY_RETRIES`.
+
 Memory does not follow the file or the requests (docs/record-replay.md, "Limits"): the trace is
 checked and indexed in one streamed pass (where each exchange's lines are), and an exchange's body is
 read back from the file as it is served. A request body is never kept: over :data:`MAX_REQUEST_BODY`
@@ -34,6 +39,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from dsh.llm.codes import ErrorCode
+from dsh.llm.defaults import DEFAULT_MAX_RETRIES
 from dsh.llm.errors import HarnessError, error_chain
 from dsh.llm.failure_chain import MAX_TEXT, REPLAY_FAILURE_HEADER, REPLAY_REQUEST_HEADER, check_chain, rebuildable
 from dsh.llm.lines import LongLine, read_lines
@@ -49,8 +55,9 @@ from dsh.llm.loopback.fault_server import (
 )
 from dsh.llm.wire_trace import CAPSULE_TYPE, TRACE_TYPE, TRACE_VERSION, regular_file_problem
 
-__all__ = ["MAX_REQUEST_BODY", "SUMMARIES_KEPT", "RecordedExchange", "ReplayError", "ReplayServer",
-           "RequestSummary", "Trace", "load_trace", "main", "parse_speed", "serve_forever"]
+__all__ = ["MAX_REPLAY_RETRIES", "MAX_REPLAY_SECONDS", "MAX_REQUEST_BODY", "SUMMARIES_KEPT", "RecordedExchange",
+           "ReplayError", "ReplayServer", "RequestSummary", "Trace", "load_trace", "main", "parse_speed",
+           "serve_forever"]
 
 # Framing is the replay's own (chunked); what the recording's server said about framing is dropped. A
 # Content-Encoding the recorder inflated is gone from the trace already; one it could not is kept.
@@ -63,6 +70,13 @@ MAX_REQUEST_BODY = 32 << 20
 SUMMARIES_KEPT = 1000  # request summaries kept (the oldest go first)
 _SUMMARY_PREFIX = 64 * 1024  # body bytes searched for the model name
 _MODEL = re.compile(rb'"model"\s{0,8}:\s{0,8}"([^"\\]{1,128})"')
+# A recorded offset ``t`` or deadline over this is refused: an hour is six times the default first-token
+# deadline, and a crafted file must not hold a replay for days (or, with Infinity, for ever).
+MAX_REPLAY_SECONDS = 3600.0
+_DEADLINES = ("stream_idle_timeout", "first_token_timeout")  # the header's timeouts a replay uses
+# A capsule's recorded max_retries is followed up to the retry policy's default, never further: 100 recorded
+# 503s must not hold a replay for 16 minutes of backoff.
+MAX_REPLAY_RETRIES = DEFAULT_MAX_RETRIES
 
 
 class ReplayError(HarnessError):
@@ -165,7 +179,8 @@ class Trace:
     exchanges: Sequence[RecordedExchange]
     fd: int = -1
     # A failure capsule's max_retries (its report's settings): a replay retries as the reporter's run did, so
-    # the recorded attempts are all it asks for (docs/reporting.md). None for a recording, or the default.
+    # the recorded attempts are all it asks for (docs/reporting.md), up to MAX_REPLAY_RETRIES (the caller caps
+    # it and says so). None for a recording, or the default.
     max_retries: int | None = None
 
     def close(self) -> None:
@@ -183,9 +198,28 @@ def _field(record: dict[str, Any], key: str, kind: type | tuple[type, ...], wher
 
 def _offset(record: dict[str, Any], where: str) -> float:
     t = _field(record, "t", (int, float), where)
-    if not 0 <= t < 86400 * 7:
-        raise ValueError(f"{where}: 't' is out of range")
+    if not 0 <= t <= MAX_REPLAY_SECONDS:  # NaN fails this too (the parser refused it already)
+        raise ValueError(f"{where}: 't' must be from 0 to {MAX_REPLAY_SECONDS:g} seconds, got {t:g}")
     return float(t)
+
+
+def _deadlines(header: dict[str, Any], where: str) -> dict[str, float]:
+    """The recorded deadlines a replay uses, each more than 0 and at most :data:`MAX_REPLAY_SECONDS`."""
+    timeouts = header.get("timeouts")
+    if not isinstance(timeouts, dict):
+        return {}
+    checked: dict[str, float] = {}
+    for key in _DEADLINES:
+        if key not in timeouts:
+            continue
+        value = timeouts[key]
+        number = isinstance(value, int | float) and not isinstance(value, bool)
+        if not number or not 0 < value <= MAX_REPLAY_SECONDS:
+            shown = f"{value:g}" if number else f"{value!r:.40}"
+            raise ValueError(f"{where}: 'timeouts.{key}' must be more than 0 and at most "
+                             f"{MAX_REPLAY_SECONDS:g} seconds, got {shown}")
+        checked[key] = float(value)
+    return checked
 
 
 def _headers(value: object, where: str) -> list[tuple[str, str]]:
@@ -221,16 +255,49 @@ def _apply_end(exchange: RecordedExchange, record: dict[str, Any]) -> None:
     exchange.chain = chain if isinstance(chain, list) else None
 
 
+class _NonFinite:
+    """What the parser makes of ``NaN``, ``Infinity`` and ``-Infinity`` (JSON has none of them): the line is
+    refused, naming the field that holds one."""
+
+    __slots__ = ("word",)
+
+    def __init__(self, word: str) -> None:
+        self.word = word
+
+
 def _record(line: bytes | LongLine, where: str) -> dict[str, Any]:
     if isinstance(line, LongLine):
         raise ValueError(f"{where}: longer than {_MAX_LINE >> 20} MiB")
+    found: list[str] = []
+
+    def non_finite(word: str) -> _NonFinite:
+        found.append(word)
+        return _NonFinite(word)
+
     try:
-        record = json.loads(line)
+        record = json.loads(line, parse_constant=non_finite)
     except (ValueError, RecursionError):
         raise ValueError(f"{where}: not JSON") from None
+    if found:
+        field_name, word = _non_finite_at(record) or ("", found[0])
+        raise ValueError(f"{where}: {field_name or 'a value'!r} is {word}, not a finite number")
     if not isinstance(record, dict):
         raise ValueError(f"{where}: not a JSON object")
     return record
+
+
+def _non_finite_at(value: Any, path: str = "") -> tuple[str, str] | None:
+    """``('timeouts.stream_idle_timeout', 'Infinity')``: where the first non-finite number is, depth first (the
+    parser already bounded the depth)."""
+    if isinstance(value, _NonFinite):
+        return path, value.word
+    items = value.items() if isinstance(value, dict) else enumerate(value) if isinstance(value, list) else ()
+    for key, item in items:
+        inner = f"{path}[{key}]" if isinstance(key, int) else f"{path}.{key}" if path else key
+        found = _non_finite_at(item, inner)
+        if found is not None:
+            return found
+    return None
 
 
 def load_trace(path: str) -> Trace:
@@ -261,6 +328,7 @@ def load_trace(path: str) -> Trace:
 
 def _index(path: str, fd: int) -> Trace:
     header: dict[str, Any] | None = None
+    deadlines: dict[str, float] = {}
     slots: dict[int, _Slot] = {}
     max_retries: int | None = None
     for number, (offset, line) in enumerate(_trace_lines(fd), 1):
@@ -270,18 +338,16 @@ def _index(path: str, fd: int) -> Trace:
         record = _record(line, where)
         if header is None:
             header = _check_header(record, where)
+            deadlines = _deadlines(header, where)
         elif record.get("type") == "report" and header["type"] == CAPSULE_TYPE:
             max_retries = _reported_retries(record)  # the rest is a failure capsule's facts: nothing to serve
         else:
             _index_record(record, offset, where, slots)
     if header is None:
         raise ValueError("empty file")
-    timeouts = header.get("timeouts")
-    checked = {k: float(v) for k, v in timeouts.items() if isinstance(v, int | float) and not isinstance(v, bool)
-               and v > 0} if isinstance(timeouts, dict) else {}
     base_url, proxy = _text(header, "base_url") or "", _text(header, "proxy")
     exchanges = _Exchanges(fd, [slots[n] for n in sorted(slots)])
-    return Trace(path, base_url, proxy, checked, exchanges, fd, max_retries)
+    return Trace(path, base_url, proxy, deadlines, exchanges, fd, max_retries)
 
 
 def _reported_retries(report: dict[str, Any]) -> int | None:
