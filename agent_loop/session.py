@@ -361,6 +361,10 @@ class Session:
                                   approve=self._approve, extra_tools=extra, retry=self.retry, label=self._label,
                                   cwd=self.cwd, extra_secrets=self._mcp_secrets(), files=self._files,
                                   permissions=self.permissions)
+        if self.sessions_root is not None:  # the journal's key is dsh's, wherever the log is (docs/safety.md)
+            from dsh.agent_loop.journal import journal_key_file
+
+            agent.journal_key = journal_key_file(self.sessions_root)
         self.agent = agent
         self._unsubscribe_agent = agent.subscribe(self._on_event)
 
@@ -444,8 +448,8 @@ class Session:
             if self._cancel_pending and self.agent is not None:
                 self._cancel_pending = False
                 self.agent.cancel("cancelled")  # a cancel that came before the agent's turn existed
-        elif isinstance(event, AssistantMessage) and event.usage is not None:
-            self._count_usage(event)
+        elif isinstance(event, AssistantMessage):
+            self._count_usage(event)  # without usage too: a request whose tokens are unknown
         elif isinstance(event, ToolResult):
             self.last_tool_result = event
             if event.cause is not None:  # a failed subagent run: /why shows its host-side chain
@@ -470,8 +474,7 @@ class Session:
 
     def _count_compaction(self, event: ContextCompacted) -> None:
         """The summary request costs like any other; afterwards the window holds about the new conversation."""
-        if event.usage is not None:
-            self._count_usage(event)
+        self._count_usage(event)
         if self.agent is not None and self.usage.requests:
             # Applied before subscribers hear of it: the agent's messages are the compacted ones already.
             left = estimate_tokens("".join(message.content for message in self.agent.messages))
@@ -479,7 +482,6 @@ class Session:
                 tally.context, tally.context_estimated = left, True
 
     def _count_usage(self, event: AssistantMessage | ContextCompacted) -> None:
-        assert event.usage is not None
         info = model_info(self.model, self.config.models)
         now = datetime.datetime.now(datetime.UTC)
         self.turn_usage.add(event.usage, self.model, info, now)
@@ -580,9 +582,13 @@ class Session:
             return ["nothing to undo: this session keeps no log, so no journal of its edits"]
         available = await anyio.to_thread.run_sync(journal.undoable_turns)
         dropped = journal.dropped_turns()
+        untrusted = journal.untrusted_entries
         past_cap = (f"; turn{'s' if len(dropped) != 1 else ''} {_turn_list(dropped)} changed files but "
                     f"{'are' if len(dropped) != 1 else 'is'} past the journal's cap, so "
                     f"{'their' if len(dropped) != 1 else 'its'} changes cannot be undone") if dropped else ""
+        if not available and untrusted:
+            return [f"nothing to undo: this session's undo journal was not written by this dsh ({_unsigned(untrusted)}"
+                    f": copied from elsewhere, or written by a dsh before journals were signed); nothing reverted"]
         if not available:
             return [f"nothing to undo: no turn of this session has file changes left to undo{past_cap}"]
         lines: list[str] = []
@@ -594,6 +600,8 @@ class Session:
         if len(chosen) < turns:
             lines.append(f"only {len(chosen)} turn{'s' if len(chosen) != 1 else ''} had file changes left to undo"
                          + past_cap)
+        if untrusted:
+            lines.append(f"the undo journal also holds {_unsigned(untrusted)}, not written by this dsh: ignored")
         return lines
 
     def _exchanges_so_far(self) -> int:
@@ -636,6 +644,10 @@ class Session:
             self._note_failure(end, agent)
             self.last_reason = end
         return end
+
+
+def _unsigned(entries: int) -> str:
+    return f"{entries} entr{'ies' if entries != 1 else 'y'} without a valid signature"
 
 
 def _turn_list(turns: list[int]) -> str:

@@ -3,7 +3,9 @@ rewind"); the journal itself is ``dsh.agent_loop.journal``.
 
 Each file of the turn goes back to its earliest before-image in that turn, but only while it still holds
 what dsh last wrote there (its hash and size, from the journal): a file someone changed since, deleted,
-or replaced by a symlink or something else is named and left as it is. A file dsh created is removed.
+or replaced by a symlink or something else is named and left as it is. A file dsh created is removed. Only
+the journal's signed lines are read (dsh wrote them); the file's current bytes are hashed in bounded chunks,
+and only when its size is one the journal gives.
 
 Restoring walks to the file's directory from ``/`` following no symlink
 (:func:`dsh.agent_loop.safe_open.open_parent`), as an edit does, and never opens or replaces a symlink in
@@ -14,6 +16,7 @@ the editor's file access.
 
 from __future__ import annotations
 
+import hashlib
 import os
 import stat
 from collections.abc import Awaitable, Callable, Iterable
@@ -57,7 +60,7 @@ async def undo_turn(journal: Journal, turn: int, files: TextAccess | None,
     report = UndoReport(turn)
     for first, last in _per_file(journal.changes(turn)):
         shown = shown_path(last.path)
-        before = None if first.before is None else await run_sync(journal.blob, first.before)
+        before = None if first.before is None else await run_sync(journal.blob, first.before, first.before_size)
         if first.before is not None and before is None:
             report.lines.append(f"{shown}: its before-image is missing from the journal; not reverted")
             report.kept.append(last.path)
@@ -124,12 +127,12 @@ def _undo_in(directory: int, name: str, last: Change, before: bytes | None, show
         return f"{shown} is a symlink now; not reverted"
     if not stat.S_ISREG(info.st_mode):
         return f"{shown} is {file_kind(info.st_mode)} now; not reverted"
-    current = None
+    current = None  # its hash, when its size is one it could be
     if info.st_size == last.after_size or (before is not None and info.st_size == len(before)):
-        current = _read_at(directory, name)
-    if current is not None and before is not None and current == before:
+        current = _hash_at(directory, name)
+    if current is not None and before is not None and current == digest(before):
         return f"reverted {shown} (already as before)"
-    if current is None or digest(current) != last.after:
+    if current is None or current != last.after:
         return f"{shown} {_differs(last, info.st_size)}; not reverted"
     if before is None:
         os.unlink(name, dir_fd=directory)
@@ -139,7 +142,8 @@ def _undo_in(directory: int, name: str, last: Change, before: bytes | None, show
     return f"reverted {shown}"
 
 
-def _read_at(directory: int, name: str) -> bytes | None:
+def _hash_at(directory: int, name: str) -> str | None:
+    """The content hash of the regular file ``name``, read a chunk at a time (None if it cannot be read)."""
     try:
         fd = os.open(name, os.O_RDONLY | os.O_NOFOLLOW | os.O_NONBLOCK | os.O_CLOEXEC, dir_fd=directory)
     except OSError:
@@ -147,10 +151,12 @@ def _read_at(directory: int, name: str) -> bytes | None:
     try:
         if not stat.S_ISREG(os.fstat(fd).st_mode):
             return None
-        data = b""
+        hasher = hashlib.sha256()
         while chunk := os.read(fd, _READ_CHUNK):
-            data += chunk
-        return data
+            hasher.update(chunk)
+        return hasher.hexdigest()
+    except OSError:
+        return None
     finally:
         os.close(fd)
 

@@ -1,6 +1,6 @@
 """The undo journal (agent_loop/journal.py) and the undo (agent_loop/undo.py) under the real edit tools: the
 cap, an editor's buffers, a write journaled but never made, a torn line, a journal that cannot be written,
-before-images stored once, hostile journal lines.
+before-images stored once, hostile journal lines, signatures and the key, reading in bounded memory.
 
 The real dsh drives ``/undo`` in tests/reliability/test_undo.py; here the tools run in-process with the
 journal in their session state, as the agent puts it there."""
@@ -9,6 +9,8 @@ from __future__ import annotations
 
 import json
 import os
+import stat
+import tracemalloc
 from pathlib import Path
 from typing import Any
 
@@ -17,7 +19,7 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from dsh.agent_loop.journal import JOURNAL_KEY, Journal
+from dsh.agent_loop.journal import JOURNAL_KEY, Journal, JournalError, digest
 from dsh.agent_loop.tools import ToolContext, ToolOutput, default_tools, run_tool_call
 from dsh.agent_loop.undo import undo_turn
 from dsh.llm import ToolCall
@@ -188,16 +190,19 @@ _VALUE = st.one_of(st.none(), st.booleans(), st.integers(-5, 5), st.text(max_siz
 @given(records=st.lists(st.fixed_dictionaries({}, optional={
     key: _VALUE for key in ("type", "seq", "turn", "root", "path", "before", "before_size", "after", "after_size",
                             "via", "turns", "undos", "reverted", "kept")}), max_size=8),
-       garbage=st.binary(max_size=40))
+       garbage=st.binary(max_size=40), signed=st.booleans())
 def test_a_hostile_journal_loads_and_undoes_nothing_outside(tmp_path_factory: pytest.TempPathFactory,
-                                                           records: list[dict[str, Any]], garbage: bytes) -> None:
-    """Whatever the index holds (a damaged disk, a hand edit), loading it never raises, and an undo of it
-    writes nothing: no record can name a blob outside ``blobs/`` or a before-image that is not there."""
+                                                           records: list[dict[str, Any]], garbage: bytes,
+                                                           signed: bool) -> None:
+    """Whatever the index holds (a damaged disk, a hand edit; even signed, as if dsh had written it wrong),
+    loading it never raises, and an undo of it writes nothing: no record can name a blob outside ``blobs/``
+    or a before-image that is not there."""
     base = Path(os.path.realpath(tmp_path_factory.mktemp("hostile")))
     (base / "s.journal" / "blobs").mkdir(parents=True)
-    lines = b"".join(json.dumps(record).encode() + b"\n" for record in records) + garbage
+    journal = Journal(base / "s.journal", key_file=base / "journal.key")
+    encode = journal._signed if signed else (lambda record: json.dumps(record).encode() + b"\n")
+    lines = b"".join(encode(record) for record in records if record) + garbage
     (base / "s.journal" / "journal.jsonl").write_bytes(lines)
-    journal = Journal(base / "s.journal")
 
     async def undo_all() -> None:
         for turn in journal.undoable_turns():
@@ -206,4 +211,119 @@ def test_a_hostile_journal_loads_and_undoes_nothing_outside(tmp_path_factory: py
     anyio.run(undo_all)
     journal.untold()
     journal.dropped_turns()
-    assert sorted(path.name for path in base.iterdir()) == ["s.journal"]
+    assert sorted(path.name for path in base.iterdir() if path.name != "journal.key") == ["s.journal"]
+
+
+# --- signatures: only what this dsh wrote is trusted (docs/safety.md, "Undo and rewind") -------------------
+
+
+def _edited(tree: Path, journal: Journal) -> None:
+    """Turn 1 changed a.txt from ``before`` to ``after`` (journaled, then written)."""
+    journal.record(1, tree / "a.txt", tree, b"before\n", b"after\n")
+    (tree / "a.txt").write_bytes(b"after\n")
+    journal.close()
+
+
+def _index(journal_dir: Path) -> Path:
+    return journal_dir / "journal.jsonl"
+
+
+async def test_a_journal_is_trusted_with_its_key_and_with_no_other(tmp_path: Path, tree: Path) -> None:
+    key = tmp_path / "state" / "journal.key"
+    _edited(tree, Journal(tmp_path / "s.journal", key_file=key))
+    assert stat.S_IMODE(key.stat().st_mode) == 0o600 and stat.S_IMODE(key.parent.stat().st_mode) == 0o700
+    other = Journal(tmp_path / "s.journal", key_file=tmp_path / "elsewhere" / "journal.key")
+    assert other.undoable_turns() == [] and other.untrusted_entries == 1
+    same = Journal(tmp_path / "s.journal", key_file=key)
+    assert same.undoable_turns() == [1] and same.untrusted_entries == 0
+    assert await Turns(tree, same).undo(1) == ["reverted a.txt"] and (tree / "a.txt").read_bytes() == b"before\n"
+
+
+@pytest.mark.parametrize("tamper", ["edit a field", "drop the mac", "another journal's line"])
+def test_a_line_changed_after_signing_is_not_trusted(tmp_path: Path, tree: Path, tamper: str) -> None:
+    key = tmp_path / "journal.key"
+    _edited(tree, Journal(tmp_path / "s.journal", key_file=key))
+    line = _index(tmp_path / "s.journal").read_bytes()
+    where = tmp_path / "s.journal"
+    if tamper == "edit a field":
+        line = line.replace(b'"path":"a.txt"', b'"path":"b.txt"')
+    elif tamper == "drop the mac":
+        line = json.dumps({k: v for k, v in json.loads(line).items() if k != "mac"}).encode() + b"\n"
+    else:  # the same signed line under another session's name: a signature covers the journal's name
+        where = tmp_path / "other.journal"
+        where.mkdir()
+    _index(where).write_bytes(line)
+    journal = Journal(where, key_file=key)
+    assert journal.undoable_turns() == [] and journal.untrusted_entries == 1
+
+
+def test_a_signed_change_next_to_planted_lines_is_kept_and_they_are_counted(tmp_path: Path, tree: Path) -> None:
+    key = tmp_path / "journal.key"
+    journal = Journal(tmp_path / "s.journal", key_file=key)
+    journal.record(1, tree / "a.txt", tree, b"x", b"y")
+    journal.close()
+    with _index(tmp_path / "s.journal").open("ab") as index:  # a forged undo of turn 1, and a forged change
+        index.write(b'{"type":"undo","turn":1,"reverted":[],"kept":[]}\n')
+        index.write(json.dumps({"type": "change", "seq": 9, "turn": 2, "root": "/", "path": "/etc/passwd",
+                                "before": None, "before_size": None, "after": digest(b""), "after_size": 0,
+                                "via": "disk"}).encode() + b"\n")
+    reloaded = Journal(tmp_path / "s.journal", key_file=key)
+    assert reloaded.undoable_turns() == [1] and reloaded.untrusted_entries == 2
+    assert reloaded.untold() == (None, 0)  # a forged undo record is no note to the model either
+
+
+def test_the_key_is_made_once_and_a_key_that_is_not_the_user_s_file_is_refused(tmp_path: Path, tree: Path) -> None:
+    key = tmp_path / "journal.key"
+    Journal(tmp_path / "a.journal", key_file=key).record(1, tree / "a.txt", tree, None, b"y")
+    made = key.read_bytes()
+    Journal(tmp_path / "b.journal", key_file=key).record(1, tree / "b.txt", tree, None, b"y")
+    assert key.read_bytes() == made and len(made) == 32
+    key.chmod(0o644)  # loosened by a copy or a restore: tightened again, the user's own file
+    assert Journal(tmp_path / "a.journal", key_file=key).undoable_turns() == [1]
+    assert stat.S_IMODE(key.stat().st_mode) == 0o600
+    key.unlink()
+    key.symlink_to(tmp_path / "planted.key")
+    (tmp_path / "planted.key").write_bytes(made)
+    with pytest.raises(JournalError, match="cannot read or make the undo journal's key"):
+        Journal(tmp_path / "c.journal", key_file=key).record(1, tree / "c.txt", tree, None, b"y")
+
+
+# --- bounded reading --------------------------------------------------------------------------------------
+
+
+def test_a_huge_index_line_is_skipped_unread_and_counted(tmp_path: Path, tree: Path) -> None:
+    """A line past journal.MAX_LINE is never held: the memory to load a 40 MB line stays a few chunks."""
+    key = tmp_path / "journal.key"
+    _edited(tree, Journal(tmp_path / "s.journal", key_file=key))
+    with _index(tmp_path / "s.journal").open("ab") as index:
+        index.write(b'{"type":"change","path":"' + b"p" * (40 << 20) + b'"}\n')
+    tracemalloc.start()
+    try:
+        journal = Journal(tmp_path / "s.journal", key_file=key)
+        assert journal.undoable_turns() == [1] and journal.untrusted_entries == 1
+        peak = tracemalloc.get_traced_memory()[1]
+    finally:
+        tracemalloc.stop()
+    assert peak < 24 << 20, f"{peak} bytes to load the journal"  # before: the whole file, twice
+
+
+async def test_a_torn_line_of_any_length_is_cut_before_the_next_record(tmp_path: Path, tree: Path) -> None:
+    key = tmp_path / "journal.key"
+    _edited(tree, Journal(tmp_path / "s.journal", key_file=key))
+    with _index(tmp_path / "s.journal").open("ab") as index:
+        index.write(b"x" * (3 << 20))  # a torn tail longer than any chunk read, no newline
+    journal = Journal(tmp_path / "s.journal", key_file=key)
+    journal.record(2, tree / "b.txt", tree, None, b"new\n")
+    journal.close()
+    reloaded = Journal(tmp_path / "s.journal", key_file=key)
+    assert reloaded.undoable_turns() == [2, 1] and reloaded.untrusted_entries == 0
+
+
+async def test_a_before_image_of_another_size_than_journaled_is_not_read(tmp_path: Path, tree: Path) -> None:
+    key = tmp_path / "journal.key"
+    _edited(tree, Journal(tmp_path / "s.journal", key_file=key))
+    [blob] = (tmp_path / "s.journal" / "blobs").iterdir()
+    blob.write_bytes(b"before\n" + b"\0" * (8 << 20))  # grown behind dsh's back: refused by its size
+    assert await Turns(tree, Journal(tmp_path / "s.journal", key_file=key)).undo(1) == [
+        "a.txt: its before-image is missing from the journal; not reverted"]
+    assert (tree / "a.txt").read_bytes() == b"after\n"
