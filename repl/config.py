@@ -410,7 +410,7 @@ def _read_file(path: Path) -> dict[str, Any]:
         with handle:
             return tomllib.load(handle)
     except tomllib.TOMLDecodeError as exc:
-        raise ConfigError(f"config file {path} is not valid TOML: {exc}")
+        raise ConfigError(f"config file {path} is not valid TOML") from exc  # the chain adds the parser's words
     except UnicodeDecodeError:
         raise ConfigError(f"config file {path} is not valid UTF-8")
     except OSError as exc:
