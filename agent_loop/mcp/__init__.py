@@ -1,5 +1,5 @@
 """Tools from MCP servers (``[mcp_servers.NAME]``): configuration, the client on the official SDK, the
-manager a session owns, the tools the model sees, and the failure line (docs/mcp.md, DESIGN §8).
+manager a session owns, the tools the model sees, and the failure line (docs/mcp.md).
 
 The public names load on first use, like the package roots': reading the configuration (which the config
 file's check does before the first prompt) loads neither the manager nor the SDK. The SDK itself is imported

@@ -14,7 +14,7 @@ from __future__ import annotations
 import contextlib
 import logging
 import math
-from collections.abc import Callable, Mapping
+from collections.abc import Callable, Iterator, Mapping
 from typing import Any, Literal
 
 import anyio
@@ -40,7 +40,7 @@ from dsh.agent_loop.mcp.plain import (
     ResourceBlock,
     TextBlock,
 )
-from dsh.agent_loop.mcp.stdio import StreamFacts, stdio_streams
+from dsh.agent_loop.mcp.stdio import MAX_MESSAGE_BYTES, FrameTooLarge, Skipped, StreamFacts, stdio_streams
 from dsh.agent_loop.process import ExitStatus, ManagedProcess, ProcessStartError
 
 __all__ = ["CallFailed", "ServerConnection"]
@@ -52,11 +52,12 @@ _REQUEST_TIMEOUT = -32001
 # this code when the server's reply is not JSON-RPC (a lone surrogate escape is enough; docs/mcp.md). The
 # connection is still up (each request is its own POST), so it is that call's protocol failure.
 _PARSE_ERROR = -32700
+# The SDK's own answer to a request whose SSE event passed max_sse_event_size (httpx2's SSEError, relayed with
+# the connection-closed code): the connection is fine, that one answer was too large.
+_SSE_TOO_LARGE = "byte limit"
 _EXIT_WAIT = 1.0  # after stdout closed, the exit is usually a moment away: wait this long for its code
 _MAX_PAGES = 50  # tools/list pages followed; a server paging forever is cut here
-# One stdio message may carry a whole file (a 10 MiB read is a normal result): it is read whole, then bounded
-# to MAX_RESULT_CHARS for the model (tools.format_result). A longer line is a protocol failure (stdio.py).
-_MAX_MESSAGE_BYTES = 32 * 1024 * 1024
+_STDOUT_BUFFER = 1024 * 1024  # the pipe's reader pauses past twice this; stdio.py reads it in chunks
 
 State = Literal["starting", "ready", "failed", "stopped"]
 
@@ -145,8 +146,10 @@ class CallFailed(Exception):
 
 class ServerConnection:
     def __init__(self, config: McpServerConfig, *, environ: Mapping[str, str],
-                 on_change: Callable[[ServerConnection], None], frames: FrameTap | None = None) -> None:
+                 on_change: Callable[[ServerConnection], None], frames: FrameTap | None = None,
+                 on_stray: Callable[[ServerConnection, str], None] | None = None) -> None:
         self.config = config
+        self._on_stray = on_stray
         self._frames = frames
         self._environ = environ
         self._on_change = on_change
@@ -167,6 +170,7 @@ class ServerConnection:
         self._exit_noted = False
         self._send, self._commands = anyio.create_memory_object_stream[str](math.inf)
         self._life = anyio.CancelScope()  # run()'s: stop() cancels a start that has not finished
+        self._waiting: set[anyio.CancelScope] = set()  # requests a dropped (too large) message fails at once
 
     # --- the connection's life (one task) -------------------------------------------------------
 
@@ -195,11 +199,13 @@ class ServerConnection:
         if self._frames is not None:
             read, write = _TappedRead(read, self._frames), _TappedWrite(write, self._frames)
         session = await stack.enter_async_context(ClientSession(read, write, message_handler=self._message))
-        with anyio.fail_after(max(0.0, self.deadline - anyio.current_time())):
+        with anyio.fail_after(max(0.0, self.deadline - anyio.current_time())), self._answerable() as answer:
             self._stage = Stage.INITIALIZE
             await session.initialize()
             self._stage = Stage.LIST_TOOLS
             self.tools = await self._list(session)
+        if answer.cancel_called:
+            raise FrameTooLarge()
         self._session = session
         self._set("ready")
         await self._serve(session)
@@ -208,22 +214,51 @@ class ServerConnection:
         config = self.config
         if config.transport == "stdio":
             process = ManagedProcess(config.command, env=config.env, cwd=config.cwd, base_env=self._environ,
-                                     stdout_limit=_MAX_MESSAGE_BYTES)
+                                     stdout_limit=_STDOUT_BUFFER)
             # Shielded: a cancel between spawn and the handle being owned would orphan the child.
             with anyio.CancelScope(shield=True):
                 await process.start()
             self._process = process
             stack.push_async_callback(process.terminate)
             stack.push_async_callback(self._note_exit)  # runs first: the exit the server chose, not our ladder's
-            return await stack.enter_async_context(stdio_streams(process, self._facts))
+            return await stack.enter_async_context(stdio_streams(process, self._facts, self._skipped))
         assert config.url is not None
         headers, self.secrets = expand_headers(config.headers, self._environ)
         self._stage = Stage.INITIALIZE  # no child to spawn: the first request is where HTTP can fail
         client = httpx2.AsyncClient(headers=headers, timeout=httpx2.Timeout(30.0, read=300.0), trust_env=False,
-                                    event_hooks={"response": [self._saw_response]})
+                                    event_hooks={"response": [self._saw_response]},
+                                    transport=_CappedBodies(httpx2.AsyncHTTPTransport(trust_env=False)))
         await stack.enter_async_context(client)
-        read, write = await stack.enter_async_context(streamable_http_client(config.url, http_client=client))
+        read, write = await stack.enter_async_context(
+            streamable_http_client(config.url, http_client=client, max_sse_event_size=MAX_MESSAGE_BYTES))
         return read, write
+
+    def _skipped(self, what: Skipped) -> None:
+        """A stdout line the reader skipped (not JSON-RPC) or dropped (over MAX_MESSAGE_BYTES)."""
+        if what == "too-large":
+            _log.warning("MCP server %s: a message over %d bytes dropped", self.config.name, MAX_MESSAGE_BYTES)
+            for scope in self._waiting:  # the answer they wait for may have been it: they fail now
+                scope.cancel()
+        elif self._facts.stray == 1 and self._on_stray is not None and self._facts.first_stray is not None:
+            self._on_stray(self, self._facts.first_stray)
+
+    @property
+    def stray_lines(self) -> int:
+        return self._facts.stray
+
+    @contextlib.contextmanager
+    def _answerable(self) -> Iterator[anyio.CancelScope]:
+        """A request whose answer may be dropped as too large: the wait ends at once, and the caller, seeing
+        the scope's ``cancel_called``, raises FrameTooLarge (a protocol failure) instead of waiting out its
+        timeout; the connection itself carries on. Raised by the caller, outside the cancellation, so /why's
+        chain names the limit and not the cancellation beneath it."""
+        scope = anyio.CancelScope()
+        self._waiting.add(scope)
+        try:
+            with scope:
+                yield scope
+        finally:
+            self._waiting.discard(scope)
 
     async def _note_exit(self) -> None:
         if self._process is not None and not self._exit_noted:
@@ -251,8 +286,11 @@ class ServerConnection:
             if command == "stop":
                 return
             try:
-                with anyio.fail_after(self.config.startup_timeout):
-                    self.tools = await self._list(session)
+                with anyio.fail_after(self.config.startup_timeout), self._answerable() as answer:
+                    tools = await self._list(session)
+                if answer.cancel_called:
+                    raise FrameTooLarge()
+                self.tools = tools
             except Exception as exc:  # a failed re-listing keeps the last good list
                 _log.warning("MCP server %s: re-listing tools failed: %s", self.config.name, type(exc).__name__)
                 if isinstance(exc, MCPError) and exc.code == _CONNECTION_CLOSED:
@@ -291,8 +329,10 @@ class ServerConnection:
         if session is None or self.state != "ready":
             raise CallFailed(self.failure or McpFailure(Stage.CALL, Category.TRANSPORT))
         try:
-            with anyio.fail_after(timeout):
+            with anyio.fail_after(timeout), self._answerable() as answer:
                 result = await session.call_tool(tool, arguments)
+            if answer.cancel_called:
+                raise FrameTooLarge()
         except TimeoutError as exc:
             raise CallFailed(McpFailure(Stage.CALL, Category.TIMEOUT, cause=exc)) from None
         except Exception as exc:
@@ -309,7 +349,8 @@ class ServerConnection:
     def _answered(self, failure: McpFailure) -> bool:
         """Whether a failed call was answered (a JSON-RPC error: the server's, or the SDK's for a reply it could
         not parse) on a connection that is still up, rather than lost with the connection."""
-        if failure.category == Category.TOOL_ERROR:
+        if failure.category == Category.TOOL_ERROR or isinstance(failure.cause, FrameTooLarge) or _sse_too_large(
+                failure.cause):
             return True
         return (failure.category == Category.PROTOCOL and self._facts.protocol_error is None
                 and isinstance(failure.cause, MCPError) and failure.cause.code == _PARSE_ERROR)
@@ -324,12 +365,15 @@ class ServerConnection:
             words.append(("error", exc.error.message))
             if exc.error.data is not None:
                 words.append(("data", exc.error.data))
+        if self._facts.stray:  # lines skipped on the way: often the reason a server "hangs" (its answer was one)
+            words.append(("stdout lines that are not JSON-RPC, skipped", self._facts.stray))
+            words.append(("the first of them", self._facts.first_stray))
         if isinstance(exc, ProcessStartError):
             return McpFailure(Stage.SPAWN, Category.PROCESS_START, cause=exc)
         if isinstance(exc, MCPError) and exc.code == _CONNECTION_CLOSED:
             await self._note_exit()
         exit_status = self._exit
-        if self._facts.protocol_error is not None:
+        if self._facts.protocol_error is not None or _sse_too_large(exc):
             category = Category.PROTOCOL
         elif isinstance(exc, TimeoutError) or (isinstance(exc, MCPError) and exc.code == _REQUEST_TIMEOUT):
             category = Category.TIMEOUT
@@ -380,6 +424,54 @@ def _block(block: object) -> Block:
     if isinstance(block, mcp_types.ResourceLink):
         return LinkBlock(block.uri)
     return OtherBlock(type(block).__name__)  # a block type a newer SDK knows and this client does not
+
+
+class _BodyTooLarge(httpx2.StreamError):
+    """A JSON answer over MAX_MESSAGE_BYTES: the SDK answers its request with a parse error (a protocol failure
+    of that call; the connection carries on)."""
+
+    def __init__(self) -> None:
+        super().__init__(f"an HTTP answer of more than {MAX_MESSAGE_BYTES >> 20} MiB, not read further "
+                         "(the limit of one MCP message)")
+
+
+class _CappedStream(httpx2.AsyncByteStream):
+    def __init__(self, inner: httpx2.AsyncByteStream) -> None:
+        self._inner = inner
+
+    async def __aiter__(self) -> Any:
+        size = 0
+        async for chunk in self._inner:
+            size += len(chunk)
+            if size > MAX_MESSAGE_BYTES:
+                raise _BodyTooLarge()
+            yield chunk
+
+    async def aclose(self) -> None:
+        await self._inner.aclose()
+
+
+class _CappedBodies(httpx2.AsyncBaseTransport):
+    """The HTTP transport with each JSON answer cut at MAX_MESSAGE_BYTES as it is read: the SDK reads a JSON
+    answer whole. An SSE stream is bounded per event by the SDK itself (``max_sse_event_size``)."""
+
+    def __init__(self, inner: httpx2.AsyncBaseTransport) -> None:
+        self._inner = inner
+
+    async def handle_async_request(self, request: httpx2.Request) -> httpx2.Response:
+        response = await self._inner.handle_async_request(request)
+        json_body = response.headers.get("content-type", "").lower().startswith("application/json")
+        if json_body and isinstance(response.stream, httpx2.AsyncByteStream):
+            response.stream = _CappedStream(response.stream)
+        return response
+
+    async def aclose(self) -> None:
+        await self._inner.aclose()
+
+
+def _sse_too_large(exc: BaseException | None) -> bool:
+    return (isinstance(exc, MCPError) and exc.code == _CONNECTION_CLOSED
+            and exc.error.message.startswith("SSE stream failed") and _SSE_TOO_LARGE in exc.error.message)
 
 
 def _leaf(exc: BaseException) -> BaseException:

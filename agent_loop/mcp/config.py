@@ -1,4 +1,4 @@
-"""``[mcp_servers.NAME]`` tables -> frozen :class:`McpServerConfig` (docs/mcp.md, DESIGN §8).
+"""``[mcp_servers.NAME]`` tables -> frozen :class:`McpServerConfig` (docs/mcp.md).
 
 A table is a stdio server (``command``, ``args``, ``env``, ``cwd``) or a streamable-HTTP one (``url``,
 ``headers``). A header value may name an environment variable as ``${NAME}`` (``"Bearer ${GITHUB_TOKEN}"``):
@@ -101,6 +101,10 @@ def _parse(name: str, table: object) -> McpServerConfig:
     where = f"[mcp_servers.{name}]"
     if not _NAME.fullmatch(name):
         raise McpConfigError(f"{where}: the server name must be 1-32 letters, digits, '_' or '-'")
+    if "__" in name or name.endswith("_"):
+        # Else mcp__a__b__x is both server a's tool b__x and server a__b's tool x (docs/mcp.md, "Names").
+        raise McpConfigError(f"{where}: the server name must not contain '__' or end with '_' "
+                             "(dsh names its tools mcp__<server>__<tool>)")
     if not isinstance(table, Mapping):
         raise McpConfigError(f"{where} must be a table")
     unknown = [key for key in table if key not in _KEYS]

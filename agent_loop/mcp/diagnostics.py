@@ -1,4 +1,4 @@
-"""The one failure line of an MCP server, and the host-side record beside it (DESIGN §8, docs/mcp.md).
+"""The one failure line of an MCP server, and the host-side record beside it (docs/contracts.md, docs/mcp.md).
 
 ``MCP server failure (server: <name>; stage: <stage>; category: <category>; exit code: <n>; signal: <SIG>;
 HTTP status: <n>)``: closed facts only, fields in this order, the unknown ones left out. The server's own
@@ -9,14 +9,15 @@ words (its error message, its stderr tail) never enter the line: they ride in :c
 from __future__ import annotations
 
 import re
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from enum import StrEnum
 
-from dsh.agent_loop.child_words import ChildFailure
+from dsh.agent_loop.child_words import AgentWords, ChildFailure
 from dsh.agent_loop.process import ExitStatus
 from dsh.llm.codes import ErrorCode
 
-__all__ = ["Category", "McpFailure", "McpServerFailure", "Stage", "failure_line"]
+__all__ = ["Category", "McpFailure", "McpServerFailure", "McpStrayLines", "Stage", "failure_line"]
 
 _SAFE_NAME = re.compile(r"[A-Za-z0-9_-]{1,32}")
 _SIGNAL_NAME = re.compile(r"SIG[A-Z0-9]{1,12}")
@@ -75,3 +76,16 @@ class McpServerFailure(ChildFailure):
 
     code_name = ErrorCode.MCP
     speaker = "server"
+
+
+class McpStrayLines(McpServerFailure):
+    """``/why``'s record of the first stdout line of a server that was not JSON-RPC: skipped, the server carries
+    on. Its words are that line (masked, bounded, inert) and how many such lines were skipped so far."""
+
+    def __init__(self, server: str, words: AgentWords, skipped: Callable[[], int]) -> None:
+        name = server if _SAFE_NAME.fullmatch(server) else "unknown"
+        super().__init__(f"MCP server {name} wrote a stdout line that is not JSON-RPC: skipped", words)
+        self._skipped = skipped
+
+    def word_lines(self) -> list[str]:
+        return [*super().word_lines(), f"  stdout lines skipped: {self._skipped()}"]

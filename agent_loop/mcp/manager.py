@@ -22,8 +22,8 @@ import anyio
 from dsh.agent_loop.child_words import AgentWords
 from dsh.agent_loop.frames import FrameLog
 from dsh.agent_loop.mcp.config import McpServerConfig, parse_servers, secret_values
-from dsh.agent_loop.mcp.diagnostics import McpFailure, McpServerFailure, failure_line
-from dsh.agent_loop.mcp.tools import McpToolSpec, build_tool, clean_description, clean_schema, format_result, tool_names
+from dsh.agent_loop.mcp.diagnostics import McpFailure, McpServerFailure, McpStrayLines, failure_line
+from dsh.agent_loop.mcp.tools import McpToolSpec, build_tool, format_result, offer, tool_names
 from dsh.agent_loop.owned_group import OwnedTaskGroup
 from dsh.agent_loop.tools.registry import Tool, ToolOutput
 from dsh.llm._version import install_line
@@ -72,6 +72,7 @@ class McpManager:
         self._connections: dict[str, ServerConnection] = {}
         self._group = OwnedTaskGroup()
         self._specs: list[McpToolSpec] | None = None  # rebuilt when a server's tools change
+        self._left_out_said: dict[str, str | None] = {}  # each server's last "left out" line, said once
         self._loaded = anyio.Event()  # the SDK is imported and every enabled server started
         self._closing = False
         self._sdk_missing = False  # the mcp extra is not installed: no server can start
@@ -114,7 +115,8 @@ class McpManager:
         group = self._group.group
         assert group is not None, "McpManager not entered"
         tap = self._frames.tap(f"mcp {config.name}") if self._frames is not None else None
-        connection = ServerConnection(config, environ=self._environ, on_change=self._changed, frames=tap)
+        connection = ServerConnection(config, environ=self._environ, on_change=self._changed, frames=tap,
+                                      on_stray=self._stray)
         self._connections[config.name] = connection
         group.start_soon(connection.run, name=f"mcp server {config.name}")
 
@@ -149,6 +151,15 @@ class McpManager:
             if self._on_failure is not None:
                 self._on_failure(record)
             self._notice(str(record))
+
+    def _stray(self, connection: ServerConnection, first: str) -> None:
+        """The first stdout line of a connection that was not JSON-RPC (skipped): for /why and dsh.log, masked,
+        bounded and inert like the server's other words; never on the screen (docs/mcp.md, "Limits")."""
+        words = AgentWords.gather((("first stdout line that is not JSON-RPC", first),), "", self._mask)
+        record = McpStrayLines(connection.config.name, words, lambda: connection.stray_lines)
+        _log.warning("%s; %s", record, " | ".join(words.lines()[1:]))
+        if self._on_failure is not None:
+            self._on_failure(record)
 
     def _record(self, connection: ServerConnection, failure: McpFailure) -> McpServerFailure:
         line = failure_line(connection.config.name, failure)
@@ -202,15 +213,21 @@ class McpManager:
                 if connection.state != "ready":
                     continue
                 config = connection.config
-                listed = [tool for tool in connection.tools if config.tool_allowed(tool.name)]
-                for tool, dsh_name in zip(listed, tool_names(name, [t.name for t in listed], taken), strict=True):
-                    specs.append(McpToolSpec(
-                        # A description and a schema go to the model as they are: masked like a tool result.
-                        name, tool.name, dsh_name, self._mask(clean_description(tool.description)),
-                        clean_schema(tool.input_schema, self._mask), read_only=tool.read_only,
-                    ))
+                # A description and a schema go to the model as they are: masked like a tool result.
+                offered = offer((tool for tool in connection.tools if config.tool_allowed(tool.name)), self._mask)
+                names = tool_names(name, [tool.name for tool, _, _ in offered.kept], taken)
+                for (tool, description, schema), dsh_name in zip(offered.kept, names, strict=True):
+                    specs.append(McpToolSpec(name, tool.name, dsh_name, description, schema, read_only=tool.read_only))
+                self._say_left_out(name, offered.line(name))
             self._specs = specs
         return self._specs
+
+    def _say_left_out(self, server: str, line: str | None) -> None:
+        """What a server's listing lost to the limits, said once per listing that changes it."""
+        if line is not None and self._left_out_said.get(server) != line:
+            _log.warning("%s", line)
+            self._notice(line)
+        self._left_out_said[server] = line
 
     def _server_specs(self, name: str) -> list[McpToolSpec]:
         return [spec for spec in self.specs() if spec.server == name]

@@ -1,14 +1,19 @@
-"""An MCP server's tools as dsh :class:`~dsh.agent_loop.tools.Tool` objects (docs/mcp.md, DESIGN §8).
+"""An MCP server's tools as dsh :class:`~dsh.agent_loop.tools.Tool` objects (docs/mcp.md).
 
 * Names: ``mcp__<server>__<tool>``, sanitized to what the API accepts (``[A-Za-z0-9_-]``, at most 64
   characters); a name cut short or taken already gets a suffix from a hash of the tool's own name, so the
-  same listing always gives the same names.
+  same listing always gives the same names. A tool whose own name is not printable (a newline, an escape, a
+  bidi control, a lone surrogate) is left out: that name would be shown in the approval question and sent
+  back in tools/call, and no real tool needs one.
+* Limits: at most :data:`MAX_TOOLS_PER_SERVER` tools and :data:`MAX_SCHEMA_BYTES_PER_SERVER` of descriptions
+  and schemas per server, in the server's order; what is left out is said in one line (:func:`offer`).
 * Descriptions: controls removed, bounded, masked. Schemas: the server's, or an empty object when it sends
   none usable; every string in them cleaned and masked like a description.
 * Results: text as it is; structured content as JSON; images, audio and resources as short placeholders;
   bounded here and again by the registry (MAX_RESULT_CHARS), masked by the agent like every tool result.
 * Approval: ``readOnlyHint`` tools run without asking; the others ask the approver with a
-  :class:`McpCallRequest` (yes / no / always for this tool, kept in ``session_state``); with no approver
+  :class:`McpCallRequest` (yes / no / always for this tool, kept in ``session_state`` under the server and
+  the server's own name for the tool, never dsh's name, which a re-listing may give another tool); with no approver
   they are denied unless the server is ``approve = "auto"`` or the session allows MCP.
 
 Tools and results arrive as plain data (agent_loop/mcp/plain.py, converted by client.py), so this module
@@ -30,6 +35,7 @@ from dsh.agent_loop.mcp.plain import (
     Block,
     CallResult,
     LinkBlock,
+    ListedTool,
     MediaBlock,
     OtherBlock,
     ResourceBlock,
@@ -52,15 +58,26 @@ __all__ = [
     "MCP_NO_APPROVER",
     "McpCallRequest",
     "McpToolSpec",
+    "Offer",
+    "always_key",
     "build_tool",
     "clean_arguments",
     "format_result",
+    "offer",
     "tool_names",
 ]
 
 MAX_NAME_CHARS = 64  # the function-name limit of the OpenAI-compatible APIs
 MAX_DESCRIPTION_CHARS = 2048
 _MAX_SCHEMA_CHARS = 64 * 1024
+# Per server, what goes to the model in every request. 128 is the most functions OpenAI's API takes in one
+# request; 256 KiB (~64k tokens) is already half a 128k context, ~35x what server-filesystem lists (14 tools,
+# 7.4 KB of descriptions and schemas) and ~60x server-everything (13 tools, 4.3 KB).
+MAX_TOOLS_PER_SERVER = 128
+MAX_SCHEMA_BYTES_PER_SERVER = 256 * 1024
+LEFT_OUT_NAME = "names with control characters"
+LEFT_OUT_COUNT = f"past the limit of {MAX_TOOLS_PER_SERVER} tools per server"
+LEFT_OUT_BYTES = f"past the limit of {MAX_SCHEMA_BYTES_PER_SERVER >> 10} KiB of schemas per server"
 _UNSAFE = re.compile(r"[^A-Za-z0-9_-]")
 _CONTROLS = re.compile(r"[\x00-\x08\x0b-\x1f\x7f-\x9f\u200b-\u200f\u2028-\u202e\u2060-\u206f\ufeff\ud800-\udfff]")
 # A lone surrogate cannot be encoded as UTF-8: in a result or in arguments it would fail the session log,
@@ -103,6 +120,53 @@ def tool_names(server: str, tools: Iterable[str], taken: set[str]) -> list[str]:
         taken.add(name)
         names.append(name)
     return names
+
+
+@dataclass(frozen=True, slots=True)
+class Offer:
+    """What of one server's (allowed) listing goes to the model: each kept tool with its cleaned description
+    and schema, in the server's order, and how many were left out for each reason."""
+
+    kept: tuple[tuple[ListedTool, str, dict[str, Any]], ...]
+    left_out: dict[str, int]
+    listed: int
+
+    def line(self, server: str) -> str | None:
+        """One line naming what was left out, or None. Closed facts only: the server's name is a config
+        name, the tools are counted, never named."""
+        if not self.left_out:
+            return None
+        total = sum(self.left_out.values())
+        if len(self.left_out) == 1:
+            why = next(iter(self.left_out))
+        else:
+            why = "; ".join(f"{count}: {reason}" for reason, count in self.left_out.items())
+        return f"MCP server {server}: {total} of {self.listed} tools left out ({why})"
+
+
+def offer(listed: Iterable[ListedTool], mask: Callable[[str], str]) -> Offer:
+    """The tools of one server to offer: printable names only, then in order while the count and the bytes
+    of descriptions and schemas stay within the server's limits (a tool that does not fit is left out, a
+    smaller one after it may still fit)."""
+    kept: list[tuple[ListedTool, str, dict[str, Any]]] = []
+    left_out: dict[str, int] = {}
+    size = count = 0
+    for tool in listed:
+        count += 1
+        if not (tool.name and tool.name.isprintable()):
+            reason: str | None = LEFT_OUT_NAME
+        elif len(kept) == MAX_TOOLS_PER_SERVER:
+            reason = LEFT_OUT_COUNT
+        else:
+            description, schema = mask(clean_description(tool.description)), clean_schema(tool.input_schema, mask)
+            cost = len(description.encode("utf-8", "replace")) + len(json.dumps(schema).encode("utf-8", "replace"))
+            reason = LEFT_OUT_BYTES if size + cost > MAX_SCHEMA_BYTES_PER_SERVER else None
+            if reason is None:
+                size += cost
+                kept.append((tool, description, schema))
+        if reason is not None:
+            left_out[reason] = left_out.get(reason, 0) + 1
+    return Offer(tuple(kept), left_out, count)
 
 
 def clean_description(text: object) -> str:
@@ -206,15 +270,20 @@ def clean_arguments(value: Any) -> Any:
 CallTool = Callable[[McpToolSpec, dict[str, Any]], Awaitable[ToolOutput]]
 
 
+def always_key(server: str, tool: str) -> str:
+    """Where an "always" for ``server``'s own ``tool`` is kept: both names, unambiguously (JSON)."""
+    return "mcp.always." + json.dumps([server, tool])
+
+
 def build_tool(spec: McpToolSpec, call: CallTool, *, auto: Callable[[], bool]) -> Tool:
     """The dsh tool for ``spec``; ``auto()`` says whether calls run without asking (approve = "auto", allow_mcp)."""
-    always_key = f"mcp.always.{spec.name}"
+    key = always_key(spec.server, spec.tool)
 
     async def run(args: dict[str, Any], ctx: ToolContext) -> ToolOutput:
         args = clean_arguments(args)  # what the approver sees is what the server gets
         if not spec.read_only:  # the mode may refuse even a trusted server's tool (plan; docs/safety.md)
             denial = await ask_approval(ctx, ctx.approver, McpCallRequest(spec.server, spec.tool, dict(args)),
-                                        always_key=always_key, denied=MCP_DENIED, no_approver=MCP_NO_APPROVER,
+                                        always_key=key, denied=MCP_DENIED, no_approver=MCP_NO_APPROVER,
                                         action=Action.MCP_TRUSTED if auto() else Action.MCP)
             if denial is not None:
                 return denial

@@ -1,6 +1,6 @@
 """dsh's MCP client (McpManager over ServerConnection) against real servers: the fixture servers of
 fixtures/mcp_servers.py over stdio and streamable HTTP, and the pinned npm servers (server-everything,
-server-filesystem; skipped with how to install when absent). Exact lines (DESIGN §8, docs/mcp.md)."""
+server-filesystem; skipped with how to install when absent). Exact lines (docs/contracts.md, docs/mcp.md)."""
 
 from __future__ import annotations
 
@@ -18,12 +18,12 @@ from hypothesis import given
 from hypothesis import strategies as st
 
 from dsh.agent_loop.mcp import MCP_NO_APPROVER, McpCallRequest, McpConfigError, McpManager, McpServerFailure
+from dsh.agent_loop.mcp.diagnostics import McpStrayLines
 from dsh.agent_loop.mcp.tools import MAX_NAME_CHARS, clean_arguments, tool_names
 from dsh.agent_loop.tools.registry import MAX_RESULT_CHARS, Tool, ToolContext
 from fixtures.mcp_servers import (
     BIG_TEXT_BYTES,
     EXIT_AT_START_REASON,
-    HOSTILE_NAMES,
     HOSTILE_TEXT,
     OK_TOOLS,
     HttpServer,
@@ -39,6 +39,8 @@ if TYPE_CHECKING:
 pytestmark = [pytest.mark.anyio, pytest.mark.usefixtures("no_leftover_processes")]
 
 HTTP_TOKEN = "httpFixtureToken4471"
+# hostile-text's three hostile names of its five tools
+LEFT_OUT_HOSTILE = "MCP server h: 3 of 5 tools left out (names with control characters)"
 HttpServers = Callable[..., HttpServer]  # the http_server fixture (conftest.py)
 
 
@@ -73,8 +75,10 @@ def _tools(manager: McpManager) -> dict[str, Tool]:
          "MCP server failure (server: s; stage: spawn; category: process-start)"),
         (("exit-at-start",), {},
          "MCP server failure (server: s; stage: initialize; category: process-exit; exit code: 3)"),
-        (("garbage-stdout", "--garbage", "instead"), {},
-         "MCP server failure (server: s; stage: initialize; category: protocol)"),
+        # Its answer to initialize is a line that is not JSON-RPC: skipped, so initialize is never answered (the
+        # timeout leaves the fixture, however slow to start on a loaded machine, time to write that line).
+        (("garbage-stdout", "--garbage", "instead"), {"startup_timeout": 10},
+         "MCP server failure (server: s; stage: initialize; category: timeout)"),
         (("hang-initialize",), {"startup_timeout": 0.5},
          "MCP server failure (server: s; stage: initialize; category: timeout)"),
     ],
@@ -90,11 +94,15 @@ async def test_a_failing_server_is_announced_once_with_its_closed_line(
         assert [row.line for row in manager.status()] == [line]
         assert manager.tools() == []
     assert seen.notices == [line]
-    [record] = seen.failures
+    *stray, record = seen.failures  # a stray line is given to /why when it comes; the failure after it
+    assert [type(early) for early in stray] == ([McpStrayLines] if fixture[:1] == ("garbage-stdout",) else [])
     assert isinstance(record, McpServerFailure) and str(record) == line
     if "exit code: 3" in line:  # the server's own words stay host-side, in the record
         assert record.words.stderr == (EXIT_AT_START_REASON,)
         assert EXIT_AT_START_REASON not in line
+    if fixture[:1] == ("garbage-stdout",):  # /why says what it skipped: often why a server "hangs"
+        assert record.words.said[-2:] == (("stdout lines that are not JSON-RPC, skipped", "1"), (
+            "the first of them", "Traceback (most recent call last): not an answer"))
 
 
 async def test_servers_hanging_at_initialize_have_all_failed_when_wait_ready_returns(
@@ -129,13 +137,25 @@ async def test_closing_during_a_servers_handshake_stops_it_at_once_and_reaps_it(
     assert seen.notices == [] and seen.failures == []  # a stop is not the server's failure
 
 
-async def test_garbage_before_the_answers_is_a_protocol_failure_not_a_quiet_log_line(
+async def test_a_stray_line_before_the_answers_is_skipped_counted_and_kept_for_why(
     stdio_server: StdioServers,
 ) -> None:
+    # As the official SDK clients do: one careless print() on stdout does not cost the server.
     seen = _Seen()
-    async with _manager({"g": stdio_server.table("garbage-stdout")}, seen) as manager:
+    table = stdio_server.table("garbage-stdout", approve="auto", env={"MCP_CANARY_TOKEN": CHILD_ENV})
+    async with _manager({"g": table}, seen) as manager:
         await manager.wait_ready()
-    assert seen.notices == ["MCP server failure (server: g; stage: initialize; category: protocol)"]
+        assert [(row.state, row.tools) for row in manager.status()] == [("ready", len(OK_TOOLS))]
+        assert (await _tools(manager)["mcp__g__echo"].run({"text": "fine"}, _ctx())).text == "fine"
+    assert seen.notices == []  # nothing on the screen
+    [record] = seen.failures  # /why
+    assert isinstance(record, McpStrayLines)
+    assert str(record) == "MCP server g wrote a stdout line that is not JSON-RPC: skipped"
+    assert record.word_lines() == [
+        "the server's own words (host-side only, masked):",
+        "  first stdout line that is not JSON-RPC: this is not JSON-RPC \\x1b[31m{oops ***",
+        "  stdout lines skipped: 1",
+    ]
 
 
 @pytest.mark.parametrize(("crash", "fact"), [("kill", "signal: SIGKILL"), ("exit", "exit code: 9")])
@@ -262,13 +282,21 @@ async def test_a_restart_brings_back_a_server_that_crashed(stdio_server: StdioSe
         assert (manager.status()[0].state, len(_tools(manager))) == ("ready", len(OK_TOOLS))
 
 
-async def test_two_hundred_tools_are_listed_with_unique_names(stdio_server: StdioServers) -> None:
+async def test_two_hundred_tools_offer_the_first_128_with_unique_names_and_one_line(
+    stdio_server: StdioServers,
+) -> None:
     seen = _Seen()
     async with _manager({"many": stdio_server.table("tools200", approve="auto")}, seen) as manager:
         await manager.wait_ready()
         tools = _tools(manager)
-        assert list(tools) == [f"mcp__many__tool_{i:03d}" for i in range(200)]
-        assert (await tools["mcp__many__tool_199"].run({"x": "y"}, _ctx())).text.startswith("tool_199: {'x': 'y'}")
+        assert list(tools) == [f"mcp__many__tool_{i:03d}" for i in range(128)]
+        assert (await tools["mcp__many__tool_127"].run({"x": "y"}, _ctx())).text.startswith("tool_127: {'x': 'y'}")
+        _tools(manager)  # said once per listing, not per turn
+    assert seen.notices == ["MCP server many: 72 of 200 tools left out (past the limit of 128 tools per server)"]
+    # allow picks which tools count: the limits apply to what is allowed.
+    async with _manager({"many": stdio_server.table("tools200", allow=["tool_150", "tool_199"])}, _Seen()) as manager:
+        await manager.wait_ready()
+        assert list(_tools(manager)) == ["mcp__many__tool_150", "mcp__many__tool_199"]
 
 
 # --- hostile text and lone surrogates -----------------------------------------------------------------
@@ -279,12 +307,13 @@ def _clean(text: str) -> bool:
         0xD800 <= ord(ch) <= 0xDFFF or ch in "\x1b\x07\x9b\u202e\u2066\u2069" for ch in text)
 
 
-async def test_hostile_names_and_descriptions_are_sanitized(stdio_server: StdioServers) -> None:
+async def test_hostile_names_are_left_out_and_descriptions_sanitized(stdio_server: StdioServers) -> None:
     seen = _Seen()
     async with _manager({"h": stdio_server.table("hostile-text", approve="auto")}, seen) as manager:
         await manager.wait_ready()
         specs = manager.specs()
-        assert [spec.tool for spec in specs][: len(HOSTILE_NAMES)] == list(HOSTILE_NAMES)  # sent back as given
+        # A name that is not printable would reach the approval question and tools/call: those tools are out.
+        assert [spec.tool for spec in specs] == ["hostile_echo", "surrogate_echo"]
         for spec in specs:
             assert spec.name.startswith("mcp__h__") and len(spec.name) <= MAX_NAME_CHARS
             assert all(ch.isascii() and (ch.isalnum() or ch in "_-") for ch in spec.name)
@@ -295,14 +324,10 @@ async def test_hostile_names_and_descriptions_are_sanitized(stdio_server: StdioS
         assert echo.parameters["properties"] == {f"arg[2J{cleaned}": {
             "type": "string", "title": f"]0;{cleaned}[31m{cleaned}", "description": f"]0;{cleaned}[31m{cleaned}",
             "enum": [f"]0;{cleaned}[31m{cleaned}", "plain"], "default": f"]0;{cleaned}[31m{cleaned}"}}
-        # A hostile name is called by its own name: the server gets exactly what it listed.
-        evil = manager.tools()[0]
-        output = await evil.run({}, _ctx())
-        assert output.text.startswith(f"{HOSTILE_NAMES[0]}: {{}}")
         # A lone surrogate in a result (a JSON escape pydantic's parser refuses) arrives as U+FFFD.
         surrogate = _tools(manager)["mcp__h__surrogate_echo"]
         assert (await surrogate.run({}, _ctx())).text == "lone\ufffdsurrogate"
-    assert seen.notices == []
+    assert seen.notices == [LEFT_OUT_HOSTILE]
 
 
 async def test_a_lone_surrogate_in_the_listing_or_the_arguments_cannot_kill_the_transport(
@@ -319,8 +344,7 @@ async def test_a_lone_surrogate_in_the_listing_or_the_arguments_cannot_kill_the_
     async with _manager({"ls": stdio_server.table("lone-surrogate", "--record", str(record))}, seen) as manager:
         await manager.wait_ready()
         tools = _tools(manager)
-        [odd] = [spec for spec in manager.specs() if spec.tool != "echo"]
-        assert odd.tool == "lone\ud800surrogate" and _clean(odd.name) and _clean(odd.description)
+        assert [spec.tool for spec in manager.specs()] == ["echo"]  # "lone\ud800surrogate" is left out
         echo = tools["mcp__ls__echo"]
         output = await echo.run({"text": "bad\udc00arg", "k\ud800": ["\udfff"]}, _ctx(approver))
         assert (output.text, output.is_error) == ("bad\ufffdarg", False)
@@ -328,7 +352,7 @@ async def test_a_lone_surrogate_in_the_listing_or_the_arguments_cannot_kill_the_
         # Listed, named safely, and the transport survived both: the next call answers.
         assert (await echo.run({"text": "after"}, _ctx(approver))).text == "after"
         assert [row.state for row in manager.status()] == ["ready"]
-    assert seen.notices == []
+    assert seen.notices == ["MCP server ls: 1 of 2 tools left out (names with control characters)"]
 
 
 @given(st.recursive(st.text(alphabet=st.characters(codec=None)), lambda inner: st.lists(inner, max_size=4)
@@ -378,7 +402,7 @@ async def test_a_lone_surrogate_over_http_is_that_calls_protocol_failure_at_once
             f"Error: the MCP server h failed the call\n{line}", True, line)
         assert [row.state for row in manager.status()] == ["ready"]
         assert (await tools["mcp__h__hostile_echo"].run({}, _ctx())).text.startswith("hostile_echo: {}")
-    assert seen.notices == []
+    assert seen.notices == [LEFT_OUT_HOSTILE]
     [record] = seen.failures
     assert str(record) == line and "unexpected end of hex escape" in "\n".join(record.words.lines())
 
