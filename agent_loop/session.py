@@ -16,10 +16,10 @@ import contextlib
 import datetime
 import logging
 import os
-from collections.abc import AsyncIterator, Callable, Mapping, Sequence
+from collections.abc import AsyncIterator, Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, TypeVar
 
 from dsh.agent_loop.events import AssistantMessage, ContextCompacted, Event, JobNotice, ToolResult, TurnEnd, TurnStart
 from dsh.agent_loop.permissions import Mode, Permissions
@@ -41,13 +41,16 @@ if TYPE_CHECKING:
     from dsh.agent_loop.session_log import SessionInfo, SessionLog
     from dsh.agent_loop.subagent.tool import SubagentToolkit
     from dsh.agent_loop.tools import FileAccess, Tool
+    from dsh.agent_loop.update_pump import UpdatePump
 
 _log = logging.getLogger("dsh.session")
+T = TypeVar("T")
 
 __all__ = [
     "Approver",
     "EndpointClient",
     "Notice",
+    "PromptTransform",
     "RepairedTurn",
     "Session",
     "SessionConfig",
@@ -83,6 +86,7 @@ class RepairedTurn:
 SessionUpdate = Event | Notice | RepairedTurn  # what a subscriber hears
 TurnScope = Callable[[], contextlib.AbstractAsyncContextManager[None]]  # wraps each turn (a live view, say)
 ExtraTools = Callable[["Session"], "Sequence[Tool]"]
+PromptTransform = Callable[[str], str]  # the user's prompt -> the text the model is sent
 
 
 @contextlib.asynccontextmanager
@@ -112,6 +116,7 @@ class Session:
         allow_mcp: bool = False,
         files: FileAccess | None = None,
         mcp_servers: Mapping[str, Mapping[str, Any]] | None = None,
+        prompt_transform: PromptTransform | None = None,
     ) -> None:
         """``sessions_root`` None keeps no session log (the child runtime: its parent keeps the record).
 
@@ -122,6 +127,8 @@ class Session:
         ``files`` is where the file tools read and write inside the tree when not the local disk (an editor's
         buffers under ``dsh acp``; agent_loop/tools/file_access.py). ``mcp_servers`` are more
         ``[mcp_servers.NAME]``-shaped tables beside the config's (an ACP client's ``mcpServers``).
+        ``prompt_transform`` gives, just before each turn, the text the model is sent for the user's prompt (the
+        demo sets its scenario up there); ``/retry`` sends the user's again.
         """
         self.config = config
         self.env = dict(os.environ if env is None else env)
@@ -143,6 +150,7 @@ class Session:
         self._extra_tools = extra_tools
         self._label = label
         self._project_context = project_context
+        self._prompt_transform = prompt_transform
         self.agent: Agent | None = None
         self.log: SessionLog | None = None
         self.toolkit: SubagentToolkit | None = None
@@ -202,6 +210,17 @@ class Session:
         """Hear every event of the main agent (whichever agent that is after /new or /resume) and notice."""
         self._subscribers.append(callback)
         return lambda: self._subscribers.remove(callback)
+
+    def pump_updates(self, pump: UpdatePump[T],
+                     translate: Callable[[SessionUpdate], Iterable[T]]) -> Callable[[], None]:
+        """Every update, as the items ``translate`` makes of it (none, one or more), sent into ``pump`` in order: the
+        wire of ``dsh acp`` and ``dsh serve --stdio`` (agent_loop/update_pump.py). Returns the unsubscribe."""
+
+        def feed(update: SessionUpdate) -> None:
+            for item in translate(update):
+                pump.send(item)
+
+        return self.subscribe(feed)
 
     def _publish(self, update: SessionUpdate) -> None:
         for callback in list(self._subscribers):
@@ -534,14 +553,19 @@ class Session:
             agent.set_system_prompt(self.context.system_prompt())
         return self.context
 
-    async def run_turn(self, prompt: str, *, sent: str | None = None, scope: TurnScope | None = None) -> EndReason:
-        """One turn of ``prompt`` (``sent`` to the model instead, if given), inside ``scope``; how it ended."""
+    async def run_turn(self, prompt: str, *, scope: TurnScope | None = None,
+                       compact_scope: TurnScope | None = None) -> EndReason:
+        """The whole turn of ``prompt``, every front end's one call: a compaction first (inside ``compact_scope``)
+        when the window is nearly full (:meth:`compaction_due`; a failure is a :class:`Notice`, the turn runs
+        anyway), the prompt transform, then the turn inside ``scope``; how it ended."""
+        if self.compaction_due():
+            await self.compact("", scope=compact_scope)
+        sent = prompt if self._prompt_transform is None else self._prompt_transform(prompt)
         agent = self.ensure_agent()
         await self.ensure_context()
         await self.open_mcp()
         await self.sync_mcp_tools()
         self.last_prompt = prompt
-        sent = prompt if sent is None else sent
         # Undos the model has not heard of (since the last turn, or before a resume): a note before the prompt,
         # in the log with it. Told once a prompt carrying it stays in the conversation (a turn that failed
         # before any answer withdraws its prompt: the next one carries the note again).

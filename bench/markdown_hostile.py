@@ -145,7 +145,8 @@ async def inline_growth(settings: Settings, server: BenchServer) -> list[Figure]
 def _render_seconds(pieces: list[str]) -> float:
     from dsh.agent_loop.events import TextDelta, TurnEnd, TurnStart
     from dsh.agent_loop.reasons import Completed
-    from dsh.repl.render import Renderer, terminal_text
+    from dsh.repl.renderer import Renderer
+    from dsh.repl.styles import terminal_text
 
     renderer = Renderer(color=True, markdown="live")
     started = time.thread_time()

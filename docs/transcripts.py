@@ -964,7 +964,7 @@ def _fix_line(fix_line: Callable[..., str | None], code: str) -> str | None:
 def table_error_codes(lab: Lab) -> str:
     import dsh.llm
     from dsh.agent_loop.retry import RetryPolicy
-    from dsh.repl.render import fix_line
+    from dsh.repl.turn_end import fix_line
 
     rows_in = list(ERROR_CODES)
     declared = getattr(dsh.llm, "ErrorCode", None)  # one enum of every code, where the code has one
@@ -1060,7 +1060,7 @@ SANDBOX_COMMAND = "echo hello > made.txt; touch /etc/planted; echo x > .git/hook
 _SANDBOX_TURN = """import sys, anyio, os
 from dsh.repl.config import load_config
 from dsh.repl.frontend import PlainFrontEnd, StreamSink
-from dsh.repl.render import approval_question
+from dsh.repl.approvals import approval_question
 from dsh.repl.shell import Shell
 class Yes(PlainFrontEnd):
     can_approve = True
@@ -1557,7 +1557,7 @@ def generate(names: set[str], reliability_report: Path | None = None) -> dict[st
     # Imported here, in one thread: generators importing the package for the first time concurrently
     # have seen a half-initialised module.
     import dsh.agent_loop.retry
-    import dsh.repl.render  # noqa: F401
+    import dsh.repl.turn_end  # noqa: F401
 
     with tempfile.TemporaryDirectory(prefix="dsh-docs-") as folder:
         lab = Lab(Path(os.path.realpath(folder)))

@@ -180,7 +180,7 @@ class DshAgent:
         if refusal is not None:
             raise acp.RequestError.invalid_params({"cwd": refusal})
         tables = mcp_tables(mcp_servers)
-        owner = AcpSession(self.conn, cwd, sources=self.sources, demo=self.demo)
+        owner = AcpSession(self.conn, cwd, sources=self.sources)
         files = None
         if self._fs.read_text_file and self._fs.write_text_file:  # both, or dsh's own tools (acp_session.py)
             files = ClientFiles(self.conn, "")
@@ -192,6 +192,7 @@ class DshAgent:
             subagent_tables=demo.subagent_tables() if demo is not None else None,
             parent_base_url=demo.client.urls["server"] if demo is not None else None,
             user_dir=config_file_path(self.env).parent, cwd=cwd, files=files, mcp_servers=tables,
+            prompt_transform=demo.before_turn if demo is not None else None,
         )
         owner.attach(session)
         try:

@@ -8,18 +8,18 @@ front end (docs/editors.md, "How dsh acp maps turns").
 - :class:`ClientFiles` is the :class:`~dsh.agent_loop.tools.FileAccess` over ``fs/read_text_file`` and
   ``fs/write_text_file``, used when the client advertises both (with one alone, a read and the write that
   follows it would see different files: dsh's own tools then do both).
-- :class:`AcpSession` sends the session's events as ``session/update`` notifications, in order, through one
-  pump task, and runs each prompt to its stop reason or its JSON-RPC error.
+- :class:`AcpSession` sends the session's events as ``session/update`` notifications, in order, through the
+  session's update pump (agent_loop/update_pump.py), and runs each prompt to its stop reason or its JSON-RPC
+  error.
 """
 
 from __future__ import annotations
 
-import asyncio
 import contextlib
 import errno
 import logging
 import os
-from collections.abc import AsyncIterator, Mapping
+from collections.abc import AsyncIterator, Iterable, Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
@@ -35,6 +35,7 @@ from dsh.agent_loop.subagent.diagnostics import error_code_text
 from dsh.agent_loop.tools import Approval
 from dsh.agent_loop.tools.edits import EditRequest
 from dsh.agent_loop.tools.registry import McpCallRequest
+from dsh.agent_loop.update_pump import UpdatePump
 from dsh.llm import Redactor, error_chain
 from dsh.repl.acp_updates import TURN_FAILED, Translator, clean, coalesced, history_updates, stop_reason, turn_error
 
@@ -166,15 +167,14 @@ def _answer(outcome: Any, always_offered: bool) -> Approval | None:
 class AcpSession:
     """One ACP session: its dsh session, the client's connection, the updates pump."""
 
-    def __init__(self, conn: Any, cwd: str, *, sources: Mapping[str, str], demo: Any = None) -> None:
+    def __init__(self, conn: Any, cwd: str, *, sources: Mapping[str, str]) -> None:
         self.conn = conn
         self.cwd = cwd
         self.sources = sources
-        self.demo = demo
         self.frontend = AcpFrontEnd(self)
         self.session: Session | None = None
         self.translator = Translator(Redactor(), cwd)
-        self._queue: asyncio.Queue[Any] = asyncio.Queue()
+        self._updates: UpdatePump[Any] = UpdatePump()
         self.running = False
         self._scope: anyio.CancelScope | None = None  # the prompt's, for a cancel before its turn started
         self._closing = anyio.Event()  # aclose() was called: run() closes the session
@@ -188,41 +188,33 @@ class AcpSession:
     def attach(self, session: Session) -> None:
         self.session = session
         self.translator.redact = Redactor(session.secrets)
-        session.subscribe(self._on_update)
+        session.pump_updates(self._updates, self._translated)
 
-    def _on_update(self, update: SessionUpdate) -> None:
+    def _translated(self, update: SessionUpdate) -> Iterable[Any]:
         if isinstance(update, Notice):  # a session's own line (an MCP server that failed, say): a thought
             redact = Redactor(self.session.secrets) if self.session is not None else None
-            self.send(schema.AgentThoughtChunk(session_update="agent_thought_chunk",
-                                               content=acp.text_block(clean(update.text, redact) + "\n")))
-            return
+            return [schema.AgentThoughtChunk(session_update="agent_thought_chunk",
+                                             content=acp.text_block(clean(update.text, redact) + "\n"))]
         if isinstance(update, Event):
-            for item in self.translator.updates(update):
-                self.send(item)
+            return [item for item in self.translator.updates(update) if item is not None]
+        return []
 
     def send(self, update: Any) -> None:
         if update is not None:
-            self._queue.put_nowait(update)
+            self._updates.send(update)
 
     async def flushed(self) -> None:
         """Every update queued so far is on the wire."""
-        await self._queue.join()
+        await self._updates.flushed()
 
-    async def pump(self) -> None:
-        """Send queued updates as ``session/update`` notifications, in order, for as long as the session lives."""
-        while True:
-            batch = [await self._queue.get()]
-            while not self._queue.empty():  # what queued while the last frame went out: text chunks merge
-                batch.append(self._queue.get_nowait())
-            try:
-                for update in coalesced(batch):
-                    if self.session is not None and self.session.id is not None:
-                        await self.conn.session_update(session_id=self.session.id, update=update)
-            except Exception as exc:  # the client is gone or refused the frame: the run goes on, the log says so
-                log.warning("could not send a session update: %s", type(exc).__name__)
-            finally:
-                for _ in batch:
-                    self._queue.task_done()
+    async def _deliver(self, batch: Sequence[Any]) -> None:
+        """What queued while the last frame went out, as ``session/update`` notifications (text chunks merged)."""
+        try:
+            for update in coalesced(batch):
+                if self.session is not None and self.session.id is not None:
+                    await self.conn.session_update(session_id=self.session.id, update=update)
+        except Exception as exc:  # the client is gone or refused the frame: the run goes on, the log says so
+            log.warning("could not send a session update: %s", type(exc).__name__)
 
     async def replay(self) -> None:
         """A loaded session's history, as updates, before ``session/load`` answers."""
@@ -243,7 +235,8 @@ class AcpSession:
         self._scope = scope = anyio.CancelScope()
         try:
             with scope:
-                reason = await self._turn(session, text)
+                self.translator.redact = Redactor(session.secrets)
+                reason = await session.run_turn(text)  # the whole turn, its preamble included
         except StartupError as exc:  # the agent could not be built (a locked log, say): the REPL's line
             cause = exc.__cause__ or exc
             raise acp.RequestError(TURN_FAILED, clean(f"dsh: failed to start: {error_chain(cause)}",
@@ -260,15 +253,6 @@ class AcpSession:
             message, data = turn_error(reason, session.last_failure, secrets=session.secrets, sources=self.sources)
             raise acp.RequestError(TURN_FAILED, message, data)
         return schema.PromptResponse(stop_reason=stop)
-
-    async def _turn(self, session: Session, text: str) -> Any:
-        """As the REPL's shell runs a prompt: a compaction first when the window is nearly full, the demo's
-        scenario applied, then the turn."""
-        self.translator.redact = Redactor(session.secrets)
-        if session.compaction_due():
-            await session.compact("")  # a failure is a notice (a thought line); the turn runs anyway
-        sent = self.demo.before_turn(text) if self.demo is not None else None
-        return await session.run_turn(text, sent=sent)
 
     def cancel(self) -> None:
         session = self.session
@@ -295,12 +279,13 @@ class AcpSession:
                 raise
             task_status.started()
             async with anyio.create_task_group() as group:
-                group.start_soon(self.pump)
+                group.start_soon(self._updates.run, self._deliver)
                 await self._closing.wait()
                 group.cancel_scope.cancel()
             with anyio.CancelScope(shield=True):
                 await session.aclose()
         finally:
+            self._updates.close()
             self._closed.set()
 
     async def aclose(self) -> None:

@@ -33,8 +33,9 @@ from dsh.agent_loop.tools.edits import EditRequest
 from dsh.agent_loop.tools.registry import McpCallRequest, SandboxedCommand
 from dsh.llm import ErrorCode, HarnessError, Redactor, chain_links
 from dsh.llm.text import scrub_surrogates
-from dsh.repl.commands import link_lines
-from dsh.repl.render import fix_line, one_line, turn_end_line
+from dsh.repl.sanitize import one_line
+from dsh.repl.turn_end import fix_line, turn_end_line
+from dsh.repl.why import link_lines
 
 __all__ = [
     "TURN_FAILED",

@@ -41,22 +41,16 @@ from prompt_toolkit.layout.controls import FormattedTextControl
 from prompt_toolkit.output import Output
 from prompt_toolkit.patch_stdout import patch_stdout
 
+from dsh.llm import unwrap_group
 from dsh.repl import commands
+from dsh.repl.activity import fit_width
+from dsh.repl.approvals import Approval, approval_answer, approval_question, diff_approval, mcp_approval
 from dsh.repl.config import Config, history_path
 from dsh.repl.first_prompt import ENDING_SIGNALS, PROMPT, FirstPrompt, ending_status
-from dsh.repl.render import (
-    Approval,
-    Rewrite,
-    approval_answer,
-    approval_question,
-    diff_approval,
-    fit_width,
-    mcp_approval,
-    sanitize,
-    terminal_text,
-)
+from dsh.repl.sanitize import sanitize
 from dsh.repl.shell import Shell, StartupError
 from dsh.repl.start import banner, color, open_shell
+from dsh.repl.styles import Rewrite, terminal_text
 from dsh.repl.usage import context_text
 
 if TYPE_CHECKING:
@@ -272,8 +266,7 @@ class InteractiveApp:
         self._answered: anyio.Event | None = None
         self._startup_error: StartupError | None = None
         self._first_prompt: FirstPrompt | None = None  # drawn by start-up, taken over by the first prompt
-        self._drawn = asyncio.Event()  # the first prompt is on the screen: what was deferred may start
-        self._imported = asyncio.Event()  # and the agent's modules are imported (in a worker thread)
+        self._drawn = asyncio.Event()  # this prompt is on the screen: the agent's build may start
         self._servers_opened = False
         self._typed = ""  # typed during a turn: the next prompt starts with it
         self._cancelling = False  # Ctrl-C was pressed during this turn: the toolbar says so until it ends
@@ -345,71 +338,82 @@ class InteractiveApp:
 
     async def _read_line(self) -> str | None:
         assert self._session is not None
+        if self._exit_status is not None:
+            return None  # an ending signal came before this prompt ran
         default, self.shell.prefill = self.shell.prefill, ""
         prompt = self._session.prompt_async(PROMPT, default=default, handle_sigint=False, pre_run=self._pre_run)
         try:
-            return await self._prompt_then_open_servers(prompt)
-        except EOFError:
-            return None
-        except KeyboardInterrupt:  # only if a binding we did not override raised it
-            return ""
+            async with asyncio.TaskGroup() as group:  # asyncio's: anyio's backend comes with the agent, behind it
+                return await self._prompt_beside_startup(group, prompt)
+        except BaseExceptionGroup as failures:
+            raise unwrap_group(failures) from None  # one task's failure, as the loop would have seen it
 
-    # --- the agent, built once the first prompt is on the screen ------------------------------------
+    # --- what start-up deferred, behind the first prompt ----------------------------------------------
 
     def _pre_run(self) -> None:
         """Runs just before prompt_toolkit reads the typeahead, enters raw mode and draws the prompt."""
         if self._first_prompt is not None:
             self._first_prompt.take_over()  # echo back on before raw mode saves it; its prompt is drawn over
-        self._schedule_agent()
+        self._drawn.set()  # the prompt is drawn before the awaiting task runs: the agent's build starts then
+        if self._exit_status is not None:
+            self._exit_prompt()  # an ending signal came while the prompt was being set up
 
-    def _schedule_agent(self) -> None:
-        """Runs before the prompt is drawn: build the agent right after, while the user reads it."""
-        if self._session is not None and (not self._drawn.is_set() or self.shell.session.agent is None):
-            self._session.app.create_background_task(self._build_agent())
+    async def _prompt_beside_startup(self, group: asyncio.TaskGroup, prompt: Coroutine[Any, Any, str]) -> str | None:
+        """The prompt's line (None: the input ended), read in ``group`` beside what start-up left for behind it:
+        while the session has no agent, its modules' import and its build, once the prompt is drawn; the first
+        time, the session's MCP servers opened, once those modules are in or the line is, from this task: the one
+        that closes them with the session (they never delay the prompt, docs/mcp.md). The line's end cancels an
+        unfinished build: the line's turn builds the agent itself (Session.run_turn)."""
+        self._drawn = asyncio.Event()
+        imported_or_read = asyncio.Event()
+        reading = group.create_task(self._line(prompt, imported_or_read))
+        building = group.create_task(self._build_agent(imported_or_read)) if self.shell.session.agent is None else None
+        if not self._servers_opened:
+            self._servers_opened = True
+            # Not before the agent's modules are in (the manager is one): importing it here meanwhile would wait
+            # for the worker thread's import lock with the loop, and keys typed at the prompt with it.
+            await imported_or_read.wait()
+            try:
+                await self.shell.session.open_mcp()
+            except StartupError as exc:
+                self._startup_error = exc
+                self._exit_prompt()
+        line = await reading
+        if building is not None:
+            building.cancel()
+        return line
 
-    async def _build_agent(self) -> None:
-        self._drawn.set()
-        if self.shell.session.agent is not None:
-            self._imported.set()
-            return
-        # Its modules take longer to import than the prompt took to draw: in a worker thread, so that keys
-        # typed at the prompt meanwhile are drawn as they come (docs/architecture.md, "Start-up and lazy imports").
-        await asyncio.to_thread(_import_agent_modules)
-        self._imported.set()
-        if self.shell.session.agent is not None:  # a line sent meanwhile built it (Session.run_turn)
-            return
+    @staticmethod
+    async def _line(prompt: Coroutine[Any, Any, str], done: asyncio.Event) -> str | None:
         try:
-            self.shell.session.ensure_agent()  # a line sent before this ran builds it itself (Session.run_turn)
+            return await prompt
+        except EOFError:
+            return None
+        except KeyboardInterrupt:  # only if a binding we did not override raised it
+            return ""
+        finally:
+            done.set()
+
+    async def _build_agent(self, imported: asyncio.Event) -> None:
+        """Once the prompt is drawn: the agent's modules imported, then the agent built; a failure ends the prompt
+        and the loop raises it (the CLI says why in one line)."""
+        await self._drawn.wait()
+        try:
+            # Its modules take longer to import than the prompt took to draw: in a worker thread, so that keys
+            # typed at the prompt meanwhile are drawn as they come (docs/architecture.md, "Start-up and lazy
+            # imports").
+            await asyncio.to_thread(_import_agent_modules)
+        except Exception:
+            pass  # a broken install: the build below raises it again, as a StartupError
+        finally:
+            imported.set()
+        try:
+            self.shell.session.ensure_agent()
         except StartupError as exc:
             self._startup_error = exc
             self._exit_prompt()
             return
         anyio.get_cancelled_exc_class()  # loads anyio's backend now rather than in the first turn
-
-    async def _prompt_then_open_servers(self, prompt: Coroutine[Any, Any, str]) -> str:
-        """The prompt's line; the first time, the session's MCP servers are opened once the prompt is drawn and the
-        agent's modules are imported (they never delay it, docs/mcp.md), from this task: the one that closes them
-        (structured concurrency)."""
-        if self._servers_opened:
-            return await prompt
-        self._servers_opened = True
-        reading = asyncio.ensure_future(prompt)
-        # Once the agent's modules are in (the manager is one): importing it here meanwhile would wait for the
-        # worker thread's import lock with the loop, and keys typed at the prompt with it.
-        drawn = asyncio.ensure_future(self._imported.wait())
-        try:
-            await asyncio.wait((reading, drawn), return_when=asyncio.FIRST_COMPLETED)
-            await self.shell.session.open_mcp()
-        except StartupError as exc:
-            self._startup_error = exc
-            self._exit_prompt()
-        except BaseException:
-            reading.cancel()
-            await asyncio.gather(reading, return_exceptions=True)  # the prompt restores the terminal first
-            raise
-        finally:
-            drawn.cancel()
-        return await reading
 
     # --- signals (only while no application owns the terminal, or sent by kill) -------------------
 

@@ -26,11 +26,12 @@ from dsh.llm.codes import ErrorCode
 from dsh.llm.network import no_proxy
 from dsh.llm.wire_trace import CAPSULE_TYPE, TraceWriter
 from dsh.repl.config import KNOWN_KEYS
-from dsh.repl.render import fix_line, turn_end_line
+from dsh.repl.turn_end import fix_line, turn_end_line
+from dsh.repl.why import why_lines
 
 if TYPE_CHECKING:
-    from dsh.repl.commands import Host
     from dsh.repl.doctor import Step
+    from dsh.repl.host import Host
 
 __all__ = ["NO_FAILURE", "default_name", "failed_turn", "write_capsule"]
 
@@ -121,8 +122,6 @@ async def _doctor(shell: Host, on_step: Callable[[Step], None] | None) -> dict[s
 
 def report_record(shell: Host, reason: EndReason, doctor: dict[str, Any], exchanges: dict[str, Any]) -> dict[str, Any]:
     """The ``report`` record: what the user saw, why, and where it ran."""
-    from dsh.repl.commands import why_lines  # /why's own lines
-
     secrets = shell.config.secrets
     fix = fix_line(reason, _sources(shell))
     return {

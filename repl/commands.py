@@ -4,7 +4,7 @@ An unknown command is one clear line that names the nearest command, and the nex
 (the typed line is in the history, one ↑ away). ``//text`` sends ``/text`` as a prompt.
 
 The shell imports this module, never the other way round: a command sees the shell only through
-:class:`Host`, the few attributes and methods the commands use.
+:class:`~dsh.repl.host.Host`, the few attributes and methods the commands use.
 """
 
 from __future__ import annotations
@@ -15,45 +15,22 @@ import json
 import re
 from collections.abc import Awaitable, Callable
 from dataclasses import dataclass
-from typing import TYPE_CHECKING, Protocol
+from typing import TYPE_CHECKING
 
 from dsh.agent_loop.reasons import EndReason
-from dsh.agent_loop.session import Session
 from dsh.agent_loop.usage import estimate_tokens
-from dsh.llm import HarnessError, LlmError, chain_links, error_chain, redact_text
+from dsh.llm import HarnessError, error_chain, redact_text
 from dsh.llm.models import PRICES_AS_OF, model_info
+from dsh.repl.host import Host
 from dsh.repl.usage import compact_count, usage_line
+from dsh.repl.why import why_lines
 
 if TYPE_CHECKING:
     from dsh.agent_loop.events import ToolResult
     from dsh.agent_loop.mcp import ServerStatus
     from dsh.agent_loop.subagent.jobs import Job, JobManager
-    from dsh.llm import ChainLink
-    from dsh.repl.config import Config
-    from dsh.repl.demo.catalogue import Demo
 
-__all__ = ["COMMANDS", "REPORT_WRITTEN", "Command", "Host", "dispatch", "expanded_output", "help_text", "link_lines",
-           "why_lines"]
-
-
-class Host(Protocol):
-    """What a command may use of the shell it runs in (:class:`dsh.repl.shell.Shell` is one)."""
-
-    config: Config
-    demo: Demo | None
-    session: Session
-    exit_code: int | None
-
-    @property
-    def env(self) -> dict[str, str]: ...
-
-    def say(self, text: str) -> None: ...
-
-    def report_resumed(self) -> None: ...
-
-    async def run_turn(self, prompt: str) -> EndReason: ...
-
-    async def compact(self, focus: str) -> None: ...
+__all__ = ["COMMANDS", "REPORT_WRITTEN", "Command", "dispatch", "expanded_output", "help_text"]
 
 
 Handler = Callable[[Host, str], Awaitable["EndReason | None"]]
@@ -231,43 +208,6 @@ async def _cost(shell: Host, arg: str) -> None:
         shell.say(f"no price known for {tally.model}: set [models.\"{tally.model}\"] prices in config.toml")
     elif tally.tokens_known and model_info(tally.model) is not None and tally.model not in shell.config.models:
         shell.say(f"prices as published by DeepSeek on {PRICES_AS_OF}, peak or off-peak by the hour of each request")
-
-
-def link_lines(links: list[ChainLink], depth: int, secrets: tuple[str, ...]) -> list[str]:
-    """/why's lines for a cause chain, masked: one per link, a group's members indented (dsh acp sends them too)."""
-    lines: list[str] = []
-    indent = "  " * depth
-    for link in links:
-        label = link.type_name or "…"
-        text = redact_text(link.text, secrets).replace("\n", " ")
-        lines.append(f"{indent}{label}: {text}" if link.type_name else f"{indent}{text}")
-        for number, member in enumerate(link.members, 1):
-            lines.append(f"{indent}  [{number}]")
-            lines.extend(link_lines(member, depth + 2, secrets))
-    return lines
-
-
-def why_lines(session: Session) -> list[str]:
-    """What /why prints for ``session``'s last failure, masked (a failure capsule holds them too)."""
-    failure = session.last_failure
-    if failure is None:
-        return ["no failure yet"]
-    secrets = session.secrets
-    head = "last failure"
-    if isinstance(failure, HarnessError):
-        head += f" ({failure.code}"
-        if isinstance(failure, LlmError) and failure.status is not None:
-            head += f", HTTP {failure.status}"
-        if isinstance(failure, LlmError) and failure.request_id is not None:
-            head += f", request id {redact_text(failure.request_id, secrets)}"
-        head += ")"
-    lines = [head + ":", *(f"  {line}" for line in link_lines(chain_links(failure), 0, secrets))]
-    from dsh.agent_loop.child_words import ChildFailure  # only when asked
-
-    # A subagent's or an MCP server's own words (agent_loop/child_words.py): masked by its run, and again here.
-    if isinstance(failure, ChildFailure):
-        lines += [f"  {redact_text(line, secrets)}" for line in failure.word_lines()]
-    return lines
 
 
 @_command("why", "", "the last failure's full cause chain, one link per line (subagents and MCP servers too)")

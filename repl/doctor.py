@@ -49,7 +49,9 @@ from dsh.llm.network import FailureDetail, environment_proxy, no_proxy, ssl_cont
 from dsh.llm.probe import all_attempts_failed, connect_failure_word, open_tls, shown_host, unverified_certificate
 from dsh.repl import __version__
 from dsh.repl.config import Config, ConfigError, load_config, state_dir
-from dsh.repl.render import fix_line, one_line, terminal_text
+from dsh.repl.sanitize import one_line
+from dsh.repl.styles import terminal_text
+from dsh.repl.turn_end import fix_line
 
 __all__ = ["FAIL", "MARKS", "PASS", "SKIP", "Doctor", "Report", "Step", "run_doctor"]
 
@@ -657,7 +659,7 @@ class Doctor:
 
     async def mcp_servers(self) -> list[Step]:
         """One step per ``[mcp_servers.NAME]`` (docs/mcp.md): start it, ``initialize``, list its tools, stop it.
-        A failure is the server's closed line (DESIGN §8); its own words stay host-side (dsh.log)."""
+        A failure is the server's closed line (docs/contracts.md); its own words stay host-side (dsh.log)."""
         if not self.config.mcp_servers:
             return []
         from dsh.agent_loop.mcp import McpConfigError, McpManager  # only with servers configured

@@ -19,7 +19,11 @@ from typing import TYPE_CHECKING, Protocol, TextIO
 
 from dsh.agent_loop.events import JobNotice
 from dsh.agent_loop.session import Notice, RepairedTurn, Session, SessionUpdate
-from dsh.repl.render import ANSWER, AnswerSplit, Renderer, TurnActivity, sanitize, terminal_text
+from dsh.repl.activity import TurnActivity
+from dsh.repl.answer_split import ANSWER, AnswerSplit
+from dsh.repl.renderer import Renderer
+from dsh.repl.sanitize import sanitize
+from dsh.repl.styles import terminal_text
 
 if TYPE_CHECKING:
     from dsh.agent_loop.tools.edits import EditRequest
@@ -152,7 +156,7 @@ class Display:
     """Renders what a session publishes and writes it to a front end.
 
     With ``answer`` (``-p``) the answer text goes there and everything else to the front end, in the
-    order it happened (:class:`~dsh.repl.render.AnswerSplit`); ``answer_markdown``: rendered as Markdown
+    order it happened (:class:`~dsh.repl.answer_split.AnswerSplit`); ``answer_markdown``: rendered as Markdown
     (``answer`` is a colour terminal).
     """
 

@@ -1,6 +1,6 @@
 """What ``dsh -p`` writes to stdout, by ``--output-format`` (docs/scripting.md).
 
-- ``text``: the answer text alone, as it streams (the shell's :class:`~dsh.repl.render.AnswerSplit`
+- ``text``: the answer text alone, as it streams (the shell's :class:`~dsh.repl.answer_split.AnswerSplit`
   sends it here; everything else goes to stderr).
 - ``json``: one object once the turn is over: session id, the turn-end reason (always with ``code`` and
   ``message``), the answer text, usage, cost, duration and exit status.

@@ -1,4 +1,4 @@
-"""The one sanitizer for untrusted text on a terminal (re-exported by :mod:`dsh.repl.render`).
+"""The one sanitizer for untrusted text on a terminal, and :func:`one_line`, which keeps a text on its line.
 
 A module of its own, importing only ``re``, so that the first prompt can be drawn before the renderer
 and the event vocabulary are imported (docs/architecture.md, "Start-up and lazy imports").
@@ -8,7 +8,7 @@ from __future__ import annotations
 
 import re
 
-__all__ = ["sanitize"]
+__all__ = ["one_line", "sanitize"]
 
 # Everything that could drive the terminal or hide text: C0 controls but TAB and LF, DEL, C1 controls,
 # format characters (bidi controls U+202A-U+202E and U+2066-U+2069, zero-width U+200B-U+200F, U+2060,
@@ -40,3 +40,11 @@ def sanitize(text: str) -> str:
     """
     text = text.replace("\r\n", "\n")
     return (_UNSAFE_ASCII if text.isascii() else _UNSAFE).sub(_picture, text)
+
+
+_SPACE_RUN = re.compile(r"\s*\n\s*")
+
+
+def one_line(text: str) -> str:
+    """``text`` on one line: each line break, with the blanks around it, becomes one space."""
+    return _SPACE_RUN.sub(" ", text)

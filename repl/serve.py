@@ -6,16 +6,18 @@ the record) and gathers no project context.
 
 Newline-delimited JSON-RPC 2.0 (see :mod:`dsh.agent_loop.jsonrpc`). Requests from the parent:
 
-``initialize {model?, base_url?, max_tokens?, cwd, permission?}``
+``initialize {model?, base_url?, max_tokens?, cwd, permission?, auto_compact?}``
     Build the session. The API key comes from ``$DEEPSEEK_API_KEY`` (the parent passes it explicitly;
     it is never a parameter). ``base_url`` defaults to ``$DEEPSEEK_BASE_URL``, then the DeepSeek default.
     ``permission`` ``allow`` approves the child's shell commands and file edits; ``reject`` (default)
-    denies them.
+    denies them. ``auto_compact`` (default false) is config.toml's: compact before a prompt sent with the
+    window 90 % full, and on ``CONTEXT_WINDOW_EXCEEDED`` (docs/compaction.md).
     Answers ``{protocolVersion: 1, serverInfo: {name, version}, session: {id}}``.
 ``session/prompt {prompt}``
-    Run one turn. Every session event is sent first as a ``session/event {event: {type, data}}``
-    notification (the same vocabulary as the session log, ``turn/end`` included); the response
-    ``{reason}`` comes after the last of them, when the turn has ended.
+    Run one turn, as every front end does (``Session.run_turn``: a compaction first when due). Every
+    session event is sent first as a ``session/event {event: {type, data}}`` notification (the same
+    vocabulary as the session log, ``turn/end`` included); the response ``{reason}`` comes after the last
+    of them, when the turn has ended.
 ``session/cancel``
     Cancel the running turn (it ends ``aborted``). A request or a notification.
 ``shutdown``
@@ -35,7 +37,7 @@ import contextlib
 import logging
 import os
 import sys
-from collections.abc import Mapping, Sequence
+from collections.abc import Iterable, Mapping, Sequence
 from typing import Any
 
 import anyio
@@ -45,6 +47,7 @@ from dsh.agent_loop.events import Event, to_wire
 from dsh.agent_loop.jsonrpc import INVALID_PARAMS, METHOD_NOT_FOUND, JsonRpcConnection, ProtocolError, TransportClosed
 from dsh.agent_loop.session import Session, SessionUpdate
 from dsh.agent_loop.tools import Approval
+from dsh.agent_loop.update_pump import UpdatePump
 from dsh.llm import DEFAULT_BASE_URL, DEFAULT_MODEL, DeepSeekClient, RedactingFilter, __version__
 from dsh.repl.config import Config
 
@@ -65,7 +68,7 @@ class ChildSession:
         self.conn: JsonRpcConnection | None = None
         self.session: Session | None = None
         self.done = anyio.Event()
-        self._events: asyncio.Queue[Event] = asyncio.Queue()
+        self._events: UpdatePump[Event] = UpdatePump()
         self._turn_running = False
 
     # -- dispatch --------------------------------------------------------------------------------
@@ -99,6 +102,7 @@ class ChildSession:
         max_tokens = params.get("max_tokens")
         cwd = params.get("cwd")
         permission = params.get("permission", "reject")
+        auto_compact = params.get("auto_compact", False)
         if not isinstance(model, str) or not model:
             raise ProtocolError("initialize: model must be a non-empty string", rpc_code=INVALID_PARAMS)
         if not isinstance(base_url, str) or not base_url.startswith(("http://", "https://")):
@@ -111,23 +115,22 @@ class ChildSession:
             raise ProtocolError("initialize: cwd must be an existing directory", rpc_code=INVALID_PARAMS)
         if permission not in ("allow", "reject"):
             raise ProtocolError('initialize: permission must be "allow" or "reject"', rpc_code=INVALID_PARAMS)
+        if not isinstance(auto_compact, bool):
+            raise ProtocolError("initialize: auto_compact must be true or false", rpc_code=INVALID_PARAMS)
         api_key = self._env.get("DEEPSEEK_API_KEY") or None
-        config = Config(api_key=api_key, base_url=base_url, model=model, max_tokens=max_tokens)
+        config = Config(api_key=api_key, base_url=base_url, model=model, max_tokens=max_tokens,
+                        auto_compact=auto_compact)
         self.session = Session(
             config, sessions_root=None, env=self._env, client=DeepSeekClient(base_url=base_url, api_key=api_key),
             approve=_allow_all if permission == "allow" else None, label="child", cwd=cwd, project_context=False,
         )
         self.session.ensure_agent()
-        self.session.subscribe(self._queue)
+        self.session.pump_updates(self._events, _events_only)
         return {
             "protocolVersion": PROTOCOL_VERSION,
             "serverInfo": {"name": "dsh", "version": __version__},
             "session": {"id": f"child-{os.getpid()}"},
         }
-
-    def _queue(self, update: SessionUpdate) -> None:
-        if isinstance(update, Event):  # the session's own notices are not part of the protocol
-            self._events.put_nowait(update)
 
     async def _prompt(self, params: Any) -> dict[str, Any]:
         session = self.session
@@ -143,7 +146,7 @@ class ChildSession:
             reason = await session.run_turn(prompt)
         finally:
             self._turn_running = False
-        await self._events.join()  # every event of the turn is on the wire before the response
+        await self.flushed()  # every event of the turn is on the wire before the response
         return {"reason": reason.to_dict()}
 
     def _cancel(self) -> dict[str, Any]:
@@ -159,9 +162,15 @@ class ChildSession:
     # -- event pump ------------------------------------------------------------------------------
 
     async def pump_events(self) -> None:
-        """Send queued session events as ``session/event`` notifications, in order."""
-        while True:
-            event = await self._events.get()
+        """Send the session's events as ``session/event`` notifications, in order, until cancelled."""
+        await self._events.run(self._send_events)
+
+    async def flushed(self) -> None:
+        """Every event so far is on the wire (or the parent is gone)."""
+        await self._events.flushed()
+
+    async def _send_events(self, events: Sequence[Event]) -> None:
+        for event in events:
             try:
                 if self.conn is not None and not self.conn.closed:
                     await self.conn.notify("session/event", {"event": to_wire(event)})
@@ -169,17 +178,21 @@ class ChildSession:
                 pass  # the parent is gone; the run loop notices and ends the session
             except Exception:
                 log.exception("could not send a %s event", event.type)
-            finally:
-                self._events.task_done()
 
     async def aclose(self) -> None:
         with anyio.CancelScope(shield=True):
             if self.session is not None:
                 await self.session.aclose()  # a running turn ends ``disposed``
+        self._events.close()  # what the session said last is sent or dropped: the pump's task is cancelled next
 
 
 async def _allow_all(request: object) -> Approval:
     return "yes"
+
+
+def _events_only(update: SessionUpdate) -> Iterable[Event]:
+    """The session's own notices are not part of the protocol."""
+    return (update,) if isinstance(update, Event) else ()
 
 
 async def serve_streams(reader: Any, writer: Any, env: Mapping[str, str] | None = None) -> int:
@@ -209,7 +222,7 @@ async def serve_streams(reader: Any, writer: Any, env: Mapping[str, str] | None 
             # shutdown: let the running turn answer (it was cancelled) and the shutdown reply go out
             with anyio.move_on_after(_SHUTDOWN_DRAIN):
                 await conn.wait_requests_answered()
-                await session._events.join()
+                await session.flushed()
         await session.aclose()
         tg.cancel_scope.cancel()
     return 0

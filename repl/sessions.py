@@ -2,7 +2,7 @@
 
 Every text here comes from a session log, so it is hostile (prompts, model output): lines are built
 plain and one-lined here and reach the terminal through a sink or :func:`_out`, both of which run the
-one sanitizer (:func:`~dsh.repl.render.terminal_text`). Listing reads each log's head and tail only
+one sanitizer (:func:`~dsh.repl.styles.terminal_text`). Listing reads each log's head and tail only
 (:func:`~dsh.agent_loop.session_log.list_sessions`); ``show`` streams the log one record at a time.
 """
 
@@ -29,7 +29,9 @@ from dsh.agent_loop.session_log import (
 )
 from dsh.llm import error_chain, redact_text
 from dsh.repl.config import state_dir
-from dsh.repl.render import Renderer, terminal_text, turn_end_line
+from dsh.repl.renderer import Renderer
+from dsh.repl.styles import terminal_text
+from dsh.repl.turn_end import turn_end_line
 
 if TYPE_CHECKING:
     from dsh.agent_loop.recap import Recap

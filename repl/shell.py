@@ -20,7 +20,7 @@ from dsh.agent_loop.session import Session, StartupError
 from dsh.repl import commands
 from dsh.repl.config import Config, config_file_path, state_dir
 from dsh.repl.frontend import Display, FrontEnd, Sink
-from dsh.repl.render import Renderer
+from dsh.repl.renderer import Renderer
 from dsh.repl.usage import CONTEXT_WARNING_AT, context_warning, usage_line
 
 if TYPE_CHECKING:
@@ -72,6 +72,7 @@ class Shell:
             subagent_tables=demo.subagent_tables() if demo is not None else None,
             parent_base_url=demo.client.urls["server"] if demo is not None else None,
             user_dir=config_file_path(env).parent, extra_tools=extra_tools, allow_mcp=allow_mcp,
+            prompt_transform=demo.before_turn if demo is not None else None,
         )
         # In the demo the scenario picks the endpoint and the proxy, so fix lines point there.
         sources = {"base_url": "the demo scenario", "proxy": "the demo scenario"} if demo else config.sources
@@ -127,15 +128,16 @@ class Shell:
     def _turn_shown(self) -> contextlib.AbstractAsyncContextManager[None]:
         return self._shown(end_line=True, usage=True)
 
+    def _compaction_shown(self) -> contextlib.AbstractAsyncContextManager[None]:
+        return self._shown(end_line=False, usage=True)
+
     async def run_turn(self, prompt: str) -> EndReason:
-        """One turn, rendered as it streams; how it ended."""
-        if self.session.compaction_due():
-            await self.compact("")  # near the limit: compact first (a failure is one line, the turn runs)
-        sent = self.demo.before_turn(prompt) if self.demo is not None else None
-        return await self.session.run_turn(prompt, sent=sent, scope=self._turn_shown)
+        """One turn (a compaction first when the window is nearly full: Session.run_turn), rendered as it streams;
+        how it ended."""
+        return await self.session.run_turn(prompt, scope=self._turn_shown, compact_scope=self._compaction_shown)
 
     async def compact(self, focus: str) -> None:
-        await self.session.compact(focus, scope=lambda: self._shown(end_line=False, usage=True))
+        await self.session.compact(focus, scope=self._compaction_shown)
 
     async def deliver_notices(self) -> EndReason | None:
         """A turn for background-job notices the model has not seen yet, if any."""

@@ -58,7 +58,7 @@ from dsh.llm.loopback.fault_server import (
     RecordedRequest,
     closed_port,
 )
-from dsh.repl.render import sanitize
+from dsh.repl.sanitize import sanitize
 from tests.interrupted_child import run_interrupted
 from tests.real_parts import isolated_resolver
 

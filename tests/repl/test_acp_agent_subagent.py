@@ -1,5 +1,5 @@
 """dsh delegating to dsh over ACP: the ``acp`` subagent provider drives a real ``dsh acp`` child, which talks to
-the loopback fault server. The seed's ACP diagnostics hold end to end (docs/subagents.md, DESIGN §7)."""
+the loopback fault server. The seed's ACP diagnostics hold end to end (docs/subagents.md, docs/contracts.md)."""
 
 from __future__ import annotations
 

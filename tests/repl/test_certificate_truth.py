@@ -1,5 +1,5 @@
 """A certificate failure tells the truth: the certificate presented, its issuer, and whether the trust store
-knows that issuer; the fix says how to trust the CA, never to turn verification off (DESIGN §11; issue 28;
+knows that issuer; the fix says how to trust the CA, never to turn verification off (docs/reliability.md; issue 28;
 docs/reliability.md, "Certificate failures").
 
 Real parts: the fault server's TLS listener presenting a leaf issued by a test "corporate" root CA
@@ -27,7 +27,7 @@ from dsh.llm.certificate_truth import NAME_LIMIT, _printable
 from dsh.llm.loopback.certificate import CORPORATE_ROOT, ServedIdentity, corporate_chain
 from dsh.llm.loopback.fault_server import FaultServer
 from dsh.llm.network import FailureDetail
-from dsh.repl.render import (
+from dsh.repl.turn_end import (
     FIX_CERTIFICATE,
     FIX_CERTIFICATE_EXPIRED,
     FIX_CERTIFICATE_NAME,

@@ -652,7 +652,7 @@ def test_resume_of_a_symlinked_log_fails_with_one_line_and_leaves_the_target_alo
 
 def test_the_stream_sink_sanitizes_every_write_and_keeps_dsh_styles() -> None:
     from dsh.repl.frontend import StreamSink
-    from dsh.repl.render import DIM, RESET, styled
+    from dsh.repl.styles import DIM, RESET, styled
 
     stream = _RecordingStream()
     sink = StreamSink(stream)

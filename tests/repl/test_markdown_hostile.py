@@ -27,7 +27,8 @@ from dsh.repl.markdown import (
     HIGHLIGHTED_LANGUAGES,
     MarkdownLines,
 )
-from dsh.repl.render import RESET, Renderer, terminal_text
+from dsh.repl.renderer import Renderer
+from dsh.repl.styles import RESET, terminal_text
 
 CODE, DIM, BOLD, KEYWORD, NUMBER = "\x1b[36m", "\x1b[2m", "\x1b[1m", "\x1b[35m", "\x1b[33m"
 

@@ -16,7 +16,9 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from dsh.llm.loopback.fault_server import Behaviour, FaultServer
-from dsh.repl.render import mcp_approval, mcp_arguments, sanitize, terminal_text
+from dsh.repl.approvals import mcp_approval, mcp_arguments
+from dsh.repl.sanitize import sanitize
+from dsh.repl.styles import terminal_text
 from fixtures.mcp_servers import read_record, received, stdio_command
 from tests.canaries import CHILD_ENV, CHILD_STDERR
 

@@ -22,7 +22,7 @@ import pytest
 
 from dsh.llm.loopback.fault_server import Behaviour, FaultServer
 from dsh.llm.wire_trace import BodyTee, TraceWriter
-from dsh.repl.render import FIX_AUTH
+from dsh.repl.turn_end import FIX_AUTH
 from tests import canaries
 from tests.real_parts import missing
 from tests.repl.test_cli import REPO, base_env, dsh, write_config

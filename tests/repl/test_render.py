@@ -1,4 +1,5 @@
-"""dsh.repl.render is pure: every turn-end line, pinned to the character."""
+"""The renderer and its lines are pure (dsh.repl.renderer, turn_end, approvals, activity): every turn-end line,
+pinned to the character."""
 
 from __future__ import annotations
 
@@ -11,29 +12,13 @@ from hypothesis import strategies as st
 
 from dsh.agent_loop import events as ev
 from dsh.agent_loop.reasons import Aborted, Completed, Disposed, EndReason, Failed, Interrupted, MaxTokens, Rejected
-from dsh.repl.render import (
-    ANSWER,
-    DIM,
-    FIX_AUTH,
-    FIX_QUOTA,
-    FIX_RATE_LIMIT,
-    FIX_SERVER,
-    HIGHLIGHT,
-    RESET,
-    REST,
-    AnswerSplit,
-    Renderer,
-    TurnActivity,
-    approval_answer,
-    approval_question,
-    fit_width,
-    fix_line,
-    sanitize,
-    shown_command,
-    styled,
-    terminal_text,
-    turn_end_line,
-)
+from dsh.repl.activity import TurnActivity, fit_width
+from dsh.repl.answer_split import ANSWER, REST, AnswerSplit
+from dsh.repl.approvals import approval_answer, approval_question, shown_command
+from dsh.repl.renderer import Renderer
+from dsh.repl.sanitize import sanitize
+from dsh.repl.styles import DIM, HIGHLIGHT, RESET, styled, terminal_text
+from dsh.repl.turn_end import FIX_AUTH, FIX_QUOTA, FIX_RATE_LIMIT, FIX_SERVER, fix_line, turn_end_line
 
 TRANSPORT_MESSAGE = (
     "DeepSeek API request to http://127.0.0.1:1 failed: All connection attempts failed: "

@@ -22,7 +22,7 @@ import pytest
 
 from dsh.llm.loopback.certificate import CORPORATE_ROOT, corporate_chain
 from dsh.llm.loopback.fault_server import FaultServer
-from dsh.repl.render import FIX_CERTIFICATE
+from dsh.repl.turn_end import FIX_CERTIFICATE
 from tests import canaries
 from tests.llm.test_real_proxies import _free_port, _installed, _running
 from tests.real_parts import isolated_resolver

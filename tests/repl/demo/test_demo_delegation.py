@@ -17,7 +17,7 @@ from dsh.llm.loopback.fault_server import Behaviour, FaultServer
 from dsh.repl.demo.catalogue import DemoTurn
 from dsh.repl.demo.delegation import DELEGATION_SCENARIOS, DelegationScenario, demo_subagent_tables, scenario_setup
 from dsh.repl.demo.product_delegation import PRODUCT_SCENARIOS, product_demo_tables
-from dsh.repl.render import Renderer
+from dsh.repl.renderer import Renderer
 from tests.agent_loop.subagent.tool_support import agent_for, toolkit
 
 TOOL_RESULT = "  [tool result] "
