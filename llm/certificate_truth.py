@@ -1,5 +1,5 @@
 """A certificate that failed verification, told as it is: who it was issued to, by whom, and whether the trust
-the request used knows that issuer (DESIGN §11; docs/reliability.md, "Certificate failures").
+the request used knows that issuer (docs/reliability.md, "Certificate failures").
 
 Python's ``ssl`` keeps nothing of a failed handshake but the error (``verify_code``, ``verify_message``): the
 chain the server sent is gone with the connection. So :func:`certificate_finding` reads it again in a second,

@@ -152,7 +152,7 @@ _PROXY_SERVER = re.compile(r"(?i)squid|tinyproxy|privoxy|polipo|ziproxy|3proxy|c
 
 
 def _proxy_answered(status: int, headers: httpx.Headers) -> bool:
-    """Whether a proxy, not the endpoint, produced this error answer (DESIGN §4)."""
+    """Whether a proxy, not the endpoint, produced this error answer (docs/contracts.md, "Error codes": PROXY)."""
     if status == 407 or "proxy-authenticate" in headers or "x-squid-error" in headers:
         return True
     if status >= 400 and _PROXY_SERVER.search(headers.get("server", "")):
@@ -432,7 +432,7 @@ class DeepSeekClient:
 
     @contextmanager
     def _translating(self, response: httpx.Response | None = None) -> Iterator[None]:
-        """Every failure of an exchange as the :class:`LlmError` a turn raises for it (DESIGN §4, "Errors").
+        """Every failure of an exchange as the :class:`LlmError` a turn raises for it (docs/contracts.md).
 
         The caller's cancellation is ``ABORTED``. Before a ``response`` exists anything else is the
         request's transport failure (httpx errors, and the OSError or ExceptionGroup that escapes

@@ -1,4 +1,4 @@
-"""Whom a client talks to, and the words every message uses for it (DESIGN §4, "Endpoint identity").
+"""Whom a client talks to, and the words every message uses for it (docs/endpoints.md).
 
 An :class:`Endpoint` is a name (``DeepSeek``, ``LiteLLM``, ...) or none, plus the ``host:port`` it was
 reached at. ``DeepSeek`` only when the host is DeepSeek's API host; otherwise the name the server gives
@@ -84,7 +84,7 @@ class Endpoint:
         """``DeepSeek``, ``LiteLLM``, ... or ``the endpoint at 127.0.0.1:4000``."""
         return self.name if self.name is not None else f"the endpoint at {self.address}"
 
-    # The client's error table, one phrase per row (DESIGN §4; docs/failure-kit.md).
+    # The client's error table, one phrase per row (docs/failure-kit.md).
 
     def request_failed(self, url: str, via: str = "") -> str:
         if self.name:

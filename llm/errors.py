@@ -3,25 +3,32 @@
 Every dsh error is a :class:`HarnessError` whose ``code`` is an :class:`~dsh.llm.codes.ErrorCode`
 (or a computed ``HTTP_<status>`` / finish-reason code). Route on ``code``, never on message text.
 Render with :func:`error_chain` at every diagnostic boundary (turn-end messages, log warnings, REPL
-lines, startup failures). The hierarchy, with the module each class lives in and its codes::
+lines, startup failures). The hierarchy, drawn here only (docs/architecture.md points here, and
+tests/test_contracts.py compares this drawing with the real classes): each class, the module it lives
+in, and its codes::
 
-    HarnessError                    any code (dsh.llm.errors)
-    ├── LlmError                    a failed model request: TRANSPORT, TIMEOUT, AUTH, QUOTA, RATE_LIMIT,
-    │                               SERVER, ... HTTP_<status>; plus status, retry_after_s, request_id
-    ├── SessionLogError             SESSION_LOG, SESSION_LOCKED, SESSION_NOT_FOUND, SESSION_AMBIGUOUS
-    │                               (dsh.agent_loop.session_log)
-    ├── ProtocolError               PROTOCOL: a bad frame, or a JSON-RPC error response whose integer
-    │                               error code is ``rpc_code`` (dsh.agent_loop.jsonrpc)
-    ├── TransportClosed             TRANSPORT_CLOSED: a JSON-RPC peer's stream ended or broke
-    │                               (dsh.agent_loop.jsonrpc)
-    ├── SubagentConfigError         CONFIG: a ``[subagents.NAME]`` table (dsh.agent_loop.subagent)
-    ├── ProcessStartError           PROCESS_START (dsh.agent_loop.subagent.process)
-    ├── LineTooLong                 LINE_TOO_LONG (dsh.agent_loop.subagent.process)
-    ├── ConfigError                 CONFIG: usage or configuration, exit status 2 (dsh.repl.config)
-    └── StartupError                the cause's code, else STARTUP (dsh.repl.shell)
+    HarnessError              dsh.llm.errors                   any code: the base of every dsh error
+    ├── LlmError              dsh.llm.errors                   a failed model request: TRANSPORT ... HTTP_<status>
+    ├── TraceFileError        dsh.llm.wire_trace               CONFIG: a --record or report path dsh will not write
+    ├── ReplayError           dsh.llm.loopback.replay_server   CONFIG: a recording that cannot be replayed
+    ├── ProcessStartError     dsh.agent_loop.process           PROCESS_START: a child could not be spawned
+    ├── LineTooLong           dsh.agent_loop.process           LINE_TOO_LONG: a child's line past the limit
+    ├── JournalError          dsh.agent_loop.journal           SESSION_LOG: the undo journal cannot be used
+    ├── SessionLogError       dsh.agent_loop.session_log       SESSION_LOG, SESSION_LOCKED, SESSION_NOT_FOUND, ...
+    ├── ProtocolError         dsh.agent_loop.jsonrpc           PROTOCOL: a bad frame, or an error answer (rpc_code)
+    ├── TransportClosed       dsh.agent_loop.jsonrpc           TRANSPORT_CLOSED: a JSON-RPC peer's stream ended
+    ├── ChildFailure          dsh.agent_loop.child_words       /why's record of a child's failure, with its words
+    │   ├── SubagentFailure   dsh.agent_loop.subagent.result   SUBAGENT: a subagent run that did not succeed
+    │   └── McpServerFailure  dsh.agent_loop.mcp.diagnostics   MCP: a failed MCP server or call
+    │       └── McpStrayLines dsh.agent_loop.mcp.diagnostics   MCP: a stdout line that is not JSON-RPC, skipped
+    ├── McpConfigError        dsh.agent_loop.mcp.config        CONFIG: a bad [mcp_servers.NAME] table
+    ├── SubagentConfigError   dsh.agent_loop.subagent.run      CONFIG: a bad [subagents.NAME] table
+    ├── StartupError          dsh.agent_loop.session           the cause's code, else STARTUP
+    └── ConfigError           dsh.repl.config                  CONFIG: usage or configuration (exit status 2)
 
-The agent loop raises plain ``HarnessError`` for AGENT_CLOSED, TURN_BUSY and MAX_STEPS; a turn that
-fails with anything that is not a ``HarnessError`` ends with code UNKNOWN.
+The agent loop raises plain ``HarnessError`` for AGENT_CLOSED, TURN_BUSY, MAX_STEPS and COMPACT; a turn that
+fails with anything that is not a ``HarnessError`` ends with code UNKNOWN. The codes and what a user sees
+for each are in docs/contracts.md.
 """
 
 from __future__ import annotations

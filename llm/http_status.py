@@ -1,5 +1,5 @@
 """The error table's routing: an HTTP status (or a relay's error event) to an error code, and the
-headers an answer carries about itself (DESIGN §4, "Errors"; docs/failure-kit.md).
+headers an answer carries about itself (docs/contracts.md, "Error codes"; docs/failure-kit.md).
 
 Pure functions on plain values, so the client (an HTTP error answer) and the stream decoder (a relay's
 ``data: {"error": {...}}`` event) route by one table.
@@ -160,7 +160,7 @@ def _milliseconds(value: str) -> float | None:
 
 
 def request_id(headers: Mapping[str, str]) -> str | None:
-    """``x-request-id``, else ``x-deepseek-request-id``, else ``x-litellm-call-id`` (DESIGN §4)."""
+    """``x-request-id``, else ``x-deepseek-request-id``, else ``x-litellm-call-id`` (docs/failure-kit.md)."""
     for name in _REQUEST_ID_HEADERS:
         value = (headers.get(name) or "").strip()
         if value:

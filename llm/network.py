@@ -49,7 +49,7 @@ class FailureDetail(StrEnum):
     UPSTREAM_QUOTA = "upstream-quota"
 
 
-# Permanent: retrying cannot change the answer (DESIGN §4). Refused, reset and timeouts stay transient.
+# Permanent: retrying cannot change the answer (docs/contracts.md). Refused, reset and timeouts stay transient.
 PERMANENT = frozenset(
     {
         FailureDetail.NAME_NOT_FOUND,

@@ -3,7 +3,7 @@
 :class:`StreamDecoder` is everything between the socket and the events (docs/architecture.md,
 "Errors"; docs/reliability.md, "Hostile streams"): the Content-Encoding, inflated in bounded pieces;
 SSE framing (:mod:`dsh.llm.sse`); each ``data:`` payload parsed into deltas, usage and the finish
-reason; ``[DONE]``; and the error a stream that ended badly is (DESIGN §4: ``MALFORMED_RESPONSE``,
+reason; ``[DONE]``; and the error a stream that ended badly is (docs/contracts.md: ``MALFORMED_RESPONSE``,
 ``STREAM_CLOSED``, ``EMPTY_RESPONSE``, a finish reason that is a failure, a relay's ``{"error": {...}}``
 event). The client only reads, keeps the deadlines and lets a cancel in between pieces.
 """
@@ -50,7 +50,7 @@ _ELLIPSIS = "…"
 
 
 def malformed_payload(payload: str, secrets: tuple[str, ...], request_id: str | None) -> LlmError:
-    """``malformed SSE payload: <first 120 characters, masked>`` (DESIGN §4)."""
+    """``malformed SSE payload: <first 120 characters, masked>`` (docs/contracts.md, "Error codes")."""
     preview = redact_text(payload[:PAYLOAD_PREVIEW], secrets)
     return LlmError(f"malformed SSE payload: {preview}", ErrorCode.MALFORMED_RESPONSE, request_id=request_id)
 

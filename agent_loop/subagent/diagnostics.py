@@ -107,7 +107,7 @@ PERMISSION_DECISIONS: frozenset[str] = frozenset({"allowed", "rejected", "cancel
 
 PRODUCTS: frozenset[str] = frozenset({"Claude Code", "Codex"})
 
-# The error codes ACP and JSON-RPC 2.0 define, with their fixed names (DESIGN §7); others stay bare integers.
+# The error codes ACP and JSON-RPC 2.0 define, with their fixed names (docs/contracts.md); others stay bare integers.
 ERROR_CODE_NAMES: dict[int, str] = {
     -32000: "authentication required",
     -32002: "resource not found",

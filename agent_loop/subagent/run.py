@@ -122,7 +122,7 @@ class Run(Generic[SettingsT]):
         self._result: SubagentResult | None = None
         self._started = False
         self._own_group = OwnedTaskGroup()  # when entered as a context manager
-        # Everything the child says is masked here, once, for every provider (DESIGN: output, partial
+        # Everything the child says is masked here, once, for every provider (docs/subagents.md: output, partial
         # output, job output): the parent's secrets, the secret values of the env it was given, shapes.
         given = {**(self._settings.env if self._settings is not None else {}), **(request.env or {})}
         self._redactor = Redactor((*provider.secrets, *environment_secrets(given, min_chars=MIN_SECRET_CHARS)))

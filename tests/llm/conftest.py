@@ -18,7 +18,7 @@ SIMPLE_REQUEST = ChatRequest("deepseek-v4-flash", (Message("user", "Say hello.")
 
 def unnamed(url: str) -> str:
     """How messages name a loopback server that does not say who it is (the fault server's ``server:
-    dsh-fault-server``): ``the endpoint at 127.0.0.1:<port>`` (DESIGN §4, "Endpoint identity")."""
+    dsh-fault-server``): ``the endpoint at 127.0.0.1:<port>`` (docs/endpoints.md)."""
     return f"the endpoint at 127.0.0.1:{urlsplit(url).port}"
 
 

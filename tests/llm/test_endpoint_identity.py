@@ -1,5 +1,5 @@
 """Whom the client names in its messages, relays' in-stream error events, and what gateways send
-(DESIGN §4, "Endpoint identity"; docs/failure-kit.md). The real client against the loopback fault server,
+(docs/endpoints.md; docs/failure-kit.md). The real client against the loopback fault server,
 which says ``server: dsh-fault-server`` (unnamed) unless a behaviour answers as LiteLLM or llama.cpp's server.
 """
 

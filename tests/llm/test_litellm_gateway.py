@@ -2,7 +2,7 @@
 
 One proxy serves the module (its start-up takes seconds; tests/llm/litellm_proxy.py). Each test scripts the
 fault server (LiteLLM's upstream), runs `dsh -p` (or piped stdin for `/why`) with DEEPSEEK_BASE_URL at the
-proxy, and asserts the exact lines a user sees (DESIGN §4, "Endpoint identity") and that neither the user's key
+proxy, and asserts the exact lines a user sees (docs/endpoints.md) and that neither the user's key
 (the proxy's master key) nor LiteLLM's own upstream key shows anywhere. docs/endpoints.md shows the same runs.
 """
 

@@ -1,4 +1,4 @@
-"""Proxies named, permanent failures capped at zero retries, TLS trust (DESIGN §4; docs/reliability.md).
+"""Proxies named, permanent failures capped at zero retries, TLS trust (docs/contracts.md; docs/reliability.md).
 
 Real parts: the fault server on loopback plays the endpoint, a self-signed TLS listener, and a forward
 proxy answering as squid or a credential-refusing proxy would. DNS: the classification of each

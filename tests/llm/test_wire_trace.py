@@ -107,7 +107,7 @@ def test_a_trace_that_cannot_take_its_header_is_an_error(tmp_path: Path) -> None
     assert (done.returncode, done.stdout) == (0, f"{errno.EFBIG}\n")  # a file that may not grow: EFBIG
 
 
-# Key shapes of DESIGN §7 and what redact_text masks today; a body line holding any of them is masked.
+# Key shapes (docs/architecture.md) and what redact_text masks today; a body line holding any of them is masked.
 SHAPES = [
     canaries.UPSTREAM_KEY, "sk-ant-api03-abcdefghijklmnop", "AIzaSyA1234567890abcdefghijklmnopqrstu",
     "ghp_abcdefghijklmnopqrstuvwxyz0123456789", "xoxb-1234567890-abcdefghij", "AKIAIOSFODNN7EXAMPLE",

@@ -1,6 +1,6 @@
 """The agent's own words: every failed run leaves /why a record, with what the agent said kept host-side only.
 
-DESIGN §7: the diagnostic is built from closed facts; an error's message and data, Codex's message and
+docs/contracts.md: the diagnostic is built from closed facts; an error's message and data, Codex's message and
 ``codexErrorInfo``, and the last lines of a failing child's stderr go to ``SubagentResult.cause`` (a
 ``SubagentFailure``: what ``/why`` shows) and dsh.log, masked and bounded — never to the model's tool result.
 """
