@@ -150,7 +150,7 @@ async def test_each_tool_denies_alike_in_its_own_words(name: str, tmp_path: Path
 
 
 @pytest.mark.parametrize(("name", "key"), [("run_shell", "run_shell.always"), ("write_file", "write_file.always"),
-                                           ("mcp", "mcp.always.mcp__srv__write")])
+                                           ("mcp", 'mcp.always.["srv", "write"]')])
 async def test_each_tool_keeps_always_under_its_own_key(name: str, key: str, tmp_path: Path) -> None:
     ctx = _ctx(tmp_path)
     ask = Answers("always")
