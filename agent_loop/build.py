@@ -17,7 +17,7 @@ from dsh.agent_loop.events import JobNotice
 from dsh.agent_loop.frames import FrameLog
 from dsh.agent_loop.guard import PromptGuard
 from dsh.agent_loop.mcp import McpManager
-from dsh.agent_loop.mcp.config import parse_servers, secret_values
+from dsh.agent_loop.mcp.config import McpServerConfig, parse_servers, secret_values
 from dsh.agent_loop.permissions import Permissions
 from dsh.agent_loop.recap import Recap
 from dsh.agent_loop.retry import RetryPolicy
@@ -79,24 +79,30 @@ def subagent_toolkit(
     return SubagentToolkit.from_config(dict(tables), parent=parent)
 
 
-def mcp_secrets(tables: Mapping[str, Any], env: Mapping[str, str]) -> tuple[str, ...]:
-    """What the ``[mcp_servers.NAME]`` tables make secret, before any manager exists (McpConfigError if bad)."""
-    return secret_values(parse_servers(tables).values(), env)
+def mcp_servers(configured: Mapping[str, McpServerConfig], tables: Mapping[str, Any]) -> dict[str, McpServerConfig]:
+    """The config file's servers (read at load), then a front end's ``[mcp_servers.NAME]``-shaped tables (an ACP
+    client's ``mcpServers``), read now: McpConfigError for a bad one."""
+    return {**configured, **parse_servers(tables)}
+
+
+def mcp_secrets(configs: Mapping[str, McpServerConfig], env: Mapping[str, str]) -> tuple[str, ...]:
+    """What the MCP servers' tables make secret, before any manager exists."""
+    return secret_values(configs.values(), env)
 
 
 def mcp_manager(
-    tables: Mapping[str, Any], *, env: Mapping[str, str], secrets: tuple[str, ...],
+    configs: Mapping[str, McpServerConfig], *, env: Mapping[str, str], secrets: tuple[str, ...],
     notice: Callable[[str], None], on_failure: Callable[[BaseException], None], allow_mcp: bool,
     frames: FrameLog | None = None,
 ) -> McpManager:
-    """The MCP manager of ``[mcp_servers.NAME]`` tables (McpConfigError for a bad one); the servers start when
+    """The MCP manager of the ``[mcp_servers.NAME]`` servers; the servers start when
     it is entered. A server's words are masked with the session's secrets and the tables' own values."""
     holder: list[McpManager] = []
 
     def mask(text: str) -> str:
         return Redactor((*secrets, *holder[0].secrets()))(text) if holder else Redactor(secrets)(text)
 
-    manager = McpManager(tables, environ=env, mask=mask, notice=notice, on_failure=on_failure, allow_mcp=allow_mcp,
+    manager = McpManager(configs, environ=env, mask=mask, notice=notice, on_failure=on_failure, allow_mcp=allow_mcp,
                          frames=frames)
     holder.append(manager)
     return manager

@@ -155,8 +155,9 @@ class Session:
         self.log: SessionLog | None = None
         self.toolkit: SubagentToolkit | None = None
         self._toolkit_scope = contextlib.AsyncExitStack()
-        # ``[mcp_servers.NAME]`` tables (the config's, then the front end's); the manager is opened by open_mcp().
-        self._mcp_tables: dict[str, Any] = {**config.mcp_servers, **(mcp_servers or {})}
+        # The front end's ``[mcp_servers.NAME]``-shaped tables, read beside the config's servers (read at load) when
+        # the manager is opened by open_mcp().
+        self._mcp_tables: dict[str, Any] = dict(mcp_servers or {})
         self._files = files
         self._allow_mcp = allow_mcp
         self.mcp: McpManager | None = None
@@ -274,14 +275,15 @@ class Session:
         waits for them, docs/mcp.md); once per session, from the task that will close it. :meth:`start` calls
         it unless the agent is deferred: then the front end does, once the first prompt is drawn, and the first
         turn at the latest. A bad table is a StartupError naming it."""
-        if self._mcp_opened or not self._mcp_tables:
+        if self._mcp_opened or not self._has_mcp:
             return
         self._mcp_opened = True
         from dsh.agent_loop import build  # the agent's modules: imported behind the first prompt
 
         self.frames = self.frames or build.FrameLog()
         try:
-            manager = build.mcp_manager(self._mcp_tables, env=self.env, secrets=self.config.secrets,
+            servers = build.mcp_servers(self.config.mcp_servers, self._mcp_tables)
+            manager = build.mcp_manager(servers, env=self.env, secrets=self.config.secrets,
                                         notice=lambda text: self._publish(Notice(text)),
                                         on_failure=self._mcp_failed, allow_mcp=self._allow_mcp, frames=self.frames)
             self.mcp = await self._toolkit_scope.enter_async_context(manager)
@@ -291,13 +293,18 @@ class Session:
     def _mcp_secrets(self) -> tuple[str, ...]:
         """The MCP tables' secrets, known before the manager opens (the agent may be built first)."""
         if self._mcp_secret_values is None:
-            if not self._mcp_tables:
+            if not self._has_mcp:
                 self._mcp_secret_values = ()
             else:
                 from dsh.agent_loop import build  # the agent's modules: imported behind the first prompt
 
-                self._mcp_secret_values = build.mcp_secrets(self._mcp_tables, self.env)
+                servers = build.mcp_servers(self.config.mcp_servers, self._mcp_tables)
+                self._mcp_secret_values = build.mcp_secrets(servers, self.env)
         return self._mcp_secret_values
+
+    @property
+    def _has_mcp(self) -> bool:
+        return bool(self.config.mcp_servers or self._mcp_tables)
 
     def _mcp_failed(self, record: BaseException) -> None:
         self.last_failure = record  # /why: the server's line, its masked words, the raw cause beneath

@@ -6,12 +6,14 @@ provides them (``dsh.repl.config.Config`` is a :class:`SessionConfig`).
 
 from __future__ import annotations
 
-from collections.abc import Awaitable, Callable
+from collections.abc import Awaitable, Callable, Mapping
 from typing import TYPE_CHECKING, Any, Protocol
 
 from dsh.llm.events import ModelClient
+from dsh.llm.models import ModelSettings
 
 if TYPE_CHECKING:
+    from dsh.agent_loop.mcp.config import McpServerConfig
     from dsh.agent_loop.tools.edits import EditRequest
     from dsh.agent_loop.tools.registry import Approval, McpCallRequest
 
@@ -44,13 +46,13 @@ class SessionConfig(Protocol):
     @property
     def subagents(self) -> dict[str, dict[str, Any]]: ...
     @property
-    def mcp_servers(self) -> dict[str, dict[str, Any]]: ...
+    def mcp_servers(self) -> Mapping[str, McpServerConfig]: ...
     @property
     def system_prompt(self) -> str | None: ...
     @property
     def system_prompt_append(self) -> str | None: ...
     @property
-    def models(self) -> dict[str, dict[str, Any]]: ...
+    def models(self) -> Mapping[str, ModelSettings]: ...
     @property
     def allow_edits(self) -> bool: ...
     @property

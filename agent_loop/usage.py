@@ -10,10 +10,9 @@ from __future__ import annotations
 import datetime as _dt
 from collections.abc import Mapping
 from dataclasses import dataclass
-from typing import Any
 
 from dsh.llm.events import Usage
-from dsh.llm.models import ModelInfo, cost_usd, model_info
+from dsh.llm.models import ModelInfo, ModelSettings, cost_usd, model_info
 
 __all__ = [
     "AUTO_COMPACT_AT",
@@ -76,7 +75,7 @@ class UsageTally:
             self.cost += cost_usd(usage, prices)
 
 
-def context_fill(tally: UsageTally, models: Mapping[str, Mapping[str, Any]] | None = None) -> float | None:
+def context_fill(tally: UsageTally, models: Mapping[str, ModelSettings] | None = None) -> float | None:
     """How full the model's window is after the latest request (0.18 for 18%); None when unknown."""
     if not tally.requests or (tally.context_unknown and not tally.context_estimated):
         return None

@@ -55,7 +55,7 @@ async def _dsh_client() -> AsyncIterator[Call]:
     import os
     from pathlib import Path
 
-    from dsh.agent_loop.mcp import McpManager
+    from dsh.agent_loop.mcp import McpManager, parse_servers
     from dsh.agent_loop.tools.registry import ToolContext
     from fixtures.mcp_servers import stdio_command
 
@@ -63,7 +63,7 @@ async def _dsh_client() -> AsyncIterator[Call]:
         raise RuntimeError(f"dsh: the ok server failed: {text}")
 
     table = {"command": stdio_command("ok"), "cwd": str(REPO_ROOT)}
-    async with McpManager({"ok": table}, environ=os.environ, mask=str, notice=refuse) as manager:
+    async with McpManager(parse_servers({"ok": table}), environ=os.environ, mask=str, notice=refuse) as manager:
         await manager.wait_ready()
         # The tool the agent runs: approval check (echo is readOnlyHint: none), arguments cleaned, the
         # SDK call over dsh's stdio reader, the result formatted for the model.

@@ -21,10 +21,12 @@ in, and its codes::
     │   ├── SubagentFailure   dsh.agent_loop.subagent.result   SUBAGENT: a subagent run that did not succeed
     │   └── McpServerFailure  dsh.agent_loop.mcp.diagnostics   MCP: a failed MCP server or call
     │       └── McpStrayLines dsh.agent_loop.mcp.diagnostics   MCP: a stdout line that is not JSON-RPC, skipped
-    ├── McpConfigError        dsh.agent_loop.mcp.config        CONFIG: a bad [mcp_servers.NAME] table
-    ├── SubagentConfigError   dsh.agent_loop.subagent.run      CONFIG: a bad [subagents.NAME] table
-    ├── StartupError          dsh.agent_loop.session           the cause's code, else STARTUP
-    └── ConfigError           dsh.repl.config                  CONFIG: usage or configuration (exit status 2)
+    ├── SettingsError         dsh.agent_loop.settings          CONFIG: a bad setting, naming file, table and key
+    │   └── SubagentConfigError dsh.agent_loop.subagent.run    CONFIG: a bad [subagents.NAME] table
+    └── StartupError          dsh.agent_loop.session           the cause's code, else STARTUP
+
+``SettingsError`` is also known by the names its callers use: ``ConfigError`` (dsh.repl.config: usage or
+configuration, exit status 2) and ``McpConfigError`` (dsh.agent_loop.mcp.config: a bad [mcp_servers.NAME]).
 
 The agent loop raises plain ``HarnessError`` for AGENT_CLOSED, TURN_BUSY, MAX_STEPS and COMPACT; a turn that
 fails with anything that is not a ``HarnessError`` ends with code UNKNOWN. The codes and what a user sees

@@ -13,12 +13,11 @@ from __future__ import annotations
 
 import datetime as _dt
 from collections.abc import Mapping
-from dataclasses import dataclass, replace
-from typing import Any
+from dataclasses import dataclass, fields, replace
 
 from dsh.llm.events import Usage
 
-__all__ = ["MODELS", "PRICES_AS_OF", "ModelInfo", "Prices", "cost_usd", "is_peak", "model_info"]
+__all__ = ["MODELS", "PRICES_AS_OF", "ModelInfo", "ModelSettings", "Prices", "cost_usd", "is_peak", "model_info"]
 
 PRICES_AS_OF = "2026-12-03"
 
@@ -67,22 +66,36 @@ def is_peak(when: _dt.datetime) -> bool:
     return local.weekday() < 5 and any(start <= local.hour < end for start, end in _PEAK_HOURS)
 
 
-def model_info(name: str, overrides: Mapping[str, Mapping[str, Any]] | None = None) -> ModelInfo | None:
+@dataclass(frozen=True, slots=True)
+class ModelSettings:
+    """One ``[models."NAME"]`` table as read from the config file (repl/config.py checks it): each value None
+    where the table leaves it to the built-in facts."""
+
+    context_window: int | None = None
+    input_cache_hit: float | None = None  # US dollars per million tokens
+    input_cache_miss: float | None = None
+    output: float | None = None
+
+    def keys(self) -> tuple[str, ...]:
+        """The keys the table sets (the capsule shows a table by its keys only)."""
+        return tuple(item.name for item in fields(self) if getattr(self, item.name) is not None)
+
+
+def model_info(name: str, overrides: Mapping[str, ModelSettings] | None = None) -> ModelInfo | None:
     """The built-in facts for ``name``, with a config table's keys applied on top."""
     base = MODELS.get(name)
     table = (overrides or {}).get(name)
     if table is None:
         return base
     info = base if base is not None else ModelInfo()
-    if "context_window" in table:
-        info = replace(info, context_window=int(table["context_window"]))
-    price_keys = ("input_cache_hit", "input_cache_miss", "output")
-    if any(key in table for key in price_keys):
+    if table.context_window is not None:
+        info = replace(info, context_window=table.context_window)
+    if (table.input_cache_hit, table.input_cache_miss, table.output) != (None, None, None):
         peak = info.peak or Prices(0.0, 0.0, 0.0)
         flat = Prices(
-            float(table.get("input_cache_hit", peak.cache_hit)),
-            float(table.get("input_cache_miss", peak.cache_miss)),
-            float(table.get("output", peak.output)),
+            peak.cache_hit if table.input_cache_hit is None else table.input_cache_hit,
+            peak.cache_miss if table.input_cache_miss is None else table.input_cache_miss,
+            peak.output if table.output is None else table.output,
         )
         info = replace(info, peak=flat, off_peak=None)  # a configured price holds at every hour
     return info

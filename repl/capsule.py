@@ -19,10 +19,12 @@ import time
 from collections.abc import Callable
 from typing import TYPE_CHECKING, Any
 
+from dsh.agent_loop.mcp.config import McpServerConfig
 from dsh.agent_loop.reasons import Completed, EndReason
 from dsh.llm import HarnessError, redact_url
 from dsh.llm._version import __version__
 from dsh.llm.codes import ErrorCode
+from dsh.llm.models import ModelSettings
 from dsh.llm.network import no_proxy
 from dsh.llm.wire_trace import CAPSULE_TYPE, TraceWriter
 from dsh.repl.config import KNOWN_KEYS
@@ -63,6 +65,13 @@ def _sources(shell: Host) -> dict[str, str]:
     return dict(shell.config.sources)
 
 
+def _table_keys(table: object) -> list[str] | str:
+    """A table's keys, as written (a dict) or as read at load (repl/config.py)."""
+    if isinstance(table, dict):
+        return sorted(table)
+    return sorted(table.keys()) if isinstance(table, ModelSettings | McpServerConfig) else "?"
+
+
 def settings(shell: Host) -> dict[str, Any]:
     """Each setting's value and source, never a secret: the key only as set or not, URLs redacted, tables by
     their names and keys, prompts by their length, commands by their program (the whole record is masked
@@ -76,7 +85,7 @@ def settings(shell: Host) -> dict[str, Any]:
         elif key in ("base_url", "proxy") and isinstance(value, str):
             value = redact_url(value)
         elif key in _TABLES and isinstance(value, dict):
-            value = {name: sorted(table) if isinstance(table, dict) else "?" for name, table in value.items()}
+            value = {name: _table_keys(table) for name, table in value.items()}
         elif key in _TEXTS and isinstance(value, str):
             value = {"chars": len(value)}
         elif key in _COMMANDS and value is not None:

@@ -8,16 +8,16 @@ starts an older dsh.
 from __future__ import annotations
 
 import argparse
-import math
 import os
 import time
 from collections.abc import Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 from urllib.parse import urlsplit
 
-from dsh.llm.codes import ErrorCode
+from dsh.agent_loop import settings
+from dsh.agent_loop.settings import At, SettingsError
 from dsh.llm.defaults import (
     DEFAULT_BASE_URL,
     DEFAULT_FIRST_TOKEN_TIMEOUT,
@@ -25,10 +25,13 @@ from dsh.llm.defaults import (
     DEFAULT_STREAM_IDLE_TIMEOUT,
 )
 from dsh.llm.endpoint import endpoint_for_url
-from dsh.llm.errors import HarnessError
 from dsh.llm.exchange_ring import DEFAULT_RING_BYTES, MAX_RING_BYTES
 from dsh.llm.network import environment_proxy
 from dsh.llm.redact import MIN_SECRET_CHARS, environment_secrets, redact_url, url_secrets
+
+if TYPE_CHECKING:
+    from dsh.agent_loop.mcp.config import McpServerConfig  # read only with servers configured (_check_mcp_servers)
+    from dsh.llm.models import ModelSettings  # read only with [models] tables (_check_models)
 
 __all__ = [
     "DEFAULT_BASE_URL",
@@ -76,11 +79,9 @@ KNOWN_KEYS = frozenset(
 )
 
 
-class ConfigError(HarnessError):
-    """A usage or configuration problem: the process exits 2 with one clear line."""
-
-    def __init__(self, message: str) -> None:
-        super().__init__(message, ErrorCode.CONFIG)
+# A usage or configuration problem: the process exits 2 with one clear line. It is the one settings error, which
+# the readers of every table raise (agent_loop/settings.py), so a bad [mcp_servers.NAME] stops dsh the same way.
+ConfigError = SettingsError
 
 
 @dataclass(frozen=True, slots=True)
@@ -97,12 +98,11 @@ class Config:
     max_retries: int | None = None  # retries of transient failures per request (None: the policy's default)
     # ``[subagents.NAME]`` tables, passed through untouched for the subagent registry.
     subagents: dict[str, dict[str, Any]] = field(default_factory=dict)
-    # ``[mcp_servers.NAME]`` tables, passed through to the session's MCP manager, which validates them
-    # (agent_loop/mcp/config.py: an error names the table and the key; docs/mcp.md).
-    mcp_servers: dict[str, dict[str, Any]] = field(default_factory=dict)
+    # ``[mcp_servers.NAME]`` tables, read at load (agent_loop/mcp/config.py; docs/mcp.md).
+    mcp_servers: dict[str, McpServerConfig] = field(default_factory=dict)
     system_prompt: str | None = None  # replaces the built-in system prompt (docs/configuration.md)
     system_prompt_append: str | None = None  # follows the project instructions
-    models: dict[str, dict[str, Any]] = field(default_factory=dict)  # per-model context window and prices
+    models: dict[str, ModelSettings] = field(default_factory=dict)  # per-model context window and prices
     allow_edits: bool = False  # piped and -p runs may write files in the working tree without asking
     auto_compact: bool = False  # CONTEXT_WINDOW_EXCEEDED: one compaction and one retry (docs/compaction.md)
     markdown: bool = True  # render assistant markdown on a colour terminal (docs/markdown.md)
@@ -130,12 +130,9 @@ class Config:
             env = table.get("env") if isinstance(table, Mapping) else None
             if isinstance(env, Mapping):
                 children.extend(environment_secrets(env, min_chars=MIN_SECRET_CHARS))
-        for table in self.mcp_servers.values():  # a server's env and literal header values: never shown
-            for key in ("env", "headers"):
-                values = table.get(key) if isinstance(table, Mapping) else None
-                if isinstance(values, Mapping):
-                    children.extend(value for value in values.values() if isinstance(value, str)
-                                    and len(value) >= MIN_SECRET_CHARS and "${" not in value)
+        for server in self.mcp_servers.values():  # a server's env and literal header values: never shown
+            children.extend(value for value in (*server.env.values(), *server.headers.values())
+                            if len(value) >= MIN_SECRET_CHARS and "${" not in value)
         return tuple(dict.fromkeys((*own, *children, *self.environment_secrets)))
 
 
@@ -159,13 +156,11 @@ def history_path(env: Mapping[str, str]) -> Path:
     return state_dir(env) / "history"
 
 
-# --- value checks (the messages name the key and never print a secret) ------------------------
+# --- value checks: the readers of agent_loop/settings.py (the messages name the key and never print a secret) ---
 
 
 def _check_str(key: str, value: object, where: str) -> str:
-    if not isinstance(value, str) or not value.strip():
-        raise ConfigError(f"{where}: {key} must be a non-empty string")
-    return value.strip()
+    return settings.string(At(where), key, value, strip=True)
 
 
 def _check_url(key: str, value: object, where: str) -> str:
@@ -176,14 +171,14 @@ def _check_url(key: str, value: object, where: str) -> str:
     except ValueError:
         ok = False
     if not ok:
-        raise ConfigError(f"{where}: {key} must be an http:// or https:// URL, got {redact_url(url)!r}")
+        raise At(where).error(key, f"must be an http:// or https:// URL, got {redact_url(url)!r}")
     try:
         parts.port  # noqa: B018 - raises ValueError for a port outside 0-65535 or not a number
         port_ok = True
     except ValueError:
         port_ok = False
     if not port_ok:  # raised outside the handler, so the chain is this one line
-        raise ConfigError(f"{where}: {key} has an invalid port (use 1-65535), got {redact_url(url)!r}")
+        raise At(where).error(key, f"has an invalid port (use 1-65535), got {redact_url(url)!r}")
     return url
 
 
@@ -202,32 +197,26 @@ def _check_proxy(key: str, value: object, where: str) -> str:
     except ValueError:
         ok, port_ok = True, False
     if not port_ok:
-        raise ConfigError(f"{where}: {key} is a proxy URL with an invalid port (use 1-65535), got {redact_url(url)!r}")
+        raise At(where).error(key, f"is a proxy URL with an invalid port (use 1-65535), got {redact_url(url)!r}")
     if not ok:
-        raise ConfigError(
-            f"{where}: {key} must be a proxy URL (http, https, socks5 or socks5h), got {redact_url(url)!r}"
-        )
+        raise At(where).error(key, f"must be a proxy URL (http, https, socks5 or socks5h), got {redact_url(url)!r}")
     return url
 
 
 def _check_positive_int(key: str, value: object, where: str) -> int:
-    if isinstance(value, str) and value.strip().isdigit():
+    if isinstance(value, str) and value.strip().isdigit():  # from the environment or a flag
         value = int(value.strip())
-    if isinstance(value, bool) or not isinstance(value, int) or value <= 0:
-        raise ConfigError(f"{where}: {key} must be a positive integer, got {value!r:.40}")
-    return value
+    return int(settings.number(At(where), key, value, what="a positive integer", at_least=1, integer=True))
 
 
 def _check_retries(key: str, value: object, where: str) -> int:
-    if isinstance(value, bool) or not isinstance(value, int) or not 0 <= value <= 10:
-        raise ConfigError(f"{where}: {key} must be an integer from 0 to 10, got {value!r:.40}")
-    return value
+    return int(settings.number(At(where), key, value, what="an integer from 0 to 10", at_least=0, at_most=10,
+                               integer=True))
 
 
 def _check_ring_bytes(key: str, value: object, where: str) -> int:
-    if isinstance(value, bool) or not isinstance(value, int) or not 0 <= value <= MAX_RING_BYTES:
-        raise ConfigError(f"{where}: {key} must be an integer from 0 to {MAX_RING_BYTES} (64 MiB), got {value!r:.40}")
-    return value
+    return int(settings.number(At(where), key, value, what=f"an integer from 0 to {MAX_RING_BYTES} (64 MiB)",
+                               at_least=0, at_most=MAX_RING_BYTES, integer=True))
 
 
 def _check_seconds(key: str, value: object, where: str) -> float:
@@ -236,9 +225,7 @@ def _check_seconds(key: str, value: object, where: str) -> float:
             value = float(value)
         except ValueError:
             pass
-    if isinstance(value, bool) or not isinstance(value, int | float) or not math.isfinite(value) or value <= 0:
-        raise ConfigError(f"{where}: {key} must be a positive number of seconds, got {value!r:.40}")
-    return float(value)
+    return float(settings.number(At(where), key, value, what="a positive number of seconds", above=0))
 
 
 def _check_thinking(key: str, value: object, where: str) -> bool:
@@ -246,19 +233,15 @@ def _check_thinking(key: str, value: object, where: str) -> bool:
         return value
     if isinstance(value, str) and value.lower() in ("enabled", "disabled", "true", "false", "on", "off"):
         return value.lower() in ("enabled", "true", "on")
-    raise ConfigError(f"{where}: {key} must be true/false (or enabled/disabled), got {value!r:.40}")
+    raise At(where).error(key, f"must be true/false (or enabled/disabled), got {value!r:.40}")
 
 
 def _check_bool(key: str, value: object, where: str) -> bool:
-    if isinstance(value, bool):
-        return value
-    raise ConfigError(f"{where}: {key} must be true or false, got {value!r:.40}")
+    return settings.boolean(At(where), key, value)
 
 
 def _check_effort(key: str, value: object, where: str) -> str:
-    if isinstance(value, str) and value in REASONING_EFFORTS:
-        return value
-    raise ConfigError(f"{where}: {key} must be one of {', '.join(REASONING_EFFORTS)}, got {value!r:.40}")
+    return settings.enum(At(where), key, value, REASONING_EFFORTS)
 
 
 def _check_hook(key: str, value: object, where: str) -> str | list[str]:
@@ -267,70 +250,64 @@ def _check_hook(key: str, value: object, where: str) -> str | list[str]:
         return list(value)
     if isinstance(value, str) and value.strip():
         return value.strip()
-    raise ConfigError(f"{where}: {key} must be a command string or a non-empty list of strings")
+    raise At(where).error(key, "must be a command string or a non-empty list of strings")
 
 
 def _check_subagents(key: str, value: object, where: str) -> dict[str, dict[str, Any]]:
+    """A table of ``[key.NAME]`` tables, each passed on as it is (the subagent providers read them)."""
     if not isinstance(value, Mapping):
-        raise ConfigError(f"{where}: [{key}] must be a table of [{key}.NAME] tables")
-    tables: dict[str, dict[str, Any]] = {}
-    for name, table in value.items():
-        if not isinstance(table, Mapping):
-            raise ConfigError(f"{where}: [{key}.{name}] must be a table")
-        tables[str(name)] = dict(table)
-    return tables
+        raise At(where).error(f"[{key}]", f"must be a table of [{key}.NAME] tables")
+    return {str(name): dict(settings.table(At(where, f"{key}.{name}"), None, table)) for name, table in value.items()}
 
 
-def _check_mcp_servers(key: str, value: object, where: str) -> dict[str, dict[str, Any]]:
-    """``[mcp_servers.NAME]`` tables, checked as the session's MCP manager will read them, so a bad one
-    names the file it is in (docs/mcp.md)."""
+def _check_mcp_servers(key: str, value: object, where: str) -> dict[str, McpServerConfig]:
+    """``[mcp_servers.NAME]`` tables, read as the session's MCP manager uses them, so a bad one names the file it
+    is in (docs/mcp.md)."""
     tables = _check_subagents(key, value, where)
-    if tables:
-        from dsh.agent_loop.mcp import config as mcp_config  # only with servers configured; loads no manager, no SDK
+    if not tables:
+        return {}
+    from dsh.agent_loop.mcp.config import parse_servers  # only with servers configured; loads no manager, no SDK
 
-        try:
-            mcp_config.parse_servers(tables)
-        except mcp_config.McpConfigError as exc:
-            problem = str(exc)
-        else:
-            return tables
-        raise ConfigError(f"{where}: {problem}")  # outside the handler: the chain would repeat the text
-    return tables
+    return parse_servers(tables, where)
 
 
 _MODEL_KEYS = ("context_window", "input_cache_hit", "input_cache_miss", "output")
 
 
-def _check_models(key: str, value: object, where: str) -> dict[str, dict[str, Any]]:
+def _check_models(key: str, value: object, where: str) -> dict[str, ModelSettings]:
     """``[models."NAME"]`` tables: ``context_window`` (tokens) and prices in US dollars per 1M tokens."""
-    tables: dict[str, dict[str, Any]] = {}
+    from dsh.llm.models import ModelSettings  # only with [models] tables: the usage module costs the first prompt
+
+    tables: dict[str, ModelSettings] = {}
     for name, table in _check_subagents(key, value, where).items():  # the same table-of-tables shape
-        checked: dict[str, Any] = {}
-        for item, number in table.items():
-            if item not in _MODEL_KEYS:
-                raise ConfigError(f"{where}: [{key}.{name}] has unknown key {item!r} (known: {', '.join(_MODEL_KEYS)})")
-            if item == "context_window":
-                checked[item] = _check_positive_int(f"{key}.{name}.{item}", number, where)
-            elif isinstance(number, bool) or not isinstance(number, int | float) or not math.isfinite(number) \
-                    or number < 0:
-                raise ConfigError(f"{where}: {key}.{name}.{item} must be a price of zero or more (USD per 1M tokens)")
-            else:
-                checked[item] = float(number)
-        tables[str(name)] = checked
+        at = At(where, f"{key}.{name}")
+        settings.unknown_keys(at, table, _MODEL_KEYS)
+        window = table.get("context_window")
+        tables[name] = ModelSettings(
+            context_window=None if window is None else int(settings.number(
+                at, "context_window", window, what="a positive integer", at_least=1, integer=True)),
+            input_cache_hit=_price(at, table, "input_cache_hit"),
+            input_cache_miss=_price(at, table, "input_cache_miss"),
+            output=_price(at, table, "output"),
+        )
     return tables
+
+
+def _price(at: At, table: Mapping[str, object], item: str) -> float | None:
+    given = table.get(item)
+    return None if given is None else float(
+        settings.number(at, item, given, what="a price of zero or more (USD per 1M tokens)", at_least=0))
 
 
 def _check_text(key: str, value: object, where: str) -> str:
     if not isinstance(value, str):
-        raise ConfigError(f"{where}: {key} must be a string")
+        raise At(where).error(key, "must be a string")
     return value
 
 
 def _check_sandbox(key: str, value: object, where: str) -> str | None:
     """``sandbox``: "bwrap" or "none" (docs/safety.md); whether bwrap works here is checked at start-up."""
-    if value in ("bwrap", "none"):
-        return None if value == "none" else "bwrap"
-    raise ConfigError(f'{where}: {key} must be "bwrap" or "none", got {value!r:.40}')
+    return None if settings.enum(At(where), key, value, ("bwrap", "none")) == "none" else "bwrap"
 
 
 PERMISSION_MODES = ("default", "plan", "accept-edits", "auto")  # dsh.agent_loop.permissions.Mode's values
@@ -338,9 +315,7 @@ PERMISSION_MODES = ("default", "plan", "accept-edits", "auto")  # dsh.agent_loop
 
 def _check_permission_mode(key: str, value: object, where: str) -> str:
     """``permission_mode`` (docs/safety.md); that auto has a sandbox is checked once every value is known."""
-    if isinstance(value, str) and value in PERMISSION_MODES:
-        return value
-    raise ConfigError(f"{where}: {key} must be one of {', '.join(PERMISSION_MODES)}, got {value!r:.40}")
+    return settings.enum(At(where), key, value, PERMISSION_MODES)
 
 
 def _check_auto_has_sandbox(values: Mapping[str, Any], sources: Mapping[str, str], path: Path) -> None:
@@ -496,16 +471,11 @@ def load_config(
     )
 
 
-def _header_variables(tables: object, env: Mapping[str, str]) -> tuple[str, ...]:
+def _header_variables(servers: Mapping[str, McpServerConfig] | None, env: Mapping[str, str]) -> tuple[str, ...]:
     """The values of the variables MCP header values name (``${NAME}``), whatever the names: a server's
     bearer token from ``$MY_HEADER`` is masked in dsh.log from the start, like every other secret."""
-    if not isinstance(tables, Mapping):
+    if not servers:
         return ()
     from dsh.agent_loop.mcp.config import expand_headers  # only with servers configured; loads no manager, no SDK
 
-    found: list[str] = []
-    for table in tables.values():
-        headers = table.get("headers") if isinstance(table, Mapping) else None
-        if isinstance(headers, Mapping):
-            found.extend(expand_headers({str(k): v for k, v in headers.items() if isinstance(v, str)}, env)[1])
-    return tuple(found)
+    return tuple(value for server in servers.values() for value in expand_headers(server.headers, env)[1])

@@ -662,17 +662,14 @@ class Doctor:
         A failure is the server's closed line (docs/contracts.md); its own words stay host-side (dsh.log)."""
         if not self.config.mcp_servers:
             return []
-        from dsh.agent_loop.mcp import McpConfigError, McpManager  # only with servers configured
+        from dsh.agent_loop.mcp import McpManager  # only with servers configured (read at load: repl/config.py)
 
         holder: list[McpManager] = []
 
         def mask(text: str) -> str:
             return Redactor((*self.secrets, *(holder[0].secrets() if holder else ())))(text)
 
-        try:
-            manager = McpManager(self.config.mcp_servers, environ=self.env, mask=mask, notice=lambda text: None)
-        except McpConfigError as exc:  # names the table and the key, never a value
-            return [Step("MCP servers", FAIL, redact_text(str(exc), self.secrets))]
+        manager = McpManager(self.config.mcp_servers, environ=self.env, mask=mask, notice=lambda text: None)
         holder.append(manager)
         async with manager:
             await manager.wait_ready()

@@ -8,9 +8,9 @@ endpoint sent no usage, ``tokens unknown (the endpoint sent no usage)``.
 from __future__ import annotations
 
 from collections.abc import Mapping
-from typing import Any
 
 from dsh.agent_loop.usage import AUTO_COMPACT_AT, CONTEXT_WARNING_AT, UsageTally, context_fill
+from dsh.llm.models import ModelSettings
 
 __all__ = [
     "AUTO_COMPACT_AT",
@@ -48,7 +48,7 @@ def _percent(fill: float) -> str:
     return f"{share:.1f}%" if share < 10 else f"{share:.0f}%"
 
 
-def context_text(tally: UsageTally, models: Mapping[str, Mapping[str, Any]] | None = None) -> str | None:
+def context_text(tally: UsageTally, models: Mapping[str, ModelSettings] | None = None) -> str | None:
     """``context 18%`` for the usage line and the toolbar, or None when the fill is not known."""
     fill = context_fill(tally, models)
     return None if fill is None else f"context {_percent(fill)}"
@@ -62,7 +62,7 @@ def context_warning(fill: float) -> str:
 NO_USAGE = "tokens unknown (the endpoint sent no usage)"
 
 
-def usage_line(tally: UsageTally, models: Mapping[str, Mapping[str, Any]] | None = None) -> str:
+def usage_line(tally: UsageTally, models: Mapping[str, ModelSettings] | None = None) -> str:
     """The sums, or that they are unknown: a request whose reply carried no usage is never counted as zero
     tokens, and a cost that leaves some requests out is not shown."""
     if tally.requests and tally.unreported == tally.requests:

@@ -2,8 +2,9 @@
 
 A table is a stdio server (``command``, ``args``, ``env``, ``cwd``) or a streamable-HTTP one (``url``,
 ``headers``). A header value may name an environment variable as ``${NAME}`` (``"Bearer ${GITHUB_TOKEN}"``):
-it is expanded from dsh's own environment at connect time, so no token sits in the file. Every error is a
-:class:`McpConfigError` naming the table and the key, as ``[subagents.NAME]`` errors do (repl/config.py).
+it is expanded from dsh's own environment at connect time, so no token sits in the file. The tables are read
+with the one family of readers (agent_loop/settings.py): every error is a :class:`SettingsError` naming the file
+(when known), the table and the key.
 """
 
 from __future__ import annotations
@@ -13,8 +14,8 @@ from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field
 from typing import Any, Literal
 
-from dsh.llm.codes import ErrorCode
-from dsh.llm.errors import HarnessError
+from dsh.agent_loop import settings
+from dsh.agent_loop.settings import At, SettingsError
 
 __all__ = [
     "DEFAULT_CALL_TIMEOUT",
@@ -35,9 +36,7 @@ _VARIABLE = re.compile(r"\$\{([A-Za-z_][A-Za-z0-9_]*)\}")
 _NAME = re.compile(r"[A-Za-z0-9_-]{1,32}")
 
 
-class McpConfigError(HarnessError):
-    def __init__(self, message: str) -> None:
-        super().__init__(message, ErrorCode.CONFIG)
+McpConfigError = SettingsError  # the one settings error (agent_loop/settings.py), by the name callers know
 
 
 @dataclass(frozen=True, slots=True)
@@ -54,10 +53,14 @@ class McpServerConfig:
     allow: tuple[str, ...] | None = None  # tool names the model may see (None: all)
     deny: tuple[str, ...] = ()
     approve: Literal["ask", "auto"] = "ask"
+    written: tuple[str, ...] = ()  # the keys the table set (the capsule shows a table by its keys only)
 
     @property
     def transport(self) -> Literal["stdio", "http"]:
         return "http" if self.url is not None else "stdio"
+
+    def keys(self) -> tuple[str, ...]:
+        return self.written
 
     def tool_allowed(self, tool: str) -> bool:
         return tool not in self.deny and (self.allow is None or tool in self.allow)
@@ -92,84 +95,53 @@ def secret_values(configs: Iterable[McpServerConfig], environ: Mapping[str, str]
     return tuple(dict.fromkeys(values))
 
 
-def parse_servers(tables: Mapping[str, Any]) -> dict[str, McpServerConfig]:
-    """Every ``[mcp_servers.NAME]`` table, in file order; :class:`McpConfigError` for the first bad one."""
-    return {str(name): _parse(str(name), table) for name, table in tables.items()}
+def parse_servers(tables: Mapping[str, Any], source: str | None = None) -> dict[str, McpServerConfig]:
+    """Every ``[mcp_servers.NAME]`` table, in file order; :class:`SettingsError` for the first bad one, naming
+    ``source`` (the config file) when it is known."""
+    return {str(name): _parse(At(source, f"mcp_servers.{name}"), str(name), table) for name, table in tables.items()}
 
 
-def _parse(name: str, table: object) -> McpServerConfig:
-    where = f"[mcp_servers.{name}]"
+def _parse(at: At, name: str, value: object) -> McpServerConfig:
     if not _NAME.fullmatch(name):
-        raise McpConfigError(f"{where}: the server name must be 1-32 letters, digits, '_' or '-'")
+        raise at.error(None, "the server name must be 1-32 letters, digits, '_' or '-'")
     if "__" in name or name.endswith("_"):
         # Else mcp__a__b__x is both server a's tool b__x and server a__b's tool x (docs/mcp.md, "Names").
-        raise McpConfigError(f"{where}: the server name must not contain '__' or end with '_' "
+        raise at.error(None, "the server name must not contain '__' or end with '_' "
                              "(dsh names its tools mcp__<server>__<tool>)")
-    if not isinstance(table, Mapping):
-        raise McpConfigError(f"{where} must be a table")
-    unknown = [key for key in table if key not in _KEYS]
-    if unknown:
-        raise McpConfigError(f"{where} has unknown key {unknown[0]!r} (known: {', '.join(_KEYS)})")
+    table = settings.table(at, None, value)
+    settings.unknown_keys(at, table, _KEYS)
     command, url = table.get("command"), table.get("url")
     if (command is None) == (url is None):
-        raise McpConfigError(f"{where}: set exactly one of command (stdio) or url (streamable HTTP)")
+        raise at.error(None, "needs exactly one of command (stdio) or url (streamable HTTP)")
     argv: tuple[str, ...] = ()
     if command is not None:
-        argv = (*_command(where, command), *_strings(where, "args", table.get("args", [])))
+        argv = (*settings.argv(at, "command", command), *settings.string_list(at, "args", table.get("args", [])))
     elif not isinstance(url, str) or not url.startswith(("http://", "https://")):
-        raise McpConfigError(f"{where}: url must be an http:// or https:// URL")
+        raise at.error("url", "must be an http:// or https:// URL")
     for key in ("command", "url"):
         other = ("args", "env", "cwd") if key == "url" else ("headers",)
         if table.get(key) is not None:
             for bad in other:
                 if bad in table:
-                    raise McpConfigError(f"{where}: {bad} does not apply to a {key} server")
+                    raise at.error(bad, f"does not apply to a {key} server")
     cwd = table.get("cwd")
-    if cwd is not None and (not isinstance(cwd, str) or not cwd):
-        raise McpConfigError(f"{where}: cwd must be a non-empty string")
     allow = table.get("allow")
-    approve = table.get("approve", "ask")
-    if approve not in ("ask", "auto"):
-        raise McpConfigError(f"{where}: approve must be \"ask\" or \"auto\"")
-    enabled = table.get("enabled", True)
-    if not isinstance(enabled, bool):
-        raise McpConfigError(f"{where}: enabled must be true or false")
     return McpServerConfig(
-        name=name, command=argv, env=_table(where, "env", table.get("env", {})), cwd=cwd,
-        url=url if isinstance(url, str) else None, headers=_table(where, "headers", table.get("headers", {})),
-        enabled=enabled, startup_timeout=_seconds(where, "startup_timeout", table, DEFAULT_STARTUP_TIMEOUT),
-        call_timeout=_seconds(where, "call_timeout", table, DEFAULT_CALL_TIMEOUT),
-        allow=None if allow is None else _strings(where, "allow", allow),
-        deny=_strings(where, "deny", table.get("deny", [])), approve=approve,
+        name=name, command=argv, env=settings.string_map(at, "env", table.get("env", {})),
+        cwd=None if cwd is None else settings.string(at, "cwd", cwd),
+        url=url if isinstance(url, str) else None,
+        headers=settings.string_map(at, "headers", table.get("headers", {})),
+        enabled=settings.boolean(at, "enabled", table.get("enabled", True)),
+        startup_timeout=_seconds(at, "startup_timeout", table.get("startup_timeout", DEFAULT_STARTUP_TIMEOUT)),
+        call_timeout=_seconds(at, "call_timeout", table.get("call_timeout", DEFAULT_CALL_TIMEOUT)),
+        allow=None if allow is None else settings.string_list(at, "allow", allow),
+        deny=settings.string_list(at, "deny", table.get("deny", [])),
+        approve="auto" if settings.enum(at, "approve", table.get("approve", "ask"), ("ask", "auto")) == "auto"
+        else "ask",
+        written=tuple(str(key) for key in table),
     )
 
 
-def _command(where: str, value: object) -> tuple[str, ...]:
-    if isinstance(value, str) and value.strip():
-        return (value,)
-    if isinstance(value, list) and value and all(isinstance(part, str) and part for part in value):
-        return tuple(value)
-    raise McpConfigError(f"{where}: command must be a program name or a non-empty list of strings")
-
-
-def _strings(where: str, key: str, value: object) -> tuple[str, ...]:
-    if not isinstance(value, list) or not all(isinstance(item, str) for item in value):
-        raise McpConfigError(f"{where}: {key} must be a list of strings")
-    return tuple(value)
-
-
-def _table(where: str, key: str, value: object) -> dict[str, str]:
-    if not isinstance(value, Mapping):
-        raise McpConfigError(f"{where}: {key} must be a table of strings")
-    for item_key, item in value.items():
-        if not isinstance(item_key, str) or not item_key or "=" in item_key or "\0" in item_key \
-                or not isinstance(item, str) or "\0" in item or "\n" in item or "\r" in item:
-            raise McpConfigError(f"{where}: {key}.{item_key} must be a string (no NUL or newline)")
-    return dict(value)
-
-
-def _seconds(where: str, key: str, table: Mapping[str, Any], default: float) -> float:
-    value = table.get(key, default)
-    if isinstance(value, bool) or not isinstance(value, int | float) or not 0 < value <= 86_400:
-        raise McpConfigError(f"{where}: {key} must be a number of seconds above 0 (at most a day)")
-    return float(value)
+def _seconds(at: At, key: str, value: object) -> float:
+    return float(settings.number(at, key, value, what="a number of seconds above 0 (at most a day)", above=0,
+                                 at_most=86_400))

@@ -21,7 +21,7 @@ import anyio
 
 from dsh.agent_loop.child_words import AgentWords
 from dsh.agent_loop.frames import FrameLog
-from dsh.agent_loop.mcp.config import McpServerConfig, parse_servers, secret_values
+from dsh.agent_loop.mcp.config import McpServerConfig, secret_values
 from dsh.agent_loop.mcp.diagnostics import McpFailure, McpServerFailure, McpStrayLines, failure_line
 from dsh.agent_loop.mcp.tools import McpToolSpec, build_tool, format_result, offer, tool_names
 from dsh.agent_loop.owned_group import OwnedTaskGroup
@@ -51,7 +51,7 @@ class ServerStatus:
 class McpManager:
     def __init__(
         self,
-        tables: Mapping[str, Any],
+        configs: Mapping[str, McpServerConfig],
         *,
         environ: Mapping[str, str],
         mask: Callable[[str], str],
@@ -60,9 +60,9 @@ class McpManager:
         allow_mcp: bool = False,
         frames: FrameLog | None = None,
     ) -> None:
-        """``tables`` are the raw ``[mcp_servers.NAME]`` tables: a bad one raises McpConfigError here.
-        ``frames``: where each server's JSON-RPC frames are remembered, as closed facts (agent_loop/frames.py)."""
-        self.configs: dict[str, McpServerConfig] = parse_servers(tables)
+        """``configs``: the ``[mcp_servers.NAME]`` tables, read (agent_loop/mcp/config.py). ``frames``: where each
+        server's JSON-RPC frames are remembered, as closed facts (agent_loop/frames.py)."""
+        self.configs: dict[str, McpServerConfig] = dict(configs)
         self._environ = environ
         self._mask = mask
         self._notice = notice

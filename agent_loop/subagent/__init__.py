@@ -22,12 +22,13 @@ from __future__ import annotations
 
 import dataclasses
 import importlib
-import math
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 
+from dsh.agent_loop import settings
 from dsh.agent_loop.frames import FrameLog
+from dsh.agent_loop.settings import At, SettingsError
 from dsh.agent_loop.subagent.extras import missing_extra_hint
 from dsh.agent_loop.subagent.result import (
     DIAGNOSTIC_LIMIT_BYTES,
@@ -108,8 +109,8 @@ def build_provider(name: str, config: Mapping[str, Any], parent: ParentContext |
         raise SubagentConfigError(name, "must be a table")
     kind = config.get("provider")
     if not isinstance(kind, str) or kind not in PROVIDER_MODULES:
-        known = ", ".join(sorted(set(PROVIDER_MODULES) - _ALIASES))
-        raise SubagentConfigError(name, f"provider must be one of: {known}")
+        settings.enum(_at(name), "provider", kind, sorted(set(PROVIDER_MODULES) - _ALIASES))
+    assert isinstance(kind, str)
     module_name = PROVIDER_MODULES[kind]
     provider: AnyProvider = importlib.import_module(module_name).from_config(name, config, parent)
     secrets = _run_secrets(config, parent)
@@ -141,43 +142,47 @@ def build_providers(
 # -- shared parsing of table entries (providers use these so every table reads the same way) -------
 
 
+@dataclass(frozen=True, slots=True)
+class _SubagentTable(At):
+    """Where a ``[subagents.NAME]`` value is: its problem becomes the runs' result, which the model reads, so no
+    value is echoed, and the error is a :class:`SubagentConfigError` (the one settings error, with the name)."""
+
+    name: str = ""
+
+    def error(self, key: str | None, problem: str) -> SettingsError:
+        return SubagentConfigError(self.name, " ".join(part for part in (key, problem) if part))
+
+
+def _at(name: str) -> At:
+    return _SubagentTable(table=f"subagents.{name}", echo=False, name=name)
+
+
 def reject_unknown_keys(name: str, config: Mapping[str, Any], known: frozenset[str]) -> None:
     unknown = sorted(str(key) for key in config if key not in known)
     if unknown:
-        raise SubagentConfigError(name, f"unknown keys: {', '.join(unknown)}")
+        raise _at(name).error(None, f"unknown keys: {', '.join(unknown)}")
 
 
 def config_string(name: str, config: Mapping[str, Any], key: str, default: str | None = None) -> str | None:
     value = config.get(key, default)
-    if value is None:
-        return None
-    if not isinstance(value, str) or not value:
-        raise SubagentConfigError(name, f"{key} must be a non-empty string")
-    return value
+    return None if value is None else settings.string(_at(name), key, value)
 
 
 def config_choice(name: str, config: Mapping[str, Any], key: str, default: str, choices: frozenset[str]) -> str:
     """``config[key]`` (or ``default``), which must be one of ``choices``."""
-    value = config_string(name, config, key, default)
-    if value is None or value not in choices:
-        raise SubagentConfigError(name, f"{key} must be one of: {', '.join(sorted(choices))}")
-    return value
+    return settings.enum(_at(name), key, config.get(key, default), sorted(choices))
 
 
 def config_number(
     name: str, config: Mapping[str, Any], key: str, default: float | None, *, section: str | None = None
 ) -> float | None:
     """A positive finite number from ``config[key]`` (or ``config[section][key]``)."""
-    source = config.get(section, {}) if section else config
-    if not isinstance(source, Mapping):
-        raise SubagentConfigError(name, f"{section} must be a table")
+    source = settings.table(_at(name), section, config.get(section, {})) if section else config
     value = source.get(key, default)
-    label = f"{section}.{key}" if section else key
     if value is None:
         return None
-    if isinstance(value, bool) or not isinstance(value, int | float) or not math.isfinite(value) or value <= 0:
-        raise SubagentConfigError(name, f"{label} must be a positive number")
-    return float(value)
+    label = f"{section}.{key}" if section else key
+    return float(settings.number(_at(name), label, value, what="a positive number", above=0))
 
 
 def config_seconds(name: str, config: Mapping[str, Any], key: str, default: float) -> float:
@@ -189,53 +194,24 @@ def config_seconds(name: str, config: Mapping[str, Any], key: str, default: floa
 def config_positive_int(name: str, config: Mapping[str, Any], key: str) -> int | None:
     """A positive integer (``max_turns``, ``max_tokens``); ``None`` when absent."""
     value = config.get(key)
-    if value is not None and (isinstance(value, bool) or not isinstance(value, int) or value < 1):
-        raise SubagentConfigError(name, f"{key} must be a positive integer")
-    return value
+    if value is None:
+        return None
+    return int(settings.number(_at(name), key, value, what="a positive integer", at_least=1, integer=True))
 
 
 def config_bool(name: str, config: Mapping[str, Any], key: str, default: bool) -> bool:
-    value = config.get(key, default)
-    if not isinstance(value, bool):
-        raise SubagentConfigError(name, f"{key} must be true or false")
-    return value
+    return settings.boolean(_at(name), key, config.get(key, default))
 
 
 def config_command(name: str, config: Mapping[str, Any], default: Sequence[str] | None = None) -> list[str]:
     """``command`` (a string or an argv list) followed by ``args``; ``default`` when no command is set."""
     command = config.get("command")
-    if command is None:
-        if default is None:
-            raise SubagentConfigError(name, "command is required")
-        argv = list(default)
-    elif isinstance(command, str) and command:
-        argv = [command]
-    elif (
-        isinstance(command, Sequence)
-        and not isinstance(command, str)
-        and command
-        and all(isinstance(part, str) and part for part in command)
-    ):
-        argv = list(command)
-    else:
-        raise SubagentConfigError(name, "command must be a non-empty string or list of strings")
-    args = config.get("args", [])
-    if isinstance(args, str) or not isinstance(args, Sequence) or not all(isinstance(a, str) for a in args):
-        raise SubagentConfigError(name, "args must be a list of strings")
-    return argv + list(args)
+    if command is None and default is None:
+        raise _at(name).error("command", "is required")
+    argv = list(default or ()) if command is None else list(settings.argv(_at(name), "command", command))
+    return argv + list(settings.string_list(_at(name), "args", config.get("args", [])))
 
 
 def config_env(name: str, config: Mapping[str, Any]) -> dict[str, str]:
-    """``env`` entries passed explicitly to the child (on top of the allowlist)."""
-    env = config.get("env", {})
-    if not isinstance(env, Mapping):
-        raise SubagentConfigError(name, "env must be a table of strings")
-    result: dict[str, str] = {}
-    for key, value in env.items():
-        if not isinstance(key, str) or not key or "=" in key or "\0" in key:
-            raise SubagentConfigError(name, "env names must be non-empty strings without '=' or NUL")
-        if not isinstance(value, str) or "\0" in value:
-            # The value itself is never echoed: it may be a secret.
-            raise SubagentConfigError(name, f"env.{key} must be a string")
-        result[key] = value
-    return result
+    """``env`` entries passed explicitly to the child (on top of the allowlist); a value is never echoed."""
+    return settings.string_map(_at(name), "env", config.get("env", {}), single_line=False)

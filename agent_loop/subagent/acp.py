@@ -51,6 +51,7 @@ from dsh.agent_loop.process import DEFAULT_EOF_GRACE, DEFAULT_TERM_GRACE, Manage
 from dsh.agent_loop.subagent import (
     ParentContext,
     SubagentConfigError,
+    config_choice,
     config_command,
     config_env,
     config_number,
@@ -160,9 +161,7 @@ def _settings(name: str, config: Mapping[str, Any]) -> AcpSettings:
     if config.get("provider", "acp") != "acp":
         raise SubagentConfigError(name, "provider must be acp")
     reject_unknown_keys(name, config, _CONFIG_KEYS)
-    permission = config_string(name, config, "permission", "reject")
-    if permission not in PERMISSION_POLICIES:
-        raise SubagentConfigError(name, 'permission must be "allow" or "reject"')
+    permission = config_choice(name, config, "permission", "reject", frozenset(PERMISSION_POLICIES))
 
     def seconds(key: str, default: float) -> float:
         return config_seconds(name, config, key, default)

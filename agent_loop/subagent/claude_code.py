@@ -135,7 +135,7 @@ class ClaudeCodeConfig:
         max_turns = config_positive_int(name, config, "max_turns")
         command = config_command(name, config, ()) if "command" in config else None
         if command is not None and not command:
-            raise SubagentConfigError(name, "command must be a non-empty string or list of strings")
+            raise SubagentConfigError(name, "command must be a program name or a non-empty list of strings")
         return cls(
             cli_path=config_string(name, config, "cli_path"),
             command=tuple(command) if command else None,

@@ -212,7 +212,7 @@ class CodexConfig:
         sandbox = config_choice(name, config, "sandbox", "read-only", SANDBOXES)
         command = config_command(name, config, ()) if "command" in config else None
         if command is not None and not command:
-            raise SubagentConfigError(name, "command must be a non-empty string or list of strings")
+            raise SubagentConfigError(name, "command must be a program name or a non-empty list of strings")
 
         def seconds(key: str, default: float) -> float:
             return config_seconds(name, config, key, default)

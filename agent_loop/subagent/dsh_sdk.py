@@ -40,7 +40,7 @@ from dsh.agent_loop.jsonrpc import JsonRpcConnection, ProtocolError, TransportCl
 from dsh.agent_loop.process import ManagedProcess, ProcessStartError
 from dsh.agent_loop.subagent import (
     ParentContext,
-    SubagentConfigError,
+    config_choice,
     config_command,
     config_env,
     config_positive_int,
@@ -113,9 +113,7 @@ def from_config(name: str, config: Mapping[str, Any], parent: ParentContext | No
 
 def _settings(name: str, config: Mapping[str, Any], parent: ParentContext) -> DshSettings:
     reject_unknown_keys(name, config, _CONFIG_KEYS)
-    permission = config.get("permission", "reject")
-    if permission not in ("allow", "reject"):
-        raise SubagentConfigError(name, 'permission must be "allow" or "reject"')
+    permission = config_choice(name, config, "permission", "reject", frozenset({"allow", "reject"}))
     max_tokens = config_positive_int(name, config, "max_tokens")
     defaults = DshSettings()
 

@@ -36,6 +36,7 @@ import anyio.abc
 from dsh.agent_loop.frames import FrameLog, FrameTap
 from dsh.agent_loop.jsonrpc import ProtocolError
 from dsh.agent_loop.owned_group import OwnedTaskGroup
+from dsh.agent_loop.settings import SettingsError
 from dsh.agent_loop.subagent.diagnostics import Failure, failure_line, join_lines, safe_token
 from dsh.agent_loop.subagent.result import (
     FAILURE_HEADLINES,
@@ -44,8 +45,7 @@ from dsh.agent_loop.subagent.result import (
     SubagentRequest,
     SubagentResult,
 )
-from dsh.llm.codes import ErrorCode
-from dsh.llm.errors import HarnessError, chain_links
+from dsh.llm.errors import chain_links
 from dsh.llm.redact import MIN_SECRET_CHARS, GrowingText, Redactor, environment_secrets
 
 if TYPE_CHECKING:  # the providers load it (with asyncio) when they run; the registry alone need not
@@ -316,11 +316,12 @@ class Provider(Generic[SettingsT]):
         return self.run_type(self, request)
 
 
-class SubagentConfigError(HarnessError):
-    """A ``[subagents.NAME]`` table that cannot be used. The message names the table and key only."""
+class SubagentConfigError(SettingsError):
+    """A ``[subagents.NAME]`` table that cannot be used, in the one settings form (agent_loop/settings.py): the
+    message names the table and key only."""
 
     def __init__(self, name: str, message: str) -> None:
-        super().__init__(f"[subagents.{name}] {message}", ErrorCode.CONFIG)
+        super().__init__(f"[subagents.{name}] {message}")
         self.subagent = name
 
 
@@ -332,12 +333,12 @@ def configured(name: str, run_type: type[Run[_Settings]], parse: Callable[[], _S
     """The ``from_config`` policy of every provider: a bad table never raises.
 
     ``parse()`` gives the settings; when it raises
-    :class:`SubagentConfigError` the problem (which names only the table and
+    :class:`SettingsError` the problem (which names only the table and
     key) goes to the host log as a warning now, and every run fails with ``category: configuration``.
     """
     try:
         settings = parse()
-    except SubagentConfigError as exc:
+    except SettingsError as exc:  # the readers' error, or a provider's own SubagentConfigError
         log.warning("%s", exc)
         return Provider(name, run_type, problem=str(exc))
     return Provider(name, run_type, settings)

@@ -6,6 +6,9 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import Any
 
+from dsh.agent_loop.mcp.config import McpServerConfig
+from dsh.llm.models import ModelSettings
+
 
 @dataclass(frozen=True)
 class StubConfig:
@@ -20,10 +23,10 @@ class StubConfig:
     prompt_hook: str | None = None
     max_retries: int | None = None
     subagents: dict[str, dict[str, Any]] = field(default_factory=dict)
-    mcp_servers: dict[str, dict[str, Any]] = field(default_factory=dict)
+    mcp_servers: dict[str, McpServerConfig] = field(default_factory=dict)
     system_prompt: str | None = None
     system_prompt_append: str | None = None
-    models: dict[str, dict[str, Any]] = field(default_factory=dict)
+    models: dict[str, ModelSettings] = field(default_factory=dict)
     allow_edits: bool = False
     auto_compact: bool = False
     proxy: str | None = None

@@ -11,7 +11,7 @@ from pathlib import Path
 import pytest
 
 from dsh.agent_loop.frames import PER_PEER, FrameLog
-from dsh.agent_loop.mcp import McpManager
+from dsh.agent_loop.mcp import McpManager, parse_servers
 from dsh.agent_loop.subagent import ParentContext, build_provider
 from dsh.agent_loop.subagent.result import SubagentRequest
 from dsh.agent_loop.tools.registry import ToolContext
@@ -69,7 +69,7 @@ def _ctx() -> ToolContext:
 async def test_an_mcp_servers_handshake_and_calls_are_remembered() -> None:
     frames = FrameLog()
     tables = {"ok": StdioServers().table("ok", approve="auto")}
-    async with McpManager(tables, environ=os.environ, mask=lambda text: text, notice=lambda text: None,
+    async with McpManager(parse_servers(tables), environ=os.environ, mask=lambda text: text, notice=lambda text: None,
                           frames=frames) as manager:
         await manager.wait_ready()
         tools = {tool.name: tool for tool in manager.tools()}

@@ -26,6 +26,7 @@ from dsh.agent_loop.recap import Recap
 from dsh.agent_loop.session import Notice, Session
 from dsh.agent_loop.session_log import INTERRUPTED_TOOL_OUTPUT, SessionLog
 from dsh.llm import ToolCall, Usage, lines
+from dsh.llm.models import ModelSettings
 from tests.agent_loop.session_configs import StubConfig
 
 OUTPUT = "0123456789 abcdef\n" * 100  # 1 800 characters: about 450 estimated tokens
@@ -256,7 +257,7 @@ def test_a_session_resume_cuts_to_its_models_window_and_counts_no_old_usage(tmp_
     heard: list[object] = []
 
     async def main() -> None:
-        config = StubConfig(model=model, models={"small-model": {"context_window": WINDOW}})
+        config = StubConfig(model=model, models={"small-model": ModelSettings(context_window=WINDOW)})
         session = Session(config, sessions_root=root, project_context=False)
         session.subscribe(heard.append)
         await session.start(resume=str(path))

@@ -8,6 +8,7 @@ import pytest
 
 from dsh.agent_loop.compact import SUMMARY_HEADER
 from dsh.llm.loopback.fault_server import Behaviour, FaultServer
+from dsh.llm.models import ModelSettings
 from dsh.repl.config import Config
 from tests.repl.test_shell_commands import KEY
 from tests.repl.test_usage_and_context import sent_usage, started_shell
@@ -24,12 +25,12 @@ def env(tmp_path: Path) -> dict[str, str]:
             "SHELL": "/bin/sh"}
 
 
-def _window(fill: float) -> dict[str, dict[str, float]]:
+def _window(fill: float) -> dict[str, ModelSettings]:
     """A model table whose window the first ``text`` turn fills to ``fill``."""
     usage = sent_usage(HELLO)
     window = round((usage["prompt_tokens"] + usage["completion_tokens"]) / fill)
-    return {"deepseek-v4-flash": {"context_window": window, "input_cache_hit": 0.0, "input_cache_miss": 0.0,
-                                  "output": 0.0}}
+    return {"deepseek-v4-flash": ModelSettings(context_window=window, input_cache_hit=0.0, input_cache_miss=0.0,
+                                               output=0.0)}
 
 
 async def test_the_warning_then_compact_then_the_next_request_starts_from_the_summary(

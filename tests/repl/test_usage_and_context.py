@@ -16,7 +16,7 @@ from dsh.agent_loop.usage import estimate_tokens
 from dsh.llm.events import Usage
 from dsh.llm.loopback import streams
 from dsh.llm.loopback.fault_server import FaultServer
-from dsh.llm.models import MODELS, cost_usd, is_peak, model_info
+from dsh.llm.models import MODELS, ModelSettings, cost_usd, is_peak, model_info
 from dsh.repl.config import Config
 from dsh.repl.frontend import PlainFrontEnd
 from dsh.repl.shell import Shell
@@ -26,8 +26,8 @@ from tests.repl.test_shell_commands import KEY, ListSink
 pytestmark = pytest.mark.anyio
 
 # Flat prices (USD per 1M tokens) so the expected cost does not depend on the hour the test runs.
-PRICED = {"deepseek-v4-flash": {"input_cache_hit": 1000.0, "input_cache_miss": 2000.0, "output": 4000.0,
-                                "context_window": 1000}}
+PRICED = {"deepseek-v4-flash": ModelSettings(input_cache_hit=1000.0, input_cache_miss=2000.0, output=4000.0,
+                                             context_window=1000)}
 
 
 @pytest.fixture

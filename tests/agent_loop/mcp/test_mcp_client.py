@@ -17,7 +17,14 @@ import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
-from dsh.agent_loop.mcp import MCP_NO_APPROVER, McpCallRequest, McpConfigError, McpManager, McpServerFailure
+from dsh.agent_loop.mcp import (
+    MCP_NO_APPROVER,
+    McpCallRequest,
+    McpConfigError,
+    McpManager,
+    McpServerFailure,
+    parse_servers,
+)
 from dsh.agent_loop.mcp.diagnostics import McpStrayLines
 from dsh.agent_loop.mcp.tools import MAX_NAME_CHARS, clean_arguments, tool_names
 from dsh.agent_loop.tools.registry import MAX_RESULT_CHARS, Tool, ToolContext
@@ -56,7 +63,7 @@ class _Seen:
 
 def _manager(tables: dict[str, Any], seen: _Seen, *, environ: dict[str, str] | None = None,
              **kwargs: Any) -> McpManager:
-    return McpManager(tables, environ=os.environ if environ is None else environ,
+    return McpManager(parse_servers(tables), environ=os.environ if environ is None else environ,
                       mask=lambda text: text.replace(CHILD_ENV, "***"),
                       notice=seen.notices.append, on_failure=seen.failures.append, **kwargs)
 
@@ -491,17 +498,26 @@ async def test_filesystem_server_lists_a_directory_and_reads_a_file(
 @pytest.mark.parametrize(
     ("table", "message"),
     [
-        ({}, "[mcp_servers.x]: set exactly one of command (stdio) or url (streamable HTTP)"),
-        ({"command": "a", "colour": 1}, "[mcp_servers.x] has unknown key 'colour'"),
-        ({"command": "a", "startup_timeout": 0}, "[mcp_servers.x]: startup_timeout must be a number"),
-        ({"command": "a", "approve": "yes"}, '[mcp_servers.x]: approve must be "ask" or "auto"'),
-        ({"url": "ftp://h"}, "[mcp_servers.x]: url must be an http:// or https:// URL"),
+        ({}, "[mcp_servers.x] needs exactly one of command (stdio) or url (streamable HTTP)"),
+        ({"command": "a", "colour": 1}, "[mcp_servers.x] has unknown key 'colour' (known: command, args, env, cwd, "
+                                        "url, headers, enabled, startup_timeout, call_timeout, allow, deny, approve)"),
+        ({"command": "a", "startup_timeout": 0},
+         "[mcp_servers.x] startup_timeout must be a number of seconds above 0 (at most a day), got 0"),
+        ({"command": "a", "call_timeout": float("nan")},
+         "[mcp_servers.x] call_timeout must be a number of seconds above 0 (at most a day), got nan"),
+        ({"command": "a", "approve": "yes"}, '[mcp_servers.x] approve must be "ask" or "auto", got \'yes\''),
+        ({"command": "a", "enabled": "no"}, "[mcp_servers.x] enabled must be true or false, got 'no'"),
+        ({"command": "a", "env": {"K": "a\nb"}}, "[mcp_servers.x] env.K must be a string (no NUL or newline)"),
+        ({"command": "a", "deny": "b"}, "[mcp_servers.x] deny must be a list of strings"),
+        ({"command": []}, "[mcp_servers.x] command must be a program name or a non-empty list of strings"),
+        ({"url": "ftp://h"}, "[mcp_servers.x] url must be an http:// or https:// URL"),
+        ({"url": "http://h", "env": {}}, "[mcp_servers.x] env does not apply to a url server"),
     ],
 )
 def test_a_bad_table_is_a_config_error_naming_table_and_key(table: dict[str, Any], message: str) -> None:
     with pytest.raises(McpConfigError) as caught:
-        McpManager({"x": table}, environ={}, mask=str, notice=lambda text: None)
-    assert str(caught.value).startswith(message)
+        parse_servers({"x": table})
+    assert str(caught.value) == message
 
 
 @given(st.text(max_size=20), st.lists(st.text(max_size=300), max_size=30))

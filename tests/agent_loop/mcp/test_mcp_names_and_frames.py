@@ -16,7 +16,7 @@ import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
-from dsh.agent_loop.mcp import McpManager
+from dsh.agent_loop.mcp import McpManager, parse_servers
 from dsh.agent_loop.mcp.stdio import read_lines
 from dsh.agent_loop.tools.registry import ToolContext
 from dsh.llm.loopback.fault_server import Behaviour, FaultServer, RecordedRequest
@@ -79,7 +79,7 @@ def test_a_server_name_that_could_run_into_a_tool_name_is_a_config_error_naming_
     result = _dsh(home, model, "-p", "hello", tables=_table("a", "ok") + _table(name, "ok"))
     assert (result.returncode, result.stdout) == (2, "")
     assert result.stderr == (
-        f"dsh: failed to start: config file {home}/config/dsh/config.toml: [mcp_servers.{name}]: the server name "
+        f"dsh: failed to start: config file {home}/config/dsh/config.toml: [mcp_servers.{name}] the server name "
         "must not contain '__' or end with '_' (dsh names its tools mcp__<server>__<tool>)\n")
 
 
@@ -199,7 +199,7 @@ async def test_over_http_a_result_over_the_message_limit_fails_that_call_and_the
     seen: list[str] = []
     failures: list[BaseException] = []
     with HttpServer("ok", big_bytes=30_000_000, json_response=json_response) as server:
-        manager = McpManager({"fx": {"url": server.url, "approve": "auto"}}, environ={}, mask=str,
+        manager = McpManager(parse_servers({"fx": {"url": server.url, "approve": "auto"}}), environ={}, mask=str,
                              notice=seen.append, on_failure=failures.append)
         async with manager:
             await manager.wait_ready()

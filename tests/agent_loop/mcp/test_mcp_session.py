@@ -11,7 +11,7 @@ from pathlib import Path
 
 import pytest
 
-from dsh.agent_loop.mcp import McpServerFailure
+from dsh.agent_loop.mcp import McpServerFailure, parse_servers
 from dsh.agent_loop.session import Session
 from dsh.llm.loopback.fault_server import Behaviour, FaultServer
 from fixtures.mcp_servers import HttpServer
@@ -31,7 +31,7 @@ async def test_a_secret_a_server_echoes_is_masked_everywhere(
     caplog.set_level(logging.WARNING, logger="dsh.mcp")
     web = http_server("echo-env-secret", secret_env=VARIABLE)
     table = {"url": web.url, "headers": {"X-Token": f"${{{VARIABLE}}}"}, "approve": "auto"}
-    config = StubConfig(base_url=server.url, api_key=API_KEY, mcp_servers={"sec": table})
+    config = StubConfig(base_url=server.url, api_key=API_KEY, mcp_servers=parse_servers({"sec": table}))
     assert CHILD_ENV not in config.secrets  # the session's own secrets do not know it
     session = Session(config, sessions_root=tmp_path / "sessions", env={VARIABLE: CHILD_ENV})
     await session.start()

@@ -63,5 +63,5 @@ async def test_a_secret_in_the_tables_env_is_masked_in_what_the_child_says() -> 
 def test_an_unregistered_kind_is_a_usage_error() -> None:
     from dsh.agent_loop.subagent import SubagentConfigError, build_provider
 
-    with pytest.raises(SubagentConfigError, match=r"provider must be one of: acp, claude-code, codex, dsh$"):
+    with pytest.raises(SubagentConfigError, match=r"provider must be one of acp, claude-code, codex, dsh$"):
         build_provider("echo", {"provider": "echo"})

@@ -68,7 +68,7 @@ def test_foreground_texts_are_exact(result: SubagentResult, expected: ToolOutput
 def test_registry_rejects_unknown_providers_and_names_without_echoing_values() -> None:
     with pytest.raises(SubagentConfigError) as unknown:
         build_provider("probe", {"provider": "telepathy"})
-    assert str(unknown.value) == "[subagents.probe] provider must be one of: acp, claude-code, codex, dsh"
+    assert str(unknown.value) == "[subagents.probe] provider must be one of acp, claude-code, codex, dsh"
     with pytest.raises(SubagentConfigError):
         build_provider("bad name!", {"provider": "dsh"})
     with pytest.raises(SubagentConfigError):
