@@ -22,13 +22,14 @@ from dsh.agent_loop.permissions import Permissions
 from dsh.agent_loop.recap import Recap
 from dsh.agent_loop.retry import RetryPolicy
 from dsh.agent_loop.sandbox import sandbox_of
+from dsh.agent_loop.session_config import client_settings
 from dsh.agent_loop.session_log import SessionInfo, SessionLog, list_sessions, resolve_session
 from dsh.agent_loop.subagent import ParentContext
 from dsh.agent_loop.subagent.jobs import user_notice
 from dsh.agent_loop.subagent.tool import SubagentToolkit
 from dsh.agent_loop.tools import FileAccess, Tool, default_tools
 from dsh.llm import Redactor
-from dsh.llm.deepseek import DeepSeekClient
+from dsh.llm.deepseek import open_client
 
 if TYPE_CHECKING:
     from dsh.agent_loop.session_config import Approver, EndpointClient, SessionConfig
@@ -38,11 +39,7 @@ __all__ = ["FrameLog", "build_agent", "create_log", "deepseek_client", "mcp_mana
 
 
 def deepseek_client(config: SessionConfig, env: Mapping[str, str]) -> EndpointClient:
-    # trust_env off: the config already read the proxy variables (and names them in fix lines).
-    return DeepSeekClient(base_url=config.base_url, api_key=config.api_key, proxy=config.proxy, trust_env=False,
-                          stream_idle_timeout=config.stream_idle_timeout,
-                          first_token_timeout=config.first_token_timeout, env=env, record=config.record,
-                          ring_bytes=config.report_ring_bytes)
+    return open_client(client_settings(config, env))
 
 
 def open_log(ident: str, root: Path, *, project: str, current: str | None,

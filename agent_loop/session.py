@@ -637,7 +637,7 @@ class Session:
 
     def _exchanges_so_far(self) -> int:
         """The number of the client's latest exchange its ring holds (0 with no ring: dsh.llm.exchange_ring)."""
-        ring = getattr(self.client, "ring", None)  # a DeepSeekClient's; another EndpointClient keeps none
+        ring = self.client.ring if self.client is not None else None  # no client yet: no exchange
         return ring.last if ring is not None else 0
 
     def _note_failure(self, end: EndReason, agent: Agent) -> None:

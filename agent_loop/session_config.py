@@ -9,6 +9,7 @@ from __future__ import annotations
 from collections.abc import Awaitable, Callable, Mapping
 from typing import TYPE_CHECKING, Any, Protocol
 
+from dsh.llm.client_settings import ClientSettings
 from dsh.llm.events import ModelClient
 from dsh.llm.models import ModelSettings
 
@@ -16,8 +17,9 @@ if TYPE_CHECKING:
     from dsh.agent_loop.mcp.config import McpServerConfig
     from dsh.agent_loop.tools.edits import EditRequest
     from dsh.agent_loop.tools.registry import Approval, McpCallRequest
+    from dsh.llm.exchange_ring import ExchangeRing
 
-__all__ = ["Approver", "EndpointClient", "SessionConfig"]
+__all__ = ["Approver", "EndpointClient", "SessionConfig", "client_settings"]
 
 
 class SessionConfig(Protocol):
@@ -80,7 +82,22 @@ class EndpointClient(ModelClient, Protocol):
     def base_url_display(self) -> str: ...
     @property
     def secrets(self) -> tuple[str, ...]: ...
+    @property
+    def ring(self) -> ExchangeRing | None:
+        """The last exchanges' masked records a failure capsule copies (docs/reporting.md); None keeps none."""
+    @property
+    def trace_header(self) -> dict[str, Any] | None:
+        """The header a recording of this client starts with; None with neither a recording nor a ring."""
     async def aclose(self) -> None: ...
+
+
+def client_settings(config: SessionConfig, env: Mapping[str, str]) -> ClientSettings:
+    """The settings of a session's client from its config; a replay and the doctor start from them."""
+    # trust_env off: the config already read the proxy variables (and names them in fix lines).
+    return ClientSettings(base_url=config.base_url, api_key=config.api_key, proxy=config.proxy, trust_env=False,
+                          stream_idle_timeout=config.stream_idle_timeout,
+                          first_token_timeout=config.first_token_timeout, env=env, record=config.record,
+                          ring_bytes=config.report_ring_bytes)
 
 
 # What is asked: run_shell's command, an edit's EditRequest, an MCP tool call's McpCallRequest (docs/mcp.md).

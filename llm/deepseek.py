@@ -18,6 +18,7 @@ import anyio
 import anyio.lowlevel
 
 from dsh.llm._version import __version__
+from dsh.llm.client_settings import ClientSettings
 from dsh.llm.codes import ErrorCode
 from dsh.llm.defaults import (
     DEFAULT_BASE_URL,
@@ -56,7 +57,7 @@ if TYPE_CHECKING:
     # behind it: tests/repl/test_first_prompt_imports.py). Each ``import httpx`` below is this one.
     import httpx
 
-__all__ = ["DeepSeekClient", "StreamTrace"]
+__all__ = ["DeepSeekClient", "StreamTrace", "open_client"]
 
 _ERROR_BODY_LIMIT = 64 * 1024
 _ACCEPT_ENCODING = "gzip, deflate"  # what Inflater decodes; a server that sends anything else is refused
@@ -658,3 +659,13 @@ class DeepSeekClient:
                         return
             except _transport_error():
                 pass
+
+
+def open_client(settings: ClientSettings) -> DeepSeekClient:
+    """The one place dsh builds a model client: the turn's, a replay's, the doctor's, the demo's, a child's."""
+    return DeepSeekClient(
+        base_url=settings.base_url, api_key=settings.api_key, stream_idle_timeout=settings.stream_idle_timeout,
+        first_token_timeout=settings.first_token_timeout, connect_timeout=settings.connect_timeout,
+        proxy=settings.proxy, trust_env=settings.trust_env, env=settings.env, record=settings.record,
+        shown_as=settings.shown_as, ring_bytes=settings.ring_bytes,
+    )

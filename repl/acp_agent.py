@@ -68,6 +68,7 @@ from dsh.repl.config import (
     load_config,
     state_dir,
 )
+from dsh.repl.options import LaunchOptions
 
 __all__ = ["ClientFrames", "DshAgent", "main", "mcp_tables", "tree_refusal"]
 
@@ -321,17 +322,17 @@ class ClientFrames:
         """Nothing to release: stdin and stdout are the process's, closed when it exits."""
 
 
-async def serve(config: Config, env: dict[str, str], args: argparse.Namespace, missing_key: str | None) -> int:
+async def serve(config: Config, env: dict[str, str], options: LaunchOptions, missing_key: str | None) -> int:
     # Frames go to the real stdout; fd 1 (and with it sys.stdout) now points at stderr.
     out_fd = os.dup(1)
     os.dup2(2, 1)
     writer, reader = await _stdio(out_fd)
     async with contextlib.AsyncExitStack() as stack, anyio.create_task_group() as tasks:
         demo = None
-        if args.demo:
+        if options.demo:
             from dsh.repl.demo.catalogue import start_demo  # only the demo
 
-            demo = await start_demo(stack, args.scenario or "text")
+            demo = await start_demo(stack, options.scenario or "text")
         agent = DshAgent(config, env, demo=demo, missing_key=missing_key, tasks=tasks)
         conn = acp.AgentSideConnection(agent, ClientFrames(reader, writer), listening=False)
         # Until the client closes stdin, or SIGTERM / SIGHUP (a client's shutdown ladder: the SDK's closes stdin,
@@ -374,7 +375,7 @@ def _parser() -> argparse.ArgumentParser:
     return parser
 
 
-def _load(args: argparse.Namespace, env: Mapping[str, str]) -> tuple[Config, str | None]:
+def _load(args: argparse.Namespace, env: Mapping[str, str], demo: bool) -> tuple[Config, str | None]:
     """The config, and the REPL's start-up line when no key is set (session/new answers with it)."""
     flags = {"model": args.model, "base_url": args.base_url, "proxy": args.proxy, "max_tokens": args.max_tokens,
              "thinking": args.thinking, "reasoning_effort": args.reasoning_effort,
@@ -383,7 +384,7 @@ def _load(args: argparse.Namespace, env: Mapping[str, str]) -> tuple[Config, str
     config = load_config(flags, env, require_key=False, config_path=path)
     if config.sandbox is not None:
         check_sandbox(config)  # as the REPL: a configured sandbox works, or dsh does not start (docs/safety.md)
-    if args.demo:
+    if demo:
         return config, None
     try:
         load_config(flags, env, require_key=True, config_path=path)
@@ -396,12 +397,11 @@ def main(argv: list[str], env: dict[str, str], *, setup_logging: SetupLogging,
          stderr: Callable[[str], None]) -> int:
     """``dsh acp [flags]`` (without ``acp``): serve until stdin ends; 2 for bad usage or config."""
     args = _parser().parse_args(argv)
-    if args.scenario:
-        args.demo = True
+    options = LaunchOptions(demo=args.demo or bool(args.scenario), scenario=args.scenario)
     env_secrets = tuple(s for s in (env.get("DEEPSEEK_API_KEY", "").strip(),) if s)
     try:
-        config, missing_key = _load(args, env)
-        if args.demo and args.scenario:
+        config, missing_key = _load(args, env, options.demo)
+        if options.demo and args.scenario:
             from dsh.repl.demo.catalogue import SCENARIOS  # only the demo
 
             if args.scenario not in SCENARIOS:
@@ -413,6 +413,6 @@ def main(argv: list[str], env: dict[str, str], *, setup_logging: SetupLogging,
     for warning in config.warnings:
         log.warning("%s", warning)
     try:
-        return asyncio.run(serve(config, env, args, missing_key))
+        return asyncio.run(serve(config, env, options, missing_key))
     except KeyboardInterrupt:
         return 130

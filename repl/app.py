@@ -13,7 +13,6 @@ is a SIGINT, which a signal receiver turns into the same actions.
 
 from __future__ import annotations
 
-import argparse
 import asyncio
 import contextlib
 import os
@@ -47,6 +46,7 @@ from dsh.repl.activity import fit_width
 from dsh.repl.approvals import Approval, approval_answer, approval_question, diff_approval, mcp_approval
 from dsh.repl.config import Config, history_path
 from dsh.repl.first_prompt import ENDING_SIGNALS, PROMPT, FirstPrompt, ending_status
+from dsh.repl.options import LaunchOptions
 from dsh.repl.sanitize import sanitize
 from dsh.repl.shell import Shell, StartupError
 from dsh.repl.start import banner, color, open_shell
@@ -706,14 +706,14 @@ def _import_agent_modules() -> None:
     import dsh.agent_loop.build  # noqa: F401  (the agent, its tools, the session log, the client)
 
 
-async def run_interactive(args: argparse.Namespace, config: Config, env: dict[str, str]) -> int:
+async def run_interactive(options: LaunchOptions, config: Config, env: dict[str, str]) -> int:
     """The REPL: the first prompt is drawn first and the agent built behind it (see ``_build_agent``)."""
     app = InteractiveApp(history=history_path(env))
     async with contextlib.AsyncExitStack() as stack:
-        early: FirstPrompt | None = getattr(args, "first_prompt", None)  # dsh.repl.launch drew it, or not
-        shell = await open_shell(stack, args, config, env, app, color=color(env, sys.stdout), show_usage=True,
+        early = options.first_prompt  # dsh.repl.launch drew it, or not
+        shell = await open_shell(stack, options, config, env, app, color=color(env, sys.stdout), show_usage=True,
                                  defer_agent=True, session_id=early.session_id if early is not None else None)
-        if args.resume is not None:
+        if options.resume is not None:
             shell.report_resumed()
-        return await app.run(shell, banner=banner(shell, args), first_prompt=early)
+        return await app.run(shell, banner=banner(shell, options), first_prompt=early)
     return 1  # pragma: no cover - the exit stack does not swallow

@@ -160,7 +160,8 @@ def _frames(shell: Host) -> dict[str, Any]:
 
 def _turn_records(shell: Host) -> tuple[list[dict[str, Any]], dict[str, Any]]:
     """The failed turn's records from the ring, renumbered from 1, and a summary of what was kept."""
-    ring = getattr(shell.session.client, "ring", None)
+    client = shell.session.client
+    ring = client.ring if client is not None else None
     first, last = shell.session.turn_exchanges
     summary: dict[str, Any] = {"turn": last - first, "kept": 0, "ring": "off" if ring is None else "on"}
     if ring is None:
@@ -200,7 +201,8 @@ async def write_capsule(shell: Host, path: str | None = None, *,
         raise HarnessError(NO_FAILURE, ErrorCode.CONFIG)
     path = os.path.expanduser(path) if path else default_name()
     records, summary = _turn_records(shell)  # before the doctor runs: its requests are not the turn's
-    header = getattr(shell.session.client, "trace_header", None) or {
+    client = shell.session.client
+    header = (client.trace_header if client is not None else None) or {
         "base_url": redact_url(shell.config.base_url), "proxy": redact_url(shell.config.proxy)
         if shell.config.proxy else None, "timeouts": {}}
     secrets = shell.config.secrets

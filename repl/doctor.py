@@ -38,11 +38,12 @@ import anyio
 import httpx  # noqa: F401 - loaded before the HTTP step, so that its time is the endpoint's, not dsh's
 
 from dsh.agent_loop.reasons import Failed, failure_from_exception
+from dsh.agent_loop.session_config import client_settings
 from dsh.agent_loop.subagent import ParentContext, build_provider
 from dsh.agent_loop.subagent.acp import AcpInitializeRun
 from dsh.agent_loop.subagent.result import SubagentRequest
 from dsh.llm import ErrorCode, LlmError, Redactor, error_chain, redact_text, redact_url
-from dsh.llm.deepseek import DeepSeekClient, StreamTrace
+from dsh.llm.deepseek import StreamTrace, open_client
 from dsh.llm.endpoint import endpoint_for_url
 from dsh.llm.events import ChatRequest, Finish, KeepAlive, Message, ReasoningDelta, TextDelta
 from dsh.llm.network import FailureDetail, environment_proxy, no_proxy, ssl_context
@@ -224,16 +225,12 @@ class Doctor:
     def _client(self) -> Any:
         """The client a turn would use (the shell builds its own the same way)."""
         if self.client is None:
-            self.client = DeepSeekClient(
-                base_url=self.config.base_url,
-                api_key=self.config.api_key,
+            self.client = open_client(dataclasses.replace(
+                client_settings(self.config, self.env), record=None, ring_bytes=0,  # a probe: nothing kept
                 stream_idle_timeout=min(self.config.stream_idle_timeout, STREAM_TIMEOUT_CAP),
                 first_token_timeout=min(self.config.first_token_timeout, STREAM_TIMEOUT_CAP),
                 connect_timeout=self.connect_timeout,
-                proxy=self.config.proxy,
-                trust_env=False,
-                env=self.env,
-            )
+            ))
         return self.client
 
     def _sources(self) -> dict[str, str]:

@@ -36,6 +36,7 @@ from dsh.repl.config import (
     load_config,
     state_dir,
 )
+from dsh.repl.options import LaunchOptions
 from dsh.repl.sanitize import sanitize
 
 if TYPE_CHECKING:
@@ -47,7 +48,7 @@ EXIT_USAGE = 2
 MAX_STDIN_PROMPT = 1 << 20  # bytes of a prompt read from stdin (`-p -`)
 OUTPUT_FORMATS = ("text", "json", "stream-json")
 _FROM_STDIN = "\x00stdin"  # what a bare `-p` parses to: read the prompt from stdin when it is piped
-ModeMain = Callable[[argparse.Namespace, Config, dict[str, str]], Coroutine[Any, Any, int]]
+ModeMain = Callable[[LaunchOptions, Config, dict[str, str]], Coroutine[Any, Any, int]]
 
 
 def run(args: list[str]) -> int:
@@ -299,29 +300,26 @@ def _main(argv: list[str]) -> int:
     if args.report is not None and args.print_prompt is None:
         parser.error("--report works only with -p/--print (in the REPL: /report [FILE])")
     mode = _mode(args)
-    if args.scenario:
-        args.demo = True
     env = dict(os.environ)
     env_secrets = tuple(s for s in (env.get("DEEPSEEK_API_KEY", "").strip(),) if s)
     try:
-        config = _configure(args, env)
+        config, options = _configure(args, env)
     except ConfigError as exc:
         _startup_failure(exc, mode=mode, secrets=env_secrets)
         return EXIT_USAGE
     for warning in config.warnings:
         _stderr(f"dsh: warning: {warning}")
-    early = _first_prompt(args, config) if mode == "interactive" else None
-    args.first_prompt = None
+    early = _first_prompt(options, config) if mode == "interactive" else None
     try:
         if early is not None and early.draw():
-            args.first_prompt = early  # taken over by the interactive app (dsh.repl.app)
-        return _run_mode(mode, args, config, env, env_secrets)
+            options = dataclasses.replace(options, first_prompt=early)  # taken over by the app (dsh.repl.app)
+        return _run_mode(mode, options, config, env, env_secrets)
     finally:
         if early is not None:
             early.abandon()  # start-up ended before prompt_toolkit took the line over (else: nothing to do)
 
 
-def _run_mode(mode: str, args: argparse.Namespace, config: Config, env: dict[str, str],
+def _run_mode(mode: str, options: LaunchOptions, config: Config, env: dict[str, str],
               env_secrets: tuple[str, ...]) -> int:
     _setup_logging(env, config.secrets)
     # The session and the loop: imported here, after the first prompt may have been drawn.
@@ -333,20 +331,20 @@ def _run_mode(mode: str, args: argparse.Namespace, config: Config, env: dict[str
     try:
         # asyncio, prompt_toolkit's loop, with anyio inside it: anyio loads its backend on first use,
         # which in the interactive mode comes after the first prompt is drawn.
-        return asyncio.run(mode_main(args, config, env))
+        return asyncio.run(mode_main(options, config, env))
     except StartupError as exc:
-        if args.first_prompt is not None:
-            args.first_prompt.abandon()  # the failure goes where the prompt was
+        if options.first_prompt is not None:
+            options.first_prompt.abandon()  # the failure goes where the prompt was
         cause = exc.__cause__ or exc
         _startup_failure(cause, mode=mode, secrets=config.secrets + env_secrets)
         return EXIT_USAGE if isinstance(cause, HarnessError) and cause.code == ErrorCode.CONFIG else 1
 
 
-def _first_prompt(args: argparse.Namespace, config: Config) -> FirstPrompt | None:
+def _first_prompt(options: LaunchOptions, config: Config) -> FirstPrompt | None:
     """The banner and prompt to draw before prompt_toolkit and the agent's modules are imported
     (dsh.repl.first_prompt), when nothing else comes before the prompt: a new session with no subagent tables
     (their hints), not the demo or a replay (their endpoint starts first)."""
-    if args.demo or args.replay or args.resume is not None or config.subagents:
+    if options.demo or options.replay or options.resume is not None or config.subagents:
         return None
     from dsh.agent_loop.session_id import new_session_id
     from dsh.llm.redact import redact_url
@@ -373,11 +371,11 @@ def _mode_main(mode: str) -> ModeMain:
     return run_interactive
 
 
-def _configure(args: argparse.Namespace, env: dict[str, str]) -> Config:
-    """The config of this run from flags, environment and file; ConfigError (exit 2) for what cannot work.
-
-    Sets ``args.print_prompt`` when it is read from stdin and ``args.trace`` for ``--replay``.
-    """
+def _configure(args: argparse.Namespace, env: dict[str, str]) -> tuple[Config, LaunchOptions]:
+    """The config of this run from flags, environment and file, and the options the mode reads (with the
+    ``-p`` prompt read from stdin and the ``--replay`` recording loaded); ConfigError (exit 2) for what
+    cannot work."""
+    demo = args.demo or bool(args.scenario)
     flags = {
         "model": args.model,
         "base_url": args.base_url,
@@ -389,35 +387,40 @@ def _configure(args: argparse.Namespace, env: dict[str, str]) -> Config:
         "record": args.record,
         "permission_mode": args.permission_mode,
     }
-    if args.print_prompt in (_FROM_STDIN, "-"):
-        args.print_prompt = _stdin_prompt(explicit=args.print_prompt == "-")
+    print_prompt = args.print_prompt
+    if print_prompt in (_FROM_STDIN, "-"):
+        print_prompt = _stdin_prompt(explicit=print_prompt == "-")
     config = load_config(
-        flags, env, require_key=not (args.demo or args.replay),
+        flags, env, require_key=not (demo or args.replay),
         config_path=Path(args.config) if args.config else None,
     )
+    trace = None
     if args.replay:
-        if args.demo:
+        if demo:
             raise ConfigError("--replay and --demo each pick the endpoint; give one of them")
-        args.trace = _load_trace(args.replay)
-        config = _replay_retries(args.replay, args.trace.max_retries, config)
-    if args.demo and args.record:
+        trace = _load_trace(args.replay)
+        config = _replay_retries(args.replay, trace.max_retries, config)
+    if demo and args.record:
         raise ConfigError("--record records a real endpoint or a --replay; the demo's scenarios are scripted")
-    if args.demo and config.record:  # the config file's: the demo still starts, and says it records nothing
+    if demo and config.record:  # the config file's: the demo still starts, and says it records nothing
         config = dataclasses.replace(config, record=None, warnings=(
             *config.warnings, f"record in {config.config_path} is not used by --demo: its scenarios are scripted"))
     if config.record:
         _check_record_path(config.record)
-    if args.report:
-        args.report = os.path.expanduser(args.report)
-        _check_record_path(args.report, "report")
+    report = os.path.expanduser(args.report) if args.report else args.report
+    if report:
+        _check_record_path(report, "report")
     if config.sandbox is not None:
         check_sandbox(config)
-    if args.demo:
+    if demo:
         from dsh.repl.demo.catalogue import SCENARIOS  # only the demo
 
         if args.scenario and args.scenario not in SCENARIOS:
             raise ConfigError(f"no demo scenario {args.scenario!r} (known: {', '.join(SCENARIOS)})")
-    return config
+    return config, LaunchOptions(
+        print_prompt=print_prompt, output_format=args.output_format, report=report, resume=args.resume, demo=demo,
+        scenario=args.scenario, allow_mcp=args.allow_mcp, replay=args.replay, replay_speed=args.replay_speed,
+        trace=trace)
 
 
 def _load_trace(path: str) -> Any:

@@ -6,7 +6,6 @@ Also the signal watcher ``-p`` shares (:class:`Signals`).
 
 from __future__ import annotations
 
-import argparse
 import contextlib
 import os
 import signal
@@ -19,6 +18,7 @@ import anyio.abc
 
 from dsh.repl.config import Config
 from dsh.repl.frontend import PlainFrontEnd, StreamSink
+from dsh.repl.options import LaunchOptions
 from dsh.repl.shell import Shell
 from dsh.repl.start import color, open_shell
 
@@ -50,13 +50,13 @@ class Signals:
         return 128 + self.received if self.received is not None else default
 
 
-async def run_piped(args: argparse.Namespace, config: Config, env: dict[str, str]) -> int:
+async def run_piped(options: LaunchOptions, config: Config, env: dict[str, str]) -> int:
     out = StreamSink(sys.stdout)
     try:
         async with contextlib.AsyncExitStack() as stack:
-            shell = await open_shell(stack, args, config, env, PlainFrontEnd(out, flush=out.flush),
+            shell = await open_shell(stack, options, config, env, PlainFrontEnd(out, flush=out.flush),
                                      color=color(env, sys.stdout))
-            if args.resume is not None:
+            if options.resume is not None:
                 shell.report_resumed()
             return await _read_turns(shell)
     finally:

@@ -14,7 +14,6 @@ sanitizer never has to touch it.
 
 from __future__ import annotations
 
-import argparse
 import contextlib
 import json
 import sys
@@ -30,6 +29,7 @@ from dsh.agent_loop.session import SessionUpdate
 from dsh.llm import HarnessError, error_chain, redact_text
 from dsh.repl.config import Config
 from dsh.repl.frontend import PlainFrontEnd, Sink, StreamSink
+from dsh.repl.options import LaunchOptions
 from dsh.repl.piped import Signals
 from dsh.repl.shell import Shell
 from dsh.repl.start import color, open_shell
@@ -143,17 +143,17 @@ class PrintFrontEnd(PlainFrontEnd):
         self.stdout.flush()
 
 
-async def run_print(args: argparse.Namespace, config: Config, env: dict[str, str]) -> int:
+async def run_print(options: LaunchOptions, config: Config, env: dict[str, str]) -> int:
     stderr = StreamSink(sys.stderr)
-    output_format = args.output_format or "text"
+    output_format = options.output_format or "text"
     frontend = PrintFrontEnd(output_format, stderr, StreamSink(sys.stdout))
     # The answer is Markdown on a colour terminal, as in the REPL; piped or redirected, as the model wrote it.
     answer_markdown = output_format == "text" and color(env, sys.stdout)
     try:
         async with contextlib.AsyncExitStack() as stack:
-            shell = await open_shell(stack, args, config, env, frontend, color=color(env, sys.stderr),
+            shell = await open_shell(stack, options, config, env, frontend, color=color(env, sys.stderr),
                                      answer=frontend.answer, answer_markdown=answer_markdown)
-            return await _one_turn(shell, args.print_prompt, frontend, getattr(args, "report", None))
+            return await _one_turn(shell, options.print_prompt or "", frontend, options.report)
     finally:
         stderr.flush()  # nothing written, even while closing down, is left behind
         frontend.stdout.flush()

@@ -48,7 +48,9 @@ from dsh.agent_loop.jsonrpc import INVALID_PARAMS, METHOD_NOT_FOUND, JsonRpcConn
 from dsh.agent_loop.session import Session, SessionUpdate
 from dsh.agent_loop.tools import Approval
 from dsh.agent_loop.update_pump import UpdatePump
-from dsh.llm import DEFAULT_BASE_URL, DEFAULT_MODEL, DeepSeekClient, RedactingFilter, __version__
+from dsh.llm import DEFAULT_BASE_URL, DEFAULT_MODEL, RedactingFilter, __version__
+from dsh.llm.client_settings import ClientSettings
+from dsh.llm.deepseek import open_client
 from dsh.repl.config import Config
 
 __all__ = ["PROTOCOL_VERSION", "ChildSession", "main", "serve_stdio", "serve_streams"]
@@ -120,8 +122,9 @@ class ChildSession:
         api_key = self._env.get("DEEPSEEK_API_KEY") or None
         config = Config(api_key=api_key, base_url=base_url, model=model, max_tokens=max_tokens,
                         auto_compact=auto_compact)
+        client = open_client(ClientSettings(base_url=base_url, api_key=api_key))
         self.session = Session(
-            config, sessions_root=None, env=self._env, client=DeepSeekClient(base_url=base_url, api_key=api_key),
+            config, sessions_root=None, env=self._env, client=client,
             approve=_allow_all if permission == "allow" else None, label="child", cwd=cwd, project_context=False,
         )
         self.session.ensure_agent()

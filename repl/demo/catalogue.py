@@ -21,6 +21,9 @@ from dsh.agent_loop.retry import RetryPolicy
 from dsh.agent_loop.subagent.extras import extra_installed
 from dsh.llm import ChatRequest, DeepSeekClient, StreamEvent
 from dsh.llm._version import install_line
+from dsh.llm.client_settings import ClientSettings
+from dsh.llm.deepseek import open_client
+from dsh.llm.exchange_ring import ExchangeRing
 from dsh.llm.loopback.fault_server import Behaviour, FaultServer, closed_port
 from dsh.repl.demo.delegation import demo_subagent_tables, register_demo_scenarios
 from dsh.repl.demo.product_delegation import product_demo_tables, register_product_demo_scenarios
@@ -120,6 +123,8 @@ class DemoClient:
     """Streams through a real :class:`DeepSeekClient` for the endpoint the scenario picked."""
 
     secrets: tuple[str, ...] = ()  # no key, no credentials: nothing of the demo's to mask
+    ring: ExchangeRing | None = None  # no failure capsule keeps the demo's exchanges
+    trace_header: dict[str, Any] | None = None  # nor records them
 
     def __init__(self, server_url: str, refused_url: str) -> None:
         self.urls = {"server": server_url, "refused": refused_url}
@@ -140,10 +145,10 @@ class DemoClient:
         )
         client = self._clients.get(key)
         if client is None:
-            client = DeepSeekClient(
+            client = open_client(ClientSettings(
                 base_url=key[0], api_key=None, first_token_timeout=key[1], stream_idle_timeout=key[2],
                 connect_timeout=5.0, proxy=key[3], trust_env=False, env={},  # loopback only: no proxy, OS trust
-            )
+            ))
             self._clients[key] = client
         return client
 
