@@ -78,7 +78,7 @@ def subagent_toolkit(
 
 def mcp_servers(configured: Mapping[str, McpServerConfig], tables: Mapping[str, Any]) -> dict[str, McpServerConfig]:
     """The config file's servers (read at load), then a front end's ``[mcp_servers.NAME]``-shaped tables (an ACP
-    client's ``mcpServers``), read now: McpConfigError for a bad one."""
+    client's ``mcpServers``), read now: a SettingsError for a bad one."""
     return {**configured, **parse_servers(tables)}
 
 

@@ -25,8 +25,7 @@ in, and its codes::
     │   └── SubagentConfigError dsh.agent_loop.subagent.run    CONFIG: a bad [subagents.NAME] table
     └── StartupError          dsh.agent_loop.session           the cause's code, else STARTUP
 
-``SettingsError`` is also known by the names its callers use: ``ConfigError`` (dsh.repl.config: usage or
-configuration, exit status 2) and ``McpConfigError`` (dsh.agent_loop.mcp.config: a bad [mcp_servers.NAME]).
+``SettingsError`` is also known as ``ConfigError`` in dsh.repl.config (usage or configuration, exit status 2).
 
 The agent loop raises plain ``HarnessError`` for AGENT_CLOSED, TURN_BUSY, MAX_STEPS and COMPACT; a turn that
 fails with anything that is not a ``HarnessError`` ends with code UNKNOWN. The codes and what a user sees

@@ -12,14 +12,14 @@ from dsh.llm._exports import lazy_getattr
 
 TYPE_CHECKING = False  # not typing.TYPE_CHECKING, which would cost every importer `typing`
 if TYPE_CHECKING:
-    from dsh.agent_loop.mcp.config import McpConfigError, McpServerConfig, parse_servers
+    from dsh.agent_loop.mcp.config import McpServerConfig, parse_servers
     from dsh.agent_loop.mcp.diagnostics import Category, McpFailure, McpServerFailure, Stage, failure_line
     from dsh.agent_loop.mcp.manager import McpManager, ServerStatus
     from dsh.agent_loop.mcp.tools import MCP_DENIED, MCP_NO_APPROVER, McpCallRequest
 
 # module -> the names this package exports from it, loaded on first use (tests/test_package_exports.py)
 _EXPORTS = {
-    "dsh.agent_loop.mcp.config": "McpConfigError McpServerConfig parse_servers",
+    "dsh.agent_loop.mcp.config": "McpServerConfig parse_servers",
     "dsh.agent_loop.mcp.diagnostics": "Category McpFailure McpServerFailure Stage failure_line",
     "dsh.agent_loop.mcp.manager": "McpManager ServerStatus",
     "dsh.agent_loop.mcp.tools": "MCP_DENIED MCP_NO_APPROVER McpCallRequest",
@@ -30,7 +30,6 @@ __all__ = [
     "MCP_NO_APPROVER",
     "Category",
     "McpCallRequest",
-    "McpConfigError",
     "McpFailure",
     "McpManager",
     "McpServerConfig",

@@ -15,12 +15,11 @@ from dataclasses import dataclass, field
 from typing import Any, Literal
 
 from dsh.agent_loop import settings
-from dsh.agent_loop.settings import At, SettingsError
+from dsh.agent_loop.settings import At
 
 __all__ = [
     "DEFAULT_CALL_TIMEOUT",
     "DEFAULT_STARTUP_TIMEOUT",
-    "McpConfigError",
     "McpServerConfig",
     "expand_headers",
     "parse_servers",
@@ -34,9 +33,6 @@ _KEYS = ("command", "args", "env", "cwd", "url", "headers", "enabled", "startup_
 _VARIABLE = re.compile(r"\$\{([A-Za-z_][A-Za-z0-9_]*)\}")
 # A server's name becomes part of tool names (mcp__<server>__<tool>) and of the failure line.
 _NAME = re.compile(r"[A-Za-z0-9_-]{1,32}")
-
-
-McpConfigError = SettingsError  # the one settings error (agent_loop/settings.py), by the name callers know
 
 
 @dataclass(frozen=True, slots=True)

@@ -6,7 +6,7 @@ from __future__ import annotations
 import pytest
 
 from dsh.agent_loop import settings
-from dsh.agent_loop.mcp.config import McpConfigError
+from dsh.agent_loop.mcp.config import parse_servers
 from dsh.agent_loop.settings import At, SettingsError
 from dsh.agent_loop.subagent import SubagentConfigError, build_provider, config_number
 from dsh.llm.codes import ErrorCode
@@ -85,6 +85,7 @@ def test_a_subagent_table_says_the_same_form_without_its_values() -> None:
     assert provider.problem == '[subagents.probe] permission must be "allow" or "reject"'
 
 
-
 def test_the_mcp_error_is_the_one_settings_error() -> None:
-    assert McpConfigError is SettingsError
+    with pytest.raises(SettingsError) as caught:
+        parse_servers({"x": {"command": "a", "enabled": "yes"}})
+    assert caught.value.code == ErrorCode.CONFIG

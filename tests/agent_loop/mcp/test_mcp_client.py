@@ -20,13 +20,13 @@ from hypothesis import strategies as st
 from dsh.agent_loop.mcp import (
     MCP_NO_APPROVER,
     McpCallRequest,
-    McpConfigError,
     McpManager,
     McpServerFailure,
     parse_servers,
 )
 from dsh.agent_loop.mcp.diagnostics import McpStrayLines
 from dsh.agent_loop.mcp.tools import MAX_NAME_CHARS, clean_arguments, tool_names
+from dsh.agent_loop.settings import SettingsError
 from dsh.agent_loop.tools.registry import MAX_RESULT_CHARS, Tool, ToolContext
 from fixtures.mcp_servers import (
     BIG_TEXT_BYTES,
@@ -515,7 +515,7 @@ async def test_filesystem_server_lists_a_directory_and_reads_a_file(
     ],
 )
 def test_a_bad_table_is_a_config_error_naming_table_and_key(table: dict[str, Any], message: str) -> None:
-    with pytest.raises(McpConfigError) as caught:
+    with pytest.raises(SettingsError) as caught:
         parse_servers({"x": table})
     assert str(caught.value) == message
 
