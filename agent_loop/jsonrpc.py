@@ -36,6 +36,8 @@ The reader and the request handlers run in a task group the caller provides, tri
 Leaving the block (or :meth:`JsonRpcConnection.aclose`, callable from any task) cancels the reader and
 any running request handlers, fails pending requests with :class:`TransportClosed`, and waits until
 they are gone. It does not close the streams: their owner (e.g. the managed child process) does.
+Under ``async with`` the reader is shielded from the block's cancellation until the block is left, so
+a shielded clean-up inside the block (``turn/interrupt`` after a Ctrl-C) still reads its answers.
 """
 
 from __future__ import annotations
@@ -173,6 +175,7 @@ class JsonRpcConnection:
         self._tg: anyio.abc.TaskGroup | None = None
         self._own_group = OwnedTaskGroup()  # when entered as a context manager
         self._started = False
+        self._reader_outlives_cancel = False  # under `async with`: the block's exit always closes it
         self._finished = anyio.Event()
         self._close_requested = anyio.Event()
         self._handlers_running = 0
@@ -203,6 +206,7 @@ class JsonRpcConnection:
 
     async def __aenter__(self) -> JsonRpcConnection:
         group = await self._own_group.open()
+        self._reader_outlives_cancel = True
         try:
             return await self.start(group)
         except BaseException:
@@ -217,12 +221,13 @@ class JsonRpcConnection:
 
     async def _serve(self, *, task_status: anyio.abc.TaskStatus[None] = anyio.TASK_STATUS_IGNORED) -> None:
         try:
-            async with anyio.create_task_group() as tg:
-                self._tg = tg
-                tg.start_soon(self._read_loop, name=f"{self._name} reader")
-                task_status.started()
-                await self._close_requested.wait()
-                tg.cancel_scope.cancel()
+            with anyio.CancelScope(shield=self._reader_outlives_cancel):
+                async with anyio.create_task_group() as tg:
+                    self._tg = tg
+                    tg.start_soon(self._read_loop, name=f"{self._name} reader")
+                    task_status.started()
+                    await self._close_requested.wait()
+                    tg.cancel_scope.cancel()
         except Exception:  # nothing in the group raises; this only keeps a bug out of the caller's group
             log.exception("%s: connection failed", self._name)
             self._stop(ProtocolError("JSON-RPC connection failed"))

@@ -338,6 +338,8 @@ class CodexRun(Run[CodexConfig]):
         self._turn = _TurnState()
         self._thread_id: str | None = None
         self._turn_id: str | None = None
+        self._turn_start_sent = False
+        self._turn_id_known = anyio.Event()  # set with _turn_id: a cancel during turn/start waits for it
         self._decision: tuple[str, str] | None = None  # latest unattended decision (request, decision)
         self._interrupt_sent = False
         self._stop_reason = "error"  # of a failed turn: contextWindowExceeded makes it max-tokens
@@ -443,12 +445,18 @@ class CodexRun(Run[CodexConfig]):
 
     async def _start_turn(self, conn: JsonRpcConnection) -> None:
         params = {"threadId": self._thread_id, "input": [{"type": "text", "text": self.request.prompt}]}
+        self._turn_start_sent = True
         result = await conn.request("turn/start", params)
         turn = result.get("turn") if isinstance(result, dict) else None
         turn_id = turn.get("id") if isinstance(turn, dict) else None
         if not isinstance(turn_id, str) or not turn_id:
             raise _BadResponse("turn/start result has no turn id")
-        self._turn_id = turn_id
+        self._know_turn_id(turn_id)
+
+    def _know_turn_id(self, turn_id: str) -> None:
+        if self._turn_id is None:
+            self._turn_id = turn_id
+            self._turn_id_known.set()
 
     async def _until_turn_end(self, conn: JsonRpcConnection) -> None:
         if self._turn.completed.is_set():
@@ -466,11 +474,19 @@ class CodexRun(Run[CodexConfig]):
             raise conn.failure or TransportClosed()
 
     async def _interrupt(self, conn: JsonRpcConnection, grace: float) -> None:
-        """``turn/interrupt`` and a wait of at most ``grace`` seconds for the turn to report it, then settle."""
-        if self._turn_id is None or self._thread_id is None or conn.closed:
+        """``turn/interrupt`` and a wait of at most ``grace`` seconds for the turn to report it, then settle.
+
+        A cancel that lands while turn/start is in flight has no turn id yet: the app-server has (or
+        soon will have) a running turn, so the id is awaited within the same grace, from the
+        ``turn/started`` notification that follows the (now dropped) answer.
+        """
+        if self._thread_id is None or conn.closed or not (self._turn_start_sent or self._turn_id):
             return
-        self._interrupt_sent = True
         with anyio.move_on_after(grace):
+            await self._turn_id_known.wait()
+            if conn.closed:
+                return
+            self._interrupt_sent = True
             try:
                 await conn.request("turn/interrupt", {"threadId": self._thread_id, "turnId": self._turn_id})
             except (ProtocolError, TransportClosed):
@@ -538,13 +554,13 @@ class CodexRun(Run[CodexConfig]):
                 turn.last_error_words = _error_words(error)
         elif method == "turn/started":
             started = params.get("turn")
-            if self._turn_id is None and isinstance(started, dict) and isinstance(started.get("id"), str):
-                self._turn_id = started["id"]
+            if isinstance(started, dict) and isinstance(started.get("id"), str):
+                self._know_turn_id(started["id"])
         elif method == "turn/completed":
             completed = params.get("turn")
             turn.completed_turn = completed if isinstance(completed, dict) else {}
-            if self._turn_id is None and isinstance(turn.completed_turn.get("id"), str):
-                self._turn_id = turn.completed_turn["id"]
+            if isinstance(turn.completed_turn.get("id"), str):
+                self._know_turn_id(turn.completed_turn["id"])
             for item in turn.completed_turn.get("items") or []:
                 if isinstance(item, dict) and item.get("type") == "agentMessage":
                     turn.record_message(item)

@@ -41,7 +41,7 @@ from tests.agent_loop.subagent.product_support import (
     run_once,
 )
 from tests.agent_loop.subagent.product_support import codex_failure as failure
-from tests.waiting import PROMPTLY
+from tests.waiting import PROMPTLY, async_wait_until
 
 pytestmark = [pytest.mark.anyio, pytest.mark.usefixtures("no_leftover_processes")]
 
@@ -202,6 +202,21 @@ async def test_local_cancel_interrupts_and_settles_aborted(tmp_path: Path) -> No
     assert (result.stop_reason, result.diagnostic) == ("aborted", None)
     sent = [frame.get("method") for frame in json.loads(record.read_text())["received"]]
     assert "turn/interrupt" in sent
+
+
+async def test_a_cancel_while_turn_start_is_unanswered_still_interrupts_the_turn(tmp_path: Path) -> None:
+    # The app-server has the turn but dsh has no turn id yet: the interrupt waits (within its grace) for the
+    # id that follows, and the connection keeps reading while the cancel unwinds.
+    record = tmp_path / "record.json"
+    env = {"FAKE_CODEX_RECORD": str(record), "FAKE_CODEX_TURN_START_DELAY": "0.1"}
+    async with fake_codex("hang_turn", env=env).run(request(tmp_path)) as run:
+        started = lambda: record.exists() and "turn/start" in record.read_text()  # noqa: E731
+        await async_wait_until(started, PROMPTLY, "turn/start to reach the app-server")
+        await run.cancel()
+        result = await run.result()
+    assert result.stop_reason == "aborted"
+    sent = [frame.get("method") for frame in json.loads(record.read_text())["received"]]
+    assert sent[-1] == "turn/interrupt"
 
 
 async def test_dispose_mid_turn_stops_the_run_and_is_idempotent(tmp_path: Path) -> None:
