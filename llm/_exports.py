@@ -28,7 +28,7 @@ def lazy_getattr(namespace: dict[str, Any], exports: Mapping[str, str]) -> Calla
         module = module_of.get(name)
         if module is None:
             raise AttributeError(f"module {package!r} has no attribute {name!r}")
-        value = getattr(importlib.import_module(module), name)
+        value = vars(importlib.import_module(module))[name]  # the table names the module that defines it
         namespace[name] = value
         return value
 

@@ -23,7 +23,7 @@ from cryptography import x509
 from cryptography.x509.oid import NameOID
 
 from dsh.llm.errors import Finding
-from dsh.llm.network import FailureDetail, certificate_error
+from dsh.llm.network import FailureDetail, certificate_error, verify_result
 from dsh.llm.probe import presented_chain, shown_host
 from dsh.llm.trust_store import Knowledge, TrustStore, request_store
 
@@ -232,13 +232,11 @@ async def certificate_finding(
         except Exception:
             return None
     refusal = certificate_error(exc)
-    code = getattr(refusal, "verify_code", None)
-    message = getattr(refusal, "verify_message", None)
+    code, message = verify_result(refusal) if refusal is not None else (None, None)
     store = request_store(env)
     try:
         text = await anyio.to_thread.run_sync(lambda: certificate_sentence(
-            chain, host=host, port=port, detail=detail, verify_code=code if isinstance(code, int) else None,
-            verify_message=message if isinstance(message, str) else None, store=store))
+            chain, host=host, port=port, detail=detail, verify_code=code, verify_message=message, store=store))
     except Exception:  # a certificate cryptography cannot take apart: the raw failure stays the line
         return None
     if text is None:

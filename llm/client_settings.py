@@ -1,7 +1,8 @@
 """What a model client is built from, as one frozen value: :func:`dsh.llm.deepseek.open_client` takes it.
 
-Its fields are :class:`~dsh.llm.deepseek.DeepSeekClient`'s keyword arguments with the same defaults. This module
-imports no HTTP client, so a session's config can describe its client before the client's modules are loaded.
+Its fields are :class:`~dsh.llm.deepseek.DeepSeekClient`'s keyword arguments with the same defaults (those that
+describe its transport, dsh.llm.transport, are :class:`TransportOptions`). This module imports no HTTP client, so
+a session's config can describe its client before the client's modules are loaded.
 """
 
 from __future__ import annotations
@@ -9,6 +10,7 @@ from __future__ import annotations
 import os
 from collections.abc import Mapping
 from dataclasses import dataclass, field
+from typing import TypedDict
 
 from dsh.llm.defaults import (
     DEFAULT_BASE_URL,
@@ -17,7 +19,7 @@ from dsh.llm.defaults import (
     DEFAULT_STREAM_IDLE_TIMEOUT,
 )
 
-__all__ = ["ClientSettings"]
+__all__ = ["ClientSettings", "TransportOptions"]
 
 
 @dataclass(frozen=True)
@@ -35,3 +37,15 @@ class ClientSettings:
     record: str | os.PathLike[str] | None = None  # a --record file
     shown_as: tuple[str, str | None] | None = None  # the endpoint and proxy messages name (a replay's recorded ones)
     ring_bytes: int = 0  # the last exchanges kept for a failure capsule; 0 keeps none
+
+
+class TransportOptions(TypedDict, total=False):
+    """The keywords of ``DeepSeekClient(...)`` that describe its transport: the fields of the same names above."""
+
+    base_url: str
+    proxy: str | None
+    trust_env: bool
+    env: Mapping[str, str] | None
+    record: str | os.PathLike[str] | None
+    shown_as: tuple[str, str | None] | None
+    ring_bytes: int

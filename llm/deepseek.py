@@ -7,21 +7,19 @@ DeepSeek's API by default; any OpenAI-compatible server otherwise. Every message
 from __future__ import annotations
 
 import json
-import os
 import re
-from collections.abc import AsyncGenerator, AsyncIterator, Iterator, Mapping
+from collections.abc import AsyncGenerator, AsyncIterator, Iterator
 from contextlib import contextmanager, suppress
-from dataclasses import dataclass
-from typing import TYPE_CHECKING, Any
+from dataclasses import dataclass, replace
+from typing import TYPE_CHECKING, Any, Unpack
 
 import anyio
 import anyio.lowlevel
 
 from dsh.llm._version import __version__
-from dsh.llm.client_settings import ClientSettings
+from dsh.llm.client_settings import ClientSettings, TransportOptions
 from dsh.llm.codes import ErrorCode
 from dsh.llm.defaults import (
-    DEFAULT_BASE_URL,
     DEFAULT_CONNECT_TIMEOUT,
     DEFAULT_FIRST_TOKEN_TIMEOUT,
     DEFAULT_POOL_TIMEOUT,
@@ -30,32 +28,31 @@ from dsh.llm.defaults import (
 )
 from dsh.llm.endpoint import Endpoint, endpoint_for_url
 from dsh.llm.errors import Finding, LlmError
-from dsh.llm.events import (
-    ChatRequest,
-    Message,
-    StreamEvent,
+from dsh.llm.events import ChatRequest, StreamEvent
+from dsh.llm.failure_chain import EXCHANGE_EXTENSION, FINDING_EXTENSION
+from dsh.llm.http_status import (
+    code_for_status,
+    provider_message,
+    proxy_answered,
+    request_id,
+    retry_after_seconds,
+    upstream_detail,
 )
-from dsh.llm.exchange_ring import ExchangeRing
-from dsh.llm.failure_chain import EXCHANGE_EXTENSION
-from dsh.llm.http_status import code_for_status, request_id, retry_after_seconds, upstream_detail
-from dsh.llm.network import (
-    CERTIFICATE_DETAILS,
-    PERMANENT,
-    FailureDetail,
-    classify_transport,
-    environment_proxy,
-    ssl_context,
-)
-from dsh.llm.redact import redact_text, redact_url, url_secrets
+from dsh.llm.network import CERTIFICATE_DETAILS, PERMANENT, FailureDetail, classify_transport, httpx_errors
+from dsh.llm.redact import redact_text
+from dsh.llm.request_body import encoded_body
 from dsh.llm.stream_decoder import PAYLOAD_PREVIEW, BadEncoding, Inflater, StreamDecoder, malformed_payload
 from dsh.llm.text import scrub_surrogates
-from dsh.llm.wire_trace import TraceWriter
+from dsh.llm.transport import Transport, open_transport
 
 if TYPE_CHECKING:
     # httpx is imported when the first request is made: its import and the client's SSL context
     # cost ~100 ms, which the first prompt should not wait for (the agent and this client are built
-    # behind it: tests/repl/test_first_prompt_imports.py). Each ``import httpx`` below is this one.
+    # behind it: tests/repl/test_first_prompt_imports.py). ``_request`` imports it; what runs after a request
+    # reads its exception classes from dsh.llm.network.httpx_errors.
     import httpx
+
+    from dsh.llm.exchange_ring import ExchangeRing
 
 __all__ = ["DeepSeekClient", "StreamTrace", "open_client"]
 
@@ -86,79 +83,19 @@ def _nodes(exc: BaseException) -> list[BaseException]:
     return nodes
 
 
-def _with_recorded_finding(error: LlmError, cause: BaseException) -> LlmError:
-    """``error`` with the finding its recording holds (dsh.llm.replay_transport) beneath it, as the live run had it."""
-    from dsh.llm.replay_transport import recorded_finding  # only a replay gets here
-
-    text = recorded_finding(cause)
-    if text:
+def _with_recorded_finding(error: LlmError, cause: BaseException, request: httpx.Request | None) -> LlmError:
+    """``error`` with the finding its recording holds beneath it, as the live run had it (the replay's transport put
+    it on the failed ``request``: dsh.llm.replay_transport)."""
+    text = request.extensions.get(FINDING_EXTENSION) if request is not None else None
+    if isinstance(text, str) and text:
         finding = Finding(text)
         finding.__cause__ = cause
         error.__cause__ = finding
     return error
 
 
-def _message_to_wire(message: Message) -> dict[str, Any]:
-    wire: dict[str, Any] = {"role": message.role, "content": message.content or ""}
-    if message.role == "assistant" and message.tool_calls:
-        wire["tool_calls"] = [
-            {"id": call.id, "type": "function", "function": {"name": call.name, "arguments": call.arguments}}
-            for call in message.tool_calls
-        ]
-        # Thinking mode answers 400 unless tool-call turns carry their reasoning back, even "".
-        wire["reasoning_content"] = message.reasoning_content or ""
-    elif message.role == "assistant" and message.reasoning_content is not None:
-        wire["reasoning_content"] = message.reasoning_content
-    if message.role == "tool" and message.tool_call_id is not None:
-        wire["tool_call_id"] = message.tool_call_id
-    return wire
-
-
-def _encode_body(text: str) -> bytes:
-    """The request body as UTF-8. Decoding boundaries keep lone surrogates out of the conversation;
-    should one slip in anyway (a caller's own message), it is sent as U+FFFD instead of failing every
-    later turn."""
-    try:
-        return text.encode("utf-8")
-    except UnicodeEncodeError:
-        return scrub_surrogates(text).encode("utf-8")
-
-
-def _provider_message(body: bytes) -> str | None:
-    try:
-        parsed = json.loads(body)
-    except (ValueError, UnicodeDecodeError):
-        return None
-    if isinstance(parsed, dict):
-        error = parsed.get("error")
-        if isinstance(error, dict) and isinstance(error.get("message"), str) and error["message"].strip():
-            return scrub_surrogates(error["message"].strip())
-        if isinstance(parsed.get("message"), str) and parsed["message"].strip():
-            return scrub_surrogates(parsed["message"].strip())
-    return None
-
-
-def _transport_error() -> type[httpx.TransportError]:
-    """httpx's transport failure, for code that runs once a response exists (httpx is loaded by then)."""
-    import httpx  # the first request (see the note at the top)
-
-    return httpx.TransportError
-
-
 class _ProxyAnswer(Exception):
     """What the proxy said about its own answer (squid's ``X-Squid-Error``), as the cause beneath it."""
-
-
-_PROXY_SERVER = re.compile(r"(?i)squid|tinyproxy|privoxy|polipo|ziproxy|3proxy|ccproxy|proxy")
-
-
-def _proxy_answered(status: int, headers: httpx.Headers) -> bool:
-    """Whether a proxy, not the endpoint, produced this error answer (docs/contracts.md, "Error codes": PROXY)."""
-    if status == 407 or "proxy-authenticate" in headers or "x-squid-error" in headers:
-        return True
-    if status >= 400 and _PROXY_SERVER.search(headers.get("server", "")):
-        return True
-    return status >= 500 and "via" in headers
 
 
 class _Watchdog:
@@ -200,36 +137,27 @@ class DeepSeekClient:
     def __init__(
         self,
         *,
-        base_url: str = DEFAULT_BASE_URL,
         api_key: str | None = None,
         stream_idle_timeout: float = DEFAULT_STREAM_IDLE_TIMEOUT,
         first_token_timeout: float = DEFAULT_FIRST_TOKEN_TIMEOUT,
         connect_timeout: float = DEFAULT_CONNECT_TIMEOUT,
         http_client: httpx.AsyncClient | None = None,
-        proxy: str | None = None,
-        trust_env: bool = True,
-        env: Mapping[str, str] | None = None,
-        record: str | os.PathLike[str] | None = None,
-        shown_as: tuple[str, str | None] | None = None,
-        ring_bytes: int = 0,
+        transport: Transport | None = None,
+        **options: Unpack[TransportOptions],
     ) -> None:
-        """``record``: write a masked wire trace of every exchange there (dsh.llm.wire_trace).
-        ``ring_bytes``: keep the last exchanges' masked records in memory, up to about that many bytes, for
-        a failure capsule (:attr:`ring`, docs/reporting.md); 0 keeps none.
-        ``shown_as``: the endpoint and proxy that messages name instead of the real ones (a replay
-        names the recorded ones, so that its lines are the live run's)."""
-        self._base_url = base_url.rstrip("/")
+        """``transport``: how requests reach the endpoint and what messages name (dsh.llm.transport, as
+        :func:`open_client` opens it); without one, it is opened from ``options`` (base_url, proxy, trust_env, env,
+        record, shown_as, ring_bytes: :class:`~dsh.llm.client_settings.ClientSettings`' fields of those names).
+        ``http_client``: a caller's httpx client, which carries its own transport (then nothing is recorded)."""
+        if transport is None:
+            settings = ClientSettings(api_key=api_key, stream_idle_timeout=stream_idle_timeout,
+                                      first_token_timeout=first_token_timeout, **options)
+            transport = open_transport(settings if http_client is None else _around(settings))
+        elif options:
+            raise TypeError(f"transport= already holds {', '.join(sorted(options))}")
+        self._transport = transport
         self._api_key = api_key
-        self.base_url_display = redact_url(self._base_url)
-        self._env = dict(os.environ if env is None else env)
-        if proxy is None and trust_env and http_client is None:
-            found = environment_proxy(self._base_url, self._env)
-            proxy = found[0] if found else None
-        self.proxy = proxy
-        self.proxy_display = redact_url(proxy) if proxy else None
-        self._replaying = shown_as is not None
-        if shown_as is not None:
-            self.base_url_display, self.proxy_display = shown_as
+        self.base_url_display, self.proxy_display = transport.base_url_display, transport.proxy_display
         # Whom messages name: by the host now, by the answers' headers once one arrives (then kept).
         self.endpoint: Endpoint = endpoint_for_url(self.base_url_display)
         self._via = f" via proxy {self.proxy_display}" if self.proxy_display else ""
@@ -239,15 +167,12 @@ class DeepSeekClient:
         self._http = http_client  # built on first use (see the httpx import note above)
         self._connect_timeout = connect_timeout
         self._closed = False
-        self._trace: TraceWriter | None = None
-        if record is not None and http_client is not None:
-            raise ValueError("record= wraps the client's own transport; it cannot record a caller's http_client")
-        # The ring needs the client's own transport to tee, as a recording does.
-        self.ring = ExchangeRing(ring_bytes) if ring_bytes > 0 and http_client is None else None
-        if record is not None or self.ring is not None:
-            timeouts = {"stream_idle_timeout": stream_idle_timeout, "first_token_timeout": first_token_timeout}
-            self._trace = TraceWriter(record, secrets=self.secrets, base_url=self.base_url_display,
-                                      proxy=self.proxy_display, timeouts=timeouts, ring=self.ring)
+        self._trace = transport.tap
+
+    @property
+    def ring(self) -> ExchangeRing | None:
+        """The last exchanges' masked records, for a failure capsule (docs/reporting.md); None keeps none."""
+        return self._transport.ring
 
     @property
     def trace_header(self) -> dict[str, Any] | None:
@@ -265,38 +190,19 @@ class DeepSeekClient:
         self._closed = True
         if self._owns_http and self._http is not None:
             await self._http.aclose()
-        if self._trace is not None:
-            self._trace.close()
+        self._transport.close()
 
-    def _client(self) -> httpx.AsyncClient:
+    def _request(self, method: str, path: str, headers: dict[str, str],
+                 content: bytes | None) -> tuple[httpx.AsyncClient, httpx.Request]:
+        """The HTTP client (built on the first request) and the request for ``{base_url}{path}``; raises
+        ``httpx.InvalidURL`` for a base URL httpx cannot use."""
+        import httpx  # the first request (see the note at the top)
+
         if self._http is None:
-            import httpx  # the first request (see above)
-
             if self._closed:
                 raise RuntimeError("Cannot send a request, as the client has been closed.")
-            # The proxy was picked above (environment_proxy) and the trust store by ssl_context, so
-            # httpx reads neither from the environment itself.
-            verify = ssl_context(self._env)
-            transport: httpx.AsyncBaseTransport | None = None
-            if self._replaying or self._trace is not None:
-                # The transport the client would build itself (proxy included), wrapped.
-                wrapped: httpx.AsyncBaseTransport = httpx.AsyncHTTPTransport(verify=verify, proxy=self.proxy,
-                                                                            trust_env=False)
-                if self._replaying:
-                    # A failure recorded before any response is raised again, not met as a reset (record-replay.md).
-                    from dsh.llm.replay_transport import replaying_transport  # built on httpx, as above
-
-                    wrapped = replaying_transport(wrapped)
-                if self._trace is not None:
-                    # The recorder tees every exchange (a --record file, the capsule's ring).
-                    from dsh.llm.wire_recorder import recording_transport  # built on httpx, as above
-
-                    wrapped = recording_transport(wrapped, self._trace)
-                transport = wrapped
             self._http = httpx.AsyncClient(
-                proxy=self.proxy if transport is None else None,
-                transport=transport,
-                verify=verify,
+                transport=self._transport.open(),
                 trust_env=False,
                 timeout=httpx.Timeout(
                     connect=self._connect_timeout,
@@ -305,41 +211,11 @@ class DeepSeekClient:
                     pool=DEFAULT_POOL_TIMEOUT,
                 )
             )
-        return self._http
-
-    @staticmethod
-    def build_body(request: ChatRequest) -> dict[str, Any]:
-        """The exact JSON body; optional fields are omitted, never null."""
-        body: dict[str, Any] = {
-            "model": request.model,
-            "messages": [_message_to_wire(message) for message in request.messages],
-            "stream": True,
-            "stream_options": {"include_usage": True},
-        }
-        if request.tools:
-            body["tools"] = [
-                {
-                    "type": "function",
-                    "function": {"name": t.name, "description": t.description, "parameters": t.parameters},
-                }
-                for t in request.tools
-            ]
-        if request.max_tokens is not None:
-            body["max_tokens"] = request.max_tokens
-        if request.thinking is not None:
-            body["thinking"] = {"type": "enabled" if request.thinking else "disabled"}
-        if request.reasoning_effort is not None:
-            body["reasoning_effort"] = request.reasoning_effort
-        return body
-
-    def _url(self, path: str) -> httpx.URL:
-        """``{base_url}{path}``; raises ``httpx.InvalidURL`` for a base URL httpx cannot use."""
-        import httpx  # the first request (see above)
-
         # The path goes before any query; userinfo is dropped because httpx would turn it into
         # Basic auth that overwrites the bearer key.
-        base = httpx.URL(self._base_url)
-        return base.copy_with(path=base.path.rstrip("/") + path, userinfo=b"")
+        base = httpx.URL(self._transport.base_url)
+        url = base.copy_with(path=base.path.rstrip("/") + path, userinfo=b"")
+        return self._http, self._http.build_request(method, url, content=content, headers=headers)
 
     def _headers(self) -> dict[str, str]:
         headers = {
@@ -355,16 +231,13 @@ class DeepSeekClient:
     @property
     def secrets(self) -> tuple[str, ...]:
         """Values to mask wherever this client's errors are rendered: the key, base-URL credentials."""
-        proxy = url_secrets(self.proxy) if self.proxy else ()
-        return ((self._api_key,) if self._api_key else ()) + url_secrets(self._base_url) + proxy
+        return ((self._api_key,) if self._api_key else ()) + self._transport.url_secrets
 
     def transport_failure(self, exc: BaseException) -> LlmError:
         """A failure before any response: permanent ones get no retry; a proxy's own is ``PROXY``.
 
         Public because ``dsh doctor``'s probes name their failures with it, so they read as a turn's would.
         """
-        import httpx  # a request was tried (see above)
-
         detail = classify_transport(exc)
         code = ErrorCode.TRANSPORT
         status = None
@@ -375,7 +248,7 @@ class DeepSeekClient:
                 FailureDetail.REFUSED, FailureDetail.NAME_NOT_FOUND, FailureDetail.PROXY_AUTH,
                 FailureDetail.PROXY_DEPENDENCY,
             )
-            if proxy_own or any(isinstance(node, httpx.ProxyError) for node in _nodes(exc)):
+            if proxy_own or any(isinstance(node, httpx_errors().ProxyError) for node in _nodes(exc)):
                 code = ErrorCode.PROXY
                 match = re.match(r"(\d{3}) ", str(exc))
                 status = int(match.group(1)) if match and 100 <= int(match.group(1)) <= 599 else None
@@ -390,22 +263,24 @@ class DeepSeekClient:
             cause=exc,
         )
 
-    async def certificate_named(self, error: LlmError, address: tuple[str, int] | None = None) -> LlmError:
+    async def certificate_named(self, error: LlmError, address: tuple[str, int] | None = None, *,
+                                request: httpx.Request | None = None) -> LlmError:
         """``error``, and when it is a certificate failure, what the server presented named beneath it: a
         :class:`~dsh.llm.errors.Finding` (issuer, subject, whether the trust store knows that issuer) above the
         raw chain. The certificate is read again without verifying it (dsh.llm.certificate_truth); when that
         fails, ``error`` is left as it was. A replay (``shown_as``) is never probed (its server is not the one
-        that failed): the finding its recording holds is put there instead. ``address``: where to connect instead
-        of resolving the host again (``dsh doctor``)."""
+        that failed): the finding its recording put on the failed ``request`` is put there instead. ``address``:
+        where to connect instead of resolving the host again (``dsh doctor``)."""
         cause = error.__cause__
         if error.detail not in CERTIFICATE_DETAILS or cause is None:
             return error
-        if self._replaying:
-            return _with_recorded_finding(error, cause)
+        if self._transport.replaying:
+            return _with_recorded_finding(error, cause, request)
         from dsh.llm.certificate_truth import certificate_finding  # cryptography: only on this failure path
 
         finding = await certificate_finding(
-            cause, url=self._base_url, detail=error.detail, env=self._env, proxy=self.proxy, address=address,
+            cause, url=self._transport.base_url, detail=error.detail, env=self._transport.env,
+            proxy=self._transport.proxy, address=address,
             timeout=min(self._connect_timeout, CERTIFICATE_PROBE_TIMEOUT),
         )
         if finding is not None:
@@ -450,7 +325,7 @@ class DeepSeekClient:
             if response is None:
                 raise self.transport_failure(exc)
             request_id = self._request_id(response)
-            if isinstance(exc, _transport_error()):
+            if isinstance(exc, httpx_errors().TransportError):
                 message = self.endpoint.stream_failed(self.base_url_display, self._via)
                 raise LlmError(message, ErrorCode.TRANSPORT, request_id=request_id, cause=exc)
             if isinstance(exc, BadEncoding):
@@ -483,8 +358,7 @@ class DeepSeekClient:
         http_request: httpx.Request | None = None
         try:
             with self._translating():
-                http = self._client()
-                http_request = http.build_request(method, self._url(path), content=content, headers=headers)
+                http, http_request = self._request(method, path, headers, content)
                 # The clock starts once the request is ready: the first call's lazy client setup is ours.
                 watchdog = _Watchdog(self.stream_idle_timeout, self.first_token_timeout)
                 with anyio.CancelScope(deadline=watchdog.deadline()) as scope:
@@ -493,7 +367,7 @@ class DeepSeekClient:
             if exc.detail not in CERTIFICATE_DETAILS:
                 raise
             with self._translating():  # a cancel while the certificate is read again is still ABORTED
-                named = await self.certificate_named(exc)
+                named = await self.certificate_named(exc, request=http_request)
             self._record_finding(http_request, named)
             raise named
         if scope.cancelled_caught or response is None:
@@ -508,7 +382,7 @@ class DeepSeekClient:
 
         ``trace``, when given, is filled in with what the events do not show (``dsh doctor``).
         """
-        body = _encode_body(json.dumps(self.build_body(request), ensure_ascii=False))
+        body = encoded_body(request)
         with self._naming():
             response, watchdog = await self._send("POST", "/chat/completions", self._headers(), body)
         if trace is not None:
@@ -572,10 +446,10 @@ class DeepSeekClient:
     async def _raise_for_status(self, response: httpx.Response, watchdog: _Watchdog) -> None:
         body = bytearray()
         # A status line and headers are enough to classify; a broken error body is not news.
-        with self._translating(response), suppress(_transport_error(), BadEncoding):
+        with self._translating(response), suppress(httpx_errors().TransportError, BadEncoding):
             await self._read_body(response, watchdog, body, _ERROR_BODY_LIMIT - 1)
         status = response.status_code
-        if self.proxy_display is not None and _proxy_answered(status, response.headers):
+        if self.proxy_display is not None and proxy_answered(status, response.headers):
             squid = response.headers.get("x-squid-error")
             raise LlmError(
                 f"proxy {self.proxy_display} answered HTTP {status}",
@@ -586,7 +460,7 @@ class DeepSeekClient:
                 endpoint=self.proxy_display,
                 cause=_ProxyAnswer(redact_text(scrub_surrogates(squid), self.secrets)) if squid else None,
             )
-        provider = _provider_message(bytes(body))
+        provider = provider_message(bytes(body))
         message = redact_text(provider, self.secrets) if provider else self.endpoint.http_error(status)
         code = code_for_status(status, provider)
         raise LlmError(
@@ -657,15 +531,22 @@ class DeepSeekClient:
                     received += len(chunk)
                     if received > 64 * 1024:
                         return
-            except _transport_error():
+            except httpx_errors().TransportError:
                 pass
 
 
 def open_client(settings: ClientSettings) -> DeepSeekClient:
     """The one place dsh builds a model client: the turn's, a replay's, the doctor's, the demo's, a child's."""
     return DeepSeekClient(
-        base_url=settings.base_url, api_key=settings.api_key, stream_idle_timeout=settings.stream_idle_timeout,
+        api_key=settings.api_key, stream_idle_timeout=settings.stream_idle_timeout,
         first_token_timeout=settings.first_token_timeout, connect_timeout=settings.connect_timeout,
-        proxy=settings.proxy, trust_env=settings.trust_env, env=settings.env, record=settings.record,
-        shown_as=settings.shown_as, ring_bytes=settings.ring_bytes,
+        transport=open_transport(settings),
     )
+
+
+def _around(settings: ClientSettings) -> ClientSettings:
+    """The settings of a client that sends through a caller's httpx client: the caller's transport carries the
+    requests, so no proxy is read from the environment and no ring is kept (a recording cannot be made)."""
+    if settings.record is not None:
+        raise ValueError("record= wraps the client's own transport; it cannot record a caller's http_client")
+    return replace(settings, trust_env=False, ring_bytes=0)

@@ -14,7 +14,7 @@ in, and its codes::
     ├── ProcessStartError     dsh.agent_loop.process           PROCESS_START: a child could not be spawned
     ├── LineTooLong           dsh.agent_loop.process           LINE_TOO_LONG: a child's line past the limit
     ├── JournalError          dsh.agent_loop.journal           SESSION_LOG: the undo journal cannot be used
-    ├── SessionLogError       dsh.agent_loop.session_log       SESSION_LOG, SESSION_LOCKED, SESSION_NOT_FOUND, ...
+    ├── SessionLogError       dsh.agent_loop.session_files     SESSION_LOG, SESSION_LOCKED, SESSION_NOT_FOUND, ...
     ├── ProtocolError         dsh.agent_loop.jsonrpc           PROTOCOL: a bad frame, or an error answer (rpc_code)
     ├── TransportClosed       dsh.agent_loop.jsonrpc           TRANSPORT_CLOSED: a JSON-RPC peer's stream ended
     ├── ChildFailure          dsh.agent_loop.child_words       /why's record of a child's failure, with its words

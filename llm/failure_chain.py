@@ -16,8 +16,8 @@ from typing import Any
 
 from dsh.llm.errors import cause_beneath
 
-__all__ = ["ALLOWED", "EXCHANGE_EXTENSION", "FIELDS", "MAX_LINKS", "MAX_TEXT", "REPLAY_FAILURE_HEADER",
-           "REPLAY_REQUEST_HEADER", "chain_record", "check_chain", "class_name", "rebuildable"]
+__all__ = ["ALLOWED", "EXCHANGE_EXTENSION", "FIELDS", "FINDING_EXTENSION", "MAX_LINKS", "MAX_TEXT",
+           "REPLAY_FAILURE_HEADER", "REPLAY_REQUEST_HEADER", "chain_record", "check_chain", "class_name", "rebuildable"]
 
 # A replaying dsh marks its requests with this header; the replay server then answers a failure before any
 # response with a 200 carrying this header and ``{"chain": [...], "finding": ...}`` instead of a reset.
@@ -25,6 +25,9 @@ REPLAY_REQUEST_HEADER = "x-dsh-replay"
 REPLAY_FAILURE_HEADER = "x-dsh-replay-failure"
 # The recorder puts an exchange's number in its request's extensions, so the client can add a finding to it.
 EXCHANGE_EXTENSION = "dsh.exchange"
+# A replay puts the finding recorded with a failure in its request's extensions: the client names it as the live
+# run did, without probing the server (docs/record-replay.md).
+FINDING_EXTENSION = "dsh.recorded-finding"
 
 # Every class a link may name, as errors.chain_links names it (module.qualname; builtins bare). A replay only
 # ever builds one of these: a hand-edited name outside the list replays as a reset, never as an import.
@@ -45,7 +48,8 @@ ALLOWED = frozenset({
     "BrokenPipeError", "TimeoutError", "PermissionError", "OverflowError", "ImportError", "ModuleNotFoundError",
     "ExceptionGroup", "Exception",
 })  # fmt: skip
-# The fields a link may hold besides its class, text and members, and the JSON type of each.
+# The fields a link may hold besides its class, text and members, and the JSON type of each: what an OS or TLS
+# failure carries that dsh.llm.network.classify_transport reads.
 FIELDS: dict[str, type] = {"errno": int, "strerror": str, "verify_code": int, "verify_message": str,
                            "reason": str, "library": str}
 MAX_LINKS = 32  # links in one chain, group members included
@@ -72,6 +76,18 @@ def _text(exc: BaseException) -> str:
     return text if isinstance(text, str) else ""
 
 
+def failure_fields(exc: BaseException) -> dict[str, int | str]:
+    """The :data:`FIELDS` that ``exc`` carries, each of its type (a bool is no int here), in that order."""
+    found: dict[str, int | str] = {}
+    for key, kind in FIELDS.items():
+        # Optional on foreign exceptions: only an OSError has errno, and ssl sets verify_code and verify_message
+        # only when OpenSSL itself refused (truststore on macOS and Windows raises the error without either).
+        value = getattr(exc, key, None)
+        if isinstance(value, int | str) and isinstance(value, kind) and not isinstance(value, bool):
+            found[key] = value
+    return found
+
+
 def chain_record(exc: BaseException, mask: Callable[[str], str]) -> list[dict[str, Any]]:
     """``exc`` and everything beneath it as links (top first), each text ``mask``-ed and bounded."""
     return _links(exc, mask, set(), [MAX_LINKS])
@@ -84,10 +100,8 @@ def _links(exc: BaseException | None, mask: Callable[[str], str], on_path: set[i
         budget[0] -= 1
         on_path.add(id(exc))
         link: dict[str, Any] = {"class": _listed(exc), "text": mask(_text(exc)[:MAX_TEXT])}
-        for key, kind in FIELDS.items():
-            value = getattr(exc, key, None)
-            if isinstance(value, kind) and not isinstance(value, bool):
-                link[key] = mask(value[:MAX_TEXT]) if isinstance(value, str) else value
+        for key, value in failure_fields(exc).items():  # the fields a link may hold besides its class and text
+            link[key] = mask(value[:MAX_TEXT]) if isinstance(value, str) else value
         if isinstance(exc, BaseExceptionGroup):
             link["members"] = [_links(member, mask, on_path, budget) for member in exc.exceptions[:_MAX_MEMBERS]]
         links.append(link)

@@ -8,6 +8,7 @@ Pure functions on plain values, so the client (an HTTP error answer) and the str
 from __future__ import annotations
 
 import email.utils
+import json
 import math
 import re
 import time
@@ -15,9 +16,10 @@ from collections.abc import Mapping
 
 from dsh.llm.codes import ErrorCode
 from dsh.llm.network import FailureDetail
+from dsh.llm.text import scrub_surrogates
 
-__all__ = ["code_for_relay", "code_for_status", "relayed_upstream", "request_id", "retry_after_seconds",
-           "upstream_detail"]
+__all__ = ["code_for_relay", "code_for_status", "provider_message", "proxy_answered", "relayed_upstream",
+           "request_id", "retry_after_seconds", "upstream_detail"]
 
 _QUOTA_WORDING = re.compile(r"(?i)insufficient.?balance|quota|top.?up|billing")
 _CONTEXT_WORDING = re.compile(
@@ -66,6 +68,7 @@ _RETRY_AFTER_HEADERS = (
     ("llm_provider-retry-after-ms", True),
     ("llm_provider-retry-after", False),
 )
+_PROXY_SERVER = re.compile(r"(?i)squid|tinyproxy|privoxy|polipo|ziproxy|3proxy|ccproxy|proxy")
 _REQUEST_ID_HEADERS = ("x-request-id", "x-deepseek-request-id", "x-litellm-call-id")
 
 
@@ -166,3 +169,27 @@ def request_id(headers: Mapping[str, str]) -> str | None:
         if value:
             return value
     return None
+
+
+def provider_message(body: bytes) -> str | None:
+    """The message an error answer's JSON body carries (``{"error": {"message"}}`` or ``{"message"}``), if any."""
+    try:
+        parsed = json.loads(body)
+    except (ValueError, UnicodeDecodeError):
+        return None
+    if isinstance(parsed, dict):
+        error = parsed.get("error")
+        if isinstance(error, dict) and isinstance(error.get("message"), str) and error["message"].strip():
+            return scrub_surrogates(error["message"].strip())
+        if isinstance(parsed.get("message"), str) and parsed["message"].strip():
+            return scrub_surrogates(parsed["message"].strip())
+    return None
+
+
+def proxy_answered(status: int, headers: Mapping[str, str]) -> bool:
+    """Whether a proxy, not the endpoint, produced this error answer (docs/contracts.md, "Error codes": PROXY)."""
+    if status == 407 or "proxy-authenticate" in headers or "x-squid-error" in headers:
+        return True
+    if status >= 400 and _PROXY_SERVER.search(headers.get("server", "")):
+        return True
+    return status >= 500 and "via" in headers

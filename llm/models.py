@@ -13,7 +13,7 @@ from __future__ import annotations
 
 import datetime as _dt
 from collections.abc import Mapping
-from dataclasses import dataclass, fields, replace
+from dataclasses import asdict, dataclass, replace
 
 from dsh.llm.events import Usage
 
@@ -78,7 +78,7 @@ class ModelSettings:
 
     def keys(self) -> tuple[str, ...]:
         """The keys the table sets (the capsule shows a table by its keys only)."""
-        return tuple(item.name for item in fields(self) if getattr(self, item.name) is not None)
+        return tuple(key for key, value in asdict(self).items() if value is not None)
 
 
 def model_info(name: str, overrides: Mapping[str, ModelSettings] | None = None) -> ModelInfo | None:

@@ -14,16 +14,24 @@ import socket
 import ssl
 from collections.abc import Mapping
 from enum import StrEnum
+from typing import TYPE_CHECKING, NamedTuple
 from urllib.parse import urlsplit
+
+from dsh.llm.failure_chain import failure_fields
+
+if TYPE_CHECKING:
+    import httpx
 
 __all__ = [
     "CERTIFICATE_DETAILS",
     "FailureDetail",
+    "HttpxErrors",
     "certificate_error",
     "classify_transport",
     "environment_proxy",
     "no_proxy",
     "ssl_context",
+    "verify_result",
 ]
 
 
@@ -157,15 +165,38 @@ def certificate_error(exc: BaseException) -> ssl.SSLCertVerificationError | None
     return next((node for node in _chain(exc) if isinstance(node, ssl.SSLCertVerificationError)), None)
 
 
+def verify_result(refusal: ssl.SSLCertVerificationError) -> tuple[int | None, str | None]:
+    """OpenSSL's verify code (``X509_V_ERR_*``) and message for a refused certificate, each None when not set."""
+    fields = failure_fields(refusal)
+    code, message = fields.get("verify_code"), fields.get("verify_message")
+    return code if isinstance(code, int) else None, message if isinstance(message, str) else None
+
+
+class HttpxErrors(NamedTuple):
+    """httpx's exception classes that name a failure before any response."""
+
+    TransportError: type[httpx.TransportError]
+    ProxyError: type[httpx.ProxyError]
+    UnsupportedProtocol: type[httpx.UnsupportedProtocol]
+    InvalidURL: type[httpx.InvalidURL]
+
+
+def httpx_errors() -> HttpxErrors:
+    """httpx's exception classes, for code that runs once a request was tried: httpx is loaded by then, with the
+    first request (docs/architecture.md, "Start-up and lazy imports")."""
+    import httpx  # loaded already: see above
+
+    return HttpxErrors(httpx.TransportError, httpx.ProxyError, httpx.UnsupportedProtocol, httpx.InvalidURL)
+
+
 def classify_transport(exc: BaseException) -> str | None:
     """The :class:`FailureDetail` of a failure that happened before any response, or None."""
-    import httpx  # a request was tried, so httpx is loaded already (docs/architecture.md, lazy imports)
-
+    errors = httpx_errors()
     for node in _chain(exc):
         if isinstance(node, ssl.SSLCertVerificationError):
             # OpenSSL's code; truststore on macOS and Windows sets none: a trust failure then.
-            code = getattr(node, "verify_code", None)
-            return _VERIFY_CODE_DETAILS.get(code, FailureDetail.CERTIFICATE) if isinstance(code, int) else (
+            code, _ = verify_result(node)
+            return _VERIFY_CODE_DETAILS.get(code, FailureDetail.CERTIFICATE) if code is not None else (
                 FailureDetail.CERTIFICATE)
         if isinstance(node, ssl.SSLError) and "WRONG_VERSION_NUMBER" in (str(node.reason or "") + str(node)):
             return FailureDetail.PLAIN_HTTP
@@ -181,8 +212,8 @@ def classify_transport(exc: BaseException) -> str | None:
             return FailureDetail.INVALID_URL  # a port outside 0-65535 reaching getaddrinfo
         if isinstance(node, ImportError):
             return FailureDetail.PROXY_DEPENDENCY  # httpx: a SOCKS proxy without socksio
-        if isinstance(node, httpx.UnsupportedProtocol | httpx.InvalidURL):
+        if isinstance(node, errors.UnsupportedProtocol | errors.InvalidURL):
             return FailureDetail.INVALID_URL
-        if isinstance(node, httpx.ProxyError) and str(node)[:4] in ("407 ", "401 "):  # tinyproxy says 401
+        if isinstance(node, errors.ProxyError) and str(node)[:4] in ("407 ", "401 "):  # tinyproxy says 401
             return FailureDetail.PROXY_AUTH
     return None

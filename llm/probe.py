@@ -12,6 +12,7 @@ from __future__ import annotations
 import base64
 import datetime
 import ssl
+import sys
 from collections.abc import AsyncIterator
 from contextlib import asynccontextmanager
 from dataclasses import dataclass
@@ -155,12 +156,13 @@ async def unverified_certificate(address: str, port: int, host: str, port_behind
         return {}
 
 
-def _chain_of(ssl_object: Any) -> list[bytes]:
+def _chain_of(ssl_object: ssl.SSLObject) -> list[bytes]:
     """The certificates the peer sent, leaf first, as DER. Python 3.13 has ``get_unverified_chain()``;
     3.10-3.12 have the same method, unexported, on the ``_ssl`` object beneath (docs/reliability.md)."""
-    getter = getattr(ssl_object, "get_unverified_chain", None) or getattr(
-        getattr(ssl_object, "_sslobj", None), "get_unverified_chain", None)
-    chain = list(getter() or []) if getter is not None else []
+    if sys.version_info >= (3, 13):
+        chain = list(ssl_object.get_unverified_chain() or [])
+    else:
+        chain = list(ssl_object._sslobj.get_unverified_chain() or [])  # type: ignore[attr-defined]
     der = [item if isinstance(item, bytes) else item.public_bytes(ssl._ssl.ENCODING_DER)  # type: ignore[attr-defined]
            for item in chain[:MAX_PRESENTED]]
     if not der:  # no chain accessor at all: the leaf alone

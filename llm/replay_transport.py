@@ -4,8 +4,8 @@ It marks each request (``x-dsh-replay``) to the embedded replay server, which an
 before any response with the recorded cause chain (dsh.llm.failure_chain) instead of a reset. Here that chain is
 rebuilt, only ever from the closed list of classes :data:`~dsh.llm.failure_chain.ALLOWED`, and raised where httpx's
 own transport would have raised it, so the client classifies it, names it and fixes it exactly as live. A
-certificate failure's recorded finding rides on the rebuilt exception (:func:`recorded_finding`): a replay never
-probes a server (docs/record-replay.md, "How the replay answers").
+certificate failure's recorded finding rides on the request (``FINDING_EXTENSION``): a replay never probes a server
+(docs/record-replay.md, "How the replay answers").
 
 Built on httpx: the client imports it when a replay makes its first request.
 """
@@ -26,16 +26,16 @@ import httpx
 from dsh.llm.failure_chain import (
     ALLOWED,
     FIELDS,
+    FINDING_EXTENSION,
     REPLAY_FAILURE_HEADER,
     REPLAY_REQUEST_HEADER,
     check_chain,
     rebuildable,
 )
 
-__all__ = ["rebuild_chain", "recorded_finding", "replaying_transport"]
+__all__ = ["rebuild_chain", "replaying_transport"]
 
 _MARKER_LIMIT = 1 << 20  # bytes of a marker body read: a checked chain is far smaller
-_FINDING = "_dsh_recorded_finding"
 # Where each allowed name's class is looked up: these modules only, and only names in ALLOWED.
 _MODULES: dict[str, ModuleType] = {"": builtins, "httpx": httpx, "httpcore": httpcore, "anyio": anyio,
                                    "ssl": ssl, "socket": socket}
@@ -44,12 +44,6 @@ _MODULES: dict[str, ModuleType] = {"": builtins, "httpx": httpx, "httpcore": htt
 def replaying_transport(inner: httpx.AsyncBaseTransport) -> httpx.AsyncBaseTransport:
     """``inner`` with its requests marked, and a recorded failure raised again (see the module docstring)."""
     return _Replaying(inner)
-
-
-def recorded_finding(exc: BaseException) -> str | None:
-    """The finding recorded with a rebuilt failure (a certificate's issuer and subject), if any."""
-    value = getattr(exc, _FINDING, None)
-    return value if isinstance(value, str) else None
 
 
 class _Replaying(httpx.AsyncBaseTransport):
@@ -69,14 +63,15 @@ class _Replaying(httpx.AsyncBaseTransport):
                     break
         finally:
             await response.aclose()
-        raise _failure(bytes(body))
+        raise _failure(bytes(body), request)
 
     async def aclose(self) -> None:
         await self._inner.aclose()
 
 
-def _failure(body: bytes) -> Exception:
-    """The exception a marker body describes; a plain connect error when it cannot be rebuilt."""
+def _failure(body: bytes, request: httpx.Request) -> Exception:
+    """The exception a marker body describes; a plain connect error when it cannot be rebuilt. The finding recorded
+    with it (a certificate's issuer and subject) goes into the request's extensions."""
     try:
         marker = json.loads(body)
     except (ValueError, RecursionError):
@@ -87,7 +82,7 @@ def _failure(body: bytes) -> Exception:
         return httpx.ConnectError("the replay could not rebuild the recorded failure")
     finding = marker.get("finding") if isinstance(marker, dict) else None
     if isinstance(finding, str) and finding:
-        setattr(exc, _FINDING, finding)
+        request.extensions[FINDING_EXTENSION] = finding
     return exc
 
 
@@ -109,6 +104,7 @@ def _class(name: str) -> type[Exception] | None:
     if name not in ALLOWED:
         return None
     module, _, attribute = name.rpartition(".")
+    # By name, as the module offers it: anyio hands out its exceptions through its module __getattr__.
     value = getattr(_MODULES[module], attribute, None) if module in _MODULES else None
     return value if isinstance(value, type) and issubclass(value, Exception) else None
 

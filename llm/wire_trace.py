@@ -16,9 +16,11 @@ The transport that feeds the trace is :mod:`dsh.llm.wire_recorder` (it is built 
 
 from __future__ import annotations
 
+import argparse
 import base64
 import errno
 import json
+import math
 import os
 import stat
 import time
@@ -34,7 +36,7 @@ from dsh.llm.failure_chain import chain_record
 from dsh.llm.redact import MASK, Redactor, json_spelled_pattern, redact_url
 
 __all__ = ["CAPSULE_TYPE", "TRACE_TYPE", "TRACE_VERSION", "BodyTee", "TraceFileError", "TraceWriter", "not_regular",
-           "regular_file_problem"]
+           "parse_speed", "regular_file_problem"]
 
 TRACE_TYPE = "dsh-wire-trace"
 TRACE_VERSION = 1
@@ -321,3 +323,14 @@ class BodyTee:
         if self._held:
             self.trace.data(self.n, time.monotonic() - self.start, self._held)
             self._held = b""
+
+
+def parse_speed(text: str) -> float:
+    """A replay's speed (``--replay-speed``, ``dsh replay-server --speed``): a positive, finite factor."""
+    try:
+        value = float(text)
+    except ValueError:
+        value = 0.0
+    if not math.isfinite(value) or value <= 0:
+        raise argparse.ArgumentTypeError(f"must be a positive number, got {text!r:.40}")
+    return value

@@ -30,7 +30,6 @@ import base64
 import collections
 import hashlib
 import json
-import math
 import os
 import re
 import signal
@@ -53,7 +52,7 @@ from dsh.llm.loopback.fault_server import (
     error_body,
     read_head,
 )
-from dsh.llm.wire_trace import CAPSULE_TYPE, TRACE_TYPE, TRACE_VERSION, regular_file_problem
+from dsh.llm.wire_trace import CAPSULE_TYPE, TRACE_TYPE, TRACE_VERSION, parse_speed, regular_file_problem
 
 __all__ = ["MAX_REPLAY_RETRIES", "MAX_REPLAY_SECONDS", "MAX_REQUEST_BODY", "SUMMARIES_KEPT", "RecordedExchange",
            "ReplayError", "ReplayServer", "RequestSummary", "Trace", "load_trace", "main", "parse_speed",
@@ -192,7 +191,7 @@ class Trace:
 def _field(record: dict[str, Any], key: str, kind: type | tuple[type, ...], where: str) -> Any:
     value = record.get(key)
     if not isinstance(value, kind) or isinstance(value, bool):
-        raise ValueError(f"{where}: {key!r} is missing or not a {getattr(kind, '__name__', 'value')}")
+        raise ValueError(f"{where}: {key!r} is missing or not a {kind.__name__ if isinstance(kind, type) else 'value'}")
     return value
 
 
@@ -535,17 +534,6 @@ async def serve_forever(trace: Trace, *, port: int, speed: float, out: Callable[
             f"at {server.url}/chat/completions (Ctrl-C stops)")
         await stop.wait()
         out(f"dsh replay-server: stopped after {server.served} request(s)")
-
-
-def parse_speed(text: str) -> float:
-    """``--replay-speed`` / ``--speed``: a positive, finite factor."""
-    try:
-        value = float(text)
-    except ValueError:
-        value = 0.0
-    if not math.isfinite(value) or value <= 0:
-        raise argparse.ArgumentTypeError(f"must be a positive number, got {text!r:.40}")
-    return value
 
 
 def main(args: Sequence[str], *, out: Callable[[str], None], err: Callable[[str], None]) -> int:

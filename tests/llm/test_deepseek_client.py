@@ -31,6 +31,7 @@ from dsh.llm import (
 )
 from dsh.llm.loopback import streams
 from dsh.llm.loopback.fault_server import Behaviour, FaultServer
+from dsh.llm.request_body import request_body
 from tests import canaries
 from tests.llm.conftest import unnamed
 from tests.waiting import PROMPTLY, async_wait_until
@@ -562,7 +563,7 @@ async def test_full_body_thinking_tools_and_reasoning_passback(fault_server, mak
         "thinking": {"type": "enabled"},
         "reasoning_effort": "high",
     }
-    assert dsh.llm.DeepSeekClient.build_body(request) == fault_server.requests[0].json
+    assert request_body(request) == fault_server.requests[0].json
 
 
 @pytest.mark.parametrize(("thinking", "effort", "extra"), [

@@ -1,0 +1,62 @@
+"""The JSON body of a ``/chat/completions`` request (docs/contracts.md): what the client POSTs for a turn."""
+
+from __future__ import annotations
+
+import json
+from typing import Any
+
+from dsh.llm.events import ChatRequest, Message
+from dsh.llm.text import scrub_surrogates
+
+__all__ = ["encoded_body", "request_body"]
+
+
+def request_body(request: ChatRequest) -> dict[str, Any]:
+    """The exact JSON body; optional fields are omitted, never null."""
+    body: dict[str, Any] = {
+        "model": request.model,
+        "messages": [_message_to_wire(message) for message in request.messages],
+        "stream": True,
+        "stream_options": {"include_usage": True},
+    }
+    if request.tools:
+        body["tools"] = [
+            {
+                "type": "function",
+                "function": {"name": t.name, "description": t.description, "parameters": t.parameters},
+            }
+            for t in request.tools
+        ]
+    if request.max_tokens is not None:
+        body["max_tokens"] = request.max_tokens
+    if request.thinking is not None:
+        body["thinking"] = {"type": "enabled" if request.thinking else "disabled"}
+    if request.reasoning_effort is not None:
+        body["reasoning_effort"] = request.reasoning_effort
+    return body
+
+
+def encoded_body(request: ChatRequest) -> bytes:
+    """The body as UTF-8. Decoding boundaries keep lone surrogates out of the conversation; should one slip in
+    anyway (a caller's own message), it is sent as U+FFFD instead of failing every later turn."""
+    text = json.dumps(request_body(request), ensure_ascii=False)
+    try:
+        return text.encode("utf-8")
+    except UnicodeEncodeError:
+        return scrub_surrogates(text).encode("utf-8")
+
+
+def _message_to_wire(message: Message) -> dict[str, Any]:
+    wire: dict[str, Any] = {"role": message.role, "content": message.content or ""}
+    if message.role == "assistant" and message.tool_calls:
+        wire["tool_calls"] = [
+            {"id": call.id, "type": "function", "function": {"name": call.name, "arguments": call.arguments}}
+            for call in message.tool_calls
+        ]
+        # Thinking mode answers 400 unless tool-call turns carry their reasoning back, even "".
+        wire["reasoning_content"] = message.reasoning_content or ""
+    elif message.role == "assistant" and message.reasoning_content is not None:
+        wire["reasoning_content"] = message.reasoning_content
+    if message.role == "tool" and message.tool_call_id is not None:
+        wire["tool_call_id"] = message.tool_call_id
+    return wire
