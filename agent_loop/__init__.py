@@ -10,7 +10,8 @@ from dsh.llm._exports import lazy_getattr
 
 TYPE_CHECKING = False  # not typing.TYPE_CHECKING, which would cost every importer `typing`
 if TYPE_CHECKING:
-    from dsh.agent_loop.agent import DEFAULT_MAX_STEPS, Agent, Conversation
+    from dsh.agent_loop.agent import DEFAULT_MAX_STEPS, Agent
+    from dsh.agent_loop.conversation import Conversation
     from dsh.agent_loop.events import (
         AssistantMessage,
         Event,
@@ -41,27 +42,25 @@ if TYPE_CHECKING:
         Rejected,
     )
     from dsh.agent_loop.retry import NEVER_RETRIED, RETRYABLE_CODES, RetryPolicy
-    from dsh.agent_loop.session_log import (
-        SessionInfo,
-        SessionLog,
-        SessionLogError,
-        default_root,
-        list_sessions,
-        load_session_file,
-        resolve_session,
-    )
+    from dsh.agent_loop.session_files import SessionLogError, default_root
+    from dsh.agent_loop.session_list import SessionInfo, list_sessions, resolve_session
+    from dsh.agent_loop.session_log import SessionLog
+    from dsh.agent_loop.session_read import load_session_file
     from dsh.agent_loop.tools import Approval, Approver, Tool, ToolContext, ToolOutput, ToolRegistry, default_tools
 
 # module -> the names this package exports from it, loaded on first use (tests/test_package_exports.py)
 _EXPORTS = {
-    "dsh.agent_loop.agent": "DEFAULT_MAX_STEPS Agent Conversation",
+    "dsh.agent_loop.agent": "DEFAULT_MAX_STEPS Agent",
+    "dsh.agent_loop.conversation": "Conversation",
     "dsh.agent_loop.events": "AssistantMessage Event JobNotice LlmRetry ReasoningDelta StepStart StreamKeepAlive "
         "TextDelta ToolCallStart ToolResult TurnEnd TurnStart UnknownEvent from_wire to_wire",
     "dsh.agent_loop.guard": "PromptGuard mask_secrets secret_shape",
     "dsh.agent_loop.reasons": "Aborted Completed Disposed EndReason Failed Interrupted MaxTokens OtherEnd Rejected",
     "dsh.agent_loop.retry": "NEVER_RETRIED RETRYABLE_CODES RetryPolicy",
-    "dsh.agent_loop.session_log": "SessionInfo SessionLog SessionLogError default_root list_sessions load_session_file "
-        "resolve_session",
+    "dsh.agent_loop.session_files": "SessionLogError default_root",
+    "dsh.agent_loop.session_list": "SessionInfo list_sessions resolve_session",
+    "dsh.agent_loop.session_log": "SessionLog",
+    "dsh.agent_loop.session_read": "load_session_file",
     "dsh.agent_loop.tools": "Approval Approver Tool ToolContext ToolOutput ToolRegistry default_tools",
 }
 

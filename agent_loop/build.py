@@ -12,18 +12,21 @@ from collections.abc import Callable, Mapping, Sequence
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-from dsh.agent_loop.agent import Agent, Conversation, open_session
+from dsh.agent_loop.agent import Agent
+from dsh.agent_loop.conversation import Conversation
 from dsh.agent_loop.events import JobNotice
 from dsh.agent_loop.frames import FrameLog
 from dsh.agent_loop.guard import PromptGuard
 from dsh.agent_loop.mcp import McpManager
-from dsh.agent_loop.mcp.config import McpServerConfig, parse_servers, secret_values
+from dsh.agent_loop.mcp.config import McpServerConfig
 from dsh.agent_loop.permissions import Permissions
 from dsh.agent_loop.recap import Recap
+from dsh.agent_loop.resume import open_session
 from dsh.agent_loop.retry import RetryPolicy
 from dsh.agent_loop.sandbox import sandbox_of
 from dsh.agent_loop.session_config import client_settings
-from dsh.agent_loop.session_log import SessionInfo, SessionLog, list_sessions, resolve_session
+from dsh.agent_loop.session_list import SessionInfo, list_sessions, resolve_session
+from dsh.agent_loop.session_log import SessionLog
 from dsh.agent_loop.subagent import ParentContext
 from dsh.agent_loop.subagent.jobs import user_notice
 from dsh.agent_loop.subagent.tool import SubagentToolkit
@@ -74,17 +77,6 @@ def subagent_toolkit(
     each run's JSON-RPC frames are remembered in ``frames``."""
     parent = ParentContext(model=model, base_url=base_url, api_key=api_key, cwd=cwd, secrets=secrets, frames=frames)
     return SubagentToolkit.from_config(dict(tables), parent=parent)
-
-
-def mcp_servers(configured: Mapping[str, McpServerConfig], tables: Mapping[str, Any]) -> dict[str, McpServerConfig]:
-    """The config file's servers (read at load), then a front end's ``[mcp_servers.NAME]``-shaped tables (an ACP
-    client's ``mcpServers``), read now: a SettingsError for a bad one."""
-    return {**configured, **parse_servers(tables)}
-
-
-def mcp_secrets(configs: Mapping[str, McpServerConfig], env: Mapping[str, str]) -> tuple[str, ...]:
-    """What the MCP servers' tables make secret, before any manager exists."""
-    return secret_values(configs.values(), env)
 
 
 def mcp_manager(

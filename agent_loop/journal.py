@@ -41,6 +41,7 @@ from __future__ import annotations
 
 import contextlib
 import errno
+import functools
 import hashlib
 import hmac
 import json
@@ -342,8 +343,7 @@ class Journal:
 
     def record(self, turn: int, target: Path, root: Path, before: bytes | None, after: bytes, via: str = "disk") -> int:
         """Journal turn ``turn``'s change of ``target`` (a real path) durably, before it is written; its seq."""
-        self._load()
-        self._open()
+        self._open()  # loads the journal first
         blob = None if before is None else self._store(before)
         path = str(target.relative_to(root)) if target.is_relative_to(root) else str(target)
         seq = self._next_seq
@@ -529,13 +529,9 @@ def _write_new(name: str, data: bytes, directory: int, mode: int = 0o600) -> Non
 
 # --- the signing key --------------------------------------------------------------------------
 
-_process_keys: list[bytes] = []
-
-
+@functools.cache  # one key for the whole process: made once, forgotten at exit
 def _process_key() -> bytes:
-    if not _process_keys:
-        _process_keys.append(secrets.token_bytes(_KEY_BYTES))
-    return _process_keys[0]
+    return secrets.token_bytes(_KEY_BYTES)
 
 
 def _load_key(path: Path) -> bytes:

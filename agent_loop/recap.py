@@ -1,6 +1,6 @@
 """What a resumed session was about: the last few turns, gathered while the log is read anyway.
 
-A :class:`Recap` is an ``on_record`` hook for :func:`~dsh.agent_loop.agent.open_session`: it sees each
+A :class:`Recap` is an ``on_record`` hook for :func:`~dsh.agent_loop.resume.open_session`: it sees each
 record once, in order, and keeps only the last :data:`KEEP` turns, each cut to :data:`LIMIT` characters,
 so its memory does not grow with the log. It also keeps the whole prompt of the last prompted turn,
 which ``/retry`` sends again after a crash interrupted it. The texts are hostile (model output,

@@ -267,7 +267,7 @@ async def resume_200mb_82k(settings: Settings, server: BenchServer) -> list[Figu
 
 def _child(path: str) -> None:
     from bench.rss import _status_mb
-    from dsh.agent_loop.agent import open_session
+    from dsh.agent_loop.resume import open_session
 
     start = time.perf_counter()
     session, conversation = open_session(path)

@@ -16,6 +16,7 @@ import httpx
 
 from dsh.llm import ChatRequest, DeepSeekClient, Message
 from dsh.llm.exchange_ring import DEFAULT_RING_BYTES
+from dsh.llm.request_body import encoded_body
 
 __all__ = [
     "BENCH_KEY",
@@ -35,7 +36,7 @@ REQUEST = ChatRequest(model="deepseek-v4-flash", messages=(Message("user", "Writ
 
 
 def request_body() -> bytes:
-    return json.dumps(DeepSeekClient.build_body(REQUEST), ensure_ascii=False).encode()
+    return encoded_body(REQUEST)
 
 
 def _headers() -> dict[str, str]:

@@ -15,7 +15,7 @@ import contextlib
 import logging
 import math
 from collections.abc import Callable, Iterator, Mapping
-from typing import Any, Literal
+from typing import Any, Literal, Self
 
 import anyio
 import httpx2
@@ -28,22 +28,13 @@ from mcp.shared.message import SessionMessage
 from pydantic import ValidationError
 
 from dsh.agent_loop.frames import FrameTap
+from dsh.agent_loop.mcp import plain  # the plain data this module turns the SDK's objects into
 from dsh.agent_loop.mcp.config import McpServerConfig, expand_headers
-from dsh.agent_loop.mcp.diagnostics import Category, McpFailure, Stage
-from dsh.agent_loop.mcp.plain import (
-    Block,
-    CallResult,
-    LinkBlock,
-    ListedTool,
-    MediaBlock,
-    OtherBlock,
-    ResourceBlock,
-    TextBlock,
-)
+from dsh.agent_loop.mcp.diagnostics import CallFailed, Category, McpFailure, Stage
 from dsh.agent_loop.mcp.stdio import MAX_MESSAGE_BYTES, FrameTooLarge, Skipped, StreamFacts, stdio_streams
 from dsh.agent_loop.process import ExitStatus, ManagedProcess, ProcessStartError
 
-__all__ = ["CallFailed", "ServerConnection"]
+__all__ = ["ServerConnection"]
 
 _log = logging.getLogger("dsh.mcp")
 _CONNECTION_CLOSED = -32000
@@ -78,14 +69,31 @@ def _facts(tap: FrameTap, direction: Literal["sent", "received"], item: object) 
         tap(direction, {"id": message.id, "error": {"code": message.error.code}}, None)
 
 
-class _TappedRead:
-    """The SDK's read stream, each message told to a frame tap as it is received."""
+class _Tapped:
+    """What a tapped stream passes straight on to the SDK's stream it wraps."""
 
     def __init__(self, stream: Any, tap: FrameTap) -> None:
         self._stream, self._tap = stream, tap
 
+    async def aclose(self) -> None:
+        await self._stream.aclose()
+
+    async def __aenter__(self) -> Self:
+        await self._stream.__aenter__()
+        return self
+
+    async def __aexit__(self, *exc_info: Any) -> bool | None:
+        result: bool | None = await self._stream.__aexit__(*exc_info)
+        return result
+
+
+class _TappedRead(_Tapped):
+    """The SDK's read stream, each message told to a frame tap as it is received."""
+
     @property
-    def last_context(self) -> Any:  # the SDK reads it when a transport sets it (mcp.shared._stream_protocols)
+    def last_context(self) -> Any:
+        # getattr: the SDK's ReadStream protocol leaves last_context undeclared (only its HTTP transport's stream
+        # has it) and reads it this way itself (mcp.shared._stream_protocols); passed on as the SDK would see it.
         return getattr(self._stream, "last_context", None)
 
     async def receive(self) -> Any:
@@ -102,46 +110,13 @@ class _TappedRead:
         except (anyio.EndOfStream, anyio.ClosedResourceError):
             raise StopAsyncIteration from None
 
-    async def aclose(self) -> None:
-        await self._stream.aclose()
 
-    async def __aenter__(self) -> _TappedRead:
-        await self._stream.__aenter__()
-        return self
-
-    async def __aexit__(self, *exc_info: Any) -> bool | None:
-        result: bool | None = await self._stream.__aexit__(*exc_info)
-        return result
-
-
-class _TappedWrite:
+class _TappedWrite(_Tapped):
     """The SDK's write stream, each message told to a frame tap as it is sent."""
-
-    def __init__(self, stream: Any, tap: FrameTap) -> None:
-        self._stream, self._tap = stream, tap
 
     async def send(self, item: Any, /) -> None:
         _facts(self._tap, "sent", item)
         await self._stream.send(item)
-
-    async def aclose(self) -> None:
-        await self._stream.aclose()
-
-    async def __aenter__(self) -> _TappedWrite:
-        await self._stream.__aenter__()
-        return self
-
-    async def __aexit__(self, *exc_info: Any) -> bool | None:
-        result: bool | None = await self._stream.__aexit__(*exc_info)
-        return result
-
-
-class CallFailed(Exception):
-    """A tools/call that did not come back with a result: its closed facts."""
-
-    def __init__(self, failure: McpFailure) -> None:
-        super().__init__(failure.category.value)
-        self.failure = failure
 
 
 class ServerConnection:
@@ -154,7 +129,7 @@ class ServerConnection:
         self._environ = environ
         self._on_change = on_change
         self.state: State = "starting"
-        self.tools: list[ListedTool] = []
+        self.tools: list[plain.ListedTool] = []
         self.failure: McpFailure | None = None
         self.settled = anyio.Event()  # ready or failed: what a waiting turn waits for
         # The startup clock starts here, not when the handshake does: spawning (and, with several servers,
@@ -269,8 +244,8 @@ class ServerConnection:
         if response.status_code >= 400:
             self._facts.http_status = response.status_code
 
-    async def _list(self, session: ClientSession) -> list[ListedTool]:
-        tools: list[ListedTool] = []
+    async def _list(self, session: ClientSession) -> list[plain.ListedTool]:
+        tools: list[plain.ListedTool] = []
         cursor: str | None = None
         for _ in range(_MAX_PAGES):
             params = mcp_types.PaginatedRequestParams(cursor=cursor) if cursor is not None else None
@@ -323,7 +298,7 @@ class ServerConnection:
 
     # --- calls (the turn's task) -----------------------------------------------------------------
 
-    async def call(self, tool: str, arguments: dict[str, Any], timeout: float) -> CallResult:
+    async def call(self, tool: str, arguments: dict[str, Any], timeout: float) -> plain.CallResult:
         """The server's result (its own ``isError`` included); :class:`CallFailed` otherwise."""
         session = self._session
         if session is None or self.state != "ready":
@@ -343,7 +318,7 @@ class ServerConnection:
             raise CallFailed(failure) from None
         if not isinstance(result, mcp_types.CallToolResult):
             raise CallFailed(McpFailure(Stage.CALL, Category.PROTOCOL))
-        return CallResult(tuple(_block(block) for block in result.content), result.structured_content,
+        return plain.CallResult(tuple(_block(block) for block in result.content), result.structured_content,
                           bool(result.is_error))
 
     def _answered(self, failure: McpFailure) -> bool:
@@ -405,25 +380,25 @@ class ServerConnection:
 # --- the SDK's objects as plain data (agent_loop/mcp/plain.py) ----------------------------------------
 
 
-def _listed(tool: mcp_types.Tool) -> ListedTool:
+def _listed(tool: mcp_types.Tool) -> plain.ListedTool:
     hints = tool.annotations
-    return ListedTool(tool.name, tool.description, tool.input_schema,
+    return plain.ListedTool(tool.name, tool.description, tool.input_schema,
                       read_only=bool(hints is not None and hints.read_only_hint))
 
 
-def _block(block: object) -> Block:
+def _block(block: object) -> plain.Block:
     if isinstance(block, mcp_types.TextContent):
-        return TextBlock(block.text)
+        return plain.TextBlock(block.text)
     if isinstance(block, mcp_types.ImageContent | mcp_types.AudioContent):
-        return MediaBlock(block.type, block.mime_type, block.data)
+        return plain.MediaBlock(block.type, block.mime_type, block.data)
     if isinstance(block, mcp_types.EmbeddedResource):
         resource = block.resource
         if isinstance(resource, mcp_types.TextResourceContents):
-            return ResourceBlock(resource.uri, resource.mime_type, text=resource.text)
-        return ResourceBlock(resource.uri, resource.mime_type, blob=resource.blob)
+            return plain.ResourceBlock(resource.uri, resource.mime_type, text=resource.text)
+        return plain.ResourceBlock(resource.uri, resource.mime_type, blob=resource.blob)
     if isinstance(block, mcp_types.ResourceLink):
-        return LinkBlock(block.uri)
-    return OtherBlock(type(block).__name__)  # a block type a newer SDK knows and this client does not
+        return plain.LinkBlock(block.uri)
+    return plain.OtherBlock(type(block).__name__)  # a block type a newer SDK knows and this client does not
 
 
 class _BodyTooLarge(httpx2.StreamError):

@@ -66,6 +66,14 @@ class McpServerConfig:
         return tuple(value for value in (*self.env.values(), *self.headers.values())
                      if value and not _VARIABLE.search(value))
 
+    def header_secrets(self, environ: Mapping[str, str]) -> tuple[str, ...]:
+        """The values its headers take from ``environ`` (``${NAME}``): masked wherever dsh shows text."""
+        return expand_headers(self.headers, environ)[1]
+
+    def secrets(self, environ: Mapping[str, str]) -> tuple[str, ...]:
+        """Every value of this table to mask: written in it, or taken from ``environ`` by its headers."""
+        return (*self.literal_secrets(), *self.header_secrets(environ))
+
 
 def expand_headers(headers: Mapping[str, str], environ: Mapping[str, str]) -> tuple[dict[str, str], tuple[str, ...]]:
     """Headers with each ``${NAME}`` replaced from ``environ`` (an unset one becomes empty), and the values
@@ -85,10 +93,7 @@ def expand_headers(headers: Mapping[str, str], environ: Mapping[str, str]) -> tu
 def secret_values(configs: Iterable[McpServerConfig], environ: Mapping[str, str]) -> tuple[str, ...]:
     """Values to mask: what the tables hold literally and what their headers take from the environment.
     Known from the tables alone, before any server connects (the agent's redactor gets them when built)."""
-    configs = tuple(configs)
-    values = [value for config in configs for value in config.literal_secrets()]
-    values += [value for config in configs for value in expand_headers(config.headers, environ)[1]]
-    return tuple(dict.fromkeys(values))
+    return tuple(dict.fromkeys(value for config in configs for value in config.secrets(environ)))
 
 
 def parse_servers(tables: Mapping[str, Any], source: str | None = None) -> dict[str, McpServerConfig]:

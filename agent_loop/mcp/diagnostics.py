@@ -17,7 +17,7 @@ from dsh.agent_loop.child_words import AgentWords, ChildFailure
 from dsh.agent_loop.process import ExitStatus
 from dsh.llm.codes import ErrorCode
 
-__all__ = ["Category", "McpFailure", "McpServerFailure", "McpStrayLines", "Stage", "failure_line"]
+__all__ = ["CallFailed", "Category", "McpFailure", "McpServerFailure", "McpStrayLines", "Stage", "failure_line"]
 
 _SAFE_NAME = re.compile(r"[A-Za-z0-9_-]{1,32}")
 _SIGNAL_NAME = re.compile(r"SIG[A-Z0-9]{1,12}")
@@ -51,6 +51,14 @@ class McpFailure:
     http_status: int | None = None
     cause: BaseException | None = field(default=None, compare=False, repr=False)
     words: tuple[tuple[str, object], ...] = field(default=(), compare=False, repr=False)
+
+
+class CallFailed(Exception):
+    """A tools/call that did not come back with a result: its closed facts."""
+
+    def __init__(self, failure: McpFailure) -> None:
+        super().__init__(failure.category.value)
+        self.failure = failure
 
 
 def failure_line(server: str, failure: McpFailure) -> str:

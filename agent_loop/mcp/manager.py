@@ -22,7 +22,7 @@ import anyio
 from dsh.agent_loop.child_words import AgentWords
 from dsh.agent_loop.frames import FrameLog
 from dsh.agent_loop.mcp.config import McpServerConfig, secret_values
-from dsh.agent_loop.mcp.diagnostics import McpFailure, McpServerFailure, McpStrayLines, failure_line
+from dsh.agent_loop.mcp.diagnostics import CallFailed, McpFailure, McpServerFailure, McpStrayLines, failure_line
 from dsh.agent_loop.mcp.tools import McpToolSpec, build_tool, format_result, offer, tool_names
 from dsh.agent_loop.owned_group import OwnedTaskGroup
 from dsh.agent_loop.tools.registry import Tool, ToolOutput
@@ -239,8 +239,6 @@ class McpManager:
         return lambda: self.allow_mcp or self.configs[server].approve == "auto"
 
     async def _call(self, spec: McpToolSpec, arguments: dict[str, Any]) -> ToolOutput:
-        from dsh.agent_loop.mcp.client import CallFailed  # loaded with the connection already
-
         connection = self._connections.get(spec.server)
         if connection is None:
             return ToolOutput(f"Error: the MCP server {spec.server} is not running", is_error=True)

@@ -51,6 +51,7 @@ __all__ = [
     "PROVIDER_MODULES",
     "STOP_REASONS",
     "AnyProvider",
+    "ConfigTable",
     "Outcome",
     "ParentContext",
     "Provider",
@@ -215,3 +216,57 @@ def config_command(name: str, config: Mapping[str, Any], default: Sequence[str] 
 def config_env(name: str, config: Mapping[str, Any]) -> dict[str, str]:
     """``env`` entries passed explicitly to the child (on top of the allowlist); a value is never echoed."""
     return settings.string_map(_at(name), "env", config.get("env", {}), single_line=False)
+
+
+@dataclass(frozen=True, slots=True)
+class ConfigTable:
+    """One ``[subagents.NAME]`` table, read with the ``config_*`` parsers above without repeating its name.
+
+    A provider builds it with :meth:`checked` (unknown keys refused first), then reads each key once.
+    """
+
+    name: str
+    config: Mapping[str, Any]
+
+    @classmethod
+    def checked(cls, name: str, config: Mapping[str, Any], known: frozenset[str]) -> ConfigTable:
+        reject_unknown_keys(name, config, known)
+        return cls(name, config)
+
+    def string(self, key: str, default: str | None = None) -> str | None:
+        return config_string(self.name, self.config, key, default)
+
+    def choice(self, key: str, default: str, choices: frozenset[str]) -> str:
+        return config_choice(self.name, self.config, key, default, choices)
+
+    def number(self, key: str, default: float | None = None) -> float | None:
+        return config_number(self.name, self.config, key, default)
+
+    def seconds(self, key: str, default: float) -> float:
+        return config_seconds(self.name, self.config, key, default)
+
+    def positive_int(self, key: str) -> int | None:
+        return config_positive_int(self.name, self.config, key)
+
+    def command(self, default: Sequence[str] | None = None) -> list[str]:
+        return config_command(self.name, self.config, default)
+
+    def optional_command(self) -> tuple[str, ...] | None:
+        """``command`` when the table sets one (the product providers find their binary otherwise)."""
+        if "command" not in self.config:
+            return None
+        command = self.command(())
+        if not command:
+            raise SubagentConfigError(self.name, "command must be a program name or a non-empty list of strings")
+        return tuple(command)
+
+    def env(self) -> dict[str, str]:
+        return config_env(self.name, self.config)
+
+    def names(self, key: str) -> tuple[str, ...]:
+        """A list of names (``pass_env``, ``setting_sources``); empty when absent."""
+        value = self.config.get(key, [])
+        listed = isinstance(value, Sequence) and not isinstance(value, str)
+        if not listed or not all(isinstance(v, str) and v for v in value):
+            raise SubagentConfigError(self.name, f"{key} must be a list of strings")
+        return tuple(value)

@@ -5,26 +5,11 @@ from __future__ import annotations
 import os
 import signal
 from collections.abc import Mapping, Sequence
-from typing import Any
 
 from dsh.agent_loop.process import proc_stat_fields
-from dsh.agent_loop.subagent import SubagentConfigError
 from dsh.agent_loop.subagent.result import SubagentRequest
 
-__all__ = ["config_names", "descendants", "explicit_env", "kill_survivors"]
-
-
-# -- config helpers -------------------------------------------------------------------------------
-# The scalar ones are the registry's (``dsh.agent_loop.subagent.config_*``, raising SubagentConfigError that
-# names the table and key only); these cover what the product tables add.
-
-
-def config_names(name: str, config: Mapping[str, Any], key: str) -> tuple[str, ...]:
-    """A list of names (``pass_env``, ``setting_sources``); empty when absent."""
-    value = config.get(key, [])
-    if isinstance(value, str) or not isinstance(value, Sequence) or not all(isinstance(v, str) and v for v in value):
-        raise SubagentConfigError(name, f"{key} must be a list of strings")
-    return tuple(value)
+__all__ = ["descendants", "explicit_env", "kill_survivors"]
 
 
 def explicit_env(env: Mapping[str, str], pass_env: Sequence[str], request: SubagentRequest) -> dict[str, str]:

@@ -48,18 +48,7 @@ from typing import TYPE_CHECKING, Any, TypeVar
 import anyio
 
 from dsh.agent_loop.process import DEFAULT_EOF_GRACE, DEFAULT_TERM_GRACE, ManagedProcess, ProcessStartError
-from dsh.agent_loop.subagent import (
-    ParentContext,
-    SubagentConfigError,
-    config_choice,
-    config_command,
-    config_env,
-    config_number,
-    config_seconds,
-    config_string,
-    diagnostics,
-    reject_unknown_keys,
-)
+from dsh.agent_loop.subagent import ConfigTable, ParentContext, SubagentConfigError, diagnostics
 from dsh.agent_loop.subagent.diagnostics import Failure, mode_warning
 from dsh.agent_loop.subagent.result import SubagentRequest
 from dsh.agent_loop.subagent.run import ChildExited, Outcome, Provider, Run, before_exit, configured
@@ -160,22 +149,18 @@ def from_config(name: str, config: Mapping[str, Any], parent: ParentContext | No
 def _settings(name: str, config: Mapping[str, Any]) -> AcpSettings:
     if config.get("provider", "acp") != "acp":
         raise SubagentConfigError(name, "provider must be acp")
-    reject_unknown_keys(name, config, _CONFIG_KEYS)
-    permission = config_choice(name, config, "permission", "reject", frozenset(PERMISSION_POLICIES))
-
-    def seconds(key: str, default: float) -> float:
-        return config_seconds(name, config, key, default)
-
+    table = ConfigTable.checked(name, config, _CONFIG_KEYS)
+    permission = table.choice("permission", "reject", frozenset(PERMISSION_POLICIES))
     return AcpSettings(
-        command=tuple(config_command(name, config)),
-        env=config_env(name, config),
+        command=tuple(table.command()),
+        env=table.env(),
         permission=permission,
-        startup_timeout=seconds("startup_timeout", DEFAULT_STARTUP_TIMEOUT),
-        prompt_timeout=config_number(name, config, "prompt_timeout", None),
-        eof_grace=seconds("eof_grace", DEFAULT_EOF_GRACE),
-        term_grace=seconds("term_grace", DEFAULT_TERM_GRACE),
-        exit_wait=seconds("exit_wait", DEFAULT_EXIT_WAIT),
-        mode=config_string(name, config, "mode", None),
+        startup_timeout=table.seconds("startup_timeout", DEFAULT_STARTUP_TIMEOUT),
+        prompt_timeout=table.number("prompt_timeout"),
+        eof_grace=table.seconds("eof_grace", DEFAULT_EOF_GRACE),
+        term_grace=table.seconds("term_grace", DEFAULT_TERM_GRACE),
+        exit_wait=table.seconds("exit_wait", DEFAULT_EXIT_WAIT),
+        mode=table.string("mode"),
     )
 
 
@@ -196,8 +181,11 @@ class AcpRun(Run[AcpSettings]):
 
     async def execute(self) -> Outcome:
         try:
-            # The SDK is heavy: it loads only when an ACP run really starts (docs/architecture.md).
-            from dsh.agent_loop.subagent._acp_sdk import AcpConnection, PermissionClient, install_sdk_log_guard
+            from dsh.agent_loop.subagent._acp_sdk import (  # heavy SDK: only when a run starts (docs/architecture.md)
+                AcpConnection,
+                PermissionClient,
+                install_sdk_log_guard,
+            )
         except ImportError as exc:
             return Outcome("error", failure=replace(self.configuration, cause=exc))
         install_sdk_log_guard()

@@ -41,20 +41,8 @@ from typing import TYPE_CHECKING, Any
 import anyio
 
 from dsh.agent_loop.process import ExitStatus
-from dsh.agent_loop.subagent import (
-    ParentContext,
-    SubagentConfigError,
-    config_choice,
-    config_command,
-    config_env,
-    config_number,
-    config_positive_int,
-    config_seconds,
-    config_string,
-    diagnostics,
-    reject_unknown_keys,
-)
-from dsh.agent_loop.subagent._product import config_names, explicit_env
+from dsh.agent_loop.subagent import ConfigTable, ParentContext, SubagentConfigError, diagnostics
+from dsh.agent_loop.subagent._product import explicit_env
 from dsh.agent_loop.subagent.diagnostics import Failure, unattended_decision
 from dsh.agent_loop.subagent.result import SubagentRequest
 from dsh.agent_loop.subagent.run import Outcome, Provider, Run, configured
@@ -127,27 +115,25 @@ class ClaudeCodeConfig:
     @classmethod
     def from_mapping(cls, name: str, config: Mapping[str, Any]) -> ClaudeCodeConfig:
         """Raises :class:`SubagentConfigError` (naming the table and key only)."""
-        reject_unknown_keys(name, config, _CONFIG_KEYS)
-        mode = config_choice(name, config, "permission_mode", "dontAsk", PERMISSION_MODES)
-        sources = config_names(name, config, "setting_sources")
+        table = ConfigTable.checked(name, config, _CONFIG_KEYS)
+        mode = table.choice("permission_mode", "dontAsk", PERMISSION_MODES)
+        sources = table.names("setting_sources")
         if not set(sources) <= SETTING_SOURCES:
             raise SubagentConfigError(name, f"setting_sources may only name: {', '.join(sorted(SETTING_SOURCES))}")
-        max_turns = config_positive_int(name, config, "max_turns")
-        command = config_command(name, config, ()) if "command" in config else None
-        if command is not None and not command:
-            raise SubagentConfigError(name, "command must be a program name or a non-empty list of strings")
+        max_turns = table.positive_int("max_turns")
+        command = table.optional_command()
         return cls(
-            cli_path=config_string(name, config, "cli_path"),
-            command=tuple(command) if command else None,
-            model=config_string(name, config, "model"),
+            cli_path=table.string("cli_path"),
+            command=command,
+            model=table.string("model"),
             permission_mode=mode or "dontAsk",
             max_turns=max_turns,
-            max_budget_usd=config_number(name, config, "max_budget_usd", None),
+            max_budget_usd=table.number("max_budget_usd"),
             setting_sources=sources,
-            env=config_env(name, config),
-            pass_env=config_names(name, config, "pass_env"),
-            eof_grace=config_seconds(name, config, "eof_grace", 3.0),
-            term_grace=config_seconds(name, config, "term_grace", 2.0),
+            env=table.env(),
+            pass_env=table.names("pass_env"),
+            eof_grace=table.seconds("eof_grace", 3.0),
+            term_grace=table.seconds("term_grace", 2.0),
         )
 
 

@@ -39,19 +39,20 @@ import anyio
 
 from dsh.agent_loop.jsonrpc import METHOD_NOT_FOUND, JsonRpcConnection, ProtocolError, TransportClosed
 from dsh.agent_loop.process import ManagedProcess, ProcessStartError, Teardown
-from dsh.agent_loop.subagent import (
-    ParentContext,
-    SubagentConfigError,
-    config_choice,
-    config_command,
-    config_env,
-    config_number,
-    config_seconds,
-    config_string,
-    diagnostics,
-    reject_unknown_keys,
+from dsh.agent_loop.subagent import ConfigTable, ParentContext, SubagentConfigError
+from dsh.agent_loop.subagent._codex_protocol import (  # Category .. classify_error_info: the provider's own names
+    NO_ERROR_INFO,
+    OBJECT_VARIANTS,
+    STATUS_VARIANTS,
+    STRING_VARIANTS,
+    UNATTENDED_REPLIES,
+    Category,
+    Stage,
+    TurnState,
+    classify_error_info,
+    error_words,
 )
-from dsh.agent_loop.subagent._product import config_names, descendants, explicit_env, kill_survivors
+from dsh.agent_loop.subagent._product import descendants, explicit_env, kill_survivors
 from dsh.agent_loop.subagent.diagnostics import Failure, unattended_decision
 from dsh.agent_loop.subagent.result import SubagentRequest
 from dsh.agent_loop.subagent.run import Outcome, Provider, Run, configured
@@ -77,74 +78,6 @@ PRODUCT = "Codex"
 APPROVAL_POLICY = "never"
 SANDBOXES: frozenset[str] = frozenset({"read-only", "workspace-write"})
 
-# codexErrorInfo of app-server 0.163.0 (v2 schema): unit variants are bare strings, struct variants
-# single-key objects. The category names them verbatim, then our own facts.
-class Category(diagnostics.Category):
-    contextWindowExceeded = "contextWindowExceeded"
-    sessionBudgetExceeded = "sessionBudgetExceeded"
-    usageLimitExceeded = "usageLimitExceeded"
-    rateLimitExceeded = "rateLimitExceeded"
-    flexUnavailable = "flexUnavailable"
-    serverOverloaded = "serverOverloaded"
-    cyberPolicy = "cyberPolicy"
-    misalignmentPolicyViolation = "misalignmentPolicyViolation"
-    tooManyDenials = "tooManyDenials"
-    internalServerError = "internalServerError"
-    unauthorized = "unauthorized"
-    badRequest = "badRequest"
-    threadRollbackFailed = "threadRollbackFailed"
-    sandboxError = "sandboxError"
-    other = "other"
-    httpConnectionFailed = "httpConnectionFailed"
-    responseStreamConnectionFailed = "responseStreamConnectionFailed"
-    responseStreamDisconnected = "responseStreamDisconnected"
-    responseTooManyFailedAttempts = "responseTooManyFailedAttempts"
-    activeTurnNotSteerable = "activeTurnNotSteerable"
-    PROCESS_EXIT = "process-exit"
-    TIMEOUT = "timeout"
-    CONFIGURATION = "configuration"
-    UNKNOWN = "unknown"
-
-
-STRING_VARIANTS: frozenset[str] = frozenset(
-    {
-        Category.contextWindowExceeded,
-        Category.sessionBudgetExceeded,
-        Category.usageLimitExceeded,
-        Category.rateLimitExceeded,
-        Category.flexUnavailable,
-        Category.serverOverloaded,
-        Category.cyberPolicy,
-        Category.misalignmentPolicyViolation,
-        Category.tooManyDenials,
-        Category.internalServerError,
-        Category.unauthorized,
-        Category.badRequest,
-        Category.threadRollbackFailed,
-        Category.sandboxError,
-        Category.other,
-    }
-)
-STATUS_VARIANTS: frozenset[str] = frozenset(
-    {
-        Category.httpConnectionFailed,
-        Category.responseStreamConnectionFailed,
-        Category.responseStreamDisconnected,
-        Category.responseTooManyFailedAttempts,
-    }
-)
-OBJECT_VARIANTS: frozenset[str] = STATUS_VARIANTS | {Category.activeTurnNotSteerable}
-
-
-class Stage(diagnostics.Stage):
-    INITIALIZE = "initialize"
-    THREAD_START = "thread-start"
-    TURN_START = "turn-start"
-    TURN = "turn"
-    PROCESS = "process"
-    TEARDOWN = "teardown"
-
-
 _HANDSHAKE_STAGES = frozenset({Stage.INITIALIZE, Stage.THREAD_START})
 _EXIT_WAIT = 2.0  # the wire broke: how long to wait for the app-server's exit, which then classifies it
 _DRAIN_AFTER_EXIT = 0.5  # the app-server exited: how long its last frames may still trickle in
@@ -159,36 +92,6 @@ CANCEL_EOF_GRACE = 0.2
 CANCEL_TERM_GRACE = 0.3
 _EOF_GRACE = 2.0
 _TERM_GRACE = 2.0
-
-# Server -> client requests answered unattended: (request kind, decision, reply granting nothing).
-_UNATTENDED_REPLIES: dict[str, tuple[str, str, dict[str, Any]]] = {
-    "item/commandExecution/requestApproval": ("command execution", "declined", {"decision": "decline"}),
-    "item/fileChange/requestApproval": ("file change", "declined", {"decision": "decline"}),
-    "item/permissions/requestApproval": ("permissions", "declined", {"permissions": {}, "scope": "turn"}),
-    "item/tool/requestUserInput": ("user input", "declined", {"answers": {}}),
-    "mcpServer/elicitation/request": ("elicitation", "declined", {"action": "decline"}),
-    "item/tool/call": ("dynamic tool call", "declined", {"contentItems": [], "success": False}),
-    # v1 names, still in the 0.163.0 schema
-    "execCommandApproval": ("command execution", "denied", {"decision": "denied"}),
-    "applyPatchApproval": ("file change", "denied", {"decision": "denied"}),
-}
-
-
-def classify_error_info(info: object) -> tuple[Category, int | None]:
-    """A ``codexErrorInfo`` value -> (category, HTTP status). Only declared variants pass; else unknown."""
-    if isinstance(info, str):
-        return (Category(info), None) if info in STRING_VARIANTS else (Category.UNKNOWN, None)
-    if not isinstance(info, dict) or len(info) != 1:
-        return Category.UNKNOWN, None  # malformed, or an object naming more than one variant
-    ((name, body),) = info.items()
-    if name not in OBJECT_VARIANTS or not isinstance(body, dict):
-        return Category.UNKNOWN, None
-    if name in STATUS_VARIANTS:
-        status = body.get("httpStatusCode")
-        if isinstance(status, int) and not isinstance(status, bool):
-            return Category(name), status
-        return Category(name), None
-    return Category(name), None  # activeTurnNotSteerable: its turn kind is not exposed
 
 
 @dataclass(frozen=True, slots=True)
@@ -208,27 +111,20 @@ class CodexConfig:
     @classmethod
     def from_mapping(cls, name: str, config: Mapping[str, Any]) -> CodexConfig:
         """Raises :class:`SubagentConfigError` (naming the table and key only)."""
-        reject_unknown_keys(name, config, _CONFIG_KEYS)
-        sandbox = config_choice(name, config, "sandbox", "read-only", SANDBOXES)
-        command = config_command(name, config, ()) if "command" in config else None
-        if command is not None and not command:
-            raise SubagentConfigError(name, "command must be a program name or a non-empty list of strings")
-
-        def seconds(key: str, default: float) -> float:
-            return config_seconds(name, config, key, default)
-
+        table = ConfigTable.checked(name, config, _CONFIG_KEYS)
+        sandbox = table.choice("sandbox", "read-only", SANDBOXES)
         return cls(
-            command=tuple(command) if command else None,
-            model=config_string(name, config, "model"),
+            command=table.optional_command(),
+            model=table.string("model"),
             sandbox=sandbox or "read-only",
-            turn_timeout=seconds("turn_timeout", 600.0),
-            startup_timeout=seconds("startup_timeout", 60.0),
+            turn_timeout=table.seconds("turn_timeout", 600.0),
+            startup_timeout=table.seconds("startup_timeout", 60.0),
             overrides=_overrides(name, config.get("config", {})),
-            env=config_env(name, config),
-            pass_env=config_names(name, config, "pass_env"),
-            interrupt_grace=seconds("interrupt_grace", 5.0),
-            eof_grace=config_number(name, config, "eof_grace", None),
-            term_grace=config_number(name, config, "term_grace", None),
+            env=table.env(),
+            pass_env=table.names("pass_env"),
+            interrupt_grace=table.seconds("interrupt_grace", 5.0),
+            eof_grace=table.number("eof_grace"),
+            term_grace=table.number("term_grace"),
         )
 
 
@@ -277,56 +173,6 @@ class _BadResponse(Exception):
     """A response that does not have the shape the protocol promises (its content stays host-side)."""
 
 
-_NO_ERROR_INFO = object()
-
-
-@dataclass(slots=True)
-class _AgentMessage:
-    item_id: str
-    text: str
-    phase: str | None
-
-
-@dataclass(slots=True)
-class _TurnState:
-    """What the notifications told us, as typed values."""
-
-    messages: list[_AgentMessage] = field(default_factory=list)
-    deltas: dict[str, list[str]] = field(default_factory=dict)
-    last_error_info: object = _NO_ERROR_INFO
-    last_error_words: tuple[tuple[str, object], ...] = ()  # the latest error's own words, host-side only
-    completed_turn: dict[str, Any] | None = None
-    completed: anyio.Event = field(default_factory=anyio.Event)
-
-    def record_message(self, item: dict[str, Any]) -> None:
-        item_id, text, phase = item.get("id"), item.get("text"), item.get("phase")
-        if not isinstance(item_id, str) or not isinstance(text, str):
-            return
-        if any(m.item_id == item_id for m in self.messages):
-            return
-        self.messages.append(_AgentMessage(item_id, text, phase if isinstance(phase, str) else None))
-
-    def answer(self) -> str | None:
-        """The latest final-answer agent message (phase ``final_answer``; a message without a phase is
-        a legacy final answer; a ``partial_answer`` is the last resort; commentary never is)."""
-        for wanted in ("final_answer", None, "partial_answer"):
-            for message in reversed(self.messages):
-                if message.phase == wanted and message.text.strip():
-                    return message.text
-        return None
-
-    def partial_output(self) -> str:
-        answer = self.answer()
-        if answer is not None:
-            return answer
-        for message in reversed(self.messages):
-            if message.text.strip():
-                return message.text
-        for pieces in reversed(list(self.deltas.values())):
-            text = "".join(pieces)
-            if text.strip():
-                return text
-        return ""
 
 
 class CodexRun(Run[CodexConfig]):
@@ -335,7 +181,7 @@ class CodexRun(Run[CodexConfig]):
 
     def __init__(self, provider: Provider[CodexConfig], request: SubagentRequest) -> None:
         super().__init__(provider, request)
-        self._turn = _TurnState()
+        self._turn = TurnState()
         self._thread_id: str | None = None
         self._turn_id: str | None = None
         self._turn_start_sent = False
@@ -551,7 +397,7 @@ class CodexRun(Run[CodexConfig]):
             error = params.get("error")
             if isinstance(error, dict):
                 turn.last_error_info = error.get("codexErrorInfo")
-                turn.last_error_words = _error_words(error)
+                turn.last_error_words = error_words(error)
         elif method == "turn/started":
             started = params.get("turn")
             if isinstance(started, dict) and isinstance(started.get("id"), str):
@@ -567,7 +413,7 @@ class CodexRun(Run[CodexConfig]):
             turn.completed.set()
 
     async def _on_request(self, method: str, params: Any) -> Any:
-        reply = _UNATTENDED_REPLIES.get(method)
+        reply = UNATTENDED_REPLIES.get(method)
         if reply is None:
             raise ProtocolError("not supported by this client", rpc_code=METHOD_NOT_FOUND)
         request_kind, decision, payload = reply
@@ -588,7 +434,7 @@ class CodexRun(Run[CodexConfig]):
             if category is Category.contextWindowExceeded:
                 self._stop_reason = "max-tokens"
             error = turn.get("error")
-            words = _error_words(error) if isinstance(error, dict) else self._turn.last_error_words
+            words = error_words(error) if isinstance(error, dict) else self._turn.last_error_words
             return Failure(Stage.TURN, category, http_status=http_status, words=words)
         return Failure(Stage.TURN, Category.UNKNOWN)
 
@@ -600,7 +446,7 @@ class CodexRun(Run[CodexConfig]):
 
     def _latest_error_category(self, *, default: Category) -> tuple[Category, int | None]:
         info = self._turn.last_error_info
-        if info is _NO_ERROR_INFO or info is None:
+        if info is NO_ERROR_INFO or info is None:
             return default, None
         return classify_error_info(info)
 
@@ -679,7 +525,7 @@ class CodexRun(Run[CodexConfig]):
 def _find_codex() -> tuple[str, str | None]:
     """The ``openai-codex-cli-bin`` binary (and its helper dir), else ``codex`` on PATH."""
     try:
-        import codex_cli_bin  # the dsh-agent[codex] extra
+        import codex_cli_bin  # optional: the dsh-agent[codex] extra, only when no command is set
 
         binary = str(codex_cli_bin.bundled_codex_path())
         helpers = codex_cli_bin.bundled_path_dir()
@@ -691,14 +537,6 @@ def _find_codex() -> tuple[str, str | None]:
         return found, None
     raise _BinaryNotFound("codex not found")
 
-
-def _error_words(error: dict[str, Any]) -> tuple[tuple[str, object], ...]:
-    """A Codex error's own words (its message, ``codexErrorInfo`` and details) for the host side: never a line."""
-    message, info, details = error.get("message"), error.get("codexErrorInfo"), error.get("additionalDetails")
-    words: list[tuple[str, object]] = [] if message is None else [("error message", message)]
-    if info is not None:  # raw JSON, a bare string variant too: it is the protocol's value as sent
-        words.append(("codexErrorInfo", json.dumps(info, ensure_ascii=False, separators=(",", ":"))))
-    return (*words, ("additionalDetails", details)) if details is not None else tuple(words)
 
 
 def _client_info() -> dict[str, str]:

@@ -38,17 +38,7 @@ import anyio
 from dsh.agent_loop.events import AssistantMessage, LlmRetry, StepStart, TextDelta, TurnEnd, from_wire
 from dsh.agent_loop.jsonrpc import JsonRpcConnection, ProtocolError, TransportClosed
 from dsh.agent_loop.process import ManagedProcess, ProcessStartError
-from dsh.agent_loop.subagent import (
-    ParentContext,
-    config_choice,
-    config_command,
-    config_env,
-    config_positive_int,
-    config_seconds,
-    config_string,
-    diagnostics,
-    reject_unknown_keys,
-)
+from dsh.agent_loop.subagent import ConfigTable, ParentContext, diagnostics
 from dsh.agent_loop.subagent.diagnostics import Failure
 from dsh.agent_loop.subagent.result import SubagentRequest
 from dsh.agent_loop.subagent.run import Outcome, Provider, Run, configured
@@ -112,27 +102,23 @@ def from_config(name: str, config: Mapping[str, Any], parent: ParentContext | No
 
 
 def _settings(name: str, config: Mapping[str, Any], parent: ParentContext) -> DshSettings:
-    reject_unknown_keys(name, config, _CONFIG_KEYS)
-    permission = config_choice(name, config, "permission", "reject", frozenset({"allow", "reject"}))
-    max_tokens = config_positive_int(name, config, "max_tokens")
+    table = ConfigTable.checked(name, config, _CONFIG_KEYS)
+    permission = table.choice("permission", "reject", frozenset({"allow", "reject"}))
+    max_tokens = table.positive_int("max_tokens")
     defaults = DshSettings()
-
-    def seconds(key: str, default: float) -> float:
-        return config_seconds(name, config, key, default)
-
     return DshSettings(
-        command=tuple(config_command(name, config, DEFAULT_COMMAND)),
-        env=config_env(name, config),
-        model=config_string(name, config, "model", parent.model),
-        base_url=config_string(name, config, "base_url", parent.base_url),
+        command=tuple(table.command(DEFAULT_COMMAND)),
+        env=table.env(),
+        model=table.string("model", parent.model),
+        base_url=table.string("base_url", parent.base_url),
         api_key=parent.api_key,
         max_tokens=max_tokens,
         permission=permission,
-        startup_timeout=seconds("startup_timeout", defaults.startup_timeout),
-        shutdown_timeout=seconds("shutdown_timeout", defaults.shutdown_timeout),
-        exit_wait=seconds("exit_wait", defaults.exit_wait),
-        eof_grace=seconds("eof_grace", defaults.eof_grace),
-        term_grace=seconds("term_grace", defaults.term_grace),
+        startup_timeout=table.seconds("startup_timeout", defaults.startup_timeout),
+        shutdown_timeout=table.seconds("shutdown_timeout", defaults.shutdown_timeout),
+        exit_wait=table.seconds("exit_wait", defaults.exit_wait),
+        eof_grace=table.seconds("eof_grace", defaults.eof_grace),
+        term_grace=table.seconds("term_grace", defaults.term_grace),
     )
 
 

@@ -1,7 +1,7 @@
 """``write_file`` and ``edit_file``: changes the user sees as a diff and approves before they land.
 
-Each call is planned first (read the file, check it, build the new text and a unified diff), then
-approved, then committed. What makes an edit trustworthy lives here:
+Each call is planned first (``edit_plan.py``: read the file, check it, build the new text and a unified
+diff), then approved, then committed. What makes an edit trustworthy lives here:
 
 - **Exact edits.** ``edit_file`` replaces an exact ``old_string``; one that is absent, or (without
   ``replace_all``) not unique, is an error result that says which, so the model never edits the wrong spot.
@@ -23,7 +23,7 @@ approved, then committed. What makes an edit trustworthy lives here:
 - **Approval.** The approver gets an :class:`EditRequest` (the repl shows the diff; docs/configuration.md).
   ``always`` covers that tool for the rest of the session, but a path outside the working tree, in a
   git directory (a hook or git's config can run a program: ``edit_paths.git_area``), or where a program is run
-  by name (the ``core.hooksPath`` folder or a ``PATH`` directory inside the tree: :func:`_run_area`), is asked
+  by name (the ``core.hooksPath`` folder or a ``PATH`` directory inside the tree: ``edit_plan.run_area``), is asked
   every time.
   With no approver (piped and ``-p`` runs) edits are denied unless ``allow_edits`` is set, and even then
   only inside the working tree and outside its git directories.
@@ -34,11 +34,9 @@ approved, then committed. What makes an edit trustworthy lives here:
 
 from __future__ import annotations
 
-import difflib
 import os
 import stat
 from collections.abc import Callable
-from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
@@ -46,16 +44,23 @@ import anyio.to_thread
 
 from dsh.agent_loop.journal import JOURNAL_KEY, Journal, JournalError
 from dsh.agent_loop.permissions import Action
-from dsh.agent_loop.project import path_dirs_inside, project_root
-from dsh.agent_loop.safe_open import (
-    DirectoryChanged,
-    NotRegularFile,
-    open_parent,
-    open_regular,
-    replace_in,
+from dsh.agent_loop.safe_open import DirectoryChanged, open_parent, replace_in
+from dsh.agent_loop.tools.edit_paths import git_area
+from dsh.agent_loop.tools.edit_plan import (  # EDIT_MAX_BYTES and EditRequest: this module's own names for callers
+    BOM,
+    EDIT_MAX_BYTES,
+    RUN_AREAS,
+    Change,
+    EditRefused,
+    EditRequest,
+    Plan,
+    mask_known,
+    masked_texts,
+    plan_edit,
+    run_area,
+    shown_in_tree,
+    unified_diff,
 )
-from dsh.agent_loop.sandbox import hooks_path
-from dsh.agent_loop.tools.edit_paths import GitArea, git_area
 from dsh.agent_loop.tools.file_access import FileAccess, text_stamp, via_client
 from dsh.agent_loop.tools.files import file_stamp, read_stamps
 from dsh.agent_loop.tools.registry import (
@@ -68,7 +73,7 @@ from dsh.agent_loop.tools.registry import (
     param,
     resolve_path,
 )
-from dsh.llm.redact import MASK, Redactor
+from dsh.llm.redact import MASK
 
 __all__ = [
     "EDIT_DENIED",
@@ -79,89 +84,11 @@ __all__ = [
     "write_file_tool",
 ]
 
-EDIT_MAX_BYTES = 4 * 1024 * 1024  # bigger files are not diffed and rewritten by these tools
 EDIT_DENIED = "Error: the user denied this edit"
 EDIT_NO_APPROVER = (
     "Error: file edits need approval and no one can approve them here; "
     "--allow-edits (or allow_edits = true in config.toml) allows them"
 )
-_BOM = "\ufeff"
-_TEXT_ONLY = "write_file and edit_file change only UTF-8 text"
-
-
-@dataclass(frozen=True, slots=True)
-class EditRequest:
-    """What the user approves: the tool, the file as shown, and the whole unified diff."""
-
-    tool: str  # "write_file" or "edit_file"
-    path: str  # relative to the working tree, or absolute when outside it
-    diff: str  # LF-separated unified diff lines
-    added: int
-    removed: int
-    new_file: bool
-    outside: bool  # outside the working tree: asked every time, never written unattended
-    git: GitArea | None = None  # in a git directory: asked every time, even after "always"; never unattended
-    hidden: int = 0  # known secret values masked (``***(N chars)``) on the lines to be written
-    # The whole text before (None: a new file) and after, masked as the diff is: what an editor shows as the
-    # change (dsh acp's diff content); LF text, as the diff.
-    old_text: str | None = field(default=None, compare=False, repr=False)
-    new_text: str = field(default="", compare=False, repr=False)
-
-    @property
-    def subject(self) -> str:
-        """``notes.txt (+1 -1)``, ``new.txt (new file, +3)``, ``/etc/x (+1 -0, outside the working tree)``,
-        ``.git/config (+1 -0, git config: can name programs git runs)``."""
-        change = f"new file, +{self.added}" if self.new_file else f"+{self.added} -{self.removed}"
-        if self.outside:
-            change += ", outside the working tree"
-        if self.git is not None:
-            change += f", {self.git.note}"
-        return f"{self.path} ({change})"
-
-    @property
-    def may_always(self) -> bool:
-        """Whether ``always`` may be offered: never for a git directory, which it would not cover."""
-        return self.git is None
-
-
-class EditRefused(Exception):
-    """A planned edit that cannot go ahead; the message is the result the model sees."""
-
-
-# An edit tool's change: the file's text (None: no such file) -> (its new text, the result line); see _plan.
-Change = Callable[[str | None], tuple[str, str]]
-
-
-@dataclass(frozen=True, slots=True)
-class _Plan:
-    target: Path  # the real path (symlinks resolved) that is replaced
-    root: Path  # the working tree's real path: a directory that changed is named relative to it
-    shown: str
-    before: tuple[int, int] | None  # the stamp the plan was made from; None for a new file
-    mode: int | None  # the existing file's permission bits
-    owner: tuple[int, int] | None  # and its owner and group
-    data: bytes
-    request: EditRequest
-    done: str  # the result text once written
-    unchanged: bool = False  # the file already has this text: nothing to approve or write
-    old: bytes | None = None  # the file's bytes as planned from: the undo journal's before-image
-
-
-@dataclass(frozen=True, slots=True)
-class _Current:
-    text: str  # decoded, BOM kept
-    crlf: bool  # every line ends CRLF: the edit works on LF text and writes CRLF back
-    stamp: tuple[int, int]
-    mode: int
-    owner: tuple[int, int]  # uid, gid
-    data: bytes  # the bytes read (the undo journal's before-image)
-
-
-def _shown(path: Path, root: Path) -> str:
-    """``path`` relative to the working tree, or absolute outside it, as the diff and the question show it."""
-    shown = str(path.relative_to(root)) if path.is_relative_to(root) else str(path)
-    # A line break in a file name would start a forged line in the diff and the question: show it.
-    return shown.replace("\n", "\u240a").replace("\r", "\u240d")
 
 
 def _where(ctx: ToolContext, raw: object) -> tuple[Path, Path]:
@@ -170,163 +97,19 @@ def _where(ctx: ToolContext, raw: object) -> tuple[Path, Path]:
     return Path(os.path.realpath(path)), Path(os.path.realpath(ctx.cwd))
 
 
-def _load(target: Path, shown: str) -> _Current | None:
-    """The file as it is now, or None if there is none; EditRefused for what these tools do not change."""
-    try:
-        file = open_regular(target)
-    except FileNotFoundError:
-        return None
-    except NotRegularFile as exc:
-        raise EditRefused(f"Error: {exc}") from None
-    with file:
-        info = os.fstat(file.fileno())
-        if info.st_size > EDIT_MAX_BYTES:
-            raise EditRefused(f"Error: {shown} is larger than {EDIT_MAX_BYTES >> 20} MiB; edit it another way")
-        data = file.read(EDIT_MAX_BYTES + 1)
-    if b"\0" in data:
-        raise EditRefused(f"Error: {shown} looks like a binary file; {_TEXT_ONLY}")
-    try:
-        text = data.decode("utf-8")
-    except UnicodeDecodeError:
-        raise EditRefused(f"Error: {shown} is not valid UTF-8; {_TEXT_ONLY}") from None
-    newlines = text.count("\n")
-    crlf = newlines > 0 and text.count("\r\n") == newlines
-    return _Current(text, crlf, file_stamp(info), stat.S_IMODE(info.st_mode), (info.st_uid, info.st_gid), data)
-
-
-def _check_fresh(current: _Current, known: tuple[int, int] | None, shown: str) -> None:
-    if known is None:
-        raise EditRefused(f"Error: {shown} has not been read yet; read it with read_file before changing it")
-    if known != current.stamp:
-        raise EditRefused(f"Error: {shown} changed on disk since it was last read; read it again with read_file")
-
-
-def _diff_lines(text: str | None) -> list[str]:
-    """``text`` as lines that keep their newline (only ``\\n`` splits: no other character may hide a line)."""
-    if not text:
-        return []
-    lines = [line + "\n" for line in text.split("\n")]
-    lines[-1] = lines[-1][:-1]
-    return lines if lines[-1] else lines[:-1]
-
-
-def _unified(before: str | None, after: str, shown: str) -> tuple[str, int, int]:
-    """The diff (LF lines, no trailing newline) and the counts of added and removed lines."""
-    lines: list[str] = []
-    for line in difflib.unified_diff(_diff_lines(before), _diff_lines(after),
-                                     "/dev/null" if before is None else shown, shown):
-        if line.endswith("\n"):
-            lines.append(line[:-1])
-        else:
-            lines += [line, "\\ No newline at end of file"]
-    added = sum(1 for line in lines[2:] if line.startswith("+"))
-    removed = sum(1 for line in lines[2:] if line.startswith("-"))
-    return "\n".join(lines), added, removed
-
-
-def _mask_known(diff: str, redactor: Redactor) -> tuple[str, int]:
-    """The diff with known secret values masked (``***(N chars)``); how many of them are on added lines."""
-    if not any(secret in diff for secret in redactor.secrets):
-        return diff, 0
-    lines: list[str] = []
-    hidden = 0
-    for line in diff.split("\n"):
-        line, count = redactor.mask_known_counted(line)
-        lines.append(line)
-        if line.startswith("+"):  # written; a context or removed line is the file as it is
-            hidden += count
-    return "\n".join(lines), hidden
-
-
-def _masked_texts(before: str | None, after: str, redact: Redactor) -> tuple[str | None, str]:
-    """The whole texts before and after, with known secret values masked as the diff's are."""
-    def mask(text: str) -> str:
-        return redact.mask_known_counted(text)[0] if any(s in text for s in redact.secrets) else text
-
-    return (None if before is None else mask(before)), mask(after)
-
-
-def _encode(text: str, current: _Current | None) -> bytes:
-    if current is not None:
-        if current.crlf:
-            text = text.replace("\n", "\r\n")
-        if current.text.startswith(_BOM) and not text.startswith(_BOM):
-            text = _BOM + text
-    return text.encode("utf-8", "surrogatepass")
-
-
-# Where a file written is later run by name, as a git hook is: the directory core.hooksPath names inside the project
-# tree (husky's .husky/) and a PATH directory inside it (an activated .venv/bin). Asked every time and never
-# written unattended, as a git directory (docs/safety.md, "The sandbox").
-_HOOKS_PATH = GitArea("git hook (core.hooksPath): runs on git commands",
-                     "a git hook (core.hooksPath), which runs on git commands")
-_ON_PATH = GitArea("on PATH: runs as a command", "in a PATH directory, whose programs run by name")
-_RUN_AREAS = (_HOOKS_PATH, _ON_PATH)
-
-
-def _run_area(target: Path, root: Path) -> GitArea | None:
-    """:data:`_HOOKS_PATH` or :data:`_ON_PATH` for a write to ``target`` inside the working tree ``root`` (real
-    paths); None elsewhere (outside the tree every edit is asked anyway). Blocking: runs ``git config``."""
-    if not target.is_relative_to(root):
-        return None
-    tree = Path(os.path.realpath(project_root(root)))
-    if any(target.is_relative_to(entry) for entry in path_dirs_inside(tree)):
-        return _ON_PATH
-    hooks = hooks_path(tree)
-    if hooks is not None and hooks != tree and hooks.is_relative_to(tree) and target.is_relative_to(hooks):
-        return _HOOKS_PATH
-    return None
-
-
-def _plan(tool: str, target: Path, root: Path, known: tuple[int, int] | None, change: Change,
-          redact: Redactor) -> _Plan:
-    """Read, check and build the edit.
-
-    ``change(text or None) -> (new LF text, result text)`` may raise :class:`EditRefused`; ``{shown}``
-    in its texts becomes the path as shown, ``{counts}`` in the result the diff's ``+a -r``.
-    """
-    shown = _shown(target, root)
-    current = _load(target, shown)
-    if current is not None:
-        _check_fresh(current, known, shown)
-    before = None if current is None else (current.text.replace("\r\n", "\n") if current.crlf else current.text)
-    try:
-        after, done = change(before)
-    except EditRefused as exc:
-        raise EditRefused(str(exc).replace("{shown}", shown)) from None
-    if before is not None and MASK in after and MASK not in before and redact(before) != before:
-        # The model saw this file with its secrets masked: writing its copy back would put *** over them.
-        raise EditRefused(f"Error: {shown} holds secrets that were masked ({MASK}) when it was read; the new "
-                          f"content would write {MASK} over them — change the lines around them with edit_file")
-    data = _encode(after, current)
-    if len(data) > EDIT_MAX_BYTES:  # the diff, the question and the file would all hold it
-        raise EditRefused(f"Error: the new content of {shown} is larger than {EDIT_MAX_BYTES >> 20} MiB; "
-                          "write it another way")
-    diff, added, removed = _unified(before, after, shown)
-    # Exactly what will be written: only known secret values are masked, and counted (docs/configuration.md).
-    diff, hidden = _mask_known(diff, redact)
-    request = EditRequest(tool, shown, diff, added, removed, current is None, not target.is_relative_to(root),
-                          git_area(target) or _run_area(target, root), hidden, *_masked_texts(before, after, redact))
-    done = done.replace("{counts}", f"+{added} -{removed}").replace("{shown}", shown)
-    if current is None:
-        return _Plan(target, root, shown, None, None, None, data, request, done)
-    return _Plan(target, root, shown, current.stamp, current.mode, current.owner, data, request, done,
-                 unchanged=after == before, old=current.data)
-
-
-def _changed_on_disk(plan: _Plan) -> EditRefused:
+def _changed_on_disk(plan: Plan) -> EditRefused:
     if plan.before is None:
         return EditRefused(f"Error: {plan.shown} was created while the edit waited; read it with read_file")
     return EditRefused(f"Error: {plan.shown} changed on disk since it was last read; read it again with read_file")
 
 
-def _commit(plan: _Plan) -> tuple[int, int]:
+def _commit(plan: Plan) -> tuple[int, int]:
     """Write ``plan`` atomically into the directory it was planned in, if the file is still as planned."""
     try:
         directory = open_parent(plan.target, create=plan.before is None)
     except DirectoryChanged as exc:
         what = "became a symlink while the edit waited" if exc.symlink else "is not a directory now"
-        raise EditRefused(f"Error: {plan.shown} was not written: {_shown(exc.path, plan.root)} {what}") from None
+        raise EditRefused(f"Error: {plan.shown} was not written: {shown_in_tree(exc.path, plan.root)} {what}") from None
     except FileNotFoundError:
         raise _changed_on_disk(plan) from None  # a directory of the file that was read is gone
     try:
@@ -355,7 +138,7 @@ def _record(journal: Journal | None, turn: int, target: Path, root: Path, shown:
         raise EditRefused(f"Error: {shown} was not written: its undo journal cannot be written{why}") from None
 
 
-def _commit_journaled(plan: _Plan, journal: Journal | None, turn: int) -> tuple[int, int]:
+def _commit_journaled(plan: Plan, journal: Journal | None, turn: int) -> tuple[int, int]:
     """:func:`_commit`, the before-image journaled first; a write refused after that is withdrawn."""
     seq = _record(journal, turn, plan.target, plan.root, plan.shown, plan.old, plan.data, "disk")
     try:
@@ -366,7 +149,7 @@ def _commit_journaled(plan: _Plan, journal: Journal | None, turn: int) -> tuple[
         raise
 
 
-def _replace(plan: _Plan, directory: int) -> tuple[int, int]:
+def _replace(plan: Plan, directory: int) -> tuple[int, int]:
     """The temporary file, written and renamed over the target, all relative to ``directory``; the new stamp."""
     name = plan.target.name
     try:
@@ -401,7 +184,7 @@ def _action(request: EditRequest) -> Action:
 def _unattended_refusal(request: EditRequest, allow_unattended: bool) -> str | None:
     """Why an edit with no one to approve it is refused, or None when ``--allow-edits`` lets it through."""
     if request.git is not None:  # --allow-edits would not help: say why instead
-        where = "what git or a shell runs by name" if request.git in _RUN_AREAS else "git directories"
+        where = "what git or a shell runs by name" if request.git in RUN_AREAS else "git directories"
         return f"Error: {request.path} is {request.git.what}; unattended edits stay out of {where}"
     if not allow_unattended:
         return EDIT_NO_APPROVER
@@ -421,7 +204,7 @@ async def _run(tool: str, ctx: ToolContext, raw_path: object, change: Change, ap
     try:
         # Planning only reads: abandoned on cancel, so Ctrl-C ends the turn at once.
         plan = await anyio.to_thread.run_sync(
-            _plan, tool, target, root, known, change, ctx.redact, abandon_on_cancel=True
+            plan_edit, tool, target, root, known, change, ctx.redact, abandon_on_cancel=True
         )
     except EditRefused as exc:
         return ToolOutput(str(exc), is_error=True)
@@ -451,7 +234,7 @@ async def _run_through(files: FileAccess, tool: str, ctx: ToolContext, target: P
     """:func:`_run` for a file inside the tree that an editor holds (``dsh acp`` with the client's fs): the
     buffer is read and written through ``files``; the same freshness check (by content), diff, approval and
     results. The path checks were made by the caller (inside the tree, symlinks resolved)."""
-    shown = _shown(target, root)
+    shown = shown_in_tree(target, root)
     stamps = read_stamps(ctx)
     current = await _client_text(files, target)
     try:
@@ -474,11 +257,11 @@ async def _run_through(files: FileAccess, tool: str, ctx: ToolContext, target: P
         return ToolOutput(str(exc), is_error=True)
     if after == before:
         return ToolOutput(f"(no change: {shown} already has this content)")
-    diff, added, removed = _unified(before, after, shown)
-    diff, hidden = _mask_known(diff, ctx.redact)
-    area = git_area(target) or await anyio.to_thread.run_sync(_run_area, target, root)
+    diff, added, removed = unified_diff(before, after, shown)
+    diff, hidden = mask_known(diff, ctx.redact)
+    area = git_area(target) or await anyio.to_thread.run_sync(run_area, target, root)
     request = EditRequest(tool, shown, diff, added, removed, current is None, False, area, hidden,
-                          *_masked_texts(before, after, ctx.redact))
+                          *masked_texts(before, after, ctx.redact))
     refusal = await _approve(request, ctx, approver, allow_unattended)
     if refusal is not None:
         return refusal
@@ -486,8 +269,8 @@ async def _run_through(files: FileAccess, tool: str, ctx: ToolContext, target: P
         stamps.pop(str(target), None)
         return ToolOutput(f"Error: {shown} changed while the edit waited; read it again with read_file", is_error=True)
     text = after.replace("\n", "\r\n") if crlf else after
-    if current is not None and current.startswith(_BOM) and not text.startswith(_BOM):
-        text = _BOM + text
+    if current is not None and current.startswith(BOM) and not text.startswith(BOM):
+        text = BOM + text
     journal = _journal(ctx)
     try:  # the editor's text as it gave it is the before-image
         seq = await anyio.to_thread.run_sync(

@@ -355,7 +355,7 @@ _ODD_LINES = [
 @example(0, [(0, _TWO_VALUES)], False)
 @example(1, [(1, _SPLIT_HEAD), (2, _SPLIT_TAIL)], False)
 def test_the_bulk_parse_reads_every_log_as_the_line_by_line_reader(tmp_path, records, odd, torn):
-    from dsh.agent_loop.session_log import _Loaded, _parse_body_by_line
+    from dsh.agent_loop.session_read import Loaded, _parse_body_by_line
 
     body = list(_RECORD_LINES[:records])  # a regular log ...
     for position, line in odd:  # ... with irregular lines among its records
@@ -366,7 +366,7 @@ def test_the_bulk_parse_reads_every_log_as_the_line_by_line_reader(tmp_path, rec
     path.write_bytes(raw)
     _, records, warnings = load_session_file(path)
     lines = raw.split(b"\n")[:-1]
-    reference = _Loaded({}, [], [], 0)
+    reference = Loaded({}, [], [], 0)
     expected_records = _parse_body_by_line(lines[1:], path, reference, 2)
     expected_warnings = reference.warnings + ([f"ignored a torn last line (12 bytes) in {path}"] if torn else [])
     assert records == expected_records
@@ -376,11 +376,11 @@ def test_the_bulk_parse_reads_every_log_as_the_line_by_line_reader(tmp_path, rec
 def test_a_regular_log_takes_the_bulk_path_and_the_collector_is_restored(tmp_path):
     import gc
 
-    from dsh.agent_loop import session_log
+    from dsh.agent_loop import session_read
 
     log = open_turn_log(tmp_path)
     raw = log.path.read_bytes()
-    assert session_log._parse_clean_body(raw.split(b"\n")[1:-1]) == read_log(log.path)[1]
+    assert session_read._parse_clean_body(raw.split(b"\n")[1:-1]) == read_log(log.path)[1]
     assert gc.isenabled()
     SessionLog.open(log.path).close()
     assert gc.isenabled()

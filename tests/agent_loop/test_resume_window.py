@@ -18,11 +18,12 @@ import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from dsh.agent_loop import agent as agent_module
 from dsh.agent_loop import events as ev
-from dsh.agent_loop.agent import Conversation, message_tokens, open_session, resume_budget
+from dsh.agent_loop import resume as resume_module
+from dsh.agent_loop.conversation import Conversation, message_tokens
 from dsh.agent_loop.reasons import Completed, Rejected
 from dsh.agent_loop.recap import Recap
+from dsh.agent_loop.resume import open_session, resume_budget
 from dsh.agent_loop.session import Notice, Session
 from dsh.agent_loop.session_log import INTERRUPTED_TOOL_OUTPUT, SessionLog
 from dsh.llm import ToolCall, Usage, lines
@@ -205,7 +206,7 @@ def test_cutting_as_the_log_is_read_ends_where_one_cut_of_everything_does(
     for record in records:
         whole.apply_record(record["type"], record["data"])
     whole.fit(budget)
-    bounded = agent_module._Bounded(running, budget)
+    bounded = resume_module._Bounded(running, budget)
     handlers = running.record_handlers()
     for record in records:
         handlers[record["type"]](record["data"])

@@ -15,9 +15,10 @@ from hypothesis import strategies as st
 
 from dsh.agent_loop import SessionLog, list_sessions, load_session_file
 from dsh.agent_loop import events as ev
-from dsh.agent_loop.agent import open_session
 from dsh.agent_loop.reasons import Completed, Rejected
-from dsh.agent_loop.session_log import SessionLogError, _info, _record_turn
+from dsh.agent_loop.resume import open_session
+from dsh.agent_loop.session_files import SessionLogError
+from dsh.agent_loop.session_list import _info, _record_turn
 
 REPO = Path(__file__).resolve().parents[2]
 

@@ -16,14 +16,9 @@ import pytest
 from dsh.agent_loop import events as ev
 from dsh.agent_loop.project import project_root
 from dsh.agent_loop.reasons import Completed
-from dsh.agent_loop.session_log import (
-    SessionLog,
-    SessionLogError,
-    list_sessions,
-    remove_session,
-    resolve_session,
-    session_in_use,
-)
+from dsh.agent_loop.session_files import SessionLogError
+from dsh.agent_loop.session_list import list_sessions, remove_session, resolve_session, session_in_use
+from dsh.agent_loop.session_log import SessionLog
 from dsh.llm import ErrorCode
 
 
@@ -152,8 +147,8 @@ def test_rm_refuses_a_file_that_is_not_a_session_log(tmp_path: Path) -> None:
 
 
 def test_the_recap_keeps_the_last_turns_bounded_and_the_whole_last_prompt(tmp_path: Path) -> None:
-    from dsh.agent_loop.agent import open_session
     from dsh.agent_loop.recap import KEEP, LIMIT, Recap
+    from dsh.agent_loop.resume import open_session
 
     log = SessionLog.create(tmp_path)
     for turn in range(1, 6):

@@ -12,7 +12,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from dsh.agent_loop.process import ManagedProcess, ProcessStartError, read_line
-from dsh.agent_loop.subagent import ParentContext, config_env, config_string, diagnostics, reject_unknown_keys
+from dsh.agent_loop.subagent import ConfigTable, ParentContext, diagnostics
 from dsh.agent_loop.subagent.diagnostics import Failure
 from dsh.agent_loop.subagent.run import Outcome, Provider, Run, configured
 
@@ -39,8 +39,8 @@ class EchoSettings:
 
 def from_config(name: str, table: Mapping[str, Any], parent: ParentContext | None = None) -> Provider[EchoSettings]:
     def parse() -> EchoSettings:
-        reject_unknown_keys(name, table, frozenset({"provider", "prefix", "env"}))
-        return EchoSettings(prefix=config_string(name, table, "prefix") or "", env=config_env(name, table))
+        read = ConfigTable.checked(name, table, frozenset({"provider", "prefix", "env"}))
+        return EchoSettings(prefix=read.string("prefix") or "", env=read.env())
 
     return configured(name, EchoRun, parse)
 

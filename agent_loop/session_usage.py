@@ -1,0 +1,56 @@
+"""A session's usage: the tallies of this turn and of this process, and how full the model's window is.
+
+The tallies sum what the agent's ``assistant/message`` and ``context/compacted`` events report
+(:mod:`dsh.agent_loop.usage`); the front ends render them (``/cost``, the toolbar, the turn-end line).
+"""
+
+from __future__ import annotations
+
+import datetime
+from collections.abc import Sequence
+
+from dsh.agent_loop.events import AssistantMessage, ContextCompacted
+from dsh.agent_loop.session_config import SessionConfig
+from dsh.agent_loop.usage import AUTO_COMPACT_AT, UsageTally, context_fill, estimate_tokens
+from dsh.llm.events import Message
+from dsh.llm.models import model_info
+
+__all__ = ["SessionUsage"]
+
+
+class SessionUsage:
+    """:attr:`turn` (started again by each turn and compaction) and :attr:`total` (since this process started,
+    ``/cost``), priced with the config's ``[models]``."""
+
+    def __init__(self, config: SessionConfig) -> None:
+        self._config = config
+        self.turn = UsageTally()
+        self.total = UsageTally()
+
+    def new_turn(self) -> None:
+        self.turn = UsageTally()
+
+    def count(self, event: AssistantMessage | ContextCompacted, model: str) -> None:
+        """One request in both tallies; one without usage too: a request whose tokens are unknown."""
+        info = model_info(model, self._config.models)
+        now = datetime.datetime.now(datetime.UTC)
+        self.turn.add(event.usage, model, info, now)
+        self.total.add(event.usage, model, info, now)
+
+    def count_compaction(self, event: ContextCompacted, model: str, messages: Sequence[Message] | None) -> None:
+        """The summary request costs like any other; afterwards the window holds about the new conversation
+        (``messages``, the agent's, already the compacted ones; None before there is an agent)."""
+        self.count(event, model)
+        if messages is not None and self.total.requests:
+            left = estimate_tokens("".join(message.content for message in messages))
+            for tally in (self.total, self.turn):
+                tally.context, tally.context_estimated = left, True
+
+    def context_fill(self) -> float | None:
+        """How full the model's window is after the latest request; None when unknown."""
+        return context_fill(self.total, self._config.models)
+
+    def compaction_due(self) -> bool:
+        """With ``auto_compact`` on, a prompt sent this close to the window's end is preceded by a compaction."""
+        fill = self.context_fill()
+        return self._config.auto_compact and fill is not None and fill >= AUTO_COMPACT_AT
