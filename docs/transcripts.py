@@ -1060,12 +1060,12 @@ SANDBOX_COMMAND = "echo hello > made.txt; touch /etc/planted; echo x > .git/hook
 _SANDBOX_TURN = """import sys, anyio, os
 from dsh.repl.config import load_config
 from dsh.repl.frontend import PlainFrontEnd, StreamSink
-from dsh.repl.approvals import approval_question
+from dsh.repl.approvals import question_for
 from dsh.repl.shell import Shell
 class Yes(PlainFrontEnd):
     can_approve = True
     async def ask_approval(self, request):
-        self.out.write(approval_question(request).question + "y\\n")
+        self.out.write(question_for(request, rows=24, cols=80, color=False).question + "y\\n")
         return "yes"
 async def main():
     sink = StreamSink(sys.stdout)

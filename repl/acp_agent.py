@@ -53,7 +53,7 @@ from acp import schema
 
 from dsh.agent_loop.jsonrpc import OVERSIZED, BadFrame, error_text, frame_lines, parse_frame
 from dsh.agent_loop.permissions import CYCLE, Mode, Permissions, parse_mode
-from dsh.agent_loop.session import Session, StartupError
+from dsh.agent_loop.session import StartupError
 from dsh.llm import ErrorCode, HarnessError, Redactor, error_chain
 from dsh.repl import __version__
 from dsh.repl.acp_session import AcpSession, ClientFiles
@@ -68,7 +68,8 @@ from dsh.repl.config import (
     load_config,
     state_dir,
 )
-from dsh.repl.options import LaunchOptions
+from dsh.repl.endpoint import Endpoint, open_endpoint
+from dsh.repl.options import LaunchOptions, check_endpoint
 
 __all__ = ["ClientFrames", "DshAgent", "main", "mcp_tables", "tree_refusal"]
 
@@ -137,18 +138,16 @@ def tree_refusal(cwd: str, env: Mapping[str, str]) -> str | None:
 class DshAgent:
     """The ACP ``Agent`` side: sessions by id, each an :class:`AcpSession` over a dsh session."""
 
-    def __init__(self, config: Config, env: dict[str, str], *, demo: Any = None, missing_key: str | None = None,
+    def __init__(self, config: Config, env: dict[str, str], *, endpoint: Endpoint, missing_key: str | None = None,
                  tasks: anyio.abc.TaskGroup) -> None:
         self.config = config
         self.env = env
-        self.demo = demo
+        self.endpoint = endpoint
         self.missing_key = missing_key  # the REPL's start-up line for a missing key, or None
         self.sessions: dict[str, AcpSession] = {}
         self.conn: Any = None
         self._tasks = tasks
         self._fs = schema.FileSystemCapabilities()
-        # In the demo the scenario picks the endpoint and the proxy, so fix lines point there (as the REPL's).
-        self.sources = {"base_url": "the demo scenario", "proxy": "the demo scenario"} if demo else config.sources
 
     def on_connect(self, conn: Any) -> None:
         self.conn = conn
@@ -181,20 +180,12 @@ class DshAgent:
         if refusal is not None:
             raise acp.RequestError.invalid_params({"cwd": refusal})
         tables = mcp_tables(mcp_servers)
-        owner = AcpSession(self.conn, cwd, sources=self.sources)
+        owner = AcpSession(self.conn, cwd, sources=self.endpoint.sources)  # the fix lines' words, as the REPL's
         files = None
         if self._fs.read_text_file and self._fs.write_text_file:  # both, or dsh's own tools (acp_session.py)
             files = ClientFiles(self.conn, "")
-        demo = self.demo
-        session = Session(
-            self.config, sessions_root=state_dir(self.env) / "sessions", env=self.env,
-            client=demo.client if demo is not None else None, retry=demo.retry if demo is not None else None,
-            approve=owner.frontend.ask_approval,
-            subagent_tables=demo.subagent_tables() if demo is not None else None,
-            parent_base_url=demo.client.urls["server"] if demo is not None else None,
-            user_dir=config_file_path(self.env).parent, cwd=cwd, files=files, mcp_servers=tables,
-            prompt_transform=demo.before_turn if demo is not None else None,
-        )
+        session = self.endpoint.session(self.config, self.env, approve=owner.frontend.ask_approval, cwd=cwd,
+                                        files=files, mcp_servers=tables)
         owner.attach(session)
         try:
             await self._tasks.start(owner.run, session, resume)
@@ -328,12 +319,8 @@ async def serve(config: Config, env: dict[str, str], options: LaunchOptions, mis
     os.dup2(2, 1)
     writer, reader = await _stdio(out_fd)
     async with contextlib.AsyncExitStack() as stack, anyio.create_task_group() as tasks:
-        demo = None
-        if options.demo:
-            from dsh.repl.demo.catalogue import start_demo  # only the demo
-
-            demo = await start_demo(stack, options.scenario or "text")
-        agent = DshAgent(config, env, demo=demo, missing_key=missing_key, tasks=tasks)
+        endpoint = await open_endpoint(stack, options, config)
+        agent = DshAgent(config, env, endpoint=endpoint, missing_key=missing_key, tasks=tasks)
         conn = acp.AgentSideConnection(agent, ClientFrames(reader, writer), listening=False)
         # Until the client closes stdin, or SIGTERM / SIGHUP (a client's shutdown ladder: the SDK's closes stdin,
         # waits 2 s, then sends SIGTERM). Either way the sessions close below, their turns end and their children
@@ -375,8 +362,9 @@ def _parser() -> argparse.ArgumentParser:
     return parser
 
 
-def _load(args: argparse.Namespace, env: Mapping[str, str], demo: bool) -> tuple[Config, str | None]:
-    """The config, and the REPL's start-up line when no key is set (session/new answers with it)."""
+def _load(args: argparse.Namespace, env: Mapping[str, str], keyless: bool) -> tuple[Config, str | None]:
+    """The config, and the REPL's start-up line when no key is set (session/new answers with it) and the endpoint
+    needs one (``keyless``: an endpoint of dsh's own)."""
     flags = {"model": args.model, "base_url": args.base_url, "proxy": args.proxy, "max_tokens": args.max_tokens,
              "thinking": args.thinking, "reasoning_effort": args.reasoning_effort,
              "permission_mode": args.permission_mode}
@@ -384,7 +372,7 @@ def _load(args: argparse.Namespace, env: Mapping[str, str], demo: bool) -> tuple
     config = load_config(flags, env, require_key=False, config_path=path)
     if config.sandbox is not None:
         check_sandbox(config)  # as the REPL: a configured sandbox works, or dsh does not start (docs/safety.md)
-    if demo:
+    if keyless:
         return config, None
     try:
         load_config(flags, env, require_key=True, config_path=path)
@@ -400,12 +388,8 @@ def main(argv: list[str], env: dict[str, str], *, setup_logging: SetupLogging,
     options = LaunchOptions(demo=args.demo or bool(args.scenario), scenario=args.scenario)
     env_secrets = tuple(s for s in (env.get("DEEPSEEK_API_KEY", "").strip(),) if s)
     try:
-        config, missing_key = _load(args, env, options.demo)
-        if options.demo and args.scenario:
-            from dsh.repl.demo.catalogue import SCENARIOS  # only the demo
-
-            if args.scenario not in SCENARIOS:
-                raise ConfigError(f"no demo scenario {args.scenario!r} (known: {', '.join(SCENARIOS)})")
+        config, missing_key = _load(args, env, options.own_endpoint)
+        options, config = check_endpoint(options, config)
     except ConfigError as exc:
         stderr(f"dsh: failed to start: {Redactor(env_secrets)(error_chain(exc))}")
         return 2

@@ -9,6 +9,9 @@ arrives, so the view is always drawn from column 0 and nothing is ever glued or 
 
 Outside any application (the short gaps between them) the terminal is in cooked mode and Ctrl-C
 is a SIGINT, which a signal receiver turns into the same actions.
+
+This module is the app: the prompt (history, completion, keys, toolbar), the live view and the loop. What
+writes to the terminal is repl/terminal_sink.py; what the live view holds between keys, repl/live_view_state.py.
 """
 
 from __future__ import annotations
@@ -25,7 +28,7 @@ from typing import TYPE_CHECKING, Any
 
 import anyio
 from prompt_toolkit import PromptSession
-from prompt_toolkit.application import Application, get_app_or_none
+from prompt_toolkit.application import Application
 from prompt_toolkit.application.current import get_app_session
 from prompt_toolkit.buffer import Buffer
 from prompt_toolkit.completion import CompleteEvent, Completer, Completion
@@ -37,20 +40,20 @@ from prompt_toolkit.key_binding import KeyBindings, KeyPressEvent
 from prompt_toolkit.keys import Keys
 from prompt_toolkit.layout import ConditionalContainer, HSplit, Layout, Window
 from prompt_toolkit.layout.controls import FormattedTextControl
-from prompt_toolkit.output import Output
 from prompt_toolkit.patch_stdout import patch_stdout
 
 from dsh.llm import unwrap_group
 from dsh.repl import commands
 from dsh.repl.activity import fit_width
-from dsh.repl.approvals import Approval, approval_answer, approval_question, diff_approval, mcp_approval
+from dsh.repl.approvals import Approval, approval_answer, question_for
 from dsh.repl.config import Config, history_path
-from dsh.repl.first_prompt import ENDING_SIGNALS, PROMPT, FirstPrompt, ending_status
-from dsh.repl.options import LaunchOptions
+from dsh.repl.first_prompt import ENDING_SIGNALS, PROMPT, ending_status
+from dsh.repl.live_view_state import LiveViewState
+from dsh.repl.options import DrawnPrompt, LaunchOptions
 from dsh.repl.sanitize import sanitize
-from dsh.repl.shell import Shell, StartupError
-from dsh.repl.start import banner, color, open_shell
-from dsh.repl.styles import Rewrite, terminal_text
+from dsh.repl.shell import Shell, StartupError, color, open_shell
+from dsh.repl.styles import terminal_text
+from dsh.repl.terminal_sink import TerminalSink
 from dsh.repl.usage import context_text
 
 if TYPE_CHECKING:
@@ -58,134 +61,15 @@ if TYPE_CHECKING:
     from dsh.agent_loop.tools.registry import Approval as ToolApproval
     from dsh.agent_loop.tools.registry import McpCallRequest
 
-__all__ = ["InteractiveApp", "SafeHistory", "TerminalSink", "run_interactive"]
+__all__ = ["InteractiveApp", "SafeHistory", "SlashCompleter", "run_interactive"]
 
 DOUBLE_CTRL_C_WINDOW = 2.0
 _SIGNALS = (signal.SIGINT, *ENDING_SIGNALS)  # a quit or hangup by kill too: raw mode makes Ctrl-\ a key
 _WAKE = "\x00wake"  # what the prompt returns when a background job's notice wakes the idle owner
 EXIT_HINT = "(press Ctrl-C again to exit, or Ctrl-D)"
-CANCELLING = "cancelling…"  # the turn toolbar's hint from a Ctrl-C until the turn has ended
-TYPEAHEAD_LIMIT = 64 * 1024  # characters kept from typing during a turn; a runaway paste stops here
-_LIVE_LIMIT = 8000  # characters of an unfinished line shown in the live view (its tail)
 _ANSWERS: dict[str, ToolApproval] = {"y": "yes", "n": "no", "a": "always"}  # an approval key to its answer
-# Complete lines are written above the live view at most this often: each write erases and redraws
-# the view, and a fast stream completes lines on every network read.
-_COMMIT_INTERVAL = 0.03
 # At this width or less the toolbar puts the live status first: what is cut is the static part.
 NARROW_COLUMNS = 80
-
-
-class TerminalSink:
-    """Receives rendered text; writes whole lines above any running application.
-
-    With no application running, text goes straight to the terminal. While one runs, complete
-    lines are batched for up to ``_COMMIT_INTERVAL`` seconds and written by :meth:`_write_above` (which
-    erases the application, writes, and redraws it below); an unfinished line is kept in
-    :attr:`partial` for the live view to show.
-    """
-
-    def __init__(self, output: Output) -> None:
-        self._output = output
-        self.partial = ""
-        self._pending: list[str] = []
-        self._scheduled = False
-        self._timer: asyncio.TimerHandle | None = None
-        self.view: Application[None] | None = None  # the turn view to refresh when partial changes
-        self._line_open = False  # the last direct write left a line unfinished on the screen
-        # prompt_toolkit turns autowrap off while it draws and leaves it off: once it has run, each direct
-        # write turns it on again (before, the terminal's own setting stands and nothing is added).
-        self.prompt_toolkit_ran = False
-
-    def _write_now(self, text: str) -> None:
-        try:
-            if self.prompt_toolkit_ran:
-                self._output.enable_autowrap()
-            self._output.write_raw(text)
-            self._output.flush()
-        except OSError:
-            pass  # a vanished terminal must not turn into a traceback
-
-    @staticmethod
-    def _app_running() -> bool:
-        app = get_app_or_none()
-        return app is not None and app.is_running
-
-    # The renderer may stream an unfinished answer line raw and rewrite it once its newline arrives
-    # (markdown): this sink keeps that line aside in ``partial`` until then, so it can.
-    rewrites_partial = True
-
-    def write(self, text: str) -> None:
-        if not text:
-            return
-        rewrite = isinstance(text, Rewrite)
-        text = terminal_text(text)  # the one sanitizer: nothing reaches the terminal without it
-        if rewrite:
-            self.partial = ""  # the rewrite carries that line again, rendered
-        if not self._app_running() and not (self._pending or self._scheduled):
-            if rewrite and self._line_open:
-                text = "\r\x1b[K" + text  # no live view held the line: it went out raw; redraw it (dsh's bytes)
-            self._write_now(self.partial + text)
-            self._line_open = not text.endswith("\n")
-            self.partial = ""
-            return
-        self._line_open = False
-        head, newline, tail = (self.partial + text).rpartition("\n")
-        if newline:
-            self._commit(head + "\n")
-            self.partial = tail
-        else:
-            self.partial = tail
-        if self.view is not None and self.view.is_running:
-            self.view.invalidate()
-
-    def _commit(self, text: str) -> None:
-        self._pending.append(text)
-        if not self._scheduled:
-            self._scheduled = True
-            self._timer = asyncio.get_running_loop().call_later(_COMMIT_INTERVAL, self._flush)
-
-    def _flush(self) -> None:
-        self._scheduled = False
-        timer, self._timer = self._timer, None
-        if timer is not None:
-            timer.cancel()  # when settle() flushes early
-        if not self._pending:
-            return
-        text = "".join(self._pending)
-        self._pending.clear()
-        app = get_app_or_none()
-        if app is None or not app.is_running:
-            self._write_now(text)
-        else:
-            self._write_above(app, text)
-
-    def _write_above(self, app: Application[object], text: str) -> None:
-        """Erase the running application, write ``text``, and draw the application again below it.
-
-        What prompt_toolkit's ``run_in_terminal`` does, but with the input left in raw mode: that puts the
-        terminal in cooked mode while it writes, and a cooked terminal's line discipline swallows a key
-        typed meanwhile (Ctrl-D on an empty line becomes an end of file that no one reads, and is lost).
-        """
-        app.renderer.erase()  # also resets the renderer: the next draw starts where the view started
-        self._write_now(text)
-        app._request_absolute_cursor_position()  # as run_in_terminal does: the rows below may have changed
-        app._redraw()
-
-    async def settle(self) -> None:
-        """Write every committed line to the screen now."""
-        if self._scheduled or self._pending:
-            self._flush()
-
-    async def drain(self) -> None:
-        """After the live view closed: everything, the unfinished line included, to the screen."""
-        await self.settle()
-        if self.partial:
-            self._write_now(self.partial)
-            self.partial = ""
-
-    def live_text(self) -> str:
-        text = self.partial
-        return text if len(text) <= _LIVE_LIMIT else "…" + text[-_LIVE_LIMIT:]
 
 
 class SafeHistory(FileHistory):
@@ -219,7 +103,7 @@ class SlashCompleter(Completer):
         name, space, arg = text[1:].partition(" ")
         if not space:
             for command in commands.COMMANDS.values():
-                if command.demo_only and self.shell.demo is None:
+                if command.demo_only and self.shell.endpoint.controls is None:
                     continue
                 if command.name.startswith(name.lower()):
                     yield Completion("/" + command.name, start_position=-len(text), display_meta=command.summary)
@@ -230,8 +114,9 @@ class SlashCompleter(Completer):
                 yield Completion(value, start_position=-len(arg), display=sanitize(value), display_meta=sanitize(meta))
 
     def _arguments(self, name: str) -> list[tuple[str, str]]:
-        if name == "scenario" and self.shell.demo is not None:
-            return self.shell.demo.scenarios()
+        controls = self.shell.endpoint.controls
+        if name == "scenario" and controls is not None:
+            return controls.scenarios()
         if name == "resume":
             session = self.shell.session
             return [("last", "this project's latest session")] + [
@@ -259,17 +144,11 @@ class InteractiveApp:
         self._view: Application[None] | None = None
         self._last_ctrl_c: float | None = None
         self._exit_status: int | None = None
-        self._question: str | None = None
-        self._approval: Approval | None = None
-        self._viewed = False
-        self._answer: str | None = None
-        self._answered: anyio.Event | None = None
+        self._turn = LiveViewState()  # what the live view holds between keys: typed ahead, cancelling, a question
         self._startup_error: StartupError | None = None
-        self._first_prompt: FirstPrompt | None = None  # drawn by start-up, taken over by the first prompt
+        self._first_prompt: DrawnPrompt | None = None  # drawn by start-up, taken over by the first prompt
         self._drawn = asyncio.Event()  # this prompt is on the screen: the agent's build may start
         self._servers_opened = False
-        self._typed = ""  # typed during a turn: the next prompt starts with it
-        self._cancelling = False  # Ctrl-C was pressed during this turn: the toolbar says so until it ends
 
     # --- the front end a shell writes to ------------------------------------------------------------
 
@@ -295,7 +174,7 @@ class InteractiveApp:
 
     # --- the loop ---------------------------------------------------------------------------------
 
-    async def run(self, shell: Shell, *, banner: str, first_prompt: FirstPrompt | None = None) -> int:
+    async def run(self, shell: Shell, *, banner: str, first_prompt: DrawnPrompt | None = None) -> int:
         """The REPL until exit; ``first_prompt``: the banner and prompt start-up already drew, to take over."""
         self._shell = shell
         self._first_prompt = first_prompt
@@ -448,8 +327,7 @@ class InteractiveApp:
         context = context_text(session.usage, self.shell.config.models)
         if context is not None:
             text += f" · {context}"
-        if self.shell.demo is not None:
-            text += f" · demo scenario: {self.shell.demo.scenario.name}"
+        text += self.shell.endpoint.label.toolbar()
         return sanitize(text)  # prompt_toolkit draws the toolbar: the sink's sanitizer, applied here
 
     def _mode_text(self) -> str:
@@ -528,12 +406,7 @@ class InteractiveApp:
 
     def _turn_toolbar(self) -> AnyFormattedText:
         activity = self.shell.display.activity.text(time.monotonic())
-        hint = CANCELLING if self._cancelling else "Ctrl-C cancels"
-        if self._typed:
-            hint += f" · typed ahead: {len(self._typed)} chars, kept for the next prompt"
-        if self._question is not None:
-            approval = self._approval
-            hint = f"v views the {approval.noun} · n denies" if approval and self._must_view() else self._answers()
+        hint = self._turn.hint()
         base = self._toolbar_base()
         columns = self._columns()
         text = base + (f" · {activity}" if activity else "") + f" · {hint}"
@@ -546,19 +419,13 @@ class InteractiveApp:
 
     def _cancel_turn(self) -> None:
         """Cancel the running turn; until it has ended (a subagent's child is torn down first) the toolbar says so."""
-        self._cancelling = True
+        self._turn.cancelling = True
         self.shell.cancel_turn()
         if self._view is not None:
             self._view.invalidate()
 
-    def _must_view(self) -> bool:
-        return self._approval is not None and self._approval.must_view and not self._viewed
-
-    def _answers(self) -> str:
-        return "y / n / a" if self._approval is None or self._approval.always else "y / n"
-
     def _live(self) -> AnyFormattedText:
-        return ANSI(self.sink.live_text() + terminal_text(self._question or ""))
+        return ANSI(self.sink.live_text() + terminal_text(self._turn.question or ""))
 
     def _build_view(self) -> Application[None]:
         keys = KeyBindings()
@@ -576,7 +443,7 @@ class InteractiveApp:
 
         @keys.add("backspace")
         def _erase(event: KeyPressEvent) -> None:
-            self._typed = self._typed[:-1]
+            self._turn.erase_typed()
             event.app.invalidate()
 
         @keys.add("c-c")
@@ -586,7 +453,7 @@ class InteractiveApp:
         keys.add("c-o")(self._expand)
         keys.add(Keys.BackTab)(self._cycle_mode)
 
-        asking = Condition(lambda: self._question is not None)
+        asking = Condition(lambda: self._turn.question is not None)
         for key, answer in (("y", "y"), ("Y", "y"), ("n", "n"), ("N", "n"), ("a", "a"), ("A", "a"),
                             ("enter", "n"), ("escape", "n")):
             keys.add(key, filter=asking)(self._answer_handler(answer))
@@ -596,7 +463,7 @@ class InteractiveApp:
 
         live = Window(FormattedTextControl(self._live, show_cursor=False), wrap_lines=True,
                       dont_extend_height=True, always_hide_cursor=True)
-        has_live = Condition(lambda: bool(self.sink.partial or self._question))
+        has_live = Condition(lambda: bool(self.sink.partial or self._turn.question))
         toolbar = Window(FormattedTextControl(self._turn_toolbar, show_cursor=False), height=1,
                          style="class:bottom-toolbar", always_hide_cursor=True)
         return Application(
@@ -610,30 +477,18 @@ class InteractiveApp:
         )
 
     def _keep_typed(self, text: str) -> None:
-        room = TYPEAHEAD_LIMIT - len(self._typed)
-        if room > 0 and text:
-            self._typed += text[:room]
-            if self._view is not None:
-                self._view.invalidate()
+        if self._turn.keep_typed(text) and self._view is not None:
+            self._view.invalidate()
 
     def _view_command(self, event: KeyPressEvent) -> None:
         """``v``: the whole command or diff, printed above the question; only then do ``y`` and ``a`` count."""
-        approval = self._approval
-        if approval is None or not approval.must_view or self._viewed or self._answered is None:
-            return
-        self._viewed = True
-        self._question = approval.viewed_question
-        self.sink.write(self.shell.renderer.block(approval.view))
+        view = self._turn.view()
+        if view is not None:
+            self.sink.write(self.shell.renderer.block(view))
 
     def _answer_handler(self, answer: str) -> Callable[[KeyPressEvent], None]:
         def handle(event: KeyPressEvent) -> None:
-            if answer in ("y", "a") and self._must_view():
-                return  # not shown yet: only v (view) or n (deny) count
-            if answer == "a" and self._approval is not None and not self._approval.always:
-                return  # asked every time (a git directory): "always" is not offered
-            if self._answered is not None and self._answer is None:
-                self._answer = answer
-                self._answered.set()
+            self._turn.answer(answer)
 
         return handle
 
@@ -654,7 +509,7 @@ class InteractiveApp:
             tasks.start_soon(run_view)
             await started.wait()
             self._view = self.sink.view = view
-            self._cancelling = False
+            self._turn.cancelling = False
             try:
                 yield
             finally:
@@ -663,44 +518,29 @@ class InteractiveApp:
                     self.sink.view = self._view = None
                     if view.is_running and view.future is not None and not view.future.done():
                         view.exit()
-                    self.shell.prefill, self._typed = self.shell.prefill + self._typed, ""
+                    self.shell.prefill += self._turn.take_typed()
         with anyio.CancelScope(shield=True):
             await self.sink.drain()
 
     async def _ask_approval(self, request: str | EditRequest | McpCallRequest) -> ToolApproval | None:
         """The approver of run_shell (a command), the edit tools (an EditRequest) and MCP tools (an
         McpCallRequest: server, tool, the whole arguments JSON): inline, (y / n / a)."""
-        from dsh.agent_loop.tools.registry import McpCallRequest  # loaded with the tools already
-
         view = self._view
         if view is None or not view.is_running:
             return None
         await self.sink.settle()  # every line before the question is on the screen above it
-        self._answer, self._answered = None, anyio.Event()
-        size = self._output.get_size()
-        if isinstance(request, str):
-            self._approval = approval_question(request, rows=size.rows, cols=size.columns)
-        elif isinstance(request, McpCallRequest):
-            self._approval = mcp_approval(request.server, request.tool, request.arguments, rows=size.rows,
-                                          cols=size.columns)
-        else:
-            self._approval = diff_approval(request.diff, request.subject, tool=request.tool, rows=size.rows,
-                                           cols=size.columns, color=self.shell.renderer.color,
-                                           hidden=request.hidden, always=request.may_always)
-        self._viewed = False
-        self._question = self._approval.question
-        view.invalidate()
-        try:
-            await self._answered.wait()
-        finally:
-            question, self._question = self._question, None
-            answered, self._answered = self._answer, None
-            self._approval = None
+        question, answered = await self._turn.ask(self._approval_for(request), view.invalidate)
         self.sink.write(self.shell.renderer.line(question + approval_answer(answered)))
         return _ANSWERS.get(answered or "")
 
+    def _approval_for(self, request: str | EditRequest | McpCallRequest) -> Approval:
+        """The question ``request`` asks, sized to the terminal (repl/approvals.py)."""
+        size = self._output.get_size()
+        return question_for(request, rows=size.rows, cols=size.columns, color=self.shell.renderer.color)
+
 
 def _import_agent_modules() -> None:
+    """What the first prompt does without, imported in a worker thread once it is drawn (``_build_agent``)."""
     import anyio._backends._asyncio  # noqa: F401  (anyio's backend, loaded by the agent's first use)
 
     import dsh.agent_loop.build  # noqa: F401  (the agent, its tools, the session log, the client)
@@ -715,5 +555,5 @@ async def run_interactive(options: LaunchOptions, config: Config, env: dict[str,
                                  defer_agent=True, session_id=early.session_id if early is not None else None)
         if options.resume is not None:
             shell.report_resumed()
-        return await app.run(shell, banner=banner(shell, options), first_prompt=early)
+        return await app.run(shell, banner=shell.endpoint.label.banner(shell.session), first_prompt=early)
     return 1  # pragma: no cover - the exit stack does not swallow

@@ -10,9 +10,14 @@ import json
 import re
 from collections.abc import Sequence
 from dataclasses import dataclass
+from typing import TYPE_CHECKING
 
 from dsh.repl.sanitize import one_line, sanitize
 from dsh.repl.styles import Styled
+
+if TYPE_CHECKING:
+    from dsh.agent_loop.tools.edit_plan import EditRequest
+    from dsh.agent_loop.tools.registry import McpCallRequest
 
 __all__ = [
     "APPROVAL_MAX_CHARS",
@@ -22,6 +27,7 @@ __all__ = [
     "diff_approval",
     "mcp_approval",
     "mcp_arguments",
+    "question_for",
     "shown_command",
     "shown_diff",
 ]
@@ -86,12 +92,23 @@ def _fits(shown: Sequence[str], text: str, rows: int, cols: int) -> bool:
 _INDENT = "      "
 
 
-def approval_question(command: str, *, rows: int = 24, cols: int = 80, tool: str = "run_shell") -> Approval:
+def question_for(request: str | EditRequest | McpCallRequest, *, rows: int, cols: int, color: bool) -> Approval:
+    """The question an approval ``request`` of the tools asks, sized to a ``rows`` x ``cols`` terminal."""
+    from dsh.agent_loop.tools.registry import McpCallRequest, SandboxedCommand  # the tools: loaded before any ask
+
+    if isinstance(request, str):
+        return approval_question(request, rows=rows, cols=cols, sandboxed=isinstance(request, SandboxedCommand))
+    if isinstance(request, McpCallRequest):
+        return mcp_approval(request.server, request.tool, request.arguments, rows=rows, cols=cols)
+    return diff_approval(request.diff, request.subject, tool=request.tool, rows=rows, cols=cols, color=color,
+                         hidden=request.hidden, always=request.may_always)
+
+
+def approval_question(command: str, *, rows: int = 24, cols: int = 80, tool: str = "run_shell",
+                      sandboxed: bool = False) -> Approval:
     """The question for a command; one that does not fit the screen is shown by ``v`` before ``y`` counts. A
     command that will run in the sandbox says so (docs/safety.md)."""
-    from dsh.agent_loop.tools.registry import SandboxedCommand  # loaded with the tools, before any approval
-
-    where = " (sandboxed)" if isinstance(command, SandboxedCommand) else ""
+    where = " (sandboxed)" if sandboxed else ""
     head = f"  [approve] {tool}{where}: "
     shown = shown_command(command.strip("\n") if command.strip() else command)
     if _fits(shown, command, rows, cols):

@@ -32,7 +32,7 @@ from dsh.repl.turn_end import fix_line, turn_end_line
 from dsh.repl.why import why_lines
 
 if TYPE_CHECKING:
-    from dsh.repl.doctor import Step
+    from dsh.repl.doctor_report import Step
     from dsh.repl.host import Host
 
 __all__ = ["NO_FAILURE", "default_name", "failed_turn", "write_capsule"]
@@ -59,10 +59,9 @@ def failed_turn(shell: Host) -> EndReason | None:
 
 
 def _sources(shell: Host) -> dict[str, str]:
-    """Where each setting came from, in the words fix lines use (the demo's own endpoint in the demo)."""
-    if shell.demo is not None:
-        return {**shell.config.sources, "base_url": "the demo scenario", "proxy": "the demo scenario"}
-    return dict(shell.config.sources)
+    """Where each setting came from, in the words fix lines use (the endpoint's own words over the config's: the
+    demo's scenario picks the endpoint and the proxy)."""
+    return {**shell.config.sources, **shell.endpoint.sources}
 
 
 def _table_keys(table: object) -> list[str] | str:
@@ -121,11 +120,8 @@ async def _doctor(shell: Host, on_step: Callable[[Step], None] | None) -> dict[s
     """``dsh doctor``'s steps, run again now, bounded by its own timeouts (repl/doctor.py)."""
     from dsh.repl.doctor import run_doctor  # the endpoint checks: loaded when asked for
 
-    config = shell.config
-    if shell.demo is not None:  # the demo's own endpoint: no key, no proxy
-        config = dataclasses.replace(config, base_url=shell.demo.server.url, api_key=None, proxy=None)
-    config = dataclasses.replace(config, model=shell.session.model)
-    report = await run_doctor(config, shell.env, on_step, demo=shell.demo is not None)
+    config = dataclasses.replace(shell.endpoint.probed(shell.config), model=shell.session.model)
+    report = await run_doctor(config, shell.env, on_step, endpoint=shell.endpoint)
     return report.to_dict()
 
 

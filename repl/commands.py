@@ -80,11 +80,12 @@ def help_text(demo: bool) -> str:
 async def dispatch(shell: Host, text: str) -> EndReason | None:
     name, _, arg = text[1:].partition(" ")
     command = COMMANDS.get(name.lower())
-    if command is None or (command.demo_only and shell.demo is None):
+    scenarios = shell.endpoint.controls is not None
+    if command is None or (command.demo_only and not scenarios):
         if command is not None:
             shell.say(f"/{name} works in demo mode only (dsh --demo)")
         else:
-            shell.say(_unknown(name, shell.demo is not None))
+            shell.say(_unknown(name, scenarios))
         return None  # the input line starts empty; ↑ brings the typed line back from the history
     try:
         return await command.run(shell, arg.strip())
@@ -107,7 +108,7 @@ def _unknown(name: str, demo: bool) -> str:
 
 @_command("help", "", "show commands and keys")
 async def _help(shell: Host, arg: str) -> None:
-    shell.say(help_text(shell.demo is not None))
+    shell.say(help_text(shell.endpoint.controls is not None))
 
 
 @_command("exit", "", "leave dsh (exit status 0)")
@@ -217,7 +218,7 @@ async def _why(shell: Host, arg: str) -> None:
 
 @_command("report", "[FILE]", "write the last failed turn to one masked file to share or replay (docs/reporting.md)")
 async def _report(shell: Host, arg: str) -> None:
-    from dsh.repl.capsule import NO_FAILURE, failed_turn, write_capsule  # only when asked
+    from dsh.repl.capsule import NO_FAILURE, failed_turn, write_capsule  # only when asked: not before the prompt
 
     if failed_turn(shell) is None:
         shell.say(NO_FAILURE)
@@ -349,12 +350,9 @@ async def _jobs(shell: Host, arg: str) -> None:
 async def _doctor(shell: Host, arg: str) -> None:
     from dsh.repl.doctor import run_doctor  # the endpoint checks: loaded when asked for
 
-    config = shell.config
-    if shell.demo is not None:  # the demo's own endpoint: no key, no proxy
-        config = dataclasses.replace(config, base_url=shell.demo.server.url, api_key=None, proxy=None)
-    config = dataclasses.replace(config, model=shell.session.model)
+    config = dataclasses.replace(shell.endpoint.probed(shell.config), model=shell.session.model)
     report = await run_doctor(config, shell.env, lambda step: shell.say("\n".join(step.lines())),
-                              demo=shell.demo is not None)
+                              endpoint=shell.endpoint)
     shell.say(report.lines()[-1])
 
 
@@ -412,15 +410,15 @@ async def _kill(shell: Host, arg: str) -> None:
 
 @_command("scenario", "[name]", "list demo scenarios, or pick one", demo_only=True)
 async def _scenario(shell: Host, arg: str) -> None:
-    demo = shell.demo
-    assert demo is not None
+    controls = shell.endpoint.controls
+    assert controls is not None  # the command is demo_only: dispatch checked
     if not arg:
-        shell.say(demo.listing())
+        shell.say(controls.listing())
         return
     try:
-        scenario = demo.select(arg)
+        name, summary = controls.select(arg)
     except KeyError:
-        nearest = _nearest(arg, [name for name, _ in demo.scenarios()])
+        nearest = _nearest(arg, [name for name, _ in controls.scenarios()])
         shell.say(f"no scenario {arg[:40]!r}{nearest} (/scenario lists them)")
         return
-    shell.say(f"scenario {scenario.name}: {scenario.summary}")
+    shell.say(f"scenario {name}: {summary}")

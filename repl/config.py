@@ -476,6 +476,4 @@ def _header_variables(servers: Mapping[str, McpServerConfig] | None, env: Mappin
     bearer token from ``$MY_HEADER`` is masked in dsh.log from the start, like every other secret."""
     if not servers:
         return ()
-    from dsh.agent_loop.mcp.config import expand_headers  # only with servers configured; loads no manager, no SDK
-
-    return tuple(value for server in servers.values() for value in expand_headers(server.headers, env)[1])
+    return tuple(value for server in servers.values() for value in server.header_secrets(env))

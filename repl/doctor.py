@@ -10,7 +10,8 @@ client is built as the shell builds it: the same proxy choice, the same trust st
 
 Everything shown is redacted (the key, URL and proxy credentials) and goes through the terminal
 sanitizer at the sink. Checks are small functions of a :class:`Doctor`, whose clock and resolver can be
-replaced (tests never query an outside resolver).
+replaced (tests never query an outside resolver). This module walks the request path; the steps after it
+(environment, sandbox, MCP servers) are repl/doctor_environment.py, the report's shape repl/doctor_report.py.
 """
 
 from __future__ import annotations
@@ -20,16 +21,9 @@ import contextlib
 import dataclasses
 import ipaddress
 import json
-import os
-import platform
-import shutil
 import socket
-import stat
-import subprocess
 import sys
 from collections.abc import Awaitable, Callable, Mapping
-from dataclasses import dataclass, field
-from importlib import metadata
 from pathlib import Path
 from typing import Any
 from urllib.parse import urlsplit
@@ -39,97 +33,28 @@ import httpx  # noqa: F401 - loaded before the HTTP step, so that its time is th
 
 from dsh.agent_loop.reasons import Failed, failure_from_exception
 from dsh.agent_loop.session_config import client_settings
-from dsh.agent_loop.subagent import ParentContext, build_provider
-from dsh.agent_loop.subagent.acp import AcpInitializeRun
-from dsh.agent_loop.subagent.result import SubagentRequest
-from dsh.llm import ErrorCode, LlmError, Redactor, error_chain, redact_text, redact_url
+from dsh.llm import ErrorCode, LlmError, redact_text, redact_url
 from dsh.llm.deepseek import StreamTrace, open_client
 from dsh.llm.endpoint import endpoint_for_url
 from dsh.llm.events import ChatRequest, Finish, KeepAlive, Message, ReasoningDelta, TextDelta
 from dsh.llm.network import FailureDetail, environment_proxy, no_proxy, ssl_context
 from dsh.llm.probe import all_attempts_failed, connect_failure_word, open_tls, shown_host, unverified_certificate
-from dsh.repl import __version__
-from dsh.repl.config import Config, ConfigError, load_config, state_dir
-from dsh.repl.sanitize import one_line
+from dsh.repl.config import Config, ConfigError, load_config
+from dsh.repl.doctor_environment import EnvironmentChecks
+from dsh.repl.doctor_report import FAIL, PASS, SKIP, STEPS, Report, Step, config_failure, milliseconds
+from dsh.repl.endpoint import Endpoint, configured_endpoint, open_endpoint
+from dsh.repl.options import LaunchOptions
 from dsh.repl.styles import terminal_text
 from dsh.repl.turn_end import fix_line
 
-__all__ = ["FAIL", "MARKS", "PASS", "SKIP", "Doctor", "Report", "Step", "run_doctor"]
+__all__ = ["Doctor", "main", "run_doctor"]
 
-PASS, FAIL, SKIP = "pass", "fail", "skip"
-MARKS = {PASS: "✓", FAIL: "✗", SKIP: "–"}
-STEPS = ("configuration", "proxy", "DNS", "TCP", "TLS", "HTTP", "balance", "stream", "environment")
 STREAM_TIMEOUT_CAP = 30.0  # the doctor waits at most this long for a first token (a turn waits first_token_timeout)
-SUBAGENT_TIMEOUT = 20.0  # per subagent check
-_MAX_AUTH_METHODS = 5  # an ACP agent's advertised auth methods shown, at most
 PROMPT = "Reply with the single word OK."
 FIX_MISSING_KEY = "  fix: set DEEPSEEK_API_KEY (or api_key in config.toml)"
 FIX_MODEL = "  fix: this endpoint does not list the model {model} — check {source}"
-FIX_STATE_DIR = "  fix: dsh cannot write its state directory — check the permissions of {path}"
-
-_PRODUCT_BINARIES = {"claude-code": "claude", "codex": "codex"}  # what the product providers run
 
 Resolver = Callable[[str, int], Awaitable[list[tuple[Any, ...]]]]
-
-
-@dataclass
-class Step:
-    """One checked step: its mark, its line, the fix under a failure, and its facts for ``--json``."""
-
-    name: str
-    status: str
-    text: str
-    fix: str | None = None
-    facts: dict[str, Any] = field(default_factory=dict)
-    details: list[str] = field(default_factory=list)  # sub-lines (the environment's subagents)
-
-    def lines(self) -> list[str]:
-        out = [f"{MARKS[self.status]} {self.name}: {one_line(self.text)}"]  # a relayed message may hold blank lines
-        out += [f"    {line}" for line in self.details]
-        if self.fix:
-            out.append(self.fix)
-        return out
-
-    def to_dict(self) -> dict[str, Any]:
-        data: dict[str, Any] = {"step": self.name, "status": self.status, "text": self.text}
-        if self.fix:
-            data["fix"] = self.fix.strip()
-        if self.details:
-            data["details"] = list(self.details)
-        if self.facts:
-            data["facts"] = self.facts
-        return data
-
-
-@dataclass
-class Report:
-    steps: list[Step]
-
-    @property
-    def ok(self) -> bool:
-        return all(step.status != FAIL for step in self.steps)
-
-    @property
-    def failed(self) -> Step | None:
-        return next((step for step in self.steps if step.status == FAIL), None)
-
-    def lines(self) -> list[str]:
-        out = [line for step in self.steps for line in step.lines()]
-        failed = self.failed
-        if failed is None:
-            out.append("doctor: every step passed")
-        else:
-            out.append(f"doctor: failed at {failed.name}")
-        return out
-
-    def to_dict(self) -> dict[str, Any]:
-        failed = self.failed
-        return {"ok": self.ok, "failed_step": failed.name if failed else None,
-                "steps": [step.to_dict() for step in self.steps]}
-
-
-def _ms(seconds: float) -> str:
-    return f"{max(seconds, 0.0) * 1000:.1f} ms"
 
 
 async def _getaddrinfo(host: str, port: int) -> list[tuple[Any, ...]]:
@@ -198,7 +123,7 @@ class Doctor:
         *,
         resolver: Resolver | None = None,
         clock: Callable[[], float] | None = None,
-        demo: bool = False,
+        endpoint: Endpoint | None = None,
         connect_timeout: float = 10.0,
         stdout: Any = None,
     ) -> None:
@@ -206,7 +131,7 @@ class Doctor:
         self.env = dict(env)
         self.resolver = resolver or _getaddrinfo
         self._clock = clock
-        self.demo = demo
+        self.endpoint = endpoint if endpoint is not None else configured_endpoint(config)  # dsh.repl.endpoint
         self.connect_timeout = connect_timeout
         self.stdout = stdout if stdout is not None else sys.stdout
         self.secrets = config.secrets
@@ -214,6 +139,7 @@ class Doctor:
         self.addresses: list[tuple[str, int]] = []
         self.reachable: tuple[str, int] | None = None  # the first address TCP connected to
         self.models_listed = False  # GET /models answered 200: the endpoint accepted the key
+        self._after_path = EnvironmentChecks(config, self.env, stdout=self.stdout, clock=self.now)
 
     def now(self) -> float:
         if self._clock is not None:
@@ -234,9 +160,7 @@ class Doctor:
         return self.client
 
     def _sources(self) -> dict[str, str]:
-        if self.demo:
-            return {"base_url": "the demo scenario", "proxy": "the demo scenario"}
-        return dict(self.config.sources)
+        return dict(self.endpoint.sources)
 
     def _failed(self, name: str, exc: BaseException, facts: dict[str, Any] | None = None) -> Step:
         """A failure rendered as a turn renders it: the cause chain (redacted) and the same fix line."""
@@ -268,14 +192,15 @@ class Doctor:
             "model": {"value": config.model, "source": source("model")},
             "config_file": str(config.config_path) if config.config_path else None,
         }
-        for key in ("max_tokens", "thinking", "reasoning_effort", "max_retries"):
-            value = getattr(config, key)
+        optional = {"max_tokens": config.max_tokens, "thinking": config.thinking,
+                    "reasoning_effort": config.reasoning_effort, "max_retries": config.max_retries}
+        for key, value in optional.items():
             if value is not None:
                 parts.append(f"{key} {value} ({source(key)})")
                 facts[key] = {"value": value, "source": source(key)}
         api_key = config.api_key
-        if self.demo:
-            parts.append("key not needed (demo)")
+        if self.endpoint.probe is not None:  # an endpoint of dsh's own that needs no key (the demo's)
+            parts.append(self.endpoint.probe.key_note)
             return Step("configuration", PASS, "; ".join(parts), facts=facts)
         if not api_key:
             facts["api_key"] = {"present": False}
@@ -331,7 +256,7 @@ class Doctor:
         self.addresses = [(address, port) for address in aaaa + a]
         facts.update(a=a, aaaa=aaaa, ms=round(took * 1000, 1))
         label = f"{host} ({what})" if what == "proxy" else host
-        text = f"{label}: A {', '.join(a) or 'none'}; AAAA {', '.join(aaaa) or 'none'} in {_ms(took)}"
+        text = f"{label}: A {', '.join(a) or 'none'}; AAAA {', '.join(aaaa) or 'none'} in {milliseconds(took)}"
         return Step("DNS", PASS, text, facts=facts)
 
     async def tcp(self) -> Step:
@@ -348,14 +273,14 @@ class Doctor:
                 took = self.now() - started
                 errors.append(exc)
                 why = connect_failure_word(exc)
-                results.append(f"{shown_host(address, port)} {why} after {_ms(took)}")
+                results.append(f"{shown_host(address, port)} {why} after {milliseconds(took)}")
                 facts.append({"address": address, "port": port, "connected": False, "ms": round(took * 1000, 1)})
                 continue
             took = self.now() - started
             await stream.aclose()
             connected = True
             self.reachable = self.reachable or (address, port)
-            results.append(f"{shown_host(address, port)} connected in {_ms(took)}")
+            results.append(f"{shown_host(address, port)} connected in {milliseconds(took)}")
             facts.append({"address": address, "port": port, "connected": True, "ms": round(took * 1000, 1)})
         if connected:
             return Step("TCP", PASS, "; ".join(results), facts={"connects": facts})
@@ -407,7 +332,7 @@ class Doctor:
             return self._failed(name, exc)
         took = self.now() - started
         if status == 404:
-            return Step(name, SKIP, f"GET {path} answered 404 in {_ms(took)}: {absent}")
+            return Step(name, SKIP, f"GET {path} answered 404 in {milliseconds(took)}: {absent}")
         return judge(status, body, took)
 
     async def http(self) -> Step:
@@ -422,9 +347,10 @@ class Doctor:
         self.models_listed = status == 200
         model = self.config.model
         if model in names:
-            return Step("HTTP", PASS, f"GET /models 200 in {_ms(took)}; {model} is listed ({shown})", facts=facts)
+            return Step("HTTP", PASS, f"GET /models 200 in {milliseconds(took)}; {model} is listed ({shown})",
+                        facts=facts)
         source = _with_line(self._sources().get("model", "model (--model, DSH_MODEL or config.toml)"))
-        return Step("HTTP", FAIL, f"GET /models 200 in {_ms(took)}; {model} is not listed ({shown})",
+        return Step("HTTP", FAIL, f"GET /models 200 in {milliseconds(took)}; {model} is not listed ({shown})",
                     FIX_MODEL.format(model=model, source=source), facts)
 
     async def balance(self) -> Step:
@@ -439,14 +365,14 @@ class Doctor:
         shown = ", ".join(redact_text(amount, self.secrets)[:40] for amount in amounts[:4]) or "no amount given"
         facts = {"status": status, "ms": round(took * 1000, 1), "is_available": available, "balances": amounts[:4]}
         if available is True:
-            return Step("balance", PASS, f"available: {shown} (in {_ms(took)})", facts=facts)
+            return Step("balance", PASS, f"available: {shown} (in {milliseconds(took)})", facts=facts)
         if available is False:
             # The fix a turn's QUOTA gets from this endpoint: DeepSeek's top-up page only for DeepSeek.
             client = self._client()
             quota = Failed(ErrorCode.QUOTA, endpoint=client.base_url_display, endpoint_name=client.endpoint.name)
-            return Step("balance", FAIL, f"[{ErrorCode.QUOTA}] not available: {shown} (in {_ms(took)})",
+            return Step("balance", FAIL, f"[{ErrorCode.QUOTA}] not available: {shown} (in {milliseconds(took)})",
                         fix_line(quota, self._sources()), facts)
-        return Step("balance", SKIP, f"GET /user/balance answered without is_available (in {_ms(took)})",
+        return Step("balance", SKIP, f"GET /user/balance answered without is_available (in {milliseconds(took)})",
                     facts=facts)
 
     async def stream(self) -> Step:
@@ -477,11 +403,11 @@ class Doctor:
                  "first_token_ms": round((first - started) * 1000, 1) if first is not None else None,
                  "total_ms": round((ended - started) * 1000, 1), "keep_alives": keep_alives,
                  "done": trace.done, "finish_reason": finish}
-        parts = [f"headers in {_ms(headers or 0.0)}"]
-        parts.append(f"first token in {_ms(first - started)}" if first is not None else "no token")
+        parts = [f"headers in {milliseconds(headers or 0.0)}"]
+        parts.append(f"first token in {milliseconds(first - started)}" if first is not None else "no token")
         parts.append(f"{keep_alives} keep-alive{'s' if keep_alives != 1 else ''}")
         parts.append("[DONE]" if trace.done else f"no [DONE] (finish reason {finish})")
-        return Step("stream", PASS, "; ".join(parts) + f"; {_ms(ended - started)} in all", facts=facts)
+        return Step("stream", PASS, "; ".join(parts) + f"; {milliseconds(ended - started)} in all", facts=facts)
 
     def _upstream_refused(self, exc: LlmError) -> str:
         """A gateway's upstream refused the gateway's own credential or account: whether the gateway took the
@@ -493,204 +419,16 @@ class Doctor:
             return f"{gateway} accepted your key (GET /models 200), but its upstream refused {owner} own {what}"
         return f"the upstream of {gateway} refused {owner} own {what}"
 
+    # -- after the request path (repl/doctor_environment.py) ------------------------------------------------
+
     async def environment(self) -> Step:
-        def version(name: str) -> str:
-            try:
-                return metadata.version(name)
-            except metadata.PackageNotFoundError:
-                return "not installed"
-
-        facts: dict[str, Any] = {"dsh": __version__, "python": platform.python_version(),
-                                 "httpx": version("httpx"), "prompt_toolkit": version("prompt_toolkit")}
-        parts = [f"dsh {facts['dsh']}, Python {facts['python']}, httpx {facts['httpx']}, "
-                 f"prompt_toolkit {facts['prompt_toolkit']}"]
-        parts.append(self._terminal(facts))
-        state_text, state_ok = self._state_dir(facts)
-        parts.append(state_text)
-        details, subagents_ok = await self._subagents(facts)
-        parts.append(f"{len(details)} subagent{'s' if len(details) != 1 else ''} configured" if details
-                     else "no subagents configured")
-        status = PASS if state_ok and subagents_ok else FAIL
-        fix = None if state_ok else FIX_STATE_DIR.format(path=state_dir(self.env))
-        return Step("environment", status, "; ".join(parts), fix, facts, details)
-
-    def _terminal(self, facts: dict[str, Any]) -> str:
-        term = self.env.get("TERM", "")
-        try:
-            tty = self.stdout.isatty()
-        except (AttributeError, ValueError):
-            tty = False
-        colour = tty and not self.env.get("NO_COLOR") and term != "dumb"
-        facts["terminal"] = {"term": term or None, "tty": tty, "colour": colour}
-        if not tty:
-            return f"TERM={term or '(unset)'}, stdout is not a terminal, no colour"
-        try:
-            size = os.get_terminal_size(self.stdout.fileno())
-            shown = f"{size.columns}x{size.lines}"
-            facts["terminal"]["size"] = [size.columns, size.lines]
-        except (OSError, ValueError):
-            shown = "size unknown"
-        why = "" if colour else (" (NO_COLOR)" if self.env.get("NO_COLOR") else f" (TERM={term})")
-        return f"TERM={term or '(unset)'}, {shown}, {'colour' if colour else 'no colour' + why}"
-
-    def _state_dir(self, facts: dict[str, Any]) -> tuple[str, bool]:
-        directory = state_dir(self.env)
-        try:
-            info = directory.stat()
-        except FileNotFoundError:
-            facts["state_dir"] = {"path": str(directory), "exists": False}
-            return f"state {directory} (not created yet)", True
-        except OSError:
-            facts["state_dir"] = {"path": str(directory), "exists": None}
-            return f"state {directory} cannot be read", False
-        mode = stat.filemode(info.st_mode)
-        writable = stat.S_ISDIR(info.st_mode) and os.access(directory, os.W_OK | os.X_OK)
-        facts["state_dir"] = {"path": str(directory), "exists": True, "mode": mode, "writable": writable}
-        if not writable:
-            return f"state {directory} ({mode}) is not writable", False
-        note = "; readable by others: chmod 700 it" if info.st_mode & 0o077 else ""
-        return f"state {directory} ({mode}{note})", True
-
-    async def _subagents(self, facts: dict[str, Any]) -> tuple[list[str], bool]:
-        lines: list[str] = []
-        ok = True
-        checked: list[dict[str, Any]] = []
-        for name, table in self.config.subagents.items():
-            passed, line = await self._subagent(name, table)
-            ok = ok and passed
-            lines.append(f"{MARKS[PASS if passed else FAIL]} {line}")
-            checked.append({"name": name, "ok": passed, "text": line})
-        facts["subagents"] = checked
-        return lines, ok
-
-    async def _subagent(self, name: str, table: Mapping[str, Any]) -> tuple[bool, str]:
-        """``(passed, line)`` for one ``[subagents.NAME]``: its command found, and for ACP, ``initialize`` and
-        ``session/new`` (no prompt)."""
-        kind = table.get("provider")
-        try:
-            provider = build_provider(name, table, ParentContext(self.config.model, self.config.base_url,
-                                                                 self.config.api_key, os.getcwd()))
-        except Exception as exc:  # SubagentConfigError names the table and key only
-            return False, f"{name} ({kind!s:.40}): {redact_text(str(exc), self.secrets)}"
-        label = f"{name} ({kind})"
-        if provider.problem is not None:  # the same: the table and the key, never a value
-            return False, f"{label}: {redact_text(provider.problem, self.secrets)}"
-        if provider.hint:
-            return False, f"{label}: {provider.hint}"
-        settings = provider.settings
-        command = tuple(getattr(settings, "command", None) or ())
-        cli_path = getattr(settings, "cli_path", None)
-        if not command and cli_path:
-            command = (cli_path,)
-        product = _PRODUCT_BINARIES.get(str(kind))
-        if not command and product is not None and shutil.which(product):
-            command = (product,)
-        if not command:
-            return True, f"{label}: configured (its bundled binary is used)"
-        program = command[0]
-        found = shutil.which(program)
-        if found is None:
-            return False, f"{label}: command not found: {redact_text(program, self.secrets)[:120]}"
-        if product is not None:
-            return await self._product_starts(label, (found, *command[1:]))
-        if kind != "acp":
-            return True, f"{label}: command found ({found})"
-        probe = dataclasses.replace(provider, run_type=AcpInitializeRun)
-        run = probe.run(SubagentRequest(description="dsh doctor", prompt="", cwd=os.getcwd()))
-        assert isinstance(run, AcpInitializeRun)
-        result = None
-        async with run:
-            with anyio.move_on_after(SUBAGENT_TIMEOUT):
-                result = await run.result()
-        if result is None:
-            return False, f"{label}: Subagent failure (provider: {name}; stage: initialize; category: timeout)"
-        if result.stop_reason != "completed":
-            line = f"{label}: {result.diagnostic or 'Subagent failure (provider: ' + name + ')'}"
-            return False, line + (self._auth_methods(run) if run.auth_required else "")
-        agent_name, agent_version = run.agent_info or ("", "")
-        shown = " ".join(part for part in (agent_name[:60], agent_version[:30]) if part) or "no name given"
-        return True, (f"{label}: command found ({found}); initialize answered: {redact_text(shown, self.secrets)}; "
-                      "session/new answered")
-
-    def _auth_methods(self, run: AcpInitializeRun) -> str:
-        """What an agent that wants authentication offers: its methods' ids and names (child text, clipped
-        and masked here; the output's sanitizer makes it inert)."""
-        methods = [f"{method_id[:40]} ({method_name[:60]})" if method_name else method_id[:40]
-                   for method_id, method_name in run.auth_methods[:_MAX_AUTH_METHODS]]
-        if len(run.auth_methods) > _MAX_AUTH_METHODS:
-            methods.append(f"{len(run.auth_methods) - _MAX_AUTH_METHODS} more")
-        offered = ", ".join(methods) if methods else "none advertised"
-        return f"; authentication required, the agent's auth methods: {redact_text(offered, self.secrets)}"
-
-    async def _product_starts(self, label: str, argv: tuple[str, ...]) -> tuple[bool, str]:
-        """Whether a product's binary starts: ``--version`` exits 0. Only the exit status is shown."""
-        env: dict[str, str] = {name: self.env[name] for name in ("PATH", "HOME", "LANG") if name in self.env}
-        outcome: Any = None
-        with anyio.move_on_after(SUBAGENT_TIMEOUT):
-            try:
-                outcome = await anyio.run_process([*argv, "--version"], check=False, env=env, stdin=subprocess.DEVNULL,
-                                                  stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
-            except OSError:
-                return False, f"{label}: {argv[0]} --version did not start"
-        if outcome is None:
-            return False, f"{label}: {argv[0]} --version did not exit within {SUBAGENT_TIMEOUT:g}s"
-        if outcome.returncode != 0:
-            return False, f"{label}: {argv[0]} --version exited {outcome.returncode}"
-        return True, f"{label}: {argv[0]} starts (--version exited 0)"
-
-    # -- MCP servers ----------------------------------------------------------------------------------
+        return await self._after_path.environment()
 
     async def sandbox(self) -> Step:
-        """``sandbox = "bwrap"``: one command run the way run_shell runs each (docs/safety.md)."""
-        from dsh.agent_loop.sandbox import sandbox_check  # only with a sandbox configured
-
-        started = self.now()
-        problem = await anyio.to_thread.run_sync(sandbox_check, self.env)
-        took = self.now() - started
-        network = "network on (sandbox_network)" if self.config.sandbox_network else "no network"
-        facts: dict[str, Any] = {"sandbox": self.config.sandbox, "network": self.config.sandbox_network,
-                                 "ms": round(took * 1000, 1)}
-        if problem is not None:
-            return Step("sandbox", FAIL, f'sandbox = "bwrap" but {problem.what}', f"  fix: {problem.fix}", facts)
-        return Step("sandbox", PASS, f"bwrap ran a test command in a sandbox in {_ms(took)}; {network}", facts=facts)
+        return await self._after_path.sandbox()
 
     async def mcp_servers(self) -> list[Step]:
-        """One step per ``[mcp_servers.NAME]`` (docs/mcp.md): start it, ``initialize``, list its tools, stop it.
-        A failure is the server's closed line (docs/contracts.md); its own words stay host-side (dsh.log)."""
-        if not self.config.mcp_servers:
-            return []
-        from dsh.agent_loop.mcp import McpManager  # only with servers configured (read at load: repl/config.py)
-
-        holder: list[McpManager] = []
-
-        def mask(text: str) -> str:
-            return Redactor((*self.secrets, *(holder[0].secrets() if holder else ())))(text)
-
-        manager = McpManager(self.config.mcp_servers, environ=self.env, mask=mask, notice=lambda text: None)
-        holder.append(manager)
-        async with manager:
-            await manager.wait_ready()
-            if any(row.state == "starting" for row in manager.status()):
-                await manager.wait_ready()  # a server's own startup_timeout ends it: give that a moment to land
-            rows = manager.status()
-        return [self._mcp_step(row, manager) for row in rows]
-
-    @staticmethod
-    def _mcp_step(row: Any, manager: Any) -> Step:
-        name = f"MCP server {row.name}"
-        facts: dict[str, Any] = {"server": row.name, "state": row.state}
-        if row.state == "ready":
-            facts["tools"] = row.tools
-            tools = f"{row.tools} tool{'s' if row.tools != 1 else ''}"
-            return Step(name, PASS, f"started, initialize answered, {tools} listed", facts=facts)
-        if row.state == "disabled":
-            return Step(name, SKIP, "disabled (enabled = false)", facts=facts)
-        if row.state == "failed" and row.line:
-            facts["line"] = row.line
-            return Step(name, FAIL, row.line, facts=facts)
-        timeout = manager.configs[row.name].startup_timeout
-        line = f"MCP server failure (server: {row.name}; stage: initialize; category: timeout)"
-        return Step(name, FAIL, f"{line} (not ready within startup_timeout {timeout:g}s)", facts=facts)
+        return await self._after_path.mcp_servers()
 
     # -- the walk -------------------------------------------------------------------------------------
 
@@ -703,8 +441,8 @@ class Doctor:
             if on_step is not None:
                 on_step(step)
 
-        path: list[Callable[[], Any]] = [self.configuration, self.proxy, self.dns, self.tcp, self.tls, self.http,
-                                         self.balance, self.stream]
+        path: list[Callable[[], Step | Awaitable[Step]]] = [
+            self.configuration, self.proxy, self.dns, self.tcp, self.tls, self.http, self.balance, self.stream]
         failed = False
         try:
             for check, name in zip(path, STEPS, strict=False):
@@ -713,7 +451,7 @@ class Doctor:
                     continue
                 try:
                     result = check()
-                    step = await result if hasattr(result, "__await__") else result
+                    step = result if isinstance(result, Step) else await result
                 except Exception as exc:  # a bug of ours: still one line, and the walk stops here
                     step = self._failed(name, exc)
                 add(step)
@@ -736,11 +474,12 @@ async def run_doctor(
     return await Doctor(config, env, **options).run(on_step)
 
 
-def config_failure(exc: BaseException, secrets: tuple[str, ...] = ()) -> Report:
-    """The report when the configuration cannot even be read: that step fails, the path is skipped."""
-    steps = [Step("configuration", FAIL, redact_text(error_chain(exc), secrets))]
-    steps += [Step(name, SKIP, "skipped (an earlier step failed)") for name in STEPS[1:]]
-    return Report(steps)
+async def _check_configured(config: Config, env: Mapping[str, str], show: Callable[[Step], None],
+                            resolver: Resolver | None) -> Report:
+    """``dsh doctor``'s steps against the endpoint the config names (dsh.repl.endpoint)."""
+    async with contextlib.AsyncExitStack() as stack:
+        endpoint = await open_endpoint(stack, LaunchOptions(), config)
+        return await run_doctor(config, env, show, resolver=resolver, endpoint=endpoint)
 
 
 def main(argv: list[str], env: Mapping[str, str], *, resolver: Resolver | None = None) -> int:
@@ -773,7 +512,7 @@ def main(argv: list[str], env: Mapping[str, str], *, resolver: Resolver | None =
         for step in report.steps:
             show(step)
     else:
-        report = anyio.run(lambda: run_doctor(config, env, show, resolver=resolver))
+        report = anyio.run(lambda: _check_configured(config, env, show, resolver))
     if args.json:
         write(json.dumps(report.to_dict(), ensure_ascii=False))
     else:

@@ -45,7 +45,7 @@ def ending_status(signum: int) -> int:
 
 
 def banner_line(version: str, model: str, endpoint: str, session_id: str) -> str:
-    """The interactive REPL's first line for a new session (dsh.repl.start.banner)."""
+    """The interactive REPL's first line for a new session (the configured endpoint's banner: dsh.repl.endpoint)."""
     return f"dsh {version} · {model} · {endpoint} · session {session_id} · /help · Ctrl-D exits"
 
 

@@ -12,7 +12,7 @@ if TYPE_CHECKING:
     from dsh.agent_loop.reasons import EndReason
     from dsh.agent_loop.session import Session
     from dsh.repl.config import Config
-    from dsh.repl.demo.catalogue import Demo
+    from dsh.repl.endpoint import Endpoint
 
 __all__ = ["Host"]
 
@@ -21,7 +21,7 @@ class Host(Protocol):
     """What a command may use of the shell it runs in (:class:`dsh.repl.shell.Shell` is one)."""
 
     config: Config
-    demo: Demo | None
+    endpoint: Endpoint
     session: Session
     exit_code: int | None
 

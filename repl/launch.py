@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import argparse
 import dataclasses
+import importlib.util
 import logging
 import os
 import select
@@ -21,11 +22,12 @@ import sys
 import termios
 from collections.abc import Callable, Coroutine
 from pathlib import Path
-from typing import TYPE_CHECKING, Any, TextIO
+from typing import Any, TextIO
 
 from dsh.llm import ErrorCode, HarnessError, RedactingFilter, error_chain, redact_text, unwrap_group
 from dsh.llm._version import install_line
-from dsh.llm.wire_trace import not_regular
+from dsh.llm.redact import redact_url
+from dsh.llm.wire_trace import not_regular, parse_speed
 from dsh.repl import __version__
 from dsh.repl.config import (
     PERMISSION_MODES,
@@ -36,11 +38,9 @@ from dsh.repl.config import (
     load_config,
     state_dir,
 )
-from dsh.repl.options import LaunchOptions
+from dsh.repl.first_prompt import FirstPrompt, banner_line
+from dsh.repl.options import LaunchOptions, check_endpoint
 from dsh.repl.sanitize import sanitize
-
-if TYPE_CHECKING:
-    from dsh.repl.first_prompt import FirstPrompt
 
 __all__ = ["run"]
 
@@ -83,11 +83,17 @@ def _guarded(args: list[str], command: Callable[[list[str]], int] | None = None)
         _restore_terminal(saved)
 
 
+def _entry(module: str, name: str) -> Any:
+    """``name`` of ``module``, imported now that its subcommand or mode is picked: each loads its own module,
+    which imports what it needs at its top, and none is loaded before (docs/architecture.md, "Start-up and lazy
+    imports"). The caller's annotation gives the entry its type."""
+    return vars(importlib.import_module(module))[name]
+
+
 def _serve(args: list[str]) -> int:
     """``dsh serve --stdio``: the JSON-RPC child runtime (dsh.repl.serve)."""
-    from dsh.repl import serve  # each subcommand loads its own module
-
-    return serve.main(args)
+    serve_main: Callable[[list[str]], int] = _entry("dsh.repl.serve", "main")
+    return serve_main(args)
 
 
 ACP_MISSING_EXTRA = f"dsh acp needs the acp extra: {install_line('acp')}"
@@ -95,42 +101,30 @@ ACP_MISSING_EXTRA = f"dsh acp needs the acp extra: {install_line('acp')}"
 
 def _acp(args: list[str]) -> int:
     """``dsh acp``: dsh as an ACP agent on stdio, for editors (dsh.repl.acp_agent, docs/editors.md)."""
-    import importlib.util  # only to ask whether the extra is installed
-
     if importlib.util.find_spec("acp") is None:
         _stderr(ACP_MISSING_EXTRA)
         return EXIT_USAGE
-    from dsh.repl import acp_agent  # each subcommand loads its own module (and the ACP SDK with it)
-
-    return acp_agent.main(args, dict(os.environ), setup_logging=_setup_logging, stderr=_stderr)
+    acp_main: Callable[..., int] = _entry("dsh.repl.acp_agent", "main")  # and the ACP SDK with it
+    return acp_main(args, dict(os.environ), setup_logging=_setup_logging, stderr=_stderr)
 
 
 def _doctor(args: list[str]) -> int:
     """``dsh doctor``: each step of one request, checked (dsh.repl.doctor, docs/doctor.md)."""
-    from dsh.repl import doctor  # each subcommand loads its own module
-
+    doctor_main: Callable[[list[str], dict[str, str]], int] = _entry("dsh.repl.doctor", "main")
     env = dict(os.environ)
     _setup_logging(env, tuple(s for s in (env.get("DEEPSEEK_API_KEY", "").strip(),) if s))  # not over the report
-    return doctor.main(args, env)
+    return doctor_main(args, env)
 
 
 def _replay_server(args: list[str]) -> int:
     """``dsh replay-server FILE --port P``: serve a recording to any client (docs/record-replay.md)."""
-    from dsh.llm.loopback import replay_server  # each subcommand loads its own module
-
-    return replay_server.main(args, out=_stdout, err=_stderr)
-
-
-def _replay_speed(text: str) -> float:
-    from dsh.llm.loopback.replay_server import parse_speed  # only with --replay-speed
-
-    return parse_speed(text)
+    replay_main: Callable[..., int] = _entry("dsh.llm.loopback.replay_server", "main")
+    return replay_main(args, out=_stdout, err=_stderr)
 
 
 def _sessions(args: list[str]) -> int:
     """``dsh sessions list [--all] | show ID | rm ID`` (dsh.repl.sessions)."""
-    from dsh.repl.sessions import main as sessions_main  # each subcommand loads its own module
-
+    sessions_main: Callable[[list[str]], int] = _entry("dsh.repl.sessions", "main")
     return sessions_main(args)
 
 
@@ -218,7 +212,7 @@ def _parser() -> argparse.ArgumentParser:
     parser.add_argument("--report", metavar="FILE",
                         help="with -p: when the turn does not complete, write a failure capsule (docs/reporting.md)")
     parser.add_argument("--replay", metavar="FILE", help="answer from a --record trace instead of the API")
-    parser.add_argument("--replay-speed", dest="replay_speed", type=_replay_speed, default=1.0, metavar="N",
+    parser.add_argument("--replay-speed", dest="replay_speed", type=parse_speed, default=1.0, metavar="N",
                         help="replay the recorded timing N times faster")
     parser.add_argument("--version", action="version", version=f"dsh {__version__}")
     return parser
@@ -322,10 +316,9 @@ def _main(argv: list[str]) -> int:
 def _run_mode(mode: str, options: LaunchOptions, config: Config, env: dict[str, str],
               env_secrets: tuple[str, ...]) -> int:
     _setup_logging(env, config.secrets)
-    # The session and the loop: imported here, after the first prompt may have been drawn.
-    import asyncio
+    import asyncio  # the loop: imported after the first prompt may have been drawn
 
-    from dsh.agent_loop.session import StartupError
+    from dsh.agent_loop.session import StartupError  # the session's modules: after the first prompt, too
 
     mode_main = _mode_main(mode)
     try:
@@ -343,12 +336,10 @@ def _run_mode(mode: str, options: LaunchOptions, config: Config, env: dict[str, 
 def _first_prompt(options: LaunchOptions, config: Config) -> FirstPrompt | None:
     """The banner and prompt to draw before prompt_toolkit and the agent's modules are imported
     (dsh.repl.first_prompt), when nothing else comes before the prompt: a new session with no subagent tables
-    (their hints), not the demo or a replay (their endpoint starts first)."""
-    if options.demo or options.replay or options.resume is not None or config.subagents:
+    (their hints), not an endpoint of dsh's own (the demo's or a replay's: it starts first)."""
+    if options.own_endpoint or options.resume is not None or config.subagents:
         return None
-    from dsh.agent_loop.session_id import new_session_id
-    from dsh.llm.redact import redact_url
-    from dsh.repl.first_prompt import FirstPrompt, banner_line
+    from dsh.agent_loop.session_id import new_session_id  # only this prompt: secrets and random cost ~6 ms
 
     # The session's own spelling of its endpoint before its client exists (Session.endpoint).
     endpoint = redact_url(config.base_url.rstrip("/"))
@@ -356,26 +347,24 @@ def _first_prompt(options: LaunchOptions, config: Config) -> FirstPrompt | None:
     return FirstPrompt(banner_line(__version__, config.model, endpoint, session_id), session_id)
 
 
+# Each mode's module and entry: imported once the mode is known (the terminal's brings prompt_toolkit).
+_MODES = {
+    "print": ("dsh.repl.print_output", "run_print"),
+    "piped": ("dsh.repl.piped", "run_piped"),
+    "interactive": ("dsh.repl.app", "run_interactive"),
+}
+
+
 def _mode_main(mode: str) -> ModeMain:
     """The mode's entry, its module imported now that the mode is known (each imports what it needs)."""
-    if mode == "print":
-        from dsh.repl.print_output import run_print  # the mode's module, once the mode is known
-
-        return run_print
-    if mode == "piped":
-        from dsh.repl.piped import run_piped  # the mode's module, once the mode is known
-
-        return run_piped
-    from dsh.repl.app import run_interactive  # prompt_toolkit: only a terminal needs it
-
-    return run_interactive
+    mode_main: ModeMain = _entry(*_MODES[mode])
+    return mode_main
 
 
 def _configure(args: argparse.Namespace, env: dict[str, str]) -> tuple[Config, LaunchOptions]:
     """The config of this run from flags, environment and file, and the options the mode reads (with the
     ``-p`` prompt read from stdin and the ``--replay`` recording loaded); ConfigError (exit 2) for what
     cannot work."""
-    demo = args.demo or bool(args.scenario)
     flags = {
         "model": args.model,
         "base_url": args.base_url,
@@ -390,62 +379,23 @@ def _configure(args: argparse.Namespace, env: dict[str, str]) -> tuple[Config, L
     print_prompt = args.print_prompt
     if print_prompt in (_FROM_STDIN, "-"):
         print_prompt = _stdin_prompt(explicit=print_prompt == "-")
+    report = os.path.expanduser(args.report) if args.report else args.report
+    options = LaunchOptions(
+        print_prompt=print_prompt, output_format=args.output_format, report=report, resume=args.resume,
+        demo=args.demo or bool(args.scenario), scenario=args.scenario, allow_mcp=args.allow_mcp, replay=args.replay,
+        replay_speed=args.replay_speed)
     config = load_config(
-        flags, env, require_key=not (demo or args.replay),
+        flags, env, require_key=not options.own_endpoint,
         config_path=Path(args.config) if args.config else None,
     )
-    trace = None
-    if args.replay:
-        if demo:
-            raise ConfigError("--replay and --demo each pick the endpoint; give one of them")
-        trace = _load_trace(args.replay)
-        config = _replay_retries(args.replay, trace.max_retries, config)
-    if demo and args.record:
-        raise ConfigError("--record records a real endpoint or a --replay; the demo's scenarios are scripted")
-    if demo and config.record:  # the config file's: the demo still starts, and says it records nothing
-        config = dataclasses.replace(config, record=None, warnings=(
-            *config.warnings, f"record in {config.config_path} is not used by --demo: its scenarios are scripted"))
+    options, config = check_endpoint(options, config)
     if config.record:
         _check_record_path(config.record)
-    report = os.path.expanduser(args.report) if args.report else args.report
     if report:
         _check_record_path(report, "report")
     if config.sandbox is not None:
         check_sandbox(config)
-    if demo:
-        from dsh.repl.demo.catalogue import SCENARIOS  # only the demo
-
-        if args.scenario and args.scenario not in SCENARIOS:
-            raise ConfigError(f"no demo scenario {args.scenario!r} (known: {', '.join(SCENARIOS)})")
-    return config, LaunchOptions(
-        print_prompt=print_prompt, output_format=args.output_format, report=report, resume=args.resume, demo=demo,
-        scenario=args.scenario, allow_mcp=args.allow_mcp, replay=args.replay, replay_speed=args.replay_speed,
-        trace=trace)
-
-
-def _load_trace(path: str) -> Any:
-    """The recording ``--replay`` serves; ConfigError (one line, no chain beneath) when it cannot be read."""
-    from dsh.llm.loopback.replay_server import ReplayError, load_trace  # only with --replay
-
-    try:
-        return load_trace(path)
-    except ReplayError as exc:
-        message = exc.message
-    raise ConfigError(message)  # outside the handler: one line, no chain beneath
-
-
-def _replay_retries(path: str, recorded: int | None, config: Config) -> Config:
-    """A capsule's run retried ``recorded`` times: so does its replay, up to the retry policy's default (a crafted
-    capsule must not retry for minutes: one warning says so), unless this run sets max_retries itself."""
-    from dsh.llm.loopback.replay_server import MAX_REPLAY_RETRIES  # only with --replay
-
-    if recorded is None or "max_retries" in config.sources:
-        return config
-    retries, warnings = min(recorded, MAX_REPLAY_RETRIES), config.warnings
-    if retries < recorded:
-        warnings = (*warnings, f"replay file {path} recorded max_retries = {recorded}; a replay retries at most "
-                               f"{retries} times")
-    return dataclasses.replace(config, max_retries=retries, warnings=warnings)
+    return config, options
 
 
 def _check_record_path(path: str, what: str = "record") -> None:

@@ -1,17 +1,14 @@
 """Piped mode: each line of stdin is a turn (or a command); end of input waits for the running turn and
 for background jobs' notices, then exits 0. SIGINT/SIGTERM cancel the running turn, else stop reading.
-
-Also the signal watcher ``-p`` shares (:class:`Signals`).
 """
 
 from __future__ import annotations
 
 import contextlib
 import os
-import signal
 import stat
 import sys
-from collections.abc import AsyncGenerator, Callable
+from collections.abc import AsyncGenerator
 
 import anyio
 import anyio.abc
@@ -19,35 +16,10 @@ import anyio.abc
 from dsh.repl.config import Config
 from dsh.repl.frontend import PlainFrontEnd, StreamSink
 from dsh.repl.options import LaunchOptions
-from dsh.repl.shell import Shell
-from dsh.repl.start import color, open_shell
+from dsh.repl.shell import Shell, color, open_shell
+from dsh.repl.signals import Signals
 
-__all__ = ["Signals", "run_piped"]
-
-
-class Signals:
-    """SIGINT/SIGTERM outside the interactive app: cancel the running turn, else ``on_idle``.
-
-    Remembers the last signal, so that the exit status says which one ended dsh (130 or 143).
-    """
-
-    def __init__(self, shell: Shell, on_idle: Callable[[], None]) -> None:
-        self.shell = shell
-        self.on_idle = on_idle
-        self.received: int | None = None
-
-    async def watch(self, *, task_status: anyio.abc.TaskStatus[None] = anyio.TASK_STATUS_IGNORED) -> None:
-        with anyio.open_signal_receiver(signal.SIGINT, signal.SIGTERM) as signals:
-            task_status.started()  # installed before the first turn starts
-            async for signum in signals:
-                self.received = signum
-                if self.shell.session.turn_running:
-                    self.shell.cancel_turn()
-                self.on_idle()
-
-    def exit_status(self, default: int) -> int:
-        """``128 + signal`` once a signal stopped the work, else ``default``."""
-        return 128 + self.received if self.received is not None else default
+__all__ = ["run_piped"]
 
 
 async def run_piped(options: LaunchOptions, config: Config, env: dict[str, str]) -> int:
@@ -94,7 +66,7 @@ async def _read_turns(shell: Shell) -> int:
         stopped = True
         reading.cancel()
 
-    signals = Signals(shell, stop)
+    signals = Signals(shell.session, stop)
     async with anyio.create_task_group() as tasks:
         await tasks.start(signals.watch)
         with anyio.CancelScope() as reading:

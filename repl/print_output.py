@@ -27,12 +27,12 @@ from dsh.agent_loop.events import Event, TurnStart, to_wire
 from dsh.agent_loop.reasons import Aborted, EndReason
 from dsh.agent_loop.session import SessionUpdate
 from dsh.llm import HarnessError, error_chain, redact_text
+from dsh.repl.capsule import failed_turn, write_capsule
 from dsh.repl.config import Config
 from dsh.repl.frontend import PlainFrontEnd, Sink, StreamSink
 from dsh.repl.options import LaunchOptions
-from dsh.repl.piped import Signals
-from dsh.repl.shell import Shell
-from dsh.repl.start import color, open_shell
+from dsh.repl.shell import Shell, color, open_shell
+from dsh.repl.signals import Signals
 
 __all__ = ["PrintFrontEnd", "result_object", "run_print"]
 
@@ -160,7 +160,7 @@ async def run_print(options: LaunchOptions, config: Config, env: dict[str, str])
 
 
 async def _one_turn(shell: Shell, prompt: str, frontend: PrintFrontEnd, report: str | None = None) -> int:
-    signals = Signals(shell, lambda: None)
+    signals = Signals(shell.session, lambda: None)
     started = time.monotonic()
     async with anyio.create_task_group() as tasks:
         await tasks.start(signals.watch)
@@ -177,8 +177,6 @@ async def _one_turn(shell: Shell, prompt: str, frontend: PrintFrontEnd, report: 
 
 async def _report(shell: Shell, path: str, frontend: PrintFrontEnd) -> None:
     """``--report FILE``: the failure capsule, only when the turn did not complete; the exit status stays the turn's."""
-    from dsh.repl.capsule import failed_turn, write_capsule  # only on a failure
-
     if failed_turn(shell) is None:
         return
     try:

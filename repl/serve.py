@@ -52,6 +52,7 @@ from dsh.llm import DEFAULT_BASE_URL, DEFAULT_MODEL, RedactingFilter, __version_
 from dsh.llm.client_settings import ClientSettings
 from dsh.llm.deepseek import open_client
 from dsh.repl.config import Config
+from dsh.repl.endpoint import configured_endpoint
 
 __all__ = ["PROTOCOL_VERSION", "ChildSession", "main", "serve_stdio", "serve_streams"]
 
@@ -122,11 +123,10 @@ class ChildSession:
         api_key = self._env.get("DEEPSEEK_API_KEY") or None
         config = Config(api_key=api_key, base_url=base_url, model=model, max_tokens=max_tokens,
                         auto_compact=auto_compact)
-        client = open_client(ClientSettings(base_url=base_url, api_key=api_key))
-        self.session = Session(
-            config, sessions_root=None, env=self._env, client=client,
-            approve=_allow_all if permission == "allow" else None, label="child", cwd=cwd, project_context=False,
-        )
+        # The parent's endpoint, its proxy from the environment the parent handed down (trust_env).
+        endpoint = configured_endpoint(config, open_client(ClientSettings(base_url=base_url, api_key=api_key)))
+        self.session = endpoint.session(config, self._env, approve=_allow_all if permission == "allow" else None,
+                                        child=True, cwd=cwd)
         self.session.ensure_agent()
         self.session.pump_updates(self._events, _events_only)
         return {

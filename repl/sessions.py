@@ -3,7 +3,7 @@
 Every text here comes from a session log, so it is hostile (prompts, model output): lines are built
 plain and one-lined here and reach the terminal through a sink or :func:`_out`, both of which run the
 one sanitizer (:func:`~dsh.repl.styles.terminal_text`). Listing reads each log's head and tail only
-(:func:`~dsh.agent_loop.session_log.list_sessions`); ``show`` streams the log one record at a time.
+(:func:`~dsh.agent_loop.session_list.list_sessions`); ``show`` streams the log one record at a time.
 """
 
 from __future__ import annotations
@@ -18,15 +18,9 @@ from typing import TYPE_CHECKING, Any
 from dsh.agent_loop.events import AssistantMessage, ReasoningDelta, TextDelta, TurnStart, from_wire
 from dsh.agent_loop.project import project_root
 from dsh.agent_loop.reasons import EndReason
-from dsh.agent_loop.session_log import (
-    SessionInfo,
-    SessionLogError,
-    list_sessions,
-    load_session_file,
-    read_header,
-    remove_session,
-    resolve_session,
-)
+from dsh.agent_loop.session_files import SessionLogError
+from dsh.agent_loop.session_list import SessionInfo, list_sessions, remove_session, resolve_session
+from dsh.agent_loop.session_read import load_session_file, read_header
 from dsh.llm import error_chain, redact_text
 from dsh.repl.config import state_dir
 from dsh.repl.renderer import Renderer

@@ -4,7 +4,8 @@ A :class:`Shell` holds one :class:`~dsh.agent_loop.session.Session` (the agent, 
 failure), the :class:`~dsh.repl.frontend.Display` that renders the session's events to a
 :class:`~dsh.repl.frontend.FrontEnd`, and what only the REPL has: slash commands, the line handed back to
 the next prompt, ``/exit``. The modes differ only in the front end they pass in (docs/architecture.md,
-"Front ends over one session").
+"Front ends over one session"). :func:`open_shell` is what every terminal mode does before its first line: the
+run's endpoint (:mod:`dsh.repl.endpoint`) and a started shell over it, both held open by the mode's exit stack.
 """
 
 from __future__ import annotations
@@ -12,28 +13,26 @@ from __future__ import annotations
 import contextlib
 import os
 from collections.abc import AsyncIterator, Callable, Mapping, Sequence
-from pathlib import Path
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, TextIO
 
 from dsh.agent_loop.reasons import EndReason
 from dsh.agent_loop.session import Session, StartupError
 from dsh.repl import commands
-from dsh.repl.config import Config, config_file_path, state_dir
+from dsh.repl.config import Config
+from dsh.repl.endpoint import Endpoint, configured_endpoint, open_endpoint
 from dsh.repl.frontend import Display, FrontEnd, Sink
+from dsh.repl.options import LaunchOptions
 from dsh.repl.renderer import Renderer
 from dsh.repl.usage import CONTEXT_WARNING_AT, context_warning, usage_line
 
 if TYPE_CHECKING:
-    from dsh.agent_loop.retry import RetryPolicy
-    from dsh.agent_loop.session_config import EndpointClient
     from dsh.agent_loop.tools import Tool
-    from dsh.repl.demo.catalogue import Demo
 
-__all__ = ["Shell", "StartupError", "sessions_root"]
+__all__ = ["Shell", "StartupError", "color", "open_shell"]
 
 
-def sessions_root(env: Mapping[str, str]) -> Path:
-    return state_dir(env) / "sessions"
+def color(env: Mapping[str, str], stream: TextIO) -> bool:
+    return stream.isatty() and not env.get("NO_COLOR") and env.get("TERM") != "dumb"
 
 
 class Shell:
@@ -46,16 +45,16 @@ class Shell:
         *,
         color: bool,
         env: Mapping[str, str] | None = None,
-        client: EndpointClient | None = None,
-        demo: Demo | None = None,
-        retry: RetryPolicy | None = None,
+        endpoint: Endpoint | None = None,
         show_usage: bool = False,
         answer: Sink | None = None,
         answer_markdown: bool = False,
         extra_tools: Callable[[Session], Sequence[Tool]] | None = None,
         allow_mcp: bool = False,
     ) -> None:
-        """``answer`` (``-p``): the answer text goes there, everything else to the front end; with
+        """``endpoint``: the run's (dsh.repl.endpoint); the configured one unless given.
+
+        ``answer`` (``-p``): the answer text goes there, everything else to the front end; with
         ``answer_markdown`` (``answer`` is a colour terminal) rendered as Markdown (docs/markdown.md).
 
         ``allow_mcp`` (``--allow-mcp``): MCP tools that would ask run without asking (docs/mcp.md).
@@ -64,22 +63,17 @@ class Shell:
         """
         self.config = config
         self.frontend = frontend
-        self.demo = demo
-        env = dict(os.environ if env is None else env)
-        self.session = Session(
-            config, sessions_root=sessions_root(env), env=env, client=client, retry=retry,
-            approve=frontend.ask_approval if frontend.can_approve else None,
-            subagent_tables=demo.subagent_tables() if demo is not None else None,
-            parent_base_url=demo.client.urls["server"] if demo is not None else None,
-            user_dir=config_file_path(env).parent, extra_tools=extra_tools, allow_mcp=allow_mcp,
-            prompt_transform=demo.before_turn if demo is not None else None,
+        self.endpoint = endpoint if endpoint is not None else configured_endpoint(config)
+        self.session = self.endpoint.session(
+            config, dict(os.environ if env is None else env),
+            approve=frontend.ask_approval if frontend.can_approve else None, extra_tools=extra_tools,
+            allow_mcp=allow_mcp,
         )
-        # In the demo the scenario picks the endpoint and the proxy, so fix lines point there.
-        sources = {"base_url": "the demo scenario", "proxy": "the demo scenario"} if demo else config.sources
         # Markdown needs colour (NO_COLOR and pipes get the text verbatim); a front end that keeps the
         # unfinished line aside lets it stream raw and be rewritten, any other gets whole lines.
         markdown = ("live" if frontend.rewrites_partial else "lines") if color and config.markdown else None
-        self.renderer = Renderer(color=color, secrets=config.secrets, sources=sources, markdown=markdown)
+        self.renderer = Renderer(color=color, secrets=config.secrets, sources=self.endpoint.sources,
+                                 markdown=markdown)
         self.display = Display(self.session, frontend, self.renderer, answer=answer,
                                answer_markdown=answer_markdown and config.markdown)
         self.show_usage = show_usage
@@ -104,7 +98,7 @@ class Shell:
 
     def report_resumed(self) -> None:
         """``resumed session <id> (N turns)`` and a short recap of its last turns (sanitized by the front end)."""
-        from dsh.repl.sessions import recap_lines  # only a resumed session gets here
+        from dsh.repl.sessions import recap_lines  # the log's reader: only a resumed session gets here
 
         log = self.session.log
         if log is None:
@@ -169,3 +163,34 @@ class Shell:
 
     def cancel_turn(self) -> None:
         self.session.cancel_turn()
+
+
+async def open_shell(
+    stack: contextlib.AsyncExitStack,
+    options: LaunchOptions,
+    config: Config,
+    env: dict[str, str],
+    frontend: FrontEnd,
+    *,
+    color: bool,
+    show_usage: bool = False,
+    answer: Sink | None = None,
+    answer_markdown: bool = False,
+    defer_agent: bool = False,
+    session_id: str | None = None,
+) -> Shell:
+    """A started shell on ``frontend`` over the endpoint ``options`` pick (``shell.endpoint``), both held open by
+    ``stack``; StartupError if not.
+
+    With ``defer_agent`` the agent is built behind the first prompt (the interactive mode sees to it), and a
+    new session is named ``session_id`` if given (the id the early banner showed, dsh.repl.first_prompt).
+    """
+    try:
+        endpoint = await open_endpoint(stack, options, config)
+    except Exception as exc:
+        raise StartupError(exc)
+    shell = Shell(config, frontend, color=color, env=env, endpoint=endpoint, show_usage=show_usage, answer=answer,
+                  answer_markdown=answer_markdown, allow_mcp=options.allow_mcp)
+    stack.push_async_callback(shell.aclose)
+    await shell.start(resume=options.resume, defer_agent=defer_agent, session_id=session_id)
+    return shell

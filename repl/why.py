@@ -8,6 +8,7 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING
 
+from dsh.agent_loop.child_words import ChildFailure
 from dsh.llm import HarnessError, LlmError, chain_links, redact_text
 
 if TYPE_CHECKING:
@@ -46,8 +47,6 @@ def why_lines(session: Session) -> list[str]:
             head += f", request id {redact_text(failure.request_id, secrets)}"
         head += ")"
     lines = [head + ":", *(f"  {line}" for line in link_lines(chain_links(failure), 0, secrets))]
-    from dsh.agent_loop.child_words import ChildFailure  # only when asked
-
     # A subagent's or an MCP server's own words (agent_loop/child_words.py): masked by its run, and again here.
     if isinstance(failure, ChildFailure):
         lines += [f"  {redact_text(line, secrets)}" for line in failure.word_lines()]

@@ -14,7 +14,7 @@ from __future__ import annotations
 import contextlib
 import json
 from collections.abc import AsyncGenerator, Callable
-from dataclasses import dataclass, field, fields
+from dataclasses import dataclass, field
 from typing import Any, TypedDict
 
 from dsh.agent_loop.retry import RetryPolicy
@@ -201,11 +201,15 @@ class Demo:
         self.server.default = Behaviour("text")
         turn = DemoTurn(prompt=prompt, server=self.server)
         self.scenario.setup(turn)
-        for item in fields(RetryPolicy):
-            if item.name in DEMO_RETRY:
-                setattr(self.retry, item.name, getattr(turn.retry, item.name))
+        _adopt(self.retry, turn.retry)
         self.client.turn = turn
         return turn.prompt
+
+
+def _adopt(retry: RetryPolicy, wanted: RetryPolicy) -> None:
+    """The turn's retry settings (DEMO_RETRY's keys) on the policy object the agent holds."""
+    retry.max_retries, retry.base_delay, retry.max_delay = wanted.max_retries, wanted.base_delay, wanted.max_delay
+    retry.jitter, retry.retry_after_max = wanted.jitter, wanted.retry_after_max
 
 
 def _needs(scenario: Scenario) -> str:
@@ -327,6 +331,15 @@ def _retry_then_success(turn: DemoTurn) -> None:
 
 
 def _register_catalogue() -> None:
+    """The core scenarios, in the order ``/scenario`` lists them."""
+    _register_tools()
+    _register_http()
+    _register_connection()
+    _register_stream()
+
+
+def _register_tools() -> None:
+    """Text, reasoning, and the tools' round trips and approvals."""
     add = register_scenario
     add("text", "plain streamed text", _text, expect="Hello from the dsh demo!")
     add("reasoning", "reasoning (dim on a terminal), then the answer", _reasoning,
@@ -341,6 +354,11 @@ def _register_catalogue() -> None:
         expect='  [tool call] write_file({"path": "dsh-demo.txt", ')
     add("edit-file", f"the model reads {DEMO_FILE} (write-file creates it) and changes one line: the diff, "
         "then y / n / a", _edit_file, expect='  [tool call] edit_file({"path": "dsh-demo.txt", ')
+
+
+def _register_http() -> None:
+    """Each HTTP status the endpoint may answer, and a retry that succeeds."""
+    add = register_scenario
     add("retry-then-success", "HTTP 503 once, then an answer (one retry line)", _retry_then_success,
         expect="[retry 1/5 in 0.1s] SERVER: Server Overloaded, please try again later")
     add("http-400", "HTTP 400 invalid request (not retried)", _default("http_400"),
@@ -367,6 +385,11 @@ def _register_catalogue() -> None:
         expect="[turn failed SERVER] API error (HTTP 502) from the endpoint at 127.0.0.1:")
     add("http-503", "HTTP 503 server overloaded (retried, then the fix line)", _default("http_503"),
         expect="[turn failed SERVER] Server Overloaded, please try again later")
+
+
+def _register_connection() -> None:
+    """The connection's failures: refused, wrong protocol, bad certificate, proxies, deadlines, a stall."""
+    add = register_scenario
     add("refused", "connection refused: a closed loopback port (retried)", _refused,
         expect="[turn failed TRANSPORT] request to the endpoint at http://127.0.0.1:")
     add("plain-http", "https:// to a port that speaks plain HTTP (not retried)", _plain_http,
@@ -389,6 +412,11 @@ def _register_catalogue() -> None:
     add("stall-mid-stream", "some text, then only keep-alives: the toolbar counts the silence; Ctrl-C cancels",
         _default(Behaviour("keepalive_only", text="The first words arrive, then only keep-alives", interval=1.0)),
         expect="[turn aborted] cancelled", cancel=True)
+
+
+def _register_stream() -> None:
+    """What the stream itself may carry: a drop, a missing end, odd text, an error event, a limit, the guard."""
+    add = register_scenario
     add("mid-stream-drop", "connection reset after some text (not retried: the text is already on screen)",
         _default("reset_mid_stream"),
         expect="[turn failed TRANSPORT] stream from the endpoint at http://127.0.0.1:")

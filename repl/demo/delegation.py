@@ -130,8 +130,14 @@ class DelegationScenario:
 _ANSWER = "The subagent's result is above; when a run fails, its diagnostic line says why.\n"
 
 
-def _line(name: str, rest: str) -> str:
-    return _FAIL.format(name=name) + rest
+def _failing(name: str, summary: str, provider: str, facts: str, **more: Any) -> DelegationScenario:
+    """A scenario whose run fails: the REPL prints the failure line naming ``provider`` with these ``facts``."""
+    return DelegationScenario(name, summary, provider, _FAIL.format(name=provider) + facts, **more)
+
+
+def _failures(*rows: tuple[str, str, str, str]) -> tuple[DelegationScenario, ...]:
+    """:func:`_failing` for each row of ``(name, summary, provider, facts)``."""
+    return tuple(_failing(*row) for row in rows)
 
 
 # fmt: off
@@ -139,33 +145,32 @@ DELEGATION_SCENARIOS: tuple[DelegationScenario, ...] = (
     DelegationScenario("delegate-dsh", "delegate to a child dsh (it streams from the demo endpoint too)", "dsh",
                        "  [tool result] The child dsh read the task and answered it.",
                        child=(("text", {"text": "The child dsh read the task and answered it."}),)),
-    DelegationScenario("dsh-child-error", "the child dsh's own request fails (HTTP 401): child-error", "dsh",
-                       _line("dsh", "stage: session-run; category: child-error; stop reason: error)"),
-                       child=(("http_401", {}),)),
+    _failing("dsh-child-error", "the child dsh's own request fails (HTTP 401): child-error", "dsh",
+             "stage: session-run; category: child-error; stop reason: error)", child=(("http_401", {}),)),
     DelegationScenario("dsh-max-tokens", "the child dsh hits its output-token limit", "dsh",
                        "  [tool result] Error: subagent run hit its token limit before finishing",
                        child=(("length", {}),)),
     DelegationScenario("dsh-refusal", "the child dsh's prompt guard refuses the task: refusal", "dsh",
                        "  [tool result] Error: subagent declined the task",
                        task="Use the key AKIAABCDEFGHIJKLMNOP to upload the report."),
-    DelegationScenario("dsh-protocol", "the child prints garbage on its JSON-RPC stdout: protocol", "dsh-garbage",
-                       _line("dsh-garbage", "stage: session-run; category: protocol)")),
-    DelegationScenario("dsh-missing-terminal", "the child answers the prompt without a turn/end: missing-terminal",
-                       "dsh-no-terminal", _line("dsh-no-terminal", "stage: session-run; category: missing-terminal)")),
-    DelegationScenario("dsh-child-unknown", "the child ends its turn with an unknown kind: child-unknown",
-                       "dsh-odd-end", _line("dsh-odd-end", "stage: session-run; category: child-unknown)")),
-    DelegationScenario("dsh-child-disposed", "the child's session is disposed mid-turn: child-disposed "
-                       "(reported as cancelled)",
-                       "dsh-disposed",
-                       _line("dsh-disposed", "stage: session-run; category: child-disposed; stop reason: disposed)")),
-    DelegationScenario("dsh-transport", "the child exits with code 9 mid-prompt: transport + exit code", "dsh-exit",
-                       _line("dsh-exit", "stage: session-run; category: transport; exit code: 9)")),
-    DelegationScenario("dsh-signal", "the child is killed by SIGKILL mid-prompt: transport + signal", "dsh-killed",
-                       _line("dsh-killed", "stage: session-run; category: transport; signal: SIGKILL)")),
-    DelegationScenario("dsh-initialize", "the child rejects initialize: initialize protocol", "dsh-bad-init",
-                       _line("dsh-bad-init", "stage: initialize; category: protocol)")),
-    DelegationScenario("dsh-configuration", "the configured child command does not exist: configuration",
-                       "dsh-missing", _line("dsh-missing", "stage: initialize; category: configuration)")),
+    *_failures(
+        ("dsh-protocol", "the child prints garbage on its JSON-RPC stdout: protocol", "dsh-garbage",
+         "stage: session-run; category: protocol)"),
+        ("dsh-missing-terminal", "the child answers the prompt without a turn/end: missing-terminal",
+         "dsh-no-terminal", "stage: session-run; category: missing-terminal)"),
+        ("dsh-child-unknown", "the child ends its turn with an unknown kind: child-unknown", "dsh-odd-end",
+         "stage: session-run; category: child-unknown)"),
+        ("dsh-child-disposed", "the child's session is disposed mid-turn: child-disposed (reported as cancelled)",
+         "dsh-disposed", "stage: session-run; category: child-disposed; stop reason: disposed)"),
+        ("dsh-transport", "the child exits with code 9 mid-prompt: transport + exit code", "dsh-exit",
+         "stage: session-run; category: transport; exit code: 9)"),
+        ("dsh-signal", "the child is killed by SIGKILL mid-prompt: transport + signal", "dsh-killed",
+         "stage: session-run; category: transport; signal: SIGKILL)"),
+        ("dsh-initialize", "the child rejects initialize: initialize protocol", "dsh-bad-init",
+         "stage: initialize; category: protocol)"),
+        ("dsh-configuration", "the configured child command does not exist: configuration", "dsh-missing",
+         "stage: initialize; category: configuration)"),
+    ),
     DelegationScenario("dsh-background", "a background job fails; its completion notice arrives inline",
                        "dsh-exit-later",
                        "[job] subagent-1 (dsh-exit-later) failed: ", background=True,
@@ -179,22 +184,22 @@ DELEGATION_SCENARIOS: tuple[DelegationScenario, ...] = (
                        after=(("text", {"text": "Started it in the background; /jobs shows it, /kill stops it.\n"}),)),
     DelegationScenario("delegate-acp", "delegate to an ACP agent (the fake one, on the official SDK)", "acp",
                        "  [tool result] The ACP agent did the task."),
-    DelegationScenario("acp-remote-limit", "the ACP agent stops with max_turn_requests: remote-limit", "acp-limit",
-                       _line("acp-limit", "stage: prompt; category: remote-limit; stop reason: max_turn_requests)")),
+    _failing("acp-remote-limit", "the ACP agent stops with max_turn_requests: remote-limit", "acp-limit",
+             "stage: prompt; category: remote-limit; stop reason: max_turn_requests)"),
     DelegationScenario("acp-permission", "the ACP agent asks to run a command, the policy rejects it, then the "
                        "agent stops at max_tokens: the permission line is the diagnostic",
                        "acp-permission",
                        "    Subagent permission decision (policy: reject; request: execute; decision: rejected)"),
-    DelegationScenario("acp-process-exit", "the ACP agent exits with code 9 mid-prompt: process-exit", "acp-exit",
-                       _line("acp-exit", "stage: process; category: process-exit; exit code: 9)")),
-    DelegationScenario("acp-unknown-stop", "the ACP agent sends an unknown stop reason: unknown", "acp-odd-stop",
-                       _line("acp-odd-stop", "stage: prompt; category: unknown)")),
-    DelegationScenario("acp-new-session", "the ACP agent's session/new has no session id: protocol",
-                       "acp-no-session", _line("acp-no-session", "stage: new-session; category: protocol)")),
-    DelegationScenario("acp-agent-error", "the ACP agent answers session/prompt with a JSON-RPC error: agent-error",
-                       "acp-error",
-                       _line("acp-error", "stage: prompt; category: agent-error; "
-                                          "error code: -32603 (internal error))")),
+    *_failures(
+        ("acp-process-exit", "the ACP agent exits with code 9 mid-prompt: process-exit", "acp-exit",
+         "stage: process; category: process-exit; exit code: 9)"),
+        ("acp-unknown-stop", "the ACP agent sends an unknown stop reason: unknown", "acp-odd-stop",
+         "stage: prompt; category: unknown)"),
+        ("acp-new-session", "the ACP agent's session/new has no session id: protocol", "acp-no-session",
+         "stage: new-session; category: protocol)"),
+        ("acp-agent-error", "the ACP agent answers session/prompt with a JSON-RPC error: agent-error",
+         "acp-error", "stage: prompt; category: agent-error; error code: -32603 (internal error))"),
+    ),
     DelegationScenario("acp-reject-mode", "the ACP agent offers no mode that asks and runs a command unasked "
                        "under reject: the host-side warning line", "acp-auto",
                        "    Subagent permission warning (provider: acp-auto; mode: auto): tool calls ran without a "

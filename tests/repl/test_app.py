@@ -15,10 +15,11 @@ from prompt_toolkit.input import create_pipe_input
 from prompt_toolkit.output import DummyOutput
 
 from dsh.agent_loop.session import Session
-from dsh.repl.app import InteractiveApp, SafeHistory, SlashCompleter, TerminalSink
+from dsh.repl.app import InteractiveApp, SafeHistory, SlashCompleter
 from dsh.repl.config import Config
 from dsh.repl.demo.catalogue import SCENARIOS
 from dsh.repl.shell import Shell, StartupError
+from dsh.repl.terminal_sink import TerminalSink
 
 
 class RecordingOutput:
@@ -78,9 +79,14 @@ class FakeDemo:
         return [(scenario.name, scenario.summary) for scenario in SCENARIOS.values()]
 
 
+class FakeEndpoint:
+    def __init__(self, controls: FakeDemo | None) -> None:
+        self.controls = controls  # the demo's scenario controls (dsh.repl.endpoint.ScenarioControls)
+
+
 class FakeShell:
     def __init__(self, demo: bool, root: Path) -> None:
-        self.demo = FakeDemo() if demo else None
+        self.endpoint = FakeEndpoint(FakeDemo() if demo else None)
         self.session = FakeSession(root)
 
 

@@ -11,6 +11,7 @@ import pytest
 
 from dsh.agent_loop.retry import RetryPolicy
 from dsh.llm import defaults
+from dsh.llm.client_settings import ClientSettings
 from dsh.llm.deepseek import DeepSeekClient
 from dsh.repl.config import Config
 
@@ -41,7 +42,7 @@ def test_every_user_reads_the_defaults() -> None:
     assert config.first_token_timeout == defaults.DEFAULT_FIRST_TOKEN_TIMEOUT
 
     client = inspect.signature(DeepSeekClient).parameters
-    assert client["base_url"].default == defaults.DEFAULT_BASE_URL
+    assert ClientSettings().base_url == defaults.DEFAULT_BASE_URL  # DeepSeekClient(...) opens its transport from these
     assert client["stream_idle_timeout"].default == defaults.DEFAULT_STREAM_IDLE_TIMEOUT
     assert client["first_token_timeout"].default == defaults.DEFAULT_FIRST_TOKEN_TIMEOUT
     assert client["connect_timeout"].default == defaults.DEFAULT_CONNECT_TIMEOUT

@@ -8,7 +8,7 @@ import unicodedata
 from hypothesis import given
 from hypothesis import strategies as st
 
-from dsh.agent_loop.tools.edits import _unified
+from dsh.agent_loop.tools.edit_plan import unified_diff
 from dsh.repl.approvals import diff_approval, shown_diff
 from dsh.repl.renderer import Renderer
 from dsh.repl.sanitize import sanitize
@@ -86,7 +86,7 @@ _SGR = re.compile(r"\x1b\[[0-9;]*m")
 
 @given(HOSTILE, HOSTILE)
 def test_any_edit_is_shown_whole_and_inert_before_y_counts(before: str, after: str) -> None:
-    diff, added, removed = _unified(before or None, after, "f.txt")
+    diff, added, removed = unified_diff(before or None, after, "f.txt")
     approval = diff_approval(diff, f"f.txt (+{added} -{removed})", tool="edit_file", rows=24, cols=80, color=True)
     approved = terminal_text(approval.view if approval.must_view else approval.question)  # what y answers
     plain = _SGR.sub("", approved)

@@ -23,7 +23,9 @@ from dsh.agent_loop.process import ExitStatus
 from dsh.llm.loopback.fault_server import Behaviour, FaultServer, closed_port
 from dsh.repl import commands
 from dsh.repl.config import Config, load_config
-from dsh.repl.doctor import STEPS, Doctor, Report
+from dsh.repl.doctor import Doctor
+from dsh.repl.doctor_environment import mcp_step
+from dsh.repl.doctor_report import STEPS, Report
 from dsh.repl.frontend import PlainFrontEnd
 from dsh.repl.shell import Shell
 from dsh.repl.turn_end import FIX_AUTH_FROM, FIX_CERTIFICATE
@@ -430,12 +432,12 @@ async def test_slash_doctor_in_the_demo_checks_the_demo_endpoint(env: dict[str, 
     import contextlib
 
     from dsh.repl.demo.catalogue import start_demo
+    from dsh.repl.demo.endpoint import demo_endpoint
 
     sink = ListSink()
     async with contextlib.AsyncExitStack() as stack:
         demo = await start_demo(stack, "text")
-        shell = Shell(Config(), PlainFrontEnd(sink), color=False, env=env, client=demo.client, demo=demo,
-                      retry=demo.retry)
+        shell = Shell(Config(), PlainFrontEnd(sink), color=False, env=env, endpoint=demo_endpoint(demo))
         stack.push_async_callback(shell.aclose)
         await shell.start()
         await commands.dispatch(shell, "/doctor")
@@ -512,8 +514,8 @@ def test_the_step_table_has_a_row_for_every_step_and_the_mcp_lines_as_printed() 
     shown = [ServerStatus("fx", "ready", tools=7), ServerStatus("off", "disabled"),
              ServerStatus("bad", "failed", line=failure_line("bad", exited))]
     for row in shown:
-        [line] = Doctor._mcp_step(row, None).lines()
+        [line] = mcp_step(row, {}).lines()
         assert f"`{line}`" in text, line
-    slow = SimpleNamespace(configs={"slow": SimpleNamespace(startup_timeout=30.0)})
-    [line] = Doctor._mcp_step(ServerStatus("slow", "starting"), slow).lines()
+    slow = {"slow": SimpleNamespace(startup_timeout=30.0)}
+    [line] = mcp_step(ServerStatus("slow", "starting"), slow).lines()  # type: ignore[dict-item]
     assert f"`{line.split(') ', 1)[1]}`" in text, line  # the suffix after the failure line

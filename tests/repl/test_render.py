@@ -14,7 +14,7 @@ from dsh.agent_loop import events as ev
 from dsh.agent_loop.reasons import Aborted, Completed, Disposed, EndReason, Failed, Interrupted, MaxTokens, Rejected
 from dsh.repl.activity import TurnActivity, fit_width
 from dsh.repl.answer_split import ANSWER, REST, AnswerSplit
-from dsh.repl.approvals import approval_answer, approval_question, shown_command
+from dsh.repl.approvals import approval_answer, approval_question, question_for, shown_command
 from dsh.repl.renderer import Renderer
 from dsh.repl.sanitize import sanitize
 from dsh.repl.styles import DIM, HIGHLIGHT, RESET, styled, terminal_text
@@ -353,9 +353,11 @@ def test_approval_question_and_answer() -> None:
 def test_a_sandboxed_command_s_question_says_where_it_runs() -> None:
     from dsh.agent_loop.tools.registry import SandboxedCommand
 
-    assert approval_question(SandboxedCommand("make test")).question == (
+    assert question_for(SandboxedCommand("make test"), rows=24, cols=80, color=False).question == (
         "  [approve] run_shell (sandboxed): make test  (y / n / a) ")
-    long = approval_question(SandboxedCommand("echo x\n" * 40), rows=10)
+    assert question_for("make test", rows=24, cols=80, color=False).question == (
+        "  [approve] run_shell: make test  (y / n / a) ")
+    long = question_for(SandboxedCommand("echo x\n" * 40), rows=10, cols=80, color=False)
     assert long.must_view and long.question == (
         "  [approve] run_shell (sandboxed): command is 41 lines / 280 chars \u2014 v to view  (v / n) ")
     assert long.view.startswith("  [command] run_shell (sandboxed), 41 lines / 280 chars:\n")
