@@ -70,6 +70,7 @@ test: $(VENV)/.test $(LITELLM_STAMP)
 	else echo "npm not found: the real ACP agent tests skip (install Node.js and npm to run them)"; fi
 	$(BIN)/ruff check .
 	$(BIN)/lint-imports
+	$(BIN)/python -m tests.house_rules
 	$(MAKE) --no-print-directory typecheck
 	$(BIN)/python -m pytest -q -p no:cacheprovider $(PARALLEL) $(PYTEST_ARGS)
 
@@ -83,6 +84,7 @@ check: lint
 lint: $(VENV)/.test
 	$(BIN)/ruff check .
 	$(BIN)/lint-imports
+	$(BIN)/python -m tests.house_rules
 	$(MAKE) --no-print-directory typecheck
 
 # mypy resolves the installed names (dsh.llm, ...) through links that give it the wheel's dsh/ layout.
