@@ -24,7 +24,10 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, TypeVar
 
+import anyio
+
 from dsh.agent_loop.events import AssistantMessage, ContextCompacted, Event, JobNotice, ToolResult, TurnEnd, TurnStart
+from dsh.agent_loop.model_check import AFTER_TURN_GRACE, ModelCheck
 from dsh.agent_loop.permissions import Mode, Permissions
 from dsh.agent_loop.reasons import EndReason, failure_from_exception
 from dsh.agent_loop.retry import RetryPolicy
@@ -154,6 +157,7 @@ class Session:
         self.context: ProjectContext | None = None  # gathered before the first turn of each session
         self.turn_running = False
         self._cancel_pending = False  # a cancel arrived while a turn was being set up
+        self._model_check = ModelCheck()  # the first turn's GET /models (agent_loop/model_check.py)
 
     # --- identity and the parts' state, read through the session ----------------------------------
 
@@ -469,7 +473,7 @@ class Session:
         first = exchanges_so_far(self.client)
         async with self._running(scope):
             try:
-                end = await agent.run_turn(sent)
+                end = await self._turn_and_model_check(agent, sent)
             except Exception as exc:  # the loop promises not to raise; if it does, still say why
                 end = failure_from_exception(exc, 0, self.secrets)
                 self._memory.last_failure = exc
@@ -482,6 +486,22 @@ class Session:
                 message.role == "user" and message.content.startswith(note) for message in agent.messages):
             journal.told(undos)
         self._memory.last_reason = end
+        return end
+
+    async def _turn_and_model_check(self, agent: Agent, sent: str) -> EndReason:
+        """The agent's turn, with the first turn's ``GET /models`` check beside it in the turn's own task group
+        (agent_loop/model_check.py): cancelled with the turn, and given a short grace once the turn has ended."""
+        check = self._model_check.take(self.client, self.model)
+        raised: Exception | None = None  # raised as itself, not in the group's ExceptionGroup (the check never raises)
+        async with anyio.create_task_group() as group:
+            group.start_soon(check, self._notice)
+            try:
+                end = await agent.run_turn(sent)
+            except Exception as exc:
+                raised = exc
+            group.cancel_scope.deadline = min(group.cancel_scope.deadline, anyio.current_time() + AFTER_TURN_GRACE)
+        if raised is not None:
+            raise raised
         return end
 
     async def undo(self, turns: int) -> list[str]:

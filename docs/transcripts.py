@@ -1307,7 +1307,7 @@ def doctor_balance(lab: Lab) -> str:
 # --- other endpoints: dsh through a real LiteLLM proxy (slow: `make test` installs it in .venv/litellm) ----
 
 _GATEWAY_CONFIG = "max_retries = {retries}\nstream_idle_timeout = 2\nfirst_token_timeout = 2\n"
-_GATEWAY_PRICES = "[models.deepseek-v4-flash]\ninput_cache_hit = 1.0\ninput_cache_miss = 10.0\noutput = 100.0\n"
+_GATEWAY_PRICES = "[models.deepseek-flash]\ninput_cache_hit = 1.0\ninput_cache_miss = 10.0\noutput = 100.0\n"
 _CACHED_USAGE = {"prompt_tokens": 1000, "prompt_cache_hit_tokens": 800, "prompt_cache_miss_tokens": 200,
                  "completion_tokens": 9, "total_tokens": 1009}
 

@@ -29,7 +29,7 @@ from dsh.llm.defaults import (
 from dsh.llm.endpoint import Endpoint, endpoint_for_url
 from dsh.llm.errors import Finding, LlmError
 from dsh.llm.events import ChatRequest, StreamEvent
-from dsh.llm.failure_chain import EXCHANGE_EXTENSION, FINDING_EXTENSION
+from dsh.llm.failure_chain import EXCHANGE_EXTENSION, FINDING_EXTENSION, UNTAPPED_EXTENSION
 from dsh.llm.http_status import (
     code_for_status,
     provider_message,
@@ -193,7 +193,7 @@ class DeepSeekClient:
         self._transport.close()
 
     def _request(self, method: str, path: str, headers: dict[str, str],
-                 content: bytes | None) -> tuple[httpx.AsyncClient, httpx.Request]:
+                 content: bytes | None, *, tapped: bool = True) -> tuple[httpx.AsyncClient, httpx.Request]:
         """The HTTP client (built on the first request) and the request for ``{base_url}{path}``; raises
         ``httpx.InvalidURL`` for a base URL httpx cannot use."""
         import httpx  # the first request (see the note at the top)
@@ -215,7 +215,10 @@ class DeepSeekClient:
         # Basic auth that overwrites the bearer key.
         base = httpx.URL(self._transport.base_url)
         url = base.copy_with(path=base.path.rstrip("/") + path, userinfo=b"")
-        return self._http, self._http.build_request(method, url, content=content, headers=headers)
+        request = self._http.build_request(method, url, content=content, headers=headers)
+        if not tapped:
+            request.extensions[UNTAPPED_EXTENSION] = True
+        return self._http, request
 
     def _headers(self) -> dict[str, str]:
         headers = {
@@ -351,14 +354,14 @@ class DeepSeekClient:
         return LlmError(self.endpoint.idle(limit), ErrorCode.TIMEOUT)
 
     async def _send(
-        self, method: str, path: str, headers: dict[str, str], content: bytes | None = None
+        self, method: str, path: str, headers: dict[str, str], content: bytes | None = None, *, tapped: bool = True
     ) -> tuple[httpx.Response, _Watchdog]:
         """Send and wait for the response headers under the first deadline; each failure is a turn's error."""
         response: httpx.Response | None = None
         http_request: httpx.Request | None = None
         try:
             with self._translating():
-                http, http_request = self._request(method, path, headers, content)
+                http, http_request = self._request(method, path, headers, content, tapped=tapped)
                 # The clock starts once the request is ready: the first call's lazy client setup is ours.
                 watchdog = _Watchdog(self.stream_idle_timeout, self.first_token_timeout)
                 with anyio.CancelScope(deadline=watchdog.deadline()) as scope:
@@ -399,17 +402,18 @@ class DeepSeekClient:
             with anyio.CancelScope(shield=True):
                 await response.aclose()
 
-    async def get_json(self, path: str) -> tuple[int, Any]:
+    async def get_json(self, path: str, *, tapped: bool = True) -> tuple[int, Any]:
         """``GET {base_url}{path}`` with the key: ``(200, parsed JSON)``, or ``(404, None)`` for a route the
         endpoint does not have. Every other failure raises the :class:`LlmError` a turn would raise for it
-        (same transport classification, same status table), so ``dsh doctor`` and a turn agree."""
+        (same transport classification, same status table), so ``dsh doctor`` and a turn agree. ``tapped``
+        False keeps the exchange out of a ``--record`` file and the capsule's ring (a side look of dsh's own)."""
         headers = {**self._headers(), "Accept": "application/json"}
         headers.pop("Content-Type", None)
         with self._naming():
-            return await self._get_json(path, headers)
+            return await self._get_json(path, headers, tapped)
 
-    async def _get_json(self, path: str, headers: dict[str, str]) -> tuple[int, Any]:
-        response, watchdog = await self._send("GET", path, headers)
+    async def _get_json(self, path: str, headers: dict[str, str], tapped: bool = True) -> tuple[int, Any]:
+        response, watchdog = await self._send("GET", path, headers, tapped=tapped)
         try:
             if response.status_code == 404:
                 return 404, None

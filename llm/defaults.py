@@ -17,10 +17,17 @@ __all__ = [
     "DEFAULT_RETRY_MAX_DELAY",
     "DEFAULT_STREAM_IDLE_TIMEOUT",
     "DEFAULT_WRITE_TIMEOUT",
+    "LEGACY_MODELS",
 ]
 
 DEFAULT_BASE_URL = "https://api.deepseek.com"
-DEFAULT_MODEL = "deepseek-v4-flash"
+DEFAULT_MODEL = "deepseek-flash"
+# DeepSeek's legacy model names that still answer: each name -> (the current name that serves it, the version
+# DeepSeek names). https://api-docs.deepseek.com/quick_start/pricing; llm/models.py prices them as that model.
+LEGACY_MODELS = {
+    "deepseek-v4-flash": ("deepseek-flash", "V4.1-Flash"),
+    "deepseek-v4-flash-vision-exp": ("deepseek-flash", "V4.1-Flash"),
+}
 
 # Deadlines, in seconds. A stream that is silent (not even a keep-alive) for the idle timeout has
 # stalled; the first content token must come within the first-token timeout even while keep-alives flow.

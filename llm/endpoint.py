@@ -13,7 +13,10 @@ from collections.abc import Mapping
 from dataclasses import dataclass, replace
 from urllib.parse import urlsplit
 
-__all__ = ["DEEPSEEK", "Endpoint", "endpoint_for_url", "host_and_address", "name_from_headers"]
+from dsh.llm.defaults import LEGACY_MODELS
+
+__all__ = ["DEEPSEEK", "Endpoint", "endpoint_for_url", "host_and_address", "legacy_note", "legacy_warning",
+           "name_from_headers"]
 
 DEEPSEEK = "DeepSeek"
 
@@ -127,3 +130,23 @@ class Endpoint:
     def error_event(self) -> str:
         """A relay's in-stream error event that carried no message of its own."""
         return f"{self} sent an error event in the stream"
+
+
+def legacy_note(name: str) -> str | None:
+    """The line for a legacy DeepSeek model name (what serves it, and the name to set), or None for any other.
+    Only about DeepSeek's own host: :func:`legacy_warning` checks the endpoint."""
+    if name not in LEGACY_MODELS:
+        return None
+    current, version = LEGACY_MODELS[name]
+    return (f"model {name} is a legacy name: DeepSeek serves it with {current} ({version}) at "
+            f"{version.rsplit('-', 1)[-1]} prices; set model = \"{current}\"")
+
+
+def legacy_warning(model: str, base_url: str, source: str | None = None) -> str | None:
+    """:func:`legacy_note` for a run whose endpoint is DeepSeek's own host (never said to another server), with
+    where the model setting came from (``DSH_MODEL (environment)``) when that is known. Light enough for the
+    start-up before the first prompt (the model table and its prices are not loaded for it)."""
+    note = legacy_note(model) if endpoint_for_url(base_url).is_deepseek else None
+    if note is None:
+        return None
+    return f"{note} where the model is set: {source}" if source else note

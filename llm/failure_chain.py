@@ -17,7 +17,8 @@ from typing import Any
 from dsh.llm.errors import cause_beneath
 
 __all__ = ["ALLOWED", "EXCHANGE_EXTENSION", "FIELDS", "FINDING_EXTENSION", "MAX_LINKS", "MAX_TEXT",
-           "REPLAY_FAILURE_HEADER", "REPLAY_REQUEST_HEADER", "chain_record", "check_chain", "class_name", "rebuildable"]
+           "REPLAY_FAILURE_HEADER", "REPLAY_REQUEST_HEADER", "UNTAPPED_EXTENSION", "chain_record", "check_chain",
+           "class_name", "rebuildable"]
 
 # A replaying dsh marks its requests with this header; the replay server then answers a failure before any
 # response with a 200 carrying this header and ``{"chain": [...], "finding": ...}`` instead of a reset.
@@ -25,6 +26,9 @@ REPLAY_REQUEST_HEADER = "x-dsh-replay"
 REPLAY_FAILURE_HEADER = "x-dsh-replay-failure"
 # The recorder puts an exchange's number in its request's extensions, so the client can add a finding to it.
 EXCHANGE_EXTENSION = "dsh.exchange"
+# A request the recorder lets by untapped: a side look of dsh's own (the first turn's GET /models) is neither in a
+# --record file nor in the capsule's ring, which hold the turns' exchanges.
+UNTAPPED_EXTENSION = "dsh.untapped"
 # A replay puts the finding recorded with a failure in its request's extensions: the client names it as the live
 # run did, without probing the server (docs/record-replay.md).
 FINDING_EXTENSION = "dsh.recorded-finding"

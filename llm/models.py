@@ -4,9 +4,12 @@ Prices are US dollars per million tokens, read from DeepSeek's pricing page
 (https://api-docs.deepseek.com/quick_start/pricing) on :data:`PRICES_AS_OF`. DeepSeek bills peak and
 off-peak hours at different rates (off-peak is half): peak is Monday to Friday, 09:00–12:00 and
 14:00–18:00 Beijing time (UTC+8). Chinese public holidays are off-peak too, which this table does not
-know, so a cost shown for such a day is an upper bound. The legacy name ``deepseek-v4-flash`` is billed
-as ``deepseek-flash``. A ``[models."NAME"]`` table in config.toml overrides or adds a model (see
-docs/configuration.md); a model in neither place shows tokens without a cost.
+know, so a cost shown for such a day is an upper bound. The same page gives each model's context window, output
+limit and image input, and says which legacy names still answer: ``deepseek-v4-flash`` and
+``deepseek-v4-flash-vision-exp`` are served by DeepSeek-V4.1-Flash (``deepseek-flash``) and billed as it is
+(:attr:`ModelInfo.served_by`; :func:`dsh.llm.endpoint.legacy_warning` is the line dsh shows for one). A
+``[models."NAME"]`` table in config.toml overrides or adds a model (see docs/configuration.md); a model in neither
+place shows tokens without a cost.
 """
 
 from __future__ import annotations
@@ -15,9 +18,12 @@ import datetime as _dt
 from collections.abc import Mapping
 from dataclasses import asdict, dataclass, replace
 
+from dsh.llm.defaults import LEGACY_MODELS
 from dsh.llm.events import Usage
 
-__all__ = ["MODELS", "PRICES_AS_OF", "ModelInfo", "ModelSettings", "Prices", "cost_usd", "is_peak", "model_info"]
+__all__ = [
+    "MODELS", "PRICES_AS_OF", "ModelInfo", "ModelSettings", "Prices", "cost_usd", "is_peak", "model_info",
+]
 
 PRICES_AS_OF = "2026-12-03"
 
@@ -36,6 +42,9 @@ class ModelInfo:
     context_window: int | None = None
     peak: Prices | None = None
     off_peak: Prices | None = None  # None: the same as peak
+    output_limit: int | None = None  # the most output tokens one answer may have
+    images: bool = False  # takes image input
+    served_by: str | None = None  # a legacy name: the current name of the model that answers for it
 
     def prices_at(self, when: _dt.datetime) -> Prices | None:
         if self.peak is None:
@@ -45,14 +54,19 @@ class ModelInfo:
         return self.off_peak
 
 
-_FLASH = ModelInfo(1_048_576, Prices(0.006, 0.30, 1.20), Prices(0.003, 0.15, 0.60))
-_PRO = ModelInfo(1_048_576, Prices(0.044, 1.32, 3.96), Prices(0.022, 0.66, 1.98))
+_FLASH = ModelInfo(1_048_576, Prices(0.006, 0.30, 1.20), Prices(0.003, 0.15, 0.60), output_limit=393_216,
+                   images=True)
+_PRO = ModelInfo(1_048_576, Prices(0.044, 1.32, 3.96), Prices(0.022, 0.66, 1.98), output_limit=393_216,
+                 images=False)
+_CURRENT = {"deepseek-flash": _FLASH, "deepseek-v4-pro": _PRO}
 
+# Each known DeepSeek model by the name a request gives (https://api-docs.deepseek.com/quick_start/pricing): the
+# current ones, then each legacy name (llm/defaults.py) as the model that serves it, at its prices.
 MODELS: dict[str, ModelInfo] = {
-    "deepseek-flash": _FLASH,
-    "deepseek-v4-flash": _FLASH,
-    "deepseek-v4-pro": _PRO,
+    **_CURRENT,
+    **{name: replace(_CURRENT[current], served_by=current) for name, (current, _) in LEGACY_MODELS.items()},
 }
+
 
 _BEIJING = _dt.timezone(_dt.timedelta(hours=8))
 _PEAK_HOURS = ((9, 12), (14, 18))

@@ -12,7 +12,7 @@ from typing import Any
 
 import httpx
 
-from dsh.llm.failure_chain import EXCHANGE_EXTENSION
+from dsh.llm.failure_chain import EXCHANGE_EXTENSION, UNTAPPED_EXTENSION
 from dsh.llm.wire_trace import BodyTee, TraceWriter
 
 __all__ = ["recording_transport"]
@@ -60,6 +60,8 @@ class _Recording(httpx.AsyncBaseTransport):
         self._trace = trace
 
     async def handle_async_request(self, request: httpx.Request) -> httpx.Response:
+        if request.extensions.get(UNTAPPED_EXTENSION):
+            return await self._inner.handle_async_request(request)
         trace = self._trace
         n = trace.next_exchange()
         request.extensions[EXCHANGE_EXTENSION] = n  # the client adds a finding to this exchange

@@ -35,7 +35,7 @@ from dsh.agent_loop.reasons import Failed, failure_from_exception
 from dsh.agent_loop.session_config import client_settings
 from dsh.llm import ErrorCode, LlmError, redact_text, redact_url
 from dsh.llm.deepseek import StreamTrace, open_client
-from dsh.llm.endpoint import endpoint_for_url
+from dsh.llm.endpoint import endpoint_for_url, legacy_warning
 from dsh.llm.events import ChatRequest, Finish, KeepAlive, Message, ReasoningDelta, TextDelta
 from dsh.llm.network import FailureDetail, environment_proxy, no_proxy, ssl_context
 from dsh.llm.probe import all_attempts_failed, connect_failure_word, open_tls, shown_host, unverified_certificate
@@ -178,6 +178,18 @@ class Doctor:
     # -- the steps ----------------------------------------------------------------------------------
 
     def configuration(self) -> Step:
+        """What is configured and where each setting came from; a legacy DeepSeek model name adds a line under it
+        saying what serves the name (only when the endpoint is DeepSeek's host)."""
+        step = self._settings()
+        sources = self._sources()
+        source = _with_line(sources["model"]) if "model" in sources else None
+        legacy = legacy_warning(self.config.model, self.config.base_url, source)
+        if legacy is not None:
+            step.details.append(legacy)
+            step.facts.setdefault("model", {})["legacy"] = legacy
+        return step
+
+    def _settings(self) -> Step:
         config, sources = self.config, self._sources()
 
         def source(key: str) -> str:

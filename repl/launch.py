@@ -26,6 +26,7 @@ from typing import Any, TextIO
 
 from dsh.llm import ErrorCode, HarnessError, RedactingFilter, error_chain, redact_text, unwrap_group
 from dsh.llm._version import install_line
+from dsh.llm.endpoint import legacy_warning
 from dsh.llm.redact import redact_url
 from dsh.llm.wire_trace import not_regular, parse_speed
 from dsh.repl import __version__
@@ -301,7 +302,10 @@ def _main(argv: list[str]) -> int:
     except ConfigError as exc:
         _startup_failure(exc, mode=mode, secrets=env_secrets)
         return EXIT_USAGE
-    for warning in config.warnings:
+    # A legacy DeepSeek model name: one line, as the config's warnings (never for an endpoint of dsh's own).
+    source = config.sources.get("model")
+    legacy = None if options.own_endpoint else legacy_warning(config.model, config.base_url, source)
+    for warning in (*config.warnings, *((legacy,) if legacy else ())):
         _stderr(f"dsh: warning: {warning}")
     early = _first_prompt(options, config) if mode == "interactive" else None
     try:

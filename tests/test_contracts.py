@@ -391,6 +391,21 @@ def test_contract_unattended_lines(page: dict[str, Contract]) -> None:
     assert unattended_decision("Claude Code", "dontAsk", "tool permission", "denied") == fill(decision, values)
 
 
+def test_contract_model_lines(page: dict[str, Contract]) -> None:
+    from dsh.agent_loop.model_check import not_listed_line
+    from dsh.llm.endpoint import legacy_warning
+
+    bare, sourced, unlisted = page["model-lines"].lines
+    values = {"model": "deepseek-v4-flash", "current": "deepseek-flash", "version": "V4.1-Flash", "family": "Flash",
+              "source": "DSH_MODEL (environment)"}
+    assert f"dsh: warning: {legacy_warning('deepseek-v4-flash', 'https://api.deepseek.com')}" == fill(bare, values)
+    assert f"dsh: warning: {legacy_warning('deepseek-v4-flash', 'https://api.deepseek.com', values['source'])}" == (
+        fill(sourced, values))
+    listed = {"model": "deepseek-v9", "endpoint": "http://127.0.0.1:9", "names": "deepseek-flash, deepseek-v4-pro"}
+    assert not_listed_line("deepseek-v9", ["deepseek-flash", "deepseek-v4-pro"], "http://127.0.0.1:9") == (
+        fill(unlisted, listed))
+
+
 def test_contract_diagnostic_bound(page: dict[str, Contract]) -> None:
     from dsh.agent_loop.subagent.result import DIAGNOSTIC_LIMIT_BYTES, limit_diagnostic
 

@@ -16,7 +16,7 @@ def test_slash_doctor_in_the_demo_passes_every_step_and_sees_the_terminal(spawn)
     dsh = spawn("--demo")
     dsh.prompt()
     dsh.send("/doctor")
-    dsh.expect(r"✓ configuration: base_url http://127\.0\.0\.1:\d+ \(the demo scenario\); model deepseek-v4-flash "
+    dsh.expect(r"✓ configuration: base_url http://127\.0\.0\.1:\d+ \(the demo scenario\); model deepseek-flash "
                r"\(default\); key not needed \(demo\)\r\n")
     dsh.expect_exact("– TLS: http:// endpoint: no TLS\r\n")
     dsh.expect(r"✓ stream: headers in \d+\.\d ms; first token in \d+\.\d ms; 0 keep-alives; \[DONE\]")

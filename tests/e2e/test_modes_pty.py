@@ -94,7 +94,7 @@ class _AnsweringDsh(Dsh):
 
 
 def _prompt_toolbar(dsh: Dsh, url: str, mode: str) -> None:
-    row = f" deepseek-v4-flash · {url} · mode: {mode} · /help"
+    row = f" deepseek-flash · {url} · mode: {mode} · /help"
     dsh._wait(lambda: row in dsh.screen.text().split("\n"), repr(row), 20)
 
 

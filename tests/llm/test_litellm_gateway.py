@@ -26,7 +26,7 @@ pytestmark = pytest.mark.slow
 
 ANSWER = "Hello! How can I help you today?"
 # LiteLLM's words after the upstream's error body, in every relayed HTTP error (\n\n folded to a space).
-MODEL_GROUP_FAILED = "LiteLLM: model group 'deepseek-v4-flash' failed with the error above. No fallback was attempted."
+MODEL_GROUP_FAILED = "LiteLLM: model group 'deepseek-flash' failed with the error above. No fallback was attempted."
 UPSTREAM_401 = (
     'litellm.BadRequestError: DeepseekException - {"error": {"message": "Authentication Fails, Your api key: '
     '****abcd is invalid", "type": "authentication_error", "param": null, "code": "invalid_request_error"}} '
@@ -141,7 +141,7 @@ def test_a_tool_round_trip_sends_the_result_back_through_the_gateway(gateway, up
 
 def test_openai_shaped_usage_counts_cache_hits_and_their_price(gateway, upstream, tmp_path):
     # LiteLLM rewrites DeepSeek's prompt_cache_hit_tokens into prompt_tokens_details.cached_tokens.
-    prices = "[models.deepseek-v4-flash]\ninput_cache_hit = 1.0\ninput_cache_miss = 10.0\noutput = 100.0\n"
+    prices = "[models.deepseek-flash]\ninput_cache_hit = 1.0\ninput_cache_miss = 10.0\noutput = 100.0\n"
     home = make_home(tmp_path, config_text(extra=prices))
     usage = {"prompt_tokens": 1000, "prompt_cache_hit_tokens": 800, "prompt_cache_miss_tokens": 200,
              "completion_tokens": 9, "total_tokens": 1009}

@@ -186,14 +186,14 @@ def _toolbar(tmp_path: Path, columns: int, base_url: str) -> str:
 
 def test_the_turn_toolbar_keeps_its_order_when_it_fits_and_leads_with_the_live_part_otherwise(tmp_path: Path) -> None:
     wide = _toolbar(tmp_path, 200, "http://127.0.0.1:9")
-    assert wide == (" deepseek-v4-flash · http://127.0.0.1:9 · mode: default · waiting for first token 0s · "
+    assert wide == (" deepseek-flash · http://127.0.0.1:9 · mode: default · waiting for first token 0s · "
                     "Ctrl-C cancels")
     long_url = "https://a-very-long-gateway-name.internal.example.com/deepseek/compatible/v1"
     cut = _toolbar(tmp_path, 100, long_url)  # wide, but the endpoint would push the live part off the line
     assert cut.startswith(" waiting for first token ") and len(cut) == 100 and cut.endswith("…"), cut
     # 80 columns or fewer: the live part first, and the line cut to the width.
     # The mode with the live part: it says what the next tool call may do (docs/safety.md).
-    live_first = " waiting for first token 0s · Ctrl-C cancels · mode: default · deepseek-v4-flash · http://127.0.0.1:9"
+    live_first = " waiting for first token 0s · Ctrl-C cancels · mode: default · deepseek-flash · http://127.0.0.1:9"
     assert _toolbar(tmp_path, 80, "http://127.0.0.1:9") == live_first[:79] + "…"
     assert _toolbar(tmp_path, 60, "http://127.0.0.1:9") == live_first[:59] + "…"
-    assert _toolbar(tmp_path, 110, "http://127.0.0.1:9").startswith(" deepseek-v4-flash · ")  # fits: usual order
+    assert _toolbar(tmp_path, 110, "http://127.0.0.1:9").startswith(" deepseek-flash · ")  # fits: usual order

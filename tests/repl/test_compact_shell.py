@@ -29,7 +29,7 @@ def _window(fill: float) -> dict[str, ModelSettings]:
     """A model table whose window the first ``text`` turn fills to ``fill``."""
     usage = sent_usage(HELLO)
     window = round((usage["prompt_tokens"] + usage["completion_tokens"]) / fill)
-    return {"deepseek-v4-flash": ModelSettings(context_window=window, input_cache_hit=0.0, input_cache_miss=0.0,
+    return {"deepseek-flash": ModelSettings(context_window=window, input_cache_hit=0.0, input_cache_miss=0.0,
                                                output=0.0)}
 
 

@@ -30,7 +30,7 @@ def write_config(home: Path, text: str) -> dict[str, str]:
 def test_defaults(tmp_path: Path) -> None:
     config = load_config({}, {"HOME": str(tmp_path), "DEEPSEEK_API_KEY": KEY})
     assert config.base_url == DEFAULT_BASE_URL == "https://api.deepseek.com"
-    assert config.model == DEFAULT_MODEL == "deepseek-v4-flash"
+    assert config.model == DEFAULT_MODEL == "deepseek-flash"
     assert config.api_key == KEY and config.secrets == (KEY,)
     assert config.stream_idle_timeout == 300.0 and config.first_token_timeout == 600.0
     assert config.max_tokens is None and config.thinking is None and config.subagents == {}

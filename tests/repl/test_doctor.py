@@ -77,7 +77,7 @@ def _environment(env: dict[str, str]) -> str:
 
 
 def _head(url: str) -> list[str]:
-    return [f"✓ configuration: base_url {url} (--base-url (flag)); model deepseek-v4-flash (default); {SHOWN_KEY}",
+    return [f"✓ configuration: base_url {url} (--base-url (flag)); model deepseek-flash (default); {SHOWN_KEY}",
             "✓ proxy: none applies (direct)",
             "✓ DNS: 127.0.0.1 is an address (no lookup)"]
 
@@ -89,7 +89,7 @@ async def test_a_healthy_endpoint_passes_every_step(env: dict[str, str], fault_s
         *_head(fault_server.url),
         f"✓ TCP: 127.0.0.1:{port} connected in <ms>",
         "– TLS: http:// endpoint: no TLS",
-        "✓ HTTP: GET /models 200 in <ms>; deepseek-v4-flash is listed (deepseek-v4-flash, deepseek-v4-pro)",
+        "✓ HTTP: GET /models 200 in <ms>; deepseek-flash is listed (deepseek-flash, deepseek-v4-pro)",
         "✓ balance: available: 110.00 CNY (in <ms>)",
         "✓ stream: headers in <ms>; first token in <ms>; 0 keep-alives; [DONE]; <ms> in all",
         _environment(env),
@@ -99,9 +99,10 @@ async def test_a_healthy_endpoint_passes_every_step(env: dict[str, str], fault_s
     # The stream step asked for one token, with the key; the GETs carried the key too.
     chat = fault_server.requests[-1]
     assert chat.json["max_tokens"] == 1 and chat.headers["authorization"] == f"Bearer {KEY}"
-    assert [(r.method, r.path) for r in fault_server.requests] == [
+    asked = [*fault_server.account_requests, *fault_server.requests]  # the fault server keeps the GETs apart
+    assert [(r.method, r.path) for r in asked] == [
         ("GET", "/models"), ("GET", "/user/balance"), ("POST", "/chat/completions")]
-    assert all(r.headers["authorization"] == f"Bearer {KEY}" for r in fault_server.requests)
+    assert all(r.headers["authorization"] == f"Bearer {KEY}" for r in asked)
 
 
 async def test_a_refused_port_fails_at_tcp_with_the_turns_fix(env: dict[str, str]) -> None:
@@ -180,7 +181,7 @@ async def test_a_model_the_endpoint_does_not_list_fails_at_http(env: dict[str, s
                                                                 fault_server: FaultServer) -> None:
     _, lines = await _report(env, fault_server.url, flags={"model": "deepseek-v9"})
     assert lines[5:7] == [
-        "✗ HTTP: GET /models 200 in <ms>; deepseek-v9 is not listed (deepseek-v4-flash, deepseek-v4-pro)",
+        "✗ HTTP: GET /models 200 in <ms>; deepseek-v9 is not listed (deepseek-flash, deepseek-v4-pro)",
         "  fix: this endpoint does not list the model deepseek-v9 — check --model (flag)",
     ]
 
@@ -310,11 +311,32 @@ async def test_the_configuration_names_each_source_with_its_file_line(env: dict[
         f"key ***-key (api_key in {path}:3; 18 characters; not the sk-… shape DeepSeek issues)"]
 
 
+async def test_a_legacy_deepseek_model_name_gets_one_line_naming_what_serves_it(env: dict[str, str]) -> None:
+    folder = Path(env["XDG_CONFIG_HOME"]) / "dsh"
+    folder.mkdir(parents=True)
+    (folder / "config.toml").write_text('# mine\nmodel = "deepseek-v4-flash"\n')
+    path = folder / "config.toml"
+    step = Doctor(load_config({}, env, require_key=False), env).configuration()
+    assert step.lines() == [
+        f"✓ configuration: base_url https://api.deepseek.com (default); model deepseek-v4-flash (model in {path}:2); "
+        "key sk-***cdef (DEEPSEEK_API_KEY (environment); 35 characters; sk- and 32 hex digits, as DeepSeek issues)",
+        "    model deepseek-v4-flash is a legacy name: DeepSeek serves it with deepseek-flash (V4.1-Flash) at Flash "
+        f'prices; set model = "deepseek-flash" where the model is set: model in {path}:2']
+    assert step.to_dict()["facts"]["model"]["legacy"] == step.details[0]
+    flagged = Doctor(_config(env, "https://api.deepseek.com", model="deepseek-v4-flash-vision-exp"), env)
+    assert flagged.configuration().details == [
+        "model deepseek-v4-flash-vision-exp is a legacy name: DeepSeek serves it with deepseek-flash (V4.1-Flash) at "
+        'Flash prices; set model = "deepseek-flash" where the model is set: --model (flag)']
+    # Another server is never told about DeepSeek's names, legacy or not.
+    other = Doctor(_config(env, "http://127.0.0.1:9/v1", model="deepseek-v4-flash"), env)
+    assert other.configuration().details == []
+
+
 async def test_no_key_fails_at_configuration(env: dict[str, str]) -> None:
     del env["DEEPSEEK_API_KEY"]
     step = Doctor(load_config({}, env, require_key=False), env).configuration()
     assert step.lines() == [
-        "✗ configuration: base_url https://api.deepseek.com (default); model deepseek-v4-flash (default); no API key",
+        "✗ configuration: base_url https://api.deepseek.com (default); model deepseek-flash (default); no API key",
         "  fix: set DEEPSEEK_API_KEY (or api_key in config.toml)"]
 
 
@@ -442,7 +464,7 @@ async def test_slash_doctor_in_the_demo_checks_the_demo_endpoint(env: dict[str, 
         await shell.start()
         await commands.dispatch(shell, "/doctor")
     lines = [_ms(line) for line in sink.text.splitlines()]
-    assert lines[0] == (f"✓ configuration: base_url {demo.server.url} (the demo scenario); model deepseek-v4-flash "
+    assert lines[0] == (f"✓ configuration: base_url {demo.server.url} (the demo scenario); model deepseek-flash "
                         "(default); key not needed (demo)")
     assert lines[-1] == "doctor: every step passed"
     assert "  /doctor            check each step of a request to the endpoint (like dsh doctor)" in \

@@ -138,7 +138,7 @@ async def test_model_shows_and_switches(env: dict[str, str], server: FaultServer
     shell, sink = await make_shell(env, server.url)
     try:
         await shell.handle_line("/model")
-        assert sink.take() == "model: deepseek-v4-flash\n"
+        assert sink.take() == "model: deepseek-flash\n"
         await shell.handle_line("/model deepseek-v4-pro")
         assert sink.take() == "model set to deepseek-v4-pro (from the next turn)\n"
         await shell.handle_line("/model bad name!")

@@ -26,7 +26,7 @@ from tests.repl.test_shell_commands import KEY, ListSink
 pytestmark = pytest.mark.anyio
 
 # Flat prices (USD per 1M tokens) so the expected cost does not depend on the hour the test runs.
-PRICED = {"deepseek-v4-flash": ModelSettings(input_cache_hit=1000.0, input_cache_miss=2000.0, output=4000.0,
+PRICED = {"deepseek-flash": ModelSettings(input_cache_hit=1000.0, input_cache_miss=2000.0, output=4000.0,
                                              context_window=1000)}
 
 
@@ -142,13 +142,13 @@ def test_peak_hours_are_weekday_beijing_business_hours() -> None:
     assert not is_peak(monday.replace(hour=4, minute=30))  # 12:30, lunch
     assert is_peak(monday.replace(hour=9, minute=59)) and not is_peak(monday.replace(hour=10))
     assert not is_peak(dt.datetime(2026, 12, 5, 2, tzinfo=dt.UTC))  # Saturday
-    flash = MODELS["deepseek-v4-flash"]
+    flash = MODELS["deepseek-flash"]
     assert flash.prices_at(monday.replace(hour=2)) == flash.peak
     assert flash.prices_at(monday.replace(hour=12)) == flash.off_peak
 
 
 def test_cost_counts_hits_misses_and_output_at_their_own_prices() -> None:
-    info = model_info("deepseek-v4-flash", PRICED)
+    info = model_info("deepseek-flash", PRICED)
     assert info is not None and info.peak is not None and info.context_window == 1000
     usage = Usage(prompt_tokens=1000, completion_tokens=100, prompt_cache_hit_tokens=600, prompt_cache_miss_tokens=400)
     assert cost_usd(usage, info.peak) == pytest.approx((600 * 1000 + 400 * 2000 + 100 * 4000) / 1e6)
@@ -156,7 +156,7 @@ def test_cost_counts_hits_misses_and_output_at_their_own_prices() -> None:
 
 def test_the_usage_line_shortens_large_counts() -> None:
     tally = UsageTally(requests=2, prompt=12_345, cached=9_100, output=420, reasoning=300, cost=0.0031,
-                       context=189_000, model="deepseek-v4-flash")
+                       context=189_000, model="deepseek-flash")
     assert usage_line(tally) == "tokens 12.3k in (9.1k cached) · 420 out (300 reasoning) · context 18% · $0.0031"
 
 

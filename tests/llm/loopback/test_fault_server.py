@@ -177,7 +177,7 @@ async def test_models_and_balance_answer_by_the_account_state_not_the_script():
         models = await http.get(server.url + "/models")
         assert models.status_code == 200
         assert models.json() == {"object": "list", "data": [
-            {"id": "deepseek-v4-flash", "object": "model", "owned_by": "deepseek"},
+            {"id": "deepseek-flash", "object": "model", "owned_by": "deepseek"},
             {"id": "deepseek-v4-pro", "object": "model", "owned_by": "deepseek"}]}
         balance = (await http.get(server.url + "/v1/user/balance")).json()
         assert balance == {"is_available": True, "balance_infos": [
@@ -191,11 +191,22 @@ async def test_models_and_balance_answer_by_the_account_state_not_the_script():
             assert denied.status_code == 401
             assert denied.json()["error"]["type"] == "authentication_error"
         assert (await http.post(server.url + "/chat/completions", json={})).status_code == 402
-    assert [r.behaviour for r in server.requests] == [
-        "account_ok", "account_ok", "account_balance_unavailable", "account_unauthorized", "account_unauthorized",
-        "http_402"]
+    # The account's answers are numbered and kept apart from the chat requests (a turn's look at /models
+    # beside its request shifts no chat request's id).
+    assert [r.behaviour for r in server.account_requests] == [
+        "account_ok", "account_ok", "account_balance_unavailable", "account_unauthorized", "account_unauthorized"]
+    assert [r.request_id for r in server.account_requests][:2] == ["fault-account-0001", "fault-account-0002"]
+    assert [(r.behaviour, r.request_id) for r in server.requests] == [("http_402", "fault-0001")]
     with pytest.raises(ValueError, match="unknown account state"):
         FaultServer(account="broke")
+
+
+@pytest.mark.anyio
+async def test_models_none_serves_no_models_list():
+    async with FaultServer(models=None) as server, httpx.AsyncClient(trust_env=False) as http:
+        assert (await http.get(server.url + "/models")).status_code == 404
+        assert (await http.get(server.url + "/user/balance")).status_code == 200
+    assert [r.behaviour for r in server.account_requests] == ["not_found", "account_ok"]
 
 
 @pytest.mark.anyio
