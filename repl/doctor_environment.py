@@ -37,7 +37,7 @@ SUBAGENT_TIMEOUT = 20.0  # per subagent check
 _MAX_AUTH_METHODS = 5  # an ACP agent's advertised auth methods shown, at most
 FIX_STATE_DIR = "  fix: dsh cannot write its state directory — check the permissions of {path}"
 
-_PRODUCT_BINARIES = {"claude-code": "claude", "codex": "codex"}  # what the product providers run
+_PRODUCT_BINARIES = {"claude-code": "claude", "claude": "claude", "codex": "codex"}  # what the product providers run
 
 
 class _Stdout(Protocol):

@@ -11,6 +11,10 @@ whose wheel bundles the CLI)::
     setting_sources = []                  # which Claude Code settings to load (default: none)
     env = { ANTHROPIC_API_KEY = "..." }   # explicit child environment entries
     pass_env = ["ANTHROPIC_API_KEY"]      # parent variables passed through by name
+    endpoint = "deepseek"                 # DeepSeek's Anthropic-format API with the parent's DeepSeek key
+    endpoint_url = "https://…/anthropic"  # optional: where (default: the parent's DeepSeek origin + /anthropic)
+
+With ``endpoint`` the model defaults to the parent's (see :mod:`dsh.agent_loop.subagent._anthropic_endpoint`).
 
 Unattended means: no session persistence, the fixed permission mode, and a permission callback that
 denies with a fixed message (recorded as an unattended decision). The CLI's environment is the
@@ -42,8 +46,9 @@ import anyio
 
 from dsh.agent_loop.process import ExitStatus
 from dsh.agent_loop.subagent import ConfigTable, ParentContext, SubagentConfigError, diagnostics
+from dsh.agent_loop.subagent._anthropic_endpoint import ChildEndpoint, child_endpoint
 from dsh.agent_loop.subagent._product import explicit_env
-from dsh.agent_loop.subagent.diagnostics import Failure, unattended_decision
+from dsh.agent_loop.subagent.diagnostics import Failure, safe_token, unattended_decision
 from dsh.agent_loop.subagent.result import SubagentRequest
 from dsh.agent_loop.subagent.run import Outcome, Provider, Run, configured
 
@@ -111,9 +116,12 @@ class ClaudeCodeConfig:
     pass_env: tuple[str, ...] = ()
     eof_grace: float = 3.0
     term_grace: float = 2.0
+    endpoint: ChildEndpoint | None = None  # ``endpoint = "deepseek"``: where the CLI is sent, with which key
 
     @classmethod
-    def from_mapping(cls, name: str, config: Mapping[str, Any]) -> ClaudeCodeConfig:
+    def from_mapping(
+        cls, name: str, config: Mapping[str, Any], parent: ParentContext | None = None
+    ) -> ClaudeCodeConfig:
         """Raises :class:`SubagentConfigError` (naming the table and key only)."""
         table = ConfigTable.checked(name, config, _CONFIG_KEYS)
         mode = table.choice("permission_mode", "dontAsk", PERMISSION_MODES)
@@ -122,36 +130,41 @@ class ClaudeCodeConfig:
             raise SubagentConfigError(name, f"setting_sources may only name: {', '.join(sorted(SETTING_SOURCES))}")
         max_turns = table.positive_int("max_turns")
         command = table.optional_command()
+        env, pass_env = table.env(), table.names("pass_env")
+        parent = parent or ParentContext()
+        endpoint = child_endpoint(table, parent, env, pass_env)
         return cls(
             cli_path=table.string("cli_path"),
             command=command,
-            model=table.string("model"),
+            model=table.string("model", parent.model if endpoint is not None else None),
             permission_mode=mode or "dontAsk",
             max_turns=max_turns,
             max_budget_usd=table.number("max_budget_usd"),
             setting_sources=sources,
-            env=table.env(),
-            pass_env=table.names("pass_env"),
+            env=env,
+            pass_env=pass_env,
             eof_grace=table.seconds("eof_grace", 3.0),
             term_grace=table.seconds("term_grace", 2.0),
+            endpoint=endpoint,
         )
 
 
 _CONFIG_KEYS = frozenset(
     {"provider", "cli_path", "command", "args", "model", "permission_mode", "max_turns", "max_budget_usd",
-     "setting_sources", "env", "pass_env", "eof_grace", "term_grace"}
+     "setting_sources", "env", "pass_env", "eof_grace", "term_grace", "endpoint", "endpoint_url"}
 )  # fmt: skip
 
 
 def from_config(
     name: str, config: Mapping[str, Any], parent: ParentContext | None = None
 ) -> Provider[ClaudeCodeConfig]:
-    """``[subagents.NAME]`` with ``provider = "claude-code"``. Nothing is inherited from ``parent``.
+    """``[subagents.NAME]`` with ``provider = "claude-code"``. Nothing is inherited from ``parent``, except
+    with ``endpoint = "deepseek"``: its DeepSeek key, its base URL's origin and its model.
 
     Never raises: a bad table gives runs that fail with ``stage: query-start; category:
     configuration`` (the problem, which names only the table and key, goes to the host log now).
     """
-    return configured(name, ClaudeCodeRun, lambda: ClaudeCodeConfig.from_mapping(name, config))
+    return configured(name, ClaudeCodeRun, lambda: ClaudeCodeConfig.from_mapping(name, config, parent))
 
 
 # -- one run --------------------------------------------------------------------------------------
@@ -178,6 +191,8 @@ class ClaudeCodeRun(Run[ClaudeCodeConfig]):
         self._observed = _Observed()
         self.transport: ManagedCLITransport | None = None  # once built (tests read its pid)
         self.started = anyio.Event()  # set once the CLI is up and initialized
+        endpoint = provider.settings.endpoint if provider.settings is not None else None
+        self.endpoint = endpoint.label if endpoint is not None else None
 
     def partial_output(self) -> str:
         return self._observed.partial_output()
@@ -388,6 +403,9 @@ class ClaudeCodeRun(Run[ClaudeCodeConfig]):
             "CLAUDE_CODE_SDK_READS_SESSION_STATE": "1",
         }
         env.update(explicit_env(self.settings.env, self.settings.pass_env, self.request))
+        if self.settings.endpoint is not None:  # last: nothing else names the child's endpoint or key
+            env.update(self.settings.endpoint.env())
+            log.info("subagent %s: Claude Code on %s", safe_token(self.name), self.settings.endpoint.label)
         env["CLAUDE_AGENT_SDK_VERSION"] = sdk.__version__
         env["PWD"] = self.request.cwd
         return env

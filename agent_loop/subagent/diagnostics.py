@@ -8,8 +8,8 @@ observed exit). :func:`failure_line` renders it:
 * ``Subagent failure (provider: <name>; stage: …; category: …; error code: …; stop reason: …; exit code: …;
   signal: …)``
   for the out-of-process providers (ACP, child dsh), ``provider`` being the configured name;
-* ``Product subagent failure (product: <Claude Code|Codex>; stage: …; category: …; HTTP status: …;
-  exit code: …; signal: …)`` for the products.
+* ``Product subagent failure (product: <Claude Code|Codex>; endpoint: …; stage: …; category: …; HTTP status: …;
+  exit code: …; signal: …)`` for the products (``endpoint`` when the product was sent to one by name).
 
 Only enum members pass as stage and category, every other field is checked against a closed
 vocabulary or the safe pattern ``[A-Za-z0-9_.-]+``; anything else becomes ``unknown`` (or, for an
@@ -29,10 +29,12 @@ from typing import Protocol
 __all__ = [
     "ACP_STOP_REASONS",
     "ACP_TOOL_KINDS",
+    "DEEPSEEK_ANTHROPIC",
     "ERROR_CODE_NAMES",
     "PERMISSION_DECISIONS",
     "PERMISSION_POLICIES",
     "PRODUCTS",
+    "PRODUCT_ENDPOINTS",
     "SUBAGENT_STOP_REASONS",
     "UNATTENDED_DECISIONS",
     "UNATTENDED_REQUESTS",
@@ -106,6 +108,9 @@ PERMISSION_POLICIES: frozenset[str] = frozenset({"allow", "reject"})
 PERMISSION_DECISIONS: frozenset[str] = frozenset({"allowed", "rejected", "cancelled"})
 
 PRODUCTS: frozenset[str] = frozenset({"Claude Code", "Codex"})
+# Where a product child was sent by its table (``endpoint = "deepseek"``): the names its line may give.
+DEEPSEEK_ANTHROPIC = "DeepSeek (Anthropic format)"
+PRODUCT_ENDPOINTS: frozenset[str] = frozenset({DEEPSEEK_ANTHROPIC})
 
 # The error codes ACP and JSON-RPC 2.0 define, with their fixed names (docs/contracts.md); others stay bare integers.
 ERROR_CODE_NAMES: dict[int, str] = {
@@ -162,15 +167,18 @@ def _exit_fields(exit_status: _ExitFacts | None) -> list[str]:
     return fields
 
 
-def failure_line(failure: Failure, *, provider: str, product: str | None = None) -> str:
+def failure_line(failure: Failure, *, provider: str, product: str | None = None, endpoint: str | None = None) -> str:
     """The line for ``failure``: the product line when ``product`` is given, else the generic one.
 
-    Generic: ``stop reason`` only when it is a known closed protocol value. Both: exit code and
-    signal only when given (i.e. the managed child's exit was observed).
+    Generic: ``stop reason`` only when it is a known closed protocol value. Product: ``endpoint`` only when
+    it is a known name. Both: exit code and signal only when given (i.e. the managed child's exit was observed).
     """
     stage, category = _member(failure.stage, Stage), _member(failure.category, Category)
     if product is not None:
-        fields = [f"product: {_closed(product, PRODUCTS)}", f"stage: {stage}", f"category: {category}"]
+        fields = [f"product: {_closed(product, PRODUCTS)}"]
+        if endpoint in PRODUCT_ENDPOINTS:
+            fields.append(f"endpoint: {endpoint}")
+        fields += [f"stage: {stage}", f"category: {category}"]
         status = failure.http_status
         if isinstance(status, int) and not isinstance(status, bool) and 100 <= status <= 599:
             fields.append(f"HTTP status: {status}")

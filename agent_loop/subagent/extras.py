@@ -21,6 +21,7 @@ __all__ = ["PROVIDER_EXTRAS", "extra_installed", "missing_extra", "missing_extra
 PROVIDER_EXTRAS: dict[str, tuple[str, str]] = {
     "acp": ("acp", "acp"),
     "claude-code": ("claude", "claude_agent_sdk"),
+    "claude": ("claude", "claude_agent_sdk"),  # the alias of claude-code
     "codex": ("codex", "codex_cli_bin"),
 }
 

@@ -109,6 +109,7 @@ class Run(Generic[SettingsT]):
 
     product: ClassVar[str | None] = None
     configuration: ClassVar[Failure]
+    endpoint: str | None = None  # where a product child was sent, by closed name: its failure line says it
 
     def __init__(self, provider: Provider[SettingsT], request: SubagentRequest) -> None:
         self.name = provider.name
@@ -266,7 +267,7 @@ class Run(Generic[SettingsT]):
             _cause_types(failure.cause),
             failure.exit_status,
         )
-        return failure_line(failure, provider=self.name, product=self.product)
+        return failure_line(failure, provider=self.name, product=self.product, endpoint=self.endpoint)
 
 
 def _error_words(exc: BaseException | None) -> tuple[tuple[str, object], ...]:
