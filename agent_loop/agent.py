@@ -32,6 +32,7 @@ import anyio
 import anyio.lowlevel
 
 from dsh.agent_loop import events as ev  # ev.TextDelta and ev.ReasoningDelta: dsh.llm has its own
+from dsh.agent_loop.cache_watch import PrefixTracker
 from dsh.agent_loop.compact import FALLBACK_CODES, compaction_attempts
 from dsh.agent_loop.conversation import NOTICE_SOURCE, Conversation
 from dsh.agent_loop.events import (
@@ -149,6 +150,7 @@ class Agent:
         self._slot = TurnSlot()  # the one turn (or compaction) at a time
         self._state: TurnState | None = None
         self._conversation = conversation if conversation is not None else Conversation(system_prompt)
+        self.prefix = PrefixTracker()  # the hashes of the last request's parts (agent_loop/cache_watch.py)
         self.turn_number = 0
         if session is not None:
             if conversation is None:
@@ -513,7 +515,7 @@ class Agent:
         async def attempt() -> ReplyBuilder:
             builder = state.builder = ReplyBuilder()
             state.masks = MaskedDeltas(self.redactor)
-            await self._stream_reply(self._chat_request(), builder, state.masks, show=True)
+            await self._stream_reply(self.prefix.observe(self._chat_request()), builder, state.masks, show=True)
             return builder
 
         async def triage(exc: Exception, code: str) -> Triage:

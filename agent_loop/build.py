@@ -71,11 +71,12 @@ def create_log(root: Path, *, cwd: str, session_id: str | None, project: str) ->
 
 def subagent_toolkit(
     tables: Mapping[str, Mapping[str, Any]], *, model: str, base_url: str, api_key: str | None, cwd: str,
-    secrets: tuple[str, ...], frames: FrameLog | None = None,
+    secrets: tuple[str, ...], frames: FrameLog | None = None, dialect: str | None = None, max_parallel: int = 0,
 ) -> SubagentToolkit:
     """The ``subagent`` and job tools of ``[subagents.NAME]`` tables, inheriting what the tables leave out;
     each run's JSON-RPC frames are remembered in ``frames``."""
-    parent = ParentContext(model=model, base_url=base_url, api_key=api_key, cwd=cwd, secrets=secrets, frames=frames)
+    parent = ParentContext(model=model, base_url=base_url, api_key=api_key, cwd=cwd, secrets=secrets, frames=frames,
+                           dialect=dialect, max_parallel=max_parallel)
     return SubagentToolkit.from_config(dict(tables), parent=parent)
 
 

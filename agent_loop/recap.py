@@ -28,6 +28,24 @@ class TurnSummary:
     cut_answer: bool = False
     end: dict[str, Any] | None = None  # the turn/end reason as logged; None while open
     notice: bool = False  # a turn dsh started to deliver background-job notices
+    cache_hits: int = 0  # the prompt cache's input tokens, over the requests that reported it
+    cache_misses: int = 0
+
+    def add_usage(self, usage: object) -> None:
+        """One request's logged usage: its cache hits and misses, as :class:`~dsh.agent_loop.usage.UsageTally`
+        counts them (a count that is not one is no figure)."""
+        if not isinstance(usage, dict):
+            return
+        hit, miss, prompt = (_count(usage.get(key)) for key in ("prompt_cache_hit_tokens", "prompt_cache_miss_tokens",
+                                                                "prompt_tokens"))
+        if not (hit or miss):
+            return
+        self.cache_hits += hit
+        self.cache_misses += miss or max(prompt - hit, 0)
+
+
+def _count(value: object) -> int:
+    return value if type(value) is int and value >= 0 else 0
 
 
 def _cut(text: str) -> tuple[str, bool]:
@@ -43,6 +61,15 @@ class Recap:
     turns: deque[TurnSummary] = field(default_factory=lambda: deque(maxlen=KEEP))
     last_prompt: str | None = None  # the whole prompt of the last turn the user prompted
     last_prompt_turn: int = 0
+
+    @property
+    def cache_rate(self) -> float | None:
+        """The prompt cache's hit rate of the last turn that reported one (a resumed session's drop line compares
+        its first turn with it)."""
+        for turn in reversed(self.turns):
+            if turn.cache_hits + turn.cache_misses:
+                return turn.cache_hits / (turn.cache_hits + turn.cache_misses)
+        return None
 
     def __call__(self, record: dict[str, Any]) -> None:
         kind = record.get("type")
@@ -70,6 +97,7 @@ class Recap:
             content = data.get("content")
             if isinstance(content, str) and content.strip():
                 current.answer, current.cut_answer = _cut(content)
+            current.add_usage(data.get("usage"))
         elif kind == "turn/end":
             reason = data.get("reason")
             current.end = reason if isinstance(reason, dict) else {}

@@ -26,6 +26,7 @@ from typing import TYPE_CHECKING, Any, TypeVar
 
 import anyio
 
+from dsh.agent_loop.cache_watch import PrefixTracker
 from dsh.agent_loop.events import AssistantMessage, ContextCompacted, Event, JobNotice, ToolResult, TurnEnd, TurnStart
 from dsh.agent_loop.model_check import AFTER_TURN_GRACE, ModelCheck
 from dsh.agent_loop.permissions import Mode, Permissions
@@ -291,6 +292,7 @@ class Session:
                 await self.open_mcp()
             if resume is not None:
                 self._life.log = self._life.open(resume, self.model)
+                self._usage.previous_cache_rate = self._life.recap.cache_rate if self._life.recap else None
             elif defer_agent:
                 self._life.name_new(session_id or new_session_id())
             if not defer_agent:
@@ -365,6 +367,7 @@ class Session:
         """``/new``: close this conversation and start an empty one in a new log."""
         agent = self.ensure_agent()
         agent.new_session()
+        agent.prefix, self._usage.previous_cache_rate = PrefixTracker(), None  # a new conversation: no drop to name
         self._life.log = agent.session
         self._memory.last_failure = None
         return self.id
@@ -372,6 +375,7 @@ class Session:
     async def resume(self, ident: str) -> str:
         """``/resume ID``: continue another session (its open turn, if any, is closed and reported)."""
         log = await self._life.resume(ident, self.model)
+        self._usage.previous_cache_rate = self._life.recap.cache_rate if self._life.recap else None
         self._report_repair()
         return log.id
 
@@ -402,6 +406,8 @@ class Session:
         elif isinstance(event, ContextCompacted):
             # Applied before subscribers hear of it: the agent's messages are the compacted ones already.
             self._usage.count_compaction(event, self.model, self.agent.messages if self.agent is not None else None)
+            if self.agent is not None:
+                self.agent.prefix.compacted(automatic=event.turn is not None)
         self._publish(event)
 
     def context_fill(self) -> float | None:
@@ -486,6 +492,9 @@ class Session:
                 message.role == "user" and message.content.startswith(note) for message in agent.messages):
             journal.told(undos)
         self._memory.last_reason = end
+        drop = self._usage.cache_drop(agent.prefix.take_change())
+        if drop is not None:  # after the turn's usage line (docs/contracts.md, "The prompt cache")
+            self._notice(drop)
         return end
 
     async def _turn_and_model_check(self, agent: Agent, sent: str) -> EndReason:

@@ -65,7 +65,9 @@ class SessionChildren:
         self.frames = self.frames or build.FrameLog()
         config = self._config
         toolkit = build.subagent_toolkit(self._subagent_tables, model=model, base_url=self._parent_base_url,
-                                         api_key=config.api_key, cwd=cwd, secrets=config.secrets, frames=self.frames)
+                                         api_key=config.api_key, cwd=cwd, secrets=config.secrets, frames=self.frames,
+                                         dialect=config.dialect if self._parent_base_url == config.base_url else None,
+                                         max_parallel=config.max_parallel)
         self.toolkit = await self._scope.enter_async_context(toolkit)
         self._settle = build.settled_notice  # bound now that build is loaded: no import per settled job
         for hint in toolkit.hints:

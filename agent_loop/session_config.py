@@ -72,6 +72,10 @@ class SessionConfig(Protocol):
     @property
     def permission_mode(self) -> str: ...  # default | plan | accept-edits | auto (dsh.agent_loop.permissions)
     @property
+    def dialect(self) -> str: ...  # deepseek | openai, resolved (by the host when nothing set it)
+    @property
+    def max_parallel(self) -> int: ...  # model requests at once, this dsh and its child dsh subagents; 0: no bound
+    @property
     def secrets(self) -> tuple[str, ...]: ...
 
 
@@ -82,6 +86,9 @@ class EndpointClient(ModelClient, Protocol):
     def base_url_display(self) -> str: ...
     @property
     def secrets(self) -> tuple[str, ...]: ...
+    @property
+    def dialect(self) -> str:
+        """``deepseek`` or ``openai``: which request extensions it uses and how it reads DeepSeek's answers."""
     @property
     def ring(self) -> ExchangeRing | None:
         """The last exchanges' masked records a failure capsule copies (docs/reporting.md); None keeps none."""
@@ -97,7 +104,8 @@ def client_settings(config: SessionConfig, env: Mapping[str, str]) -> ClientSett
     return ClientSettings(base_url=config.base_url, api_key=config.api_key, proxy=config.proxy, trust_env=False,
                           stream_idle_timeout=config.stream_idle_timeout,
                           first_token_timeout=config.first_token_timeout, env=env, record=config.record,
-                          ring_bytes=config.report_ring_bytes)
+                          ring_bytes=config.report_ring_bytes, dialect=config.dialect,
+                          max_parallel=config.max_parallel)
 
 
 # What is asked: run_shell's command, an edit's EditRequest, an MCP tool call's McpCallRequest (docs/mcp.md).

@@ -9,6 +9,7 @@ from __future__ import annotations
 import datetime
 from collections.abc import Sequence
 
+from dsh.agent_loop.cache_watch import cache_drop_line
 from dsh.agent_loop.events import AssistantMessage, ContextCompacted
 from dsh.agent_loop.session_config import SessionConfig
 from dsh.agent_loop.usage import AUTO_COMPACT_AT, UsageTally, context_fill, estimate_tokens
@@ -26,6 +27,7 @@ class SessionUsage:
         self._config = config
         self.turn = UsageTally()
         self.total = UsageTally()
+        self.previous_cache_rate: float | None = None  # the last turn's whose endpoint reported the cache
 
     def new_turn(self) -> None:
         self.turn = UsageTally()
@@ -49,6 +51,15 @@ class SessionUsage:
     def context_fill(self) -> float | None:
         """How full the model's window is after the latest request; None when unknown."""
         return context_fill(self.total, self._config.models)
+
+    def cache_drop(self, change: str | None) -> str | None:
+        """After a turn: the line naming ``change`` (or that nothing changed) when the turn's cache hit rate fell
+        well below the previous turn's (agent_loop/cache_watch.py); the turn's rate is the next one's previous."""
+        rate = self.turn.cache_hit_rate
+        line = cache_drop_line(rate, self.previous_cache_rate, change)
+        if rate is not None:
+            self.previous_cache_rate = rate
+        return line
 
     def compaction_due(self) -> bool:
         """With ``auto_compact`` on, a prompt sent this close to the window's end is preceded by a compaction."""

@@ -12,7 +12,7 @@ from collections.abc import Mapping
 from dataclasses import dataclass
 
 from dsh.llm.events import Usage
-from dsh.llm.models import ModelInfo, ModelSettings, cost_usd, model_info
+from dsh.llm.models import ModelInfo, ModelSettings, Prices, cost_usd, model_info
 
 __all__ = [
     "AUTO_COMPACT_AT",
@@ -46,6 +46,17 @@ class UsageTally:
     model: str = ""
     context_estimated: bool = False  # ``context`` is dsh's estimate (after a compaction), not the server's
     context_unknown: bool = False  # the latest request reported no usage: how full the window is, is unknown
+    cache_hits: int = 0  # input tokens the prompt cache served, over the requests that reported the cache
+    cache_misses: int = 0  # and those it did not (a request that reported neither is not in either)
+    hit_cost: float = 0.0  # what the hits and the misses cost, while ``cost`` is known
+    miss_cost: float = 0.0
+    prices: Prices | None = None  # the latest priced request's
+
+    @property
+    def cache_hit_rate(self) -> float | None:
+        """Hits over hits and misses of the input tokens; None when no request reported the cache."""
+        seen = self.cache_hits + self.cache_misses
+        return self.cache_hits / seen if seen else None
 
     @property
     def tokens_known(self) -> bool:
@@ -68,11 +79,19 @@ class UsageTally:
         self.context = usage.prompt_tokens + usage.completion_tokens
         self.context_estimated = False
         self.model = model
+        hit, miss = usage.prompt_cache_hit_tokens, usage.prompt_cache_miss_tokens
+        miss = miss or max(usage.prompt_tokens - hit, 0)  # as cost_usd counts them
+        if hit or usage.prompt_cache_miss_tokens:  # the endpoint reported the cache; neither: unknown, never 0%
+            self.cache_hits += hit
+            self.cache_misses += miss
         prices = info.prices_at(when) if info is not None else None
         if prices is None or self.cost is None:
             self.cost = None
         else:
             self.cost += cost_usd(usage, prices)
+            self.hit_cost += hit * prices.cache_hit / 1e6
+            self.miss_cost += miss * prices.cache_miss / 1e6
+            self.prices = prices
 
 
 def context_fill(tally: UsageTally, models: Mapping[str, ModelSettings] | None = None) -> float | None:

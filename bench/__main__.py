@@ -83,6 +83,7 @@ BENCHMARKS: tuple[Benchmark, ...] = (
               "sandbox_cost"),
     Benchmark("undo", (("undo_journal_vs_bare", "x", None), ("undo_journal_cost_ms", "ms", None)), "bench.undo",
               "undo_journal_cost"),
+    Benchmark("prefix_hash", (("prefix_hash_vs_stream", "x", ("<=", 0.02)),), "bench.prefix_hash", "prefix_hashing"),
 )
 
 

@@ -820,7 +820,10 @@ BEHAVIOURS: dict[str, str] = {
     "http_403": "permission failure",
     "http_413": "request too large",
     "http_422": "invalid parameters",
-    "http_429": "rate limit with `Retry-After: 2` (`retry_after=` to change it)",
+    "http_429": "rate limit with `Retry-After: 2` (`retry_after=` to change it; `retry_after_date_in=N`: an HTTP "
+                "date N seconds after the answer)",
+    "http_429_concurrency": "DeepSeek's concurrency-cap 429, without `Retry-After` (`FaultServer(concurrency_cap=N)` "
+                            "answers it to a request past N in flight); `--dialect deepseek` names the cap",
     "http_500": "server error",
     "http_502_html": "502 with an nginx HTML page instead of JSON",
     "proxy_407": "407 as a forward proxy refusing its credentials (echoing them in the body)",

@@ -37,6 +37,8 @@ class ClientSettings:
     record: str | os.PathLike[str] | None = None  # a --record file
     shown_as: tuple[str, str | None] | None = None  # the endpoint and proxy messages name (a replay's recorded ones)
     ring_bytes: int = 0  # the last exchanges kept for a failure capsule; 0 keeps none
+    dialect: str | None = None  # "deepseek" | "openai" (dsh.llm.endpoint.DIALECTS); None: by base_url's host
+    max_parallel: int = 0  # chat requests the client has in flight at once; 0: no bound
 
 
 class TransportOptions(TypedDict, total=False):

@@ -26,7 +26,7 @@ from dsh.llm.defaults import (
     DEFAULT_STREAM_IDLE_TIMEOUT,
     DEFAULT_WRITE_TIMEOUT,
 )
-from dsh.llm.endpoint import Endpoint, endpoint_for_url
+from dsh.llm.endpoint import Endpoint, default_dialect, endpoint_for_url
 from dsh.llm.errors import Finding, LlmError
 from dsh.llm.events import ChatRequest, StreamEvent
 from dsh.llm.failure_chain import EXCHANGE_EXTENSION, FINDING_EXTENSION, UNTAPPED_EXTENSION
@@ -41,6 +41,7 @@ from dsh.llm.http_status import (
 from dsh.llm.network import CERTIFICATE_DETAILS, PERMANENT, FailureDetail, classify_transport, httpx_errors
 from dsh.llm.redact import redact_text
 from dsh.llm.request_body import encoded_body
+from dsh.llm.request_gate import RequestGate, concurrency_cap_message, is_concurrency_cap
 from dsh.llm.stream_decoder import PAYLOAD_PREVIEW, BadEncoding, Inflater, StreamDecoder, malformed_payload
 from dsh.llm.text import scrub_surrogates
 from dsh.llm.transport import Transport, open_transport
@@ -143,12 +144,15 @@ class DeepSeekClient:
         connect_timeout: float = DEFAULT_CONNECT_TIMEOUT,
         http_client: httpx.AsyncClient | None = None,
         transport: Transport | None = None,
+        dialect: str | None = None,
+        max_parallel: int = 0,
         **options: Unpack[TransportOptions],
     ) -> None:
         """``transport``: how requests reach the endpoint and what messages name (dsh.llm.transport, as
         :func:`open_client` opens it); without one, it is opened from ``options`` (base_url, proxy, trust_env, env,
         record, shown_as, ring_bytes: :class:`~dsh.llm.client_settings.ClientSettings`' fields of those names).
-        ``http_client``: a caller's httpx client, which carries its own transport (then nothing is recorded)."""
+        ``http_client``: a caller's httpx client, which carries its own transport (then nothing is recorded).
+        ``dialect``: ``deepseek`` or ``openai`` (None: by the host); ``max_parallel``: requests at once (0: none)."""
         if transport is None:
             settings = ClientSettings(api_key=api_key, stream_idle_timeout=stream_idle_timeout,
                                       first_token_timeout=first_token_timeout, **options)
@@ -160,6 +164,8 @@ class DeepSeekClient:
         self.base_url_display, self.proxy_display = transport.base_url_display, transport.proxy_display
         # Whom messages name: by the host now, by the answers' headers once one arrives (then kept).
         self.endpoint: Endpoint = endpoint_for_url(self.base_url_display)
+        self.dialect = dialect or default_dialect(self.base_url_display)
+        self.requests = RequestGate(max_parallel)  # the chat requests in flight, counted (and bounded) here only
         self._via = f" via proxy {self.proxy_display}" if self.proxy_display else ""
         self.stream_idle_timeout = stream_idle_timeout
         self.first_token_timeout = first_token_timeout
@@ -386,21 +392,22 @@ class DeepSeekClient:
         ``trace``, when given, is filled in with what the events do not show (``dsh doctor``).
         """
         body = encoded_body(request)
-        with self._naming():
-            response, watchdog = await self._send("POST", "/chat/completions", self._headers(), body)
-        if trace is not None:
-            trace.started_at, trace.headers_at = watchdog.start, anyio.current_time()
-        try:
+        async with self.requests.admitted():  # in flight from here until the response is over
             with self._naming():
-                if response.status_code >= 300:
-                    await self._raise_for_status(response, watchdog)
-                # `_events` hands over one list per read, so each event crosses a single generator.
-                async for batch in self._events(response, watchdog, trace):
-                    for event in batch:
-                        yield event
-        finally:
-            with anyio.CancelScope(shield=True):
-                await response.aclose()
+                response, watchdog = await self._send("POST", "/chat/completions", self._headers(), body)
+            if trace is not None:
+                trace.started_at, trace.headers_at = watchdog.start, anyio.current_time()
+            try:
+                with self._naming():
+                    if response.status_code >= 300:
+                        await self._raise_for_status(response, watchdog, request.model)
+                    # `_events` hands over one list per read, so each event crosses a single generator.
+                    async for batch in self._events(response, watchdog, trace):
+                        for event in batch:
+                            yield event
+            finally:
+                with anyio.CancelScope(shield=True):
+                    await response.aclose()
 
     async def get_json(self, path: str, *, tapped: bool = True) -> tuple[int, Any]:
         """``GET {base_url}{path}`` with the key: ``(200, parsed JSON)``, or ``(404, None)`` for a route the
@@ -447,7 +454,7 @@ class DeepSeekClient:
                         return True
         return not scope.cancelled_caught
 
-    async def _raise_for_status(self, response: httpx.Response, watchdog: _Watchdog) -> None:
+    async def _raise_for_status(self, response: httpx.Response, watchdog: _Watchdog, model: str | None = None) -> None:
         body = bytearray()
         # A status line and headers are enough to classify; a broken error body is not news.
         with self._translating(response), suppress(httpx_errors().TransportError, BadEncoding):
@@ -467,13 +474,16 @@ class DeepSeekClient:
         provider = provider_message(bytes(body))
         message = redact_text(provider, self.secrets) if provider else self.endpoint.http_error(status)
         code = code_for_status(status, provider)
+        detail = upstream_detail(code, provider)
+        if model is not None and is_concurrency_cap(status, provider, self.dialect):  # DeepSeek's cap, in words
+            message, detail = concurrency_cap_message(model, self.requests.in_flight), FailureDetail.CONCURRENCY_CAP
         raise LlmError(
             message + self._via_suffix(),
             code,
             status=status if 100 <= status <= 599 else None,
             retry_after_s=retry_after_seconds(response.headers),
             request_id=self._request_id(response),
-            detail=upstream_detail(code, provider),
+            detail=detail,
         )
 
     def _via_suffix(self) -> str:
@@ -544,7 +554,7 @@ def open_client(settings: ClientSettings) -> DeepSeekClient:
     return DeepSeekClient(
         api_key=settings.api_key, stream_idle_timeout=settings.stream_idle_timeout,
         first_token_timeout=settings.first_token_timeout, connect_timeout=settings.connect_timeout,
-        transport=open_transport(settings),
+        transport=open_transport(settings), dialect=settings.dialect, max_parallel=settings.max_parallel,
     )
 
 

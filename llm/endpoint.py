@@ -15,10 +15,14 @@ from urllib.parse import urlsplit
 
 from dsh.llm.defaults import LEGACY_MODELS
 
-__all__ = ["DEEPSEEK", "Endpoint", "endpoint_for_url", "host_and_address", "legacy_note", "legacy_warning",
-           "name_from_headers"]
+__all__ = ["DEEPSEEK", "DIALECTS", "Endpoint", "default_dialect", "endpoint_for_url", "host_and_address",
+           "legacy_note", "legacy_warning", "name_from_headers"]
 
 DEEPSEEK = "DeepSeek"
+# How dsh speaks to an endpoint and reads its answers (docs/endpoints.md, "Dialects"): DeepSeek's request
+# extensions and DeepSeek-specific answers (the concurrency cap's 429, legacy model names), or plain OpenAI.
+# A dialect never names a server: only the host makes one "DeepSeek".
+DIALECTS = ("deepseek", "openai")
 
 # A host that is the service itself (its documented API base URL); never a port.
 _NAMES_BY_HOST = {
@@ -50,6 +54,11 @@ def endpoint_for_url(url: str, name: str | None = None) -> Endpoint:
     host where the host is the service's own."""
     host, address = host_and_address(url)
     return Endpoint(name or _NAMES_BY_HOST.get(host), address or url)
+
+
+def default_dialect(url: str) -> str:
+    """``deepseek`` for DeepSeek's own API host, ``openai`` for any other endpoint."""
+    return DIALECTS[0] if endpoint_for_url(url).is_deepseek else DIALECTS[1]
 
 
 def name_from_headers(headers: Mapping[str, str]) -> str | None:
@@ -142,11 +151,13 @@ def legacy_note(name: str) -> str | None:
             f"{version.rsplit('-', 1)[-1]} prices; set model = \"{current}\"")
 
 
-def legacy_warning(model: str, base_url: str, source: str | None = None) -> str | None:
-    """:func:`legacy_note` for a run whose endpoint is DeepSeek's own host (never said to another server), with
-    where the model setting came from (``DSH_MODEL (environment)``) when that is known. Light enough for the
-    start-up before the first prompt (the model table and its prices are not loaded for it)."""
-    note = legacy_note(model) if endpoint_for_url(base_url).is_deepseek else None
+def legacy_warning(model: str, base_url: str, source: str | None = None, dialect: str | None = None) -> str | None:
+    """:func:`legacy_note` for a run whose endpoint is DeepSeek's own host or speaks the ``deepseek`` dialect
+    (``dialect`` None: by the host), with where the model setting came from (``DSH_MODEL (environment)``) when that
+    is known. Light enough for the start-up before the first prompt (the model table and its prices are not loaded
+    for it)."""
+    deepseek = endpoint_for_url(base_url).is_deepseek or dialect == DIALECTS[0]
+    note = legacy_note(model) if deepseek else None
     if note is None:
         return None
     return f"{note} where the model is set: {source}" if source else note

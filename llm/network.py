@@ -55,6 +55,7 @@ class FailureDetail(StrEnum):
     PROXY_DEPENDENCY = "proxy-dependency"
     UPSTREAM_AUTH = "upstream-auth"
     UPSTREAM_QUOTA = "upstream-quota"
+    CONCURRENCY_CAP = "concurrency-cap"  # a deepseek-dialect 429: the account's concurrent requests passed its cap
 
 
 # Permanent: retrying cannot change the answer (docs/contracts.md). Refused, reset and timeouts stay transient.

@@ -5,10 +5,10 @@ from __future__ import annotations
 import json
 from typing import Any
 
-from dsh.llm.events import ChatRequest, Message
+from dsh.llm.events import ChatRequest, Message, ToolSpec
 from dsh.llm.text import scrub_surrogates
 
-__all__ = ["encoded_body", "request_body"]
+__all__ = ["encoded_body", "request_body", "wire_message", "wire_tool"]
 
 
 def request_body(request: ChatRequest) -> dict[str, Any]:
@@ -20,13 +20,7 @@ def request_body(request: ChatRequest) -> dict[str, Any]:
         "stream_options": {"include_usage": True},
     }
     if request.tools:
-        body["tools"] = [
-            {
-                "type": "function",
-                "function": {"name": t.name, "description": t.description, "parameters": t.parameters},
-            }
-            for t in request.tools
-        ]
+        body["tools"] = [wire_tool(t) for t in request.tools]
     if request.max_tokens is not None:
         body["max_tokens"] = request.max_tokens
     if request.thinking is not None:
@@ -60,3 +54,14 @@ def _message_to_wire(message: Message) -> dict[str, Any]:
     if message.role == "tool" and message.tool_call_id is not None:
         wire["tool_call_id"] = message.tool_call_id
     return wire
+
+
+def wire_message(message: Message) -> dict[str, Any]:
+    """One message as the body gives it (the prompt-cache watch hashes it: agent_loop/cache_watch.py)."""
+    return _message_to_wire(message)
+
+
+def wire_tool(spec: ToolSpec) -> dict[str, Any]:
+    """One tool as the body's ``tools`` list gives it."""
+    return {"type": "function", "function": {"name": spec.name, "description": spec.description,
+                                             "parameters": spec.parameters}}

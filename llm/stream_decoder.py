@@ -218,12 +218,20 @@ def _usage(raw: dict[str, Any]) -> Usage:
     # DeepSeek's field wins whenever it is present (even 0, or clamped to 0): one count, never a mix of shapes.
     hit = _count(raw["prompt_cache_hit_tokens"] if "prompt_cache_hit_tokens" in raw
                  else _detail(raw, "prompt_tokens_details", "cached_tokens"))
+    prompt = _count(raw.get("prompt_tokens"))
+    miss = _count(raw.get("prompt_cache_miss_tokens"))
+    cached = _detail(raw, "prompt_tokens_details", "cached_tokens")
+    deepseek_shape = "prompt_cache_hit_tokens" in raw or "prompt_cache_miss_tokens" in raw
+    if not deepseek_shape and type(cached) is int and _count(cached) == cached:
+        # OpenAI's shape gives the hits only: the misses are the rest, so a real ``cached_tokens: 0`` reads as 0%
+        # hits while an absent one stays unknown (hits and misses both 0: docs/contracts.md, "The prompt cache").
+        miss = max(prompt - hit, 0)
     return Usage(
-        prompt_tokens=_count(raw.get("prompt_tokens")),
+        prompt_tokens=prompt,
         completion_tokens=_count(raw.get("completion_tokens")),
         total_tokens=_count(raw.get("total_tokens")),
         prompt_cache_hit_tokens=hit,
-        prompt_cache_miss_tokens=_count(raw.get("prompt_cache_miss_tokens")),
+        prompt_cache_miss_tokens=miss,
         reasoning_tokens=_count(_detail(raw, "completion_tokens_details", "reasoning_tokens")),
     )
 

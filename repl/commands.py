@@ -22,7 +22,7 @@ from dsh.agent_loop.usage import estimate_tokens
 from dsh.llm import HarnessError, error_chain, redact_text
 from dsh.llm.models import PRICES_AS_OF, model_info
 from dsh.repl.host import Host
-from dsh.repl.usage import compact_count, usage_line
+from dsh.repl.usage import cache_split_lines, compact_count, usage_line
 from dsh.repl.why import why_lines
 
 if TYPE_CHECKING:
@@ -205,6 +205,8 @@ async def _cost(shell: Host, arg: str) -> None:
         shell.say("no requests yet")
         return
     shell.say(f"{tally.requests} request{'s' if tally.requests != 1 else ''}: {usage_line(tally, shell.config.models)}")
+    for line in cache_split_lines(tally):  # the prompt cache's hits and misses, when the endpoint reported them
+        shell.say(line)
     if tally.cost is None:
         shell.say(f"no price known for {tally.model}: set [models.\"{tally.model}\"] prices in config.toml")
     elif tally.tokens_known and model_info(tally.model) is not None and tally.model not in shell.config.models:

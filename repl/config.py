@@ -24,7 +24,7 @@ from dsh.llm.defaults import (
     DEFAULT_MODEL,
     DEFAULT_STREAM_IDLE_TIMEOUT,
 )
-from dsh.llm.endpoint import endpoint_for_url
+from dsh.llm.endpoint import DIALECTS, default_dialect, endpoint_for_url
 from dsh.llm.exchange_ring import DEFAULT_RING_BYTES, MAX_RING_BYTES
 from dsh.llm.network import environment_proxy
 from dsh.llm.redact import MIN_SECRET_CHARS, environment_secrets, redact_url, url_secrets
@@ -75,6 +75,8 @@ KNOWN_KEYS = frozenset(
         "sandbox",
         "sandbox_network",
         "permission_mode",
+        "dialect",
+        "max_parallel",
     }
 )
 
@@ -112,6 +114,8 @@ class Config:
     permission_mode: str = "default"  # default | plan | accept-edits | auto (docs/safety.md, "Permission modes")
     record: str | None = None  # write a masked wire trace of every model exchange here (docs/record-replay.md)
     report_ring_bytes: int = DEFAULT_RING_BYTES  # the last exchanges kept for /report (docs/reporting.md); 0: off
+    dialect: str = DIALECTS[0]  # deepseek | openai; unset: by base_url's host (docs/endpoints.md, "Dialects")
+    max_parallel: int = 0  # model requests one dsh and its child dsh subagents run at once; 0: no bound
     config_path: Path | None = None  # the file that was read, if any
     warnings: tuple[str, ...] = ()
     # Where base_url, api_key and proxy came from, in words a fix line can name (docs/reliability.md).
@@ -338,6 +342,18 @@ def check_sandbox(config: Config) -> None:
         raise ConfigError(f"config file {config.config_path}: {problem}")
 
 
+def _check_dialect(key: str, value: object, where: str) -> str:
+    """``dialect``: how dsh speaks to the endpoint (docs/endpoints.md, "Dialects")."""
+    return settings.enum(At(where), key, value.strip().lower() if isinstance(value, str) else value, DIALECTS)
+
+
+def _check_max_parallel(key: str, value: object, where: str) -> int:
+    if isinstance(value, str) and value.strip().isdigit():  # from the environment
+        value = int(value.strip())
+    return int(settings.number(At(where), key, value, what="an integer from 0 (no bound) to 10000", at_least=0,
+                               at_most=10000, integer=True))
+
+
 def _check_record(key: str, value: object, where: str) -> str:
     """A trace path; ``{time}`` (UTC) and ``{pid}`` make one file per run, so two sessions never share one."""
     path = os.path.expanduser(_check_str(key, value, where))
@@ -369,6 +385,8 @@ _CHECKS = {
     "sandbox": _check_sandbox,
     "sandbox_network": _check_bool,
     "permission_mode": _check_permission_mode,
+    "dialect": _check_dialect,
+    "max_parallel": _check_max_parallel,
 }
 
 
@@ -409,6 +427,8 @@ def add_endpoint_flags(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--max-tokens", dest="max_tokens", type=int, metavar="N", help="output-token cap per step")
     parser.add_argument("--thinking", choices=("enabled", "disabled"), help="DeepSeek thinking mode")
     parser.add_argument("--reasoning-effort", dest="reasoning_effort", choices=("low", "high", "max"))
+    parser.add_argument("--dialect", choices=DIALECTS,
+                        help="deepseek (DeepSeek's extensions and answers) or openai (default: by the host)")
 
 
 def load_config(
@@ -439,7 +459,8 @@ def load_config(
         # The key in plain text is the user's choice; a key others can read is a mistake to point out.
         warnings.append(f"{path} holds api_key and is readable by others; chmod 600 {path}")
 
-    for variable, key in (("DEEPSEEK_API_KEY", "api_key"), ("DEEPSEEK_BASE_URL", "base_url"), ("DSH_MODEL", "model")):
+    for variable, key in (("DEEPSEEK_API_KEY", "api_key"), ("DEEPSEEK_BASE_URL", "base_url"), ("DSH_MODEL", "model"),
+                          ("DSH_DIALECT", "dialect"), ("DSH_MAX_PARALLEL", "max_parallel")):
         value = env.get(variable, "")
         if value.strip():
             values[key] = _CHECKS[key](variable, value, "environment")
@@ -458,6 +479,7 @@ def load_config(
             sources["proxy"] = f"{found[1]} (environment)"
 
     _check_auto_has_sandbox(values, sources, path)
+    values.setdefault("dialect", default_dialect(values.get("base_url", DEFAULT_BASE_URL)))  # by the host
     if require_key and not values.get("api_key"):
         endpoint = endpoint_for_url(values.get("base_url", DEFAULT_BASE_URL))
         which = "DeepSeek API key" if endpoint.is_deepseek else f"API key for {endpoint}"

@@ -35,7 +35,7 @@ from dsh.agent_loop.reasons import Failed, failure_from_exception
 from dsh.agent_loop.session_config import client_settings
 from dsh.llm import ErrorCode, LlmError, redact_text, redact_url
 from dsh.llm.deepseek import StreamTrace, open_client
-from dsh.llm.endpoint import endpoint_for_url, legacy_warning
+from dsh.llm.endpoint import DIALECTS, endpoint_for_url, legacy_warning
 from dsh.llm.events import ChatRequest, Finish, KeepAlive, Message, ReasoningDelta, TextDelta
 from dsh.llm.network import FailureDetail, environment_proxy, no_proxy, ssl_context
 from dsh.llm.probe import all_attempts_failed, connect_failure_word, open_tls, shown_host, unverified_certificate
@@ -53,6 +53,7 @@ STREAM_TIMEOUT_CAP = 30.0  # the doctor waits at most this long for a first toke
 PROMPT = "Reply with the single word OK."
 FIX_MISSING_KEY = "  fix: set DEEPSEEK_API_KEY (or api_key in config.toml)"
 FIX_MODEL = "  fix: this endpoint does not list the model {model} — check {source}"
+DIALECT_BY_HOST = "default for this host"  # the dialect's source when nothing set it (docs/endpoints.md, "Dialects")
 
 Resolver = Callable[[str, int], Awaitable[list[tuple[Any, ...]]]]
 
@@ -183,7 +184,7 @@ class Doctor:
         step = self._settings()
         sources = self._sources()
         source = _with_line(sources["model"]) if "model" in sources else None
-        legacy = legacy_warning(self.config.model, self.config.base_url, source)
+        legacy = legacy_warning(self.config.model, self.config.base_url, source, self.config.dialect)
         if legacy is not None:
             step.details.append(legacy)
             step.facts.setdefault("model", {})["legacy"] = legacy
@@ -206,10 +207,13 @@ class Doctor:
         }
         optional = {"max_tokens": config.max_tokens, "thinking": config.thinking,
                     "reasoning_effort": config.reasoning_effort, "max_retries": config.max_retries}
+        if self.endpoint.probe is None:  # the configured endpoint's dialect (an endpoint of dsh's own has its own)
+            optional = {"dialect": config.dialect, **optional}
         for key, value in optional.items():
             if value is not None:
-                parts.append(f"{key} {value} ({source(key)})")
-                facts[key] = {"value": value, "source": source(key)}
+                shown = _with_line(sources.get(key, DIALECT_BY_HOST)) if key == "dialect" else source(key)
+                parts.append(f"{key} {value} ({shown})")
+                facts[key] = {"value": value, "source": shown}
         api_key = config.api_key
         if self.endpoint.probe is not None:  # an endpoint of dsh's own that needs no key (the demo's)
             parts.append(self.endpoint.probe.key_note)
@@ -502,9 +506,10 @@ def main(argv: list[str], env: Mapping[str, str], *, resolver: Resolver | None =
     parser.add_argument("--base-url", dest="base_url", metavar="URL")
     parser.add_argument("--model")
     parser.add_argument("--proxy", metavar="URL")
+    parser.add_argument("--dialect", choices=DIALECTS)
     parser.add_argument("--config", metavar="PATH")
     args = parser.parse_args(argv)
-    flags = {"base_url": args.base_url, "model": args.model, "proxy": args.proxy}
+    flags = {"base_url": args.base_url, "model": args.model, "proxy": args.proxy, "dialect": args.dialect}
     env_secrets = tuple(s for s in (env.get("DEEPSEEK_API_KEY", "").strip(),) if s)
 
     def write(text: str) -> None:

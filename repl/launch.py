@@ -186,7 +186,8 @@ def _parser() -> argparse.ArgumentParser:
         prog="dsh",
         description="A terminal harness for LLM agents that never fails silently.",
         epilog="Config: $XDG_CONFIG_HOME/dsh/config.toml. Environment: DEEPSEEK_API_KEY, DEEPSEEK_BASE_URL, "
-        "DSH_MODEL, NO_COLOR, DSH_DEBUG. Also: dsh doctor (check each step of a request), "
+        "DSH_MODEL, DSH_DIALECT, DSH_MAX_PARALLEL, NO_COLOR, DSH_DEBUG. Also: dsh doctor (check each step of a "
+        "request), "
         "dsh sessions list [--all] | show ID | rm ID, dsh serve --stdio (child runtime), dsh acp (ACP agent for "
         "editors), "
         "dsh replay-server FILE --port P (serve a recording).",
@@ -304,7 +305,7 @@ def _main(argv: list[str]) -> int:
         return EXIT_USAGE
     # A legacy DeepSeek model name: one line, as the config's warnings (never for an endpoint of dsh's own).
     source = config.sources.get("model")
-    legacy = None if options.own_endpoint else legacy_warning(config.model, config.base_url, source)
+    legacy = None if options.own_endpoint else legacy_warning(config.model, config.base_url, source, config.dialect)
     for warning in (*config.warnings, *((legacy,) if legacy else ())):
         _stderr(f"dsh: warning: {warning}")
     early = _first_prompt(options, config) if mode == "interactive" else None
@@ -376,6 +377,7 @@ def _configure(args: argparse.Namespace, env: dict[str, str]) -> tuple[Config, L
         "max_tokens": args.max_tokens,
         "thinking": args.thinking,
         "reasoning_effort": args.reasoning_effort,
+        "dialect": args.dialect,
         "allow_edits": args.allow_edits,
         "record": args.record,
         "permission_mode": args.permission_mode,

@@ -95,6 +95,7 @@ def result_object(shell: Shell, end: EndReason, status: int, duration_s: float, 
             "reasoning_tokens": tally.reasoning if known else None,
         },
         "cost_usd": round(tally.cost, 6) if known and tally.cost is not None else None,
+        "cache_hit_rate": None if tally.cache_hit_rate is None else round(tally.cache_hit_rate, 4),
         "duration_s": round(duration_s, 3),
     }
 

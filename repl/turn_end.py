@@ -21,6 +21,7 @@ __all__ = [
     "FIX_CERTIFICATE_EXPIRED",
     "FIX_CERTIFICATE_NAME",
     "FIX_CERTIFICATE_NOT_YET_VALID",
+    "FIX_CONCURRENCY_CAP",
     "FIX_CONTEXT",
     "FIX_INVALID_URL",
     "FIX_NAME_NOT_FOUND",
@@ -60,6 +61,11 @@ FIX_QUOTA_ELSEWHERE = (
     "  fix: {endpoint} refused the request for quota or credit — check the account of the key in {source}"
 )
 FIX_RATE_LIMIT = "  fix: requests are arriving too fast; back off and try again shortly"
+# A deepseek-dialect 429 (dsh.llm.request_gate): the account's cap on requests in flight, not a rate.
+FIX_CONCURRENCY_CAP = (
+    "  fix: the cap counts the account's requests in flight from every key and program; set max_parallel in "
+    "config.toml to run fewer at once, or wait for the others to finish"
+)
 FIX_SERVER = "  fix: {endpoint} is having trouble; retry later"
 FIX_CONTEXT = "  fix: the conversation is too long for the model — /compact or /new"
 # Transport and proxy failures, by FailureDetail; {host} and {url} come from the failure, {source} names
@@ -216,6 +222,8 @@ def fix_line(reason: EndReason, sources: Mapping[str, str] | None = None) -> str
     named = _endpoint_fix(reason, sources)
     if named is not None:
         return named
+    if reason.code == ErrorCode.RATE_LIMIT and detail == FailureDetail.CONCURRENCY_CAP:
+        return FIX_CONCURRENCY_CAP
     if reason.code == ErrorCode.AUTH and "api_key" in sources:
         return one_line(FIX_AUTH_FROM.format(source=sources["api_key"]))
     return _FIX_BY_CODE.get(reason.code)

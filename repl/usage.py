@@ -1,14 +1,16 @@
 """Tokens, cost and context fill on screen: the dim line after each interactive turn, and ``/cost``.
 
 The sums are the session's (:mod:`dsh.agent_loop.usage`). Format, e.g.
-``tokens 12.3k in (9.1k cached) · 420 out · context 1.8% · $0.0031`` (docs/architecture.md); when the
-endpoint sent no usage, ``tokens unknown (the endpoint sent no usage)``.
+``tokens 12.3k in (9.1k cached) · 420 out · cache 74% · context 1.8% · $0.0031`` (docs/architecture.md); when the
+endpoint sent no usage, ``tokens unknown (the endpoint sent no usage)``; ``cache N%`` only when it reported the
+prompt cache (docs/contracts.md, "The prompt cache").
 """
 
 from __future__ import annotations
 
 from collections.abc import Mapping
 
+from dsh.agent_loop.cache_watch import cache_percent
 from dsh.agent_loop.usage import AUTO_COMPACT_AT, CONTEXT_WARNING_AT, UsageTally, context_fill
 from dsh.llm.models import ModelSettings
 
@@ -17,6 +19,8 @@ __all__ = [
     "CONTEXT_WARNING_AT",
     "NO_USAGE",
     "UsageTally",
+    "cache_percent",
+    "cache_split_lines",
     "compact_count",
     "context_fill",
     "context_text",
@@ -62,6 +66,24 @@ def context_warning(fill: float) -> str:
 NO_USAGE = "tokens unknown (the endpoint sent no usage)"
 
 
+def _price(per_million: float) -> str:
+    text = f"{per_million:.3f}"
+    return f"${text[:-1] if text.endswith('0') else text}/M"  # $0.006/M, $0.30/M
+
+
+def cache_split_lines(tally: UsageTally) -> list[str]:
+    """``/cost``'s two lines: the prompt cache's hits and misses, their tokens and what they cost at what price
+    (the latest request's); none when the endpoint never reported the cache."""
+    if tally.cache_hit_rate is None:
+        return []
+    hits = f"cache hits {compact_count(tally.cache_hits)} tokens"
+    misses = f"cache misses {compact_count(tally.cache_misses)} tokens"
+    if tally.cost is None or tally.prices is None:
+        return [f"{hits} · {misses} (no price known)"]
+    return [f"{hits} · {format_cost(tally.hit_cost)} at {_price(tally.prices.cache_hit)}",
+            f"{misses} · {format_cost(tally.miss_cost)} at {_price(tally.prices.cache_miss)}"]
+
+
 def usage_line(tally: UsageTally, models: Mapping[str, ModelSettings] | None = None) -> str:
     """The sums, or that they are unknown: a request whose reply carried no usage is never counted as zero
     tokens, and a cost that leaves some requests out is not shown."""
@@ -74,6 +96,8 @@ def usage_line(tally: UsageTally, models: Mapping[str, ModelSettings] | None = N
     if tally.reasoning:
         out += f" ({compact_count(tally.reasoning)} reasoning)"
     parts.append(out)
+    if tally.cache_hit_rate is not None:
+        parts.append(f"cache {cache_percent(tally.cache_hit_rate)}")
     context = context_text(tally, models)
     if context is not None:
         parts.append(context)

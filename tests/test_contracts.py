@@ -268,6 +268,7 @@ FIX_SAMPLES = [
               values={"endpoint": AT_LOOPBACK, "source": SOURCES["api_key"]}),
     FixSample("QUOTA", D.UPSTREAM_QUOTA, LOOPBACK, "LiteLLM", values=GATEWAY),
     FixSample("RATE_LIMIT"),
+    FixSample("RATE_LIMIT", D.CONCURRENCY_CAP),
     FixSample("SERVER", endpoint=LOOPBACK, values={"endpoint": AT_LOOPBACK}),
     FixSample("CONTEXT_WINDOW_EXCEEDED"),
     FixSample("TRANSPORT", D.REFUSED, "http://127.0.0.1:1", sources=SOURCES, values={"host": "127.0.0.1:1", **BASE}),
@@ -352,9 +353,10 @@ def test_contract_product_failure(page: dict[str, Contract]) -> None:
     (line,) = page["product-failure"].lines
     failure = Failure(codex.Stage.TURN, codex.Category.responseStreamDisconnected, http_status=502,
                       exit_status=ExitStatus(exit_code=1, signal="SIGTERM"))
-    values = {"product": "Codex", "stage": "turn", "category": "responseStreamDisconnected", "status": 502,
-              "exit code": 1, "signal": "SIGTERM"}
-    assert failure_line(failure, provider="codex", product=codex.PRODUCT) == fill(line, values)
+    endpoint = "DeepSeek (Anthropic format)"
+    values = {"product": "Codex", "endpoint": endpoint, "stage": "turn", "category": "responseStreamDisconnected",
+              "status": 502, "exit code": 1, "signal": "SIGTERM"}
+    assert failure_line(failure, provider="codex", product=codex.PRODUCT, endpoint=endpoint) == fill(line, values)
 
 
 def _vocabularies() -> dict[str, tuple[type, type]]:
@@ -404,6 +406,45 @@ def test_contract_model_lines(page: dict[str, Contract]) -> None:
     listed = {"model": "deepseek-v9", "endpoint": "http://127.0.0.1:9", "names": "deepseek-flash, deepseek-v4-pro"}
     assert not_listed_line("deepseek-v9", ["deepseek-flash", "deepseek-v4-pro"], "http://127.0.0.1:9") == (
         fill(unlisted, listed))
+
+
+def test_contract_cache_cost_lines(page: dict[str, Contract]) -> None:
+    import datetime
+
+    from dsh.agent_loop.usage import UsageTally
+    from dsh.llm.events import Usage
+    from dsh.llm.models import model_info
+    from dsh.repl.usage import cache_split_lines
+
+    tally = UsageTally()
+    tally.add(Usage(1000, 10, 1010, 960, 40), "deepseek-flash", model_info("deepseek-flash"),
+              datetime.datetime(2026, 12, 5, 3, 0, tzinfo=datetime.UTC))  # a Saturday: off-peak
+    hits, misses = page["cache-cost-lines"].lines
+    values = {"hits": 960, "hit cost": "<$0.0001", "hit price": "$0.003", "misses": 40, "miss cost": "<$0.0001",
+              "miss price": "$0.15"}
+    assert cache_split_lines(tally) == [fill(hits, values), fill(misses, values)]
+
+
+def test_contract_cache_drop_line(page: dict[str, Contract]) -> None:
+    from dsh.agent_loop.cache_watch import cache_drop_line
+
+    (line,) = page["cache-drop-line"].lines
+    values = {"rate": "12%", "previous rate": "96%",
+              "what changed": "the tool list changed (MCP server docs re-listed its tools)"}
+    assert cache_drop_line(0.12, 0.96, values["what changed"]) == fill(line, values)
+
+
+def test_contract_cache_drop_causes(page: dict[str, Contract]) -> None:
+    from dsh.agent_loop.cache_watch import NOT_SEEN, NOTHING_CHANGED
+    from tests.agent_loop.test_cache_watch import _two_requests
+
+    shown = [spans(row[1]) for row in page["cache-drop-causes"].rows]
+    produced = [_two_requests(change) for change in ("model", "system", "mcp", "tool", "compact", "history")]
+    produced += [NOTHING_CHANGED, NOT_SEEN]
+    assert len(shown) == len(produced)
+    for forms, text in zip(shown, produced, strict=True):
+        assert text is not None and pattern(forms[0]).fullmatch(text), (forms, text)
+    assert _two_requests("nothing") is None
 
 
 def test_contract_diagnostic_bound(page: dict[str, Contract]) -> None:

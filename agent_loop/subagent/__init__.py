@@ -79,9 +79,10 @@ PROVIDER_MODULES: dict[str, str] = {
     "dsh-sdk": "dsh.agent_loop.subagent.dsh_sdk",
     "acp": "dsh.agent_loop.subagent.acp",
     "claude-code": "dsh.agent_loop.subagent.claude_code",
+    "claude": "dsh.agent_loop.subagent.claude_code",
     "codex": "dsh.agent_loop.subagent.codex",
 }
-_ALIASES = frozenset({"dsh-sdk"})  # accepted, not advertised
+_ALIASES = frozenset({"dsh-sdk", "claude"})  # accepted, not advertised
 
 
 @dataclass(frozen=True, slots=True)
@@ -94,6 +95,8 @@ class ParentContext:
     cwd: str | None = None
     secrets: tuple[str, ...] = ()  # the parent's masked values: a child's output has them masked too
     frames: FrameLog | None = None  # where each run's JSON-RPC frames are remembered (agent_loop/frames.py)
+    dialect: str | None = None  # the parent's dialect (deepseek | openai), for a child on the parent's endpoint
+    max_parallel: int = 0  # the parent's bound on model requests at once, handed to a child dsh (0: none)
 
 
 def build_provider(name: str, config: Mapping[str, Any], parent: ParentContext | None = None) -> AnyProvider:

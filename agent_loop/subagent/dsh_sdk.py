@@ -78,6 +78,8 @@ class DshSettings:
     base_url: str | None = None
     api_key: str | None = None
     max_tokens: int | None = None
+    dialect: str | None = None  # the parent's, when the child talks to the parent's endpoint
+    max_parallel: int = 0  # the parent's bound on model requests at once (0: none)
     permission: str = "reject"
     startup_timeout: float = 30.0  # spawn + initialize handshake
     shutdown_timeout: float = 5.0
@@ -113,6 +115,8 @@ def _settings(name: str, config: Mapping[str, Any], parent: ParentContext) -> Ds
         base_url=table.string("base_url", parent.base_url),
         api_key=parent.api_key,
         max_tokens=max_tokens,
+        dialect=parent.dialect if "base_url" not in config else None,
+        max_parallel=parent.max_parallel,
         permission=permission,
         startup_timeout=table.seconds("startup_timeout", defaults.startup_timeout),
         shutdown_timeout=table.seconds("shutdown_timeout", defaults.shutdown_timeout),
@@ -207,6 +211,8 @@ class DshSdkRun(Run[DshSettings]):
             params["base_url"] = settings.base_url
         if settings.max_tokens is not None:
             params["max_tokens"] = settings.max_tokens
+        params.update({"dialect": settings.dialect} if settings.dialect else {})
+        params.update({"max_parallel": settings.max_parallel} if settings.max_parallel else {})
         try:
             with anyio.fail_after(settings.startup_timeout):
                 result = await conn.request("initialize", params)

@@ -135,6 +135,10 @@ class DemoClient:
     def base_url_display(self) -> str:
         return self._client().base_url_display
 
+    @property
+    def dialect(self) -> str:
+        return self._client().dialect
+
     def _client(self) -> DeepSeekClient:
         turn = self.turn
         key = (
@@ -325,6 +329,19 @@ def _prompt_rejected(turn: DemoTurn) -> None:
     turn.prompt = f"{turn.prompt} sk-demoNotARealKey0123456789abcdef"
 
 
+_CACHE_TURNS: dict[int, int] = {}  # the cache-drop scenario's turns so far, by demo server
+
+
+def _cache_drop(turn: DemoTurn) -> None:
+    # DeepSeek-shaped usage: 96% of the prompt from the cache on the first turn, 12% on the next, and so on.
+    count = _CACHE_TURNS[id(turn.server)] = _CACHE_TURNS.get(id(turn.server), 0) + 1
+    hit = 960 if count % 2 else 120
+    text = ("The server reused 96% of this prompt from its cache; send another prompt.\n" if count % 2 else
+            "This time the server's cache served 12%, though dsh sent the same prefix.\n")
+    turn.server.default = Behaviour("text", text=text, usage={
+        "prompt_tokens": 1000, "prompt_cache_hit_tokens": hit, "prompt_cache_miss_tokens": 1000 - hit})
+
+
 def _retry_then_success(turn: DemoTurn) -> None:
     turn.push("http_503")
     turn.server.default = Behaviour("text", text="This answer came on the second attempt.\n")
@@ -438,6 +455,8 @@ def _register_stream() -> None:
         expect="  fix: LiteLLM accepted your key, but its upstream refused LiteLLM's own credential")
     add("max-tokens", "finish_reason length: the output-token limit", _default("length"),
         expect="[turn hit the output-token limit]")
+    add("cache-drop", "the prompt cache serves 96%, then 12% of the same prefix: the second turn names the drop",
+        _cache_drop)
     add("prompt-rejected", "a key-shaped string in the prompt: the guard refuses to send it", _prompt_rejected,
         expect="[turn rejected] prompt contains what looks like a secret (sk-…); not sent")
 

@@ -35,6 +35,8 @@ class StubConfig:
     sandbox: str | None = None
     sandbox_network: bool = False
     permission_mode: str = "default"
+    dialect: str = "openai"  # a loopback endpoint's default (llm/endpoint.py: only DeepSeek's host is deepseek)
+    max_parallel: int = 0
 
     @property
     def secrets(self) -> tuple[str, ...]:

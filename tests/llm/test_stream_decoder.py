@@ -103,7 +103,7 @@ CASES: dict[str, tuple[bytes, list[StreamEvent], tuple[str, str] | None]] = {
             "prompt_tokens": 900, "completion_tokens": 20, "total_tokens": 920,
             "prompt_tokens_details": {"cached_tokens": 800}, "completion_tokens_details": {"reasoning_tokens": 5}})
         + DONE,
-        [TextDelta("a"), Usage(900, 20, 920, 800, 0, 5), Finish("stop")],
+        [TextDelta("a"), Usage(900, 20, 920, 800, 100, 5), Finish("stop")],  # the misses are the rest
         None,
     ),
     "lone surrogate": (

@@ -77,7 +77,8 @@ def _environment(env: dict[str, str]) -> str:
 
 
 def _head(url: str) -> list[str]:
-    return [f"✓ configuration: base_url {url} (--base-url (flag)); model deepseek-flash (default); {SHOWN_KEY}",
+    return [f"✓ configuration: base_url {url} (--base-url (flag)); model deepseek-flash (default); "
+            f"dialect openai (default for this host); {SHOWN_KEY}",
             "✓ proxy: none applies (direct)",
             "✓ DNS: 127.0.0.1 is an address (no lookup)"]
 
@@ -307,7 +308,7 @@ async def test_the_configuration_names_each_source_with_its_file_line(env: dict[
     path = folder / "config.toml"
     assert doctor.configuration().lines() == [
         "✓ configuration: base_url https://api.deepseek.com (default); "
-        f"model deepseek-v4-pro (model in {path}:2); "
+        f"model deepseek-v4-pro (model in {path}:2); dialect deepseek (default for this host); "
         f"key ***-key (api_key in {path}:3; 18 characters; not the sk-… shape DeepSeek issues)"]
 
 
@@ -319,7 +320,8 @@ async def test_a_legacy_deepseek_model_name_gets_one_line_naming_what_serves_it(
     step = Doctor(load_config({}, env, require_key=False), env).configuration()
     assert step.lines() == [
         f"✓ configuration: base_url https://api.deepseek.com (default); model deepseek-v4-flash (model in {path}:2); "
-        "key sk-***cdef (DEEPSEEK_API_KEY (environment); 35 characters; sk- and 32 hex digits, as DeepSeek issues)",
+        "dialect deepseek (default for this host); key sk-***cdef (DEEPSEEK_API_KEY (environment); 35 characters; "
+        "sk- and 32 hex digits, as DeepSeek issues)",
         "    model deepseek-v4-flash is a legacy name: DeepSeek serves it with deepseek-flash (V4.1-Flash) at Flash "
         f'prices; set model = "deepseek-flash" where the model is set: model in {path}:2']
     assert step.to_dict()["facts"]["model"]["legacy"] == step.details[0]
@@ -336,7 +338,8 @@ async def test_no_key_fails_at_configuration(env: dict[str, str]) -> None:
     del env["DEEPSEEK_API_KEY"]
     step = Doctor(load_config({}, env, require_key=False), env).configuration()
     assert step.lines() == [
-        "✗ configuration: base_url https://api.deepseek.com (default); model deepseek-flash (default); no API key",
+        "✗ configuration: base_url https://api.deepseek.com (default); model deepseek-flash (default); "
+        "dialect deepseek (default for this host); no API key",
         "  fix: set DEEPSEEK_API_KEY (or api_key in config.toml)"]
 
 

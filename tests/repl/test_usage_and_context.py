@@ -100,15 +100,20 @@ async def test_each_interactive_turn_ends_with_the_usage_the_server_reported(
         await shell.handle_line("hello")
         usage = sent_usage("Hello! How can I help you today?")
         hit, prompt, out = usage["prompt_cache_hit_tokens"], usage["prompt_tokens"], usage["completion_tokens"]
-        cost = (hit * 1000 + (prompt - hit) * 2000 + out * 4000) / 1e6
+        miss = usage["prompt_cache_miss_tokens"]
+        cost = (hit * 1000 + miss * 2000 + out * 4000) / 1e6
         context = 100 * (prompt + out) / 1000
+        rate = round(100 * hit / (hit + miss))
         assert sink.take().splitlines() == [
             "[main turn 1] Hello! How can I help you today?",
-            f"tokens {prompt} in ({hit} cached) · {out} out · context {context:.1f}% · ${cost:.4f}",
+            f"tokens {prompt} in ({hit} cached) · {out} out · cache {rate}% · context {context:.1f}% · ${cost:.4f}",
         ]
         await shell.handle_line("/cost")
         assert sink.take().splitlines() == [
-            f"1 request: tokens {prompt} in ({hit} cached) · {out} out · context {context:.1f}% · ${cost:.4f}"
+            f"1 request: tokens {prompt} in ({hit} cached) · {out} out · cache {rate}% · context {context:.1f}% · "
+            f"${cost:.4f}",
+            f"cache hits {hit} tokens · ${hit * 1000 / 1e6:.4f} at $1000.00/M",
+            f"cache misses {miss} tokens · ${miss * 2000 / 1e6:.4f} at $2000.00/M",
         ]
 
 
