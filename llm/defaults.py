@@ -22,11 +22,12 @@ __all__ = [
 
 DEFAULT_BASE_URL = "https://api.deepseek.com"
 DEFAULT_MODEL = "deepseek-flash"
-# DeepSeek's legacy model names that still answer: each name -> (the current name that serves it, the version
-# DeepSeek names). https://api-docs.deepseek.com/quick_start/pricing; llm/models.py prices them as that model.
+# DeepSeek's legacy model names that still answer: each name -> (the current name that serves it, the default,
+# and the version DeepSeek names). https://api-docs.deepseek.com/quick_start/pricing; llm/models.py prices each
+# as the model that serves it.
 LEGACY_MODELS = {
-    "deepseek-v4-flash": ("deepseek-flash", "V4.1-Flash"),
-    "deepseek-v4-flash-vision-exp": ("deepseek-flash", "V4.1-Flash"),
+    "deepseek-v4-flash": (DEFAULT_MODEL, "V4.1-Flash"),
+    "deepseek-v4-flash-vision-exp": (DEFAULT_MODEL, "V4.1-Flash"),
 }
 
 # Deadlines, in seconds. A stream that is silent (not even a keep-alive) for the idle timeout has

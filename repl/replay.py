@@ -10,6 +10,7 @@ import dataclasses
 
 from dsh.agent_loop.session_config import client_settings
 from dsh.llm.deepseek import open_client
+from dsh.llm.endpoint import default_dialect
 from dsh.llm.loopback.replay_server import MAX_REPLAY_RETRIES, ReplayError, ReplayServer, Trace, load_trace
 from dsh.repl.config import Config, ConfigError
 from dsh.repl.endpoint import ConfiguredLabel, Endpoint
@@ -49,8 +50,10 @@ async def _open(stack: contextlib.AsyncExitStack, trace: Trace, options: LaunchO
         idle = trace.timeouts.get("stream_idle_timeout", idle)
     if "first_token_timeout" not in config.sources:
         first = trace.timeouts.get("first_token_timeout", first)
+    # The recorded endpoint's dialect (by its host), so its answers read as the live run's; one set on this run wins.
+    dialect = config.dialect if "dialect" in config.sources else default_dialect(trace.base_url or server.url)
     client = open_client(dataclasses.replace(
-        client_settings(config, {}), base_url=server.url, api_key=None, proxy=None,
+        client_settings(config, {}), base_url=server.url, api_key=None, proxy=None, dialect=dialect,
         shown_as=(trace.base_url or server.url, trace.proxy), stream_idle_timeout=idle, first_token_timeout=first))
     stack.push_async_callback(client.aclose)
     replaying = f" · replaying {len(trace.exchanges)} recorded exchange(s) from {options.replay}"

@@ -132,6 +132,9 @@ class ServerConnection:
         self.tools: list[plain.ListedTool] = []
         self.failure: McpFailure | None = None
         self.settled = anyio.Event()  # ready or failed: what a waiting turn waits for
+        # Set once the re-listing a tools/list_changed asked for is done (or the connection ended): the next turn
+        # waits for it, so its requests carry the list the server said it now has. None: none pending.
+        self.relisting: anyio.Event | None = None
         # The startup clock starts here, not when the handshake does: spawning (and, with several servers,
         # the other spawns before it) counts, so a turn that waits from now sees the server settled by then.
         self.deadline = anyio.current_time() + config.startup_timeout
@@ -271,6 +274,8 @@ class ServerConnection:
                 if isinstance(exc, MCPError) and exc.code == _CONNECTION_CLOSED:
                     raise
                 continue
+            finally:
+                self._relisted()
             self._on_change(self)
 
     async def _message(self, message: IncomingMessage) -> None:
@@ -278,6 +283,12 @@ class ServerConnection:
         if not isinstance(message, Exception) and message.method == "notifications/tools/list_changed":
             with contextlib.suppress(anyio.ClosedResourceError, anyio.BrokenResourceError):
                 self._send.send_nowait("relist")
+                self.relisting = self.relisting or anyio.Event()
+
+    def _relisted(self) -> None:
+        pending, self.relisting = self.relisting, None
+        if pending is not None:
+            pending.set()
 
     def stop(self) -> None:
         if self.state == "starting":  # a handshake in progress is abandoned; the teardown still reaps the child
@@ -289,6 +300,8 @@ class ServerConnection:
         self.state = state
         if state != "starting":
             self.settled.set()
+        if state not in ("starting", "ready"):
+            self._relisted()  # no re-listing comes from a connection that ended
         self._on_change(self)
 
     def _fail(self, failure: McpFailure) -> None:

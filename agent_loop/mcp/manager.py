@@ -188,12 +188,15 @@ class McpManager:
     async def wait_ready(self) -> None:
         """Wait for the servers still starting: each settles (ready or failed) by its own deadline, its
         startup_timeout counted from its start, so after this no server is left "starting" (a turn then sees
-        a hung server's failure, not a server that looks slow)."""
+        a hung server's failure, not a server that looks slow); and for the re-listing of a server that said its
+        tools changed, so the turn's requests carry the list the server now has."""
         await self._loaded.wait()
         async with anyio.create_task_group() as group:
             for connection in self._connections.values():
                 if not connection.settled.is_set():
                     group.start_soon(self._wait_one, connection)
+                elif connection.relisting is not None:
+                    group.start_soon(self._wait_relisted, connection.relisting, connection.config.startup_timeout)
 
     @staticmethod
     async def _wait_one(connection: ServerConnection) -> None:
@@ -201,6 +204,13 @@ class McpManager:
         # never what decides (a timer of its own here raced the connection's and could wake first).
         with anyio.move_on_after(connection.deadline - anyio.current_time() + _SETTLE_BACKSTOP):
             await connection.settled.wait()
+
+    @staticmethod
+    async def _wait_relisted(relisting: anyio.Event, timeout: float) -> None:
+        # A server that said its tools changed: the turn gets the new list. The re-listing has the server's
+        # startup_timeout (it fails itself then, keeping the last good list); this bound is a backstop.
+        with anyio.move_on_after(timeout + _SETTLE_BACKSTOP):
+            await relisting.wait()
 
     # --- tools ----------------------------------------------------------------------------------
 
