@@ -96,6 +96,8 @@ _KEEPALIVE = StreamKeepAlive()  # carries nothing: one instance serves every kee
 class Agent:
     """Runs turns against ``client`` (anything with ``stream(ChatRequest) -> AsyncIterator[StreamEvent]``)."""
 
+    before_request: Callable[[], EndReason | None] | None = None  # a reason ends the turn unsent (a session's budget)
+
     def __init__(
         self,
         client: ModelClient,
@@ -485,6 +487,8 @@ class Agent:
             if rejection is not None:
                 return Rejected(rejection)
         for step in range(1, self.max_steps + 1):
+            if self.before_request is not None and (stop := self.before_request()) is not None:
+                return stop
             state.step = step
             self._publish(StepStart(state.turn, step))
             builder = await self._request(state)

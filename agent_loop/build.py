@@ -33,6 +33,7 @@ from dsh.agent_loop.subagent.tool import SubagentToolkit
 from dsh.agent_loop.tools import FileAccess, Tool, default_tools
 from dsh.llm import Redactor
 from dsh.llm.deepseek import open_client
+from dsh.llm.models import ModelInfo
 
 if TYPE_CHECKING:
     from dsh.agent_loop.session_config import Approver, EndpointClient, SessionConfig
@@ -45,17 +46,17 @@ def deepseek_client(config: SessionConfig, env: Mapping[str, str]) -> EndpointCl
     return open_client(client_settings(config, env))
 
 
-def open_log(ident: str, root: Path, *, project: str, current: str | None,
-             window: int = 0) -> tuple[SessionLog, Conversation, Recap]:
+def open_log(ident: str, root: Path, *, project: str, current: str | None, window: int = 0,
+             info: ModelInfo | None = None) -> tuple[SessionLog, Conversation, Recap]:
     """A log to continue, its conversation rebuilt (cut to the model's ``window``, 0 for unknown) and its
-    recap gathered in the same pass.
+    recap gathered in the same pass, its requests priced as ``info`` (the resuming model; None: not priced).
 
     ``last`` is this project's latest session with turns, never the ``current`` one.
     """
     target: str | Path = ident
     if ident == "last":
         target = resolve_session("last", root, project=project, exclude=current)
-    recap = Recap()
+    recap = Recap(info=info)
     log, conversation = open_session(target, root=root, on_record=recap, record_kinds=recap.kinds, window=window)
     return log, conversation, recap
 

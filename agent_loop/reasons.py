@@ -16,6 +16,7 @@ from dsh.llm import ErrorCode, HarnessError, LlmError, error_chain, redact_text
 
 __all__ = [
     "Aborted",
+    "BudgetStop",
     "Completed",
     "Disposed",
     "EndReason",
@@ -53,6 +54,8 @@ class EndReason:
         if kind == "rejected":
             reason = data.get("reason")
             return Rejected(reason if isinstance(reason, str) else "")
+        if kind == "budget":
+            return BudgetStop(_money(data.get("spent")), _money(data.get("max_cost")))
         if kind == "error":
             status, request_id, step = data.get("status"), data.get("request_id"), data.get("step")
             return Failed(
@@ -113,6 +116,25 @@ class Rejected(EndReason):
 
     def to_dict(self) -> dict[str, Any]:
         return {"kind": self.kind, "reason": self.reason}
+
+
+@dataclass(frozen=True, slots=True)
+class BudgetStop(EndReason):
+    """The cost so far had reached the cap (``max_cost``, US dollars) before a request: it was not sent."""
+
+    kind: ClassVar[str] = "budget"
+    exit_code: ClassVar[int] = 5
+    spent: float = 0.0
+    max_cost: float = 0.0
+
+    def to_dict(self) -> dict[str, Any]:
+        return {"kind": self.kind, "spent": round(self.spent, 6), "max_cost": self.max_cost}
+
+
+def _money(value: object) -> float:
+    """An amount as logged; anything else (a string, a negative, nan) reads 0."""
+    ok = isinstance(value, int | float) and not isinstance(value, bool) and 0 <= value < 1e9
+    return float(value) if ok else 0.0  # type: ignore[arg-type]
 
 
 @dataclass(frozen=True, slots=True)

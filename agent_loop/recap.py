@@ -9,9 +9,13 @@ prompts): the front end shows them through its one sanitizer.
 
 from __future__ import annotations
 
+import datetime as _dt
 from collections import deque
 from dataclasses import dataclass, field
 from typing import Any, ClassVar
+
+from dsh.llm.events import Usage
+from dsh.llm.models import ModelInfo, cost_usd
 
 __all__ = ["KEEP", "LIMIT", "Recap", "TurnSummary"]
 
@@ -48,6 +52,18 @@ def _count(value: object) -> int:
     return value if type(value) is int and value >= 0 else 0
 
 
+_USAGE_FIELDS = tuple(Usage.__dataclass_fields__)
+
+
+def _when(value: object) -> _dt.datetime | None:
+    """A record's ``time`` (UTC, ISO 8601); None when it is not one."""
+    try:
+        when = _dt.datetime.fromisoformat(value) if isinstance(value, str) and len(value) <= 40 else None
+    except ValueError:
+        return None
+    return when if when is None or when.tzinfo is not None else when.replace(tzinfo=_dt.UTC)
+
+
 def _cut(text: str) -> tuple[str, bool]:
     return (text, False) if len(text) <= LIMIT else (text[:LIMIT], True)
 
@@ -57,10 +73,20 @@ class Recap:
     """Call it with each record of a log; then read :attr:`turns` and :attr:`last_prompt`."""
 
     # The record types it reads: a caller may pass it only these (``open_session(record_kinds=...)``).
-    kinds: ClassVar[frozenset[str]] = frozenset({"turn/start", "assistant/message", "turn/end"})
+    kinds: ClassVar[frozenset[str]] = frozenset({"turn/start", "assistant/message", "turn/end", "context/compact"})
     turns: deque[TurnSummary] = field(default_factory=lambda: deque(maxlen=KEEP))
     last_prompt: str | None = None  # the whole prompt of the last turn the user prompted
     last_prompt_turn: int = 0
+    info: ModelInfo | None = None  # the model the logged requests are priced as (the resuming session's)
+    spent: float = 0.0  # what the logged requests cost, each at its hour's prices (a budget counts it)
+
+    def _add_spend(self, usage: object, time: object) -> None:
+        """One logged request's cost, as :class:`~dsh.agent_loop.usage.UsageTally` prices it (a request with no
+        usage, no price or no time adds nothing)."""
+        when = _when(time)
+        prices = self.info.prices_at(when) if self.info is not None and when is not None else None
+        if prices is not None and isinstance(usage, dict):
+            self.spent += cost_usd(Usage(*(_count(usage.get(key)) for key in _USAGE_FIELDS)), prices)
 
     @property
     def cache_rate(self) -> float | None:
@@ -78,6 +104,8 @@ class Recap:
         data = record.get("data")
         if not isinstance(data, dict):
             return
+        if kind in ("assistant/message", "context/compact"):
+            self._add_spend(data.get("usage"), record.get("time"))
         turn = data.get("turn")
         if not isinstance(turn, int) or isinstance(turn, bool):
             return

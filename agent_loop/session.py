@@ -228,6 +228,12 @@ class Session:
         return self._usage.turn
 
     @property
+    def spent(self) -> tuple[float, float] | None:
+        """The cost so far against ``max_cost`` (a resumed session's included) and the cap; None with no cap."""
+        budget = self._usage.budget
+        return None if budget is None else (budget.spent(self._usage.total), budget.max_cost)
+
+    @property
     def last_prompt(self) -> str | None:
         return self._memory.last_prompt
 
@@ -292,7 +298,7 @@ class Session:
                 await self.open_mcp()
             if resume is not None:
                 self._life.log = self._life.open(resume, self.model)
-                self._usage.previous_cache_rate = self._life.recap.cache_rate if self._life.recap else None
+                self._resumed_usage()
             elif defer_agent:
                 self._life.name_new(session_id or new_session_id())
             if not defer_agent:
@@ -336,10 +342,12 @@ class Session:
 
         extra = [*(self.toolkit.tools() if self.toolkit is not None else ()),
                  *(self._extra_tools(self) if self._extra_tools is not None else ())]
-        return build.build_agent(self.config, client, log, conversation=conversation, model=self.model,
-                                 approve=self._approve, extra_tools=extra, retry=self.retry, label=self._label,
-                                 cwd=self.cwd, extra_secrets=self._children.mcp_secrets(), files=self._files,
-                                 permissions=self.permissions)
+        agent = build.build_agent(self.config, client, log, conversation=conversation, model=self.model,
+                                  approve=self._approve, extra_tools=extra, retry=self.retry, label=self._label,
+                                  cwd=self.cwd, extra_secrets=self._children.mcp_secrets(), files=self._files,
+                                  permissions=self.permissions)
+        agent.before_request = lambda: self._usage.budget_stop(agent.model)  # max_cost, before each request
+        return agent
 
     def _report_repair(self) -> None:
         """A turn the log repair just closed is reported before anything else, then load warnings.
@@ -375,9 +383,16 @@ class Session:
     async def resume(self, ident: str) -> str:
         """``/resume ID``: continue another session (its open turn, if any, is closed and reported)."""
         log = await self._life.resume(ident, self.model)
-        self._usage.previous_cache_rate = self._life.recap.cache_rate if self._life.recap else None
+        self._resumed_usage()
         self._report_repair()
         return log.id
+
+    def _resumed_usage(self) -> None:
+        """The resumed session's last cache rate (the next turn's drop line compares with it) and its spend (the
+        cap counts it)."""
+        recap = self._life.recap
+        self._usage.previous_cache_rate = recap.cache_rate if recap else None
+        self._usage.carry(recap.spent if recap else 0.0)
 
     def set_model(self, name: str) -> None:
         """``/model NAME``: the next request uses it."""
@@ -409,6 +424,8 @@ class Session:
             if self.agent is not None:
                 self.agent.prefix.compacted(automatic=event.turn is not None)
         self._publish(event)
+        if isinstance(event, AssistantMessage | ContextCompacted) and (line := self._usage.budget_warning()):
+            self._notice(line)  # once, after the request's own event (agent_loop/budget.py)
 
     def context_fill(self) -> float | None:
         """How full the model's window is after the latest request; None when unknown."""

@@ -76,6 +76,8 @@ class SessionConfig(Protocol):
     @property
     def max_parallel(self) -> int: ...  # model requests at once, this dsh and its child dsh subagents; 0: no bound
     @property
+    def max_cost(self) -> float | None: ...  # US dollars one run or session may spend (agent_loop/budget.py)
+    @property
     def secrets(self) -> tuple[str, ...]: ...
 
 

@@ -88,7 +88,7 @@ class SessionLifecycle:
         info = model_info(model, self._config.models)
         window = (info.context_window or 0) if info is not None else 0  # 0: unknown
         log, self._resumed, recap = build.open_log(ident, self._root(), project=self.project, current=self.id,
-                                                   window=window)
+                                                   window=window, info=info)
         self.recap = recap
         if recap.last_prompt is not None:
             self._memory.last_prompt = recap.last_prompt

@@ -9,10 +9,13 @@ from __future__ import annotations
 import datetime
 from collections.abc import Sequence
 
+from dsh.agent_loop.budget import Budget, unpriced_cap
 from dsh.agent_loop.cache_watch import cache_drop_line
 from dsh.agent_loop.events import AssistantMessage, ContextCompacted
+from dsh.agent_loop.reasons import EndReason, Failed
 from dsh.agent_loop.session_config import SessionConfig
 from dsh.agent_loop.usage import AUTO_COMPACT_AT, UsageTally, context_fill, estimate_tokens
+from dsh.llm import ErrorCode
 from dsh.llm.events import Message
 from dsh.llm.models import model_info
 
@@ -28,6 +31,7 @@ class SessionUsage:
         self.turn = UsageTally()
         self.total = UsageTally()
         self.previous_cache_rate: float | None = None  # the last turn's whose endpoint reported the cache
+        self.budget = Budget(config.max_cost) if config.max_cost is not None else None  # agent_loop/budget.py
 
     def new_turn(self) -> None:
         self.turn = UsageTally()
@@ -47,6 +51,25 @@ class SessionUsage:
             left = estimate_tokens("".join(message.content for message in messages))
             for tally in (self.total, self.turn):
                 tally.context, tally.context_estimated = left, True
+
+    def budget_stop(self, model: str) -> EndReason | None:
+        """Before each request: the reason to end the turn instead (the cap is reached, or ``model``, set by
+        ``/model``, has no price to hold it to), or None to send it."""
+        if self.budget is None:
+            return None
+        info = model_info(model, self._config.models)
+        if info is None or info.peak is None:
+            return Failed(ErrorCode.CONFIG, unpriced_cap(model))
+        return self.budget.stop(self.total)
+
+    def budget_warning(self) -> str | None:
+        """The line once the spend passes 80 % of the cap (agent_loop/budget.py); None otherwise."""
+        return None if self.budget is None else self.budget.warning(self.total)
+
+    def carry(self, spent: float) -> None:
+        """A resumed session's logged spend counts against the cap."""
+        if self.budget is not None:
+            self.budget.carried = spent
 
     def context_fill(self) -> float | None:
         """How full the model's window is after the latest request; None when unknown."""

@@ -21,6 +21,7 @@ __all__ = [
     "UsageTally",
     "context_fill",
     "estimate_tokens",
+    "format_cost",
     "tokens_for_chars",
 ]
 
@@ -102,6 +103,14 @@ def context_fill(tally: UsageTally, models: Mapping[str, ModelSettings] | None =
     if info is None or not info.context_window:
         return None
     return tally.context / info.context_window
+
+
+def format_cost(cost: float) -> str:
+    """``$0.0031``; a cost that rounds to nothing but is not nothing reads ``<$0.0001``, never ``$0.0000``."""
+    cost = max(cost, 0.0)  # never a negative cost
+    if 0 < cost < 0.00005:
+        return "<$0.0001"
+    return f"${cost:.4f}" if cost < 1 else f"${cost:.2f}"
 
 
 def estimate_tokens(text: str) -> int:

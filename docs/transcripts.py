@@ -228,7 +228,7 @@ def cell(lines: Iterable[str]) -> str:
 # --- the scenario catalogue ---------------------------------------------------------------------------
 
 _HEADER = re.compile(r"^\[main turn \d+\] ")
-_END = re.compile(r"^\[turn (failed|aborted|rejected|hit the output-token limit|interrupted)")
+_END = re.compile(r"^\[turn (failed|aborted|rejected|hit the output-token limit|stopped|interrupted)")
 _RETRY = re.compile(r"^\[retry \d+/\d+ in ([0-9.]+)s\] ")
 _DIAGNOSTIC = re.compile(r"^    (Subagent |Product subagent |Claude Code unattended |Codex unattended )")
 SCENARIO_PROMPT = "hello"
@@ -257,6 +257,9 @@ def _split_by_scenario(output: str) -> dict[str, list[str]]:
     return turns
 
 
+BY_FLAG = {"budget-stop"}  # what they show needs --scenario NAME (the demo's cap): each its own -p run
+
+
 def scenario_turns(lab: Lab) -> dict[str, list[str]]:
     """Every scenario's turn, header stripped: piped runs of a few scenarios each, in parallel."""
 
@@ -264,13 +267,13 @@ def scenario_turns(lab: Lab) -> dict[str, list[str]]:
         catalogue = _catalogue()
         # their job notices arrive after the turn: no neighbour may share the run
         alone = {"dsh-background", "dsh-background-slow"}
-        batched = [name for name, _, cancel in catalogue if not cancel and name not in alone]
+        batched = [name for name, _, cancel in catalogue if not cancel and name not in alone | BY_FLAG]
         futures = [
             lab.pool.submit(lab.dsh, ["--demo"], stdin="".join(f"/scenario {n}\n{SCENARIO_PROMPT}\n" for n in chunk))
             for chunk in _chunks(batched, WORKERS)
         ]
         futures += [lab.pool.submit(lab.dsh, ["--demo"], stdin=f"/scenario {n}\n{SCENARIO_PROMPT}\n") for n in alone]
-        cancelled = {name: print_run(lab, name) for name, _, cancel in catalogue if cancel}
+        cancelled = {name: print_run(lab, name) for name, _, cancel in catalogue if cancel or name in BY_FLAG}
         turns: dict[str, list[str]] = {}
         for future in futures:
             turns.update(_split_by_scenario(future.result().output))

@@ -28,7 +28,7 @@ from dsh.agent_loop.events import (
     TurnStart,
     from_wire,
 )
-from dsh.agent_loop.reasons import Aborted, Disposed, EndReason, Failed, MaxTokens, Rejected
+from dsh.agent_loop.reasons import Aborted, BudgetStop, Disposed, EndReason, Failed, MaxTokens, Rejected
 from dsh.agent_loop.tools.edits import EditRequest
 from dsh.agent_loop.tools.registry import McpCallRequest, SandboxedCommand
 from dsh.llm import ErrorCode, HarnessError, Redactor, chain_links
@@ -89,6 +89,8 @@ def stop_reason(reason: EndReason) -> schema.StopReason | None:
         return "cancelled"
     if isinstance(reason, Rejected):
         return "refusal"
+    if isinstance(reason, BudgetStop):
+        return "max_turn_requests"  # max_cost held the next request back (agent_loop/budget.py)
     return "end_turn"  # Completed, and an end this version does not know
 
 

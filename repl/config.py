@@ -13,6 +13,7 @@ import time
 from collections.abc import Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
+from types import ModuleType
 from typing import TYPE_CHECKING, Any
 from urllib.parse import urlsplit
 
@@ -77,6 +78,7 @@ KNOWN_KEYS = frozenset(
         "permission_mode",
         "dialect",
         "max_parallel",
+        "max_cost",
     }
 )
 
@@ -116,6 +118,7 @@ class Config:
     report_ring_bytes: int = DEFAULT_RING_BYTES  # the last exchanges kept for /report (docs/reporting.md); 0: off
     dialect: str = DIALECTS[0]  # deepseek | openai; unset: by base_url's host (docs/endpoints.md, "Dialects")
     max_parallel: int = 0  # model requests one dsh and its child dsh subagents run at once; 0: no bound
+    max_cost: float | None = None  # US dollars one -p run or session may spend (agent_loop/budget.py); None: no cap
     config_path: Path | None = None  # the file that was read, if any
     warnings: tuple[str, ...] = ()
     # Where base_url, api_key and proxy came from, in words a fix line can name (docs/reliability.md).
@@ -278,16 +281,22 @@ def _check_mcp_servers(key: str, value: object, where: str) -> dict[str, McpServ
 _MODEL_KEYS = ("context_window", "input_cache_hit", "input_cache_miss", "output")
 
 
+def _models() -> ModuleType:
+    import dsh.llm.models  # only with [models] tables or a cap: the usage module costs the first prompt
+
+    return dsh.llm.models
+
+
 def _check_models(key: str, value: object, where: str) -> dict[str, ModelSettings]:
     """``[models."NAME"]`` tables: ``context_window`` (tokens) and prices in US dollars per 1M tokens."""
-    from dsh.llm.models import ModelSettings  # only with [models] tables: the usage module costs the first prompt
+    models = _models()
 
     tables: dict[str, ModelSettings] = {}
     for name, table in _check_subagents(key, value, where).items():  # the same table-of-tables shape
         at = At(where, f"{key}.{name}")
         settings.unknown_keys(at, table, _MODEL_KEYS)
         window = table.get("context_window")
-        tables[name] = ModelSettings(
+        tables[name] = models.ModelSettings(
             context_window=None if window is None else int(settings.number(
                 at, "context_window", window, what="a positive integer", at_least=1, integer=True)),
             input_cache_hit=_price(at, table, "input_cache_hit"),
@@ -354,6 +363,29 @@ def _check_max_parallel(key: str, value: object, where: str) -> int:
                                at_most=10000, integer=True))
 
 
+def _check_max_cost(key: str, value: object, where: str) -> float:
+    """``max_cost``: US dollars (``0.50``; ``$0.50`` from a flag or the environment)."""
+    if isinstance(value, str):
+        try:
+            value = float(value.strip().removeprefix("$"))
+        except ValueError:
+            pass
+    return float(settings.number(At(where), key, value, what="an amount of US dollars above 0 (at most 1000000)",
+                                 above=0, at_most=1_000_000))
+
+
+def _check_cap_priced(values: Mapping[str, Any], sources: Mapping[str, str], path: Path) -> None:
+    """A cap holds only with a price for the model: without one dsh does not start (never an unenforced cap)."""
+    cap = values.get("max_cost")
+    model = str(values.get("model", DEFAULT_MODEL))[:100]
+    info = None if cap is None else _models().model_info(model, values.get("models"))
+    if cap is None or (info is not None and info.peak is not None):
+        return
+    where = sources.get("model", "the default")
+    raise ConfigError(f"{sources['max_cost']} caps spending, but model {model} (set by {where}) has no known price: "
+                      f'set input_cache_hit, input_cache_miss and output in [models."{model}"] in {path}')
+
+
 def _check_record(key: str, value: object, where: str) -> str:
     """A trace path; ``{time}`` (UTC) and ``{pid}`` make one file per run, so two sessions never share one."""
     path = os.path.expanduser(_check_str(key, value, where))
@@ -387,7 +419,13 @@ _CHECKS = {
     "permission_mode": _check_permission_mode,
     "dialect": _check_dialect,
     "max_parallel": _check_max_parallel,
+    "max_cost": _check_max_cost,
 }
+
+
+# The settings the environment gives, by variable: above the file, below the flags.
+_ENVIRONMENT = (("DEEPSEEK_API_KEY", "api_key"), ("DEEPSEEK_BASE_URL", "base_url"), ("DSH_MODEL", "model"),
+                ("DSH_DIALECT", "dialect"), ("DSH_MAX_PARALLEL", "max_parallel"), ("DSH_MAX_COST", "max_cost"))
 
 
 def _read_file(path: Path) -> dict[str, Any]:
@@ -459,8 +497,7 @@ def load_config(
         # The key in plain text is the user's choice; a key others can read is a mistake to point out.
         warnings.append(f"{path} holds api_key and is readable by others; chmod 600 {path}")
 
-    for variable, key in (("DEEPSEEK_API_KEY", "api_key"), ("DEEPSEEK_BASE_URL", "base_url"), ("DSH_MODEL", "model"),
-                          ("DSH_DIALECT", "dialect"), ("DSH_MAX_PARALLEL", "max_parallel")):
+    for variable, key in _ENVIRONMENT:
         value = env.get(variable, "")
         if value.strip():
             values[key] = _CHECKS[key](variable, value, "environment")
@@ -479,6 +516,7 @@ def load_config(
             sources["proxy"] = f"{found[1]} (environment)"
 
     _check_auto_has_sandbox(values, sources, path)
+    _check_cap_priced(values, sources, path)
     values.setdefault("dialect", default_dialect(values.get("base_url", DEFAULT_BASE_URL)))  # by the host
     if require_key and not values.get("api_key"):
         endpoint = endpoint_for_url(values.get("base_url", DEFAULT_BASE_URL))

@@ -202,6 +202,8 @@ def _parser() -> argparse.ArgumentParser:
     parser.add_argument("--demo", action="store_true", help="no key, no network: an embedded scripted endpoint")
     parser.add_argument("--scenario", metavar="NAME", help="demo scenario to start with (implies --demo)")
     add_endpoint_flags(parser)
+    parser.add_argument("--max-cost", dest="max_cost", metavar="USD",
+                        help="stop a turn before a request once this -p run or session has spent USD dollars")
     parser.add_argument("--allow-edits", dest="allow_edits", action="store_true", default=None,
                         help="piped and -p runs may write files in the working tree without asking")
     parser.add_argument("--allow-mcp", dest="allow_mcp", action="store_true",
@@ -381,6 +383,7 @@ def _configure(args: argparse.Namespace, env: dict[str, str]) -> tuple[Config, L
         "allow_edits": args.allow_edits,
         "record": args.record,
         "permission_mode": args.permission_mode,
+        "max_cost": args.max_cost,
     }
     print_prompt = args.print_prompt
     if print_prompt in (_FROM_STDIN, "-"):

@@ -96,8 +96,15 @@ def result_object(shell: Shell, end: EndReason, status: int, duration_s: float, 
         },
         "cost_usd": round(tally.cost, 6) if known and tally.cost is not None else None,
         "cache_hit_rate": None if tally.cache_hit_rate is None else round(tally.cache_hit_rate, 4),
+        "budget": _budget(shell),
         "duration_s": round(duration_s, 3),
     }
+
+
+def _budget(shell: Shell) -> dict[str, float] | None:
+    """``max_cost`` and the cost so far (a resumed session's included: what the cap counts); None with no cap."""
+    spent = shell.session.spent
+    return None if spent is None else {"max_cost": spent[1], "spent": round(spent[0], 6)}
 
 
 class PrintFrontEnd(PlainFrontEnd):

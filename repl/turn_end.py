@@ -7,7 +7,8 @@ from __future__ import annotations
 from collections.abc import Mapping, Sequence
 from urllib.parse import urlsplit
 
-from dsh.agent_loop.reasons import Aborted, EndReason, Failed, Interrupted, MaxTokens, Rejected
+from dsh.agent_loop.budget import budget_words
+from dsh.agent_loop.reasons import Aborted, BudgetStop, EndReason, Failed, Interrupted, MaxTokens, Rejected
 from dsh.llm import ErrorCode
 from dsh.llm.endpoint import Endpoint, endpoint_for_url, host_and_address
 from dsh.llm.network import FailureDetail
@@ -114,6 +115,8 @@ def turn_end_line(reason: EndReason, secrets: Sequence[str] = ()) -> str | None:
             return f"[turn rejected] {why}" if why else "[turn rejected]"
         case MaxTokens():
             return "[turn hit the output-token limit]"
+        case BudgetStop(spent=spent, max_cost=cap):
+            return f"[turn stopped BUDGET] {budget_words(spent, cap)}"
         case Interrupted():
             return "[turn interrupted by a previous process exit]"
     return None

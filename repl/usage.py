@@ -11,7 +11,7 @@ from __future__ import annotations
 from collections.abc import Mapping
 
 from dsh.agent_loop.cache_watch import cache_percent
-from dsh.agent_loop.usage import AUTO_COMPACT_AT, CONTEXT_WARNING_AT, UsageTally, context_fill
+from dsh.agent_loop.usage import AUTO_COMPACT_AT, CONTEXT_WARNING_AT, UsageTally, context_fill, format_cost
 from dsh.llm.models import ModelSettings
 
 __all__ = [
@@ -37,14 +37,6 @@ def compact_count(count: int) -> str:
     if count < 1_000_000:
         return f"{count / 1000:.1f}k".replace(".0k", "k")
     return f"{count / 1_000_000:.1f}M".replace(".0M", "M")
-
-
-def format_cost(cost: float) -> str:
-    """``$0.0031``; a cost that rounds to nothing but is not nothing reads ``<$0.0001``, never ``$0.0000``."""
-    cost = max(cost, 0.0)  # never a negative cost
-    if 0 < cost < 0.00005:
-        return "<$0.0001"
-    return f"${cost:.4f}" if cost < 1 else f"${cost:.2f}"
 
 
 def _percent(fill: float) -> str:

@@ -28,6 +28,7 @@ from dsh.agent_loop.events import LlmRetry
 from dsh.agent_loop.process import ExitStatus
 from dsh.agent_loop.reasons import (
     Aborted,
+    BudgetStop,
     Completed,
     Disposed,
     EndReason,
@@ -167,6 +168,7 @@ def test_contract_turn_end(page: dict[str, Contract]) -> None:
          {"reason": "prompt contains the configured API key; not sent"}),
         (Rejected(""), {}),
         (MaxTokens(), {}),
+        (BudgetStop(0.5213, 0.5), {"spent": "$0.5213", "cap": "$0.5000"}),
         (Interrupted(), {}),
     ]
     expected = [fill(line, values) for line, (_, values) in zip(page["turn-end"].lines, samples, strict=True)]
@@ -447,6 +449,27 @@ def test_contract_cache_drop_causes(page: dict[str, Contract]) -> None:
     assert _two_requests("nothing") is None
 
 
+def test_contract_budget_lines(page: dict[str, Contract], tmp_path: Path) -> None:
+    from dsh.agent_loop.budget import budget_warning, unpriced_cap
+    from dsh.repl.config import ConfigError, load_config
+    from dsh.repl.turn_end import turn_end_line
+
+    warning, startup, unpriced = page["budget-lines"].lines
+    assert budget_warning(0.4012, 0.5) == fill(warning, {"spent": "$0.4012", "cap": "$0.5000", "percent": 80})
+    path = tmp_path / "config.toml"
+    path.write_text('max_cost = 0.5\nmodel = "local-llm"\n', encoding="utf-8")
+    values = {"setting": f"max_cost in {path}", "model": "local-llm", "config file": path,
+              "source": f"model in {path}"}
+    with pytest.raises(ConfigError) as raised:
+        load_config({}, {"DEEPSEEK_API_KEY": "sk-x"}, config_path=path)
+    assert f"dsh: failed to start: {raised.value}" == fill(startup, values)
+    with pytest.raises(ConfigError) as raised:
+        load_config({"max_cost": "0.5"}, {"DEEPSEEK_API_KEY": "sk-x", "DSH_MODEL": "local-llm"}, config_path=path)
+    values.update({"setting": "--max-cost (flag)", "source": "DSH_MODEL (environment)"})
+    assert f"dsh: failed to start: {raised.value}" == fill(startup, values)
+    assert turn_end_line(Failed(code="CONFIG", message=unpriced_cap("local-llm"))) == fill(unpriced, values)
+
+
 def test_contract_diagnostic_bound(page: dict[str, Contract]) -> None:
     from dsh.agent_loop.subagent.result import DIAGNOSTIC_LIMIT_BYTES, limit_diagnostic
 
@@ -522,6 +545,7 @@ ACP_ENDS: dict[str, EndReason] = {
     "aborted": Aborted(),
     "disposed": Disposed(),
     "rejected": Rejected("vetoed"),
+    "budget": BudgetStop(0.52, 0.5),
     "error with code `CONTENT_FILTER`": Failed(code="CONTENT_FILTER", message="content_filter"),
     "a kind this version does not know": OtherEnd("a-future-kind", {}),
 }
@@ -612,7 +636,7 @@ def _exit_statuses() -> dict[str, int]:
         signals.received = signum
         return signals.exit_status(Aborted().exit_code)
 
-    kinds = ["completed", "error", "interrupted", "disposed", "rejected", "max-tokens"]
+    kinds = ["completed", "error", "interrupted", "disposed", "rejected", "max-tokens", "budget"]
     statuses = {kind: EndReason.from_dict({"kind": kind}).exit_code for kind in kinds}
     statuses["aborted by SIGINT (Ctrl-C)"] = by_signal(signal.SIGINT)
     statuses["aborted by SIGTERM"] = by_signal(signal.SIGTERM)

@@ -342,6 +342,19 @@ def _cache_drop(turn: DemoTurn) -> None:
         "prompt_tokens": 1000, "prompt_cache_hit_tokens": hit, "prompt_cache_miss_tokens": 1000 - hit})
 
 
+BUDGET_DEMO_CAP = 0.05  # US dollars: the budget-stop scenario's max_cost when none is configured (demo_config)
+
+
+def _budget_stop(turn: DemoTurn) -> None:
+    # 200k prompt tokens a request, all cache misses: $0.06 at deepseek-flash's peak prices, $0.03 off-peak, so a
+    # $0.05 cap stops the turn before its second or third request (agent_loop/budget.py).
+    usage = {"prompt_tokens": 200_000, "prompt_cache_hit_tokens": 0, "prompt_cache_miss_tokens": 200_000}
+    turn.push(*[Behaviour("tool_call", id=f"call_budget_{n}", name="list_dir", arguments='{"path": "."}',
+                          reasoning="Look once more.", usage=usage) for n in range(4)])
+    turn.server.default = Behaviour("text", text="No cap held this session back: dsh --demo --scenario budget-stop "
+                                    "sets one.\n", usage=usage)
+
+
 def _retry_then_success(turn: DemoTurn) -> None:
     turn.push("http_503")
     turn.server.default = Behaviour("text", text="This answer came on the second attempt.\n")
@@ -456,7 +469,9 @@ def _register_stream() -> None:
     add("max-tokens", "finish_reason length: the output-token limit", _default("length"),
         expect="[turn hit the output-token limit]")
     add("cache-drop", "the prompt cache serves 96%, then 12% of the same prefix: the second turn names the drop",
-        _cache_drop)
+        _cache_drop, expect="The server reused 96% of this prompt from its cache; send another prompt.")
+    add("budget-stop", f"--scenario budget-stop caps the run at ${BUDGET_DEMO_CAP:.2f} (unless max_cost is set); tool "
+        "rounds spend it: the turn stops before the next request", _budget_stop, expect="[turn stopped BUDGET] ")
     add("prompt-rejected", "a key-shaped string in the prompt: the guard refuses to send it", _prompt_rejected,
         expect="[turn rejected] prompt contains what looks like a secret (sk-…); not sent")
 

@@ -14,14 +14,14 @@ from typing import TYPE_CHECKING
 
 from dsh.repl import __version__
 from dsh.repl.config import Config, ConfigError
-from dsh.repl.demo.catalogue import SCENARIOS, Demo, start_demo
+from dsh.repl.demo.catalogue import BUDGET_DEMO_CAP, SCENARIOS, Demo, start_demo
 from dsh.repl.endpoint import Endpoint, Probe
 from dsh.repl.options import LaunchOptions
 
 if TYPE_CHECKING:
     from dsh.agent_loop.session import Session
 
-__all__ = ["DEMO_SOURCES", "KEY_NOT_NEEDED", "OPENER", "demo_endpoint"]
+__all__ = ["DEMO_SOURCES", "KEY_NOT_NEEDED", "OPENER", "demo_config", "demo_endpoint"]
 
 # In the demo the scenario picks the endpoint and the proxy, so fix lines point there.
 DEMO_SOURCES = {"base_url": "the demo scenario", "proxy": "the demo scenario"}
@@ -68,6 +68,13 @@ def demo_endpoint(demo: Demo) -> Endpoint:
     )
 
 
+def demo_config(scenario: str | None, config: Config) -> Config:
+    """The config a demo scenario runs with: ``--scenario budget-stop`` caps the run (its own cap when none is set)."""
+    if scenario == "budget-stop" and config.max_cost is None:
+        return dataclasses.replace(config, max_cost=BUDGET_DEMO_CAP)
+    return config
+
+
 class _DemoOpener:
     """The demo's checks at start, and its endpoint (an :class:`~dsh.repl.endpoint.EndpointOpener`)."""
 
@@ -79,7 +86,7 @@ class _DemoOpener:
                 *config.warnings, f"record in {config.config_path} is not used by --demo: its scenarios are scripted"))
         if options.scenario and options.scenario not in SCENARIOS:
             raise ConfigError(f"no demo scenario {options.scenario!r} (known: {', '.join(SCENARIOS)})")
-        return options, config
+        return options, demo_config(options.scenario, config)
 
     async def open(self, stack: contextlib.AsyncExitStack, options: LaunchOptions, config: Config) -> Endpoint:
         return demo_endpoint(await start_demo(stack, options.scenario or "text"))

@@ -37,6 +37,7 @@ class StubConfig:
     permission_mode: str = "default"
     dialect: str = "openai"  # a loopback endpoint's default (llm/endpoint.py: only DeepSeek's host is deepseek)
     max_parallel: int = 0
+    max_cost: float | None = None
 
     @property
     def secrets(self) -> tuple[str, ...]:

@@ -241,7 +241,7 @@ BACKGROUND = {s.name for s in DELEGATION_SCENARIOS if s.background}
 def _exit_code(expect: str) -> int:
     """The `dsh -p` exit status for a scenario whose turn prints ``expect`` (a fix line follows a failure)."""
     for prefix, code in (("[turn failed ", 1), ("  fix: ", 1), ("[turn rejected]", 3),
-                         ("[turn hit the output-token limit]", 4),
+                         ("[turn hit the output-token limit]", 4), ("[turn stopped BUDGET]", 5),
                          ("[turn aborted]", 130)):
         if expect.startswith(prefix):
             return code
@@ -290,5 +290,7 @@ def test_each_demo_scenario_works_or_names_the_extra_to_install(
     lines = (stdout + stderr).splitlines()
     assert any(line.startswith(scenario.expect) for line in lines), (stdout, stderr)
     assert "pip install 'dsh-agent[" not in stdout + stderr
-    assert not any(line.startswith(("dsh: ", "Traceback")) for line in stderr.splitlines()), stderr
+    # No warning or start-up line, but the budget's own 80 % line (the budget-stop scenario passes it).
+    assert not any(line.startswith(("dsh: ", "Traceback")) and not line.startswith("dsh: budget: ")
+                   for line in stderr.splitlines()), stderr
     assert returncode == _exit_code(scenario.expect)

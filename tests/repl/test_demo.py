@@ -15,7 +15,7 @@ from dsh.agent_loop.reasons import Completed
 from dsh.llm.loopback.fault_server import FaultServer, closed_port
 from dsh.repl.config import Config
 from dsh.repl.demo.catalogue import CORE_SCENARIOS, SCENARIOS, Demo, DemoClient, demo_retry_policy, register_scenario
-from dsh.repl.demo.endpoint import demo_endpoint
+from dsh.repl.demo.endpoint import demo_config, demo_endpoint
 from dsh.repl.frontend import PlainFrontEnd
 from dsh.repl.shell import Shell
 from tests.repl.test_shell_commands import ListSink
@@ -34,7 +34,8 @@ async def demo_shell(tmp_path: Path, scenario: str):  # type: ignore[no-untyped-
             retry = demo_retry_policy()
             demo = Demo(server, client, retry, scenario)
             sink = ListSink()
-            shell = Shell(Config(), PlainFrontEnd(sink), color=False, env=env, endpoint=demo_endpoint(demo))
+            shell = Shell(demo_config(scenario, Config()), PlainFrontEnd(sink), color=False, env=env,
+                          endpoint=demo_endpoint(demo))
             await shell.start()
             try:
                 yield shell, sink, server

@@ -1,0 +1,55 @@
+"""The budget's parts without a process: the logged spend a resume carries, priced at each request's own hour, the
+reason's round trip through the log, and a capped turn that ``/model`` pointed at an unpriced model."""
+
+from __future__ import annotations
+
+from dsh.agent_loop.budget import Budget, unpriced_cap
+from dsh.agent_loop.reasons import BudgetStop, EndReason, Failed
+from dsh.agent_loop.recap import Recap
+from dsh.agent_loop.session_usage import SessionUsage
+from dsh.agent_loop.usage import UsageTally
+from dsh.llm.models import model_info
+from tests.agent_loop.session_configs import StubConfig
+
+USAGE = {"prompt_tokens": 1_000_000, "prompt_cache_hit_tokens": 0, "prompt_cache_miss_tokens": 1_000_000,
+         "completion_tokens": 0}
+
+
+def _message(time: object, usage: object = USAGE) -> dict[str, object]:
+    return {"type": "assistant/message", "time": time, "data": {"turn": 1, "step": 1, "usage": usage}}
+
+
+def test_the_recap_prices_each_logged_request_at_its_own_hour() -> None:
+    recap = Recap(info=model_info("deepseek-flash"))
+    recap({"type": "turn/start", "data": {"turn": 1, "prompt": "hi"}})
+    recap(_message("2026-12-07T02:00:00.000Z"))  # Monday 10:00 in Beijing: peak, $0.30 per million misses
+    recap(_message("2026-12-05T02:00:00.000Z"))  # Saturday: off-peak, $0.15
+    recap({"type": "context/compact", "time": "2026-12-05T02:00:00.000Z", "data": {"summary": "s", "usage": USAGE}})
+    for hostile in (_message("not a time"), _message(None), _message("2026-12-05T02:00:00Z", usage=[1]),
+                    _message("2026-12-05T02:00:00Z", usage={"prompt_tokens": -5, "completion_tokens": "9"})):
+        recap(hostile)  # no time, no usage, no count: nothing added, nothing raised
+    assert round(recap.spent, 6) == 0.60
+    assert Recap()(_message("2026-12-05T02:00:00Z")) is None  # no model to price with: nothing counted
+
+
+def test_the_reason_round_trips_through_the_log_and_a_hostile_record_reads_zero() -> None:
+    stop = BudgetStop(0.52, 0.5)
+    assert EndReason.from_dict(stop.to_dict()) == stop
+    assert EndReason.from_dict({"kind": "budget", "spent": "lots", "max_cost": float("nan")}) == BudgetStop(0, 0)
+
+
+def test_the_budget_stops_at_the_cap_and_warns_once_past_80_percent() -> None:
+    budget, tally = Budget(0.5, carried=0.3), UsageTally(cost=0.09)
+    assert (budget.stop(tally), budget.warning(tally)) == (None, None)
+    tally.cost = 0.11
+    assert budget.warning(tally) == "dsh: budget: $0.4100 spent of a $0.5000 cap (82%)"
+    assert budget.warning(tally) is None
+    tally.cost = 0.2
+    assert budget.stop(tally) == BudgetStop(0.5, 0.5)
+
+
+def test_a_capped_turn_on_a_model_with_no_price_fails_before_its_request() -> None:
+    usage = SessionUsage(StubConfig(max_cost=1.0))
+    assert usage.budget_stop("deepseek-flash") is None
+    assert usage.budget_stop("local-llm") == Failed("CONFIG", unpriced_cap("local-llm"))
+    assert SessionUsage(StubConfig()).budget_stop("local-llm") is None  # no cap, nothing to hold
