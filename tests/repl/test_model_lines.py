@@ -8,7 +8,6 @@ from __future__ import annotations
 
 import json
 import re
-from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
@@ -23,22 +22,6 @@ from tests.repl.test_cli import dsh, write_config
 KEY = "sk-modelLinesKey0000000000000000"
 LEGACY = ('model deepseek-v4-flash is a legacy name: DeepSeek serves it with deepseek-flash (V4.1-Flash) at Flash '
           'prices; set model = "deepseek-flash"')
-
-
-@pytest.fixture
-def home(tmp_path: Path) -> Path:
-    (tmp_path / "state").mkdir()
-    (tmp_path / "config").mkdir()
-    return tmp_path
-
-
-@pytest.fixture
-def server() -> Iterator[FaultServer]:
-    srv = FaultServer(default="text").start_in_thread()
-    try:
-        yield srv
-    finally:
-        srv.stop()
 
 
 def _ports(text: str) -> str:
@@ -89,35 +72,35 @@ def test_a_legacy_name_gets_one_warning_line_at_start_saying_where_the_model_was
     assert lines[0] == warnings[0]
 
 
-def test_no_legacy_line_for_another_server(home: Path, server: FaultServer) -> None:
-    server.models = ("deepseek-v4-flash",)
-    result = dsh(home, "-p", "hi", "--model", "deepseek-v4-flash", DEEPSEEK_API_KEY=KEY, DEEPSEEK_BASE_URL=server.url)
+def test_no_legacy_line_for_another_server(home: Path, fault: FaultServer) -> None:
+    fault.models = ("deepseek-v4-flash",)
+    result = dsh(home, "-p", "hi", "--model", "deepseek-v4-flash", DEEPSEEK_API_KEY=KEY, DEEPSEEK_BASE_URL=fault.url)
     assert (result.returncode, result.stdout, result.stderr) == (0, "Hello! How can I help you today?\n", "")
 
 
 # --- the first turn's GET /models -----------------------------------------------------------------------------------
 
 
-def test_a_model_the_endpoint_does_not_list_gets_one_notice_line(home: Path, server: FaultServer) -> None:
-    result = dsh(home, "-p", "hi", "--model", "deepseek-v9", DEEPSEEK_API_KEY=KEY, DEEPSEEK_BASE_URL=server.url)
+def test_a_model_the_endpoint_does_not_list_gets_one_notice_line(home: Path, fault: FaultServer) -> None:
+    result = dsh(home, "-p", "hi", "--model", "deepseek-v9", DEEPSEEK_API_KEY=KEY, DEEPSEEK_BASE_URL=fault.url)
     assert (result.returncode, result.stdout) == (0, "Hello! How can I help you today?\n")
     assert _ports(result.stderr) == ("dsh: warning: model deepseek-v9 is not listed by GET /models at "
                                      "http://127.0.0.1:<port>; it lists deepseek-flash, deepseek-v4-pro\n")
-    assert [r.path for r in server.account_requests] == ["/models"]
+    assert [r.path for r in fault.account_requests] == ["/models"]
 
 
-def test_the_check_runs_once_per_session(home: Path, server: FaultServer) -> None:
+def test_the_check_runs_once_per_session(home: Path, fault: FaultServer) -> None:
     result = dsh(home, "--model", "deepseek-v9", stdin="one\ntwo\n", DEEPSEEK_API_KEY=KEY,
-                 DEEPSEEK_BASE_URL=server.url)
+                 DEEPSEEK_BASE_URL=fault.url)
     assert result.returncode == 0, result
     assert result.stdout.count("is not listed by GET /models") == 1
-    assert len(server.requests) == 2 and [r.path for r in server.account_requests] == ["/models"]
+    assert len(fault.requests) == 2 and [r.path for r in fault.account_requests] == ["/models"]
 
 
-def test_a_listed_model_gets_no_line(home: Path, server: FaultServer) -> None:
-    result = dsh(home, "-p", "hi", DEEPSEEK_API_KEY=KEY, DEEPSEEK_BASE_URL=server.url)
+def test_a_listed_model_gets_no_line(home: Path, fault: FaultServer) -> None:
+    result = dsh(home, "-p", "hi", DEEPSEEK_API_KEY=KEY, DEEPSEEK_BASE_URL=fault.url)
     assert (result.returncode, result.stdout, result.stderr) == (0, "Hello! How can I help you today?\n", "")
-    assert [r.path for r in server.account_requests] == ["/models"]
+    assert [r.path for r in fault.account_requests] == ["/models"]
 
 
 def test_no_line_when_models_is_not_served(home: Path) -> None:
@@ -166,11 +149,11 @@ def test_the_line_builders_bound_what_they_show() -> None:
     assert line is not None and "sk-secret" not in line
 
 
-def test_the_look_at_models_is_kept_out_of_a_recording(home: Path, server: FaultServer) -> None:
+def test_the_look_at_models_is_kept_out_of_a_recording(home: Path, fault: FaultServer) -> None:
     trace = home / "trace.jsonl"
     result = dsh(home, "-p", "hi", "--model", "deepseek-v9", "--record", str(trace), DEEPSEEK_API_KEY=KEY,
-                 DEEPSEEK_BASE_URL=server.url)
+                 DEEPSEEK_BASE_URL=fault.url)
     assert result.returncode == 0 and "is not listed" in result.stderr
     records = [json.loads(line) for line in trace.read_text().splitlines()]
     assert [r["path"] for r in records if r.get("type") == "request"] == ["/chat/completions"]
-    assert [r.path for r in server.account_requests] == ["/models"]
+    assert [r.path for r in fault.account_requests] == ["/models"]
