@@ -16,6 +16,7 @@ if TYPE_CHECKING:
         AssistantMessage,
         Event,
         JobNotice,
+        LlmContinue,
         LlmRetry,
         ReasoningDelta,
         StepStart,
@@ -52,8 +53,8 @@ if TYPE_CHECKING:
 _EXPORTS = {
     "dsh.agent_loop.agent": "DEFAULT_MAX_STEPS Agent",
     "dsh.agent_loop.conversation": "Conversation",
-    "dsh.agent_loop.events": "AssistantMessage Event JobNotice LlmRetry ReasoningDelta StepStart StreamKeepAlive "
-        "TextDelta ToolCallStart ToolResult TurnEnd TurnStart UnknownEvent from_wire to_wire",
+    "dsh.agent_loop.events": "AssistantMessage Event JobNotice LlmContinue LlmRetry ReasoningDelta StepStart "
+        "StreamKeepAlive TextDelta ToolCallStart ToolResult TurnEnd TurnStart UnknownEvent from_wire to_wire",
     "dsh.agent_loop.guard": "PromptGuard mask_secrets secret_shape",
     "dsh.agent_loop.reasons": "Aborted Completed Disposed EndReason Failed Interrupted MaxTokens OtherEnd Rejected",
     "dsh.agent_loop.retry": "NEVER_RETRIED RETRYABLE_CODES RetryPolicy",
@@ -67,7 +68,8 @@ _EXPORTS = {
 __all__ = [
     "DEFAULT_MAX_STEPS", "NEVER_RETRIED", "RETRYABLE_CODES", "Aborted", "Agent", "Approval", "Approver",
     "AssistantMessage", "Completed", "Conversation", "Disposed", "EndReason", "Event", "Failed", "Interrupted",
-    "JobNotice", "LlmRetry", "MaxTokens", "OtherEnd", "PromptGuard", "ReasoningDelta", "Rejected", "RetryPolicy",
+    "JobNotice", "LlmContinue", "LlmRetry", "MaxTokens", "OtherEnd", "PromptGuard", "ReasoningDelta", "Rejected",
+    "RetryPolicy",
     "SessionInfo", "SessionLog", "SessionLogError", "StepStart", "StreamKeepAlive", "TextDelta", "Tool",
     "ToolCallStart", "ToolContext", "ToolOutput", "ToolRegistry", "ToolResult", "TurnEnd", "TurnStart", "UnknownEvent",
     "default_root", "default_tools", "from_wire", "list_sessions", "load_session_file", "mask_secrets",

@@ -33,8 +33,9 @@ import anyio.lowlevel
 
 from dsh.agent_loop import events as ev  # ev.TextDelta and ev.ReasoningDelta: dsh.llm has its own
 from dsh.agent_loop.cache_watch import PrefixTracker
-from dsh.agent_loop.compact import FALLBACK_CODES, compaction_attempts
-from dsh.agent_loop.conversation import NOTICE_SOURCE, Conversation
+from dsh.agent_loop.compact import summarize
+from dsh.agent_loop.continuation import LENGTH, ContinuationPolicy, StepContinuations
+from dsh.agent_loop.conversation import HOOK_SOURCE, NOTICE_SOURCE, Conversation
 from dsh.agent_loop.events import (
     ContextCompacted,
     Event,
@@ -94,7 +95,16 @@ _KEEPALIVE = StreamKeepAlive()  # carries nothing: one instance serves every kee
 
 
 class Agent:
-    """Runs turns against ``client`` (anything with ``stream(ChatRequest) -> AsyncIterator[StreamEvent]``)."""
+    """Runs turns against ``client`` (anything with ``stream(ChatRequest) -> AsyncIterator[StreamEvent]``).
+
+    ``conversation``, when given, is the one :func:`open_session` rebuilt from ``session``. ``redactor`` masks every
+    tool result (subagent output included) before the model, the log or the screen get it; by default it knows the
+    client's secrets (its key, URL and proxy credentials) and the secret shapes. ``auto_compact``: a request refused
+    as ``CONTEXT_WINDOW_EXCEEDED`` gets one compaction and one retry. ``permissions``: the session's permission mode,
+    which each approval consults (docs/safety.md); None is the default mode. ``continuation``: a reply cut after its
+    text is continued by prefix completion (agent_loop/continuation.py; a ``deepseek``-dialect endpoint's); None:
+    never.
+    """
 
     before_request: Callable[[], EndReason | None] | None = None  # a reason ends the turn unsent (a session's budget)
 
@@ -119,13 +129,8 @@ class Agent:
         redactor: Redactor | None = None,
         auto_compact: bool = False,
         permissions: Permissions | None = None,
+        continuation: ContinuationPolicy | None = None,
     ) -> None:
-        """``conversation``, when given, is the one :func:`open_session` rebuilt from ``session``.
-        ``redactor`` masks every tool result (subagent output included) before the model, the log or the
-        screen get it; by default it knows the client's secrets (its key, URL and proxy credentials) and
-        the secret shapes. ``auto_compact``: a request refused as ``CONTEXT_WINDOW_EXCEEDED`` gets one
-        compaction and one retry. ``permissions``: the session's permission mode, which each approval consults
-        (docs/safety.md); None is the default mode."""
         self.client = client
         self.model = model
         self.tools = tools if tools is not None else ToolRegistry()
@@ -142,6 +147,7 @@ class Agent:
         self.permissions = permissions
         self._redactor = redactor
         self.auto_compact = auto_compact
+        self.continuation = continuation
         self.cwd = Path(cwd) if cwd is not None else Path.cwd()
         self.last_failure: BaseException | None = None
         self.session_state: dict[str, Any] = {}
@@ -223,6 +229,11 @@ class Agent:
         """
         self._publish_quietly(JobNotice(job_id, text))
 
+    def record(self, event: Event) -> None:
+        """An event of the session's own (a hook's run, agent_loop/hook_run.py), logged and heard as the agent's
+        are; a log failure is recorded (it ends the running turn, or the next), not raised."""
+        self._publish_quietly(event)
+
     async def deliver_notices(self) -> EndReason | None:
         """Run a turn whose prompt is the queued notices; None when there are none or a turn is running."""
         notices = self._conversation.pending_notices
@@ -230,12 +241,13 @@ class Agent:
             return None
         return await self._run("\n".join(notices), source=NOTICE_SOURCE)
 
-    async def run_turn(self, prompt: str) -> EndReason:
-        """Run one turn and return how it ended. Turn failures are reasons, never exceptions."""
+    async def run_turn(self, prompt: str, *, by_hook: bool = False) -> EndReason:
+        """Run one turn and return how it ended. Turn failures are reasons, never exceptions. ``by_hook``: the prompt
+        is a Stop hook's reason (agent_loop/session_extensions.py), not the user's: not guarded, logged as such."""
         if not isinstance(prompt, str):
             raise TypeError("prompt must be a string")
         # Command-line prompts arrive surrogate-escaped when their bytes are not UTF-8.
-        return await self._run(scrub_surrogates(prompt), source=None)
+        return await self._run(scrub_surrogates(prompt), source=HOOK_SOURCE if by_hook else None)
 
     async def compact(self, focus: str | None = None) -> ContextCompacted:
         """``/compact [focus]``: the model summarizes the conversation, and the summary replaces it.
@@ -266,31 +278,8 @@ class Agent:
             self._slot.end()
 
     async def _summarize(self, focus: str | None, turn: int | None) -> ContextCompacted:
-        """Ask the model for the summary (no tools): each of :func:`compaction_attempts` in turn, moving on
-        only when one is refused as too long; transient failures are retried as a step's request is."""
-        messages = self._conversation.messages
-        replaced = sum(1 for message in messages if message.role != "system")
-        refused: HarnessError | None = None
-        for attempt in compaction_attempts(messages, focus):
-            request = ChatRequest(
-                model=self.model, messages=attempt, max_tokens=self.max_tokens, thinking=self.thinking,
-                reasoning_effort=self.reasoning_effort,  # type: ignore[arg-type]
-            )
-            try:
-                builder = await self._stream_quietly(request)
-            except HarnessError as exc:
-                if exc.code not in FALLBACK_CODES:
-                    raise
-                refused = exc
-                continue
-            summary = builder.text.strip()
-            if builder.finish_reason == "length":
-                raise HarnessError("the summary was cut off at the output-token limit", ErrorCode.COMPACT)
-            if not summary:
-                raise HarnessError("the model wrote an empty summary", ErrorCode.COMPACT)
-            return ContextCompacted(summary, focus or None, replaced, builder.usage, turn)
-        assert refused is not None
-        raise refused
+        """The summary (agent_loop/compact.py); transient failures are retried as a step's request is."""
+        return await summarize(self._chat_request(), self._conversation.messages, focus, turn, self._stream_quietly)
 
     async def _stream_quietly(self, request: ChatRequest) -> ReplyBuilder:
         """One request, its reply assembled but not shown; transient failures retried (no log records)."""
@@ -514,12 +503,16 @@ class Agent:
         )
 
     async def _request(self, state: TurnState) -> ReplyBuilder:
-        """Stream one step's reply, retrying transient failures that happened before any content."""
+        """Stream one step's reply: transient failures before any content are retried; a cut after text, and
+        with ``auto_continue`` a reply stopped at the output-token limit, are continued (agent_loop/continuation.py)."""
+        step = StepContinuations(self.continuation)
 
         async def attempt() -> ReplyBuilder:
-            builder = state.builder = ReplyBuilder()
-            state.masks = MaskedDeltas(self.redactor)
-            await self._stream_reply(self.prefix.observe(self._chat_request()), builder, state.masks, show=True)
+            request = self._chat_request()
+            builder, request = ((step.cut, step.request(request)) if step.cut is not None
+                                else (ReplyBuilder(), self.prefix.observe(request)))
+            state.builder, state.masks = builder, MaskedDeltas(self.redactor)
+            await self._stream_reply(request, builder, state.masks, show=True)
             return builder
 
         async def triage(exc: Exception, code: str) -> Triage:
@@ -528,25 +521,30 @@ class Agent:
                 state.builder = None
                 await self._compact_in_turn(state, exc)
                 return "again"
-            # Content already on the user's screen is not streamed twice: such a failure ends the turn. A
-            # half-received tool call was never shown: it is dropped and the request retried.
-            return "stands" if state.builder is not None and state.builder.has_shown_content else "policy"
+            # Content already on the user's screen is not streamed twice: such a failure ends the turn, unless the
+            # reply is continued from it (its held-back tail shown first). A half-received tool call was never
+            # shown: it is dropped and the request retried.
+            builder = state.builder
+            if builder is None or not builder.has_shown_content:
+                return "policy"
+            if state.masks is not None:
+                self._take_deltas(builder, state.masks.flush())
+            if not step.wanted(builder, code):
+                return "stands"
+            message = self.redactor(error_chain(exc))
+            self._publish(step.take(state.turn, state.step, builder, code, message=message, cause=exc))
+            return "again"
 
         def announce(exc: Exception, code: str, attempt: int, delay: float, limit: int | None) -> None:
             state.builder = None
-            self._publish(
-                LlmRetry(
-                    state.turn,
-                    state.step,
-                    attempt=attempt,
-                    max_attempts=self.retry.attempts_for(limit),
-                    delay_s=round(delay, 3),
-                    code=code,
-                    message=self.redactor(error_chain(exc)),
-                )
-            )
+            self._publish(LlmRetry(state.turn, state.step, attempt=attempt, max_attempts=self.retry.attempts_for(limit),
+                                   delay_s=round(delay, 3), code=code, message=self.redactor(error_chain(exc))))
 
-        return await self._retrying(attempt, triage=triage, announce=announce)
+        builder = await self._retrying(attempt, triage=triage, announce=announce)
+        while builder.finish_reason == LENGTH and step.wanted(builder, LENGTH):
+            self._publish(step.take(state.turn, state.step, builder, LENGTH, usage=builder.usage))
+            builder = await self._retrying(attempt, triage=triage, announce=announce)
+        return builder
 
     def _take_deltas(self, builder: ReplyBuilder, deltas: tuple[Delta, ...], *, show: bool = True) -> None:
         """Keep masked deltas in the reply and show them (live-only events: built only for a subscriber)."""

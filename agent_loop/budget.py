@@ -5,29 +5,69 @@ them (:class:`~dsh.agent_loop.usage.UsageTally`, per request hour), plus what th
 requests cost (:class:`~dsh.agent_loop.recap.Recap`). Before each request the agent asks :meth:`Budget.stop`: once
 the cost so far has reached the cap the request is not sent and the turn ends :class:`BudgetStop`. The check comes
 before each request, so the last request sent may pass the cap, by at most its own cost. One line says when the
-spend first passes :data:`WARN_AT` of the cap (docs/contracts.md, "Budgets").
+spend first passes :data:`WARN_AT` of the cap (docs/contracts.md, "Budgets"). Its amounts are dollars and cents
+(:func:`budget_amounts`), not ``/cost``'s four places.
 """
 
 from __future__ import annotations
 
+import math
 from dataclasses import dataclass
 
 from dsh.agent_loop.reasons import BudgetStop
-from dsh.agent_loop.usage import UsageTally, format_cost
+from dsh.agent_loop.usage import UsageTally
 
-__all__ = ["WARN_AT", "Budget", "budget_warning", "budget_words", "unpriced_cap"]
+__all__ = ["WARN_AT", "Budget", "budget_amounts", "budget_line", "budget_warning", "budget_words", "dollars",
+           "unpriced_cap"]
 
 WARN_AT = 0.8  # the share of the cap at which one line says how much is spent
+_CENTS, _MOST = 2, 4  # decimal places: dollars and cents, and at most this many when cents are not enough
+
+
+def _amount(amount: float) -> float:
+    return amount if math.isfinite(amount) and amount > 0 else 0.0  # a broken figure (a log's nan) reads nothing
+
+
+def _dollars(amount: float, places: int) -> str:
+    """``$0.52``; an amount under a cent with :data:`_MOST` places (``$0.0042``), never ``$0.00``."""
+    amount = _amount(amount)
+    if 0 < amount < 0.01:
+        places = _MOST
+        if amount < 0.5 * 10**-_MOST:
+            return f"<${10**-_MOST:.{_MOST}f}"  # rounds to nothing but is not nothing: <$0.0001
+    return f"${amount:.{places}f}"
+
+
+def dollars(amount: float) -> str:
+    """One amount as the budget's lines show it: ``$0.50``, ``$0.0042``."""
+    return _dollars(amount, _CENTS)
+
+
+def budget_amounts(spent: float, cap: float) -> tuple[str, str]:
+    """``("$0.52", "$0.50")``: dollars and cents, with more places (up to four) only where cents would print a
+    spend past the cap equal to the cap (``$0.503`` of ``$0.500``), and for an amount under a cent."""
+    spent, cap, places = _amount(spent), _amount(cap), _CENTS
+    while places < _MOST and spent > cap and f"{spent:.{places}f}" == f"{cap:.{places}f}":
+        places += 1
+    return _dollars(spent, places), _dollars(cap, places)
 
 
 def budget_words(spent: float, cap: float) -> str:
-    """``$0.5213 spent of a $0.5000 cap``: the turn-end line's words and the warning's."""
-    return f"{format_cost(spent)} spent of a {format_cost(cap)} cap"
+    """``$0.52 spent of a $0.50 cap``: the turn-end line's words, the warning's and ``/cost``'s."""
+    shown_spent, shown_cap = budget_amounts(spent, cap)
+    return f"{shown_spent} spent of a {shown_cap} cap"
+
+
+def budget_line(spent: float, cap: float) -> str:
+    """``budget: $0.12 spent of a $0.50 cap (24%)``: ``/cost``'s line, and the warning's words."""
+    spent, cap = _amount(spent), _amount(cap)
+    share = int(100 * spent / cap) if cap else 0
+    return f"budget: {budget_words(spent, cap)} ({share}%)"
 
 
 def budget_warning(spent: float, cap: float) -> str:
     """The one line once the spend passes :data:`WARN_AT` of the cap."""
-    return f"dsh: budget: {budget_words(spent, cap)} ({int(100 * spent / cap)}%)"
+    return f"dsh: {budget_line(spent, cap)}"
 
 
 def unpriced_cap(model: str) -> str:

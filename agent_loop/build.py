@@ -13,6 +13,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from dsh.agent_loop.agent import Agent
+from dsh.agent_loop.continuation import ContinuationPolicy
 from dsh.agent_loop.conversation import Conversation
 from dsh.agent_loop.events import JobNotice
 from dsh.agent_loop.frames import FrameLog
@@ -30,16 +31,20 @@ from dsh.agent_loop.session_log import SessionLog
 from dsh.agent_loop.subagent import ParentContext
 from dsh.agent_loop.subagent.jobs import user_notice
 from dsh.agent_loop.subagent.tool import SubagentToolkit
+from dsh.agent_loop.tool_hooks import ToolHooks
 from dsh.agent_loop.tools import FileAccess, Tool, default_tools
+from dsh.agent_loop.tools.skill import skill_tools
 from dsh.llm import Redactor
 from dsh.llm.deepseek import open_client
+from dsh.llm.endpoint import DIALECTS
 from dsh.llm.models import ModelInfo
 
 if TYPE_CHECKING:
+    from dsh.agent_loop.hook_run import Hooks
     from dsh.agent_loop.session_config import Approver, EndpointClient, SessionConfig
 
 __all__ = ["FrameLog", "build_agent", "create_log", "deepseek_client", "mcp_manager", "open_log", "saved_sessions",
-           "settled_notice", "subagent_toolkit"]
+           "settled_notice", "skill_tools", "subagent_toolkit"]
 
 
 def deepseek_client(config: SessionConfig, env: Mapping[str, str]) -> EndpointClient:
@@ -73,11 +78,12 @@ def create_log(root: Path, *, cwd: str, session_id: str | None, project: str) ->
 def subagent_toolkit(
     tables: Mapping[str, Mapping[str, Any]], *, model: str, base_url: str, api_key: str | None, cwd: str,
     secrets: tuple[str, ...], frames: FrameLog | None = None, dialect: str | None = None, max_parallel: int = 0,
+    request_gate: Callable[[], str | None] | None = None,
 ) -> SubagentToolkit:
     """The ``subagent`` and job tools of ``[subagents.NAME]`` tables, inheriting what the tables leave out;
     each run's JSON-RPC frames are remembered in ``frames``."""
     parent = ParentContext(model=model, base_url=base_url, api_key=api_key, cwd=cwd, secrets=secrets, frames=frames,
-                           dialect=dialect, max_parallel=max_parallel)
+                           dialect=dialect, max_parallel=max_parallel, request_gate=request_gate)
     return SubagentToolkit.from_config(dict(tables), parent=parent)
 
 
@@ -123,24 +129,34 @@ def build_agent(
     extra_secrets: Sequence[str] = (),
     files: FileAccess | None = None,
     permissions: Permissions | None = None,
+    hooks: Hooks | None = None,
 ) -> Agent:
     """The agent over ``log`` (closed again if the agent cannot be built); ``extra_secrets`` are masked too (the
-    MCP servers' values, McpManager.secrets); ``files``: an editor's file access (agent_loop/tools/file_access.py)."""
+    MCP servers' values, McpManager.secrets); ``files``: an editor's file access (agent_loop/tools/file_access.py);
+    ``hooks``: the session's (agent_loop/session_extensions.py), asked around each tool call and prompt."""
     # Without an approver nobody can answer: the shell tool then says so instead of "denied".
     tools = default_tools(approve, allow_edits=config.allow_edits, files=files,
                           sandbox=sandbox_of(config.sandbox, config.sandbox_network))
     for tool in extra_tools:
         tools.add(tool, replace=True)
+    tools.hooks = ToolHooks(hooks) if hooks is not None else None  # PreToolUse, PostToolUse (docs/hooks.md)
     try:
-        return Agent(
+        agent = Agent(
             client, conversation=conversation, model=model, tools=tools, session=log, label=label, retry=retry,
             cwd=cwd, approver=approve,  # MCP tools ask through their ToolContext (agent_loop/mcp/tools.py)
-            guard=PromptGuard(hook_command=config.prompt_hook, api_key=config.api_key),
+            guard=PromptGuard(hook_command=config.prompt_hook, api_key=config.api_key,
+                              prompt_hooks=hooks.check_prompt if hooks is not None else None),
             redactor=Redactor((*config.secrets, *client.secrets, *extra_secrets)),
             max_tokens=config.max_tokens, thinking=config.thinking, reasoning_effort=config.reasoning_effort,
             auto_compact=config.auto_compact, permissions=permissions,
+            # Prefix completion is DeepSeek's beta extension: only a deepseek-dialect endpoint is asked for it.
+            continuation=ContinuationPolicy(config.max_continuations, config.auto_continue,
+                                            applies=lambda: client.dialect == DIALECTS[0]),
         )
     except BaseException:
         if log is not None:
             log.close()
         raise
+    if hooks is not None:
+        hooks.publish = agent.record  # hook/run is the agent's durable event, as a tool's is
+    return agent

@@ -13,13 +13,14 @@ from __future__ import annotations
 
 import hashlib
 import json
+import math
 from typing import Any
 
 from dsh.llm.events import ChatRequest, Message, ToolSpec
 from dsh.llm.request_body import wire_message, wire_tool
 
 __all__ = ["CACHE_DROP_BELOW", "CACHE_DROP_POINTS", "NOTHING_CHANGED", "NOT_SEEN", "PrefixTracker",
-           "cache_drop_line", "cache_percent"]
+           "cache_drop_line", "cache_percent", "drop_words", "is_cache_drop"]
 
 CACHE_DROP_POINTS = 30  # a turn's hit rate this many points below the previous turn's…
 CACHE_DROP_BELOW = 0.8  # …and below this share is a drop worth a line
@@ -117,14 +118,28 @@ def _tool_change(before: dict[str, bytes], after: dict[str, bytes]) -> str:
     return ", ".join(words) + (f" and {more} more" if more > 0 else "")
 
 
+def is_cache_drop(rate: float, previous: float) -> bool:
+    """Whether this turn's hit rate fell well below the previous turn's (:data:`CACHE_DROP_POINTS`,
+    :data:`CACHE_DROP_BELOW`)."""
+    return rate < CACHE_DROP_BELOW and round(100 * (previous - rate), 9) > CACHE_DROP_POINTS
+
+
+def drop_words(rate: float, previous: float, change: str | None) -> str:
+    """``cache 12% (was 96%): the tool list changed (MCP server docs re-listed its tools)``; the figures are held to
+    0 to 1, since a logged ``cache/drop`` record is read back through here (``dsh sessions show``)."""
+    return f"cache {cache_percent(_share(rate))} (was {cache_percent(_share(previous))}): {change or NOTHING_CHANGED}"
+
+
 def cache_drop_line(rate: float | None, previous: float | None, change: str | None) -> str | None:
-    """``cache 12% (was 96%): the tool list changed (MCP server docs re-listed its tools)`` when this turn's hit
-    rate fell well below the previous turn's (:data:`CACHE_DROP_POINTS`, :data:`CACHE_DROP_BELOW`); else None."""
-    if rate is None or previous is None:
+    """The line when :func:`is_cache_drop`, naming ``change`` (or that nothing changed); else None (also when
+    either rate is unknown)."""
+    if rate is None or previous is None or not is_cache_drop(rate, previous):
         return None
-    if rate >= CACHE_DROP_BELOW or round(100 * (previous - rate), 9) <= CACHE_DROP_POINTS:
-        return None
-    return f"cache {cache_percent(rate)} (was {cache_percent(previous)}): {change or NOTHING_CHANGED}"
+    return drop_words(rate, previous, change)
+
+
+def _share(rate: float) -> float:
+    return min(max(rate, 0.0), 1.0) if math.isfinite(rate) else 0.0
 
 
 def cache_percent(rate: float) -> str:

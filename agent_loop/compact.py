@@ -13,15 +13,18 @@ plain-text transcript, its oldest half cut, then its oldest three quarters.
 
 from __future__ import annotations
 
-from collections.abc import Iterator, Sequence
+import dataclasses
+from collections.abc import Awaitable, Callable, Iterator, Sequence
 
-from dsh.llm import ErrorCode, Message
+from dsh.agent_loop.events import ContextCompacted
+from dsh.llm import ChatRequest, ErrorCode, HarnessError, Message, ReplyBuilder
 
 __all__ = [
     "COMPACT_INSTRUCTION",
     "FALLBACK_CODES",
     "SUMMARY_HEADER",
     "compaction_attempts",
+    "summarize",
     "summary_message",
     "transcript",
 ]
@@ -77,3 +80,32 @@ def compaction_attempts(messages: Sequence[Message], focus: str | None) -> Itera
         keep = text[len(text) - len(text) // cut :]
         body = "The conversation so far, as a transcript:\n\n" + _CUT_MARK + keep + "\n\n" + instruction.content
         yield (*system, Message("user", body))
+
+
+async def summarize(
+    template: ChatRequest,
+    messages: Sequence[Message],
+    focus: str | None,
+    turn: int | None,
+    stream: Callable[[ChatRequest], Awaitable[ReplyBuilder]],
+) -> ContextCompacted:
+    """Ask the model for the summary of ``messages`` (``template``'s settings, no tools): each of
+    :func:`compaction_attempts` in turn through ``stream``, moving on only when one is refused as too long."""
+    replaced = sum(1 for message in messages if message.role != "system")
+    refused: HarnessError | None = None
+    for attempt in compaction_attempts(messages, focus):
+        try:
+            builder = await stream(dataclasses.replace(template, messages=attempt, tools=()))
+        except HarnessError as exc:
+            if exc.code not in FALLBACK_CODES:
+                raise
+            refused = exc
+            continue
+        summary = builder.text.strip()
+        if builder.finish_reason == "length":
+            raise HarnessError("the summary was cut off at the output-token limit", ErrorCode.COMPACT)
+        if not summary:
+            raise HarnessError("the model wrote an empty summary", ErrorCode.COMPACT)
+        return ContextCompacted(summary, focus or None, replaced, builder.usage, turn)
+    assert refused is not None
+    raise refused

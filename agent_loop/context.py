@@ -112,13 +112,15 @@ async def gather_project_context(
     user_dir: Path | None,
     replace: str | None = None,
     append: str | None = None,
+    skills: str = "",
     now: _dt.datetime | None = None,
     redactor: Redactor | None = None,
 ) -> ProjectContext:
     """The context for a session started in ``cwd``.
 
     ``replace`` (config ``system_prompt``) stands in for the built-in prompt; ``append``
-    (config ``system_prompt_append``) follows the project instructions. ``user_dir`` is
+    (config ``system_prompt_append``) follows the project instructions and ``skills``, the block of skills
+    (agent_loop/skills.py). ``user_dir`` is
     ``$XDG_CONFIG_HOME/dsh``. ``redactor`` masks the instruction files (default: the secrets of
     ``env`` and every secret shape); the shell passes the agent's, which knows the configured key.
     """
@@ -136,6 +138,8 @@ async def gather_project_context(
     instructions, file_notices = _instructions(_instruction_files(cwd, git, user_dir), redactor)
     sources.extend(instructions)
     notices.extend(file_notices)
+    if skills:  # names and descriptions only, in a fixed order (agent_loop/skills.py)
+        sources.append(ContextSource("skills", "skills (names and descriptions)", skills))
     if append is not None:
         sources.append(ContextSource("config", "appended (config system_prompt_append)", append))
     return ProjectContext(tuple(sources), tuple(notices), git)

@@ -24,10 +24,11 @@ from dsh.agent_loop.events import (
 from dsh.agent_loop.usage import tokens_for_chars
 from dsh.llm import Message, ToolCall
 
-__all__ = ["NOTICE_SOURCE", "UNFINISHED_TOOL_OUTPUT", "Conversation", "message_tokens"]
+__all__ = ["HOOK_SOURCE", "NOTICE_SOURCE", "UNFINISHED_TOOL_OUTPUT", "Conversation", "message_tokens"]
 
 UNFINISHED_TOOL_OUTPUT = "Error: tool call did not complete: the turn ended"
 NOTICE_SOURCE = "notice"  # the source of a turn started to deliver the queued job notices
+HOOK_SOURCE = "hook"  # the source of a turn a Stop hook's reason started (agent_loop/session_extensions.py)
 
 _read_str, _read_opt_str = wire_reader("str"), wire_reader("str | None")
 _read_calls = wire_reader("tuple[ToolCall, ...]")

@@ -21,9 +21,12 @@ from dsh.llm import ToolCall, Usage
 
 __all__ = [
     "AssistantMessage",
+    "CacheDrop",
     "ContextCompacted",
     "Event",
+    "HookRan",
     "JobNotice",
+    "LlmContinue",
     "LlmRetry",
     "ReasoningDelta",
     "StepStart",
@@ -155,6 +158,26 @@ class LlmRetry(_Known):
 
 
 @dataclass(frozen=True, slots=True)
+class LlmContinue(_Known):
+    """A step's reply is continued by prefix completion (agent_loop/continuation.py): its stream was cut (``code``
+    the failure's, ``message`` its masked cause chain) or it stopped at the output-token limit (``code``
+    ``"length"``, ``usage`` that request's); ``kept_chars`` of its text are the prefix."""
+
+    type: ClassVar[str] = "llm/continue"
+
+    turn: int
+    step: int
+    attempt: int
+    max_attempts: int
+    code: str
+    kept_chars: int
+    message: str = ""
+    usage: Usage | None = None
+    # Live only: the cut's raw failure, for /why (the turn may still complete).
+    cause: BaseException | None = field(default=None, compare=False, repr=False, metadata=_LIVE)
+
+
+@dataclass(frozen=True, slots=True)
 class TurnEnd(_Known):
     type: ClassVar[str] = "turn/end"
 
@@ -191,6 +214,36 @@ class ContextCompacted(_Known):
 
 
 @dataclass(frozen=True, slots=True)
+class CacheDrop(_Known):
+    """After turn ``turn`` the session saw its prompt-cache hit rate (``rate``, 0 to 1) fall well below the previous
+    turn's (``previous``); ``change`` names what changed in the request prefix (agent_loop/cache_watch.py). Written by
+    the session, after the turn's end: an older dsh reads it as an unknown record and ignores it."""
+
+    type: ClassVar[str] = "cache/drop"
+
+    turn: int
+    rate: float
+    previous: float
+    change: str
+
+
+@dataclass(frozen=True, slots=True)
+class HookRan(_Known):
+    """A hook ran (docs/hooks.md): closed facts only, never what it printed. ``outcome`` is go | block | ask |
+    refused | error; ``category`` (timeout | not-found | exit | crash) when it failed."""
+
+    type: ClassVar[str] = "hook/run"
+
+    event: str
+    hook: str
+    outcome: str
+    category: str | None = None
+    exit_code: int | None = None
+    duration_s: float = 0.0
+    tool: str | None = None
+
+
+@dataclass(frozen=True, slots=True)
 class UnknownEvent:
     """A type this version does not know, kept as it was read (never written to this session's log)."""
 
@@ -210,9 +263,12 @@ _KnownEvent = (
     | ToolCallStart
     | ToolResult
     | LlmRetry
+    | LlmContinue
     | TurnEnd
     | JobNotice
     | ContextCompacted
+    | CacheDrop
+    | HookRan
 )
 Event = _KnownEvent | UnknownEvent
 

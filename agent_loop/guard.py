@@ -18,7 +18,7 @@ from __future__ import annotations
 
 import os
 import re
-from collections.abc import Sequence
+from collections.abc import Awaitable, Callable, Sequence
 from dataclasses import dataclass
 
 from dsh.agent_loop.tools.shell import run_command
@@ -91,8 +91,10 @@ class PromptGuard:
         hook_timeout: float = 10.0,
         check_secrets: bool = True,
         api_key: str | None = None,
+        prompt_hooks: Callable[[str], Awaitable[str | None]] | None = None,
     ) -> None:
         self.hook_command = hook_command
+        self.prompt_hooks = prompt_hooks  # UserPromptSubmit hooks (agent_loop/hook_run.py; docs/hooks.md)
         self.hook_timeout = hook_timeout
         self.check_secrets = check_secrets
         self.api_key = api_key if api_key and len(api_key) >= MIN_SECRET_CHARS else None
@@ -112,9 +114,9 @@ class PromptGuard:
             shape = secret_shape(prompt)
             if shape is not None:
                 return f"prompt contains what looks like a secret ({shape}); not sent"
-        if self.hook_command:
-            return await self._run_hook(prompt, cwd)
-        return None
+        if self.hook_command and (reason := await self._run_hook(prompt, cwd)) is not None:
+            return reason
+        return await self.prompt_hooks(prompt) if self.prompt_hooks is not None else None
 
     async def _run_hook(self, prompt: str, cwd: str | os.PathLike[str] | None) -> str | None:
         argv = ["/bin/sh", "-c", self.hook_command] if isinstance(self.hook_command, str) else list(

@@ -73,7 +73,8 @@ class Recap:
     """Call it with each record of a log; then read :attr:`turns` and :attr:`last_prompt`."""
 
     # The record types it reads: a caller may pass it only these (``open_session(record_kinds=...)``).
-    kinds: ClassVar[frozenset[str]] = frozenset({"turn/start", "assistant/message", "turn/end", "context/compact"})
+    kinds: ClassVar[frozenset[str]] = frozenset(
+        {"turn/start", "assistant/message", "turn/end", "context/compact", "llm/continue"})
     turns: deque[TurnSummary] = field(default_factory=lambda: deque(maxlen=KEEP))
     last_prompt: str | None = None  # the whole prompt of the last turn the user prompted
     last_prompt_turn: int = 0
@@ -104,7 +105,7 @@ class Recap:
         data = record.get("data")
         if not isinstance(data, dict):
             return
-        if kind in ("assistant/message", "context/compact"):
+        if kind in ("assistant/message", "context/compact", "llm/continue"):  # each a request
             self._add_spend(data.get("usage"), record.get("time"))
         turn = data.get("turn")
         if not isinstance(turn, int) or isinstance(turn, bool):

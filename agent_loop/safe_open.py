@@ -23,7 +23,6 @@ from __future__ import annotations
 import contextlib
 import errno
 import os
-import secrets
 import stat
 from pathlib import Path
 from typing import BinaryIO
@@ -210,7 +209,7 @@ def replace_in(directory: int, name: str, data: bytes, *, mode: int | None = Non
 def _temp_file(directory: int, name: str) -> tuple[str, int]:
     flags = os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_CLOEXEC | os.O_NOFOLLOW
     for _ in range(100):
-        temp = f".{name[:200]}.dsh-{secrets.token_hex(4)}.tmp"
+        temp = f".{name[:200]}.dsh-{os.urandom(4).hex()}.tmp"  # secrets.token_hex's bytes; `secrets` costs 4 ms
         try:
             return temp, os.open(temp, flags, 0o666, dir_fd=directory)
         except FileExistsError:

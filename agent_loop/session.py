@@ -20,26 +20,47 @@ import contextlib
 import logging
 import os
 from collections.abc import AsyncIterator, Callable, Iterable, Mapping, Sequence
-from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, TypeVar
 
 import anyio
 
 from dsh.agent_loop.cache_watch import PrefixTracker
-from dsh.agent_loop.events import AssistantMessage, ContextCompacted, Event, JobNotice, ToolResult, TurnEnd, TurnStart
+from dsh.agent_loop.events import (
+    AssistantMessage,
+    ContextCompacted,
+    Event,
+    JobNotice,
+    LlmContinue,
+    ToolResult,
+    TurnEnd,
+    TurnStart,
+)
+from dsh.agent_loop.extensions import Extensions
 from dsh.agent_loop.model_check import AFTER_TURN_GRACE, ModelCheck
 from dsh.agent_loop.permissions import Mode, Permissions
 from dsh.agent_loop.reasons import EndReason, failure_from_exception
 from dsh.agent_loop.retry import RetryPolicy
 from dsh.agent_loop.session_children import SessionChildren
 from dsh.agent_loop.session_config import Approver, EndpointClient, SessionConfig
+from dsh.agent_loop.session_extensions import SessionExtensions
 from dsh.agent_loop.session_id import new_session_id
 from dsh.agent_loop.session_lifecycle import SessionLifecycle
+from dsh.agent_loop.session_types import (
+    Notice,
+    PromptTransform,
+    RepairedTurn,
+    SessionUpdate,
+    StartupError,
+    TurnScope,
+    no_scope,
+)
 from dsh.agent_loop.session_usage import SessionUsage
 from dsh.agent_loop.turn_memory import TurnMemory, exchanges_so_far
 from dsh.agent_loop.usage import UsageTally
-from dsh.llm import ErrorCode, HarnessError, error_chain, redact_url
+from dsh.llm import ErrorCode, HarnessError, redact_url
+from dsh.llm.redact import Redactor, environment_secrets
+from dsh.llm.request_gate import shared_gate
 
 if TYPE_CHECKING:
     from dsh.agent_loop.agent import Agent
@@ -57,9 +78,12 @@ if TYPE_CHECKING:
 _log = logging.getLogger("dsh.session")
 T = TypeVar("T")
 
+ExtraTools = Callable[["Session"], "Sequence[Tool]"]  # more tools for the session's agent (the demo's, say)
+
 __all__ = [
     "Approver",
     "EndpointClient",
+    "ExtraTools",
     "Notice",
     "PromptTransform",
     "RepairedTurn",
@@ -69,40 +93,6 @@ __all__ = [
     "StartupError",
     "TurnScope",
 ]
-
-
-class StartupError(HarnessError):
-    """The main agent could not be built; ``__cause__`` holds why."""
-
-    def __init__(self, cause: BaseException) -> None:
-        code = cause.code if isinstance(cause, HarnessError) else ErrorCode.STARTUP
-        super().__init__(error_chain(cause), code, cause=cause)
-
-
-@dataclass(frozen=True, slots=True)
-class Notice:
-    """A line about the session itself, not a turn's event: a subagent hint, a project-context note, a log
-    that loaded with warnings, a compaction that did not happen. Plain text; the front end sanitizes it."""
-
-    text: str
-
-
-@dataclass(frozen=True, slots=True)
-class RepairedTurn:
-    """The session log's repair just closed turn ``turn``: the process that ran it exited before its end."""
-
-    turn: int
-
-
-SessionUpdate = Event | Notice | RepairedTurn  # what a subscriber hears
-TurnScope = Callable[[], contextlib.AbstractAsyncContextManager[None]]  # wraps each turn (a live view, say)
-ExtraTools = Callable[["Session"], "Sequence[Tool]"]
-PromptTransform = Callable[[str], str]  # the user's prompt -> the text the model is sent
-
-
-@contextlib.asynccontextmanager
-async def _no_scope() -> AsyncIterator[None]:
-    yield
 
 
 class Session:
@@ -159,6 +149,10 @@ class Session:
         self.turn_running = False
         self._cancel_pending = False  # a cancel arrived while a turn was being set up
         self._model_check = ModelCheck()  # the first turn's GET /models (agent_loop/model_check.py)
+        # Hooks, skills and custom commands (agent_loop/session_extensions.py), each found at first need.
+        self.extras = SessionExtensions(config, cwd=self.cwd, user_dir=user_dir, project=project_context,
+                                        redactor=lambda: Redactor((*self.secrets, *environment_secrets(self.env))),
+                                        notice=self._notice, session_id=lambda: self.id)
 
     # --- identity and the parts' state, read through the session ----------------------------------
 
@@ -281,6 +275,10 @@ class Session:
     def _notice(self, text: str) -> None:
         self._publish(Notice(text))
 
+    def extensions(self) -> Extensions:
+        """This project's and user's skills and custom commands (docs/extending.md)."""
+        return self.extras.found()
+
     # --- lifecycle --------------------------------------------------------------------------------
 
     async def start(self, resume: str | None = None, *, defer_agent: bool = False,
@@ -293,11 +291,13 @@ class Session:
         still opened (and repaired) here.
         """
         try:
-            await self._children.open_toolkit(model=self.model, cwd=self.cwd)
+            await self._children.open_toolkit(model=self.model, cwd=self.cwd,
+                                              request_gate=lambda: shared_gate(self.client))
             if not defer_agent:
                 await self.open_mcp()
             if resume is not None:
                 self._life.log = self._life.open(resume, self.model)
+                self.extras.new_session("resume")
                 self._resumed_usage()
             elif defer_agent:
                 self._life.name_new(session_id or new_session_id())
@@ -341,11 +341,12 @@ class Session:
         from dsh.agent_loop import build  # heavy: the agent and its tools, behind the first prompt
 
         extra = [*(self.toolkit.tools() if self.toolkit is not None else ()),
-                 *(self._extra_tools(self) if self._extra_tools is not None else ())]
+                 *(self._extra_tools(self) if self._extra_tools is not None else ()),
+                 *build.skill_tools(self.extensions().skills)]
         agent = build.build_agent(self.config, client, log, conversation=conversation, model=self.model,
-                                  approve=self._approve, extra_tools=extra, retry=self.retry, label=self._label,
-                                  cwd=self.cwd, extra_secrets=self._children.mcp_secrets(), files=self._files,
-                                  permissions=self.permissions)
+                                  approve=self.extras.notifying(self._approve), extra_tools=extra, retry=self.retry,
+                                  label=self._label, cwd=self.cwd, extra_secrets=self._children.mcp_secrets(),
+                                  files=self._files, permissions=self.permissions, hooks=self.extras.hooks)
         agent.before_request = lambda: self._usage.budget_stop(agent.model)  # max_cost, before each request
         return agent
 
@@ -378,11 +379,13 @@ class Session:
         agent.prefix, self._usage.previous_cache_rate = PrefixTracker(), None  # a new conversation: no drop to name
         self._life.log = agent.session
         self._memory.last_failure = None
+        self.extras.new_session("clear")  # its first turn is a session start, as Claude Code's /clear is
         return self.id
 
     async def resume(self, ident: str) -> str:
         """``/resume ID``: continue another session (its open turn, if any, is closed and reported)."""
         log = await self._life.resume(ident, self.model)
+        self.extras.new_session("resume")
         self._resumed_usage()
         self._report_repair()
         return log.id
@@ -410,6 +413,10 @@ class Session:
                 self.agent.cancel("cancelled")  # a cancel that came before the agent's turn existed
         elif isinstance(event, AssistantMessage):
             self._usage.count(event, self.model)  # without usage too: a request whose tokens are unknown
+        elif isinstance(event, LlmContinue):
+            self._usage.count(event, self.model)  # the request it continues (a cut one's tokens are unknown)
+            if event.cause is not None:  # the turn may still complete: /why shows the cut's chain
+                self._memory.last_failure = event.cause
         elif isinstance(event, ToolResult):
             self._memory.last_tool_result = event
             if event.cause is not None:  # a failed subagent run: /why shows its host-side chain
@@ -449,7 +456,7 @@ class Session:
         self.turn_running = True
         self._cancel_pending = False
         try:
-            async with (scope or _no_scope)():
+            async with (scope or no_scope)():
                 yield
         finally:
             self.turn_running = False
@@ -466,6 +473,7 @@ class Session:
             self.context = await gather_project_context(
                 Path(self.cwd), env=self.env, user_dir=self._user_dir, replace=self.config.system_prompt,
                 append=self.config.system_prompt_append, redactor=agent.redactor,
+                skills=self.extensions().prompt_block,
             )
             for notice in self.context.notices:
                 self._notice(f"[context] {notice}")
@@ -485,6 +493,7 @@ class Session:
         await self.ensure_context()
         await self.open_mcp()
         await self._children.sync_mcp_tools(agent.tools)
+        await self.extras.session_start()  # before the first turn of each session (docs/hooks.md)
         self._memory.last_prompt = prompt
         # Undos the model has not heard of (since the last turn, or before a resume): a note before the prompt,
         # in the log with it. Told once a prompt carrying it stays in the conversation (a turn that failed
@@ -497,6 +506,8 @@ class Session:
         async with self._running(scope):
             try:
                 end = await self._turn_and_model_check(agent, sent)
+                # A Stop hook that blocks gives the model its reason, and the turn goes on (docs/hooks.md).
+                end = await self.extras.stop(end, lambda reason: agent.run_turn(reason, by_hook=True))
             except Exception as exc:  # the loop promises not to raise; if it does, still say why
                 end = failure_from_exception(exc, 0, self.secrets)
                 self._memory.last_failure = exc
@@ -509,10 +520,14 @@ class Session:
                 message.role == "user" and message.content.startswith(note) for message in agent.messages):
             journal.told(undos)
         self._memory.last_reason = end
-        drop = self._usage.cache_drop(agent.prefix.take_change())
-        if drop is not None:  # after the turn's usage line (docs/contracts.md, "The prompt cache")
-            self._notice(drop)
+        self._cache_drop(agent)
         return end
+
+    def _cache_drop(self, agent: Agent) -> None:
+        """After a turn, a prompt's or the job notices': the line naming what changed when its cache hit rate fell
+        (after the usage line; docs/contracts.md, "The prompt cache"), logged where it happened."""
+        if line := self._usage.cache_drop(agent.turn_number, agent.prefix.take_change(), self.log):
+            self._notice(line)
 
     async def _turn_and_model_check(self, agent: Agent, sent: str) -> EndReason:
         """The agent's turn, with the first turn's ``GET /models`` check beside it in the turn's own task group
@@ -546,6 +561,7 @@ class Session:
         self._usage.new_turn()
         async with self._running(scope):  # cancellable as a turn is
             try:
+                await self.extras.pre_compact(focus)  # docs/hooks.md
                 await agent.compact(focus or None)
             except HarnessError as exc:
                 self._notice(self._memory.compact_failed(exc, self.secrets))
@@ -560,4 +576,5 @@ class Session:
         if end is not None:
             self._memory.note_failure(end, agent.last_failure)
             self._memory.last_reason = end
+            self._cache_drop(agent)  # its rate is the next turn's previous, and it may drop too
         return end

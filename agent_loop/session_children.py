@@ -56,18 +56,21 @@ class SessionChildren:
         self._mcp_opened = False
         self._mcp_secrets: tuple[str, ...] | None = None
 
-    async def open_toolkit(self, *, model: str, cwd: str) -> None:
-        """``[subagents.NAME]`` tables -> the subagent and job tools, inheriting the session's ``model``."""
+    async def open_toolkit(self, *, model: str, cwd: str, request_gate: Callable[[], str | None] | None = None) -> None:
+        """``[subagents.NAME]`` tables -> the subagent and job tools, inheriting the session's ``model``, and for a
+        child dsh on the session's endpoint its client's ``request_gate`` (dsh.llm.request_gate.shared_gate)."""
         if not self._subagent_tables:
             return
         from dsh.agent_loop import build  # heavy: the subagent seam, only when subagents are configured
 
         self.frames = self.frames or build.FrameLog()
         config = self._config
+        same_endpoint = self._parent_base_url == config.base_url
         toolkit = build.subagent_toolkit(self._subagent_tables, model=model, base_url=self._parent_base_url,
                                          api_key=config.api_key, cwd=cwd, secrets=config.secrets, frames=self.frames,
-                                         dialect=config.dialect if self._parent_base_url == config.base_url else None,
-                                         max_parallel=config.max_parallel)
+                                         dialect=config.dialect if same_endpoint else None,
+                                         max_parallel=config.max_parallel,
+                                         request_gate=request_gate if same_endpoint else None)
         self.toolkit = await self._scope.enter_async_context(toolkit)
         self._settle = build.settled_notice  # bound now that build is loaded: no import per settled job
         for hint in toolkit.hints:

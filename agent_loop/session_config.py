@@ -14,6 +14,7 @@ from dsh.llm.events import ModelClient
 from dsh.llm.models import ModelSettings
 
 if TYPE_CHECKING:
+    from dsh.agent_loop.hooks import HookSpec
     from dsh.agent_loop.mcp.config import McpServerConfig
     from dsh.agent_loop.tools.edits import EditRequest
     from dsh.agent_loop.tools.registry import Approval, McpCallRequest
@@ -59,6 +60,14 @@ class SessionConfig(Protocol):
     def allow_edits(self) -> bool: ...
     @property
     def auto_compact(self) -> bool: ...
+    @property
+    def max_continuations(self) -> int: ...  # a cut reply's prefix completions a step (agent_loop/continuation.py)
+    @property
+    def auto_continue(self) -> bool: ...  # a reply stopped at the output-token limit is continued too
+    @property
+    def hooks(self) -> tuple[HookSpec, ...]: ...  # [[hooks.EVENT]] tables (docs/hooks.md)
+    @property
+    def claude_settings(self) -> bool: ...  # the project's .claude/settings.json hooks run too
     @property
     def proxy(self) -> str | None: ...
     @property

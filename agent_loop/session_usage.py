@@ -7,19 +7,26 @@ The tallies sum what the agent's ``assistant/message`` and ``context/compacted``
 from __future__ import annotations
 
 import datetime
+import logging
 from collections.abc import Sequence
+from typing import TYPE_CHECKING
 
 from dsh.agent_loop.budget import Budget, unpriced_cap
-from dsh.agent_loop.cache_watch import cache_drop_line
-from dsh.agent_loop.events import AssistantMessage, ContextCompacted
+from dsh.agent_loop.cache_watch import NOTHING_CHANGED, drop_words, is_cache_drop
+from dsh.agent_loop.events import AssistantMessage, CacheDrop, ContextCompacted, LlmContinue
 from dsh.agent_loop.reasons import EndReason, Failed
 from dsh.agent_loop.session_config import SessionConfig
 from dsh.agent_loop.usage import AUTO_COMPACT_AT, UsageTally, context_fill, estimate_tokens
-from dsh.llm import ErrorCode
+from dsh.llm import ErrorCode, HarnessError, error_chain
 from dsh.llm.events import Message
 from dsh.llm.models import model_info
 
+if TYPE_CHECKING:
+    from dsh.agent_loop.session_log import SessionLog
+
 __all__ = ["SessionUsage"]
+
+_log = logging.getLogger("dsh.session")
 
 
 class SessionUsage:
@@ -36,7 +43,7 @@ class SessionUsage:
     def new_turn(self) -> None:
         self.turn = UsageTally()
 
-    def count(self, event: AssistantMessage | ContextCompacted, model: str) -> None:
+    def count(self, event: AssistantMessage | ContextCompacted | LlmContinue, model: str) -> None:
         """One request in both tallies; one without usage too: a request whose tokens are unknown."""
         info = model_info(model, self._config.models)
         now = datetime.datetime.now(datetime.UTC)
@@ -75,14 +82,23 @@ class SessionUsage:
         """How full the model's window is after the latest request; None when unknown."""
         return context_fill(self.total, self._config.models)
 
-    def cache_drop(self, change: str | None) -> str | None:
-        """After a turn: the line naming ``change`` (or that nothing changed) when the turn's cache hit rate fell
-        well below the previous turn's (agent_loop/cache_watch.py); the turn's rate is the next one's previous."""
-        rate = self.turn.cache_hit_rate
-        line = cache_drop_line(rate, self.previous_cache_rate, change)
+    def cache_drop(self, turn: int, change: str | None, log: SessionLog | None) -> str | None:
+        """After turn ``turn`` (a prompt's or the job notices'): the line naming ``change`` (or that nothing
+        changed) when the turn's cache hit rate fell well below the previous turn's (agent_loop/cache_watch.py),
+        written to ``log`` first as a ``cache/drop`` record (``dsh sessions show`` prints it there); the turn's
+        rate is the next one's previous."""
+        rate, previous = self.turn.cache_hit_rate, self.previous_cache_rate
         if rate is not None:
             self.previous_cache_rate = rate
-        return line
+        if rate is None or previous is None or not is_cache_drop(rate, previous):
+            return None
+        drop = CacheDrop(turn, rate, previous, change or NOTHING_CHANGED)
+        if log is not None and not log.closed:
+            try:
+                log.append(drop)
+            except HarnessError as exc:  # the line is still shown; the next turn's own write fails as SESSION_LOG
+                _log.warning("a cache drop was not logged: %s", error_chain(exc))
+        return drop_words(rate, previous, drop.change)
 
     def compaction_due(self) -> bool:
         """With ``auto_compact`` on, a prompt sent this close to the window's end is preceded by a compaction."""

@@ -5,8 +5,10 @@ still owed."""
 
 from __future__ import annotations
 
+import json
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
+from typing import Any
 
 import anyio
 
@@ -34,6 +36,15 @@ DROPPED_TOOL_OUTPUT = (
     "this call and every later one in the response were not run"
 )
 LOGGED_ARGUMENTS_CHARS = 4096  # a tool/call event's arguments beyond this are in its assistant/message
+
+
+def _arguments(call: ToolCall) -> dict[str, Any]:
+    """The call's arguments as a hook is sent them (``{}`` when they are not a JSON object)."""
+    try:
+        value = json.loads(call.arguments or "{}")
+    except (ValueError, RecursionError):
+        return {}
+    return value if isinstance(value, dict) else {}
 
 
 def unique_ids(calls: Sequence[ToolCall]) -> list[ToolCall]:
@@ -125,7 +136,19 @@ class StepCalls:
 
     async def _run_one(self, call: ToolCall) -> None:
         runner = self.runner
-        self.finished[call.id] = await run_tool_call(runner.tools, call, runner.context(self.turn, call))
+        ctx = runner.context(self.turn, call)
+        hooks = runner.tools.hooks
+        if not hooks:
+            self.finished[call.id] = await run_tool_call(runner.tools, call, ctx)
+            return
+        # The hooks see the call before and after it runs (docs/hooks.md); a refused call never runs.
+        arguments = _arguments(call)
+        refused = await hooks.before_tool(call, arguments, ctx)
+        if refused is not None:
+            self.finished[call.id] = refused
+            return
+        output = await run_tool_call(runner.tools, call, ctx)
+        self.finished[call.id] = await hooks.after_tool(call, arguments, output)
 
     async def _run_kept(self, calls: list[ToolCall]) -> None:
         for batch in plan_batches(self.runner.tools, calls):

@@ -84,6 +84,9 @@ BENCHMARKS: tuple[Benchmark, ...] = (
     Benchmark("undo", (("undo_journal_vs_bare", "x", None), ("undo_journal_cost_ms", "ms", None)), "bench.undo",
               "undo_journal_cost"),
     Benchmark("prefix_hash", (("prefix_hash_vs_stream", "x", ("<=", 0.02)),), "bench.prefix_hash", "prefix_hashing"),
+    Benchmark("continuation", (("continue_vs_retry", "x", None),), "bench.continuation", "continued_vs_retry"),
+    Benchmark("extensions", (("extensions_first_prompt_ms", "ms", ("<=", 10.0)),), "bench.extensions",
+              "extensions_first_prompt"),
 )
 
 

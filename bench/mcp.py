@@ -130,15 +130,15 @@ async def mcp_first_prompt(settings: Settings, server: BenchServer) -> list[Figu
     is drawn, bench.startup): the banner and ``>`` alone are drawn before any of that starts."""
     from bench.loop import temp_root
     from bench.render import interactive_env
-    from bench.startup import _first_prompt, _with_bytecode
+    from bench.startup import first_prompt, with_bytecode
 
     with temp_root("mcp-first-prompt") as none_root, temp_root("mcp-first-prompt-3") as three_root:
         _config_with_servers(three_root, SERVERS)
         _config_with_servers(none_root, 0)
         live: dict[str, list[float]] = {"three": [], "none": []}
         subjects = {
-            "three": _first_prompt(_with_bytecode(interactive_env(server, "text", three_root)), live["three"]),
-            "none": _first_prompt(_with_bytecode(interactive_env(server, "text", none_root)), live["none"]),
+            "three": first_prompt(with_bytecode(interactive_env(server, "text", three_root)), live["three"]),
+            "none": first_prompt(with_bytecode(interactive_env(server, "text", none_root)), live["none"]),
         }
         repeat = settings.size(10, 5)
         await paired_async(settings, subjects, repeat=repeat)

@@ -23,10 +23,10 @@ from bench.harness import REPO_ROOT, BenchServer, Figure, Settings, Stats, child
 from bench.loop import temp_root
 from bench.render import interactive_env
 
-__all__ = ["startup"]
+__all__ = ["first_prompt", "startup", "with_bytecode"]
 
 
-def _with_bytecode(env: dict[str, str]) -> dict[str, str]:
+def with_bytecode(env: dict[str, str]) -> dict[str, str]:
     return {name: value for name, value in env.items() if name != "PYTHONDONTWRITEBYTECODE"}
 
 
@@ -44,8 +44,9 @@ def _process(argv: list[str], env: dict[str, str]) -> Callable[[], Awaitable[flo
 _PROBE = "zq"
 
 
-def _first_prompt(env: dict[str, str], live: list[float] | None = None) -> Callable[[], Awaitable[float]]:
-    """Spawn the interactive REPL in a pty; seconds until its prompt is drawn (then Ctrl-D).
+def first_prompt(env: dict[str, str], live: list[float] | None = None, *,
+                 cwd: str = str(REPO_ROOT)) -> Callable[[], Awaitable[float]]:
+    """Spawn the interactive REPL in a pty in ``cwd``; seconds until its prompt is drawn (then Ctrl-D).
 
     With ``live``, a key pair is typed as soon as the prompt shows and the seconds until it is drawn
     (prompt_toolkit running the line) are appended there.
@@ -54,7 +55,7 @@ def _first_prompt(env: dict[str, str], live: list[float] | None = None) -> Calla
 
     async def run() -> float:
         start = time.perf_counter()
-        child = pexpect.spawn(sys.executable, ["-m", "dsh.repl"], env=env, cwd=str(REPO_ROOT), timeout=60)
+        child = pexpect.spawn(sys.executable, ["-m", "dsh.repl"], env=env, cwd=cwd, timeout=60)
         child.delaybeforesend = None  # pexpect sleeps 50 ms before each send by default
         try:
             child.expect_exact(">")
@@ -99,7 +100,7 @@ async def startup(settings: Settings, server: BenchServer) -> list[Figure]:
     parts: dict[str, Stats] = {}
     details: dict[str, float] = {}
     with temp_root("startup") as root:
-        env = _with_bytecode(child_env())
+        env = with_bytecode(child_env())
         samples = await paired_async(
             settings,
             {"dsh": _process([sys.executable, "-m", "dsh.repl", "--version"], env),
@@ -110,11 +111,11 @@ async def startup(settings: Settings, server: BenchServer) -> list[Figure]:
         details["python_c_pass_ms"] = round(statistics.median(samples["python"]) * 1000, 1)
         details["dsh_version_ms"] = round(statistics.median(samples["dsh"]) * 1000, 1)
 
-        pty_env = _with_bytecode(interactive_env(server, "text", root))
+        pty_env = with_bytecode(interactive_env(server, "text", root))
         live: list[float] = []
         samples = await paired_async(
             settings,
-            {"dsh": _first_prompt(pty_env, live), "python": _pty_python_pass(pty_env)},
+            {"dsh": first_prompt(pty_env, live), "python": _pty_python_pass(pty_env)},
             repeat=repeat,
         )
         del live[: len(live) - len(samples["dsh"])]  # the warm-up runs'

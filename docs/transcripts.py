@@ -305,7 +305,8 @@ def result_lines(lines: list[str]) -> list[str]:
                 break
             picked.append(line.strip())
         return picked
-    return lines[-1:]
+    continued = [line for line in lines if line.startswith("[continuing after ")]  # the cut it survived
+    return [*continued, *lines[-1:]]
 
 
 def retry_waits(lines: list[str]) -> str:
@@ -784,7 +785,8 @@ def _record_replay_refused(lab: Lab) -> str:
 # What each behaviour does, in words (checked against llm/loopback/fault_server.py); the table's last column
 # is what dsh printed against it. A behaviour missing here fails the run, so the table stays complete.
 BEHAVIOURS: dict[str, str] = {
-    "text": "a normal streamed answer (`text=` to choose it), usage, `[DONE]`",
+    "text": "a normal streamed answer (`text=` to choose it; a prefix-completion request gets the rest of it), "
+            "usage, `[DONE]`",
     "slow_text": "the same, with `delay=` seconds between chunks (default 0.05)",
     "reasoning": "`reasoning_content` deltas first, then the answer",
     "tool_call": "one tool call with fragmented arguments (`name=`, `arguments=`, `id=`, `fragments=`)",
@@ -952,7 +954,7 @@ DECLARED_ONLY: list[tuple[str, str, str | None]] = [
 # names them in prose).
 NOT_TURN_ENDS = {"CONFIG", "STARTUP", "SESSION_NOT_FOUND", "SESSION_AMBIGUOUS", "SESSION_LOCKED", "TURN_BUSY",
                  "AGENT_CLOSED", "PROTOCOL", "TRANSPORT_CLOSED", "PROCESS_START", "LINE_TOO_LONG", "COMPACT",
-                 "SUBAGENT", "MCP"}
+                 "SUBAGENT", "MCP", "HOOK"}
 
 
 def _fix_line(fix_line: Callable[..., str | None], code: str) -> str | None:
@@ -1482,6 +1484,75 @@ def _acpx_denied(lab: Lab) -> str:
     return _acpx_run(lab, [call, "text"], ACPX_SHELL_PROMPT, flags=("--deny-all",))
 
 
+# --- hooks, skills and commands (docs/hooks.md, docs/extending.md) -------------------------------------------
+
+HOOK_SCRIPT = """#!/bin/sh
+case "$(cat)" in *'rm -rf'*) echo "no rm -rf here, use trash" >&2; exit 2 ;; esac
+"""
+HOOK_CONFIG = '[[hooks.PreToolUse]]\nmatcher = "run_shell"\ncommand = "~/bin/check-cmd"\ntimeout = 10\n'
+HOOKS_INPUT = "/hooks\nclean the build folder\n"
+
+
+def hooks_session(lab: Lab) -> str:
+    """A PreToolUse hook blocks the model's ``rm -rf``: /hooks lists it, the model is told its words."""
+    from dsh.llm.loopback.fault_server import Behaviour, FaultServer
+
+    def job() -> str:
+        home = lab.home(HOOK_CONFIG)
+        (home / "bin").mkdir()
+        (home / "bin" / "check-cmd").write_text(HOOK_SCRIPT, encoding="utf-8")
+        (home / "bin" / "check-cmd").chmod(0o755)
+        with FaultServer() as server:
+            server.push(Behaviour("tool_call", id="call_1", name="run_shell",
+                                  arguments=json.dumps({"command": "rm -rf build"}),
+                                  reasoning="Remove the build folder."),
+                        Behaviour("text", text="The hook refused rm -rf; I will move build/ to the trash instead."))
+            run = lab.dsh([], stdin=HOOKS_INPUT, home=home,
+                          env={"DEEPSEEK_API_KEY": "any", "DEEPSEEK_BASE_URL": server.url})
+        return fence("\n".join(["$ cat ~/bin/check-cmd", HOOK_SCRIPT.rstrip("\n"), "$ cat ~/.config/dsh/config.toml",
+                                 HOOK_CONFIG.rstrip("\n"), session_text(run, HOOKS_INPUT)]))
+
+    return lab.once("hooks", job).result()
+
+
+SKILL_FILE = """---
+name: changelog
+description: Write a changelog entry for the staged changes. Use when asked for release notes.
+---
+Read `git diff --staged`, then write one entry under "Unreleased" in CHANGELOG.md.
+"""
+COMMAND_FILE = """---
+description: Review one file for bugs
+argument-hint: "[path]"
+---
+Review $1 for bugs and say which lines are wrong.
+"""
+EXTENDING_INPUT = "/skill\n/review src/app.py\n"
+
+
+def extending_session(lab: Lab) -> str:
+    """A repository laid out for Claude Code: its skill listed, its command sent with the argument in place."""
+    from dsh.llm.loopback.fault_server import Behaviour, FaultServer
+
+    def job() -> str:
+        home = lab.home()
+        project = home / "project"
+        (project / ".claude" / "skills" / "changelog").mkdir(parents=True)
+        (project / ".claude" / "skills" / "changelog" / "SKILL.md").write_text(SKILL_FILE, encoding="utf-8")
+        (project / ".claude" / "commands").mkdir()
+        (project / ".claude" / "commands" / "review.md").write_text(COMMAND_FILE, encoding="utf-8")
+        with FaultServer() as server:
+            server.push(Behaviour("text", text="src/app.py has no bugs I can see."))
+            run = lab.dsh([], stdin=EXTENDING_INPUT, home=home,
+                          env={"DEEPSEEK_API_KEY": "any", "DEEPSEEK_BASE_URL": server.url})
+            sent = server.requests[-1].json["messages"][-1]["content"] if server.requests else "(nothing sent)"
+        return fence("\n".join(["$ cat .claude/commands/review.md", COMMAND_FILE.rstrip("\n"),
+                                 session_text(run, EXTENDING_INPUT), "# what the model was sent for /review:",
+                                 sent.rstrip("\n")]))
+
+    return lab.once("extending", job).result()
+
+
 # --- the registry ---------------------------------------------------------------------------------------
 
 GENERATORS: dict[str, Callable[[Lab], str]] = {
@@ -1532,6 +1603,8 @@ GENERATORS: dict[str, Callable[[Lab], str]] = {
     "mcp-allow": mcp_allow,
     "mcp-list": mcp_list,
     "sandbox-run": sandbox_run,
+    "hooks": hooks_session,
+    "extending": extending_session,
     "sandbox-refusal": sandbox_refusal,
     "modes-plan": modes_plan,
     "modes-auto-refusal": modes_auto_refusal,

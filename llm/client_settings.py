@@ -39,6 +39,7 @@ class ClientSettings:
     ring_bytes: int = 0  # the last exchanges kept for a failure capsule; 0 keeps none
     dialect: str | None = None  # "deepseek" | "openai" (dsh.llm.endpoint.DIALECTS); None: by base_url's host
     max_parallel: int = 0  # chat requests the client has in flight at once; 0: no bound
+    request_gate: str | None = None  # a parent dsh's shared request gate to join (a child's: dsh.llm.request_gate)
 
 
 class TransportOptions(TypedDict, total=False):

@@ -47,6 +47,7 @@ class ErrorCode(StrEnum):
     LINE_TOO_LONG = "LINE_TOO_LONG"  # a child's output line exceeded the stream limit
     SUBAGENT = "SUBAGENT"  # a subagent run that did not succeed (/why's record of it)
     MCP = "MCP"  # an MCP server or call that failed (/why's record of it)
+    HOOK = "HOOK"  # a hook that failed (/why's record of it; docs/hooks.md)
 
     # Configuration and start-up (dsh.repl).
     CONFIG = "CONFIG"  # a usage or configuration problem (exit status 2)

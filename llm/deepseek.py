@@ -60,6 +60,9 @@ __all__ = ["DeepSeekClient", "StreamTrace", "open_client"]
 _ERROR_BODY_LIMIT = 64 * 1024
 _ACCEPT_ENCODING = "gzip, deflate"  # what Inflater decodes; a server that sends anything else is refused
 _JSON_BODY_LIMIT = 1024 * 1024  # a GET answer (``/models``, ``/user/balance``) larger than this is not one
+# DeepSeek's chat prefix completion (beta): base_url https://api.deepseek.com/beta, the last message an assistant
+# ``prefix`` (api-docs.deepseek.com, "Chat Prefix Completion (Beta)").
+PREFIX_COMPLETION_PATH = "/beta/chat/completions"
 CERTIFICATE_PROBE_TIMEOUT = 5.0  # seconds (at most the connect timeout) to read a refused certificate again
 
 
@@ -146,13 +149,15 @@ class DeepSeekClient:
         transport: Transport | None = None,
         dialect: str | None = None,
         max_parallel: int = 0,
+        request_gate: str | None = None,
         **options: Unpack[TransportOptions],
     ) -> None:
         """``transport``: how requests reach the endpoint and what messages name (dsh.llm.transport, as
         :func:`open_client` opens it); without one, it is opened from ``options`` (base_url, proxy, trust_env, env,
         record, shown_as, ring_bytes: :class:`~dsh.llm.client_settings.ClientSettings`' fields of those names).
         ``http_client``: a caller's httpx client, which carries its own transport (then nothing is recorded).
-        ``dialect``: ``deepseek`` or ``openai`` (None: by the host); ``max_parallel``: requests at once (0: none)."""
+        ``dialect``: ``deepseek`` or ``openai`` (None: by the host); ``max_parallel``: requests at once (0: none);
+        ``request_gate``: the shared gate directory of a parent dsh to join (a child dsh's: dsh.llm.request_gate)."""
         if transport is None:
             settings = ClientSettings(api_key=api_key, stream_idle_timeout=stream_idle_timeout,
                                       first_token_timeout=first_token_timeout, **options)
@@ -165,7 +170,8 @@ class DeepSeekClient:
         # Whom messages name: by the host now, by the answers' headers once one arrives (then kept).
         self.endpoint: Endpoint = endpoint_for_url(self.base_url_display)
         self.dialect = dialect or default_dialect(self.base_url_display)
-        self.requests = RequestGate(max_parallel)  # the chat requests in flight, counted (and bounded) here only
+        # The chat requests in flight, counted (and bounded) here only, or with a parent dsh and its children.
+        self.requests = RequestGate(max_parallel, request_gate)
         self._via = f" via proxy {self.proxy_display}" if self.proxy_display else ""
         self.stream_idle_timeout = stream_idle_timeout
         self.first_token_timeout = first_token_timeout
@@ -197,11 +203,12 @@ class DeepSeekClient:
         if self._owns_http and self._http is not None:
             await self._http.aclose()
         self._transport.close()
+        self.requests.close()  # a gate shared with child dsh subagents: its directory goes
 
-    def _request(self, method: str, path: str, headers: dict[str, str],
-                 content: bytes | None, *, tapped: bool = True) -> tuple[httpx.AsyncClient, httpx.Request]:
-        """The HTTP client (built on the first request) and the request for ``{base_url}{path}``; raises
-        ``httpx.InvalidURL`` for a base URL httpx cannot use."""
+    def _request(self, method: str, path: str, headers: dict[str, str], content: bytes | None, *,
+                 tapped: bool = True, from_origin: bool = False) -> tuple[httpx.AsyncClient, httpx.Request]:
+        """The HTTP client (built on the first request) and the request for ``{base_url}{path}`` (``{origin}{path}``
+        when ``from_origin``); raises ``httpx.InvalidURL`` for a base URL httpx cannot use."""
         import httpx  # the first request (see the note at the top)
 
         if self._http is None:
@@ -220,7 +227,7 @@ class DeepSeekClient:
         # The path goes before any query; userinfo is dropped because httpx would turn it into
         # Basic auth that overwrites the bearer key.
         base = httpx.URL(self._transport.base_url)
-        url = base.copy_with(path=base.path.rstrip("/") + path, userinfo=b"")
+        url = base.copy_with(path=("" if from_origin else base.path.rstrip("/")) + path, userinfo=b"")
         request = self._http.build_request(method, url, content=content, headers=headers)
         if not tapped:
             request.extensions[UNTAPPED_EXTENSION] = True
@@ -360,14 +367,16 @@ class DeepSeekClient:
         return LlmError(self.endpoint.idle(limit), ErrorCode.TIMEOUT)
 
     async def _send(
-        self, method: str, path: str, headers: dict[str, str], content: bytes | None = None, *, tapped: bool = True
+        self, method: str, path: str, headers: dict[str, str], content: bytes | None = None, *, tapped: bool = True,
+        from_origin: bool = False,
     ) -> tuple[httpx.Response, _Watchdog]:
         """Send and wait for the response headers under the first deadline; each failure is a turn's error."""
         response: httpx.Response | None = None
         http_request: httpx.Request | None = None
         try:
             with self._translating():
-                http, http_request = self._request(method, path, headers, content, tapped=tapped)
+                http, http_request = self._request(method, path, headers, content, tapped=tapped,
+                                                   from_origin=from_origin)
                 # The clock starts once the request is ready: the first call's lazy client setup is ours.
                 watchdog = _Watchdog(self.stream_idle_timeout, self.first_token_timeout)
                 with anyio.CancelScope(deadline=watchdog.deadline()) as scope:
@@ -392,9 +401,12 @@ class DeepSeekClient:
         ``trace``, when given, is filled in with what the events do not show (``dsh doctor``).
         """
         body = encoded_body(request)
+        # Prefix completion is served on the origin's beta route, whatever path base_url has (docs/endpoints.md).
+        path = PREFIX_COMPLETION_PATH if request.continues else "/chat/completions"
         async with self.requests.admitted():  # in flight from here until the response is over
             with self._naming():
-                response, watchdog = await self._send("POST", "/chat/completions", self._headers(), body)
+                response, watchdog = await self._send("POST", path, self._headers(), body,
+                                                      from_origin=request.continues)
             if trace is not None:
                 trace.started_at, trace.headers_at = watchdog.start, anyio.current_time()
             try:
@@ -476,7 +488,8 @@ class DeepSeekClient:
         code = code_for_status(status, provider)
         detail = upstream_detail(code, provider)
         if model is not None and is_concurrency_cap(status, provider, self.dialect):  # DeepSeek's cap, in words
-            message, detail = concurrency_cap_message(model, self.requests.in_flight), FailureDetail.CONCURRENCY_CAP
+            message = concurrency_cap_message(model, self.requests.counted(), subagents=self.requests.shared)
+            detail = FailureDetail.CONCURRENCY_CAP
         raise LlmError(
             message + self._via_suffix(),
             code,
@@ -555,6 +568,7 @@ def open_client(settings: ClientSettings) -> DeepSeekClient:
         api_key=settings.api_key, stream_idle_timeout=settings.stream_idle_timeout,
         first_token_timeout=settings.first_token_timeout, connect_timeout=settings.connect_timeout,
         transport=open_transport(settings), dialect=settings.dialect, max_parallel=settings.max_parallel,
+        request_gate=settings.request_gate,
     )
 
 

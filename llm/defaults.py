@@ -8,6 +8,7 @@ __all__ = [
     "DEFAULT_BASE_URL",
     "DEFAULT_CONNECT_TIMEOUT",
     "DEFAULT_FIRST_TOKEN_TIMEOUT",
+    "DEFAULT_MAX_CONTINUATIONS",
     "DEFAULT_MAX_RETRIES",
     "DEFAULT_MODEL",
     "DEFAULT_POOL_TIMEOUT",
@@ -22,6 +23,8 @@ __all__ = [
 
 DEFAULT_BASE_URL = "https://api.deepseek.com"
 DEFAULT_MODEL = "deepseek-flash"
+# A reply cut after its text is continued by prefix completion at most this often a step (agent_loop/continuation.py).
+DEFAULT_MAX_CONTINUATIONS = 2
 # DeepSeek's legacy model names that still answer: each name -> (the current name that serves it, the default,
 # and the version DeepSeek names). https://api-docs.deepseek.com/quick_start/pricing; llm/models.py prices each
 # as the model that serves it.

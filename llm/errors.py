@@ -19,11 +19,12 @@ in, and its codes::
     ├── TransportClosed       dsh.agent_loop.jsonrpc           TRANSPORT_CLOSED: a JSON-RPC peer's stream ended
     ├── ChildFailure          dsh.agent_loop.child_words       /why's record of a child's failure, with its words
     │   ├── SubagentFailure   dsh.agent_loop.subagent.result   SUBAGENT: a subagent run that did not succeed
+    │   ├── HookFailure       dsh.agent_loop.hook_run          HOOK: a hook that failed (docs/hooks.md)
     │   └── McpServerFailure  dsh.agent_loop.mcp.diagnostics   MCP: a failed MCP server or call
     │       └── McpStrayLines dsh.agent_loop.mcp.diagnostics   MCP: a stdout line that is not JSON-RPC, skipped
     ├── SettingsError         dsh.agent_loop.settings          CONFIG: a bad setting, naming file, table and key
     │   └── SubagentConfigError dsh.agent_loop.subagent.run    CONFIG: a bad [subagents.NAME] table
-    └── StartupError          dsh.agent_loop.session           the cause's code, else STARTUP
+    └── StartupError          dsh.agent_loop.session_types     the cause's code, else STARTUP
 
 ``SettingsError`` is also known as ``ConfigError`` in dsh.repl.config (usage or configuration, exit status 2).
 

@@ -128,6 +128,9 @@ class Message:
     reasoning_content: str | None = None
     tool_calls: tuple[ToolCall, ...] = ()
     tool_call_id: str | None = None
+    # The last message of a prefix-completion request: the model continues this assistant text (DeepSeek's
+    # beta "chat prefix completion"; the client sends it to the beta route: docs/endpoints.md, "DeepSeek").
+    prefix: bool = False
 
 
 @dataclass(frozen=True, slots=True)
@@ -138,3 +141,8 @@ class ChatRequest:
     max_tokens: int | None = None
     thinking: bool | None = None  # None: field omitted
     reasoning_effort: Literal["low", "high", "max"] | None = None
+
+    @property
+    def continues(self) -> bool:
+        """Whether this is a prefix-completion request: its last message is an assistant ``prefix``."""
+        return bool(self.messages) and self.messages[-1].prefix

@@ -70,6 +70,11 @@ class ReplyBuilder:
         return any(self._text) or any(self._reasoning)
 
     @property
+    def began_tool_calls(self) -> bool:
+        """Whether any tool call has begun arriving, whole or not."""
+        return bool(self._calls)
+
+    @property
     def over_limit(self) -> bool:
         """Whether the reply holds more calls than may run: the last one kept stands for the rest."""
         return len(self._calls) > self._max_calls

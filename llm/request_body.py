@@ -53,6 +53,8 @@ def _message_to_wire(message: Message) -> dict[str, Any]:
         wire["reasoning_content"] = message.reasoning_content
     if message.role == "tool" and message.tool_call_id is not None:
         wire["tool_call_id"] = message.tool_call_id
+    if message.prefix:
+        wire["prefix"] = True
     return wire
 
 

@@ -20,6 +20,7 @@ from dataclasses import dataclass, replace
 from typing import TYPE_CHECKING
 
 from dsh.llm.client_settings import ClientSettings
+from dsh.llm.endpoint import default_dialect
 from dsh.llm.exchange_ring import ExchangeRing
 from dsh.llm.network import environment_proxy
 from dsh.llm.redact import redact_url, url_secrets
@@ -85,5 +86,5 @@ def open_transport(settings: ClientSettings) -> Transport:
                 "first_token_timeout": settings.first_token_timeout}
     secrets = ((settings.api_key,) if settings.api_key else ()) + transport.url_secrets
     tap = TraceWriter(settings.record, secrets=secrets, base_url=base_url_display, proxy=proxy_display,
-                      timeouts=timeouts, ring=ring)
+                      timeouts=timeouts, ring=ring, dialect=settings.dialect or default_dialect(base_url_display))
     return replace(transport, tap=tap)

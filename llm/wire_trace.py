@@ -122,7 +122,7 @@ class TraceWriter:
 
     def __init__(self, path: str | os.PathLike[str] | None = None, *, secrets: Iterable[str] = (),
                  base_url: str = "", proxy: str | None = None, timeouts: dict[str, float] | None = None,
-                 ring: ExchangeRing | None = None, kind: str = TRACE_TYPE) -> None:
+                 ring: ExchangeRing | None = None, kind: str = TRACE_TYPE, dialect: str | None = None) -> None:
         self.path = os.fspath(path) if path is not None else None
         self.ring = ring
         self.secrets = tuple(s for s in secrets if s)
@@ -137,6 +137,7 @@ class TraceWriter:
             "base_url": redact_url(base_url) if base_url else "",
             "proxy": redact_url(proxy) if proxy else None,
             "timeouts": dict(timeouts or {}),  # a replay uses them, so its deadlines fire as these did
+            "dialect": dialect,  # and this, so it reads the answers (and continues a cut answer) as this run did
         }
         what = "report" if kind == CAPSULE_TYPE else "record"
         self._fd: int | None = _open_regular(self.path, what) if self.path is not None else None

@@ -17,9 +17,11 @@ from typing import Any
 
 from acp import helpers, schema
 
+from dsh.agent_loop.continuation import continue_words
 from dsh.agent_loop.events import (
     AssistantMessage,
     Event,
+    LlmContinue,
     LlmRetry,
     ReasoningDelta,
     TextDelta,
@@ -231,6 +233,8 @@ class Translator:
             return [self._start(event)]
         if isinstance(event, ToolResult):
             return [self._finish(event)]
+        if isinstance(event, LlmContinue):  # the REPL's continuation line, where the editor shows progress
+            return [helpers.update_agent_thought_text(continue_words(event) + "\n")]
         if isinstance(event, LlmRetry):  # the REPL's retry line, where an editor shows progress
             line = f"[retry {event.attempt}/{event.max_attempts} in {event.delay_s:.1f}s] {event.code}: "
             return [helpers.update_agent_thought_text(clean(line + one_line(event.message), self.redact) + "\n")]

@@ -9,6 +9,7 @@ import unicodedata
 
 from dsh.agent_loop.events import (
     Event,
+    LlmContinue,
     LlmRetry,
     ReasoningDelta,
     StepStart,
@@ -59,7 +60,7 @@ class TurnActivity:
         match event:
             case TextDelta() | ReasoningDelta():
                 self._state, self._content_at = "streaming", now
-            case TurnStart() | StepStart():
+            case TurnStart() | StepStart() | LlmContinue():  # a continuation is a request out, like a step's
                 self._wait(now)
             case StreamKeepAlive():
                 self._keepalive_at = now

@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from dsh.agent_loop.events import Event, ReasoningDelta, StreamKeepAlive, TextDelta, TurnStart
+from dsh.agent_loop.events import Event, LlmContinue, ReasoningDelta, StreamKeepAlive, TextDelta, TurnStart
 from dsh.repl.renderer import Renderer
 
 __all__ = ["ANSWER", "REST", "AnswerSplit"]
@@ -53,6 +53,12 @@ class AnswerSplit:
             case TurnStart():
                 self._gap = True
                 return []
+            case LlmContinue():
+                # The answer goes on where it was cut: a piped stdout gets it byte for byte, never a line break
+                # of ours (docs/scripting.md); on a terminal the line sits between the answer's lines.
+                rest = self.renderer.render(event)
+                held = self._answer.end_line() if self._answer is not None else ""
+                return [(ANSWER, held), (REST, rest)] if held else [(REST, rest)]
             case ReasoningDelta() | StreamKeepAlive():
                 pass
             case _:

@@ -43,7 +43,7 @@ from prompt_toolkit.layout.controls import FormattedTextControl
 from prompt_toolkit.patch_stdout import patch_stdout
 
 from dsh.llm import unwrap_group
-from dsh.repl import commands
+from dsh.repl import commands, custom_commands
 from dsh.repl.activity import fit_width
 from dsh.repl.approvals import Approval, approval_answer, question_for
 from dsh.repl.config import Config, history_path
@@ -107,6 +107,8 @@ class SlashCompleter(Completer):
                     continue
                 if command.name.startswith(name.lower()):
                     yield Completion("/" + command.name, start_position=-len(text), display_meta=command.summary)
+            for custom, meta in custom_commands.completions(self.shell, commands.COMMANDS, name):
+                yield Completion("/" + custom, start_position=-len(text), display_meta=sanitize(meta))
             return
         for value, meta in self._arguments(name.lower()):
             if value.startswith(arg):
@@ -117,6 +119,8 @@ class SlashCompleter(Completer):
         controls = self.shell.endpoint.controls
         if name == "scenario" and controls is not None:
             return controls.scenarios()
+        if name == "skill":
+            return custom_commands.skill_names(self.shell)
         if name == "resume":
             session = self.shell.session
             return [("last", "this project's latest session")] + [
@@ -288,6 +292,7 @@ class InteractiveApp:
             imported.set()
         try:
             self.shell.session.ensure_agent()
+            custom_commands.table(self.shell, commands.COMMANDS)  # a custom command's skipped line, if any, now
         except StartupError as exc:
             self._startup_error = exc
             self._exit_prompt()

@@ -19,6 +19,7 @@ import time
 from collections.abc import Callable
 from typing import TYPE_CHECKING, Any
 
+from dsh.agent_loop.events import to_wire
 from dsh.agent_loop.mcp.config import McpServerConfig
 from dsh.agent_loop.reasons import Completed, EndReason
 from dsh.llm import HarnessError, redact_url
@@ -89,6 +90,8 @@ def settings(shell: Host) -> dict[str, Any]:
             value = {"chars": len(value)}
         elif key in _COMMANDS and value is not None:
             value = _command_shape(value)
+        elif key == "hooks":  # by event, matcher and name: a hook's arguments may carry a token (docs/hooks.md)
+            value = [{"event": spec.event, "matcher": spec.matcher, "hook": spec.name} for spec in config.hooks]
         out[key] = {"value": value, "source": sources.get(key, "default")}
     return out
 
@@ -145,7 +148,14 @@ def report_record(shell: Host, reason: EndReason, doctor: dict[str, Any], exchan
         "doctor": doctor,
         "exchanges": exchanges,
         "frames": _frames(shell),
+        "hooks": _hook_runs(shell),
     }
+
+
+def _hook_runs(shell: Host) -> list[dict[str, Any]]:
+    """The last hook runs (closed facts: event, name, outcome, category, exit code, duration; docs/hooks.md)."""
+    hooks = shell.session.extras.hooks
+    return [to_wire(ran)["data"] for ran in hooks.recent] if hooks is not None else []
 
 
 def _frames(shell: Host) -> dict[str, Any]:
@@ -181,7 +191,7 @@ def _open(path: str, header: dict[str, Any], secrets: tuple[str, ...]) -> TraceW
     """The capsule's writer; a path it will not take is a TraceFileError (``report file PATH cannot be written: …``)."""
     try:
         return TraceWriter(path, secrets=secrets, base_url=header.get("base_url", ""), proxy=header.get("proxy"),
-                           timeouts=header.get("timeouts"), kind=CAPSULE_TYPE)
+                           timeouts=header.get("timeouts"), kind=CAPSULE_TYPE, dialect=header.get("dialect"))
     except OSError as exc:
         raise HarnessError(f"report file {path} cannot be written: {exc.strerror or type(exc).__name__}",
                            ErrorCode.CONFIG) from None

@@ -17,10 +17,13 @@ from collections.abc import Awaitable, Callable
 from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
+from dsh.agent_loop.budget import budget_line
+from dsh.agent_loop.hooks import hook_lines
 from dsh.agent_loop.reasons import EndReason
-from dsh.agent_loop.usage import estimate_tokens
+from dsh.agent_loop.usage import UsageTally, estimate_tokens
 from dsh.llm import HarnessError, error_chain, redact_text
 from dsh.llm.models import PRICES_AS_OF, model_info
+from dsh.repl import custom_commands
 from dsh.repl.host import Host
 from dsh.repl.usage import cache_split_lines, compact_count, usage_line
 from dsh.repl.why import why_lines
@@ -65,7 +68,8 @@ KEYS_HELP = (
 )
 
 
-def help_text(demo: bool) -> str:
+def help_text(demo: bool, custom: list[str] | None = None) -> str:
+    """The commands and keys; ``custom``: the custom commands' lines (repl/custom_commands.py), before the keys."""
     lines = ["commands:"]
     for command in COMMANDS.values():
         if command.demo_only and not demo:
@@ -73,6 +77,7 @@ def help_text(demo: bool) -> str:
         usage = f"/{command.name}" + (f" {command.args}" if command.args else "")
         lines.append(f"  {usage:<18} {command.summary}")
     lines.append("  //text             send a prompt that starts with /")
+    lines.extend(custom or ())
     lines.append(KEYS_HELP)
     return "\n".join(lines)
 
@@ -81,6 +86,8 @@ async def dispatch(shell: Host, text: str) -> EndReason | None:
     name, _, arg = text[1:].partition(" ")
     command = COMMANDS.get(name.lower())
     scenarios = shell.endpoint.controls is not None
+    if command is None and (end := await custom_commands.run_custom(shell, COMMANDS, name, arg.strip())) is not None:
+        return end  # a custom command (.dsh/commands/NAME.md ...: docs/extending.md)
     if command is None or (command.demo_only and not scenarios):
         if command is not None:
             shell.say(f"/{name} works in demo mode only (dsh --demo)")
@@ -108,7 +115,7 @@ def _unknown(name: str, demo: bool) -> str:
 
 @_command("help", "", "show commands and keys")
 async def _help(shell: Host, arg: str) -> None:
-    shell.say(help_text(shell.endpoint.controls is not None))
+    shell.say(help_text(shell.endpoint.controls is not None, custom_commands.help_lines(shell, COMMANDS)))
 
 
 @_command("exit", "", "leave dsh (exit status 0)")
@@ -174,7 +181,7 @@ async def _context(shell: Host, arg: str) -> None:
         tally = session.usage
         how = "estimated since /compact" if tally.context_estimated else "reported by the server"
         lines.append(f"last request: {tally.context:,} tokens in the window ({how})")
-    shell.say("\n".join(lines))
+    shell.say("\n".join([*lines, *custom_commands.context_lines(shell)]))
 
 
 @_command("undo", "", "revert the file changes of the last turn that changed files")
@@ -193,6 +200,10 @@ async def _rewind(shell: Host, arg: str) -> None:
     shell.say("\n".join(await shell.session.undo(int(arg))))
 
 
+_command("skill", "[NAME [request]]", "list the skills, or send one's instructions with a request")(
+    custom_commands.run_skill)
+
+
 @_command("compact", "[focus]", "summarize the conversation so far and continue from the summary")
 async def _compact(shell: Host, arg: str) -> None:
     await shell.compact(arg)
@@ -201,21 +212,31 @@ async def _compact(shell: Host, arg: str) -> None:
 @_command("cost", "", "tokens and cost since dsh started")
 async def _cost(shell: Host, arg: str) -> None:
     tally = shell.session.usage
-    if not tally.requests:
-        shell.say("no requests yet")
-        return
-    shell.say(f"{tally.requests} request{'s' if tally.requests != 1 else ''}: {usage_line(tally, shell.config.models)}")
-    for line in cache_split_lines(tally):  # the prompt cache's hits and misses, when the endpoint reported them
+    for line in _cost_lines(shell, tally) if tally.requests else ["no requests yet"]:
         shell.say(line)
+    if (spent := shell.session.spent) is not None:  # max_cost: what the cap counts, a resumed session's included
+        shell.say(budget_line(*spent))
+
+
+def _cost_lines(shell: Host, tally: UsageTally) -> list[str]:
+    lines = [f"{tally.requests} request{'s' if tally.requests != 1 else ''}: {usage_line(tally, shell.config.models)}",
+             *cache_split_lines(tally)]  # the prompt cache's hits and misses, when the endpoint reported them
     if tally.cost is None:
-        shell.say(f"no price known for {tally.model}: set [models.\"{tally.model}\"] prices in config.toml")
+        lines.append(f"no price known for {tally.model}: set [models.\"{tally.model}\"] prices in config.toml")
     elif tally.tokens_known and model_info(tally.model) is not None and tally.model not in shell.config.models:
-        shell.say(f"prices as published by DeepSeek on {PRICES_AS_OF}, peak or off-peak by the hour of each request")
+        lines.append(f"prices as published by DeepSeek on {PRICES_AS_OF}, peak or off-peak by the hour of each request")
+    return lines
 
 
 @_command("why", "", "the last failure's full cause chain, one link per line (subagents and MCP servers too)")
 async def _why(shell: Host, arg: str) -> None:
     shell.say("\n".join(why_lines(shell.session)))
+
+
+@_command("hooks", "", "the hooks that run and where each is configured (docs/hooks.md)")
+async def _hooks(shell: Host, arg: str) -> None:
+    hooks = shell.session.extras.hooks  # with claude_settings: the project's too
+    shell.say("\n".join(hook_lines(hooks.specs if hooks is not None else ())))
 
 
 @_command("report", "[FILE]", "write the last failed turn to one masked file to share or replay (docs/reporting.md)")

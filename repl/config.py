@@ -18,10 +18,12 @@ from typing import TYPE_CHECKING, Any
 from urllib.parse import urlsplit
 
 from dsh.agent_loop import settings
+from dsh.agent_loop.hooks import HookSpec, parse_hooks
 from dsh.agent_loop.settings import At, SettingsError
 from dsh.llm.defaults import (
     DEFAULT_BASE_URL,
     DEFAULT_FIRST_TOKEN_TIMEOUT,
+    DEFAULT_MAX_CONTINUATIONS,
     DEFAULT_MODEL,
     DEFAULT_STREAM_IDLE_TIMEOUT,
 )
@@ -79,6 +81,10 @@ KNOWN_KEYS = frozenset(
         "dialect",
         "max_parallel",
         "max_cost",
+        "hooks",
+        "claude_settings",
+        "auto_continue",
+        "max_continuations",
     }
 )
 
@@ -119,6 +125,12 @@ class Config:
     dialect: str = DIALECTS[0]  # deepseek | openai; unset: by base_url's host (docs/endpoints.md, "Dialects")
     max_parallel: int = 0  # model requests one dsh and its child dsh subagents run at once; 0: no bound
     max_cost: float | None = None  # US dollars one -p run or session may spend (agent_loop/budget.py); None: no cap
+    hooks: tuple[HookSpec, ...] = ()  # [[hooks.EVENT]] tables, checked at load (docs/hooks.md)
+    claude_settings: bool = False  # the project's .claude/settings.json hooks run too (docs/hooks.md)
+    # A reply cut after its text is continued by prefix completion, at most this often a step (deepseek dialect;
+    # agent_loop/continuation.py); auto_continue: a reply stopped at the output-token limit is continued too.
+    max_continuations: int = DEFAULT_MAX_CONTINUATIONS
+    auto_continue: bool = False
     config_path: Path | None = None  # the file that was read, if any
     warnings: tuple[str, ...] = ()
     # Where base_url, api_key and proxy came from, in words a fix line can name (docs/reliability.md).
@@ -363,6 +375,16 @@ def _check_max_parallel(key: str, value: object, where: str) -> int:
                                at_most=10000, integer=True))
 
 
+def _check_max_continuations(key: str, value: object, where: str) -> int:
+    return int(settings.number(At(where), key, value, what="an integer from 0 (never) to 10", at_least=0,
+                               at_most=10, integer=True))
+
+
+def _check_hooks(key: str, value: object, where: str) -> tuple[HookSpec, ...]:
+    """``[[hooks.EVENT]]`` tables (docs/hooks.md); /hooks names each one's line in the file."""
+    return parse_hooks(value, where, Path(where.removeprefix("config file ")) if where.startswith("config") else None)
+
+
 def _check_max_cost(key: str, value: object, where: str) -> float:
     """``max_cost``: US dollars (``0.50``; ``$0.50`` from a flag or the environment)."""
     if isinstance(value, str):
@@ -420,6 +442,10 @@ _CHECKS = {
     "dialect": _check_dialect,
     "max_parallel": _check_max_parallel,
     "max_cost": _check_max_cost,
+    "hooks": _check_hooks,
+    "claude_settings": _check_bool,
+    "auto_continue": _check_bool,
+    "max_continuations": _check_max_continuations,
 }
 
 

@@ -31,6 +31,7 @@ from urllib.parse import urlsplit
 import anyio
 import httpx  # noqa: F401 - loaded before the HTTP step, so that its time is the endpoint's, not dsh's
 
+from dsh.agent_loop.budget import dollars
 from dsh.agent_loop.reasons import Failed, failure_from_exception
 from dsh.agent_loop.session_config import client_settings
 from dsh.llm import ErrorCode, LlmError, redact_text, redact_url
@@ -214,6 +215,9 @@ class Doctor:
                 shown = _with_line(sources.get(key, DIALECT_BY_HOST)) if key == "dialect" else source(key)
                 parts.append(f"{key} {value} ({shown})")
                 facts[key] = {"value": value, "source": shown}
+        if config.max_cost is not None:  # the spending cap (docs/contracts.md, "Budgets")
+            parts.append(f"max_cost {dollars(config.max_cost)} ({source('max_cost')})")
+            facts["max_cost"] = {"value": config.max_cost, "source": source("max_cost")}
         api_key = config.api_key
         if self.endpoint.probe is not None:  # an endpoint of dsh's own that needs no key (the demo's)
             parts.append(self.endpoint.probe.key_note)
@@ -446,6 +450,9 @@ class Doctor:
     async def mcp_servers(self) -> list[Step]:
         return await self._after_path.mcp_servers()
 
+    async def hooks(self) -> list[Step]:
+        return await self._after_path.hooks()
+
     # -- the walk -------------------------------------------------------------------------------------
 
     async def run(self, on_step: Callable[[Step], None] | None = None) -> Report:
@@ -475,7 +482,7 @@ class Doctor:
             add(await self.environment())
             if self.config.sandbox is not None:
                 add(await self.sandbox())
-            for step in await self.mcp_servers():
+            for step in [*await self.mcp_servers(), *await self.hooks()]:
                 add(step)
         finally:
             if self.client is not None:
@@ -507,9 +514,11 @@ def main(argv: list[str], env: Mapping[str, str], *, resolver: Resolver | None =
     parser.add_argument("--model")
     parser.add_argument("--proxy", metavar="URL")
     parser.add_argument("--dialect", choices=DIALECTS)
+    parser.add_argument("--max-cost", dest="max_cost", metavar="USD")
     parser.add_argument("--config", metavar="PATH")
     args = parser.parse_args(argv)
-    flags = {"base_url": args.base_url, "model": args.model, "proxy": args.proxy, "dialect": args.dialect}
+    flags = {"base_url": args.base_url, "model": args.model, "proxy": args.proxy, "dialect": args.dialect,
+             "max_cost": args.max_cost}
     env_secrets = tuple(s for s in (env.get("DEEPSEEK_API_KEY", "").strip(),) if s)
 
     def write(text: str) -> None:

@@ -20,6 +20,8 @@ from typing import TYPE_CHECKING, Any, Protocol, runtime_checkable
 
 import anyio
 
+from dsh.agent_loop.hook_run import doctor_checks, session_hooks
+from dsh.agent_loop.settings import SettingsError
 from dsh.agent_loop.subagent import ParentContext, build_provider
 from dsh.agent_loop.subagent.acp import AcpInitializeRun
 from dsh.agent_loop.subagent.result import SubagentRequest
@@ -242,6 +244,21 @@ class EnvironmentChecks:
             return Step("sandbox", FAIL, f'sandbox = "bwrap" but {problem.what}', f"  fix: {problem.fix}", facts)
         return Step("sandbox", PASS, f"bwrap ran a test command in a sandbox in {milliseconds(took)}; {network}",
                     facts=facts)
+
+    async def hooks(self) -> list[Step]:
+        """One step per hook (config.toml's, and with ``claude_settings`` the project's ``.claude/settings.json``'s),
+        each run once on a sample payload in this folder (docs/hooks.md): whether it answers, never its words."""
+        cwd, redact = os.getcwd(), Redactor(self.secrets)
+        try:
+            hooks = session_hooks(self.config.hooks, self.config.claude_settings, cwd=cwd, redact=redact,
+                                  session_id=lambda: "doctor")
+        except SettingsError as exc:
+            return [Step("hooks", FAIL, redact_text(str(exc), self.secrets))]
+        if hooks is None:
+            return []
+        checks = await doctor_checks(hooks.specs, cwd=cwd, redact=redact)
+        return [Step("hook", PASS if ok else FAIL, line, facts={"hook": spec.name, "event": spec.event})
+                for (ok, line), spec in zip(checks, hooks.specs, strict=True)]
 
     async def mcp_servers(self) -> list[Step]:
         """One step per ``[mcp_servers.NAME]`` (docs/mcp.md): start it, ``initialize``, list its tools, stop it.

@@ -9,10 +9,14 @@ from __future__ import annotations
 import math
 from collections.abc import Mapping, Sequence
 
+from dsh.agent_loop.cache_watch import drop_words
+from dsh.agent_loop.continuation import continue_words
 from dsh.agent_loop.events import (
+    CacheDrop,
     ContextCompacted,
     Event,
     JobNotice,
+    LlmContinue,
     LlmRetry,
     ReasoningDelta,
     StreamKeepAlive,
@@ -130,6 +134,9 @@ class Renderer:
                 return self._emit(self._tool_result(event))
             case LlmRetry():
                 return self._emit(self._retry(event))
+            case LlmContinue():
+                self._stream = None  # the answer goes on below its line
+                return self._emit(self._status_break() + continue_words(event) + "\n")
             case TurnEnd(reason=reason):
                 return self._emit(self._turn_end(reason))
             case JobNotice(text=text):
@@ -137,6 +144,9 @@ class Renderer:
             case ContextCompacted():
                 self._stream = None  # inside a turn it is a status line, like a retry
                 return self._emit(self._status_break() + compacted_line(event) + "\n")
+            case CacheDrop(rate=rate, previous=previous, change=change):  # a logged one (dsh sessions show)
+                line = one_line(redact_text(drop_words(rate, previous, change), self.secrets))
+                return self._emit(self._break_line() + line + "\n")
         return ""  # step starts, assistant messages, keep-alives, unknown types: nothing to show
 
     def header(self, turn: int) -> str:

@@ -50,8 +50,10 @@ async def _open(stack: contextlib.AsyncExitStack, trace: Trace, options: LaunchO
         idle = trace.timeouts.get("stream_idle_timeout", idle)
     if "first_token_timeout" not in config.sources:
         first = trace.timeouts.get("first_token_timeout", first)
-    # The recorded endpoint's dialect (by its host), so its answers read as the live run's; one set on this run wins.
-    dialect = config.dialect if "dialect" in config.sources else default_dialect(trace.base_url or server.url)
+    # The recorded run's dialect (by its host in files that do not say), so its answers read and a cut answer is
+    # continued as in the live run; one set on this run wins.
+    dialect = config.dialect if "dialect" in config.sources else (
+        trace.dialect or default_dialect(trace.base_url or server.url))
     client = open_client(dataclasses.replace(
         client_settings(config, {}), base_url=server.url, api_key=None, proxy=None, dialect=dialect,
         shown_as=(trace.base_url or server.url, trace.proxy), stream_idle_timeout=idle, first_token_timeout=first))

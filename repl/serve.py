@@ -6,14 +6,17 @@ the record) and gathers no project context.
 
 Newline-delimited JSON-RPC 2.0 (see :mod:`dsh.agent_loop.jsonrpc`). Requests from the parent:
 
-``initialize {model?, base_url?, max_tokens?, cwd, permission?, auto_compact?, dialect?, max_parallel?}``
+``initialize {model?, base_url?, max_tokens?, cwd, permission?, auto_compact?, dialect?, max_parallel?, request_gate?}``
     Build the session. The API key comes from ``$DEEPSEEK_API_KEY`` (the parent passes it explicitly;
     it is never a parameter). ``base_url`` defaults to ``$DEEPSEEK_BASE_URL``, then the DeepSeek default.
     ``permission`` ``allow`` approves the child's shell commands and file edits; ``reject`` (default)
     denies them. ``auto_compact`` (default false) is config.toml's: compact before a prompt sent with the
     window 90 % full, and on ``CONTEXT_WINDOW_EXCEEDED`` (docs/compaction.md). ``dialect`` (``deepseek`` or
     ``openai``; default by the host) and ``max_parallel`` (model requests at once; 0, the default: no bound) are
-    the parent's (docs/endpoints.md, "Dialects").
+    the parent's (docs/endpoints.md, "Dialects"). ``request_gate`` is the parent's shared request gate: the
+    absolute path of a directory owned by this user with mode 0700 (anything else is ``-32602``), whose slots the
+    child's requests take beside the parent's and its other children's, so ``max_parallel`` bounds them all and a
+    concurrency-cap 429 counts them all (dsh.llm.request_gate; docs/endpoints.md, "The concurrency cap").
     Answers ``{protocolVersion: 1, serverInfo: {name, version}, session: {id}}``.
 ``session/prompt {prompt}``
     Run one turn, as every front end does (``Session.run_turn``: a compaction first when due). Every
@@ -54,6 +57,7 @@ from dsh.llm import DEFAULT_BASE_URL, DEFAULT_MODEL, RedactingFilter, __version_
 from dsh.llm.client_settings import ClientSettings
 from dsh.llm.deepseek import open_client
 from dsh.llm.endpoint import DIALECTS, default_dialect
+from dsh.llm.request_gate import gate_directory_problem
 from dsh.repl.config import Config
 from dsh.repl.endpoint import configured_endpoint
 
@@ -124,12 +128,13 @@ class ChildSession:
         if not isinstance(auto_compact, bool):
             raise ProtocolError("initialize: auto_compact must be true or false", rpc_code=INVALID_PARAMS)
         api_key = self._env.get("DEEPSEEK_API_KEY") or None
-        dialect, max_parallel = _request_bounds(params, base_url)
+        dialect, max_parallel, request_gate = _request_bounds(params, base_url)
         config = Config(api_key=api_key, base_url=base_url, model=model, max_tokens=max_tokens,
                         auto_compact=auto_compact, dialect=dialect, max_parallel=max_parallel)
         # The parent's endpoint, its proxy from the environment the parent handed down (trust_env).
         endpoint = configured_endpoint(config, open_client(ClientSettings(
-            base_url=base_url, api_key=api_key, dialect=dialect, max_parallel=max_parallel)))
+            base_url=base_url, api_key=api_key, dialect=dialect, max_parallel=max_parallel,
+            request_gate=request_gate)))
         self.session = endpoint.session(config, self._env, approve=_allow_all if permission == "allow" else None,
                                         child=True, cwd=cwd)
         self.session.ensure_agent()
@@ -194,15 +199,20 @@ class ChildSession:
         self._events.close()  # what the session said last is sent or dropped: the pump's task is cancelled next
 
 
-def _request_bounds(params: Mapping[str, Any], base_url: str) -> tuple[str, int]:
-    """``initialize``'s ``dialect`` (default: by the host) and ``max_parallel`` (default 0: no bound)."""
+def _request_bounds(params: Mapping[str, Any], base_url: str) -> tuple[str, int, str | None]:
+    """``initialize``'s ``dialect`` (default: by the host), ``max_parallel`` (default 0: no bound) and
+    ``request_gate`` (default: none, the child's requests bounded and counted by itself)."""
     dialect = params.get("dialect") or default_dialect(base_url)
     max_parallel = params.get("max_parallel", 0)
     if dialect not in DIALECTS:
         raise ProtocolError(f"initialize: dialect must be one of {', '.join(DIALECTS)}", rpc_code=INVALID_PARAMS)
     if isinstance(max_parallel, bool) or not isinstance(max_parallel, int) or max_parallel < 0:
         raise ProtocolError("initialize: max_parallel must be an integer of 0 or more", rpc_code=INVALID_PARAMS)
-    return dialect, max_parallel
+    request_gate = params.get("request_gate")
+    problem = None if request_gate is None else gate_directory_problem(request_gate)
+    if problem is not None:  # the path itself is not repeated: it is the parent's, and may be anything
+        raise ProtocolError(f"initialize: request_gate {problem}", rpc_code=INVALID_PARAMS)
+    return dialect, max_parallel, request_gate
 
 
 async def _allow_all(request: object) -> Approval:

@@ -10,7 +10,7 @@ are what the writer promises, no more:
   with exactly one ``turn/end`` for that turn; nothing of a turn comes after its end; the log ends with no
   turn open (opening a log closes an open last turn with ``interrupted``); ``job/notice`` and
   ``context/compact`` records belong to no turn and may come anywhere (an automatic compaction inside a
-  turn names it);
+  turn names it); a ``cache/drop`` comes after its turn's end, outside any turn, and names the last turn;
 * steps: inside a turn, ``step/start`` numbers run 1, 2, 3 ...; ``assistant/message`` and ``llm/retry``
   carry the current step; at most one ``assistant/message`` per step;
 * tool calls: the calls of an ``assistant/message`` are pending until each has exactly one ``tool/result``
@@ -31,7 +31,7 @@ __all__ = ["DURABLE_TYPES", "assert_header", "assert_well_formed", "read_log"]
 
 # The record types a log holds: the on-disk format, pinned here rather than imported from the writer.
 DURABLE_TYPES = frozenset({"turn/start", "step/start", "assistant/message", "tool/call", "tool/result", "llm/retry",
-                           "turn/end", "job/notice", "context/compact"})
+                           "turn/end", "job/notice", "context/compact", "cache/drop"})
 
 _RECORD_KEYS = {"type", "seq", "time", "data"}
 _TIME = re.compile(r"\d{4}-\d\d-\d\dT\d\d:\d\d:\d\d\.\d{3}Z")
@@ -86,6 +86,9 @@ def assert_well_formed(records: Sequence[Mapping[str, Any]]) -> None:
         kind, data = record["type"], record["data"]
         where = f"seq {record['seq']} ({kind})"
         if kind in _NOT_IN_A_TURN:
+            continue
+        if kind == "cache/drop":  # the session writes it once the turn has ended (agent_loop/session_usage.py)
+            assert turn is None and data.get("turn") == last, f"{where}: not after the end of turn {last}"
             continue
         if kind == "turn/start":
             assert turn is None, f"{where}: turn {data['turn']} started inside turn {turn.number}"

@@ -168,7 +168,7 @@ def test_contract_turn_end(page: dict[str, Contract]) -> None:
          {"reason": "prompt contains the configured API key; not sent"}),
         (Rejected(""), {}),
         (MaxTokens(), {}),
-        (BudgetStop(0.5213, 0.5), {"spent": "$0.5213", "cap": "$0.5000"}),
+        (BudgetStop(0.5213, 0.5), {"spent": "$0.52", "cap": "$0.50"}),
         (Interrupted(), {}),
     ]
     expected = [fill(line, values) for line, (_, values) in zip(page["turn-end"].lines, samples, strict=True)]
@@ -187,6 +187,17 @@ def test_contract_retry_line(page: dict[str, Contract]) -> None:
     event = LlmRetry(turn=1, step=1, attempt=2, max_attempts=5, delay_s=1.0, code="SERVER", message="Server Overloaded")
     values = {"attempt": 2, "max attempts": 5, "seconds": "1.0", "code": "SERVER", "message": "Server Overloaded"}
     assert Renderer(color=False).render(event) == fill(line, values) + "\n"
+
+
+def test_contract_continue_line(page: dict[str, Contract]) -> None:
+    from dsh.agent_loop.events import LlmContinue
+    from dsh.repl.renderer import Renderer
+
+    (line,) = page["continue-line"].lines
+    event = LlmContinue(turn=1, step=1, attempt=1, max_attempts=2, code="TRANSPORT", kept_chars=1214)
+    assert Renderer(color=False).render(event) == fill(line, {"code": "TRANSPORT", "kept": "1 214"}) + "\n"
+    capped = LlmContinue(turn=1, step=1, attempt=1, max_attempts=2, code="length", kept_chars=7)
+    assert Renderer(color=False).render(capped) == fill(line, {"code": "the output-token limit", "kept": "7"}) + "\n"
 
 
 def _quantity(text: str) -> float:
@@ -450,12 +461,13 @@ def test_contract_cache_drop_causes(page: dict[str, Contract]) -> None:
 
 
 def test_contract_budget_lines(page: dict[str, Contract], tmp_path: Path) -> None:
-    from dsh.agent_loop.budget import budget_warning, unpriced_cap
+    from dsh.agent_loop.budget import budget_line, budget_warning, unpriced_cap
     from dsh.repl.config import ConfigError, load_config
     from dsh.repl.turn_end import turn_end_line
 
-    warning, startup, unpriced = page["budget-lines"].lines
-    assert budget_warning(0.4012, 0.5) == fill(warning, {"spent": "$0.4012", "cap": "$0.5000", "percent": 80})
+    warning, cost, startup, unpriced = page["budget-lines"].lines
+    assert budget_warning(0.4012, 0.5) == fill(warning, {"spent": "$0.40", "cap": "$0.50", "percent": 80})
+    assert budget_line(0.0042, 0.5) == fill(cost, {"spent": "$0.0042", "cap": "$0.50", "percent": 0})
     path = tmp_path / "config.toml"
     path.write_text('max_cost = 0.5\nmodel = "local-llm"\n', encoding="utf-8")
     values = {"setting": f"max_cost in {path}", "model": "local-llm", "config file": path,

@@ -123,6 +123,16 @@ def _outside(records: Records) -> Records:
     return records
 
 
+def _cache_drop(turn: int, before_end: bool) -> Callable[[Records], Records]:
+    def change(records: Records) -> Records:
+        drop = {"type": "cache/drop", "seq": 0, "time": records[-1]["time"],
+                "data": {"turn": turn, "rate": 0.1, "previous": 0.9, "change": "the earlier messages changed"}}
+        records.insert(len(records) - 1 if before_end else len(records), drop)
+        return _renumber(records)
+
+    return change
+
+
 BROKEN: dict[str, tuple[Callable[[Records], Records], str]] = {
     "a seq gap": (_gap, "seq is not 1, 2, 3"),
     "a live-only record type": (_retype, "'text/delta' is not a durable type"),
@@ -138,7 +148,13 @@ BROKEN: dict[str, tuple[Callable[[Records], Records], str]] = {
     "a call the message did not make": (_set("tool/call", id="nobody"), "did not make"),
     "a call announced twice": (_repeat("tool/call"), "announced twice"),
     "a result given twice": (_repeat("tool/result"), "a second result"),
+    "a cache drop inside its turn": (_cache_drop(1, before_end=True), "not after the end of turn 1"),
+    "a cache drop of another turn": (_cache_drop(2, before_end=False), "not after the end of turn 1"),
 }
+
+
+def test_a_cache_drop_after_its_turn_s_end_is_well_formed(tool_call_log: tuple[dict[str, Any], Records]) -> None:
+    assert_well_formed(_cache_drop(1, before_end=False)(copy.deepcopy(tool_call_log[1])))
 
 
 @pytest.mark.parametrize("broken", list(BROKEN))

@@ -22,7 +22,7 @@ from __future__ import annotations
 
 import dataclasses
 import importlib
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 
@@ -97,6 +97,9 @@ class ParentContext:
     frames: FrameLog | None = None  # where each run's JSON-RPC frames are remembered (agent_loop/frames.py)
     dialect: str | None = None  # the parent's dialect (deepseek | openai), for a child on the parent's endpoint
     max_parallel: int = 0  # the parent's bound on model requests at once, handed to a child dsh (0: none)
+    # The directory of the parent client's request gate, made on first need, which a child dsh on the parent's
+    # endpoint joins (dsh.llm.request_gate); None: the child bounds its own requests.
+    request_gate: Callable[[], str | None] | None = None
 
 
 def build_provider(name: str, config: Mapping[str, Any], parent: ParentContext | None = None) -> AnyProvider:

@@ -29,7 +29,7 @@ from __future__ import annotations
 import logging
 import os
 import sys
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -80,6 +80,9 @@ class DshSettings:
     max_tokens: int | None = None
     dialect: str | None = None  # the parent's, when the child talks to the parent's endpoint
     max_parallel: int = 0  # the parent's bound on model requests at once (0: none)
+    # The parent's request gate directory, asked for at each run (made on the first): the child's requests and the
+    # parent's then share ``max_parallel`` (dsh.llm.request_gate). None: a child on another endpoint, or no client.
+    request_gate: Callable[[], str | None] | None = None
     permission: str = "reject"
     startup_timeout: float = 30.0  # spawn + initialize handshake
     shutdown_timeout: float = 5.0
@@ -117,6 +120,7 @@ def _settings(name: str, config: Mapping[str, Any], parent: ParentContext) -> Ds
         max_tokens=max_tokens,
         dialect=parent.dialect if "base_url" not in config else None,
         max_parallel=parent.max_parallel,
+        request_gate=parent.request_gate if "base_url" not in config else None,
         permission=permission,
         startup_timeout=table.seconds("startup_timeout", defaults.startup_timeout),
         shutdown_timeout=table.seconds("shutdown_timeout", defaults.shutdown_timeout),
@@ -213,6 +217,8 @@ class DshSdkRun(Run[DshSettings]):
             params["max_tokens"] = settings.max_tokens
         params.update({"dialect": settings.dialect} if settings.dialect else {})
         params.update({"max_parallel": settings.max_parallel} if settings.max_parallel else {})
+        gate = settings.request_gate() if settings.request_gate is not None else None
+        params.update({"request_gate": gate} if gate else {})
         try:
             with anyio.fail_after(settings.startup_timeout):
                 result = await conn.request("initialize", params)

@@ -14,7 +14,7 @@ from __future__ import annotations
 from collections.abc import Awaitable, Callable, Iterator, Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, Literal
+from typing import Any, Literal, Protocol
 
 from dsh.agent_loop.events import Event
 from dsh.agent_loop.permissions import Action, Mode, Permissions, Refuse, decide
@@ -121,6 +121,16 @@ class Tool:
         return ToolSpec(self.name, self.description, self.parameters)
 
 
+class CallHooks(Protocol):
+    """What the tool runner asks before and after each call: the session's hooks (agent_loop/hook_run.py;
+    docs/hooks.md). False when there are none."""
+
+    def __bool__(self) -> bool: ...
+    async def before_tool(self, call: ToolCall, arguments: Mapping[str, Any], ctx: ToolContext) -> ToolOutput | None:
+        ...
+    async def after_tool(self, call: ToolCall, arguments: Mapping[str, Any], output: ToolOutput) -> ToolOutput: ...
+
+
 class ToolRegistry:
     """Tools by name, in registration order (which is the order the model is told about them)."""
 
@@ -129,6 +139,7 @@ class ToolRegistry:
             raise ValueError("max_parallel must be at least 1")
         self.max_parallel = max_parallel
         self._tools: dict[str, Tool] = {}
+        self.hooks: CallHooks | None = None  # PreToolUse / PostToolUse (agent_loop/tool_calls.py)
         for tool in tools:
             self.add(tool)
 

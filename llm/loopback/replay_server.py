@@ -39,6 +39,7 @@ from typing import Any
 
 from dsh.llm.codes import ErrorCode
 from dsh.llm.defaults import DEFAULT_MAX_RETRIES
+from dsh.llm.endpoint import DIALECTS as _DIALECTS
 from dsh.llm.errors import HarnessError, error_chain
 from dsh.llm.failure_chain import MAX_TEXT, REPLAY_FAILURE_HEADER, REPLAY_REQUEST_HEADER, check_chain, rebuildable
 from dsh.llm.lines import LongLine, read_lines
@@ -177,6 +178,7 @@ class Trace:
     timeouts: dict[str, float]
     exchanges: Sequence[RecordedExchange]
     fd: int = -1
+    dialect: str | None = None  # the recorded run's (``deepseek`` | ``openai``); None: not recorded (older files)
     # A failure capsule's max_retries (its report's settings): a replay retries as the reporter's run did, so
     # the recorded attempts are all it asks for (docs/reporting.md), up to MAX_REPLAY_RETRIES (the caller caps
     # it and says so). None for a recording, or the default.
@@ -346,7 +348,8 @@ def _index(path: str, fd: int) -> Trace:
         raise ValueError("empty file")
     base_url, proxy = _text(header, "base_url") or "", _text(header, "proxy")
     exchanges = _Exchanges(fd, [slots[n] for n in sorted(slots)])
-    return Trace(path, base_url, proxy, deadlines, exchanges, fd, max_retries)
+    dialect = header.get("dialect") if header.get("dialect") in _DIALECTS else None
+    return Trace(path, base_url, proxy, deadlines, exchanges, fd, dialect=dialect, max_retries=max_retries)
 
 
 def _reported_retries(report: dict[str, Any]) -> int | None:

@@ -72,6 +72,7 @@ class DemoTurn:
     first_token_timeout: float = DEMO_IDLE_TIMEOUT
     stream_idle_timeout: float = DEMO_IDLE_TIMEOUT
     retry: RetryPolicy = field(default_factory=demo_retry_policy)
+    dialect: str | None = None  # "deepseek": the turn's endpoint speaks DeepSeek's extensions (None: by the host)
     extras: dict[str, Any] = field(default_factory=dict)  # free room for scenarios added by others
 
     def push(self, *behaviours: Behaviour | str) -> None:
@@ -129,7 +130,7 @@ class DemoClient:
     def __init__(self, server_url: str, refused_url: str) -> None:
         self.urls = {"server": server_url, "refused": refused_url}
         self.turn: DemoTurn | None = None
-        self._clients: dict[tuple[str, float, float, str | None], DeepSeekClient] = {}
+        self._clients: dict[tuple[str, float, float, str | None, str | None], DeepSeekClient] = {}
 
     @property
     def base_url_display(self) -> str:
@@ -146,12 +147,14 @@ class DemoClient:
             turn.first_token_timeout if turn else DEMO_IDLE_TIMEOUT,
             turn.stream_idle_timeout if turn else DEMO_IDLE_TIMEOUT,
             turn.proxy if turn else None,
+            turn.dialect if turn else None,
         )
         client = self._clients.get(key)
         if client is None:
             client = open_client(ClientSettings(
                 base_url=key[0], api_key=None, first_token_timeout=key[1], stream_idle_timeout=key[2],
                 connect_timeout=5.0, proxy=key[3], trust_env=False, env={},  # loopback only: no proxy, OS trust
+                dialect=key[4],
             ))
             self._clients[key] = client
         return client
@@ -347,12 +350,24 @@ BUDGET_DEMO_CAP = 0.05  # US dollars: the budget-stop scenario's max_cost when n
 
 def _budget_stop(turn: DemoTurn) -> None:
     # 200k prompt tokens a request, all cache misses: $0.06 at deepseek-flash's peak prices, $0.03 off-peak, so a
-    # $0.05 cap stops the turn before its second or third request (agent_loop/budget.py).
+    # $0.05 cap stops the turn before its second or third request, at $0.06 spent either way (agent_loop/budget.py).
     usage = {"prompt_tokens": 200_000, "prompt_cache_hit_tokens": 0, "prompt_cache_miss_tokens": 200_000}
     turn.push(*[Behaviour("tool_call", id=f"call_budget_{n}", name="list_dir", arguments='{"path": "."}',
                           reasoning="Look once more.", usage=usage) for n in range(4)])
     turn.server.default = Behaviour("text", text="No cap held this session back: dsh --demo --scenario budget-stop "
                                     "sets one.\n", usage=usage)
+
+
+CUT_ANSWER = ("A stream cut after its first words need not lose them: dsh asks the server to go on from the text "
+              "already shown (prefix completion), and the answer arrives whole, once.\n")
+
+
+def _cut_and_continue(turn: DemoTurn) -> None:
+    # The loopback server plays DeepSeek's beta prefix completion: the cut request's text is the prefix, and the
+    # continuation sends the rest of the same answer (agent_loop/continuation.py).
+    turn.dialect = "deepseek"
+    turn.push(Behaviour("reset_mid_stream", text=CUT_ANSWER[:54]))
+    turn.server.default = Behaviour("text", text=CUT_ANSWER)
 
 
 def _retry_then_success(turn: DemoTurn) -> None:
@@ -468,10 +483,14 @@ def _register_stream() -> None:
         expect="  fix: LiteLLM accepted your key, but its upstream refused LiteLLM's own credential")
     add("max-tokens", "finish_reason length: the output-token limit", _default("length"),
         expect="[turn hit the output-token limit]")
+    add("cut-and-continue", "a connection reset after some text, on a DeepSeek-dialect endpoint: the answer is "
+        "continued from the text shown (prefix completion)", _cut_and_continue,
+        expect="[continuing after TRANSPORT: 54 chars kept (prefix completion)]")
     add("cache-drop", "the prompt cache serves 96%, then 12% of the same prefix: the second turn names the drop",
         _cache_drop, expect="The server reused 96% of this prompt from its cache; send another prompt.")
     add("budget-stop", f"--scenario budget-stop caps the run at ${BUDGET_DEMO_CAP:.2f} (unless max_cost is set); tool "
-        "rounds spend it: the turn stops before the next request", _budget_stop, expect="[turn stopped BUDGET] ")
+        "rounds spend it: the turn stops before the next request", _budget_stop,
+        expect="[turn stopped BUDGET] $0.06 spent of a $0.05 cap")
     add("prompt-rejected", "a key-shaped string in the prompt: the guard refuses to send it", _prompt_rejected,
         expect="[turn rejected] prompt contains what looks like a secret (sk-…); not sent")
 

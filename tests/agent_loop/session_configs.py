@@ -6,6 +6,7 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import Any
 
+from dsh.agent_loop.hooks import HookSpec
 from dsh.agent_loop.mcp.config import McpServerConfig
 from dsh.llm.models import ModelSettings
 
@@ -38,6 +39,10 @@ class StubConfig:
     dialect: str = "openai"  # a loopback endpoint's default (llm/endpoint.py: only DeepSeek's host is deepseek)
     max_parallel: int = 0
     max_cost: float | None = None
+    max_continuations: int = 2
+    auto_continue: bool = False
+    hooks: tuple[HookSpec, ...] = ()
+    claude_settings: bool = False
 
     @property
     def secrets(self) -> tuple[str, ...]:

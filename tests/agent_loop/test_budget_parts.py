@@ -3,7 +3,7 @@ reason's round trip through the log, and a capped turn that ``/model`` pointed a
 
 from __future__ import annotations
 
-from dsh.agent_loop.budget import Budget, unpriced_cap
+from dsh.agent_loop.budget import Budget, budget_line, budget_words, dollars, unpriced_cap
 from dsh.agent_loop.reasons import BudgetStop, EndReason, Failed
 from dsh.agent_loop.recap import Recap
 from dsh.agent_loop.session_usage import SessionUsage
@@ -42,7 +42,7 @@ def test_the_budget_stops_at_the_cap_and_warns_once_past_80_percent() -> None:
     budget, tally = Budget(0.5, carried=0.3), UsageTally(cost=0.09)
     assert (budget.stop(tally), budget.warning(tally)) == (None, None)
     tally.cost = 0.11
-    assert budget.warning(tally) == "dsh: budget: $0.4100 spent of a $0.5000 cap (82%)"
+    assert budget.warning(tally) == "dsh: budget: $0.41 spent of a $0.50 cap (82%)"
     assert budget.warning(tally) is None
     tally.cost = 0.2
     assert budget.stop(tally) == BudgetStop(0.5, 0.5)
@@ -53,3 +53,24 @@ def test_a_capped_turn_on_a_model_with_no_price_fails_before_its_request() -> No
     assert usage.budget_stop("deepseek-flash") is None
     assert usage.budget_stop("local-llm") == Failed("CONFIG", unpriced_cap("local-llm"))
     assert SessionUsage(StubConfig()).budget_stop("local-llm") is None  # no cap, nothing to hold
+
+
+def test_amounts_are_dollars_and_cents_with_more_places_only_where_cents_would_mislead() -> None:
+    assert budget_words(0.5213, 0.5) == "$0.52 spent of a $0.50 cap"
+    assert budget_words(0.503, 0.5) == "$0.503 spent of a $0.500 cap"  # cents would print past the cap as equal
+    assert budget_words(0.50042, 0.5) == "$0.5004 spent of a $0.5000 cap"
+    assert budget_words(0.500001, 0.5) == "$0.5000 spent of a $0.5000 cap"  # at most four places
+    assert budget_words(0.5, 0.5) == "$0.50 spent of a $0.50 cap"  # reached, not past
+    assert budget_words(0.4999, 0.5) == "$0.50 spent of a $0.50 cap"  # under the cap: cents (the warning's % says)
+    assert budget_words(0.0042, 0.005) == "$0.0042 spent of a $0.0050 cap"  # under a cent: never $0.00
+    assert budget_words(0.00001, 12.5) == "<$0.0001 spent of a $12.50 cap"
+    assert budget_words(0.0, 1_000_000) == "$0.00 spent of a $1000000.00 cap"
+    assert [dollars(amount) for amount in (0.5, 0.0042, 3, float("nan"), float("inf"), -1.0)] == [
+        "$0.50", "$0.0042", "$3.00", "$0.00", "$0.00", "$0.00"]  # a broken figure (a hostile log's) reads nothing
+
+
+def test_the_cost_line_gives_the_share_of_the_cap() -> None:
+    assert budget_line(0.12, 0.5) == "budget: $0.12 spent of a $0.50 cap (24%)"
+    assert budget_line(0.52, 0.5) == "budget: $0.52 spent of a $0.50 cap (104%)"
+    assert budget_line(float("nan"), 0.5) == "budget: $0.00 spent of a $0.50 cap (0%)"
+    assert budget_line(0.1, 0.0) == "budget: $0.10 spent of a $0.00 cap (0%)"  # no cap to divide by: never raises

@@ -86,8 +86,13 @@ EVENTS: dict[type, st.SearchStrategy] = {
         names,
         texts,
     ),
+    ev.LlmContinue: st.builds(ev.LlmContinue, counts, counts, counts, counts, names, counts, texts,
+                              st.none() | usages),
     ev.TurnEnd: st.builds(ev.TurnEnd, counts, reasons),
     ev.JobNotice: st.builds(ev.JobNotice, names, texts),
+    ev.CacheDrop: st.builds(ev.CacheDrop, counts, st.floats(0, 1), st.floats(0, 1), texts),
+    ev.HookRan: st.builds(ev.HookRan, names, names, names, st.none() | names, st.none() | counts,
+                          st.floats(0, 60), st.none() | names),
     ev.UnknownEvent: st.builds(
         ev.UnknownEvent,
         names.filter(lambda kind: kind not in _WIRE_TYPES),

@@ -14,6 +14,7 @@ from prompt_toolkit.document import Document
 from prompt_toolkit.input import create_pipe_input
 from prompt_toolkit.output import DummyOutput
 
+from dsh.agent_loop.extensions import Extensions
 from dsh.agent_loop.session import Session
 from dsh.repl.app import InteractiveApp, SafeHistory, SlashCompleter
 from dsh.repl.config import Config
@@ -72,6 +73,9 @@ class FakeSession:
 
     def saved_sessions(self, project: str | None) -> list[object]:
         return []
+
+    def extensions(self) -> Extensions:
+        return Extensions()  # no skills or custom commands: completion lists the built-in commands
 
 
 class FakeDemo:

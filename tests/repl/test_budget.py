@@ -44,14 +44,14 @@ def server() -> Iterator[FaultServer]:
         srv.stop()
 
 
-def dsh(home: Path, server: FaultServer, *args: str, config: str = "", **extra: str
+def dsh(home: Path, server: FaultServer, *args: str, config: str = "", stdin: str = "", **extra: str
         ) -> subprocess.CompletedProcess[str]:
     (home / "config" / "dsh" / "config.toml").write_text(
         'max_retries = 0\nmodel = "budget-test"\n' + config, encoding="utf-8")
     env = {"PATH": os.environ.get("PATH", "/usr/bin:/bin"), "HOME": str(home), "LANG": "C.UTF-8",
            "XDG_STATE_HOME": str(home / "state"), "XDG_CONFIG_HOME": str(home / "config"),
            "DEEPSEEK_API_KEY": KEY, "DEEPSEEK_BASE_URL": server.url, **extra}
-    return subprocess.run([sys.executable, "-m", "dsh.repl", *args], cwd=home / "work", env=env, input="",
+    return subprocess.run([sys.executable, "-m", "dsh.repl", *args], cwd=home / "work", env=env, input=stdin,
                           capture_output=True, text=True, timeout=120)
 
 
@@ -72,8 +72,8 @@ def test_a_turn_that_reaches_the_cap_stops_before_its_next_request_with_its_own_
     # Requests 1-3 are sent at $0.00, $0.10 and $0.20 spent; the 4th would start at $0.30: not sent.
     assert len(server.requests) == 3
     assert _lines(result.stderr) == [
-        "dsh: budget: $0.2000 spent of a $0.2500 cap (80%)",
-        "[turn stopped BUDGET] $0.3000 spent of a $0.2500 cap",
+        "dsh: budget: $0.20 spent of a $0.25 cap (80%)",
+        "[turn stopped BUDGET] $0.30 spent of a $0.25 cap",
     ]
     assert result.returncode == BudgetStop.exit_code == 5
     answer = json.loads(result.stdout)
@@ -95,8 +95,8 @@ def test_the_flag_and_the_environment_set_the_cap_and_a_turn_under_it_completes(
     server.push(CALL, CALL, CALL)
     result = dsh(home, server, "-p", "go", config=PRICED, DSH_MAX_COST="0.15")
     assert _lines(result.stderr) == [
-        "dsh: budget: $0.2000 spent of a $0.1500 cap (133%)",
-        "[turn stopped BUDGET] $0.2000 spent of a $0.1500 cap",
+        "dsh: budget: $0.20 spent of a $0.15 cap (133%)",
+        "[turn stopped BUDGET] $0.20 spent of a $0.15 cap",
     ]
     assert result.returncode == 5
     result = dsh(home, server, "-p", "go", "--output-format", "json", config=PRICED)
@@ -111,11 +111,11 @@ def test_a_resumed_session_carries_its_spend(home: Path, server: FaultServer) ->
     # $0.20 from the log counts: the first request is sent, after it the spend is $0.30 of $0.25.
     second = dsh(home, server, "-p", "again", "--resume", "last", "--output-format", "json",
                  config="max_cost = 0.25\n" + PRICED)
-    assert (second.returncode, _lines(second.stderr)) == (0, ["dsh: budget: $0.3000 spent of a $0.2500 cap (120%)"])
+    assert (second.returncode, _lines(second.stderr)) == (0, ["dsh: budget: $0.30 spent of a $0.25 cap (120%)"])
     assert json.loads(second.stdout)["budget"] == {"max_cost": 0.25, "spent": 0.3}
     assert len(server.requests) == sent + 1
     third = dsh(home, server, "-p", "more", "--resume", "last", config="max_cost = 0.25\n" + PRICED)
-    assert (third.returncode, _lines(third.stderr)) == (5, ["[turn stopped BUDGET] $0.3000 spent of a $0.2500 cap"])
+    assert (third.returncode, _lines(third.stderr)) == (5, ["[turn stopped BUDGET] $0.30 spent of a $0.25 cap"])
     assert len(server.requests) == sent + 1  # nothing was sent
 
 
@@ -136,3 +136,32 @@ def test_a_cap_on_a_model_with_no_known_price_does_not_start(home: Path, server:
     assert result.stderr.startswith("dsh: failed to start: command line: max_cost must be an amount of US dollars"), (
         result.stderr)
     assert server.requests == []
+
+
+def test_cost_shows_the_budget_a_resumed_session_s_spend_included(home: Path, server: FaultServer) -> None:
+    config = "max_cost = 0.25\n" + PRICED
+    first = dsh(home, server, config=config, stdin="go\n/cost\n")
+    assert (first.returncode, first.stderr) == (0, "")
+    assert first.stdout.splitlines()[-1] == "budget: $0.10 spent of a $0.25 cap (40%)"
+    again = dsh(home, server, "--resume", "last", config=config, stdin="/cost\n")
+    assert (again.returncode, again.stderr) == (0, "")
+    assert again.stdout.splitlines()[-2:] == ["no requests yet", "budget: $0.10 spent of a $0.25 cap (40%)"]
+    plain = dsh(home, server, config=PRICED, stdin="/cost\n")  # no cap: no budget line
+    assert plain.stdout.splitlines()[-1] == "no requests yet"
+
+
+def test_doctor_shows_the_cap_and_where_it_came_from(home: Path, server: FaultServer) -> None:
+    path = home / "config" / "dsh" / "config.toml"
+
+    def configuration(*args: str, config: str = PRICED, **extra: str) -> str:
+        result = dsh(home, server, "doctor", *args, config=config, **extra)
+        [line] = [line for line in result.stdout.splitlines() if line.startswith("✓ configuration: ")]
+        return line
+
+    assert "max_cost" not in configuration()
+    assert f"; max_cost $0.25 (max_cost in {path}:3); " in configuration(config="max_cost = 0.25\n" + PRICED)
+    assert "; max_cost $0.0050 (DSH_MAX_COST (environment)); " in configuration(DSH_MAX_COST="0.005")
+    assert "; max_cost $2.00 (--max-cost (flag)); " in configuration("--max-cost", "$2", DSH_MAX_COST="0.005")
+    result = dsh(home, server, "doctor", "--json", "--max-cost", "0.5", config=PRICED)
+    facts = json.loads(result.stdout)["steps"][0]["facts"]
+    assert facts["max_cost"] == {"value": 0.5, "source": "--max-cost (flag)"}
