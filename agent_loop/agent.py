@@ -97,16 +97,15 @@ _KEEPALIVE = StreamKeepAlive()  # carries nothing: one instance serves every kee
 class Agent:
     """Runs turns against ``client`` (anything with ``stream(ChatRequest) -> AsyncIterator[StreamEvent]``).
 
-    ``conversation``, when given, is the one :func:`open_session` rebuilt from ``session``. ``redactor`` masks every
-    tool result (subagent output included) before the model, the log or the screen get it; by default it knows the
-    client's secrets (its key, URL and proxy credentials) and the secret shapes. ``auto_compact``: a request refused
-    as ``CONTEXT_WINDOW_EXCEEDED`` gets one compaction and one retry. ``permissions``: the session's permission mode,
-    which each approval consults (docs/safety.md); None is the default mode. ``continuation``: a reply cut after its
-    text is continued by prefix completion (agent_loop/continuation.py; a ``deepseek``-dialect endpoint's); None:
-    never.
+    ``conversation``: the one :func:`open_session` rebuilt from ``session``. ``redactor`` masks every tool result
+    (subagent output included) before the model, the log or the screen get it (by default the client's secrets and
+    the secret shapes). ``auto_compact``: a request refused as ``CONTEXT_WINDOW_EXCEEDED`` gets one compaction and
+    one retry. ``permissions``: the permission mode each approval consults (docs/safety.md). ``continuation``: a
+    reply cut after its text goes on by prefix completion (agent_loop/continuation.py). ``before_request``: a reason
+    ends the turn unsent (the session's budget); it holds a continuation and a compaction back too.
     """
 
-    before_request: Callable[[], EndReason | None] | None = None  # a reason ends the turn unsent (a session's budget)
+    before_request: Callable[[], EndReason | None] | None = None
 
     def __init__(
         self,
@@ -305,13 +304,9 @@ class Agent:
                     self._deliver(_KEEPALIVE)
         self._take_deltas(builder, masks.flush(), show=show)
 
-    async def _retrying(
-        self,
-        attempt: Callable[[], Awaitable[ReplyBuilder]],
-        *,
-        triage: Callable[[Exception, str], Awaitable[Triage]] | None = None,
-        announce: Announce | None = None,
-    ) -> ReplyBuilder:
+    async def _retrying(self, attempt: Callable[[], Awaitable[ReplyBuilder]], *,
+                        triage: Callable[[Exception, str], Awaitable[Triage]] | None = None,
+                        announce: Announce | None = None) -> ReplyBuilder:
         """:func:`~dsh.agent_loop.request_retry.retrying` under this agent's retry policy; a cancel of this
         agent is never retried."""
         return await retrying(attempt, self.retry, lambda: self._slot.cancel_called, triage=triage, announce=announce)
@@ -516,7 +511,8 @@ class Agent:
             return builder
 
         async def triage(exc: Exception, code: str) -> Triage:
-            if code == ErrorCode.CONTEXT_WINDOW_EXCEEDED and self.auto_compact and not state.compacted:
+            compacts = self.auto_compact and not state.compacted and self._may_send()
+            if code == ErrorCode.CONTEXT_WINDOW_EXCEEDED and compacts:
                 state.compacted = True  # one compaction and one retry, then the failure stands
                 state.builder = None
                 await self._compact_in_turn(state, exc)
@@ -529,8 +525,8 @@ class Agent:
                 return "policy"
             if state.masks is not None:
                 self._take_deltas(builder, state.masks.flush())
-            if not step.wanted(builder, code):
-                return "stands"
+            if not step.wanted(builder, code) or not self._may_send():
+                return "stands"  # past the budget, the cut stands: the next request would go past the cap
             message = self.redactor(error_chain(exc))
             self._publish(step.take(state.turn, state.step, builder, code, message=message, cause=exc))
             return "again"
@@ -541,10 +537,14 @@ class Agent:
                                    delay_s=round(delay, 3), code=code, message=self.redactor(error_chain(exc))))
 
         builder = await self._retrying(attempt, triage=triage, announce=announce)
-        while builder.finish_reason == LENGTH and step.wanted(builder, LENGTH):
+        while builder.finish_reason == LENGTH and step.wanted(builder, LENGTH) and self._may_send():
             self._publish(step.take(state.turn, state.step, builder, LENGTH, usage=builder.usage))
             builder = await self._retrying(attempt, triage=triage, announce=announce)
         return builder
+
+    def _may_send(self) -> bool:
+        """Whether a request besides a step's own (a continuation, a compaction) may go out: the budget allows it."""
+        return self.before_request is None or self.before_request() is None
 
     def _take_deltas(self, builder: ReplyBuilder, deltas: tuple[Delta, ...], *, show: bool = True) -> None:
         """Keep masked deltas in the reply and show them (live-only events: built only for a subscriber)."""

@@ -561,6 +561,8 @@ class Session:
         self._usage.new_turn()
         async with self._running(scope):  # cancellable as a turn is
             try:
+                if (refusal := self._usage.budget_refusal(agent.model)) is not None:  # the summary costs too
+                    raise HarnessError(refusal, ErrorCode.COMPACT)
                 await self.extras.pre_compact(focus)  # docs/hooks.md
                 await agent.compact(focus or None)
             except HarnessError as exc:

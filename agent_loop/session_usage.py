@@ -11,10 +11,10 @@ import logging
 from collections.abc import Sequence
 from typing import TYPE_CHECKING
 
-from dsh.agent_loop.budget import Budget, unpriced_cap
+from dsh.agent_loop.budget import Budget, budget_words, unpriced_cap
 from dsh.agent_loop.cache_watch import NOTHING_CHANGED, drop_words, is_cache_drop
 from dsh.agent_loop.events import AssistantMessage, CacheDrop, ContextCompacted, LlmContinue
-from dsh.agent_loop.reasons import EndReason, Failed
+from dsh.agent_loop.reasons import BudgetStop, EndReason, Failed
 from dsh.agent_loop.session_config import SessionConfig
 from dsh.agent_loop.usage import AUTO_COMPACT_AT, UsageTally, context_fill, estimate_tokens
 from dsh.llm import ErrorCode, HarnessError, error_chain
@@ -68,6 +68,13 @@ class SessionUsage:
         if info is None or info.peak is None:
             return Failed(ErrorCode.CONFIG, unpriced_cap(model))
         return self.budget.stop(self.total)
+
+    def budget_refusal(self, model: str) -> str | None:
+        """Why a request that is not a turn's step (``/compact``'s summary) is not sent, or None to send it."""
+        stop = self.budget_stop(model)
+        if isinstance(stop, BudgetStop):
+            return f"not sent: {budget_words(stop.spent, stop.max_cost)}"
+        return None if stop is None else f"not sent: {stop.message if isinstance(stop, Failed) else stop}"
 
     def budget_warning(self) -> str | None:
         """The line once the spend passes 80 % of the cap (agent_loop/budget.py); None otherwise."""

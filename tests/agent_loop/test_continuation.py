@@ -126,3 +126,20 @@ async def test_without_auto_continue_the_output_token_limit_ends_the_turn(server
     agent, _ = make_agent(server.url, continuation=ContinuationPolicy())
     assert await agent.run_turn("explain") == MaxTokens()
     assert len(server.requests) == 1
+
+
+async def test_past_the_budget_a_cut_is_not_continued(server, make_agent):
+    from dsh.agent_loop.reasons import BudgetStop
+
+    _on(server, Behaviour("reset_mid_stream", text=FIRST))
+    agent, seen = make_agent(server.url, continuation=ContinuationPolicy())
+    asked: list[int] = []
+
+    def budget() -> BudgetStop | None:  # the first request is within the cap; anything after it is not
+        asked.append(1)
+        return None if len(asked) == 1 else BudgetStop(0.52, 0.50)
+
+    agent.before_request = budget
+    reason = await agent.run_turn("explain")
+    assert isinstance(reason, Failed) and reason.code == "TRANSPORT"  # the cut stands: no request past the cap
+    assert len(server.requests) == 1 and seen.of("llm/continue") == []

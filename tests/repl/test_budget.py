@@ -165,3 +165,12 @@ def test_doctor_shows_the_cap_and_where_it_came_from(home: Path, server: FaultSe
     result = dsh(home, server, "doctor", "--json", "--max-cost", "0.5", config=PRICED)
     facts = json.loads(result.stdout)["steps"][0]["facts"]
     assert facts["max_cost"] == {"value": 0.5, "source": "--max-cost (flag)"}
+
+
+def test_compact_past_the_cap_is_not_sent_and_says_so(home: Path, server: FaultServer) -> None:
+    server.push(CALL, CALL)  # $0.30 in the first turn: over the $0.25 cap
+    result = dsh(home, server, config="max_cost = 0.25\n" + PRICED, stdin="go\n/compact\n")
+    sent = len(server.requests)
+    assert "[compact failed COMPACT] not sent: $0.30 spent of a $0.25 cap; the conversation is unchanged" in (
+        result.stdout + result.stderr).splitlines()
+    assert sent == 3  # the turn's three requests; no summary request
