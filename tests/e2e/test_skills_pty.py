@@ -48,3 +48,33 @@ def test_completion_offers_a_custom_command_and_skill_sends_a_skill(home: Path, 
     prompts = [[m["content"] for m in r.json["messages"] if m["role"] == "user"][-1] for r in server.requests]
     assert prompts[0] == "Review pull request 7."
     assert prompts[1].endswith("Use pdftotext.\n\nsummarize a.pdf")
+
+
+def test_hooks_lists_a_claude_settings_hook_and_it_refuses_in_a_terminal(home: Path, spawn) -> None:  # noqa: F811
+    """``/hooks`` in a real terminal, then a PreToolUse hook from .claude/settings.json refusing the model's call."""
+    work = claude_repository(home / "work")
+    check = work / "check.sh"
+    check.write_text("#!/bin/sh\ncat >/dev/null\necho 'not in this repository' >&2\nexit 2\n", encoding="utf-8")
+    check.chmod(0o755)
+    (work / ".claude/settings.json").write_text(
+        '{"hooks": {"PreToolUse": [{"matcher": "Bash", "hooks": [{"type": "command", "command": "' + str(check)
+        + '", "timeout": 5}]}]}}', encoding="utf-8")
+    config = home / "config" / "dsh" / "config.toml"
+    config.parent.mkdir(parents=True, exist_ok=True)
+    config.write_text("claude_settings = true\n", encoding="utf-8")
+    call = Behaviour("tool_call", name="run_shell", arguments='{"command": "touch made"}', reasoning="")
+    with FaultServer(default=Behaviour("text", text="done\n"), models=None) as server:
+        server.push(call)
+        dsh = spawn(cwd=work, DEEPSEEK_API_KEY=KEY, DEEPSEEK_BASE_URL=server.url,
+                    XDG_CONFIG_HOME=str(home / "config"))
+        dsh.prompt()
+        dsh.send("/hooks")
+        dsh.expect_exact("PreToolUse  matcher: Bash  hook: check.sh  timeout: 5s  (.claude/settings.json)\r\n")
+        dsh.prompt()
+        dsh.send("make a file")
+        dsh.expect_exact("  [tool result] Error: not in this repository\r\n")
+        dsh.expect_exact("done\r\n")
+        dsh.prompt()
+        dsh.child.sendeof()
+        assert dsh.wait_exit() == 0
+    assert not (work / "made").exists()
