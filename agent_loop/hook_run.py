@@ -28,6 +28,7 @@ import anyio
 from dsh.agent_loop.child_words import AgentWords, ChildFailure
 from dsh.agent_loop.events import Event, HookRan
 from dsh.agent_loop.hooks import (
+    CONTEXT_EVENTS,
     GUARDING,
     HookSpec,
     Verdict,
@@ -172,10 +173,10 @@ class Hooks:
             data = json.dumps(payload, ensure_ascii=False).encode("utf-8", "replace")
             run = await run_hook(spec.command, data, cwd=self.cwd, timeout=spec.timeout)
             verdict = decide(exit_code=run.exit_code, timed_out=run.timed_out, started=run.started,
-                             stdout=run.stdout, stderr=run.stderr)
+                             stdout=run.stdout, stderr=run.stderr, plain_context=event in CONTEXT_EVENTS)
             outcome = self._judge(spec, run, verdict, tool=tool, target=target)
-            if verdict.context:
-                context.append(verdict.context)
+            if verdict.context:  # the model's to read: masked and bounded as a hook's reason is
+                context.append(self.redact(verdict.context)[:REASON_LIMIT])
             if outcome.refusal is not None or outcome.ask is not None:
                 return Outcome(outcome.refusal, outcome.ask, (*shown, *outcome.shown), "\n".join(context),
                                outcome.cause)

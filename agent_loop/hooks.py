@@ -255,11 +255,12 @@ def _text(value: object) -> str:
     return value if isinstance(value, str) else ""
 
 
-def _answer(stdout: str) -> Verdict:
-    """Exit 0's stdout: a JSON decision, or nothing to decide."""
+def _answer(stdout: str, plain_context: bool) -> Verdict:
+    """Exit 0's stdout: a JSON decision, or nothing to decide (text that is context, for the events whose stdout
+    Claude Code adds to the model's context)."""
     answer = _json_answer(stdout)
     if answer is None:
-        return Verdict("go")
+        return Verdict("go", context=stdout.strip() if plain_context else "")
     specific = answer.get("hookSpecificOutput")
     specific = specific if isinstance(specific, dict) else {}
     context = _text(specific.get("additionalContext"))
@@ -275,7 +276,12 @@ def _answer(stdout: str) -> Verdict:
     return Verdict("go", context=context)
 
 
-def decide(*, exit_code: int | None, timed_out: bool, started: bool, stdout: str, stderr: str) -> Verdict:
+# The events whose plain stdout (exit 0, not a JSON answer) is context for the model, as in Claude Code.
+CONTEXT_EVENTS = ("SessionStart", "UserPromptSubmit")
+
+
+def decide(*, exit_code: int | None, timed_out: bool, started: bool, stdout: str, stderr: str,
+           plain_context: bool = False) -> Verdict:
     """The verdict of one run (Claude Code's exit-code rules; the shell's 126/127 mean it could not run)."""
     if timed_out:
         return Verdict("failed", category="timeout")
@@ -286,7 +292,7 @@ def decide(*, exit_code: int | None, timed_out: bool, started: bool, stdout: str
     if exit_code == 2:
         return Verdict("block", stderr.strip() or "the hook blocked it (exit code 2)")
     if exit_code == 0:
-        return _answer(stdout)
+        return _answer(stdout, plain_context)
     return Verdict("failed", category="exit")
 
 

@@ -493,7 +493,7 @@ class Session:
         await self.ensure_context()
         await self.open_mcp()
         await self._children.sync_mcp_tools(agent.tools)
-        await self.extras.session_start()  # before the first turn of each session (docs/hooks.md)
+        started = await self.extras.session_start()  # before the first turn of each session (docs/hooks.md)
         self._memory.last_prompt = prompt
         # Undos the model has not heard of (since the last turn, or before a resume): a note before the prompt,
         # in the log with it. Told once a prompt carrying it stays in the conversation (a turn that failed
@@ -502,6 +502,8 @@ class Session:
         note, undos = journal.untold() if journal is not None else (None, 0)
         if note is not None:
             sent = f"{note}\n\n{sent}"
+        if started:  # what the SessionStart hooks printed, with the session's first prompt
+            sent = f"{started}\n\n{sent}"
         first = exchanges_so_far(self.client)
         async with self._running(scope):
             try:

@@ -11,7 +11,7 @@ agent_loop/guard.py), through the same :class:`~dsh.agent_loop.hook_run.Hooks`.
 
 from __future__ import annotations
 
-from collections.abc import Awaitable, Callable, Mapping
+from collections.abc import Awaitable, Callable
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
@@ -73,11 +73,18 @@ class SessionExtensions:
         """The next turn is a new session's first (``clear`` after /new, ``resume`` after /resume)."""
         self._started, self._source = False, source
 
-    async def session_start(self) -> None:
-        """``SessionStart``, once a session, before its first turn."""
-        if not self._started:
+    async def session_start(self) -> str:
+        """``SessionStart``, once a session, before its first turn: the context its hooks printed (for the first
+        prompt, as Claude Code adds it), or ``""``."""
+        hooks = self.hooks
+        if self._started or hooks is None or not hooks.matching("SessionStart"):
             self._started = True
-            await hook_point(self.hooks, "SessionStart", {"source": self._source}, self._notice)
+            return ""
+        self._started = True
+        outcome = await hooks.fire("SessionStart", {"source": self._source}, target="the session")
+        for line in outcome.shown:
+            self._notice(line)
+        return f"[SessionStart hook]\n{outcome.context}" if outcome.context else ""
 
     async def stop(self, end: EndReason, go_on: Callable[[str], Awaitable[EndReason]]) -> EndReason:
         """``Stop`` after a completed turn: while a hook blocks, the model is given its reason and the turn goes on
@@ -116,9 +123,6 @@ def _asked_tool(request: object) -> str:
     """The tool an approval is for, in closed words (never the command or a server's tool name)."""
     if isinstance(request, str):
         return "run_shell"
-    kind = type(request).__name__
+    kind = type(request).__name__  # by name: the tools' request types load with the agent, not with the session
     return "edit_file" if kind == "EditRequest" else "an MCP tool" if kind == "McpCallRequest" else "a tool"
 
-
-def hook_fields(fields: Mapping[str, Any]) -> dict[str, Any]:
-    return dict(fields)

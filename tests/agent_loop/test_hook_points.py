@@ -141,3 +141,19 @@ async def test_notification_is_told_when_dsh_asks_for_an_approval(tmp_path: Path
     assert len(asked) == 1
     (told,) = _told(out)
     assert (told["hook_event_name"], told["message"]) == ("Notification", "dsh needs your permission to use run_shell")
+
+
+async def test_what_a_session_start_hook_prints_goes_with_the_first_prompt_masked(tmp_path: Path, server: Any):
+    hook = _script(tmp_path, "context.sh",
+                   "#!/bin/sh\ncat >/dev/null\necho 'branch main; token sk-stub-config-key-000000'\n")
+    session = _session(tmp_path, server, {"SessionStart": [{"command": str(hook)}]})
+    await session.start()
+    try:
+        await session.run_turn("hello")
+        await session.run_turn("again")
+    finally:
+        await session.aclose()
+    first, second = ([m["content"] for m in r.json["messages"] if m["role"] == "user"][-1] for r in server.requests)
+    assert first.startswith("[SessionStart hook]\nbranch main; token ") and first.endswith("\n\nhello")
+    assert "sk-stub-config-key-000000" not in first  # the session's key, masked
+    assert second == "again"
