@@ -152,3 +152,13 @@ def test_coalescing_merges_runs_of_text_and_keeps_order_and_text(pieces: list[tu
     seen = [(u.session_update, u.tool_call_id if u.session_update == "tool_call" else u.content.text)  # type: ignore[attr-defined]
             for u in merged]
     assert seen == expected  # one frame per run, the same text in the same order around the same tool calls
+
+
+def test_a_continuation_is_the_repl_s_line_as_a_thought() -> None:
+    from dsh.agent_loop.events import LlmContinue
+
+    translator = Translator(Redactor(SECRETS), "/tree")
+    (update,) = translator.updates(LlmContinue(1, 1, 1, 2, "TRANSPORT", 1214, message=canaries.API_KEY))
+    assert update.session_update == "agent_thought_chunk"  # type: ignore[attr-defined]
+    assert update.content.text == "[continuing after TRANSPORT: 1 214 chars kept (prefix completion)]\n"  # type: ignore[attr-defined]
+    assert canaries.API_KEY.encode() not in _frame(update)
