@@ -37,6 +37,7 @@ __all__ = ["FIX_STATE_DIR", "SUBAGENT_TIMEOUT", "EnvironmentChecks", "mcp_step"]
 
 SUBAGENT_TIMEOUT = 20.0  # per subagent check
 _MAX_AUTH_METHODS = 5  # an ACP agent's advertised auth methods shown, at most
+_ENTRY_POINT = b"from dsh.repl.cli import main"  # what pip's launcher for `dsh` and `dsh-agent` imports
 FIX_STATE_DIR = "  fix: dsh cannot write its state directory — check the permissions of {path}"
 
 _PRODUCT_BINARIES = {"claude-code": "claude", "claude": "claude", "codex": "codex"}  # what the product providers run
@@ -93,6 +94,8 @@ class EnvironmentChecks:
         parts = [f"dsh {facts['dsh']}, Python {facts['python']}, httpx {facts['httpx']}, "
                  f"prompt_toolkit {facts['prompt_toolkit']}"]
         parts.append(self._terminal(facts))
+        if (other := self._other_dsh(facts)) is not None:
+            parts.append(other)
         state_text, state_ok = self._state_dir(facts)
         parts.append(state_text)
         details, subagents_ok = await self._subagents(facts)
@@ -101,6 +104,20 @@ class EnvironmentChecks:
         status = PASS if state_ok and subagents_ok else FAIL
         fix = None if state_ok else FIX_STATE_DIR.format(path=state_dir(self.env))
         return Step("environment", status, "; ".join(parts), fix, facts, details)
+
+    def _other_dsh(self, facts: dict[str, Any]) -> str | None:
+        """When the ``dsh`` that ``PATH`` finds first is another program (DeepSeek's own harness installs one named
+        so): where it is, and this one's other name. Ours is the script that imports dsh's entry point."""
+        found = shutil.which("dsh", path=self.env.get("PATH", os.defpath))
+        if found is None:
+            return None
+        try:
+            with open(found, "rb") as script:  # a launcher script is small; a binary is not ours either way
+                ours = _ENTRY_POINT in script.read(4096)
+        except OSError:
+            ours = False
+        facts["dsh_on_path"] = {"path": found, "this_dsh": ours}
+        return None if ours else f"dsh on PATH is another program ({found}): run this one as dsh-agent"
 
     def _terminal(self, facts: dict[str, Any]) -> str:
         term = self.env.get("TERM", "")

@@ -211,6 +211,13 @@ def test_dsh_prints_its_version(fresh_venv: FreshVenv) -> None:
     assert (result.returncode, result.stdout, result.stderr) == (0, f"dsh {__version__}\n", "")
 
 
+def test_dsh_agent_is_the_same_program(fresh_venv: FreshVenv) -> None:
+    """The second name (DeepSeek's own harness installs a `dsh` too): the same version and the same demo answer."""
+    assert fresh_venv.run("dsh-agent", "--version").stdout == f"dsh {__version__}\n"
+    result = fresh_venv.run("dsh-agent", "--demo", "-p", "hello")
+    assert (result.returncode, result.stdout, result.stderr) == (0, HELLO, "")
+
+
 def test_the_demo_answers_a_prompt(fresh_venv: FreshVenv) -> None:
     result = fresh_venv.run("dsh", "--demo", "-p", "hello")
     assert (result.returncode, result.stdout, result.stderr) == (0, HELLO, "")
