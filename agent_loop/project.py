@@ -15,11 +15,10 @@ from __future__ import annotations
 
 import os
 import shutil
-import stat
 from collections.abc import Mapping
 from pathlib import Path
 
-from dsh.agent_loop.safe_open import read_regular
+from dsh.agent_loop.git_root import find_git_dir, gitfile_target, project_root, read_git_file
 
 __all__ = [
     "find_git_dir",
@@ -31,54 +30,9 @@ __all__ = [
     "trusted_git",
 ]
 
-_GITFILE_PREFIX = "gitdir:"
-_GIT_FILE_MAX_BYTES = 4096
 _GIT_ENV = {"GIT_OPTIONAL_LOCKS": "0", "GIT_TERMINAL_PROMPT": "0", "GIT_PAGER": "cat"}
 # Where the user keeps their own (trusted) git config; passed on so git-lfs and the like still apply.
 _GIT_USER_CONFIG = ("XDG_CONFIG_HOME", "GIT_CONFIG_GLOBAL", "GIT_CONFIG_SYSTEM", "GIT_CONFIG_NOSYSTEM")
-
-
-def read_git_file(path: Path) -> str | None:
-    """At most 4 KiB of one of git's small files (``HEAD``, a ``.git`` file); None for anything else."""
-    try:
-        return read_regular(path, _GIT_FILE_MAX_BYTES)
-    except OSError:
-        return None
-
-
-def gitfile_target(marker: Path) -> Path | None:
-    """The git directory a ``.git`` file names (``gitdir: <path>``, relative to its directory), or None."""
-    text = read_git_file(marker)
-    if text is None or not text.startswith(_GITFILE_PREFIX) or "\0" in text:  # no path holds a NUL
-        return None
-    return marker.parent / text[len(_GITFILE_PREFIX):].strip()  # an absolute path stays as it is
-
-
-def find_git_dir(cwd: Path) -> tuple[Path, Path] | None:
-    """(work tree root, git dir) for the repository holding ``cwd``; ``.git`` may be a file (worktrees)."""
-    for directory in (cwd, *cwd.parents):
-        marker = directory / ".git"
-        try:
-            info = marker.lstat()
-        except OSError:
-            continue
-        if stat.S_ISDIR(info.st_mode):
-            return directory, marker
-        if stat.S_ISREG(info.st_mode):
-            target = gitfile_target(marker)
-            return (directory, target) if target is not None else None
-        return None
-    return None
-
-
-def project_root(cwd: Path) -> Path:
-    """The project a session belongs to: the git work tree holding ``cwd``, else ``cwd`` itself.
-
-    Found by looking for ``.git`` upwards (a few ``lstat`` calls, no git process), so creating a
-    session stays cheap; see docs/architecture.md (the session log).
-    """
-    found = find_git_dir(cwd)
-    return found[0] if found is not None else cwd
 
 
 def path_dirs_inside(tree: Path, path: str | None = None) -> list[Path]:

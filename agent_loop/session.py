@@ -142,7 +142,8 @@ class Session:
         self._usage = SessionUsage(config)
         self._children = SessionChildren(
             config, env=self.env, subagent_tables=subagent_tables, parent_base_url=parent_base_url,
-            mcp_tables=mcp_servers, allow_mcp=allow_mcp, notice=self._notice, on_failure=self._mcp_failed)
+            mcp_tables=mcp_servers, allow_mcp=allow_mcp, notice=self._notice, on_failure=self._mcp_failed,
+            agent_files=lambda configured: self.extras.agent_tables(configured))  # extras: made just below
         self._life = SessionLifecycle(config, env=self.env, sessions_root=sessions_root, client=client, cwd=self.cwd,
                                       memory=self._memory, new_agent=self._new_agent, on_event=self._on_event)
         self.context: ProjectContext | None = None  # gathered before the first turn of each session

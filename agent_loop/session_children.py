@@ -26,6 +26,8 @@ __all__ = ["SessionChildren"]
 
 # A settled job's notice in the user's words, and its raw cause: build.settled_notice, bound with the toolkit.
 Settle = Callable[["SubagentToolkit", JobNotice], tuple[JobNotice, BaseException | None]]
+# The subagents agent files define, as tables, given the configured tables (SessionExtensions.agent_tables).
+AgentFiles = Callable[[Mapping[str, Mapping[str, Any]]], Mapping[str, Mapping[str, Any]]]
 
 
 class SessionChildren:
@@ -34,11 +36,14 @@ class SessionChildren:
     def __init__(self, config: SessionConfig, *, env: Mapping[str, str],
                  subagent_tables: Mapping[str, Mapping[str, Any]] | None, parent_base_url: str | None,
                  mcp_tables: Mapping[str, Mapping[str, Any]] | None, allow_mcp: bool,
-                 notice: Callable[[str], None], on_failure: Callable[[BaseException], None]) -> None:
-        """``notice`` says a line about them (a hint, a server's state); ``on_failure`` hears an MCP server's."""
+                 notice: Callable[[str], None], on_failure: Callable[[BaseException], None],
+                 agent_files: AgentFiles | None = None) -> None:
+        """``notice`` says a line about them (a hint, a server's state); ``on_failure`` hears an MCP server's;
+        ``agent_files`` gives the tables of the subagents defined in files, the configured ones' names excepted."""
         self._config = config
         self._env = env
         self._subagent_tables = {**(subagent_tables or {}), **config.subagents}
+        self._agent_files = agent_files
         self._parent_base_url = parent_base_url or config.base_url
         # A front end's ``[mcp_servers.NAME]``-shaped tables, read beside the config's servers (read at load)
         # when the manager is opened.
@@ -58,7 +63,10 @@ class SessionChildren:
 
     async def open_toolkit(self, *, model: str, cwd: str, request_gate: Callable[[], str | None] | None = None) -> None:
         """``[subagents.NAME]`` tables -> the subagent and job tools, inheriting the session's ``model``, and for a
-        child dsh on the session's endpoint its client's ``request_gate`` (dsh.llm.request_gate.shared_gate)."""
+        child dsh on the session's endpoint its client's ``request_gate`` (dsh.llm.request_gate.shared_gate).
+        The subagents agent files define (docs/extending.md) join the configured ones, which win a name."""
+        if self._agent_files is not None:
+            self._subagent_tables = {**self._subagent_tables, **self._agent_files(self._subagent_tables)}
         if not self._subagent_tables:
             return
         from dsh.agent_loop import build  # heavy: the subagent seam, only when subagents are configured

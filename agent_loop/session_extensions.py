@@ -11,11 +11,11 @@ agent_loop/guard.py), through the same :class:`~dsh.agent_loop.hook_run.Hooks`.
 
 from __future__ import annotations
 
-from collections.abc import Awaitable, Callable
+from collections.abc import Awaitable, Callable, Mapping
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-from dsh.agent_loop.extensions import Extensions, discover_extensions
+from dsh.agent_loop.extensions import Extensions, discover_agents, discover_extensions
 from dsh.agent_loop.hook_run import Hooks, hook_point, session_hooks
 from dsh.agent_loop.reasons import Completed, EndReason
 
@@ -58,6 +58,17 @@ class SessionExtensions:
             for notice in self._found.notices:
                 self._notice(f"[context] {notice}")
         return self._found
+
+    def agent_tables(self, configured: Mapping[str, Mapping[str, Any]]) -> dict[str, dict[str, Any]]:
+        """The subagents the project's and the user's agent files define, as ``[subagents.NAME]`` tables, none of
+        the ``configured`` names (agent_loop/agent_files.py); each file left out or skipped is one ``[context]``
+        line. Read when the subagent toolkit opens; a child runtime reads none."""
+        if not self._project:
+            return {}
+        agents, notices = discover_agents(Path(self._cwd), self._user_dir, configured, self._redactor())
+        for notice in notices:
+            self._notice(f"[context] {notice}")
+        return {agent.name: agent.table for agent in agents}
 
     @property
     def hooks(self) -> Hooks | None:

@@ -70,6 +70,7 @@ from dsh.repl.config import (
 )
 from dsh.repl.endpoint import Endpoint, open_endpoint
 from dsh.repl.options import LaunchOptions, check_endpoint
+from dsh.repl.trust import gate as trust_gate
 
 __all__ = ["ClientFrames", "DshAgent", "main", "mcp_tables", "tree_refusal"]
 
@@ -390,6 +391,9 @@ def main(argv: list[str], env: dict[str, str], *, setup_logging: SetupLogging,
     try:
         config, missing_key = _load(args, env, options.own_endpoint)
         options, config = check_endpoint(options, config)
+        config, untrusted = trust_gate(config, env, None)  # never asks: an untrusted project's hooks do not run
+        for line in untrusted:
+            stderr(f"dsh: warning: {line}")
     except ConfigError as exc:
         stderr(f"dsh: failed to start: {Redactor(env_secrets)(error_chain(exc))}")
         return 2

@@ -31,6 +31,7 @@ from dsh.llm.endpoint import DIALECTS, default_dialect, endpoint_for_url
 from dsh.llm.exchange_ring import DEFAULT_RING_BYTES, MAX_RING_BYTES
 from dsh.llm.network import environment_proxy
 from dsh.llm.redact import MIN_SECRET_CHARS, environment_secrets, redact_url, url_secrets
+from dsh.repl.project_config import ProjectConfig, project_layer, read_project
 
 if TYPE_CHECKING:
     from dsh.agent_loop.mcp.config import McpServerConfig  # read only with servers configured (_check_mcp_servers)
@@ -131,7 +132,9 @@ class Config:
     # agent_loop/continuation.py); auto_continue: a reply stopped at the output-token limit is continued too.
     max_continuations: int = DEFAULT_MAX_CONTINUATIONS
     auto_continue: bool = False
+    vi_mode: bool = False  # vi key bindings at the prompt; /vim toggles them (docs/prompt.md)
     config_path: Path | None = None  # the file that was read, if any
+    project: ProjectConfig | None = None  # the project's .dsh/config.toml, if read (dsh.repl.project_config)
     warnings: tuple[str, ...] = ()
     # Where base_url, api_key and proxy came from, in words a fix line can name (docs/reliability.md).
     sources: dict[str, str] = field(default_factory=dict)
@@ -454,6 +457,12 @@ _ENVIRONMENT = (("DEEPSEEK_API_KEY", "api_key"), ("DEEPSEEK_BASE_URL", "base_url
                 ("DSH_DIALECT", "dialect"), ("DSH_MAX_PARALLEL", "max_parallel"), ("DSH_MAX_COST", "max_cost"))
 
 
+def _tomllib() -> ModuleType:
+    import tomllib  # only when there is a file (the user's or the project's): the parser costs ~10 ms
+
+    return tomllib
+
+
 def _read_file(path: Path) -> dict[str, Any]:
     try:
         handle = path.open("rb")
@@ -461,8 +470,7 @@ def _read_file(path: Path) -> dict[str, Any]:
         return {}
     except OSError as exc:
         raise ConfigError(f"config file {path} cannot be read: {exc.strerror or type(exc).__name__}")
-    import tomllib  # only when there is a file: the parser costs the first prompt ~10 ms
-
+    tomllib = _tomllib()
     try:
         with handle:
             return tomllib.load(handle)
@@ -501,8 +509,9 @@ def load_config(
     *,
     require_key: bool = True,
     config_path: Path | None = None,
+    cwd: Path | None = None,
 ) -> Config:
-    """Merge flags > env > file > defaults. ``flags`` holds only the options the user gave."""
+    """Merge flags > env > project file (of ``cwd``'s repository) > file > defaults; ``flags``: those given."""
     explicit_path = config_path is not None
     path = config_path if config_path is not None else config_file_path(env)
     if explicit_path and not path.exists():
@@ -522,27 +531,24 @@ def load_config(
     if "api_key" in raw and _readable_by_others(path):
         # The key in plain text is the user's choice; a key others can read is a mistake to point out.
         warnings.append(f"{path} holds api_key and is readable by others; chmod 600 {path}")
-
+    project = project_layer(read_project(cwd, env, warnings, _tomllib), _CHECKS, values, sources, warnings)
     for variable, key in _ENVIRONMENT:
         value = env.get(variable, "")
         if value.strip():
             values[key] = _CHECKS[key](variable, value, "environment")
             sources[key] = f"{variable} (environment)"
-
     for key, value in flags.items():
         if value is not None and key in _CHECKS:
             values[key] = _CHECKS[key](key, value, "command line")
             sources[key] = f"--{key.replace('_', '-')} (flag)"
-
     if "proxy" not in flags or flags.get("proxy") is None:
         # The proxy variables httpx would honour for this base URL; they beat the file, as env does.
         found = environment_proxy(values.get("base_url", DEFAULT_BASE_URL), env)
         if found is not None:
             values["proxy"] = _check_proxy(found[1], found[0], "environment")
             sources["proxy"] = f"{found[1]} (environment)"
-
     _check_auto_has_sandbox(values, sources, path)
-    _check_cap_priced(values, sources, path)
+    _check_cap(values, sources, path, project, warnings)
     values.setdefault("dialect", default_dialect(values.get("base_url", DEFAULT_BASE_URL)))  # by the host
     if require_key and not values.get("api_key"):
         endpoint = endpoint_for_url(values.get("base_url", DEFAULT_BASE_URL))
@@ -551,10 +557,22 @@ def load_config(
     return Config(
         **values,
         config_path=path if raw else None,
+        project=project,
         warnings=tuple(warnings),
         sources=sources,
         environment_secrets=(*environment_secrets(env), *_header_variables(values.get("mcp_servers"), env)),
     )
+
+
+def _check_cap(values: dict[str, Any], sources: dict[str, str], path: Path, project: ProjectConfig | None,
+               warnings: list[str]) -> None:
+    try:
+        _check_cap_priced(values, sources, path)
+    except ConfigError:
+        if project is None or sources.get("max_cost") != f"max_cost in {project.where}":
+            raise
+        del values["max_cost"], sources["max_cost"]  # a repository's cap on an unpriced model must not stop dsh
+        warnings.append(f"{project.where}: max_cost is ignored: the model has no known price")
 
 
 def _header_variables(servers: Mapping[str, McpServerConfig] | None, env: Mapping[str, str]) -> tuple[str, ...]:

@@ -21,6 +21,7 @@ import contextlib
 import dataclasses
 import ipaddress
 import json
+import os
 import socket
 import sys
 from collections.abc import Awaitable, Callable, Mapping
@@ -33,6 +34,7 @@ import httpx  # noqa: F401 - loaded before the HTTP step, so that its time is th
 
 from dsh.agent_loop.budget import dollars
 from dsh.agent_loop.reasons import Failed, failure_from_exception
+from dsh.agent_loop.safe_open import read_regular
 from dsh.agent_loop.session_config import client_settings
 from dsh.llm import ErrorCode, LlmError, redact_text, redact_url
 from dsh.llm.deepseek import StreamTrace, open_client
@@ -46,6 +48,7 @@ from dsh.repl.doctor_report import FAIL, PASS, SKIP, STEPS, Report, Step, config
 from dsh.repl.endpoint import Endpoint, configured_endpoint, open_endpoint
 from dsh.repl.options import LaunchOptions
 from dsh.repl.styles import terminal_text
+from dsh.repl.trust import gate as trust_gate
 from dsh.repl.turn_end import fix_line
 
 __all__ = ["Doctor", "main", "run_doctor"]
@@ -94,15 +97,18 @@ def _masked(key: str) -> str:
 def _with_line(source: str) -> str:
     """``KEY in PATH`` -> ``KEY in PATH:LINE`` (the first line that sets it), for the config file's sources."""
     key, sep, path = source.partition(" in ")
+    project = path.startswith("project config ")  # ``KEY in project config ~/repo/.dsh/config.toml, line N``
     if not sep:
         return source
     try:
-        lines = Path(path).read_text(encoding="utf-8", errors="replace").splitlines()
+        file = Path(os.path.expanduser(path.removeprefix("project config ")))
+        lines = read_regular(file, 1 << 20).splitlines() if project else file.read_text(
+            encoding="utf-8", errors="replace").splitlines()
     except OSError:
         return source
     for number, line in enumerate(lines, 1):
         if line.strip().startswith(key) and line.strip()[len(key):].lstrip().startswith("="):
-            return f"{key} in {path}:{number}"
+            return f"{key} in {path}, line {number}" if project else f"{key} in {path}:{number}"
     return source
 
 
@@ -533,6 +539,7 @@ def main(argv: list[str], env: Mapping[str, str], *, resolver: Resolver | None =
     try:
         config = load_config(flags, env, require_key=False,
                              config_path=Path(args.config) if args.config else None)
+        config = trust_gate(config, env, None)[0]  # an untrusted project's hooks are not run, not even once
     except ConfigError as exc:
         report = config_failure(exc, env_secrets)
         for step in report.steps:

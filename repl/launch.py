@@ -123,6 +123,12 @@ def _replay_server(args: list[str]) -> int:
     return replay_main(args, out=_stdout, err=_stderr)
 
 
+def _trust(args: list[str]) -> int:
+    """``dsh trust [--revoke]``: trust this repository's project config (dsh.repl.trust, docs/configuration.md)."""
+    trust_main: Callable[[list[str], dict[str, str]], int] = _entry("dsh.repl.trust", "main")
+    return trust_main(args, dict(os.environ))
+
+
 def _sessions(args: list[str]) -> int:
     """``dsh sessions list [--all] | show ID | rm ID`` (dsh.repl.sessions)."""
     sessions_main: Callable[[list[str]], int] = _entry("dsh.repl.sessions", "main")
@@ -135,6 +141,7 @@ _SUBCOMMANDS = {
     "acp": lambda rest: _guarded(rest, _acp),
     "sessions": _sessions,
     "doctor": _doctor,
+    "trust": lambda rest: _guarded(rest, _trust),
     "replay-server": lambda rest: _guarded(rest, _replay_server),
 }
 
@@ -188,7 +195,8 @@ def _parser() -> argparse.ArgumentParser:
         epilog="Config: $XDG_CONFIG_HOME/dsh/config.toml. Environment: DEEPSEEK_API_KEY, DEEPSEEK_BASE_URL, "
         "DSH_MODEL, DSH_DIALECT, DSH_MAX_PARALLEL, NO_COLOR, DSH_DEBUG. Also: dsh doctor (check each step of a "
         "request), "
-        "dsh sessions list [--all] | show ID | rm ID, dsh serve --stdio (child runtime), dsh acp (ACP agent for "
+        "dsh sessions list [--all] | show ID | rm ID, dsh trust [--revoke] (run this repository's .dsh/config.toml "
+        "hooks and servers), dsh serve --stdio (child runtime), dsh acp (ACP agent for "
         "editors), "
         "dsh replay-server FILE --port P (serve a recording).",
     )
@@ -310,6 +318,8 @@ def _main(argv: list[str]) -> int:
     legacy = None if options.own_endpoint else legacy_warning(config.model, config.base_url, source, config.dialect)
     for warning in (*config.warnings, *((legacy,) if legacy else ())):
         _stderr(f"dsh: warning: {warning}")
+    if config.project is not None and config.project.held:
+        config = _trusted(config, env, mode)
     early = _first_prompt(options, config) if mode == "interactive" else None
     try:
         if early is not None and early.draw():
@@ -318,6 +328,18 @@ def _main(argv: list[str]) -> int:
     finally:
         if early is not None:
             early.abandon()  # start-up ended before prompt_toolkit took the line over (else: nothing to do)
+
+
+def _trusted(config: Config, env: dict[str, str], mode: str) -> Config:
+    """What the project file runs, when the user trusts it: the REPL asks once, before the first prompt; the other
+    modes never ask (docs/configuration.md, "Project config")."""
+    # dsh.repl.trust only with a project file that runs something: json, hashlib and the store's file.
+    gate: Callable[..., tuple[Config, list[str]]] = _entry("dsh.repl.trust", "gate")
+    ask = _entry("dsh.repl.trust", "ask_terminal") if mode == "interactive" else None
+    config, lines = gate(config, env, ask)
+    for line in lines:
+        _stderr(f"dsh: warning: {line}")
+    return config
 
 
 def _run_mode(mode: str, options: LaunchOptions, config: Config, env: dict[str, str],

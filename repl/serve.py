@@ -6,7 +6,8 @@ the record) and gathers no project context.
 
 Newline-delimited JSON-RPC 2.0 (see :mod:`dsh.agent_loop.jsonrpc`). Requests from the parent:
 
-``initialize {model?, base_url?, max_tokens?, cwd, permission?, auto_compact?, dialect?, max_parallel?, request_gate?}``
+``initialize {model?, base_url?, max_tokens?, cwd, permission?, auto_compact?, dialect?, max_parallel?, request_gate?,
+system_prompt?}``
     Build the session. The API key comes from ``$DEEPSEEK_API_KEY`` (the parent passes it explicitly;
     it is never a parameter). ``base_url`` defaults to ``$DEEPSEEK_BASE_URL``, then the DeepSeek default.
     ``permission`` ``allow`` approves the child's shell commands and file edits; ``reject`` (default)
@@ -17,6 +18,8 @@ Newline-delimited JSON-RPC 2.0 (see :mod:`dsh.agent_loop.jsonrpc`). Requests fro
     absolute path of a directory owned by this user with mode 0700 (anything else is ``-32602``), whose slots the
     child's requests take beside the parent's and its other children's, so ``max_parallel`` bounds them all and a
     concurrency-cap 429 counts them all (dsh.llm.request_gate; docs/endpoints.md, "The concurrency cap").
+    ``system_prompt`` is the child's whole system prompt (an agent file's body, docs/extending.md); without it the
+    child has none.
     Answers ``{protocolVersion: 1, serverInfo: {name, version}, session: {id}}``.
 ``session/prompt {prompt}``
     Run one turn, as every front end does (``Session.run_turn``: a compaction first when due). Every
@@ -137,7 +140,12 @@ class ChildSession:
             request_gate=request_gate)))
         self.session = endpoint.session(config, self._env, approve=_allow_all if permission == "allow" else None,
                                         child=True, cwd=cwd)
-        self.session.ensure_agent()
+        system_prompt = params.get("system_prompt")
+        if system_prompt is not None and not isinstance(system_prompt, str):
+            raise ProtocolError("initialize: system_prompt must be a string", rpc_code=INVALID_PARAMS)
+        agent = self.session.ensure_agent()
+        if system_prompt:
+            agent.set_system_prompt(system_prompt)  # a child gathers no context: this is its whole system prompt
         self.session.pump_updates(self._events, _events_only)
         return {
             "protocolVersion": PROTOCOL_VERSION,

@@ -28,6 +28,7 @@ from typing import Any
 
 from dsh.agent_loop import settings
 from dsh.agent_loop.frames import FrameLog
+from dsh.agent_loop.front_matter import fold_line
 from dsh.agent_loop.settings import At, SettingsError
 from dsh.agent_loop.subagent.extras import missing_extra_hint
 from dsh.agent_loop.subagent.result import (
@@ -119,11 +120,15 @@ def build_provider(name: str, config: Mapping[str, Any], parent: ParentContext |
         settings.enum(_at(name), "provider", kind, sorted(set(PROVIDER_MODULES) - _ALIASES))
     assert isinstance(kind, str)
     module_name = PROVIDER_MODULES[kind]
-    provider: AnyProvider = importlib.import_module(module_name).from_config(name, config, parent)
+    # ``description`` is every table's (the subagent tool lists it), so no provider needs to know the key.
+    description = config.get("description")
+    own = {key: value for key, value in config.items() if key != "description"}
+    provider: AnyProvider = importlib.import_module(module_name).from_config(name, own, parent)
     secrets = _run_secrets(config, parent)
     hint = missing_extra_hint(name, kind, config)
     frames = parent.frames if parent is not None else None
-    return dataclasses.replace(provider, hint=hint, secrets=secrets, frames=frames)
+    return dataclasses.replace(provider, hint=hint, secrets=secrets, frames=frames,
+                               description=fold_line(description, 1024) if isinstance(description, str) else "")
 
 
 def _run_secrets(config: Mapping[str, Any], parent: ParentContext | None) -> tuple[str, ...]:

@@ -12,6 +12,8 @@ whose wheel bundles the CLI)::
     env = { ANTHROPIC_API_KEY = "..." }   # explicit child environment entries
     pass_env = ["ANTHROPIC_API_KEY"]      # parent variables passed through by name
     endpoint = "deepseek"                 # DeepSeek's Anthropic-format API with the parent's DeepSeek key
+    system_prompt = "You review code."    # optional: replaces Claude Code's system prompt (--system-prompt)
+    tools = ["Read", "Grep"]              # optional: the only built-in tools it has (--tools; never approved)
     endpoint_url = "https://…/anthropic"  # optional: where (default: the parent's DeepSeek origin + /anthropic)
 
 With ``endpoint`` the model defaults to the parent's (see :mod:`dsh.agent_loop.subagent._anthropic_endpoint`).
@@ -117,6 +119,8 @@ class ClaudeCodeConfig:
     eof_grace: float = 3.0
     term_grace: float = 2.0
     endpoint: ChildEndpoint | None = None  # ``endpoint = "deepseek"``: where the CLI is sent, with which key
+    system_prompt: str | None = None  # ``--system-prompt``: Claude Code's own replaced, as for its agent files
+    tools: tuple[str, ...] | None = None  # ``--tools``: the built-in tools it has (never an approval)
 
     @classmethod
     def from_mapping(
@@ -146,12 +150,15 @@ class ClaudeCodeConfig:
             eof_grace=table.seconds("eof_grace", 3.0),
             term_grace=table.seconds("term_grace", 2.0),
             endpoint=endpoint,
+            system_prompt=table.string("system_prompt"),
+            tools=table.names("tools") if "tools" in config else None,
         )
 
 
 _CONFIG_KEYS = frozenset(
     {"provider", "cli_path", "command", "args", "model", "permission_mode", "max_turns", "max_budget_usd",
-     "setting_sources", "env", "pass_env", "eof_grace", "term_grace", "endpoint", "endpoint_url"}
+     "setting_sources", "env", "pass_env", "eof_grace", "term_grace", "endpoint", "endpoint_url", "system_prompt",
+     "tools"}
 )  # fmt: skip
 
 
@@ -385,6 +392,11 @@ class ClaudeCodeRun(Run[ClaudeCodeConfig]):
             argv += ["--max-turns", str(config.max_turns)]
         if config.max_budget_usd is not None:
             argv += ["--max-budget-usd", str(config.max_budget_usd)]
+        # One ``--flag=value`` argument each: a value that starts with a dash stays a value.
+        if config.system_prompt:
+            argv.append(f"--system-prompt={config.system_prompt}")
+        if config.tools is not None:
+            argv.append(f"--tools={','.join(config.tools)}")  # narrows what it has; --allowedTools would approve
         argv += [
             "--permission-mode", config.permission_mode,
             # Permission prompts come to our can_use_tool callback over the control protocol.

@@ -107,6 +107,7 @@ class CodexConfig:
     interrupt_grace: float = 5.0  # after turn/interrupt: how long the turn may take to report it
     eof_grace: float | None = None  # None: the ladder's own (2 s; after a cancel CANCEL_EOF_GRACE)
     term_grace: float | None = None  # None: 2 s; after a cancel CANCEL_TERM_GRACE
+    system_prompt: str | None = None  # thread/start's developerInstructions (an agent file's body)
 
     @classmethod
     def from_mapping(cls, name: str, config: Mapping[str, Any]) -> CodexConfig:
@@ -125,12 +126,13 @@ class CodexConfig:
             interrupt_grace=table.seconds("interrupt_grace", 5.0),
             eof_grace=table.number("eof_grace"),
             term_grace=table.number("term_grace"),
+            system_prompt=table.string("system_prompt"),
         )
 
 
 _CONFIG_KEYS = frozenset(
     {"provider", "command", "args", "model", "sandbox", "turn_timeout", "startup_timeout", "config", "env",
-     "pass_env", "interrupt_grace", "eof_grace", "term_grace"}
+     "pass_env", "interrupt_grace", "eof_grace", "term_grace", "system_prompt"}
 )  # fmt: skip
 
 
@@ -251,6 +253,8 @@ class CodexRun(Run[CodexConfig]):
         }
         if self.settings.model:
             params["model"] = self.settings.model
+        if self.settings.system_prompt:  # on top of Codex's own instructions, which its tools need
+            params["developerInstructions"] = self.settings.system_prompt
         kind, value = await self._race(lambda: self._start_thread(conn, params, startup), None)
         if kind != "done":
             return await self._stage_failure(Stage.THREAD_START, kind, value, process)

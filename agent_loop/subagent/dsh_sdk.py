@@ -84,6 +84,7 @@ class DshSettings:
     # parent's then share ``max_parallel`` (dsh.llm.request_gate). None: a child on another endpoint, or no client.
     request_gate: Callable[[], str | None] | None = None
     permission: str = "reject"
+    system_prompt: str | None = None  # the child's system prompt (an agent file's body), sent with initialize
     startup_timeout: float = 30.0  # spawn + initialize handshake
     shutdown_timeout: float = 5.0
     exit_wait: float = 2.0  # bounded wait for the child's exit after its transport failed
@@ -93,7 +94,7 @@ class DshSettings:
 
 _CONFIG_KEYS = frozenset(
     {"provider", "command", "args", "env", "model", "base_url", "max_tokens", "permission", "description",
-     "startup_timeout", "shutdown_timeout", "exit_wait", "eof_grace", "term_grace"}
+     "system_prompt", "startup_timeout", "shutdown_timeout", "exit_wait", "eof_grace", "term_grace"}
 )  # fmt: skip
 
 
@@ -122,6 +123,7 @@ def _settings(name: str, config: Mapping[str, Any], parent: ParentContext) -> Ds
         max_parallel=parent.max_parallel,
         request_gate=parent.request_gate if "base_url" not in config else None,
         permission=permission,
+        system_prompt=table.string("system_prompt"),
         startup_timeout=table.seconds("startup_timeout", defaults.startup_timeout),
         shutdown_timeout=table.seconds("shutdown_timeout", defaults.shutdown_timeout),
         exit_wait=table.seconds("exit_wait", defaults.exit_wait),
@@ -215,6 +217,7 @@ class DshSdkRun(Run[DshSettings]):
             params["base_url"] = settings.base_url
         if settings.max_tokens is not None:
             params["max_tokens"] = settings.max_tokens
+        params.update({"system_prompt": settings.system_prompt} if settings.system_prompt else {})
         params.update({"dialect": settings.dialect} if settings.dialect else {})
         params.update({"max_parallel": settings.max_parallel} if settings.max_parallel else {})
         gate = settings.request_gate() if settings.request_gate is not None else None

@@ -311,6 +311,7 @@ class Provider(Generic[SettingsT]):
     hint: str | None = None
     secrets: tuple[str, ...] = ()  # masked in every run's output, with the run's secret env values
     frames: FrameLog | None = None  # the session's memory of its children's frames, for /report
+    description: str = ""  # the table's ``description``: what the subagent tool tells the model it is for
 
     def run(self, request: SubagentRequest) -> Run[SettingsT]:
         """A new, not yet started run of ``request``."""

@@ -95,14 +95,9 @@ def subagent_tool(providers: Mapping[str, AnyProvider], jobs: JobManager | None 
             return ToolOutput(f"started background subagent job {job.id}")
         return foreground_output(await run_subagent(provider, request))
 
-    listed = ", ".join(names) if names else "none configured"
     return Tool(
         "subagent",
-        "Delegate a self-contained task to a subagent running in its own process. It starts with no "
-        "memory of this conversation: put everything it needs in `prompt`. Returns its final answer; "
-        "a failed run returns a short diagnostic and any partial output. With run_in_background=true "
-        "it returns a job id at once (read it with job_output; you are told when it finishes). "
-        f"Subagents: {listed}.",
+        _description(providers),
         {
             "type": "object",
             "properties": {
@@ -123,6 +118,19 @@ def subagent_tool(providers: Mapping[str, AnyProvider], jobs: JobManager | None 
         run,
         concurrency_safe=True,  # each run is its own process; parallel delegation is the point
     )
+
+
+def _description(providers: Mapping[str, AnyProvider]) -> str:
+    """The tool's description: what a subagent is, then each one's name, and what it is for when its table or
+    agent file says (the model picks by it)."""
+    listed = ", ".join(providers) if providers else "none configured"
+    described = "".join(f"\n- {name}: {provider.description}" for name, provider in providers.items()
+                        if provider.description)
+    return ("Delegate a self-contained task to a subagent running in its own process. It starts with no "
+            "memory of this conversation: put everything it needs in `prompt`. Returns its final answer; "
+            "a failed run returns a short diagnostic and any partial output. With run_in_background=true "
+            "it returns a job id at once (read it with job_output; you are told when it finishes). "
+            f"Subagents: {listed}." + (f" What each is for:{described}" if described else ""))
 
 
 class SubagentToolkit:

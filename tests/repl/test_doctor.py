@@ -534,7 +534,7 @@ def test_a_real_lookup_of_a_name_that_does_not_exist_fails_at_dns(env: dict[str,
 def test_the_step_table_has_a_row_for_every_step_and_the_mcp_lines_as_printed() -> None:
     text = (Path(__file__).resolve().parents[2] / "docs" / "doctor.md").read_text(encoding="utf-8")
     rows = [line.split("|")[1].strip() for line in text.splitlines() if line.startswith("| `")]
-    assert rows == [f"`{name}`" for name in (*STEPS, "sandbox", "MCP server NAME")]  # in the order doctor runs them
+    assert rows == [f"`{name}`" for name in (*STEPS, "sandbox", "MCP server NAME", "hook")]  # in the order doctor runs
     exited = McpFailure(Stage.INITIALIZE, Category.PROCESS_EXIT, exit_status=ExitStatus(3, None))
     shown = [ServerStatus("fx", "ready", tools=7), ServerStatus("off", "disabled"),
              ServerStatus("bad", "failed", line=failure_line("bad", exited))]
