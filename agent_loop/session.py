@@ -37,6 +37,7 @@ from dsh.agent_loop.events import (
     TurnStart,
 )
 from dsh.agent_loop.extensions import Extensions
+from dsh.agent_loop.mentions import expand_mentions
 from dsh.agent_loop.model_check import AFTER_TURN_GRACE, ModelCheck
 from dsh.agent_loop.permissions import Mode, Permissions
 from dsh.agent_loop.reasons import EndReason, failure_from_exception
@@ -491,6 +492,12 @@ class Session:
             await self.compact("", scope=compact_scope)
         sent = prompt if self._prompt_transform is None else self._prompt_transform(prompt)
         agent = self.ensure_agent()
+        # Each @path mention's file or listing joins the user message, here where every front end passes
+        # (agent_loop/mentions.py; docs/prompt.md); what was cut, masked or left out is one line each.
+        mentioned = expand_mentions(sent, cwd=Path(self.cwd), root=Path(self.project), redactor=agent.redactor)
+        for line in mentioned.notices:
+            self._notice(line)
+        sent = mentioned.text
         await self.ensure_context()
         await self.open_mcp()
         await self._children.sync_mcp_tools(agent.tools)

@@ -87,6 +87,8 @@ BENCHMARKS: tuple[Benchmark, ...] = (
     Benchmark("continuation", (("continue_vs_retry", "x", None),), "bench.continuation", "continued_vs_retry"),
     Benchmark("extensions", (("extensions_first_prompt_ms", "ms", ("<=", 10.0)),), "bench.extensions",
               "extensions_first_prompt"),
+    Benchmark("mentions", (("mention_complete_ms", "ms", ("<", 50.0)), ("mention_list_ms", "ms", None)),
+              "bench.mentions", "mention_completion"),
 )
 
 

@@ -396,6 +396,25 @@ def readme_session(lab: Lab) -> str:
 # --- scripting (-p) --------------------------------------------------------------------------------------
 
 
+def mentions_print(lab: Lab) -> str:
+    """``dsh -p`` with three mentions (a file, a file holding a secret, a missing one) against a fault server, and
+    the user message the endpoint received (docs/prompt.md)."""
+    from dsh.llm.loopback.fault_server import Behaviour, FaultServer
+
+    home = lab.home("max_retries = 0\n")
+    work = home / "project"
+    (work / "src" / "app.py").write_text("def main():\n    return 1\n", encoding="utf-8")
+    (work / ".env").write_text("DEEPSEEK_API_KEY=sk-mention0123456789abcdef\n", encoding="utf-8")
+    with FaultServer(default=Behaviour("text", text="main() returns 1; .env holds your API key."),
+                     models=None) as server:
+        run = lab.dsh(["--base-url", server.url, "-p", "explain @src/app.py and @.env (see @nope.py)"], home=home,
+                      env={"DEEPSEEK_API_KEY": "any"}, shown_env="DEEPSEEK_API_KEY=any")
+        (request,) = server.requests
+    sent = request.json["messages"][-1]["content"]
+    text = "\n".join([session_text(run), "# the user message the endpoint received:", sent])
+    return f"````console\n{text.rstrip()}\n````\n"  # four backticks: the message holds fences of three
+
+
 def print_answer_only(lab: Lab) -> str:
     """``-p`` with stderr thrown away: the answer alone (the reasoning and tool lines went to stderr)."""
     run = lab.once("print-answer", lambda: lab.dsh(["--demo", "--scenario", "tool-call", "-p", "look around"],
@@ -1598,6 +1617,7 @@ GENERATORS: dict[str, Callable[[Lab], str]] = {
     "reliability-counts": table_reliability_counts,
     "litellm": table_litellm,
     "mcp-call": mcp_call,
+    "mentions-print": mentions_print,
     "mcp-failure": mcp_failure,
     "mcp-config-errors": mcp_config_errors,
     "mcp-allow": mcp_allow,

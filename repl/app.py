@@ -42,6 +42,7 @@ from prompt_toolkit.layout import ConditionalContainer, HSplit, Layout, Window
 from prompt_toolkit.layout.controls import FormattedTextControl
 from prompt_toolkit.patch_stdout import patch_stdout
 
+from dsh.agent_loop.path_index import PathIndex
 from dsh.llm import unwrap_group
 from dsh.repl import commands, custom_commands
 from dsh.repl.activity import fit_width
@@ -50,6 +51,7 @@ from dsh.repl.config import Config, history_path
 from dsh.repl.first_prompt import ENDING_SIGNALS, PROMPT, ending_status
 from dsh.repl.live_view_state import LiveViewState
 from dsh.repl.options import DrawnPrompt, LaunchOptions
+from dsh.repl.prompt_input import add_editor_keys, editing_mode, prompt_completer
 from dsh.repl.sanitize import sanitize
 from dsh.repl.shell import Shell, StartupError, color, open_shell
 from dsh.repl.styles import terminal_text
@@ -153,6 +155,7 @@ class InteractiveApp:
         self._first_prompt: DrawnPrompt | None = None  # drawn by start-up, taken over by the first prompt
         self._drawn = asyncio.Event()  # this prompt is on the screen: the agent's build may start
         self._servers_opened = False
+        self._paths: PathIndex | None = None  # the tree's files for @ completion, listed behind the first prompt
 
     # --- the front end a shell writes to ------------------------------------------------------------
 
@@ -224,6 +227,7 @@ class InteractiveApp:
         if self._exit_status is not None:
             return None  # an ending signal came before this prompt ran
         default, self.shell.prefill = self.shell.prefill, ""
+        self._session.editing_mode = editing_mode(self.shell.vi_mode)  # /vim switches from the next prompt
         prompt = self._session.prompt_async(PROMPT, default=default, handle_sigint=False, pre_run=self._pre_run)
         try:
             async with asyncio.TaskGroup() as group:  # asyncio's: anyio's backend comes with the agent, behind it
@@ -281,6 +285,8 @@ class InteractiveApp:
         """Once the prompt is drawn: the agent's modules imported, then the agent built; a failure ends the prompt
         and the loop raises it (the CLI says why in one line)."""
         await self._drawn.wait()
+        if self._paths is not None:
+            self._paths.start()  # the tree listed for @ completion, in a worker thread
         try:
             # Its modules take longer to import than the prompt took to draw: in a worker thread, so that keys
             # typed at the prompt meanwhile are drawn as they come (docs/architecture.md, "Start-up and lazy
@@ -377,11 +383,15 @@ class InteractiveApp:
 
         keys.add("c-o")(self._expand)
         keys.add(Keys.BackTab)(self._cycle_mode)
+        add_editor_keys(keys)  # Ctrl-G: the prompt in $VISUAL/$EDITOR (repl/prompt_input.py)
+        self._paths = PathIndex(Path(self.shell.session.cwd))
 
         return PromptSession(
             history=SafeHistory(self.history_path),
-            completer=SlashCompleter(self.shell),
+            completer=prompt_completer(SlashCompleter(self.shell), self._paths),
             complete_while_typing=True,
+            enable_open_in_editor=True,
+            vi_mode=self.shell.vi_mode,
             key_bindings=keys,
             multiline=True,
             prompt_continuation=lambda width, line_number, soft_wrap: ". ".rjust(width),

@@ -64,7 +64,8 @@ REPORT_WRITTEN = "report written to {path} (it holds this turn's requests, like 
 KEYS_HELP = (
     "keys: Enter sends · Esc Enter or a trailing \\ adds a line · Ctrl-C cancels a turn or clears the line\n"
     "      Ctrl-C twice on an empty line or Ctrl-D exits · Up/Down walk the history · Tab completes /commands\n"
-    "      Ctrl-O (or /expand) shows the last tool output in full · Shift+Tab cycles the permission mode"
+    "      Ctrl-O (or /expand) shows the last tool output in full · Shift+Tab cycles the permission mode\n"
+    "      @path adds a file or folder to the prompt (Tab completes it) · Ctrl-G or Ctrl-X Ctrl-E opens $EDITOR"
 )
 
 
@@ -151,6 +152,13 @@ async def _model(shell: Host, arg: str) -> None:
         return
     shell.session.set_model(arg)
     shell.say(f"model set to {arg} (from the next turn)")
+
+
+@_command("vim", "", "switch the prompt between vi and emacs key bindings")
+async def _vim(shell: Host, arg: str) -> None:
+    shell.vi_mode = not shell.vi_mode
+    shell.say("vi key bindings (Esc: normal mode; /vim switches back)" if shell.vi_mode
+              else "emacs key bindings (/vim switches to vi)")
 
 
 @_command("context", "", "show what is sent with each request, with sizes in tokens")

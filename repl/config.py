@@ -86,6 +86,7 @@ KNOWN_KEYS = frozenset(
         "claude_settings",
         "auto_continue",
         "max_continuations",
+        "vi_mode",
     }
 )
 
@@ -449,6 +450,7 @@ _CHECKS = {
     "claude_settings": _check_bool,
     "auto_continue": _check_bool,
     "max_continuations": _check_max_continuations,
+    "vi_mode": _check_bool,
 }
 
 

@@ -24,6 +24,7 @@ class Host(Protocol):
     endpoint: Endpoint
     session: Session
     exit_code: int | None
+    vi_mode: bool
 
     @property
     def env(self) -> dict[str, str]: ...

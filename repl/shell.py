@@ -78,6 +78,7 @@ class Shell:
                                answer_markdown=answer_markdown and config.markdown)
         self.show_usage = show_usage
         self.prefill = ""  # text the next prompt starts with (what was typed during a turn)
+        self.vi_mode = config.vi_mode  # the prompt's key bindings: vi or emacs; /vim switches (docs/prompt.md)
         self.exit_code: int | None = None  # set by /exit
         self._context_warned = False  # the 80% line was shown and the fill has not dropped below since
 

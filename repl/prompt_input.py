@@ -1,0 +1,66 @@
+"""What the prompt adds to typing: ``@`` completing the tree's paths, the editor (Ctrl-G, Ctrl-X Ctrl-E) and vi
+key bindings (docs/prompt.md).
+
+Imported with repl/app.py, before the first prompt, so it imports nothing the prompt does not already have:
+the tree is listed in a worker thread once the prompt is drawn (agent_loop/path_index.py), and each completion
+runs in a thread of its own, so a slow match never holds a key back.
+"""
+
+from __future__ import annotations
+
+import re
+from collections.abc import Iterable
+
+from prompt_toolkit.completion import CompleteEvent, Completer, Completion, ThreadedCompleter, merge_completers
+from prompt_toolkit.document import Document
+from prompt_toolkit.enums import EditingMode
+from prompt_toolkit.key_binding import KeyBindings, KeyPressEvent
+
+from dsh.agent_loop.mentions import MENTION
+from dsh.agent_loop.path_index import PathIndex
+from dsh.repl.sanitize import sanitize
+from dsh.repl.usage import compact_count
+
+__all__ = ["MentionCompleter", "add_editor_keys", "editing_mode", "prompt_completer"]
+
+# The mention being typed: `@` at the start or after whitespace, up to the cursor (agent_loop/mentions.py's rule).
+_TYPING = re.compile(r"(?<!\S)@([A-Za-z0-9_./+-]*)\Z")
+
+
+class MentionCompleter(Completer):
+    """Completes ``@path`` from the tree's files and folders, fuzzy, best first, each with its size in tokens."""
+
+    def __init__(self, index: PathIndex) -> None:
+        self.index = index
+
+    def get_completions(self, document: Document, complete_event: CompleteEvent) -> Iterable[Completion]:
+        typing = _TYPING.search(document.text_before_cursor)
+        if typing is None:
+            return
+        self.index.start()  # the first listing, or a new one when this one is old (behind this completion)
+        query = typing.group(1)
+        for path in self.index.match(query):
+            if MENTION.fullmatch("@" + path) is None:
+                continue  # a name the mention rule cannot spell (a space, a quote ...): not offered
+            tokens = self.index.tokens(path)
+            meta = "folder" if path.endswith("/") else "" if tokens is None else f"≈ {compact_count(tokens)} tokens"
+            # prompt_toolkit draws the menu itself: the sink's sanitizer, applied here.
+            yield Completion(path, start_position=-len(query), display=sanitize(path), display_meta=meta)
+
+
+def prompt_completer(slash: Completer, index: PathIndex) -> Completer:
+    """The prompt's completer: ``/commands`` as they were, and ``@`` mentions matched in a thread."""
+    return merge_completers([slash, ThreadedCompleter(MentionCompleter(index))])
+
+
+def add_editor_keys(keys: KeyBindings) -> None:
+    """Ctrl-G opens the prompt in ``$VISUAL``/``$EDITOR`` (Ctrl-X Ctrl-E too: ``enable_open_in_editor``); what the
+    editor saves comes back to the prompt, to be read over and sent with Enter."""
+
+    @keys.add("c-g")
+    def _editor(event: KeyPressEvent) -> None:
+        event.current_buffer.open_in_editor(validate_and_handle=False)
+
+
+def editing_mode(vi: bool) -> EditingMode:
+    return EditingMode.VI if vi else EditingMode.EMACS
