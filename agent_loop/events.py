@@ -28,7 +28,9 @@ __all__ = [
     "JobNotice",
     "LlmContinue",
     "LlmRetry",
+    "ModelSet",
     "ReasoningDelta",
+    "ShellRun",
     "StepStart",
     "StreamKeepAlive",
     "TextDelta",
@@ -228,6 +230,16 @@ class CacheDrop(_Known):
 
 
 @dataclass(frozen=True, slots=True)
+class ModelSet(_Known):
+    """``/model NAME`` or ``/profile NAME`` set the model of the next requests; a resume restores the last one. Written
+    by the front end between turns: an older dsh reads it as an unknown record and ignores it."""
+
+    type: ClassVar[str] = "model/set"
+
+    model: str
+
+
+@dataclass(frozen=True, slots=True)
 class HookRan(_Known):
     """A hook ran (docs/hooks.md): closed facts only, never what it printed. ``outcome`` is go | block | ask |
     refused | error; ``category`` (timeout | not-found | exit | crash) when it failed."""
@@ -241,6 +253,22 @@ class HookRan(_Known):
     exit_code: int | None = None
     duration_s: float = 0.0
     tool: str | None = None
+
+
+@dataclass(frozen=True, slots=True)
+class ShellRun(_Known):
+    """The user ran ``!command`` at the prompt (docs/prompt.md): closed facts, never the output (the model sees it
+    only when a prompt attaches it, and then the user message holds it). ``command`` is masked and cut."""
+
+    type: ClassVar[str] = "shell/run"
+
+    command: str
+    exit_code: int | None = None
+    signal: str | None = None
+    timed_out: bool = False
+    duration_s: float = 0.0
+    output_bytes: int = 0
+    sandboxed: bool = False
 
 
 @dataclass(frozen=True, slots=True)
@@ -269,6 +297,8 @@ _KnownEvent = (
     | ContextCompacted
     | CacheDrop
     | HookRan
+    | ShellRun
+    | ModelSet
 )
 Event = _KnownEvent | UnknownEvent
 

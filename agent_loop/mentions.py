@@ -39,6 +39,7 @@ __all__ = [
     "TOTAL_CAP_BYTES",
     "Expansion",
     "expand_mentions",
+    "fenced",
     "mentions_in",
 ]
 
@@ -139,7 +140,7 @@ def _file_block(name: str, real: Path, cap: int, notices: list[str], redactor: R
     if masked != text:
         what += ", secrets masked"
         notices.append(f"@{name}: sent with secrets masked ({MASK})")
-    return f"@{name} ({what}):\n{_fenced(masked)}", len(data[:cap])
+    return f"@{name} ({what}):\n{fenced(masked)}", len(data[:cap])
 
 
 def _read(real: Path, cap: int) -> tuple[bytes, int]:
@@ -184,7 +185,7 @@ def _directory_block(name: str, real: Path, notices: list[str], redactor: Redact
     body = redactor("\n".join(entries))
     count = len(entries) - more
     what = f"directory, {count} {'entry' if count == 1 else 'entries'}" + (", cut" if more else "")
-    return f"@{name} ({what}):\n{_fenced(body)}", len(body.encode())
+    return f"@{name} ({what}):\n{fenced(body)}", len(body.encode())
 
 
 def _is_directory(entry: os.DirEntry[str]) -> bool:
@@ -200,7 +201,7 @@ def _shown(name: str) -> str:
     return "".join(char if char.isprintable() else f"\\u{ord(char):04x}" for char in name)
 
 
-def _fenced(text: str) -> str:
+def fenced(text: str) -> str:
     """``text`` in a Markdown fence longer than any run of backticks inside it."""
     longest = max((len(run) for run in re.findall(r"`+", text)), default=0)
     fence = "`" * max(3, longest + 1)

@@ -74,12 +74,13 @@ class Recap:
 
     # The record types it reads: a caller may pass it only these (``open_session(record_kinds=...)``).
     kinds: ClassVar[frozenset[str]] = frozenset(
-        {"turn/start", "assistant/message", "turn/end", "context/compact", "llm/continue"})
+        {"turn/start", "assistant/message", "turn/end", "context/compact", "llm/continue", "model/set"})
     turns: deque[TurnSummary] = field(default_factory=lambda: deque(maxlen=KEEP))
     last_prompt: str | None = None  # the whole prompt of the last turn the user prompted
     last_prompt_turn: int = 0
     info: ModelInfo | None = None  # the model the logged requests are priced as (the resuming session's)
     spent: float = 0.0  # what the logged requests cost, each at its hour's prices (a budget counts it)
+    model: str | None = None  # the last ``model/set`` record's (/model, /profile): a resume restores it
 
     def _add_spend(self, usage: object, time: object) -> None:
         """One logged request's cost, as :class:`~dsh.agent_loop.usage.UsageTally` prices it (a request with no
@@ -105,6 +106,8 @@ class Recap:
         data = record.get("data")
         if not isinstance(data, dict):
             return
+        if kind == "model/set" and isinstance(model := data.get("model"), str) and 0 < len(model) <= 128:
+            self.model = model
         if kind in ("assistant/message", "context/compact", "llm/continue"):  # each a request
             self._add_spend(data.get("usage"), record.get("time"))
         turn = data.get("turn")

@@ -150,6 +150,7 @@ class Session:
         self.context: ProjectContext | None = None  # gathered before the first turn of each session
         self.turn_running = False
         self._cancel_pending = False  # a cancel arrived while a turn was being set up
+        self.command_scope: anyio.CancelScope | None = None  # a running `!command` (agent_loop/prompt_shell.py)
         self._model_check = ModelCheck()  # the first turn's GET /models (agent_loop/model_check.py)
         # Hooks, skills and custom commands (agent_loop/session_extensions.py), each found at first need.
         self.extras = SessionExtensions(config, cwd=self.cwd, user_dir=user_dir, project=project_context,
@@ -398,6 +399,11 @@ class Session:
         recap = self._life.recap
         self._usage.previous_cache_rate = recap.cache_rate if recap else None
         self._usage.carry(recap.spent if recap else 0.0)
+        if recap is not None and recap.model is not None:  # the log's last /model or /profile (a model/set record)
+            self.set_model(recap.model)
+
+    def set_cap(self, max_cost: float) -> None:
+        self._usage.set_cap(max_cost)  # /profile NAME's max_cost, from the next request (agent_loop/budget.py)
 
     def set_model(self, name: str) -> None:
         """``/model NAME``: the next request uses it."""
@@ -447,6 +453,8 @@ class Session:
     # --- turns ------------------------------------------------------------------------------------
 
     def cancel_turn(self) -> None:
+        if self.command_scope is not None:  # a `!command` runs, not a turn: it is what Ctrl-C stops
+            return self.command_scope.cancel()
         if self.agent is not None and self.turn_running and not self.agent.cancel("cancelled"):
             # The turn is being set up (a live view, the prompt guard) and the agent has no scope yet:
             # cancel it as soon as it starts instead of losing the request.
@@ -484,7 +492,7 @@ class Session:
         return self.context
 
     async def run_turn(self, prompt: str, *, scope: TurnScope | None = None,
-                       compact_scope: TurnScope | None = None) -> EndReason:
+                       compact_scope: TurnScope | None = None, attached: str = "") -> EndReason:
         """The whole turn of ``prompt``, every front end's one call: a compaction first (inside ``compact_scope``)
         when the window is nearly full (:meth:`compaction_due`; a failure is a :class:`Notice`, the turn runs
         anyway), the prompt transform, then the turn inside ``scope``; how it ended."""
@@ -497,7 +505,7 @@ class Session:
         mentioned = expand_mentions(sent, cwd=Path(self.cwd), root=Path(self.project), redactor=agent.redactor)
         for line in mentioned.notices:
             self._notice(line)
-        sent = mentioned.text
+        sent = mentioned.text + attached  # after the mentions: a `!` command's output (agent_loop/prompt_shell.py)
         await self.ensure_context()
         await self.open_mcp()
         await self._children.sync_mcp_tools(agent.tools)

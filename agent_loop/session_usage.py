@@ -39,6 +39,7 @@ class SessionUsage:
         self.total = UsageTally()
         self.previous_cache_rate: float | None = None  # the last turn's whose endpoint reported the cache
         self.budget = Budget(config.max_cost) if config.max_cost is not None else None  # agent_loop/budget.py
+        self.carried = 0.0  # a resumed session's logged spend: a cap set later (/profile NAME) counts it too
 
     def new_turn(self) -> None:
         self.turn = UsageTally()
@@ -82,8 +83,16 @@ class SessionUsage:
 
     def carry(self, spent: float) -> None:
         """A resumed session's logged spend counts against the cap."""
+        self.carried = spent
         if self.budget is not None:
             self.budget.carried = spent
+
+    def set_cap(self, max_cost: float) -> None:
+        """``/profile NAME``'s ``max_cost``: the cap from the next request, over the spend so far."""
+        if self.budget is None:
+            self.budget = Budget(max_cost, carried=self.carried)
+        else:
+            self.budget.max_cost, self.budget.warned = max_cost, False
 
     def context_fill(self) -> float | None:
         """How full the model's window is after the latest request; None when unknown."""

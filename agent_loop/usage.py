@@ -9,7 +9,7 @@ from __future__ import annotations
 
 import datetime as _dt
 from collections.abc import Mapping
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 
 from dsh.llm.events import Usage
 from dsh.llm.models import ModelInfo, ModelSettings, Prices, cost_usd, model_info
@@ -52,6 +52,8 @@ class UsageTally:
     hit_cost: float = 0.0  # what the hits and the misses cost, while ``cost`` is known
     miss_cost: float = 0.0
     prices: Prices | None = None  # the latest priced request's
+    # The same sums by model, each request priced as its own model (/cost splits them); None in those tallies.
+    by_model: dict[str, UsageTally] | None = field(default_factory=dict)
 
     @property
     def cache_hit_rate(self) -> float | None:
@@ -66,6 +68,8 @@ class UsageTally:
 
     def add(self, usage: Usage | None, model: str, info: ModelInfo | None, when: _dt.datetime) -> None:
         """One request's usage; None when the endpoint sent none (the request still counts)."""
+        if self.by_model is not None:
+            self.by_model.setdefault(model, UsageTally(by_model=None)).add(usage, model, info, when)
         self.requests += 1
         self.model = model
         if usage is None:

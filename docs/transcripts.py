@@ -519,6 +519,15 @@ def sessions_cli(lab: Lab) -> str:
     return lab.once("sessions-cli", job).result()
 
 
+def export_md(lab: Lab) -> str:
+    """A tool-call turn, then ``dsh sessions export last --format md`` (docs/prompt.md, "Export")."""
+    home = lab.home()
+    runs = [lab.dsh(["--demo", "--scenario", "tool-call", "-p", "what is in this project?"], home=home),
+            lab.dsh(["sessions", "export", "last", "--format", "md"], home=home)]
+    text = "\n".join(session_text(run) for run in runs)
+    return f"````console\n{text.rstrip()}\n````\n"  # four backticks: the export holds fences of three
+
+
 def resume_session(lab: Lab) -> str:
     run = lab.once("resume-crashed", lambda: _resumed_after_crash(lab)).result()
     return fence(session_text(run, "hello again\n"), "console")
@@ -1590,6 +1599,7 @@ GENERATORS: dict[str, Callable[[Lab], str]] = {
     "retry-then-success": scenario_session("retry-then-success"),
     "resume": resume_session,
     "sessions-cli": sessions_cli,
+    "export-md": export_md,
     "config-errors": config_errors,
     "prompt-guard": prompt_guard,
     "edits": edits_session,

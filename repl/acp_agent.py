@@ -368,7 +368,7 @@ def _load(args: argparse.Namespace, env: Mapping[str, str], keyless: bool) -> tu
     needs one (``keyless``: an endpoint of dsh's own)."""
     flags = {"model": args.model, "base_url": args.base_url, "proxy": args.proxy, "max_tokens": args.max_tokens,
              "thinking": args.thinking, "reasoning_effort": args.reasoning_effort, "dialect": args.dialect,
-             "permission_mode": args.permission_mode}
+             "permission_mode": args.permission_mode, "profile": args.profile}
     path = Path(args.config) if args.config else None
     config = load_config(flags, env, require_key=False, config_path=path)
     if config.sandbox is not None:

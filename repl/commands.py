@@ -12,7 +12,6 @@ from __future__ import annotations
 import dataclasses
 import difflib
 import json
-import re
 from collections.abc import Awaitable, Callable
 from dataclasses import dataclass
 from typing import TYPE_CHECKING
@@ -23,8 +22,9 @@ from dsh.agent_loop.reasons import EndReason
 from dsh.agent_loop.usage import UsageTally, estimate_tokens
 from dsh.llm import HarnessError, error_chain, redact_text
 from dsh.llm.models import PRICES_AS_OF, model_info
-from dsh.repl import custom_commands
+from dsh.repl import custom_commands, model_commands
 from dsh.repl.host import Host
+from dsh.repl.lazy import entry
 from dsh.repl.usage import cache_split_lines, compact_count, usage_line
 from dsh.repl.why import why_lines
 
@@ -139,19 +139,9 @@ async def _retry(shell: Host, arg: str) -> EndReason | None:
     return await shell.run_turn(prompt)
 
 
-_MODEL_NAME = re.compile(r"^[A-Za-z0-9][A-Za-z0-9._:/@+-]{0,127}$")
-
-
-@_command("model", "[name]", "show or switch the model (from the next turn)")
-async def _model(shell: Host, arg: str) -> None:
-    if not arg:
-        shell.say(f"model: {shell.session.model}")
-        return
-    if not _MODEL_NAME.match(arg):
-        shell.say(f"not a model name: {arg[:60]!r}")
-        return
-    shell.session.set_model(arg)
-    shell.say(f"model set to {arg} (from the next turn)")
+_command("model", "[name]", "list the endpoint's models, or switch (from the next turn)")(model_commands.run_model)
+_command("profile", "[NAME]", "list the [profiles.NAME] of config.toml, or switch to one (from the next turn)")(
+    model_commands.run_profile)
 
 
 @_command("vim", "", "switch the prompt between vi and emacs key bindings")
@@ -228,7 +218,8 @@ async def _cost(shell: Host, arg: str) -> None:
 
 def _cost_lines(shell: Host, tally: UsageTally) -> list[str]:
     lines = [f"{tally.requests} request{'s' if tally.requests != 1 else ''}: {usage_line(tally, shell.config.models)}",
-             *cache_split_lines(tally)]  # the prompt cache's hits and misses, when the endpoint reported them
+             *cache_split_lines(tally),  # the prompt cache's hits and misses, when the endpoint reported them
+             *model_commands.cost_by_model_lines(tally, shell.config.models)]  # with more than one model
     if tally.cost is None:
         lines.append(f"no price known for {tally.model}: set [models.\"{tally.model}\"] prices in config.toml")
     elif tally.tokens_known and model_info(tally.model) is not None and tally.model not in shell.config.models:
@@ -257,6 +248,13 @@ async def _report(shell: Host, arg: str) -> None:
     shell.say("report: running dsh doctor's steps again for it…")
     path = await write_capsule(shell, arg or None, on_step=lambda step: shell.say("\n".join(step.lines())))
     shell.say(REPORT_WRITTEN.format(path=path))
+
+
+@_command("export", "[FILE]", "write this conversation to a masked file to read or share (.md, .json, .html)")
+async def _export(shell: Host, arg: str) -> None:
+    # by name when asked (repl/lazy.py): the log's reader is not needed before the prompt
+    run: Handler = entry("dsh.repl.export_command", "repl_export")
+    await run(shell, arg)
 
 
 def _server_state(status: ServerStatus) -> str:

@@ -12,6 +12,7 @@ import os
 import time
 from collections.abc import Mapping
 from dataclasses import dataclass, field
+from functools import partial
 from pathlib import Path
 from types import ModuleType
 from typing import TYPE_CHECKING, Any
@@ -31,6 +32,7 @@ from dsh.llm.endpoint import DIALECTS, default_dialect, endpoint_for_url
 from dsh.llm.exchange_ring import DEFAULT_RING_BYTES, MAX_RING_BYTES
 from dsh.llm.network import environment_proxy
 from dsh.llm.redact import MIN_SECRET_CHARS, environment_secrets, redact_url, url_secrets
+from dsh.repl.profiles import check_profiles, select_profile
 from dsh.repl.project_config import ProjectConfig, project_layer, read_project
 
 if TYPE_CHECKING:
@@ -87,6 +89,7 @@ KNOWN_KEYS = frozenset(
         "auto_continue",
         "max_continuations",
         "vi_mode",
+        "profiles",
     }
 )
 
@@ -134,6 +137,8 @@ class Config:
     max_continuations: int = DEFAULT_MAX_CONTINUATIONS
     auto_continue: bool = False
     vi_mode: bool = False  # vi key bindings at the prompt; /vim toggles them (docs/prompt.md)
+    profiles: dict[str, dict[str, Any]] = field(default_factory=dict)  # [profiles.NAME] (repl/profiles.py)
+    profile: str | None = None  # the one --profile or DSH_PROFILE picked; /profile NAME changes it
     config_path: Path | None = None  # the file that was read, if any
     project: ProjectConfig | None = None  # the project's .dsh/config.toml, if read (dsh.repl.project_config)
     warnings: tuple[str, ...] = ()
@@ -452,6 +457,7 @@ _CHECKS = {
     "max_continuations": _check_max_continuations,
     "vi_mode": _check_bool,
 }
+_CHECKS["profiles"] = partial(check_profiles, checks=_CHECKS)  # each value checked as its top-level key is
 
 
 # The settings the environment gives, by variable: above the file, below the flags.
@@ -501,6 +507,7 @@ def add_endpoint_flags(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--max-tokens", dest="max_tokens", type=int, metavar="N", help="output-token cap per step")
     parser.add_argument("--thinking", choices=("enabled", "disabled"), help="DeepSeek thinking mode")
     parser.add_argument("--reasoning-effort", dest="reasoning_effort", choices=("low", "high", "max"))
+    parser.add_argument("--profile", metavar="NAME", help="a [profiles.NAME] table of config.toml (or DSH_PROFILE)")
     parser.add_argument("--dialect", choices=DIALECTS,
                         help="deepseek (DeepSeek's extensions and answers) or openai (default: by the host)")
 
@@ -534,6 +541,7 @@ def load_config(
         # The key in plain text is the user's choice; a key others can read is a mistake to point out.
         warnings.append(f"{path} holds api_key and is readable by others; chmod 600 {path}")
     project = project_layer(read_project(cwd, env, warnings, _tomllib), _CHECKS, values, sources, warnings)
+    select_profile(flags.get("profile"), env, values, sources, path)  # above the files, below env and flags
     for variable, key in _ENVIRONMENT:
         value = env.get(variable, "")
         if value.strip():

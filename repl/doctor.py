@@ -522,9 +522,10 @@ def main(argv: list[str], env: Mapping[str, str], *, resolver: Resolver | None =
     parser.add_argument("--dialect", choices=DIALECTS)
     parser.add_argument("--max-cost", dest="max_cost", metavar="USD")
     parser.add_argument("--config", metavar="PATH")
+    parser.add_argument("--profile", metavar="NAME")
     args = parser.parse_args(argv)
     flags = {"base_url": args.base_url, "model": args.model, "proxy": args.proxy, "dialect": args.dialect,
-             "max_cost": args.max_cost}
+             "max_cost": args.max_cost, "profile": args.profile}
     env_secrets = tuple(s for s in (env.get("DEEPSEEK_API_KEY", "").strip(),) if s)
 
     def write(text: str) -> None:

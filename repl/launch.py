@@ -40,6 +40,7 @@ from dsh.repl.config import (
     state_dir,
 )
 from dsh.repl.first_prompt import FirstPrompt, banner_line
+from dsh.repl.lazy import entry
 from dsh.repl.options import LaunchOptions, check_endpoint
 from dsh.repl.sanitize import sanitize
 
@@ -84,16 +85,9 @@ def _guarded(args: list[str], command: Callable[[list[str]], int] | None = None)
         _restore_terminal(saved)
 
 
-def _entry(module: str, name: str) -> Any:
-    """``name`` of ``module``, imported now that its subcommand or mode is picked: each loads its own module,
-    which imports what it needs at its top, and none is loaded before (docs/architecture.md, "Start-up and lazy
-    imports"). The caller's annotation gives the entry its type."""
-    return vars(importlib.import_module(module))[name]
-
-
 def _serve(args: list[str]) -> int:
     """``dsh serve --stdio``: the JSON-RPC child runtime (dsh.repl.serve)."""
-    serve_main: Callable[[list[str]], int] = _entry("dsh.repl.serve", "main")
+    serve_main: Callable[[list[str]], int] = entry("dsh.repl.serve", "main")
     return serve_main(args)
 
 
@@ -105,13 +99,13 @@ def _acp(args: list[str]) -> int:
     if importlib.util.find_spec("acp") is None:
         _stderr(ACP_MISSING_EXTRA)
         return EXIT_USAGE
-    acp_main: Callable[..., int] = _entry("dsh.repl.acp_agent", "main")  # and the ACP SDK with it
+    acp_main: Callable[..., int] = entry("dsh.repl.acp_agent", "main")  # and the ACP SDK with it
     return acp_main(args, dict(os.environ), setup_logging=_setup_logging, stderr=_stderr)
 
 
 def _doctor(args: list[str]) -> int:
     """``dsh doctor``: each step of one request, checked (dsh.repl.doctor, docs/doctor.md)."""
-    doctor_main: Callable[[list[str], dict[str, str]], int] = _entry("dsh.repl.doctor", "main")
+    doctor_main: Callable[[list[str], dict[str, str]], int] = entry("dsh.repl.doctor", "main")
     env = dict(os.environ)
     _setup_logging(env, tuple(s for s in (env.get("DEEPSEEK_API_KEY", "").strip(),) if s))  # not over the report
     return doctor_main(args, env)
@@ -119,19 +113,19 @@ def _doctor(args: list[str]) -> int:
 
 def _replay_server(args: list[str]) -> int:
     """``dsh replay-server FILE --port P``: serve a recording to any client (docs/record-replay.md)."""
-    replay_main: Callable[..., int] = _entry("dsh.llm.loopback.replay_server", "main")
+    replay_main: Callable[..., int] = entry("dsh.llm.loopback.replay_server", "main")
     return replay_main(args, out=_stdout, err=_stderr)
 
 
 def _trust(args: list[str]) -> int:
     """``dsh trust [--revoke]``: trust this repository's project config (dsh.repl.trust, docs/configuration.md)."""
-    trust_main: Callable[[list[str], dict[str, str]], int] = _entry("dsh.repl.trust", "main")
+    trust_main: Callable[[list[str], dict[str, str]], int] = entry("dsh.repl.trust", "main")
     return trust_main(args, dict(os.environ))
 
 
 def _sessions(args: list[str]) -> int:
-    """``dsh sessions list [--all] | show ID | rm ID`` (dsh.repl.sessions)."""
-    sessions_main: Callable[[list[str]], int] = _entry("dsh.repl.sessions", "main")
+    """``dsh sessions list [--all] | show ID | rm ID | export ID`` (dsh.repl.sessions)."""
+    sessions_main: Callable[[list[str]], int] = entry("dsh.repl.sessions", "main")
     return sessions_main(args)
 
 
@@ -193,12 +187,10 @@ def _parser() -> argparse.ArgumentParser:
         prog="dsh",
         description="A terminal harness for LLM agents that never fails silently.",
         epilog="Config: $XDG_CONFIG_HOME/dsh/config.toml. Environment: DEEPSEEK_API_KEY, DEEPSEEK_BASE_URL, "
-        "DSH_MODEL, DSH_DIALECT, DSH_MAX_PARALLEL, NO_COLOR, DSH_DEBUG. Also: dsh doctor (check each step of a "
-        "request), "
-        "dsh sessions list [--all] | show ID | rm ID, dsh trust [--revoke] (run this repository's .dsh/config.toml "
-        "hooks and servers), dsh serve --stdio (child runtime), dsh acp (ACP agent for "
-        "editors), "
-        "dsh replay-server FILE --port P (serve a recording).",
+        "DSH_MODEL, DSH_DIALECT, DSH_MAX_PARALLEL, DSH_PROFILE, NO_COLOR, DSH_DEBUG. Also: dsh doctor (check each "
+        "step of a request), dsh sessions list [--all] | show ID | rm ID | export ID --format md|json|html, dsh trust "
+        "[--revoke] (run this repository's .dsh/config.toml hooks and servers), dsh serve --stdio (child runtime), "
+        "dsh acp (ACP agent for editors), dsh replay-server FILE --port P (serve a recording).",
     )
     parser.add_argument("-p", "--print", metavar="PROMPT", dest="print_prompt", nargs="?", const=_FROM_STDIN,
                         help="run one turn and exit: the answer on stdout, everything else on stderr; "
@@ -334,8 +326,8 @@ def _trusted(config: Config, env: dict[str, str], mode: str) -> Config:
     """What the project file runs, when the user trusts it: the REPL asks once, before the first prompt; the other
     modes never ask (docs/configuration.md, "Project config")."""
     # dsh.repl.trust only with a project file that runs something: json, hashlib and the store's file.
-    gate: Callable[..., tuple[Config, list[str]]] = _entry("dsh.repl.trust", "gate")
-    ask = _entry("dsh.repl.trust", "ask_terminal") if mode == "interactive" else None
+    gate: Callable[..., tuple[Config, list[str]]] = entry("dsh.repl.trust", "gate")
+    ask = entry("dsh.repl.trust", "ask_terminal") if mode == "interactive" else None
     config, lines = gate(config, env, ask)
     for line in lines:
         _stderr(f"dsh: warning: {line}")
@@ -386,7 +378,7 @@ _MODES = {
 
 def _mode_main(mode: str) -> ModeMain:
     """The mode's entry, its module imported now that the mode is known (each imports what it needs)."""
-    mode_main: ModeMain = _entry(*_MODES[mode])
+    mode_main: ModeMain = entry(*_MODES[mode])
     return mode_main
 
 
@@ -406,6 +398,7 @@ def _configure(args: argparse.Namespace, env: dict[str, str]) -> tuple[Config, L
         "record": args.record,
         "permission_mode": args.permission_mode,
         "max_cost": args.max_cost,
+        "profile": args.profile,  # [profiles.NAME] (repl/profiles.py)
     }
     print_prompt = args.print_prompt
     if print_prompt in (_FROM_STDIN, "-"):

@@ -13,12 +13,12 @@ start-up: docs/architecture.md, "Start-up and lazy imports").
 
 from __future__ import annotations
 
-import importlib
 from collections.abc import Callable
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any, Protocol
 
 from dsh.repl.config import Config, ConfigError
+from dsh.repl.lazy import entry
 
 if TYPE_CHECKING:
     from dsh.llm.loopback.replay_server import Trace
@@ -70,7 +70,7 @@ def endpoint_opener(options: LaunchOptions) -> Any:
     annotation names), imported now; None for the configured endpoint."""
     if not options.own_endpoint:
         return None
-    return importlib.import_module(OPENERS["demo" if options.demo else "replay"]).OPENER
+    return entry(OPENERS["demo" if options.demo else "replay"], "OPENER")
 
 
 def check_endpoint(options: LaunchOptions, config: Config) -> tuple[LaunchOptions, Config]:

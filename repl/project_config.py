@@ -23,6 +23,7 @@ from dsh.agent_loop.extension_files import Folder, LeftOut, read_inside
 from dsh.agent_loop.git_root import find_git_dir
 from dsh.agent_loop.hooks import HookSpec, parse_hooks
 from dsh.agent_loop.settings import SettingsError
+from dsh.repl.profiles import cap_profiles
 
 __all__ = ["IGNORED_KEYS", "PROJECT_FILE", "PROJECT_KEYS", "TRUSTED_KEYS", "ProjectConfig", "merge_project",
            "project_file", "project_layer", "read_project", "shown_path"]
@@ -32,7 +33,7 @@ PROJECT_FILE = ".dsh/config.toml"
 PROJECT_KEYS = frozenset({
     "model", "models", "thinking", "reasoning_effort", "max_tokens", "stream_idle_timeout", "first_token_timeout",
     "max_retries", "system_prompt", "system_prompt_append", "report_ring_bytes", "auto_compact", "markdown",
-    "dialect", "max_continuations", "auto_continue", "max_cost", "subagents", "mcp_servers", "hooks",
+    "dialect", "max_continuations", "auto_continue", "max_cost", "subagents", "mcp_servers", "hooks", "profiles",
 })
 # Keys whose entries run a program: held back until the file is trusted (dsh.repl.trust).
 TRUSTED_KEYS = ("hooks", "mcp_servers", "subagents")
@@ -131,6 +132,8 @@ def merge_project(raw: Mapping[str, Any], project: ProjectConfig, checks: Mappin
     if "max_cost" in values and cap is not None and values["max_cost"] > cap:
         lines.append(f"{project.where}: max_cost is ignored here: it may lower your cap, not raise it")
         del values["max_cost"]
+    if "profiles" in values:  # the same rule for each profile's max_cost; the user's own profile of a name wins
+        values["profiles"] = cap_profiles(values["profiles"], user, project.where, lines)
     held = {key: values.pop(key) for key in TRUSTED_KEYS if values.get(key)}
     for key in ("mcp_servers", "subagents"):  # the user's own entry of a name wins over the repository's
         if key in held:

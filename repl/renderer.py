@@ -18,7 +18,9 @@ from dsh.agent_loop.events import (
     JobNotice,
     LlmContinue,
     LlmRetry,
+    ModelSet,
     ReasoningDelta,
+    ShellRun,
     StreamKeepAlive,
     TextDelta,
     ToolCallStart,
@@ -146,6 +148,16 @@ class Renderer:
                 return self._emit(self._status_break() + compacted_line(event) + "\n")
             case CacheDrop(rate=rate, previous=previous, change=change):  # a logged one (dsh sessions show)
                 line = one_line(redact_text(drop_words(rate, previous, change), self.secrets))
+                return self._emit(self._break_line() + line + "\n")
+            case ModelSet(model=model):  # a logged /model or /profile (dsh sessions show)
+                line = one_line(f"model set to {redact_text(model, self.secrets)}")
+                return self._emit(self._break_line() + line + "\n")
+            case ShellRun():  # a logged `!command` (dsh sessions show; agent_loop/prompt_shell.py)
+                how = ("timed out; the command was killed" if event.timed_out else f"killed by {event.signal}"
+                       if event.signal is not None else f"exit code: {event.exit_code}")
+                line = one_line(redact_text(f"! {event.command}  [{how}]{' (sandboxed)' if event.sandboxed else ''} "
+                                            f"({event.duration_s:.1f} s, {event.output_bytes:,} bytes of output)",
+                                            self.secrets))
                 return self._emit(self._break_line() + line + "\n")
         return ""  # step starts, assistant messages, keep-alives, unknown types: nothing to show
 

@@ -23,6 +23,7 @@ from dsh.agent_loop.session_list import SessionInfo, list_sessions, remove_sessi
 from dsh.agent_loop.session_read import load_session_file, read_header
 from dsh.llm import error_chain, redact_text
 from dsh.repl.config import state_dir
+from dsh.repl.export_cli import sessions_export
 from dsh.repl.renderer import Renderer
 from dsh.repl.styles import terminal_text
 from dsh.repl.turn_end import turn_end_line
@@ -48,13 +49,15 @@ LISTING_LIMIT = 20  # sessions shown by /sessions (the newest)
 SHOW_RECORD_LIMIT = 16 << 20
 _RECAP_WIDTH = 100  # characters of a prompt or answer in the recap
 _ELLIPSIS = "…"
-USAGE = "usage: dsh sessions list [--all] | show ID | rm ID"
+USAGE = "usage: dsh sessions list [--all] | show ID | export ID [--format md|json|html] [-o FILE] | rm ID"
 HELP = f"""{USAGE}
 
 Sessions are kept per project under $XDG_STATE_HOME/dsh/sessions (~/.local/state/dsh/sessions).
 
   list [--all]   this project's sessions, newest first (--all: every project's)
   show ID        a session's transcript (ID: an id, a unique prefix, or last)
+  export ID [--format md|json|html] [-o FILE] [--reasoning]
+                 a session as a masked file to read or share (to stdout without -o)
   rm ID          remove a session's log
 """
 
@@ -193,7 +196,7 @@ def _err(text: str) -> None:
 
 
 def main(args: list[str], env: Mapping[str, str] | None = None) -> int:
-    """``dsh sessions list [--all] | show ID | rm ID``: 0 done, 1 failed (not found, in use), 2 usage."""
+    """``dsh sessions list [--all] | show ID | rm ID | export ID``: 0 done, 1 failed (not found, in use), 2 usage."""
     env = dict(os.environ if env is None else env)
     root = state_dir(env) / "sessions"
     secrets = tuple(s for s in (env.get("DEEPSEEK_API_KEY", "").strip(),) if s)
@@ -221,6 +224,8 @@ def main(args: list[str], env: Mapping[str, str] | None = None) -> int:
             for warning in warnings[:3]:
                 _err(f"warning: {warning}")
             return 0
+        if command == "export":  # docs/prompt.md, "Export"
+            return sessions_export(rest, env, root, current_project())
         if command == "rm" and len(rest) == 1:
             path = remove_session(rest[0], root)
             _out(f"removed session {path.stem}\n")

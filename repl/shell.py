@@ -13,19 +13,24 @@ from __future__ import annotations
 import contextlib
 import os
 from collections.abc import AsyncIterator, Callable, Mapping, Sequence
-from typing import TYPE_CHECKING, TextIO
+from typing import TYPE_CHECKING, Any, TextIO
+
+import anyio
 
 from dsh.agent_loop.reasons import EndReason
 from dsh.agent_loop.session import Session, StartupError
+from dsh.llm import HarnessError, error_chain
 from dsh.repl import commands
 from dsh.repl.config import Config
 from dsh.repl.endpoint import Endpoint, configured_endpoint, open_endpoint
 from dsh.repl.frontend import Display, FrontEnd, Sink
+from dsh.repl.lazy import module
 from dsh.repl.options import LaunchOptions
 from dsh.repl.renderer import Renderer
 from dsh.repl.usage import CONTEXT_WARNING_AT, context_warning, usage_line
 
 if TYPE_CHECKING:
+    from dsh.agent_loop.prompt_shell import PromptShell
     from dsh.agent_loop.tools import Tool
 
 __all__ = ["Shell", "StartupError", "color", "open_shell"]
@@ -80,6 +85,7 @@ class Shell:
         self.prefill = ""  # text the next prompt starts with (what was typed during a turn)
         self.vi_mode = config.vi_mode  # the prompt's key bindings: vi or emacs; /vim switches (docs/prompt.md)
         self.exit_code: int | None = None  # set by /exit
+        self._bang: PromptShell | None = None  # the `!` commands, made at the first (docs/prompt.md)
         self._context_warned = False  # the 80% line was shown and the fill has not dropped below since
 
     @property
@@ -128,8 +134,14 @@ class Shell:
 
     async def run_turn(self, prompt: str) -> EndReason:
         """One turn (a compaction first when the window is nearly full: Session.run_turn), rendered as it streams;
-        how it ended."""
-        return await self.session.run_turn(prompt, scope=self._turn_shown, compact_scope=self._compaction_shown)
+        how it ended. An ``@!`` in the prompt sends the last ``!`` command's output with it."""
+        attached = ""
+        if self._marked(prompt):
+            attached = self._bang.attachment() if self._bang is not None else ""
+            if not attached:
+                self.say(self._words.NOTHING_KEPT)
+        return await self.session.run_turn(prompt, scope=self._turn_shown, compact_scope=self._compaction_shown,
+                                           attached=attached)
 
     async def compact(self, focus: str) -> None:
         await self.session.compact(focus, scope=self._compaction_shown)
@@ -156,14 +168,65 @@ class Shell:
         text = line.strip()
         if not text:
             return None
-        if text.startswith("//"):  # an escaped slash: send "/..." as a prompt
+        if "@!" in text:  # the prefilled `@! ` before a command typed after it is dropped (docs/prompt.md)
+            line = self._words.unmarked(line)
+            text = line.strip()
+        if text.startswith(("//", "\\!")):  # an escaped slash or bang: send "/..." or "!..." as a prompt
             return await self.run_turn(line.lstrip()[1:])
+        if text.startswith("!"):
+            await self.run_command(text[1:])
+            return None
         if text.startswith("/"):
             return await commands.dispatch(self, text)
         return await self.run_turn(line)
 
     def cancel_turn(self) -> None:
         self.session.cancel_turn()
+
+    # --- `!command` (agent_loop/prompt_shell.py; docs/prompt.md) ---------------------------------------
+
+    @property
+    def _words(self) -> Any:
+        """The `!` module, by name: it imports the tools, which the first prompt is drawn without (docs/architecture.md,
+        "Start-up and lazy imports"); a prompt's line gets here once the agent's modules are in."""
+        return module("dsh.agent_loop.prompt_shell")
+
+    def _marked(self, prompt: str) -> bool:
+        return "@!" in prompt and bool(self._words.has_marker(prompt))
+
+    async def run_command(self, typed: str) -> None:
+        """``!command``, or ``!!`` (``typed`` is ``!``): run it as run_shell runs one, nobody asked (the user typed it),
+        its output and status shown and kept for ``@!``, and a ``shell/run`` record in the session log."""
+        agent = self.session.ensure_agent()  # the log and the redactor
+        words = self._words
+        if self._bang is None:
+            self._bang = words.PromptShell(sandbox=self.config.sandbox, network=self.config.sandbox_network)
+        bang = self._bang
+        command = bang.last_command if typed == "!" else typed
+        if not command or not command.strip():
+            self.say(words.NO_LAST_COMMAND if typed == "!" else "! needs a command (!! runs the last one again)")
+            return
+        ran = event = None
+        async with self.frontend.turn_view():
+            with anyio.CancelScope() as scope:  # Ctrl-C (the live view's, or SIGINT) cancels it: Session.cancel_turn
+                self.session.command_scope, self.session.turn_running = scope, True
+                try:
+                    ran, event = await bang.run(command, cwd=self.session.cwd, redactor=agent.redactor)
+                finally:
+                    self.session.command_scope, self.session.turn_running = None, False
+            if ran is None:
+                self.say("[cancelled; the command was killed]")
+                return
+            self.say(ran.output.rstrip("\n") or "(no output)")
+            self.say(ran.status)
+            self.say(words.ATTACH_HINT)
+        self.prefill = words.MARKER + " " + self.prefill  # the REPL's next prompt starts with it; delete to leave out
+        log = self.session.log
+        if event is not None and log is not None and not log.closed:
+            try:
+                log.append(event)
+            except HarnessError as exc:  # shown already; the next turn's own write fails as SESSION_LOG
+                self.say(f"the ! run was not logged: {error_chain(exc)}")
 
 
 async def open_shell(

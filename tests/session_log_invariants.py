@@ -31,7 +31,7 @@ __all__ = ["DURABLE_TYPES", "assert_header", "assert_well_formed", "read_log"]
 
 # The record types a log holds: the on-disk format, pinned here rather than imported from the writer.
 DURABLE_TYPES = frozenset({"turn/start", "step/start", "assistant/message", "tool/call", "tool/result", "llm/retry",
-                           "turn/end", "job/notice", "context/compact", "cache/drop"})
+                           "turn/end", "job/notice", "context/compact", "cache/drop", "model/set"})
 
 _RECORD_KEYS = {"type", "seq", "time", "data"}
 _TIME = re.compile(r"\d{4}-\d\d-\d\dT\d\d:\d\d:\d\d\.\d{3}Z")
@@ -86,6 +86,9 @@ def assert_well_formed(records: Sequence[Mapping[str, Any]]) -> None:
         kind, data = record["type"], record["data"]
         where = f"seq {record['seq']} ({kind})"
         if kind in _NOT_IN_A_TURN:
+            continue
+        if kind == "model/set":  # /model or /profile between turns (repl/model_commands.py)
+            assert turn is None, f"{where}: inside turn {turn.number if turn else 0}"
             continue
         if kind == "cache/drop":  # the session writes it once the turn has ended (agent_loop/session_usage.py)
             assert turn is None and data.get("turn") == last, f"{where}: not after the end of turn {last}"

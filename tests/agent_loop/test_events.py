@@ -93,6 +93,9 @@ EVENTS: dict[type, st.SearchStrategy] = {
     ev.CacheDrop: st.builds(ev.CacheDrop, counts, st.floats(0, 1), st.floats(0, 1), texts),
     ev.HookRan: st.builds(ev.HookRan, names, names, names, st.none() | names, st.none() | counts,
                           st.floats(0, 60), st.none() | names),
+    ev.ModelSet: st.builds(ev.ModelSet, names),
+    ev.ShellRun: st.builds(ev.ShellRun, texts, st.none() | counts, st.none() | names, st.booleans(),
+                           st.floats(0, 60), counts, st.booleans()),
     ev.UnknownEvent: st.builds(
         ev.UnknownEvent,
         names.filter(lambda kind: kind not in _WIRE_TYPES),

@@ -90,6 +90,7 @@ def test_sessions_show_prints_the_drop_after_the_turn_it_followed(home: Path, se
     shown = dsh(home, server, "sessions", "show", "last")
     assert (shown.returncode, shown.stderr) == (0, "")
     assert shown.stdout.splitlines()[1:] == ["> one", "[main turn 1] done", "> two", "[main turn 2] done",
+                                             "model set to deepseek-v4-pro",  # the model/set record
                                              "> three", "[main turn 3] done", drop]
     # The session resumes as before: the record changes nothing in the conversation.
     again = dsh(home, server, "-p", "four", "--resume", "last")

@@ -99,7 +99,8 @@ def test_sessions_show_prints_a_sanitized_transcript(home: Path) -> None:
     assert missing.returncode == 1
     assert missing.stderr == f"dsh sessions: no session 'nope' in {home}/state/dsh/sessions\n"
     usage = run(home, "sessions", "frobnicate")
-    assert (usage.returncode, usage.stderr) == (2, "dsh sessions: usage: dsh sessions list [--all] | show ID | rm ID\n")
+    assert (usage.returncode, usage.stderr) == (2, "dsh sessions: usage: dsh sessions list [--all] | show ID | "
+                                                   "export ID [--format md|json|html] [-o FILE] | rm ID\n")
 
 
 def test_sessions_rm_removes_a_session_and_refuses_one_open_in_another_dsh(home: Path) -> None:

@@ -138,7 +138,8 @@ async def test_model_shows_and_switches(env: dict[str, str], server: FaultServer
     shell, sink = await make_shell(env, server.url)
     try:
         await shell.handle_line("/model")
-        assert sink.take() == "model: deepseek-flash\n"
+        assert sink.take() == (f"models listed by GET /models at {server.url}:\n* deepseek-flash\n  deepseek-v4-pro\n"
+                               "/model NAME switches from the next turn\n")
         await shell.handle_line("/model deepseek-v4-pro")
         assert sink.take() == "model set to deepseek-v4-pro (from the next turn)\n"
         await shell.handle_line("/model bad name!")
