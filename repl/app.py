@@ -285,8 +285,6 @@ class InteractiveApp:
         """Once the prompt is drawn: the agent's modules imported, then the agent built; a failure ends the prompt
         and the loop raises it (the CLI says why in one line)."""
         await self._drawn.wait()
-        if self._paths is not None:
-            self._paths.start()  # the tree listed for @ completion, in a worker thread
         try:
             # Its modules take longer to import than the prompt took to draw: in a worker thread, so that keys
             # typed at the prompt meanwhile are drawn as they come (docs/architecture.md, "Start-up and lazy
@@ -303,6 +301,8 @@ class InteractiveApp:
             self._startup_error = exc
             self._exit_prompt()
             return
+        if self._paths is not None:  # the tree listed for @ completion, in a worker thread, once the agent is in
+            self._paths.start()  # (not beside the first keys: a typed @ lists it at once anyway)
         anyio.get_cancelled_exc_class()  # loads anyio's backend now rather than in the first turn
 
     # --- signals (only while no application owns the terminal, or sent by kill) -------------------

@@ -19,7 +19,6 @@ from typing import TYPE_CHECKING, Any
 from urllib.parse import urlsplit
 
 from dsh.agent_loop import settings
-from dsh.agent_loop.hooks import HookSpec, parse_hooks
 from dsh.agent_loop.settings import At, SettingsError
 from dsh.llm.defaults import (
     DEFAULT_BASE_URL,
@@ -32,10 +31,12 @@ from dsh.llm.endpoint import DIALECTS, default_dialect, endpoint_for_url
 from dsh.llm.exchange_ring import DEFAULT_RING_BYTES, MAX_RING_BYTES
 from dsh.llm.network import environment_proxy
 from dsh.llm.redact import MIN_SECRET_CHARS, environment_secrets, redact_url, url_secrets
+from dsh.repl.lazy import entry
 from dsh.repl.profiles import check_profiles, select_profile
 from dsh.repl.project_config import ProjectConfig, project_layer, read_project
 
 if TYPE_CHECKING:
+    from dsh.agent_loop.hooks import HookSpec
     from dsh.agent_loop.mcp.config import McpServerConfig  # read only with servers configured (_check_mcp_servers)
     from dsh.llm.models import ModelSettings  # read only with [models] tables (_check_models)
 
@@ -391,6 +392,7 @@ def _check_max_continuations(key: str, value: object, where: str) -> int:
 
 def _check_hooks(key: str, value: object, where: str) -> tuple[HookSpec, ...]:
     """``[[hooks.EVENT]]`` tables (docs/hooks.md); /hooks names each one's line in the file."""
+    parse_hooks = entry("dsh.agent_loop.hooks", "parse_hooks")  # only with hooks configured (repl/lazy.py)
     return parse_hooks(value, where, Path(where.removeprefix("config file ")) if where.startswith("config") else None)
 
 

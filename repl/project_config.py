@@ -19,10 +19,9 @@ from pathlib import Path
 from types import ModuleType
 from typing import Any
 
-from dsh.agent_loop.extension_files import Folder, LeftOut, read_inside
 from dsh.agent_loop.git_root import find_git_dir
-from dsh.agent_loop.hooks import HookSpec, parse_hooks
 from dsh.agent_loop.settings import SettingsError
+from dsh.repl.lazy import entry, module
 from dsh.repl.profiles import cap_profiles
 
 __all__ = ["IGNORED_KEYS", "PROJECT_FILE", "PROJECT_KEYS", "TRUSTED_KEYS", "ProjectConfig", "merge_project",
@@ -96,14 +95,17 @@ def read_project(cwd: Path | None, env: Mapping[str, str], warnings: list[str],
         return None
     shown = shown_path(path, env)
     toml = tomllib()  # only with a project file: the parser costs the first prompt ~10 ms
+    # and so does the reader of a hostile tree's files (repl/lazy.py)
+    files = module("dsh.agent_loop.extension_files")
+    left_out: type[Exception] = files.LeftOut
     try:
-        text = read_inside(path, Folder(path.parent, root, "the repository", "project"))
+        text = files.read_inside(path, files.Folder(path.parent, root, "the repository", "project"))
         if text is None:
             return None
         if "\ufffd" in text:  # not UTF-8 (the hash is of the text: two byte strings must not read alike)
-            raise LeftOut("it is not valid UTF-8")
+            raise left_out("it is not valid UTF-8")
         raw = toml.loads(text)
-    except LeftOut as why:
+    except left_out as why:
         warnings.append(f"project config {shown} left out: {why}")
         return None
     except toml.TOMLDecodeError as exc:
@@ -164,7 +166,7 @@ def _names_a_program(key: str) -> bool:
 
 def _checked(key: str, value: object, project: ProjectConfig, checks: Mapping[str, Check], lines: list[str]) -> Any:
     if key == "hooks":  # parsed with the file's real path: /hooks names each one's line
-        return parse_hooks(value, project.where, project.path)
+        return entry("dsh.agent_loop.hooks", "parse_hooks")(value, project.where, project.path)  # with hooks only
     if key == "models" and isinstance(value, Mapping):
         value = {name: _unpriced(name, table, project, lines) for name, table in value.items()}
     return checks[key](key, value, project.where)
@@ -190,8 +192,7 @@ def _program(argv: object) -> str:
 def _items(held: Mapping[str, Any]) -> tuple[str, ...]:
     """What the held entries would run, in closed words: kinds, names and programs' basenames, never arguments."""
     items: list[str] = []
-    for spec in held.get("hooks", ()):
-        assert isinstance(spec, HookSpec)
+    for spec in held.get("hooks", ()):  # HookSpec (agent_loop/hooks.py)
         items.append(f"hook {spec.event} ({spec.name})")
     for name, server in held.get("mcp_servers", {}).items():
         what = _program(server.command) if server.command else "http"

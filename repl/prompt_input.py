@@ -2,8 +2,9 @@
 key bindings (docs/prompt.md).
 
 Imported with repl/app.py, before the first prompt, so it imports nothing the prompt does not already have:
-the tree is listed in a worker thread once the prompt is drawn (agent_loop/path_index.py), and each completion
-runs in a thread of its own, so a slow match never holds a key back.
+the tree is listed in a worker thread once the agent is built, or at the first ``@`` if that comes sooner
+(agent_loop/path_index.py), and each completion runs in a thread of its own, so a slow match never holds a key
+back.
 """
 
 from __future__ import annotations
@@ -23,6 +24,7 @@ from dsh.repl.usage import compact_count
 
 __all__ = ["MentionCompleter", "add_editor_keys", "editing_mode", "prompt_completer"]
 
+FIRST_LISTING_WAIT = 5.0  # seconds the first completion waits for the tree's listing (a completer thread)
 # The mention being typed: `@` at the start or after whitespace, up to the cursor (agent_loop/mentions.py's rule).
 _TYPING = re.compile(r"(?<!\S)@([A-Za-z0-9_./+-]*)\Z")
 
@@ -38,6 +40,8 @@ class MentionCompleter(Completer):
         if typing is None:
             return
         self.index.start()  # the first listing, or a new one when this one is old (behind this completion)
+        if not self.index.listed:  # the first @ of the session: this thread waits for the listing, keys do not
+            self.index.wait(FIRST_LISTING_WAIT)
         query = typing.group(1)
         for path in self.index.match(query):
             if MENTION.fullmatch("@" + path) is None:
