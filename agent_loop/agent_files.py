@@ -15,19 +15,19 @@ ignored, and a name a config table already has is the config's.
 
 from __future__ import annotations
 
+import os
 import re
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from dsh.agent_loop.extension_files import NAME_PATTERN, Folder, LeftOut, read_inside
+from dsh.agent_loop.extension_files import NAME_PATTERN, SUFFIX, Folder, LeftOut, markdown_files, read_each, read_inside
 from dsh.agent_loop.front_matter import FrontMatter, FrontMatterError, fold_line, split_front_matter
 from dsh.llm.redact import MASK, Redactor
 
 __all__ = ["KEYS", "PROVIDERS", "AgentFile", "find_agents"]
 
-SUFFIX = ".md"
 KEYS = ("name", "description", "tools", "model", "provider", "agent")  # all a file's front matter may set
 # A file's provider -> the registry's kind (agent_loop/subagent/__init__.py) and how a line names it.
 PROVIDERS: dict[str, tuple[str, str]] = {
@@ -56,25 +56,18 @@ def find_agents(folders: Sequence[Folder], configured: Mapping[str, Mapping[str,
     name; and one line per file left out, skipped, or read with a key ignored."""
     notices: list[str] = []
     found: dict[str, AgentFile] = {}
-    for folder in folders:
-        for entry in folder.entries(notices):
-            if not entry.name.endswith(SUFFIX) or entry.is_dir():
-                continue
-            path = Path(entry.path)
-            try:
-                agent = _read_agent(path, entry.name[: -len(SUFFIX)], folder, configured, redactor, notices)
-            except LeftOut as why:
-                notices.append(f"{path} left out: {why}")
-                continue
-            if agent is None:
-                continue
-            if agent.name in configured:
-                notices.append(f"{path} skipped: the subagent {agent.name} is configured by a "
-                               f"[subagents.{agent.name}] table")
-            elif agent.name in found:
-                notices.append(f"{path} skipped: the subagent {agent.name} is read from {found[agent.name].path}")
-            else:
-                found[agent.name] = agent
+
+    def read(path: Path, entry: os.DirEntry[str], folder: Folder) -> AgentFile | None:
+        return _read_agent(path, entry.name[: -len(SUFFIX)], folder, configured, redactor, notices)
+
+    for path, agent in read_each(folders, notices, markdown_files, read):
+        if agent.name in configured:
+            notices.append(f"{path} skipped: the subagent {agent.name} is configured by a "
+                           f"[subagents.{agent.name}] table")
+        elif agent.name in found:
+            notices.append(f"{path} skipped: the subagent {agent.name} is read from {found[agent.name].path}")
+        else:
+            found[agent.name] = agent
     return sorted(found.values(), key=lambda agent: agent.name), notices
 
 

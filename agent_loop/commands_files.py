@@ -16,13 +16,12 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 from pathlib import Path
 
-from dsh.agent_loop.extension_files import NAME_PATTERN, Folder, LeftOut, read_inside
+from dsh.agent_loop.extension_files import NAME_PATTERN, SUFFIX, Folder, LeftOut, markdown_files, read_each, read_inside
 from dsh.agent_loop.front_matter import FrontMatterError, fold_line, split_front_matter
 from dsh.llm.redact import MASK, Redactor
 
 __all__ = ["CustomCommand", "expand", "find_commands"]
 
-SUFFIX = ".md"
 _SUMMARY_CHARS = 200  # a description in /help and the completion menu
 _PLACEHOLDER = re.compile(r"\$(ARGUMENTS|[1-9][0-9]?)")
 
@@ -42,29 +41,23 @@ def find_commands(folders: Sequence[Folder], redactor: Redactor) -> tuple[list[C
     """The commands of ``folders`` (earlier folders win a name), sorted by name; and one line per file left out."""
     notices: list[str] = []
     found: dict[str, CustomCommand] = {}
-    for folder in folders:
-        for entry in folder.entries(notices):
-            if not entry.name.endswith(SUFFIX) or entry.is_dir():
-                continue
-            path = Path(entry.path)
-            name = entry.name[: -len(SUFFIX)]
-            try:
-                if not NAME_PATTERN.fullmatch(name):
-                    raise LeftOut("its name is not a command name (letters, digits, '.', '_', '-'; at most 64)")
-                command = _read_command(path, name, folder, redactor)
-            except LeftOut as why:
-                notices.append(f"{path} left out: {why}")
-                continue
-            if command is None:
-                continue
-            earlier = found.get(name)
-            if earlier is not None:
-                notices.append(f"{path} skipped: /{name} is read from {earlier.path}")
-                continue
-            found[name] = command
-            if command.masked:
-                notices.append(f"{path} read with secrets masked ({MASK})")
+    for path, command in read_each(folders, notices, markdown_files,
+                                   lambda path, entry, folder: _named_command(path, folder, redactor)):
+        earlier = found.get(command.name)
+        if earlier is not None:
+            notices.append(f"{path} skipped: /{command.name} is read from {earlier.path}")
+            continue
+        found[command.name] = command
+        if command.masked:
+            notices.append(f"{path} read with secrets masked ({MASK})")
     return sorted(found.values(), key=lambda command: command.name), notices
+
+
+def _named_command(path: Path, folder: Folder, redactor: Redactor) -> CustomCommand | None:
+    name = path.name[: -len(SUFFIX)]
+    if not NAME_PATTERN.fullmatch(name):
+        raise LeftOut("its name is not a command name (letters, digits, '.', '_', '-'; at most 64)")
+    return _read_command(path, name, folder, redactor)
 
 
 def _read_command(path: Path, name: str, folder: Folder, redactor: Redactor) -> CustomCommand | None:

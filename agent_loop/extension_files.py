@@ -15,13 +15,18 @@ from __future__ import annotations
 import os
 import re
 import stat
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator, Sequence
 from dataclasses import dataclass
 from pathlib import Path
+from typing import TypeVar
 
 from dsh.agent_loop.safe_open import NotRegularFile, read_regular
 
-__all__ = ["FILE_CAP_BYTES", "MAX_ENTRIES", "NAME_PATTERN", "Folder", "LeftOut", "read_inside", "size_text"]
+__all__ = ["FILE_CAP_BYTES", "MAX_ENTRIES", "NAME_PATTERN", "SUFFIX", "Folder", "LeftOut", "markdown_files",
+           "read_each", "read_inside", "size_text"]
+
+T = TypeVar("T")
+SUFFIX = ".md"  # a command's or a subagent's file: NAME.md
 
 FILE_CAP_BYTES = 64 * 1024  # one skill or command file; a larger one is left out, not cut
 MAX_ENTRIES = 200  # per folder: a folder of a million entries is not walked
@@ -120,3 +125,27 @@ def size_text(size: int) -> str:
     if size < 1024 ** 3:
         return f"{size / 1024 ** 2:.1f} MiB"
     return f"{size / 1024 ** 3:.1f} GiB"
+
+
+def read_each(folders: Sequence[Folder], notices: list[str], file_of: Callable[[os.DirEntry[str]], Path | None],
+              read: Callable[[Path, os.DirEntry[str], Folder], T | None]) -> Iterator[tuple[Path, T]]:
+    """Each folder's entries in order, earlier folders first: the file ``file_of`` names for one (None: not one of
+    these), read by ``read``, and what it gives, with its path. A file ``read`` leaves out (:class:`LeftOut`) is the
+    line ``<path> left out: <why>`` in ``notices``; one it gives None for is passed over (its reader said why)."""
+    for folder in folders:
+        for entry in folder.entries(notices):
+            path = file_of(entry)
+            if path is None:
+                continue
+            try:
+                item = read(path, entry, folder)
+            except LeftOut as why:
+                notices.append(f"{path} left out: {why}")
+                continue
+            if item is not None:
+                yield path, item
+
+
+def markdown_files(entry: os.DirEntry[str]) -> Path | None:
+    """A ``NAME.md`` file of a folder (a command's, a subagent's)."""
+    return Path(entry.path) if entry.name.endswith(SUFFIX) and not entry.is_dir() else None

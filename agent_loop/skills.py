@@ -12,11 +12,12 @@ See docs/extending.md.
 
 from __future__ import annotations
 
+import os
 from collections.abc import Sequence
 from dataclasses import dataclass
 from pathlib import Path
 
-from dsh.agent_loop.extension_files import NAME_PATTERN, Folder, LeftOut, read_inside
+from dsh.agent_loop.extension_files import NAME_PATTERN, Folder, LeftOut, read_each, read_inside
 from dsh.agent_loop.front_matter import FrontMatter, FrontMatterError, fold_line, split_front_matter
 from dsh.llm.redact import MASK, Redactor
 
@@ -50,24 +51,19 @@ def find_skills(folders: Sequence[Folder], redactor: Redactor) -> tuple[list[Ski
     """The skills of ``folders`` (earlier folders win a name), sorted by name; and one line per file left out."""
     notices: list[str] = []
     found: dict[str, Skill] = {}
-    for folder in folders:
-        for entry in folder.entries(notices):
-            if not entry.is_dir():
-                continue
-            path = Path(entry.path) / SKILL_FILE
-            try:
-                skill = _read_skill(path, folder, entry.name, redactor)
-            except LeftOut as why:
-                notices.append(f"{path} left out: {why}")
-                continue
-            if skill is None:
-                continue
-            earlier = found.get(skill.name)
-            if earlier is not None:
-                notices.append(f"{path} left out: the skill {skill.name} is read from {earlier.path}")
-                continue
-            found[skill.name] = skill
+    for path, skill in read_each(folders, notices, _skill_file,
+                                 lambda path, entry, folder: _read_skill(path, folder, entry.name, redactor)):
+        earlier = found.get(skill.name)
+        if earlier is not None:
+            notices.append(f"{path} left out: the skill {skill.name} is read from {earlier.path}")
+            continue
+        found[skill.name] = skill
     return sorted(found.values(), key=lambda skill: skill.name), notices
+
+
+def _skill_file(entry: os.DirEntry[str]) -> Path | None:
+    """A skill's folder's ``SKILL.md``."""
+    return Path(entry.path) / SKILL_FILE if entry.is_dir() else None
 
 
 def _read_skill(path: Path, folder: Folder, folder_name: str, redactor: Redactor) -> Skill | None:
