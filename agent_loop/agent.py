@@ -23,7 +23,6 @@ from __future__ import annotations
 import contextlib
 import logging
 import os
-import sys
 from collections.abc import Awaitable, Callable
 from pathlib import Path
 from typing import Any
@@ -47,15 +46,13 @@ from dsh.agent_loop.events import (
     TurnStart,
 )
 from dsh.agent_loop.guard import PromptGuard
+from dsh.agent_loop.image_input import ImageRules, without_images
 from dsh.agent_loop.journal import JOURNAL_KEY, Journal, journal_dir
 from dsh.agent_loop.masked_deltas import Delta, MaskedDeltas
 from dsh.agent_loop.permissions import Mode, Permissions
 from dsh.agent_loop.reasons import (
-    Aborted,
     Completed,
-    Disposed,
     EndReason,
-    Failed,
     MaxTokens,
     Rejected,
     failure_from_exception,
@@ -72,6 +69,7 @@ from dsh.llm import (
     ChatRequest,
     ErrorCode,
     HarnessError,
+    Image,
     KeepAlive,
     Message,
     ReasoningDelta,
@@ -106,6 +104,7 @@ class Agent:
     """
 
     before_request: Callable[[], EndReason | None] | None = None
+    image_rules = ImageRules()  # which models are sent images (agent_loop/image_input.py)
 
     def __init__(
         self,
@@ -240,13 +239,14 @@ class Agent:
             return None
         return await self._run("\n".join(notices), source=NOTICE_SOURCE)
 
-    async def run_turn(self, prompt: str, *, by_hook: bool = False) -> EndReason:
+    async def run_turn(self, prompt: str, *, by_hook: bool = False, images: tuple[Image, ...] = ()) -> EndReason:
         """Run one turn and return how it ended. Turn failures are reasons, never exceptions. ``by_hook``: the prompt
-        is a Stop hook's reason (agent_loop/session_extensions.py), not the user's: not guarded, logged as such."""
+        is a Stop hook's reason (agent_loop/session_extensions.py), not the user's: not guarded, logged as such.
+        ``images``: sent with the prompt (checked by the caller: agent_loop/image_input.py)."""
         if not isinstance(prompt, str):
             raise TypeError("prompt must be a string")
         # Command-line prompts arrive surrogate-escaped when their bytes are not UTF-8.
-        return await self._run(scrub_surrogates(prompt), source=HOOK_SOURCE if by_hook else None)
+        return await self._run(scrub_surrogates(prompt), source=HOOK_SOURCE if by_hook else None, images=images)
 
     async def compact(self, focus: str | None = None) -> ContextCompacted:
         """``/compact [focus]``: the model summarizes the conversation, and the summary replaces it.
@@ -399,11 +399,11 @@ class Agent:
     def _secrets(self) -> tuple[str, ...]:
         return self.redactor.secrets
 
-    async def _run(self, prompt: str, *, source: str | None) -> EndReason:
+    async def _run(self, prompt: str, *, source: str | None, images: tuple[Image, ...] = ()) -> EndReason:
         slot = self._slot
         scope = slot.begin()
         self.turn_number += 1
-        state = self._state = TurnState(self.turn_number)
+        state = self._state = TurnState(self.turn_number, images=images)
         reason: EndReason | None = None
         failure: BaseException | None = None
         cancelled_from_outside = False
@@ -421,18 +421,10 @@ class Agent:
             cancelled_from_outside = True
             raise
         finally:
-            if cancelled_from_outside or (scope.cancel_called and reason is None):
-                reason = Disposed() if slot.disposing else Aborted(slot.cancel_reason or "cancelled")
-            elif failure is not None:
-                reason = failure_from_exception(failure, state.step, self._secrets())
+            if failure is not None and not (cancelled_from_outside or scope.cancel_called):
                 self.last_failure = failure
-            elif reason is None:  # a BaseException (not cancellation) is propagating: say what it is
-                escaping = sys.exc_info()[1]
-                reason = (
-                    failure_from_exception(unwrap_group(escaping), state.step, self._secrets())
-                    if escaping is not None
-                    else Failed(ErrorCode.UNKNOWN, "turn ended without a reason", state.step)
-                )
+            reason = slot.ending(reason, failure, cancelled_from_outside=cancelled_from_outside, step=state.step,
+                                 secrets=self._secrets())
             # _close_turn is synchronous (log writes are plain write/fsync), so no cancellation can cut
             # it short; the shield keeps that true should it ever need to await.
             with anyio.CancelScope(shield=True):
@@ -462,7 +454,7 @@ class Agent:
         logged_prompt = self.guard.mask(prompt) if guarded else prompt
         mode = self.permissions.mode if self.permissions is not None else Mode.DEFAULT
         self._publish(TurnStart(state.turn, logged_prompt, source=source,
-                                mode=None if mode is Mode.DEFAULT else str(mode)))
+                                mode=None if mode is Mode.DEFAULT else str(mode), images=state.images or None))
         journal = self.journal  # the log exists now (a lazy one is written by turn/start)
         if journal is not None:
             self.session_state[JOURNAL_KEY] = journal  # the edit tools journal before-images there
@@ -488,9 +480,10 @@ class Agent:
         )
 
     def _chat_request(self) -> ChatRequest:
+        messages = self._conversation.messages
         return ChatRequest(
             model=self.model,
-            messages=tuple(self._conversation.messages),
+            messages=tuple(messages if self.image_rules.accepts(self.model) else without_images(messages)),
             tools=self.tools.specs(),
             max_tokens=self.max_tokens,
             thinking=self.thinking,
@@ -595,4 +588,6 @@ class Agent:
             post_notice=self.post_notice,
             redact=self.redactor,
             permissions=self.permissions,
+            model=self.model,
+            image_rules=self.image_rules,
         )

@@ -18,6 +18,7 @@ from dsh.agent_loop.conversation import Conversation
 from dsh.agent_loop.events import JobNotice
 from dsh.agent_loop.frames import FrameLog
 from dsh.agent_loop.guard import PromptGuard
+from dsh.agent_loop.image_input import ImageRules
 from dsh.agent_loop.mcp import McpManager
 from dsh.agent_loop.mcp.config import McpServerConfig
 from dsh.agent_loop.permissions import Permissions
@@ -159,4 +160,5 @@ def build_agent(
         raise
     if hooks is not None:
         hooks.publish = agent.record  # hook/run is the agent's durable event, as a tool's is
+    agent.image_rules = ImageRules(config.models, client.dialect, config.keep_images)  # agent_loop/image_input.py
     return agent

@@ -22,7 +22,7 @@ from dsh.agent_loop.events import (
     wire_reader,
 )
 from dsh.agent_loop.usage import tokens_for_chars
-from dsh.llm import Message, ToolCall
+from dsh.llm import Image, Message, ToolCall
 
 __all__ = ["HOOK_SOURCE", "NOTICE_SOURCE", "UNFINISHED_TOOL_OUTPUT", "Conversation", "message_tokens"]
 
@@ -32,6 +32,7 @@ HOOK_SOURCE = "hook"  # the source of a turn a Stop hook's reason started (agent
 
 _read_str, _read_opt_str = wire_reader("str"), wire_reader("str | None")
 _read_calls = wire_reader("tuple[ToolCall, ...]")
+_read_images = wire_reader("tuple[Image, ...] | None")
 
 
 def message_tokens(message: Message) -> int:
@@ -40,7 +41,7 @@ def message_tokens(message: Message) -> int:
     chars = len(message.content) + len(message.reasoning_content or "")
     for call in message.tool_calls:
         chars += len(call.name) + len(call.arguments)
-    return tokens_for_chars(chars)
+    return tokens_for_chars(chars) + sum(image.tokens for image in message.images)
 
 
 def _assistant_to_message(event: AssistantMessage) -> Message | None:
@@ -75,6 +76,8 @@ class Conversation:
         self._notices: list[str] = []
         self._turn_mark: int | None = None
         self._turn_prompt: str | None = None
+        self._turn_images: tuple[Image, ...] = ()
+        self._read_images: list[Image] = []  # images tools returned, sent in a user message at the next step
         self._turn_notices: list[str] = []
         self._turn_has_reply = False
         self._first_step = False
@@ -95,13 +98,13 @@ class Conversation:
     def apply(self, event: Event) -> None:
         """Apply one event; live-only and unknown ones change nothing."""
         if isinstance(event, TurnStart):
-            self._turn_start(event.prompt, event.source)
+            self._turn_start(event.prompt, event.source, event.images)
         elif isinstance(event, StepStart):
             self._step_start()
         elif isinstance(event, AssistantMessage):
             self._reply(_assistant_to_message(event))
         elif isinstance(event, ToolResult):
-            self._tool_result(event.id, event.output)
+            self._tool_result(event.id, event.output, event.images)
         elif isinstance(event, JobNotice):
             if event.text:
                 self._notices.append(event.text)
@@ -135,18 +138,21 @@ class Conversation:
 
         return {
             StepStart.type: lambda data: self._step_start(),
-            ToolResult.type: lambda data: self._tool_result(_read_str(data.get("id")), _read_str(data.get("output"))),
+            ToolResult.type: lambda data: self._tool_result(_read_str(data.get("id")), _read_str(data.get("output")),
+                                                            _read_images(data.get("images"))),
             AssistantMessage.type: assistant,
-            TurnStart.type: lambda data: self._turn_start(_read_str(data.get("prompt")),
-                                                          _read_opt_str(data.get("source"))),
+            TurnStart.type: lambda data: self._turn_start(
+                _read_str(data.get("prompt")), _read_opt_str(data.get("source")), _read_images(data.get("images"))),
             TurnEnd.type: lambda data: self._turn_end(),
             JobNotice.type: notice,
             ContextCompacted.type: lambda data: self._compacted(_read_str(data.get("summary"))),
         }
 
-    def _turn_start(self, prompt: str, source: str | None) -> None:
+    def _turn_start(self, prompt: str, source: str | None, images: tuple[Image, ...] | None) -> None:
         self._turn_mark = len(self.messages)
         self._turn_prompt = prompt
+        self._turn_images = images or ()
+        self._read_images = []
         self._turn_has_reply = False
         self._first_step = True
         self._open_calls = {}
@@ -160,9 +166,14 @@ class Conversation:
             self._first_step = False
             self._flush_notices()
             if self._turn_prompt is not None:
-                self.messages.append(Message("user", self._turn_prompt))
+                self.messages.append(Message("user", self._turn_prompt, images=self._turn_images))
         else:
             self._flush_notices()
+            if self._read_images:  # a tool message carries text only: what read_file read follows as the user's
+                names = ", ".join(image.name for image in self._read_images)
+                read = tuple(self._read_images)
+                self.messages.append(Message("user", f"The image read_file read: {names}", images=read))
+                self._read_images = []
 
     def _reply(self, message: Message | None) -> None:
         if message is not None:
@@ -170,10 +181,11 @@ class Conversation:
             self._turn_has_reply = True
             self._open_calls = {call.id: call.name for call in message.tool_calls}
 
-    def _tool_result(self, call_id: str, output: str) -> None:
+    def _tool_result(self, call_id: str, output: str, images: tuple[Image, ...] | None = None) -> None:
         if call_id in self._open_calls:
             del self._open_calls[call_id]
             self.messages.append(Message("tool", output, tool_call_id=call_id))
+            self._read_images.extend(images or ())
 
     def _compacted(self, summary: str) -> None:
         system = self.messages[:1] if self.messages and self.messages[0].role == "system" else []
@@ -193,6 +205,8 @@ class Conversation:
             self._notices[:0] = self._turn_notices
         self._turn_mark = None
         self._turn_prompt = None
+        self._turn_images = ()
+        self._read_images = []
         self._turn_notices = []
 
     @property

@@ -11,13 +11,14 @@ missing or mistyped field, and keeps a type it does not know as an :class:`Unkno
 
 from __future__ import annotations
 
+import base64
 from collections.abc import Callable, Mapping
 from dataclasses import asdict, dataclass, field, fields
 from operator import attrgetter
 from typing import Any, ClassVar, get_args
 
 from dsh.agent_loop.reasons import EndReason
-from dsh.llm import ToolCall, Usage
+from dsh.llm import Image, ToolCall, Usage
 
 __all__ = [
     "AssistantMessage",
@@ -68,6 +69,8 @@ class TurnStart(_Known):
     # The permission mode the turn started in, when not "default" (docs/safety.md); a change during the turn
     # applies to its next tool call and is not recorded.
     mode: str | None = field(default=None, metadata=_IF_SET)
+    # The images the prompt sends (docs/prompt.md, "Images"): their bytes only with keep_images.
+    images: tuple[Image, ...] | None = field(default=None, metadata=_IF_SET)
 
 
 @dataclass(frozen=True, slots=True)
@@ -140,6 +143,7 @@ class ToolResult(_Known):
     output: str
     is_error: bool = False
     diagnostic: str | None = None  # the closed failure line of a subagent run, shown to the user
+    images: tuple[Image, ...] | None = field(default=None, metadata=_IF_SET)  # an image read_file read
     # Live only, never in the log or a request: the raw cause of a subagent failure, for /why.
     cause: BaseException | None = field(default=None, compare=False, repr=False, metadata=_LIVE)
 
@@ -365,6 +369,35 @@ def _plain_str(value: Any) -> str:
     return value if type(value) is str else str(value)  # an ErrorCode member is written as its text
 
 
+def _images(value: Any) -> tuple[Image, ...] | None:
+    if not value or type(value) is not list:
+        return None
+    images = []
+    for item in value:
+        if type(item) is dict and type(digest := item.get("sha256")) is str:
+            data = item.get("data")
+            try:
+                raw = base64.b64decode(data, validate=True) if type(data) is str else None
+            except ValueError:
+                raw = None
+            images.append(Image(_str(item.get("name")), _str(item.get("media_type")), digest, _int(item.get("size")),
+                                _int(item.get("tokens")), raw, keep=raw is not None))
+    return tuple(images) or None
+
+
+def _images_to_wire(images: tuple[Image, ...] | None) -> list[dict[str, Any]] | None:
+    if images is None:
+        return None
+    wire = []
+    for image in images:
+        item: dict[str, Any] = {"name": image.name, "media_type": image.media_type, "sha256": image.sha256,
+                                "size": image.size, "tokens": image.tokens}
+        if image.keep and image.data is not None:
+            item["data"] = base64.b64encode(image.data).decode("ascii")
+        wire.append(item)
+    return wire
+
+
 def _tool_calls_to_wire(calls: tuple[ToolCall, ...]) -> list[dict[str, str]]:
     return [{"id": call.id, "name": call.name, "arguments": call.arguments} for call in calls]
 
@@ -394,6 +427,7 @@ _CONVERTERS: dict[str, tuple[Converter, Converter]] = {
     "bool": (_true, _same),
     "float": (_float, _same),
     "tuple[ToolCall, ...]": (_tool_calls, _tool_calls_to_wire),
+    "tuple[Image, ...] | None": (_images, _images_to_wire),
     "Usage | None": (_usage, _usage_to_wire),
     "EndReason": (_reason, _reason_to_wire),
 }

@@ -28,7 +28,10 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from dsh.agent_loop.extension_files import size_text
+from dsh.agent_loop.image_input import is_image_file, load_image
+from dsh.agent_loop.images import NotAnImage
 from dsh.agent_loop.safe_open import NotRegularFile, open_regular_fd
+from dsh.llm import Image
 from dsh.llm.redact import MASK, Redactor
 
 __all__ = [
@@ -61,6 +64,7 @@ class Expansion:
 
     text: str
     notices: list[str] = field(default_factory=list)
+    images: list[Image] = field(default_factory=list)  # mentioned images, sent after the text
 
 
 def mentions_in(prompt: str) -> list[str]:
@@ -68,9 +72,10 @@ def mentions_in(prompt: str) -> list[str]:
     return list(dict.fromkeys(match.group(1) for match in MENTION.finditer(prompt)))
 
 
-def expand_mentions(prompt: str, *, cwd: Path, root: Path, redactor: Redactor) -> Expansion:
+def expand_mentions(prompt: str, *, cwd: Path, root: Path, redactor: Redactor, keep_images: bool = False) -> Expansion:
     """``prompt`` with a block for each file or directory it mentions after it; the prompt as typed when it has
-    none. ``cwd``: what a mention is relative to; ``root``: the tree it must stay inside."""
+    none. ``cwd``: what a mention is relative to; ``root``: the tree it must stay inside. A mentioned image is sent
+    as an image (agent_loop/image_input.py); ``keep_images``: its bytes go into the session log."""
     if "@" not in prompt:
         return Expansion(prompt)
     expansion = Expansion(prompt)
@@ -84,6 +89,8 @@ def expand_mentions(prompt: str, *, cwd: Path, root: Path, redactor: Redactor) -
             path, real = _resolve(typed, cwd, root)
             if real.is_dir():
                 block, used = _directory_block(path, real, expansion.notices, redactor)
+            elif is_image_file(real, follow_symlinks=False):
+                block, used = _image_block(path, real, expansion, keep_images), 0
             else:
                 block, used = _file_block(path, real, min(FILE_CAP_BYTES, budget), expansion.notices, redactor)
         except _LeftOut as why:
@@ -141,6 +148,18 @@ def _file_block(name: str, real: Path, cap: int, notices: list[str], redactor: R
         what += ", secrets masked"
         notices.append(f"@{name}: sent with secrets masked ({MASK})")
     return f"@{name} ({what}):\n{fenced(masked)}", len(data[:cap])
+
+
+def _image_block(name: str, real: Path, expansion: Expansion, keep: bool) -> str:
+    """The line that stands for a mentioned image in the text, its image added to ``expansion``. Raises
+    :class:`_LeftOut` (not an image after all, over the cap, a decompression bomb)."""
+    try:
+        image, summary = load_image(real, name, keep=keep, follow_symlinks=False)
+    except NotAnImage as why:
+        raise _LeftOut(str(why)) from None
+    expansion.images.append(image)
+    expansion.notices.append(f"@{name}: image, {summary}")
+    return f"@{name} (image, {summary}: sent with this message)"
 
 
 def _read(real: Path, cap: int) -> tuple[bytes, int]:

@@ -12,7 +12,7 @@ sanitizes the line as it does every notice.
 from __future__ import annotations
 
 from collections.abc import Awaitable, Callable, Coroutine
-from typing import Any, Protocol, runtime_checkable
+from typing import Any, Protocol, TypeVar, runtime_checkable
 
 import anyio
 
@@ -23,6 +23,8 @@ __all__ = ["AFTER_TURN_GRACE", "MAX_NAMES", "MAX_NAME_CHARS", "MODELS_TIMEOUT", 
            "not_listed_line"]
 
 MODELS_TIMEOUT = 2.0  # seconds GET /models may take, from the first turn's start
+T = TypeVar("T")
+
 AFTER_TURN_GRACE = 0.5  # seconds it may still take once the turn has ended
 MAX_NAMES = 10  # names shown
 MAX_NAME_CHARS = 60  # characters of each
@@ -86,3 +88,20 @@ class ModelCheck:
                 notice(line)
 
         return check
+
+    async def beside(self, client: EndpointClient | None, model: str, notice: Notify,
+                     turn: Callable[[], Awaitable[T]]) -> T:
+        """``turn()``, with the first turn's check beside it in the turn's own task group: cancelled with the turn,
+        and given :data:`AFTER_TURN_GRACE` once the turn has ended."""
+        check = self.take(client, model)
+        raised: Exception | None = None  # raised as itself, not in the group's ExceptionGroup (the check never raises)
+        async with anyio.create_task_group() as group:
+            group.start_soon(check, notice)
+            try:
+                result = await turn()
+            except Exception as exc:
+                raised = exc
+            group.cancel_scope.deadline = min(group.cancel_scope.deadline, anyio.current_time() + AFTER_TURN_GRACE)
+        if raised is not None:
+            raise raised
+        return result

@@ -37,10 +37,11 @@ from dsh.agent_loop.events import (
     TurnStart,
 )
 from dsh.agent_loop.extensions import Extensions
+from dsh.agent_loop.image_input import prompt_images
 from dsh.agent_loop.mentions import expand_mentions
-from dsh.agent_loop.model_check import AFTER_TURN_GRACE, ModelCheck
+from dsh.agent_loop.model_check import ModelCheck
 from dsh.agent_loop.permissions import Mode, Permissions
-from dsh.agent_loop.reasons import EndReason, failure_from_exception
+from dsh.agent_loop.reasons import EndReason, Rejected, failure_from_exception
 from dsh.agent_loop.retry import RetryPolicy
 from dsh.agent_loop.session_children import SessionChildren
 from dsh.agent_loop.session_config import Approver, EndpointClient, SessionConfig
@@ -491,20 +492,26 @@ class Session:
             agent.set_system_prompt(self.context.system_prompt())
         return self.context
 
-    async def run_turn(self, prompt: str, *, scope: TurnScope | None = None,
-                       compact_scope: TurnScope | None = None, attached: str = "") -> EndReason:
+    async def run_turn(self, prompt: str, *, scope: TurnScope | None = None, compact_scope: TurnScope | None = None,
+                       attached: str = "", images: Sequence[Path] = ()) -> EndReason:
         """The whole turn of ``prompt``, every front end's one call: a compaction first (inside ``compact_scope``)
         when the window is nearly full (:meth:`compaction_due`; a failure is a :class:`Notice`, the turn runs
-        anyway), the prompt transform, then the turn inside ``scope``; how it ended."""
+        anyway), the prompt transform, then the turn inside ``scope``; how it ended. ``images``: files the user
+        named to send with it (agent_loop/image_input.py)."""
         if self.compaction_due():
             await self.compact("", scope=compact_scope)
         sent = prompt if self._prompt_transform is None else self._prompt_transform(prompt)
         agent = self.ensure_agent()
         # Each @path mention's file or listing joins the user message, here where every front end passes
         # (agent_loop/mentions.py; docs/prompt.md); what was cut, masked or left out is one line each.
-        mentioned = expand_mentions(sent, cwd=Path(self.cwd), root=Path(self.project), redactor=agent.redactor)
-        for line in mentioned.notices:
+        rules = agent.image_rules
+        mentioned = expand_mentions(sent, cwd=Path(self.cwd), root=Path(self.project), redactor=agent.redactor,
+                                    keep_images=rules.keep)
+        sending, refusal = prompt_images(images, mentioned.images, rules, agent.model, mentioned.notices)
+        for line in mentioned.notices if refusal is None else [*mentioned.notices, refusal]:
             self._notice(line)
+        if refusal is not None:  # nothing is sent: the image was the point of the prompt
+            return Rejected(refusal)
         sent = mentioned.text + attached  # after the mentions: a `!` command's output (agent_loop/prompt_shell.py)
         await self.ensure_context()
         await self.open_mcp()
@@ -523,7 +530,9 @@ class Session:
         first = exchanges_so_far(self.client)
         async with self._running(scope):
             try:
-                end = await self._turn_and_model_check(agent, sent)
+                # The first turn's GET /models check runs beside it (agent_loop/model_check.py).
+                end = await self._model_check.beside(self.client, self.model, self._notice,
+                                                     lambda: agent.run_turn(sent, images=sending))
                 # A Stop hook that blocks gives the model its reason, and the turn goes on (docs/hooks.md).
                 end = await self.extras.stop(end, lambda reason: agent.run_turn(reason, by_hook=True))
             except Exception as exc:  # the loop promises not to raise; if it does, still say why
@@ -546,22 +555,6 @@ class Session:
         (after the usage line; docs/contracts.md, "The prompt cache"), logged where it happened."""
         if line := self._usage.cache_drop(agent.turn_number, agent.prefix.take_change(), self.log):
             self._notice(line)
-
-    async def _turn_and_model_check(self, agent: Agent, sent: str) -> EndReason:
-        """The agent's turn, with the first turn's ``GET /models`` check beside it in the turn's own task group
-        (agent_loop/model_check.py): cancelled with the turn, and given a short grace once the turn has ended."""
-        check = self._model_check.take(self.client, self.model)
-        raised: Exception | None = None  # raised as itself, not in the group's ExceptionGroup (the check never raises)
-        async with anyio.create_task_group() as group:
-            group.start_soon(check, self._notice)
-            try:
-                end = await agent.run_turn(sent)
-            except Exception as exc:
-                raised = exc
-            group.cancel_scope.deadline = min(group.cancel_scope.deadline, anyio.current_time() + AFTER_TURN_GRACE)
-        if raised is not None:
-            raise raised
-        return end
 
     async def undo(self, turns: int) -> list[str]:
         """``/undo`` (1) and ``/rewind N``: revert the files of the last ``turns`` turns that changed files,

@@ -65,6 +65,8 @@ class SessionConfig(Protocol):
     @property
     def auto_continue(self) -> bool: ...  # a reply stopped at the output-token limit is continued too
     @property
+    def keep_images(self) -> bool: ...  # an image's bytes go into the session log (agent_loop/image_input.py)
+    @property
     def hooks(self) -> tuple[HookSpec, ...]: ...  # [[hooks.EVENT]] tables (docs/hooks.md)
     @property
     def claude_settings(self) -> bool: ...  # the project's .claude/settings.json hooks run too
@@ -116,7 +118,7 @@ def client_settings(config: SessionConfig, env: Mapping[str, str]) -> ClientSett
                           stream_idle_timeout=config.stream_idle_timeout,
                           first_token_timeout=config.first_token_timeout, env=env, record=config.record,
                           ring_bytes=config.report_ring_bytes, dialect=config.dialect,
-                          max_parallel=config.max_parallel)
+                          max_parallel=config.max_parallel, keep_images=config.keep_images)
 
 
 # What is asked: run_shell's command, an edit's EditRequest, an MCP tool call's McpCallRequest (docs/mcp.md).

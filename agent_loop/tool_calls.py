@@ -128,7 +128,7 @@ class StepCalls:
         text = self.runner.redact(output.text)
         event = ToolResult(
             self.turn, call.id, call.name, text, is_error=output.is_error, diagnostic=output.diagnostic,
-            cause=output.cause,
+            images=output.images or None, cause=output.cause,
         )
         self.runner.publish_quietly(event) if quietly else self.runner.publish(event)
         self.pending.remove(call)

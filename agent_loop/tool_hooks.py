@@ -48,4 +48,4 @@ class ToolHooks:
         diagnostic = output.diagnostic or (outcome.shown[-1] if outcome.shown else None)
         if text == output.text and diagnostic == output.diagnostic:
             return output
-        return ToolOutput(text, output.is_error, diagnostic, output.cause or outcome.cause)
+        return ToolOutput(text, output.is_error, diagnostic, output.images, output.cause or outcome.cause)

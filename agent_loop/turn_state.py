@@ -3,14 +3,16 @@ a running turn holds."""
 
 from __future__ import annotations
 
+import sys
 from dataclasses import dataclass
 
 import anyio
 
 from dsh.agent_loop.events import AssistantMessage
 from dsh.agent_loop.masked_deltas import MaskedDeltas
+from dsh.agent_loop.reasons import Aborted, Disposed, EndReason, Failed, failure_from_exception
 from dsh.agent_loop.tool_calls import StepCalls
-from dsh.llm import ErrorCode, HarnessError, ReplyBuilder, ToolCall
+from dsh.llm import ErrorCode, HarnessError, Image, ReplyBuilder, ToolCall, unwrap_group
 
 __all__ = ["TurnSlot", "TurnState"]
 
@@ -22,6 +24,7 @@ class TurnState:
 
     turn: int
     step: int = 0
+    images: tuple[Image, ...] = ()  # what the prompt sends with its text (agent_loop/image_input.py)
     hit_max_tokens: bool = False
     builder: ReplyBuilder | None = None  # the reply being streamed, until committed
     masks: MaskedDeltas | None = None  # what the builder's text and reasoning pass through first
@@ -96,6 +99,21 @@ class TurnSlot:
             self.cancel_reason = reason
         self.scope.cancel()
         return True
+
+    def ending(self, reason: EndReason | None, failure: BaseException | None, *, cancelled_from_outside: bool,
+               step: int, secrets: tuple[str, ...]) -> EndReason:
+        """How a run ends, in its ``finally``: cancelled (disposed or aborted, whatever the adapter raised), the
+        failure it raised, the reason it returned, or what is propagating (a BaseException that is not a cancel)."""
+        if cancelled_from_outside or (self.cancel_called and reason is None):
+            return Disposed() if self.disposing else Aborted(self.cancel_reason or "cancelled")
+        if failure is not None:
+            return failure_from_exception(failure, step, secrets)
+        if reason is not None:
+            return reason
+        escaping = sys.exc_info()[1]
+        if escaping is not None:
+            return failure_from_exception(unwrap_group(escaping), step, secrets)
+        return Failed(ErrorCode.UNKNOWN, "turn ended without a reason", step)
 
     async def dispose(self) -> None:
         """Close the slot: a running turn is cancelled (it ends ``disposed``) and waited for."""

@@ -18,6 +18,7 @@ if TYPE_CHECKING:
     from dsh.llm.events import (
         ChatRequest,
         Finish,
+        Image,
         KeepAlive,
         Message,
         ModelClient,
@@ -41,7 +42,7 @@ _EXPORTS = {
     "dsh.llm.deepseek": "DeepSeekClient",
     "dsh.llm.defaults": "DEFAULT_BASE_URL DEFAULT_MODEL",
     "dsh.llm.errors": "ChainLink HarnessError LlmError chain_links error_chain unwrap_group",
-    "dsh.llm.events": "ChatRequest Finish KeepAlive Message ModelClient ReasoningDelta SecretHolder StreamEvent "
+    "dsh.llm.events": "ChatRequest Finish Image KeepAlive Message ModelClient ReasoningDelta SecretHolder StreamEvent "
         "TextDelta ToolCall ToolCallDelta ToolSpec Usage client_secrets",
     "dsh.llm.redact": "RedactingFilter Redactor redact_text redact_url url_secrets",
     "dsh.llm.reply": "ReplyBuilder",
@@ -50,10 +51,10 @@ _EXPORTS = {
 
 __all__ = [
     "DEFAULT_BASE_URL", "DEFAULT_MODEL", "ChainLink", "ChatRequest", "DeepSeekClient", "ErrorCode", "Finish",
-    "HarnessError", "KeepAlive", "LlmError", "Message", "ModelClient", "ReasoningDelta", "RedactingFilter", "Redactor",
-    "ReplyBuilder", "SecretHolder", "SseComment", "SseDecoder", "SseEvent", "StreamEvent", "TextDelta", "ToolCall",
-    "ToolCallDelta", "ToolSpec", "Usage", "__version__", "chain_links", "client_secrets", "error_chain", "redact_text",
-    "redact_url", "unwrap_group", "url_secrets",
+    "HarnessError", "Image", "KeepAlive", "LlmError", "Message", "ModelClient", "ReasoningDelta", "RedactingFilter",
+    "Redactor", "ReplyBuilder", "SecretHolder", "SseComment", "SseDecoder", "SseEvent", "StreamEvent", "TextDelta",
+    "ToolCall", "ToolCallDelta", "ToolSpec", "Usage", "__version__", "chain_links", "client_secrets", "error_chain",
+    "redact_text", "redact_url", "unwrap_group", "url_secrets",
 ]
 
 if not TYPE_CHECKING:  # hidden from the type checker, so that a name not exported here is an error there

@@ -40,6 +40,7 @@ class ClientSettings:
     dialect: str | None = None  # "deepseek" | "openai" (dsh.llm.endpoint.DIALECTS); None: by base_url's host
     max_parallel: int = 0  # chat requests the client has in flight at once; 0: no bound
     request_gate: str | None = None  # a parent dsh's shared request gate to join (a child's: dsh.llm.request_gate)
+    keep_images: bool = False  # a request's image bytes stay in --record files and reports (else a hash stands)
 
 
 class TransportOptions(TypedDict, total=False):

@@ -3,13 +3,14 @@
 from __future__ import annotations
 
 from collections.abc import AsyncGenerator
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Any, Literal, Protocol, runtime_checkable
 
 __all__ = [
     "USAGE_COUNT_LIMIT",
     "ChatRequest",
     "Finish",
+    "Image",
     "KeepAlive",
     "Message",
     "ModelClient",
@@ -122,6 +123,26 @@ class ToolCall:
 
 
 @dataclass(frozen=True, slots=True)
+class Image:
+    """An image a user message sends (docs/prompt.md, "Images"): checked before it gets here (magic bytes, size,
+    pixels). ``data`` is None where its bytes were not kept (a resumed session log without ``keep_images``): the
+    request then carries :attr:`placeholder` instead. ``keep``: its bytes go into the session log."""
+
+    name: str  # as the user or the model named it
+    media_type: str  # image/png, image/jpeg, image/gif or image/webp
+    sha256: str  # of the bytes, hex
+    size: int  # bytes
+    tokens: int  # estimated
+    data: bytes | None = field(default=None, compare=False, repr=False)
+    keep: bool = field(default=False, compare=False)
+
+    @property
+    def placeholder(self) -> str:
+        """What stands for the image where its bytes are not sent or kept."""
+        return f"[image {self.name}: {self.media_type}, {self.size} bytes, sha256 {self.sha256[:16]}]"
+
+
+@dataclass(frozen=True, slots=True)
 class Message:
     role: Literal["system", "user", "assistant", "tool"]
     content: str = ""
@@ -131,6 +152,7 @@ class Message:
     # The last message of a prefix-completion request: the model continues this assistant text (DeepSeek's
     # beta "chat prefix completion"; the client sends it to the beta route: docs/endpoints.md, "DeepSeek").
     prefix: bool = False
+    images: tuple[Image, ...] = ()  # a user message's images, sent after its text
 
 
 @dataclass(frozen=True, slots=True)

@@ -89,6 +89,7 @@ class ModelSettings:
     input_cache_hit: float | None = None  # US dollars per million tokens
     input_cache_miss: float | None = None
     output: float | None = None
+    images: bool | None = None  # whether the model accepts image input
 
     def keys(self) -> tuple[str, ...]:
         """The keys the table sets (the capsule shows a table by its keys only)."""
@@ -104,6 +105,8 @@ def model_info(name: str, overrides: Mapping[str, ModelSettings] | None = None) 
     info = base if base is not None else ModelInfo()
     if table.context_window is not None:
         info = replace(info, context_window=table.context_window)
+    if table.images is not None:
+        info = replace(info, images=table.images)
     if (table.input_cache_hit, table.input_cache_miss, table.output) != (None, None, None):
         peak = info.peak or Prices(0.0, 0.0, 0.0)
         flat = Prices(

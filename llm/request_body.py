@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import base64
 import json
 from typing import Any
 
@@ -41,7 +42,8 @@ def encoded_body(request: ChatRequest) -> bytes:
 
 
 def _message_to_wire(message: Message) -> dict[str, Any]:
-    wire: dict[str, Any] = {"role": message.role, "content": message.content or ""}
+    wire: dict[str, Any] = {"role": message.role, "content": _content(message) if message.images
+                            else message.content or ""}
     if message.role == "assistant" and message.tool_calls:
         wire["tool_calls"] = [
             {"id": call.id, "type": "function", "function": {"name": call.name, "arguments": call.arguments}}
@@ -56,6 +58,19 @@ def _message_to_wire(message: Message) -> dict[str, Any]:
     if message.prefix:
         wire["prefix"] = True
     return wire
+
+
+def _content(message: Message) -> list[dict[str, Any]]:
+    """A user message with images: its text, then each image as a ``data:`` URL (OpenAI's content parts, which
+    DeepSeek's vision models read too); an image whose bytes were not kept is its placeholder text."""
+    parts: list[dict[str, Any]] = [{"type": "text", "text": message.content}] if message.content else []
+    for image in message.images:
+        if image.data is None:
+            parts.append({"type": "text", "text": image.placeholder})
+        else:
+            url = f"data:{image.media_type};base64,{base64.b64encode(image.data).decode('ascii')}"
+            parts.append({"type": "image_url", "image_url": {"url": url}})
+    return parts
 
 
 def wire_message(message: Message) -> dict[str, Any]:

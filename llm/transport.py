@@ -86,5 +86,6 @@ def open_transport(settings: ClientSettings) -> Transport:
                 "first_token_timeout": settings.first_token_timeout}
     secrets = ((settings.api_key,) if settings.api_key else ()) + transport.url_secrets
     tap = TraceWriter(settings.record, secrets=secrets, base_url=base_url_display, proxy=proxy_display,
-                      timeouts=timeouts, ring=ring, dialect=settings.dialect or default_dialect(base_url_display))
+                      timeouts=timeouts, ring=ring, dialect=settings.dialect or default_dialect(base_url_display),
+                      keep_images=settings.keep_images)
     return replace(transport, tap=tap)

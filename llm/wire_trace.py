@@ -19,9 +19,11 @@ from __future__ import annotations
 import argparse
 import base64
 import errno
+import hashlib
 import json
 import math
 import os
+import re
 import stat
 import time
 import zlib
@@ -116,14 +118,38 @@ def _escape_marks(secrets: Iterable[str]) -> tuple[str, ...]:
     return ("\\u", *(f"\\{char}" for char in '/"\\' if char in joined)) if joined else ()
 
 
+_IMAGE_DATA = b"data:image/"
+# An image in a request body: a data URL's base64, ended by the JSON string's quote (or by a ring's cut).
+_IMAGE_URL = re.compile(rb"(data:image/[A-Za-z0-9.+-]{1,40};base64,)([A-Za-z0-9+/=]*)")
+
+
+def omit_images(body: bytes) -> bytes:
+    """``body`` with each image's bytes replaced by their size and sha256 (docs/prompt.md, "Images"): a record or
+    a report says which image was sent, not what it showed, unless ``keep_images`` is on. An image a ring's cut
+    left partial is named as cut."""
+
+    def placeholder(match: re.Match[bytes]) -> bytes:
+        encoded = match.group(2)
+        try:
+            data = base64.b64decode(encoded, validate=True)
+        except ValueError:
+            return match.group(1) + b"<image omitted: cut>"
+        digest = hashlib.sha256(data).hexdigest().encode()
+        return match.group(1) + b"<image omitted: %d bytes, sha256 %s>" % (len(data), digest)
+
+    return _IMAGE_URL.sub(placeholder, body)
+
+
 class TraceWriter:
     """Masks each record with ``secrets`` and hands it on: to the ``--record`` file at ``path`` (one ``write(2)``
     per record) and to ``ring``, the capsule's memory (:mod:`dsh.llm.exchange_ring`), either or both."""
 
     def __init__(self, path: str | os.PathLike[str] | None = None, *, secrets: Iterable[str] = (),
                  base_url: str = "", proxy: str | None = None, timeouts: dict[str, float] | None = None,
-                 ring: ExchangeRing | None = None, kind: str = TRACE_TYPE, dialect: str | None = None) -> None:
+                 ring: ExchangeRing | None = None, kind: str = TRACE_TYPE, dialect: str | None = None,
+                 keep_images: bool = False) -> None:
         self.path = os.fspath(path) if path is not None else None
+        self.keep_images = keep_images  # else a request's images are written as their hash (omit_images)
         self.ring = ring
         self.secrets = tuple(s for s in secrets if s)
         self._redactor = Redactor(self.secrets)
@@ -204,6 +230,8 @@ class TraceWriter:
                 body: bytes) -> None:
         record: dict[str, Any] = {"type": "request", "n": n, "method": method, "url": self.mask(redact_url(url)),
                                   "path": self.mask(path), "headers": self._headers(headers)}
+        if not self.keep_images and _IMAGE_DATA in body:
+            body = omit_images(body)  # first: what is left may fit the ring whole
         if self._fd is None and self.ring is not None and self.ring.cuts_request(len(body)):
             # A ring alone keeps a big body's head only: decode and mask no more than that (a 100 MB tool
             # argument sent back must not cost copies of itself for a record that keeps 256 KiB).

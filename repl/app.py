@@ -51,7 +51,7 @@ from dsh.repl.config import Config, history_path
 from dsh.repl.first_prompt import ENDING_SIGNALS, PROMPT, ending_status
 from dsh.repl.live_view_state import LiveViewState
 from dsh.repl.options import DrawnPrompt, LaunchOptions
-from dsh.repl.prompt_input import add_editor_keys, editing_mode, prompt_completer
+from dsh.repl.prompt_input import add_editor_keys, add_paste_key, editing_mode, prompt_completer
 from dsh.repl.sanitize import sanitize
 from dsh.repl.shell import Shell, StartupError, color, open_shell
 from dsh.repl.styles import terminal_text
@@ -384,6 +384,7 @@ class InteractiveApp:
         keys.add("c-o")(self._expand)
         keys.add(Keys.BackTab)(self._cycle_mode)
         add_editor_keys(keys)  # Ctrl-G: the prompt in $VISUAL/$EDITOR (repl/prompt_input.py)
+        add_paste_key(keys, self.shell.pasted, Path(self.shell.session.cwd))  # a pasted image path (same module)
         self._paths = PathIndex(Path(self.shell.session.cwd))
 
         return PromptSession(

@@ -65,7 +65,8 @@ KEYS_HELP = (
     "keys: Enter sends · Esc Enter or a trailing \\ adds a line · Ctrl-C cancels a turn or clears the line\n"
     "      Ctrl-C twice on an empty line or Ctrl-D exits · Up/Down walk the history · Tab completes /commands\n"
     "      Ctrl-O (or /expand) shows the last tool output in full · Shift+Tab cycles the permission mode\n"
-    "      @path adds a file or folder to the prompt (Tab completes it) · Ctrl-G or Ctrl-X Ctrl-E opens $EDITOR"
+    "      @path adds a file or folder to the prompt (Tab completes it) · Ctrl-G or Ctrl-X Ctrl-E opens $EDITOR\n"
+    "      @shot.png or a pasted image path sends the image to a model that sees"
 )
 
 

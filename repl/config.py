@@ -38,7 +38,7 @@ from dsh.repl.project_config import ProjectConfig, project_layer, read_project
 if TYPE_CHECKING:
     from dsh.agent_loop.hooks import HookSpec
     from dsh.agent_loop.mcp.config import McpServerConfig  # read only with servers configured (_check_mcp_servers)
-    from dsh.llm.models import ModelSettings  # read only with [models] tables (_check_models)
+    from dsh.llm.models import ModelSettings  # read only with [models] tables (repl/model_tables.py)
 
 __all__ = [
     "DEFAULT_BASE_URL",
@@ -90,6 +90,7 @@ KNOWN_KEYS = frozenset(
         "auto_continue",
         "max_continuations",
         "vi_mode",
+        "keep_images",
         "profiles",
     }
 )
@@ -138,6 +139,7 @@ class Config:
     max_continuations: int = DEFAULT_MAX_CONTINUATIONS
     auto_continue: bool = False
     vi_mode: bool = False  # vi key bindings at the prompt; /vim toggles them (docs/prompt.md)
+    keep_images: bool = False  # an image's bytes go into the session log and a report, not only its hash
     profiles: dict[str, dict[str, Any]] = field(default_factory=dict)  # [profiles.NAME] (repl/profiles.py)
     profile: str | None = None  # the one --profile or DSH_PROFILE picked; /profile NAME changes it
     config_path: Path | None = None  # the file that was read, if any
@@ -300,38 +302,15 @@ def _check_mcp_servers(key: str, value: object, where: str) -> dict[str, McpServ
     return parse_servers(tables, where)
 
 
-_MODEL_KEYS = ("context_window", "input_cache_hit", "input_cache_miss", "output")
-
-
 def _models() -> ModuleType:
-    import dsh.llm.models  # only with [models] tables or a cap: the usage module costs the first prompt
+    import dsh.llm.models  # only with a cap: the usage module costs the first prompt
 
     return dsh.llm.models
 
 
 def _check_models(key: str, value: object, where: str) -> dict[str, ModelSettings]:
-    """``[models."NAME"]`` tables: ``context_window`` (tokens) and prices in US dollars per 1M tokens."""
-    models = _models()
-
-    tables: dict[str, ModelSettings] = {}
-    for name, table in _check_subagents(key, value, where).items():  # the same table-of-tables shape
-        at = At(where, f"{key}.{name}")
-        settings.unknown_keys(at, table, _MODEL_KEYS)
-        window = table.get("context_window")
-        tables[name] = models.ModelSettings(
-            context_window=None if window is None else int(settings.number(
-                at, "context_window", window, what="a positive integer", at_least=1, integer=True)),
-            input_cache_hit=_price(at, table, "input_cache_hit"),
-            input_cache_miss=_price(at, table, "input_cache_miss"),
-            output=_price(at, table, "output"),
-        )
-    return tables
-
-
-def _price(at: At, table: Mapping[str, object], item: str) -> float | None:
-    given = table.get(item)
-    return None if given is None else float(
-        settings.number(at, item, given, what="a price of zero or more (USD per 1M tokens)", at_least=0))
+    """``[models."NAME"]`` tables (repl/model_tables.py, loaded only with such tables: repl/lazy.py)."""
+    return entry("dsh.repl.model_tables", "check_models")(key, _check_subagents(key, value, where), where)
 
 
 def _check_text(key: str, value: object, where: str) -> str:
@@ -458,6 +437,7 @@ _CHECKS = {
     "auto_continue": _check_bool,
     "max_continuations": _check_max_continuations,
     "vi_mode": _check_bool,
+    "keep_images": _check_bool,
 }
 _CHECKS["profiles"] = partial(check_profiles, checks=_CHECKS)  # each value checked as its top-level key is
 

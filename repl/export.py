@@ -122,7 +122,9 @@ class _Reader:
             return
         event = from_wire(record)
         if isinstance(event, TurnStart):
-            self.turn = Turn(event.turn, self.clean(event.prompt), notice=event.source == "notice")
+            # An image is its placeholder (name, type, size, hash), never its bytes (docs/prompt.md, "Images").
+            prompt = "\n".join([event.prompt, *(image.placeholder for image in event.images or ())])
+            self.turn = Turn(event.turn, self.clean(prompt), notice=event.source == "notice")
             self.conversation.turns.append(self.turn)
             return
         turn = self._current()

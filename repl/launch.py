@@ -198,6 +198,8 @@ def _parser() -> argparse.ArgumentParser:
                         "3 rejected, 4 output-token limit, 130 aborted by SIGINT, 143 by SIGTERM")
     parser.add_argument("--output-format", dest="output_format", choices=OUTPUT_FORMATS,
                         help="with -p: text (default), json (one object at the end), stream-json (one per event)")
+    parser.add_argument("--image", metavar="FILE", dest="images", action="append", default=[],
+                        help="with -p: send this image (PNG, JPEG, GIF, WebP) with the prompt; repeatable")
     parser.add_argument("--resume", metavar="ID|last", help="continue a saved session")
     parser.add_argument("--demo", action="store_true", help="no key, no network: an embedded scripted endpoint")
     parser.add_argument("--scenario", metavar="NAME", help="demo scenario to start with (implies --demo)")
@@ -297,6 +299,8 @@ def _main(argv: list[str]) -> int:
         parser.error("--output-format works only with -p/--print")
     if args.report is not None and args.print_prompt is None:
         parser.error("--report works only with -p/--print (in the REPL: /report [FILE])")
+    if args.images and args.print_prompt is None:
+        parser.error("--image works only with -p/--print (in the REPL: @FILE, or paste the image's path)")
     mode = _mode(args)
     env = dict(os.environ)
     env_secrets = tuple(s for s in (env.get("DEEPSEEK_API_KEY", "").strip(),) if s)
@@ -407,7 +411,7 @@ def _configure(args: argparse.Namespace, env: dict[str, str]) -> tuple[Config, L
     options = LaunchOptions(
         print_prompt=print_prompt, output_format=args.output_format, report=report, resume=args.resume,
         demo=args.demo or bool(args.scenario), scenario=args.scenario, allow_mcp=args.allow_mcp, replay=args.replay,
-        replay_speed=args.replay_speed)
+        replay_speed=args.replay_speed, images=tuple(os.path.expanduser(image) for image in args.images))
     config = load_config(
         flags, env, require_key=not options.own_endpoint,
         config_path=Path(args.config) if args.config else None,

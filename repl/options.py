@@ -49,6 +49,7 @@ class LaunchOptions:
     print_prompt: str | None = None  # -p's prompt (read from stdin already for `-p -`); None: not -p
     output_format: str | None = None  # -p's --output-format
     report: str | None = None  # -p's --report path, ~ expanded
+    images: tuple[str, ...] = ()  # -p's --image files, ~ expanded (agent_loop/image_input.py)
     resume: str | None = None  # --resume ID|last
     demo: bool = False  # --demo, or implied by --scenario
     scenario: str | None = None

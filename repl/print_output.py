@@ -19,6 +19,7 @@ import json
 import sys
 import time
 from collections.abc import Iterator, Mapping
+from pathlib import Path
 from typing import Any
 
 import anyio
@@ -161,19 +162,21 @@ async def run_print(options: LaunchOptions, config: Config, env: dict[str, str])
         async with contextlib.AsyncExitStack() as stack:
             shell = await open_shell(stack, options, config, env, frontend, color=color(env, sys.stderr),
                                      answer=frontend.answer, answer_markdown=answer_markdown)
-            return await _one_turn(shell, options.print_prompt or "", frontend, options.report)
+            return await _one_turn(shell, options.print_prompt or "", frontend, options.report,
+                                   tuple(Path(image) for image in options.images))
     finally:
         stderr.flush()  # nothing written, even while closing down, is left behind
         frontend.stdout.flush()
 
 
-async def _one_turn(shell: Shell, prompt: str, frontend: PrintFrontEnd, report: str | None = None) -> int:
+async def _one_turn(shell: Shell, prompt: str, frontend: PrintFrontEnd, report: str | None = None,
+                    images: tuple[Path, ...] = ()) -> int:
     signals = Signals(shell.session, lambda: None)
     started = time.monotonic()
     async with anyio.create_task_group() as tasks:
         await tasks.start(signals.watch)
         with frontend.watching(shell):
-            end = await shell.run_turn(prompt)
+            end = await shell.run_turn(prompt, images=images)
         frontend.flush()
         tasks.cancel_scope.cancel()
     status = signals.exit_status(end.exit_code) if isinstance(end, Aborted) else end.exit_code

@@ -1,5 +1,5 @@
-"""What the prompt adds to typing: ``@`` completing the tree's paths, the editor (Ctrl-G, Ctrl-X Ctrl-E) and vi
-key bindings (docs/prompt.md).
+"""What the prompt adds to typing: ``@`` completing the tree's paths, the editor (Ctrl-G, Ctrl-X Ctrl-E), vi key
+bindings and a pasted image path (docs/prompt.md).
 
 Imported with repl/app.py, before the first prompt, so it imports nothing the prompt does not already have:
 the tree is listed in a worker thread once the agent is built, or at the first ``@`` if that comes sooner
@@ -11,18 +11,21 @@ from __future__ import annotations
 
 import re
 from collections.abc import Iterable
+from pathlib import Path
 
 from prompt_toolkit.completion import CompleteEvent, Completer, Completion, ThreadedCompleter, merge_completers
 from prompt_toolkit.document import Document
 from prompt_toolkit.enums import EditingMode
 from prompt_toolkit.key_binding import KeyBindings, KeyPressEvent
+from prompt_toolkit.keys import Keys
 
 from dsh.agent_loop.mentions import MENTION
 from dsh.agent_loop.path_index import PathIndex
+from dsh.repl.pasted_images import PastedImages
 from dsh.repl.sanitize import sanitize
 from dsh.repl.usage import compact_count
 
-__all__ = ["MentionCompleter", "add_editor_keys", "editing_mode", "prompt_completer"]
+__all__ = ["MentionCompleter", "add_editor_keys", "add_paste_key", "editing_mode", "prompt_completer"]
 
 FIRST_LISTING_WAIT = 5.0  # seconds the first completion waits for the tree's listing (a completer thread)
 # The mention being typed: `@` at the start or after whitespace, up to the cursor (agent_loop/mentions.py's rule).
@@ -64,6 +67,16 @@ def add_editor_keys(keys: KeyBindings) -> None:
     @keys.add("c-g")
     def _editor(event: KeyPressEvent) -> None:
         event.current_buffer.open_in_editor(validate_and_handle=False)
+
+
+def add_paste_key(keys: KeyBindings, pasted: PastedImages, cwd: Path) -> None:
+    """A paste of one image file's path is ``[image N: NAME]``, the image sent with the prompt
+    (repl/pasted_images.py); any other paste is inserted as prompt_toolkit's own binding would."""
+
+    @keys.add(Keys.BracketedPaste)
+    def _paste(event: KeyPressEvent) -> None:
+        text = event.data.replace("\r\n", "\n").replace("\r", "\n")
+        event.current_buffer.insert_text(pasted.paste(text, cwd))
 
 
 def editing_mode(vi: bool) -> EditingMode:

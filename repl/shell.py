@@ -13,6 +13,7 @@ from __future__ import annotations
 import contextlib
 import os
 from collections.abc import AsyncIterator, Callable, Mapping, Sequence
+from pathlib import Path
 from typing import TYPE_CHECKING, Any, TextIO
 
 import anyio
@@ -26,6 +27,7 @@ from dsh.repl.endpoint import Endpoint, configured_endpoint, open_endpoint
 from dsh.repl.frontend import Display, FrontEnd, Sink
 from dsh.repl.lazy import module
 from dsh.repl.options import LaunchOptions
+from dsh.repl.pasted_images import PastedImages
 from dsh.repl.renderer import Renderer
 from dsh.repl.usage import CONTEXT_WARNING_AT, context_warning, usage_line
 
@@ -83,6 +85,7 @@ class Shell:
                                answer_markdown=answer_markdown and config.markdown)
         self.show_usage = show_usage
         self.prefill = ""  # text the next prompt starts with (what was typed during a turn)
+        self.pasted = PastedImages()  # image paths pasted at the prompt, sent with it
         self.vi_mode = config.vi_mode  # the prompt's key bindings: vi or emacs; /vim switches (docs/prompt.md)
         self.exit_code: int | None = None  # set by /exit
         self._bang: PromptShell | None = None  # the `!` commands, made at the first (docs/prompt.md)
@@ -132,16 +135,18 @@ class Shell:
     def _compaction_shown(self) -> contextlib.AbstractAsyncContextManager[None]:
         return self._shown(end_line=False, usage=True)
 
-    async def run_turn(self, prompt: str) -> EndReason:
+    async def run_turn(self, prompt: str, *, images: Sequence[Path] = ()) -> EndReason:
         """One turn (a compaction first when the window is nearly full: Session.run_turn), rendered as it streams;
-        how it ended. An ``@!`` in the prompt sends the last ``!`` command's output with it."""
+        how it ended. An ``@!`` in the prompt sends the last ``!`` command's output with it; ``images``: image files
+        the user named (``--image``, a pasted path: agent_loop/image_input.py)."""
+        images = [*images, *self.pasted.take(prompt)]  # pasted image paths still in the prompt (repl/pasted_images.py)
         attached = ""
         if self._marked(prompt):
             attached = self._bang.attachment() if self._bang is not None else ""
             if not attached:
                 self.say(self._words.NOTHING_KEPT)
         return await self.session.run_turn(prompt, scope=self._turn_shown, compact_scope=self._compaction_shown,
-                                           attached=attached)
+                                           attached=attached, images=images)
 
     async def compact(self, focus: str) -> None:
         await self.session.compact(focus, scope=self._compaction_shown)

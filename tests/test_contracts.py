@@ -421,6 +421,24 @@ def test_contract_model_lines(page: dict[str, Contract]) -> None:
         fill(unlisted, listed))
 
 
+def test_contract_image_lines(page: dict[str, Contract], tmp_path: Path) -> None:
+    from dsh.agent_loop.image_input import ImageRules, prompt_images
+    from tests.agent_loop.test_images import png
+
+    other, unconfigured, unknown, sent = page["image-lines"].lines
+    assert ImageRules().refusal("deepseek-v4-pro") == fill(other, {"model": "deepseek-v4-pro",
+                                                                    "seeing": "deepseek-flash"})
+    assert ImageRules(dialect="openai").refusal("deepseek-v4-pro") == fill(unconfigured, {"model": "deepseek-v4-pro"})
+    assert ImageRules().refusal("local") == fill(unknown, {"model": "local"})
+    (tmp_path / "shot.png").write_bytes(png(1280, 720))
+    lines: list[str] = []
+    prompt_images([tmp_path / "shot.png"], [], ImageRules(), "deepseek-flash", lines)
+    size = (tmp_path / "shot.png").stat().st_size
+    assert lines == [fill(sent, {"name": "shot.png", "format": "PNG", "width": 1280, "height": 720,
+                                 "size": f"{size // 1024} KiB" if size >= 1024 else f"{size} bytes",
+                                 "tokens": "1 105"})]
+
+
 def test_contract_cache_cost_lines(page: dict[str, Contract]) -> None:
     import datetime
 

@@ -17,6 +17,8 @@ from typing import Any, BinaryIO
 
 import anyio.to_thread
 
+from dsh.agent_loop.image_input import is_image_file, load_image
+from dsh.agent_loop.images import NotAnImage
 from dsh.agent_loop.safe_open import NotRegularFile, open_regular
 from dsh.agent_loop.tools.file_access import FileAccess, text_stamp, via_client
 from dsh.agent_loop.tools.registry import Tool, ToolContext, ToolOutput, arguments_schema, int_arg, param, resolve_path
@@ -140,6 +142,8 @@ async def _read_file(args: dict[str, Any], ctx: ToolContext, files: FileAccess |
     client = via_client(files, real, Path(os.path.realpath(ctx.cwd)))
     if client is not None:
         return await _read_through(client, real, path, offset, limit, ctx)
+    if (image := await anyio.to_thread.run_sync(_read_image, path, args.get("path"), ctx)) is not None:
+        return image
     stop = threading.Event()
     try:
         # Abandoned on cancel so Ctrl-C ends the turn at once; the thread sees ``stop`` and ends.
@@ -153,6 +157,21 @@ async def _read_file(args: dict[str, Any], ctx: ToolContext, files: FileAccess |
     return output
 
 
+def _read_image(path: Path, named: object, ctx: ToolContext) -> ToolOutput | None:
+    """``read_file`` on an image: the image, sent to a model that sees after the step's results
+    (agent_loop/image_input.py); a line saying why not otherwise. None: not an image, read as text."""
+    if not is_image_file(path):
+        return None
+    name = named if isinstance(named, str) else path.name
+    if (refusal := ctx.image_rules.refusal(ctx.model)) is not None:
+        return ToolOutput(f"Error: {name} is an image, not sent: {refusal}", is_error=True)
+    try:
+        image, summary = load_image(path, name, keep=ctx.image_rules.keep)
+    except NotAnImage as why:
+        return ToolOutput(f"Error: {name}: {why}", is_error=True)
+    return ToolOutput(f"{name}: image, {summary}; sent to you with this step's results", images=(image,))
+
+
 def read_file_tool(files: FileAccess | None = None) -> Tool:
     """``read_file``; with ``files`` (an editor's, ``dsh acp``) a path inside the working tree is read through it."""
 
@@ -161,7 +180,8 @@ def read_file_tool(files: FileAccess | None = None) -> Tool:
 
     return Tool(
         "read_file",
-        "Read a text file. Relative paths are resolved against the session's working directory. "
+        "Read a text file, or an image (PNG, JPEG, GIF, WebP) for a model that sees. "
+        "Relative paths are resolved against the session's working directory. "
         f"Returns up to {READ_LIMIT_LINES} lines starting at `offset` (1-based).",
         arguments_schema(
             {

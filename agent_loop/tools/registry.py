@@ -17,8 +17,9 @@ from pathlib import Path
 from typing import Any, Literal, Protocol
 
 from dsh.agent_loop.events import Event
+from dsh.agent_loop.image_input import ImageRules
 from dsh.agent_loop.permissions import Action, Mode, Permissions, Refuse, decide
-from dsh.llm import ToolCall, ToolSpec, error_chain
+from dsh.llm import Image, ToolCall, ToolSpec, error_chain
 from dsh.llm import text as json_text
 from dsh.llm.redact import Redactor
 
@@ -78,6 +79,7 @@ class ToolOutput:
     text: str
     is_error: bool = False
     diagnostic: str | None = None
+    images: tuple[Image, ...] = ()  # sent to the model after the step's results (read_file on an image)
     # Host-side only (the user's /why): never sent, never logged, not part of what the output is.
     cause: BaseException | None = field(default=None, compare=False, repr=False)
 
@@ -104,6 +106,9 @@ class ToolContext:
     redact: Redactor = field(default_factory=Redactor)
     # The session's permission mode, read at each approval (None: the default mode; docs/safety.md).
     permissions: Permissions | None = None
+    # The session's model and what decides whether it is sent images: read_file on an image (agent_loop/image_input.py).
+    model: str = ""
+    image_rules: ImageRules = field(default_factory=ImageRules)
 
 
 ToolFunction = Callable[[dict[str, Any], ToolContext], Awaitable["ToolOutput | str"]]

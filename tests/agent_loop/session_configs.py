@@ -41,6 +41,7 @@ class StubConfig:
     max_cost: float | None = None
     max_continuations: int = 2
     auto_continue: bool = False
+    keep_images: bool = False
     hooks: tuple[HookSpec, ...] = ()
     claude_settings: bool = False
 

@@ -24,7 +24,7 @@ from dsh.agent_loop.reasons import (
     OtherEnd,
     Rejected,
 )
-from dsh.llm import Message, ToolCall, Usage
+from dsh.llm import Image, Message, ToolCall, Usage
 
 REPO = Path(__file__).resolve().parents[2]
 
@@ -37,6 +37,12 @@ maybe_text = st.none() | texts
 json_scalars = st.none() | st.booleans() | st.integers() | texts
 
 tool_calls = st.builds(ToolCall, names, names, texts)
+# An image with or without its bytes: an image is equal by its facts (tests/agent_loop/test_image_input.py checks
+# that the bytes go into the log with keep_images only).
+digests = st.text("0123456789abcdef", min_size=64, max_size=64)
+images = st.lists(st.builds(Image, names, st.sampled_from(["image/png", "image/jpeg"]), digests, counts, counts,
+                            st.binary(max_size=64), st.booleans()), max_size=3)
+maybe_images = images.map(lambda found: tuple(found) or None)
 usages = st.builds(Usage, counts, counts, counts, counts, counts, counts)
 reasons: st.SearchStrategy[EndReason] = st.one_of(
     st.just(Completed()),
@@ -56,7 +62,7 @@ reasons: st.SearchStrategy[EndReason] = st.one_of(
 _KNOWN_KINDS = {"completed", "max-tokens", "interrupted", "disposed", "aborted", "rejected", "error"}
 
 EVENTS: dict[type, st.SearchStrategy] = {
-    ev.TurnStart: st.builds(ev.TurnStart, counts, texts, maybe_text),
+    ev.TurnStart: st.builds(ev.TurnStart, counts, texts, maybe_text, maybe_text, maybe_images),
     ev.StepStart: st.builds(ev.StepStart, counts, counts),
     ev.TextDelta: st.builds(ev.TextDelta, texts),
     ev.ReasoningDelta: st.builds(ev.ReasoningDelta, texts),
@@ -73,7 +79,7 @@ EVENTS: dict[type, st.SearchStrategy] = {
         st.none() | usages,
     ),
     ev.ToolCallStart: st.builds(ev.ToolCallStart, counts, names, names, texts),
-    ev.ToolResult: st.builds(ev.ToolResult, counts, names, names, texts, st.booleans(), maybe_text),
+    ev.ToolResult: st.builds(ev.ToolResult, counts, names, names, texts, st.booleans(), maybe_text, maybe_images),
     ev.ContextCompacted: st.builds(ev.ContextCompacted, texts, maybe_text, counts, st.none() | usages,
                                    st.none() | counts),
     ev.LlmRetry: st.builds(

@@ -1,9 +1,10 @@
 """Working at the prompt in a real terminal (docs/prompt.md): ``@`` completing a path with its size in tokens and
 the file joining the message; Ctrl-G and Ctrl-X Ctrl-E opening the prompt in a scripted ``$EDITOR``; vi key
-bindings from the config and ``/vim`` switching back."""
+bindings from the config and ``/vim`` switching back; a pasted image path sending the image."""
 
 from __future__ import annotations
 
+import base64
 import subprocess
 import time
 from pathlib import Path
@@ -11,6 +12,7 @@ from pathlib import Path
 from test_pty import KEY, home, spawn  # noqa: F401  (fixtures)
 
 from dsh.llm.loopback.fault_server import Behaviour, FaultServer
+from tests.agent_loop.test_images import png
 
 APP = "x = 1\n" * 70  # 420 bytes: ≈ 105 tokens at four a token
 ESCAPE_TIMEOUT = 0.8  # prompt_toolkit reads a lone Esc as Esc only after a pause (else Alt with the next key)
@@ -108,3 +110,40 @@ def test_vi_mode_from_the_config_and_vim_switching_back(home: Path, spawn) -> No
         dsh.child.sendeof()
         assert dsh.wait_exit() == 0
     assert _user_prompts(server) == ["say hello", "hi world"]
+
+
+def _paste(text: str) -> str:
+    """``text`` as a terminal sends a paste in bracketed-paste mode (prompt_toolkit turns it on)."""
+    return f"\x1b[200~{text}\x1b[201~"
+
+
+def test_a_pasted_image_path_is_sent_as_the_image_and_other_pastes_stay_text(home: Path, spawn) -> None:  # noqa: F811
+    shots = home / "My Screenshots"  # outside the working tree, with a space: as a terminal pastes a dragged file
+    shots.mkdir()
+    shot = png(40, 20)
+    (shots / "shot 1.png").write_bytes(shot)
+    work = home / "work"
+    work.mkdir()
+    with FaultServer(default=Behaviour("text", text="done\n"), models=None) as server:
+        dsh = spawn(cwd=work, DEEPSEEK_API_KEY=KEY, DEEPSEEK_BASE_URL=server.url)
+        dsh.prompt()
+        dsh.child.send("what is ")
+        dsh.child.send(_paste(f"'{shots}/shot 1.png' "))
+        dsh.wait_screen("> what is [image 1: shot 1.png]")
+        dsh.child.send("\r")
+        dsh.expect_exact("shot 1.png: image, PNG 40×20")
+        dsh.expect_exact("done\r\n")
+        dsh.prompt()
+        dsh.child.send("see ")
+        dsh.child.send(_paste(f"{shots}/missing.png"))  # no such image: the paste is text
+        dsh.wait_screen(f"> see {shots}/missing.png")
+        dsh.child.send("\r")
+        dsh.expect_exact("done\r\n")
+        dsh.prompt()
+        dsh.child.sendeof()
+        assert dsh.wait_exit() == 0
+    first, second = (request.json["messages"][-1]["content"] for request in server.requests)
+    assert first == [{"type": "text", "text": "what is [image 1: shot 1.png]"},
+                     {"type": "image_url", "image_url": {"url": "data:image/png;base64," +
+                                                         base64.b64encode(shot).decode()}}]
+    assert second == f"see {shots}/missing.png"

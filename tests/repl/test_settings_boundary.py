@@ -42,7 +42,8 @@ def _dsh(home: Path, text: str) -> subprocess.CompletedProcess[str]:
          "[models.m] output must be a price of zero or more (USD per 1M tokens), got -1"),
         ('[models."m"]\ncontext_window = 1.5\n', "[models.m] context_window must be a positive integer, got 1.5"),
         ('[models."m"]\nwindow = 3\n',
-         "[models.m] has unknown key 'window' (known: context_window, input_cache_hit, input_cache_miss, output)"),
+         "[models.m] has unknown key 'window' (known: context_window, input_cache_hit, input_cache_miss, output, "
+         "images)"),
         ("[subagents]\nprobe = 3\n", "[subagents.probe] must be a table"),
         ("max_tokens = 'lots'\n", "max_tokens must be a positive integer, got 'lots'"),
     ],
