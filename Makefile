@@ -1,6 +1,6 @@
 # Every target creates .venv on first use with only python3 and pip, and installs only what it needs:
 # `make demo` the product and the acp extra (1 MB: the ACP scenarios run; the Claude Code ones need the
-# claude extra, 385 MB, and /scenario marks them); `make test` adds the test tools and every provider's SDK;
+# claude extra, which bundles the claude CLI, and /scenario marks them); `make test` adds the test tools and every provider's SDK;
 # `make bench` adds the baselines (the openai SDK).
 PYTHON ?= python3
 VENV := .venv

@@ -377,6 +377,7 @@ class ManagedProcess:
                 tier = "eof"
             else:
                 signal_group(pgid, signal.SIGTERM)
+                signal_group(pgid, signal.SIGCONT)  # a stopped child acts on SIGTERM only once it runs again
                 if await self.wait_exit(term_grace) is not None:
                     tier = "sigterm"
                 else:

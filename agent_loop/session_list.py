@@ -30,7 +30,7 @@ from dsh.agent_loop.session_read import read_header
 from dsh.llm import ErrorCode
 from dsh.llm.text import loads
 
-__all__ = ["SessionInfo", "list_sessions", "remove_session", "resolve_session", "session_in_use"]
+__all__ = ["SessionInfo", "list_sessions", "lock_holder", "remove_session", "resolve_session", "session_in_use"]
 
 _TURN_START_MARK = b'"type":"%s"' % TurnStart.type.encode()
 _TITLE_LIMIT = 60
@@ -252,6 +252,24 @@ def session_in_use(path: Path) -> bool:
     return False
 
 
+def lock_holder(path: Path) -> int | None:
+    """The pid of the process holding the session's lock, from Linux's /proc/locks; None where it cannot be told
+    (another system, another pid namespace, or the lock went in between)."""
+    try:
+        info = os.stat(path)
+        with open("/proc/locks", encoding="ascii", errors="replace") as locks:
+            lines = locks.read().splitlines()
+    except OSError:
+        return None
+    # "1: FLOCK  ADVISORY  WRITE 4242 fe:00:2220488 0 EOF": the device as the kernel prints it, then the inode.
+    # A process waiting for the lock has its own line, "1: -> FLOCK ...", which this shape does not match.
+    file = f"{os.major(info.st_dev):02x}:{os.minor(info.st_dev):02x}:{info.st_ino}"
+    for fields in map(str.split, lines):
+        if len(fields) >= 6 and fields[1] == "FLOCK" and fields[5] == file and fields[4].isdigit():
+            return int(fields[4]) or None  # 0: a holder outside this pid namespace
+    return None
+
+
 def remove_session(id_or_path: str | os.PathLike[str], root: str | os.PathLike[str] | None = None) -> Path:
     """Delete a session log and its undo journal (agent_loop/journal.py); refused (``SESSION_LOCKED``) while a
     dsh process has it open."""
@@ -271,6 +289,24 @@ def remove_session(id_or_path: str | os.PathLike[str], root: str | os.PathLike[s
     return path
 
 
+def _last(directory: Path, project: str | os.PathLike[str] | None, exclude: str | None) -> Path:
+    busy: SessionInfo | None = None
+    for info in reversed(list_sessions(directory, project=project)):
+        if info.turns > 0 and info.id != exclude:
+            if not session_in_use(info.path):
+                return info.path
+            busy = busy or info
+    where = f" of project {project}" if project is not None else ""
+    if busy is None:
+        raise SessionLogError(f"no session with turns to resume{where} in {directory}", ErrorCode.SESSION_NOT_FOUND)
+    pid = lock_holder(busy.path)
+    holder = f"another dsh (pid {pid})" if pid is not None else "another dsh"
+    raise SessionLogError(
+        f"session {busy.id} is open in {holder}, and no other session{where} has turns to resume",
+        ErrorCode.SESSION_LOCKED,
+    )
+
+
 def resolve_session(
     id_or_last: str | os.PathLike[str],
     root: str | os.PathLike[str] | None = None,
@@ -281,19 +317,13 @@ def resolve_session(
     """A session file from ``last``, an id, a unique id prefix, or a path to a ``.jsonl`` file.
 
     ``last`` is the most recently written session that has turns, of ``project`` when given, other
-    than ``exclude`` (the caller's own session) and not open in another process.
+    than ``exclude`` (the caller's own session) and not open in another process. When every one with turns
+    is open elsewhere, the error (``SESSION_LOCKED``) names the latest of them and the pid holding it.
     """
     directory = Path(root) if root is not None else default_root()
     text = os.fspath(id_or_last)
     if text == "last":
-        sessions = list_sessions(directory, project=project)
-        for info in reversed(sessions):
-            if info.turns > 0 and info.id != exclude and not session_in_use(info.path):
-                return info.path
-        where = f" of project {project}" if project is not None else ""
-        raise SessionLogError(
-            f"no session with turns to resume{where} in {directory}", ErrorCode.SESSION_NOT_FOUND
-        )
+        return _last(directory, project, exclude)
     if os.sep in text or text.endswith(SUFFIX):
         path = Path(text)
         if os.path.lexists(path):  # opening it decides whether it is a regular file

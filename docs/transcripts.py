@@ -41,6 +41,7 @@ import sys
 import tempfile
 import threading
 import time
+import types
 from collections.abc import Callable, Iterable, Iterator
 from concurrent.futures import Future, ThreadPoolExecutor
 from dataclasses import dataclass
@@ -968,6 +969,8 @@ ERROR_CODES: list[tuple[str, str, str | None]] = [
     ("ABORTED", "the caller cancelled the request (the turn then ends `aborted`, not `error`)", None),
     ("MAX_STEPS", "the model kept calling tools for 50 steps", None),
     ("SESSION_LOG", "the session log could not be written (the turn stops; `/new` starts a fresh log)", None),
+    ("CONFIG", "a setting the turn needs is wrong or missing: `max_cost` on a model with no price, a provider's "
+               "extra not installed (at start-up the same code is the config line, exit 2)", None),
     ("UNKNOWN", "a failure that is not a dsh error (a bug: `DSH_DEBUG=1` shows the traceback)", None),
 ]
 
@@ -980,7 +983,7 @@ DECLARED_ONLY: list[tuple[str, str, str | None]] = [
 
 # Codes that reach the user as a start-up, command or protocol line, never as a turn end (architecture.md
 # names them in prose).
-NOT_TURN_ENDS = {"CONFIG", "STARTUP", "SESSION_NOT_FOUND", "SESSION_AMBIGUOUS", "SESSION_LOCKED", "TURN_BUSY",
+NOT_TURN_ENDS = {"STARTUP", "SESSION_NOT_FOUND", "SESSION_AMBIGUOUS", "SESSION_LOCKED", "TURN_BUSY",
                  "AGENT_CLOSED", "PROTOCOL", "TRANSPORT_CLOSED", "PROCESS_START", "LINE_TOO_LONG", "COMPACT",
                  "SUBAGENT", "MCP", "HOOK"}
 
@@ -995,6 +998,18 @@ def _fix_line(fix_line: Callable[..., str | None], code: str) -> str | None:
         return fix_line(typed.from_dict(reason))
     except (AttributeError, TypeError):
         return fix_line(reason)
+
+
+_RETRIED_ANCHOR = "reliability.md#which-failures-before-a-response-are-retried"
+
+
+def _retry_table() -> types.ModuleType:
+    """docs/retry_table.py: the retry table read from the client and the retry policy."""
+    if str(REPO / "docs") not in sys.path:
+        sys.path.insert(0, str(REPO / "docs"))
+    import retry_table  # type: ignore[import-not-found]  # beside this script: loaded only when a table asks
+
+    return retry_table
 
 
 def table_error_codes(lab: Lab) -> str:
@@ -1013,10 +1028,14 @@ def table_error_codes(lab: Lab) -> str:
             raise RuntimeError(f"describe these error codes in ERROR_CODES (docs/transcripts.py): {missing}")
     turns = scenario_turns(lab)
     policy = RetryPolicy()
+    # A code some of whose failures cap themselves at no retry says so, linking the generated table.
+    capped = {code for _, code, _, retried in _retry_table().outcomes() if not retried}
     rows = ["| code | when | retried | fix line | in the demo |", "|---|---|---|---|---|"]
     for code, when, scenario in rows_in:
         probe = "HTTP_422" if code == "HTTP_<status>" else code
         retried = "yes" if policy.should_retry(probe, 0) else "no"
+        if retried == "yes" and probe in capped:
+            retried = f"yes, [not all]({_RETRIED_ANCHOR})"
         fix = _fix_line(fix_line, probe)
         fix_cell = _code(fix.strip()) if fix else "–"
         demo = "–"
@@ -1623,6 +1642,8 @@ GENERATORS: dict[str, Callable[[Lab], str]] = {
     "report": lambda lab: lab.once("report", lambda: _report_session(lab)).result(),
     "session-log": session_log,
     "error-codes": table_error_codes,
+    "retried": lambda lab: _retry_table().markdown(),
+    "retry-summary": lambda lab: _retry_table().summary(),
     "fault-matrix": table_fault_matrix,
     "reliability-counts": table_reliability_counts,
     "litellm": table_litellm,

@@ -261,8 +261,8 @@ class DeepSeekClient:
             # Every connection goes to the proxy, so a refused or unknown host is the proxy's; TLS is
             # the upstream's (through the CONNECT tunnel) and stays TRANSPORT.
             proxy_own = detail in (
-                FailureDetail.REFUSED, FailureDetail.NAME_NOT_FOUND, FailureDetail.PROXY_AUTH,
-                FailureDetail.PROXY_DEPENDENCY,
+                FailureDetail.REFUSED, FailureDetail.NAME_NOT_FOUND, FailureDetail.NAME_UNRESOLVED,
+                FailureDetail.PROXY_AUTH, FailureDetail.PROXY_DEPENDENCY,
             )
             if proxy_own or any(isinstance(node, httpx_errors().ProxyError) for node in _nodes(exc)):
                 code = ErrorCode.PROXY

@@ -44,7 +44,8 @@ class FailureDetail(StrEnum):
     Members are ``str``: they compare, hash and serialize (JSON, session log) as their values."""
 
     REFUSED = "refused"
-    NAME_NOT_FOUND = "name-not-found"
+    NAME_NOT_FOUND = "name-not-found"  # the resolver's answer: no such name (NXDOMAIN, EAI_NONAME)
+    NAME_UNRESOLVED = "name-unresolved"  # no answer: a resolver failure, a timeout, no network (transient)
     PLAIN_HTTP = "plain-http"
     CERTIFICATE = "certificate"  # not trusted: an unknown issuer, a self-signed certificate
     CERTIFICATE_NAME = "certificate-name"  # trusted, but issued for other host names
@@ -58,7 +59,8 @@ class FailureDetail(StrEnum):
     CONCURRENCY_CAP = "concurrency-cap"  # a deepseek-dialect 429: the account's concurrent requests passed its cap
 
 
-# Permanent: retrying cannot change the answer (docs/contracts.md). Refused, reset and timeouts stay transient.
+# Permanent: retrying cannot change the answer (docs/contracts.md). Refused, reset, timeouts and a name that could
+# not be resolved stay transient.
 PERMANENT = frozenset(
     {
         FailureDetail.NAME_NOT_FOUND,
@@ -204,7 +206,9 @@ def classify_transport(exc: BaseException) -> str | None:
         if isinstance(node, socket.gaierror):
             if node.errno in _NAME_NOT_FOUND_ERRNOS or any(text in str(node) for text in _NAME_NOT_FOUND_TEXT):
                 return FailureDetail.NAME_NOT_FOUND
-            return None  # EAI_AGAIN, "Temporary failure in name resolution": transient
+            # EAI_AGAIN ("Temporary failure in name resolution": SERVFAIL, no answer, no network), EAI_FAIL: the
+            # name was not found not to exist, so it is not blamed on a setting and stays transient.
+            return FailureDetail.NAME_UNRESOLVED
         if isinstance(node, ConnectionRefusedError) or (
             isinstance(node, OSError) and node.errno == errno.ECONNREFUSED
         ):

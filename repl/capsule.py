@@ -16,7 +16,7 @@ import os
 import platform
 import sys
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
 from typing import TYPE_CHECKING, Any
 
 from dsh.agent_loop.events import to_wire
@@ -28,7 +28,7 @@ from dsh.llm.codes import ErrorCode
 from dsh.llm.models import ModelSettings
 from dsh.llm.network import no_proxy
 from dsh.llm.wire_trace import CAPSULE_TYPE, TraceWriter
-from dsh.repl.config import KNOWN_KEYS
+from dsh.repl.config import KNOWN_KEYS, state_dir
 from dsh.repl.turn_end import fix_line, turn_end_line
 from dsh.repl.why import why_lines
 
@@ -36,7 +36,7 @@ if TYPE_CHECKING:
     from dsh.repl.doctor_report import Step
     from dsh.repl.host import Host
 
-__all__ = ["NO_FAILURE", "default_name", "failed_turn", "write_capsule"]
+__all__ = ["NO_FAILURE", "default_name", "default_path", "failed_turn", "write_capsule"]
 
 NO_FAILURE = "no failed turn to report yet"
 # Settings whose values are shown by their shape only: a table's values, a prompt's text or a hook's arguments
@@ -46,9 +46,22 @@ _TEXTS = ("system_prompt", "system_prompt_append")
 _COMMANDS = ("prompt_hook",)  # an argv list or a shell command line: a checking service's token rides in it
 
 
-def default_name() -> str:
-    """``dsh-report-20261204T102703Z.jsonl``: in the current folder, one a second."""
-    return time.strftime("dsh-report-%Y%m%dT%H%M%SZ.jsonl", time.gmtime())
+def default_name(session_id: str | None = None) -> str:
+    """``dsh-report-<session id>-20261204T102703Z.jsonl``: one a second per session."""
+    stamp = time.strftime("%Y%m%dT%H%M%SZ", time.gmtime())
+    session_id = "".join(c for c in session_id or "" if c.isascii() and (c.isalnum() or c in "-_"))[:64]
+    return f"dsh-report-{session_id}-{stamp}.jsonl" if session_id else f"dsh-report-{stamp}.jsonl"
+
+
+def default_path(env: Mapping[str, str], session_id: str | None) -> str:
+    """Where a capsule goes when no FILE is named: dsh's state directory (``~/.local/state/dsh/reports/``,
+    made 0700), never the current folder, where a clone's ``git status`` would show it and a careless commit
+    publish its request bodies (docs/reporting.md)."""
+    folder = state_dir(env) / "reports"
+    folder.mkdir(mode=0o700, parents=True, exist_ok=True)
+    if not folder.is_symlink():
+        folder.chmod(0o700)  # a folder made before, by hand or an older dsh: its capsules are the user's alone
+    return str(folder / default_name(session_id))
 
 
 def failed_turn(shell: Host) -> EndReason | None:
@@ -199,13 +212,17 @@ def _open(path: str, header: dict[str, Any], secrets: tuple[str, ...]) -> TraceW
 
 async def write_capsule(shell: Host, path: str | None = None, *,
                         on_step: Callable[[Step], None] | None = None) -> str:
-    """Write the capsule of the last failed turn to ``path`` (:func:`default_name` in the current folder when
-    None) and return the path; a :class:`HarnessError` names a path that cannot take it. ``on_step`` hears
-    each of the doctor's steps as it ends."""
+    """Write the capsule of the last failed turn to ``path`` (:func:`default_path` under dsh's state directory
+    when None; the file 0600 either way) and return the path; a :class:`HarnessError` names a path that cannot
+    take it. ``on_step`` hears each of the doctor's steps as it ends."""
     reason = failed_turn(shell)
     if reason is None:
         raise HarnessError(NO_FAILURE, ErrorCode.CONFIG)
-    path = os.path.expanduser(path) if path else default_name()
+    try:
+        path = os.path.expanduser(path) if path else default_path(shell.env, shell.session.id)
+    except OSError as exc:
+        raise HarnessError(f"report folder under {state_dir(shell.env)} cannot be made: "
+                           f"{exc.strerror or type(exc).__name__}", ErrorCode.CONFIG) from None
     records, summary = _turn_records(shell)  # before the doctor runs: its requests are not the turn's
     client = shell.session.client
     header = (client.trace_header if client is not None else None) or {

@@ -7,6 +7,7 @@ from __future__ import annotations
 import atexit
 import contextlib
 import os
+import signal
 import sys
 import threading
 import time
@@ -18,18 +19,35 @@ if TYPE_CHECKING:
     from collections.abc import Sequence
     from typing import NoReturn
 
-__all__ = ["finish", "main"]
+__all__ = ["finish", "main", "own_signals"]
 
 
 def main(argv: Sequence[str] | None = None) -> NoReturn:
+    own_signals()  # before anything slow: a Ctrl-C during start-up must work even if inherited ignored
     args = list(sys.argv[1:] if argv is None else argv)
     if args in (["--version"], ["-V"]):
         sys.stdout.write(f"dsh {__version__}\n")
         sys.stdout.flush()
         raise SystemExit(0)
-    from dsh.repl.launch import run  # flags, config, the modes: all past --version
+    try:
+        from dsh.repl.launch import run  # flags, config, the modes: all past --version
 
-    finish(run(args))
+        status = run(args)
+    except KeyboardInterrupt:  # a Ctrl-C before a mode took SIGINT over: the shell's status, no traceback
+        status = 128 + signal.SIGINT
+    finish(status)
+
+
+def own_signals() -> None:
+    """Ctrl-C and Ctrl-\\ work from dsh's first instruction, whatever it inherited (docs/architecture.md,
+    "Start-up and lazy imports"): a CI step or ``nohup`` may start dsh with SIGINT and SIGQUIT ignored, and
+    Python then keeps them ignored, so a Ctrl-C before a mode installs its own handling would do nothing.
+    SIGHUP stays as inherited until a mode takes it (the REPL ends on it itself): ignoring a hangup is
+    what ``nohup`` asks for."""
+    if signal.getsignal(signal.SIGINT) is signal.SIG_IGN:
+        signal.signal(signal.SIGINT, signal.default_int_handler)
+    if signal.getsignal(signal.SIGQUIT) is signal.SIG_IGN:
+        signal.signal(signal.SIGQUIT, signal.SIG_DFL)
 
 
 def finish(status: int) -> NoReturn:

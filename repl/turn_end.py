@@ -10,6 +10,7 @@ from urllib.parse import urlsplit
 from dsh.agent_loop.budget import budget_words
 from dsh.agent_loop.reasons import Aborted, BudgetStop, EndReason, Failed, Interrupted, MaxTokens, Rejected
 from dsh.llm import ErrorCode
+from dsh.llm.defaults import DEFAULT_BASE_URL
 from dsh.llm.endpoint import Endpoint, endpoint_for_url, host_and_address
 from dsh.llm.network import FailureDetail
 from dsh.llm.redact import redact_text
@@ -26,12 +27,15 @@ __all__ = [
     "FIX_CONTEXT",
     "FIX_INVALID_URL",
     "FIX_NAME_NOT_FOUND",
+    "FIX_NAME_NOT_FOUND_DEFAULT",
+    "FIX_NAME_UNRESOLVED",
     "FIX_PLAIN_HTTP",
     "FIX_PROXY",
     "FIX_PROXY_AUTH",
     "FIX_PROXY_DEPENDENCY",
     "FIX_PROXY_NAME",
     "FIX_PROXY_REFUSED",
+    "FIX_PROXY_UNRESOLVED",
     "FIX_QUOTA",
     "FIX_QUOTA_ELSEWHERE",
     "FIX_RATE_LIMIT",
@@ -73,6 +77,12 @@ FIX_CONTEXT = "  fix: the conversation is too long for the model — /compact or
 # the flag, environment variable or config file that set the value (docs/reliability.md).
 FIX_REFUSED = "  fix: nothing is listening at {host} — check {source}"
 FIX_NAME_NOT_FOUND = "  fix: the host name {name} does not exist — check {source}"
+# dsh's own default host exists: a resolver that denies it is this machine's DNS or network, not a setting.
+FIX_NAME_NOT_FOUND_DEFAULT = (
+    "  fix: this machine's DNS says {name} (dsh's default host) does not exist — check DNS or the network"
+)
+# No answer (a resolver failure, a timeout, no network): the name may well exist, so no setting is blamed.
+FIX_NAME_UNRESOLVED = "  fix: the host name {name} could not be resolved — check DNS or the network"
 FIX_PLAIN_HTTP = "  fix: the server speaks plain HTTP — did you mean {url}?"
 # Certificate failures, by FailureDetail: how to trust the CA, or what the server must change. Never "turn
 # verification off" (docs/reliability.md, "Certificate failures"); tests/repl/test_render.py holds them to it.
@@ -94,6 +104,7 @@ FIX_CERTIFICATE_NOT_YET_VALID = (
 FIX_INVALID_URL = "  fix: the URL is not valid — check {source}"
 FIX_PROXY_REFUSED = "  fix: nothing is listening at the proxy {host} — check {source}"
 FIX_PROXY_NAME = "  fix: the proxy host {name} does not exist — check {source}"
+FIX_PROXY_UNRESOLVED = "  fix: the proxy host {name} could not be resolved — check DNS or the network"
 FIX_PROXY_AUTH = "  fix: the proxy refused the credentials — check the user:password in {source}"
 FIX_PROXY_DEPENDENCY = "  fix: this proxy needs an extra package — pip install 'httpx[socks]'"
 FIX_PROXY = "  fix: the proxy failed the request — check the proxy, or unset {source}"
@@ -128,6 +139,7 @@ _FIX_BY_CODE: dict[str, str] = {
     ErrorCode.CONTEXT_WINDOW_EXCEEDED: FIX_CONTEXT,
 }
 _KEY_SOURCE = "DEEPSEEK_API_KEY (or api_key in config.toml)"
+_DEFAULT_HOST = urlsplit(DEFAULT_BASE_URL).hostname
 
 
 def _host_port(url: str) -> tuple[str, str, str]:
@@ -180,6 +192,15 @@ def _endpoint_fix(reason: Failed, sources: Mapping[str, str]) -> str | None:
     return None
 
 
+def _name_fix(detail: str, host: str) -> str:
+    """Which DNS line: "does not exist" only for a denied name the user set; else check DNS or the network."""
+    if detail == FailureDetail.NAME_UNRESOLVED:
+        return FIX_NAME_UNRESOLVED
+    if host == _DEFAULT_HOST:  # it exists: whoever set it, the resolver that denies it is at fault
+        return FIX_NAME_NOT_FOUND_DEFAULT
+    return FIX_NAME_NOT_FOUND
+
+
 def fix_line(reason: EndReason, sources: Mapping[str, str] | None = None) -> str | None:
     """The one-line remedy for a failure: by code (never the bare status), then by what the failure was.
 
@@ -198,6 +219,8 @@ def fix_line(reason: EndReason, sources: Mapping[str, str] | None = None) -> str
             line = FIX_PROXY_REFUSED
         elif detail == FailureDetail.NAME_NOT_FOUND and host:
             line = FIX_PROXY_NAME
+        elif detail == FailureDetail.NAME_UNRESOLVED and host:
+            line = FIX_PROXY_UNRESOLVED
         elif detail == FailureDetail.PROXY_DEPENDENCY:
             line = FIX_PROXY_DEPENDENCY
         else:
@@ -207,8 +230,8 @@ def fix_line(reason: EndReason, sources: Mapping[str, str] | None = None) -> str
         source = sources.get("base_url", "base_url (--base-url, DEEPSEEK_BASE_URL or config.toml)")
         if detail == FailureDetail.REFUSED and host_port:
             return one_line(FIX_REFUSED.format(host=host_port, source=source))
-        if detail == FailureDetail.NAME_NOT_FOUND and host:
-            return one_line(FIX_NAME_NOT_FOUND.format(name=host, source=source))
+        if detail in (FailureDetail.NAME_NOT_FOUND, FailureDetail.NAME_UNRESOLVED) and host:
+            return one_line(_name_fix(detail, host).format(name=host, source=source))
         if detail == FailureDetail.PLAIN_HTTP and scheme == "https":
             return one_line(FIX_PLAIN_HTTP.format(url="http" + endpoint[len("https"):]))
         if detail == FailureDetail.CERTIFICATE:

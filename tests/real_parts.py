@@ -48,3 +48,26 @@ def isolated_resolver(directory: os.PathLike[str] | str) -> list[str]:
             "run as root, or enable unprivileged user namespaces (sysctl kernel.unprivileged_userns_clone=1)",
         )
     return prefix
+
+
+# The same namespace with a loopback DNS server (tests/loopback_dns.py) as the only resolver: /etc/resolv.conf
+# names 127.0.0.1, one try of one second, so a silent server fails in about a second. A new PID namespace
+# ends the server with the command (its first process).
+_RESOLV_CONF = "nameserver 127.0.0.1\noptions timeout:1 attempts:1\n"
+_ENTER_DNS = ('mount --bind "$0" /etc/nsswitch.conf && mount --bind "$1" /etc/resolv.conf && '
+              '"$2" "$3" "$4" && shift 5 && "$@"')
+
+
+def loopback_resolver(directory: os.PathLike[str] | str, answer: str) -> list[str]:
+    """A command prefix that runs a command whose DNS is a loopback server answering every query with
+    ``answer``: ``nxdomain``, ``servfail`` or ``silent``. No query leaves the machine."""
+    import sys
+    from pathlib import Path
+
+    unshare = isolated_resolver(directory)[0]  # the same checks (and skip) as the plain namespace
+    nsswitch, resolv = Path(directory) / "nsswitch.conf", Path(directory) / "resolv.conf"
+    nsswitch.write_text("hosts: files dns\n", encoding="utf-8")
+    resolv.write_text(_RESOLV_CONF, encoding="utf-8")
+    server = str(Path(__file__).with_name("loopback_dns.py"))
+    return [unshare, "--user", "--map-root-user", "--net", "--mount", "--pid", "--fork", "--", "sh", "-c",
+            _ENTER_DNS, str(nsswitch), str(resolv), sys.executable, server, answer, "--"]

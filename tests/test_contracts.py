@@ -287,6 +287,9 @@ FIX_SAMPLES = [
     FixSample("TRANSPORT", D.REFUSED, "http://127.0.0.1:1", sources=SOURCES, values={"host": "127.0.0.1:1", **BASE}),
     FixSample("TRANSPORT", D.NAME_NOT_FOUND, "https://nowhere.invalid/v1", sources=SOURCES,
               values={"name": "nowhere.invalid", **BASE}),
+    FixSample("TRANSPORT", D.NAME_NOT_FOUND, "https://api.deepseek.com", values={"name": "api.deepseek.com"}),
+    FixSample("TRANSPORT", D.NAME_UNRESOLVED, "https://nowhere.invalid/v1", sources=SOURCES,
+              values={"name": "nowhere.invalid"}),
     FixSample("TRANSPORT", D.PLAIN_HTTP, "https://127.0.0.1:8765", values={"url": "http://127.0.0.1:8765"}),
     FixSample("TRANSPORT", D.CERTIFICATE, "https://self-signed.example"),
     FixSample("TRANSPORT", D.CERTIFICATE_NAME, "https://wrong.host.example", sources=SOURCES,
@@ -298,6 +301,8 @@ FIX_SAMPLES = [
     FixSample("PROXY", D.REFUSED, "http://127.0.0.1:3128", sources=SOURCES, values={"host": "127.0.0.1:3128", **PROXY}),
     FixSample("PROXY", D.NAME_NOT_FOUND, "http://proxy.invalid:3128", sources=SOURCES,
               values={"name": "proxy.invalid", **PROXY}),
+    FixSample("PROXY", D.NAME_UNRESOLVED, "http://proxy.invalid:3128", sources=SOURCES,
+              values={"name": "proxy.invalid"}),
     FixSample("PROXY", D.PROXY_DEPENDENCY, "socks5://127.0.0.1:1080"),
     FixSample("PROXY", None, "http://127.0.0.1:3128", sources=SOURCES, values=PROXY),
 ]

@@ -21,11 +21,14 @@ the diagnostic.
 
 Everything happens inside :meth:`DshSdkRun.execute`: after the prompt (or a local cancellation) the
 child is asked to ``shutdown`` (bounded), then the teardown ladder runs. A failed shutdown is host-logged;
-it joins the diagnostic of a failed run only (success and local cancellation carry none).
+it joins the diagnostic of a failed run only (success and local cancellation carry none). After a local
+cancellation (``/kill``) the ``shutdown`` gets 250 ms: unanswered, the child's process group is signalled at
+once (SIGTERM, then SIGKILL), so a killed job is gone in well under a second.
 """
 
 from __future__ import annotations
 
+import dataclasses
 import logging
 import os
 import sys
@@ -50,6 +53,7 @@ log = logging.getLogger(__name__)
 DEFAULT_COMMAND: tuple[str, ...] = (sys.executable, "-m", "dsh.repl.serve", "--stdio")
 API_KEY_ENV = "DEEPSEEK_API_KEY"
 _CANCEL_NOTIFY_TIMEOUT = 0.5
+_CANCEL_SHUTDOWN_WAIT = 0.25  # after a local cancel the job must be gone well under a second (docs/subagents.md)
 _MAX_OUTPUT_CHARS = 1_000_000  # a runaway child cannot grow the parent's memory without bound
 
 
@@ -195,7 +199,7 @@ class DshSdkRun(Run[DshSettings]):
                 except anyio.get_cancelled_exc_class():
                     with anyio.CancelScope(shield=True):
                         await self._notify_cancel(conn)
-                        await self._shutdown(conn, process)
+                        await self._stop_after_cancel(conn, process)
                     raise
                 shutdown_failed = not await self._shutdown(conn, process)
         finally:
@@ -236,12 +240,20 @@ class DshSdkRun(Run[DshSettings]):
             return self._failure(Stage.INITIALIZE, Category.UNKNOWN, cause=exc)
         return None
 
-    async def _shutdown(self, conn: JsonRpcConnection, process: ManagedProcess) -> bool:
+    async def _stop_after_cancel(self, conn: JsonRpcConnection, process: ManagedProcess) -> None:
+        """A local cancel (``/kill``): the polite ``shutdown`` gets a short window, then the group is signalled."""
+        if await self._shutdown(conn, process, _CANCEL_SHUTDOWN_WAIT):
+            return
+        log.info("subagent %s: no answer to shutdown within %d ms of a cancel; signalling its process group",
+                 diagnostics.safe_token(self.name), int(_CANCEL_SHUTDOWN_WAIT * 1000))  # fmt: skip
+        await process.terminate(eof_grace=0.0)  # SIGTERM (and SIGCONT) to the group now; the ladder goes on
+
+    async def _shutdown(self, conn: JsonRpcConnection, process: ManagedProcess, timeout: float | None = None) -> bool:
         """The bounded ``shutdown`` request while the child is alive. False when it failed."""
         if conn.closed or process.exited:
             return True
         try:
-            with anyio.fail_after(self.settings.shutdown_timeout):
+            with anyio.fail_after(self.settings.shutdown_timeout if timeout is None else timeout):
                 await conn.request("shutdown")
         except Exception as exc:
             log.info("subagent %s: shutdown request failed (%s)", diagnostics.safe_token(self.name),
@@ -360,7 +372,23 @@ class DshSdkRun(Run[DshSettings]):
         if kind in _REFUSAL_KINDS:
             return Outcome("refusal", output)
         if kind == "error":
-            return Outcome("error", output, self._failure(Stage.SESSION_RUN, Category.CHILD_ERROR, stop_reason="error"))
+            failure = self._failure(Stage.SESSION_RUN, Category.CHILD_ERROR, stop_reason="error")
+            return Outcome("error", output, dataclasses.replace(failure, words=_turn_end_words(reason)))
         if kind == "interrupted":
             return Outcome("error", output)  # only log repair writes it; a fresh session never should
         return Outcome("error", output, self._failure(Stage.SESSION_RUN, Category.CHILD_UNKNOWN))
+
+
+def _turn_end_words(reason: Mapping[str, Any]) -> tuple[tuple[str, object], ...]:
+    """The child's own account of its failed turn (its ``turn/end``: code, HTTP status, request id, the message),
+    for ``/why`` and dsh.log only: the run masks and bounds it (docs/subagents.md, "The agent's own words")."""
+    facts = [str(reason.get("code") or "unknown")]
+    status, request_id, message = reason.get("status"), reason.get("request_id"), reason.get("message")
+    if isinstance(status, int) and not isinstance(status, bool):
+        facts.append(f"HTTP {status}")
+    if isinstance(request_id, str) and request_id:
+        facts.append(f"request id {request_id}")
+    text = f"error ({', '.join(facts)})"
+    if isinstance(message, str) and message.strip():
+        text += f": {message}"
+    return (("turn end", text),)

@@ -23,6 +23,7 @@ from dsh.llm import ChatRequest, DeepSeekClient, StreamEvent
 from dsh.llm._version import install_line
 from dsh.llm.client_settings import ClientSettings
 from dsh.llm.deepseek import open_client
+from dsh.llm.errors import HarnessError
 from dsh.llm.exchange_ring import ExchangeRing
 from dsh.llm.loopback.fault_server import Behaviour, FaultServer, closed_port
 from dsh.repl.demo.delegation import demo_subagent_tables, register_demo_scenarios
@@ -74,6 +75,8 @@ class DemoTurn:
     retry: RetryPolicy = field(default_factory=demo_retry_policy)
     dialect: str | None = None  # "deepseek": the turn's endpoint speaks DeepSeek's extensions (None: by the host)
     extras: dict[str, Any] = field(default_factory=dict)  # free room for scenarios added by others
+    # The turn fails with this before any request (a scenario whose extra is missing: not an answer, so -p exits 1).
+    failure: HarnessError | None = None
 
     def push(self, *behaviours: Behaviour | str) -> None:
         """Queue behaviours for the next requests (then the default answers)."""
@@ -160,6 +163,8 @@ class DemoClient:
         return client
 
     async def stream(self, request: ChatRequest) -> AsyncGenerator[StreamEvent, None]:
+        if self.turn is not None and self.turn.failure is not None:
+            raise self.turn.failure
         async with contextlib.aclosing(self._client().stream(request)) as events:
             async for event in events:
                 yield event

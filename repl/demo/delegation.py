@@ -10,7 +10,7 @@ or ``fixtures`` (imports point one way). The front end:
   ``dsh.llm.loopback.fault_server.Behaviour``.
 
 ``pip install dsh-agent`` alone has no ACP or Claude Code SDK: the tables that need a missing extra are
-left out of the demo's subagents (so the toolkit never builds them), their scenarios answer with the one
+left out of the demo's subagents (so the toolkit never builds them), their turns fail (CONFIG) with the one
 line :func:`~dsh.agent_loop.subagent.extras.missing_extra_hint` prints, naming the extra to install, and
 ``/scenario`` marks them with it (:func:`scenario_extra`). ``make demo`` installs the ``acp`` extra.
 
@@ -29,6 +29,8 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from dsh.agent_loop.subagent.extras import missing_extra_hint, provider_extra
+from dsh.llm.codes import ErrorCode
+from dsh.llm.errors import HarnessError
 
 __all__ = [
     "DELEGATION_SCENARIOS",
@@ -221,14 +223,14 @@ def scenario_setup(
     """The demo setup for one scenario: script the main model's tool call, the child's requests, answers.
 
     ``table`` is the scenario's ``[subagents.NAME]`` table (default: the one in this module). When its
-    provider's extra is not installed, the turn answers with the one install hint line instead.
+    provider's extra is not installed, the turn fails (CONFIG) with the one install hint line as its message.
     """
 
     def setup(turn: Any) -> None:
         own = table if table is not None else all_delegation_tables()[scenario.provider]
         hint = missing_extra_line(scenario.provider, own)
         if hint is not None:
-            turn.server.default = behaviour("text", text=f"{hint}\n")
+            turn.failure = HarnessError(hint, ErrorCode.CONFIG)
             return
         turn.push(
             behaviour("tool_call", id="call_demo_subagent", name="subagent", arguments=_tool_call_arguments(scenario),

@@ -51,7 +51,7 @@ async def test_invalid_url_is_permanent(make_client, stream_outcome):
     [
         (socket.EAI_NONAME, "Name or service not known", FailureDetail.NAME_NOT_FOUND),
         (getattr(socket, "EAI_NODATA", -5), "No address associated with hostname", FailureDetail.NAME_NOT_FOUND),
-        (socket.EAI_AGAIN, "Temporary failure in name resolution", None),  # transient: retried
+        (socket.EAI_AGAIN, "Temporary failure in name resolution", FailureDetail.NAME_UNRESOLVED),  # retried
     ],
 )
 def test_name_resolution_classification(gai_errno: int, text: str, detail: str | None) -> None:

@@ -43,7 +43,9 @@ _NETWORK_FAILURES = re.compile(
     r"Failed to establish a new connection|Name or service not known|Temporary failure in name resolution"
     r"|Network is unreachable|ConnectTimeoutError|ReadTimeoutError|ProxyError|\(from versions: none\)"
 )
-BUILD_INPUTS = ("pyproject.toml", "README.md", "LICENSE", *LAYERS)  # all a build may read: no fixtures/, tests/, bench/
+TOP = "dsh_top"  # the folder of dsh/py.typed, the one file of dsh/ itself
+# all a build may read: no fixtures/, tests/, bench/
+BUILD_INPUTS = ("pyproject.toml", "README.md", "LICENSE", TOP, *LAYERS)
 
 
 def _unavailable(what: str, output: str) -> None:
@@ -166,7 +168,7 @@ def test_the_wheel_holds_every_product_module_and_nothing_else(built: Built) -> 
         for layer in LAYERS
         for path in (REPO / layer).rglob("*.py")
         if "__pycache__" not in path.parts
-    }
+    } | {"dsh/py.typed"}
     shipped = {name for name in built.names() if name.startswith("dsh/")}
     assert shipped == expected
     assert "dsh/llm/loopback/fault_server.py" in shipped  # the demo's runtime ships ...
@@ -231,6 +233,55 @@ def test_nothing_imports_from_the_source_tree(fresh_venv: FreshVenv) -> None:
         assert Path(path).is_relative_to(fresh_venv.root), path
 
 
+def test_uninstall_leaves_nothing_behind(built: Built, tmp_path: Path) -> None:
+    """pip removes only the folders that hold a file it installed: dsh/ holds py.typed for that."""
+    venv = tmp_path / "venv"
+    subprocess.run([sys.executable, "-m", "venv", "--without-pip", str(venv)], check=True, timeout=60)
+    pip = [sys.executable, "-m", "pip", "--python", str(venv / "bin" / "python"), "--disable-pip-version-check"]
+    installed = _run([*pip, "install", "--quiet", "--no-compile", "--no-deps", str(built.wheel)])
+    assert installed.returncode == 0, installed.stderr
+    (site,) = (venv / "lib").glob("python3*/site-packages")
+    before = set(site.iterdir())
+    # A run writes bytecode beside the modules it imports, as a user's first run does.
+    ran = _run([str(venv / "bin" / "dsh"), "--version"], env={"PATH": "/usr/bin:/bin", "HOME": str(tmp_path)})
+    assert (ran.returncode, ran.stdout) == (0, f"dsh {__version__}\n"), ran.stderr
+    assert any((site / "dsh").rglob("*.pyc"))
+    removed = _run([*pip, "uninstall", "--yes", DISTRIBUTION])
+    assert removed.returncode == 0, removed.stderr
+    assert sorted(path.name for path in before - set(site.iterdir())) == ["dsh", DIST_INFO]
+    assert not (site / "dsh").exists()
+    assert not (venv / "bin" / "dsh").exists() and not (venv / "bin" / "dsh-agent").exists()
+
+
+def _readme_block(heading: str) -> list[str]:
+    """The command lines of the first ```sh block under ``heading`` in README.md, comments dropped."""
+    section = (REPO / "README.md").read_text(encoding="utf-8").split(f"\n{heading}\n", 1)[1]
+    block = section.split("```sh\n", 1)[1].split("```", 1)[0]
+    return [line.split("  #", 1)[0].strip() for line in block.splitlines() if line.strip()]
+
+
+def test_the_readme_uninstall_removes_what_its_install_made(built: Built, tmp_path: Path) -> None:
+    """The venv install, run as written (the wheel for `.`, with no dependencies), then its uninstall."""
+    install = _readme_block("## Install")
+    assert install[1] == "~/.local/share/dsh-venv/bin/pip install ."
+    install[1] = f"~/.local/share/dsh-venv/bin/pip install --quiet --no-deps {built.wheel}"
+    uninstall = [line for line in _readme_block("### Uninstall") if not line.startswith("pipx ")]
+    home = tmp_path / "home"
+    (home / ".local" / "bin").mkdir(parents=True)  # where it is on PATH, it exists
+    env = {"HOME": str(home), "PATH": "/usr/bin:/bin", "PIP_DISABLE_PIP_VERSION_CHECK": "1"}
+    made = _run(["sh", "-ec", "\n".join(install)], env=env, cwd=home)
+    assert made.returncode == 0, made.stderr
+    links = {path.name: os.readlink(path) for path in (home / ".local" / "bin").iterdir()}
+    assert links == {name: f"{home}/.local/share/dsh-venv/bin/{name}" for name in ("dsh", "dsh-agent")}
+    assert _run([str(home / ".local" / "bin" / "dsh-agent"), "--version"], env=env).stdout == f"dsh {__version__}\n"
+    (home / ".local" / "bin" / "other").symlink_to("/bin/true")  # a link of someone else's stays
+    removed = _run(["sh", "-ec", "\n".join(uninstall)], env=env, cwd=home)
+    assert removed.returncode == 0, removed.stderr
+    assert sorted(path.relative_to(home).as_posix() for path in home.rglob("*")) == [
+        ".local", ".local/bin", ".local/bin/other", ".local/share"
+    ]
+
+
 # --- every demo scenario without the extras --------------------------------------------------------
 
 
@@ -291,7 +342,8 @@ def test_each_demo_scenario_works_or_names_the_extra_to_install(
         returncode, stdout, stderr = result.returncode, result.stdout, result.stderr
     if extra is not None:
         hint = f"subagent {table} ({kind}) needs the {extra} extra: pip install 'dsh-agent[{extra}]'"
-        assert (returncode, stdout, stderr) == (0, f"{hint}\n", "")  # the demo's answer: on stdout, with -p
+        # A failed turn, not an answer: nothing on stdout, the turn-end line on stderr, exit status 1.
+        assert (returncode, stdout, stderr) == (1, "", f"[turn failed CONFIG] {hint}\n")
         return
     # -p: the scenario's line is the answer (stdout) or one of the turn's diagnostics (stderr).
     lines = (stdout + stderr).splitlines()

@@ -104,7 +104,7 @@ def test_the_toolkit_collects_one_hint_per_provider(monkeypatch: pytest.MonkeyPa
 
 def test_the_demo_marks_the_scenarios_whose_extra_is_missing(tmp_path: Path) -> None:
     """``pip install dsh-agent`` alone (no acp, no claude extra): ``/scenario`` says what each of those needs,
-    and picking one answers with the same install line (issue 27 item 3)."""
+    and picking one fails the turn with the same install line (issue 27 item 3)."""
     home = make_home(tmp_path, "")
     run = run_dsh(home, ["--demo"], ["/scenario", "/scenario delegate-acp", "go"],
                   launcher=_without("acp", "claude_agent_sdk"), label="demo-missing-extras")
@@ -117,5 +117,6 @@ def test_the_demo_marks_the_scenarios_whose_extra_is_missing(tmp_path: Path) -> 
                                     "the claude extra: pip install 'dsh-agent[claude]')"}
     assert len(marked) == 24  # 8 ACP and 16 Claude Code scenarios; the child dsh and Codex ones need nothing
     assert "delegate-dsh" in listing and "delegate-dsh" not in marked and "delegate-codex" not in marked
-    assert "[main turn 1] subagent acp (acp) needs the acp extra: pip install 'dsh-agent[acp]'" in run.stdout
+    assert ("[main turn 1] [turn failed CONFIG] subagent acp (acp) needs the acp extra: pip install 'dsh-agent[acp]'"
+            in run.stdout)  # a failed turn, not an answer
 
