@@ -83,8 +83,9 @@ class Budget:
     warned: bool = False  # the WARN_AT line was shown
 
     def spent(self, tally: UsageTally) -> float:
-        """The cost so far: ``tally`` (this process's) and the carried spend; a request with no usage adds 0."""
-        return self.carried + (tally.cost or 0.0)
+        """The cost so far: ``tally``'s requests and DeepSeek web calls (this process's) and the carried spend; a
+        request with no usage adds 0."""
+        return self.carried + (tally.cost or 0.0) + tally.web_cost
 
     def stop(self, tally: UsageTally) -> BudgetStop | None:
         """The reason to end the turn instead of sending its next request, or None to send it."""

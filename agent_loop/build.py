@@ -8,6 +8,7 @@ lazy imports"); everything here is imported at the top.
 
 from __future__ import annotations
 
+import os
 from collections.abc import Callable, Mapping, Sequence
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
@@ -33,8 +34,14 @@ from dsh.agent_loop.subagent import ParentContext
 from dsh.agent_loop.subagent.jobs import user_notice
 from dsh.agent_loop.subagent.tool import SubagentToolkit
 from dsh.agent_loop.tool_hooks import ToolHooks
-from dsh.agent_loop.tools import FileAccess, Tool, default_tools
+from dsh.agent_loop.tools import FileAccess, Tool, WebSettings, default_tools
 from dsh.agent_loop.tools.skill import skill_tools
+from dsh.agent_loop.tools.web_deepseek import (
+    BASE_URL_WORDS,
+    DeepSeekWeb,
+    deepseek_origin,
+    deepseek_web_tools,
+)
 from dsh.llm import Redactor
 from dsh.llm.deepseek import open_client
 from dsh.llm.endpoint import DIALECTS
@@ -44,8 +51,8 @@ if TYPE_CHECKING:
     from dsh.agent_loop.hook_run import Hooks
     from dsh.agent_loop.session_config import Approver, EndpointClient, SessionConfig
 
-__all__ = ["FrameLog", "build_agent", "create_log", "deepseek_client", "mcp_manager", "open_log", "saved_sessions",
-           "settled_notice", "skill_tools", "subagent_toolkit"]
+__all__ = ["FrameLog", "build_agent", "create_log", "deepseek_client", "deepseek_web", "mcp_manager", "open_log",
+           "saved_sessions", "settled_notice", "skill_tools", "subagent_toolkit", "web_settings"]
 
 
 def deepseek_client(config: SessionConfig, env: Mapping[str, str]) -> EndpointClient:
@@ -115,6 +122,29 @@ def settled_notice(toolkit: SubagentToolkit, event: JobNotice) -> tuple[JobNotic
     return JobNotice(event.job_id, user_notice(job)), cause
 
 
+def web_settings(config: SessionConfig, env: Mapping[str, str] | None = None) -> WebSettings | None:
+    """web_fetch's settings from the config (None: ``web`` is off). A proxy the environment gave the endpoint is
+    picked again for each URL (its scheme, ``NO_PROXY``); one from a flag or a file carries every fetch."""
+    if not config.web:
+        return None
+    source = config.sources.get("proxy", "")
+    explicit = config.proxy if config.proxy is not None and not source.endswith("(environment)") else None
+    return WebSettings(allow=config.web_allow, proxy=explicit, proxy_source=source or WebSettings().proxy_source,
+                       env=dict(os.environ if env is None else env))
+
+
+def deepseek_web(config: SessionConfig, dialect: str, approve: Approver | None) -> list[Tool]:
+    """With ``web`` on a deepseek-dialect endpoint: web_search and web_fetch through DeepSeek's own Search and
+    Fetch APIs, at the base URL's origin with the session's key and the endpoint's proxy (tools/web_deepseek.py)."""
+    settings = web_settings(config)
+    if settings is None or dialect != DIALECTS[0]:
+        return []
+    api = DeepSeekWeb(deepseek_origin(config.base_url), config.api_key, settings, proxy=config.proxy,
+                      proxy_source=config.sources.get("proxy", settings.proxy_source),
+                      base_source=config.sources.get("base_url", BASE_URL_WORDS))
+    return deepseek_web_tools(api, approve)
+
+
 def build_agent(
     config: SessionConfig,
     client: EndpointClient,
@@ -137,8 +167,8 @@ def build_agent(
     ``hooks``: the session's (agent_loop/session_extensions.py), asked around each tool call and prompt."""
     # Without an approver nobody can answer: the shell tool then says so instead of "denied".
     tools = default_tools(approve, allow_edits=config.allow_edits, files=files,
-                          sandbox=sandbox_of(config.sandbox, config.sandbox_network))
-    for tool in extra_tools:
+                          sandbox=sandbox_of(config.sandbox, config.sandbox_network), web=web_settings(config))
+    for tool in (*deepseek_web(config, client.dialect, approve), *extra_tools):  # DeepSeek's web replaces the local
         tools.add(tool, replace=True)
     tools.hooks = ToolHooks(hooks) if hooks is not None else None  # PreToolUse, PostToolUse (docs/hooks.md)
     try:

@@ -17,6 +17,7 @@ from dataclasses import asdict, dataclass, field, fields
 from operator import attrgetter
 from typing import Any, ClassVar, get_args
 
+from dsh.agent_loop.plan import PlanItem, items_from_wire, items_to_wire
 from dsh.agent_loop.reasons import EndReason
 from dsh.llm import Image, ToolCall, Usage
 
@@ -30,6 +31,7 @@ __all__ = [
     "LlmContinue",
     "LlmRetry",
     "ModelSet",
+    "PlanUpdate",
     "ReasoningDelta",
     "ShellRun",
     "StepStart",
@@ -244,6 +246,17 @@ class ModelSet(_Known):
 
 
 @dataclass(frozen=True, slots=True)
+class PlanUpdate(_Known):
+    """The model sent its whole plan with ``todo_write`` (agent_loop/tools/plan.py): the current plan is the last
+    one; a resume restores it. An older dsh reads it as an unknown record and ignores it."""
+
+    type: ClassVar[str] = "plan/update"
+
+    turn: int
+    items: tuple[PlanItem, ...] = ()
+
+
+@dataclass(frozen=True, slots=True)
 class HookRan(_Known):
     """A hook ran (docs/hooks.md): closed facts only, never what it printed. ``outcome`` is go | block | ask |
     refused | error; ``category`` (timeout | not-found | exit | crash) when it failed."""
@@ -303,6 +316,7 @@ _KnownEvent = (
     | HookRan
     | ShellRun
     | ModelSet
+    | PlanUpdate
 )
 Event = _KnownEvent | UnknownEvent
 
@@ -430,6 +444,7 @@ _CONVERTERS: dict[str, tuple[Converter, Converter]] = {
     "tuple[Image, ...] | None": (_images, _images_to_wire),
     "Usage | None": (_usage, _usage_to_wire),
     "EndReason": (_reason, _reason_to_wire),
+    "tuple[PlanItem, ...]": (items_from_wire, items_to_wire),
 }
 
 

@@ -61,10 +61,12 @@ _NAME_LIMIT = 40
 # Claude Code's tool names -> dsh's (docs/hooks.md, "Tool names"); a Claude hook matches and is told these names.
 CLAUDE_TOOLS: dict[str, str] = {
     "Bash": "run_shell", "Read": "read_file", "Edit": "edit_file", "MultiEdit": "edit_file", "Write": "write_file",
-    "Grep": "search_text", "Glob": "list_dir", "LS": "list_dir",
+    "Grep": "search_text", "Glob": "glob", "LS": "list_dir", "TodoWrite": "todo_write", "WebFetch": "web_fetch",
+    "WebSearch": "web_search",
 }
 _CLAUDE_NAME = {"run_shell": "Bash", "read_file": "Read", "edit_file": "Edit", "write_file": "Write",
-                "search_text": "Grep", "list_dir": "LS"}
+                "search_text": "Grep", "glob": "Glob", "list_dir": "LS", "todo_write": "TodoWrite",
+                "web_fetch": "WebFetch", "web_search": "WebSearch"}
 # dsh's argument -> Claude Code's field, where they differ: a script reading .tool_input.file_path works.
 _CLAUDE_FIELDS = {"path": "file_path"}
 # Words that run the hook rather than name it: the hook's name is the script they run.

@@ -1,10 +1,9 @@
 """The files of the tree, listed once and matched fast: what ``@`` completes at the prompt (docs/prompt.md).
 
 The list is ``git ls-files`` plus the untracked files git does not ignore; outside a git repository, a bounded
-walk of the cwd. It is made in a worker thread (never before the first prompt is drawn, never on the loop), and
-made again in the background when it is older than :data:`STALE_SECONDS` as completion asks for it. git runs
-as dsh's own git always does in a repository that may be hostile (agent_loop/context.py): found outside the
-tree, hooks and ``core.fsmonitor`` off, no optional lock.
+walk of the cwd (``dsh.agent_loop.tree_files``, which the search tools share). It is made in a worker thread
+(never before the first prompt is drawn, never on the loop), and made again in the background when it is older
+than :data:`STALE_SECONDS` as completion asks for it.
 
 Matching is fuzzy: the typed characters in order (a subsequence), case-insensitive, found by one regular
 expression over the whole list (one C pass, no backtracking: each class is possessive), then the first
@@ -16,23 +15,17 @@ from __future__ import annotations
 
 import os
 import re
-import subprocess
 import threading
 import time
 from pathlib import Path
 
-from dsh.agent_loop.project import git_env, trusted_git
+from dsh.agent_loop.tree_files import MAX_WALK, list_files
 from dsh.agent_loop.usage import tokens_for_chars
 
 __all__ = ["MAX_WALK", "SCORED", "STALE_SECONDS", "PathIndex", "fuzzy_pattern"]
 
 STALE_SECONDS = 10.0  # a listing older than this is made again, behind the completion that found it old
-MAX_WALK = 50_000  # files a walk outside git lists at most
 SCORED = 5_000  # matches ranked; past that the list is already long and the best are among the first
-_GIT = ("-c", "core.fsmonitor=false", "-c", "core.hooksPath=/dev/null", "--no-pager", "ls-files", "-z",
-        "--cached", "--others", "--exclude-standard")  # fmt: skip
-_GIT_TIMEOUT = 30.0
-_SKIPPED = frozenset({".git", "node_modules", "__pycache__", ".venv", ".hg", ".svn"})  # a walk does not enter
 
 
 def fuzzy_pattern(query: str) -> re.Pattern[str]:
@@ -77,9 +70,7 @@ class PathIndex:
 
     def refresh(self) -> None:
         """List the files now, in this thread."""
-        paths = _git_files(self.cwd)
-        if paths is None:
-            paths = _walk(self.cwd)
+        paths = list_files(self.cwd).paths
         shown = sorted(_folders(paths)) + sorted(paths)
         blob = "".join(path + "\n" for path in shown if "\n" not in path and "\r" not in path)
         self._blob, self._sizes, self._listed_at = blob, {}, time.monotonic()
@@ -132,33 +123,3 @@ def _folders(paths: list[str]) -> set[str]:
             folders.add(folder)
             end = path.rfind("/", 0, end)
     return folders
-
-
-def _git_files(cwd: Path) -> list[str] | None:
-    """The tracked and the untracked files git does not ignore, relative to ``cwd``; None outside a repository."""
-    git, path = trusted_git(Path(os.path.realpath(cwd)))
-    if git is None:
-        return None
-    try:
-        done = subprocess.run([git, *_GIT], cwd=cwd, env=git_env(path), stdin=subprocess.DEVNULL,
-                              capture_output=True, timeout=_GIT_TIMEOUT, check=False)
-    except (OSError, subprocess.SubprocessError):
-        return None
-    if done.returncode != 0:
-        return None
-    names = done.stdout.decode("utf-8", "surrogateescape").split("\0")
-    return [name for name in dict.fromkeys(names) if name]
-
-
-def _walk(cwd: Path) -> list[str]:
-    """At most :data:`MAX_WALK` files under ``cwd``, no symlink followed, skipping VCS and dependency folders."""
-    found: list[str] = []
-    for top, folders, files in os.walk(cwd):
-        folders[:] = sorted(folder for folder in folders if folder not in _SKIPPED)
-        relative = os.path.relpath(top, cwd)
-        prefix = "" if relative == "." else relative + "/"
-        for name in sorted(files):
-            found.append(prefix + name)
-            if len(found) >= MAX_WALK:
-                return found
-    return found

@@ -14,6 +14,8 @@ from collections import deque
 from dataclasses import dataclass, field
 from typing import Any, ClassVar
 
+from dsh.agent_loop.plan import Plan, items_from_wire
+from dsh.agent_loop.web_cost import web_call_cost
 from dsh.llm.events import Usage
 from dsh.llm.models import ModelInfo, cost_usd
 
@@ -74,13 +76,15 @@ class Recap:
 
     # The record types it reads: a caller may pass it only these (``open_session(record_kinds=...)``).
     kinds: ClassVar[frozenset[str]] = frozenset(
-        {"turn/start", "assistant/message", "turn/end", "context/compact", "llm/continue", "model/set"})
+        {"turn/start", "assistant/message", "turn/end", "context/compact", "llm/continue", "model/set", "plan/update",
+         "tool/result"})
     turns: deque[TurnSummary] = field(default_factory=lambda: deque(maxlen=KEEP))
     last_prompt: str | None = None  # the whole prompt of the last turn the user prompted
     last_prompt_turn: int = 0
     info: ModelInfo | None = None  # the model the logged requests are priced as (the resuming session's)
     spent: float = 0.0  # what the logged requests cost, each at its hour's prices (a budget counts it)
     model: str | None = None  # the last ``model/set`` record's (/model, /profile): a resume restores it
+    plan: Plan | None = None  # the last ``plan/update`` record's (todo_write): a resume restores it
 
     def _add_spend(self, usage: object, time: object) -> None:
         """One logged request's cost, as :class:`~dsh.agent_loop.usage.UsageTally` prices it (a request with no
@@ -108,8 +112,15 @@ class Recap:
             return
         if kind == "model/set" and isinstance(model := data.get("model"), str) and 0 < len(model) <= 128:
             self.model = model
+        if kind == "plan/update":
+            self.plan = Plan(items_from_wire(data.get("items")))
         if kind in ("assistant/message", "context/compact", "llm/continue"):  # each a request
             self._add_spend(data.get("usage"), record.get("time"))
+        elif kind == "tool/result":  # a DeepSeek search or fetch is spent too (agent_loop/web_cost.py)
+            name, line = data.get("name"), data.get("diagnostic")
+            cost = web_call_cost(name, line) if isinstance(name, str) and isinstance(line, str) else None
+            self.spent += cost or 0.0
+            return
         turn = data.get("turn")
         if not isinstance(turn, int) or isinstance(turn, bool):
             return

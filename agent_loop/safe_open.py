@@ -69,13 +69,14 @@ def _check_kind(path: str | os.PathLike[str], follow_symlinks: bool) -> None:
 
 
 def open_regular_fd(
-    path: str | os.PathLike[str], flags: int = os.O_RDONLY, *, follow_symlinks: bool
+    path: str | os.PathLike[str], flags: int = os.O_RDONLY, *, follow_symlinks: bool, blocking: bool = True
 ) -> tuple[int, os.stat_result]:
     """A blocking descriptor of ``path`` opened with ``flags``, and its ``fstat``, only if it is a regular file.
 
     ``flags`` open an existing file (``O_RDONLY``, ``O_RDWR | O_APPEND`` ...): its kind is checked first.
     Raises :class:`NotRegularFile` naming what it is, ``OSError`` (``ELOOP`` for a symlink not followed) for
-    the rest. The caller closes the descriptor.
+    the rest. The caller closes the descriptor. ``blocking=False`` leaves it ``O_NONBLOCK``, two ``fcntl`` calls
+    fewer: a caller that only reads a regular file (the search, 12 000 files a call) sees no difference on Linux.
     """
     _check_kind(path, follow_symlinks)
     no_follow = 0 if follow_symlinks else os.O_NOFOLLOW
@@ -84,7 +85,8 @@ def open_regular_fd(
         info = os.fstat(fd)
         if not stat.S_ISREG(info.st_mode):  # swapped in after the check
             raise NotRegularFile(path, info.st_mode)
-        os.set_blocking(fd, True)
+        if blocking:
+            os.set_blocking(fd, True)
     except BaseException:
         os.close(fd)
         raise

@@ -427,7 +427,7 @@ class Session:
             if event.cause is not None:  # the turn may still complete: /why shows the cut's chain
                 self._memory.last_failure = event.cause
         elif isinstance(event, ToolResult):
-            self._memory.last_tool_result = event
+            self._memory.last_tool_result = self._usage.count_web(event)  # a DeepSeek web call's cost joins /cost
             if event.cause is not None:  # a failed subagent run: /why shows its host-side chain
                 self._memory.last_failure = event.cause
         elif isinstance(event, JobNotice):

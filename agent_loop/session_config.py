@@ -89,6 +89,12 @@ class SessionConfig(Protocol):
     @property
     def max_cost(self) -> float | None: ...  # US dollars one run or session may spend (agent_loop/budget.py)
     @property
+    def web(self) -> bool: ...  # the model gets web_fetch (agent_loop/tools/web.py; docs/tools.md)
+    @property
+    def web_allow(self) -> tuple[str, ...]: ...  # hosts web_fetch fetches without asking
+    @property
+    def sources(self) -> Mapping[str, str]: ...  # where base_url, api_key and proxy came from (the fix lines' words)
+    @property
     def secrets(self) -> tuple[str, ...]: ...
 
 

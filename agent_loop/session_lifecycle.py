@@ -15,6 +15,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING
 
 from dsh.agent_loop.events import Event
+from dsh.agent_loop.plan import PLAN_KEY
 from dsh.agent_loop.project import project_root
 from dsh.agent_loop.session_config import EndpointClient, SessionConfig
 from dsh.agent_loop.turn_memory import TurnMemory
@@ -127,6 +128,8 @@ class SessionLifecycle:
         self.log = log
         conversation, self._resumed = self._resumed, None
         agent = self._new_agent(self.client, log, conversation)
+        if conversation is not None and self.recap is not None and self.recap.plan is not None:
+            agent.session_state[PLAN_KEY] = self.recap.plan  # the resumed log's last plan (todo_write's)
         if self.sessions_root is not None:  # the journal's key is dsh's, wherever the log is (docs/safety.md)
             agent.journal_key = journal.journal_key_file(self.sessions_root)
         self.agent = agent

@@ -13,10 +13,11 @@ from typing import TYPE_CHECKING
 
 from dsh.agent_loop.budget import Budget, budget_words, unpriced_cap
 from dsh.agent_loop.cache_watch import NOTHING_CHANGED, drop_words, is_cache_drop
-from dsh.agent_loop.events import AssistantMessage, CacheDrop, ContextCompacted, LlmContinue
+from dsh.agent_loop.events import AssistantMessage, CacheDrop, ContextCompacted, LlmContinue, ToolResult
 from dsh.agent_loop.reasons import BudgetStop, EndReason, Failed
 from dsh.agent_loop.session_config import SessionConfig
 from dsh.agent_loop.usage import AUTO_COMPACT_AT, UsageTally, context_fill, estimate_tokens
+from dsh.agent_loop.web_cost import web_call_cost
 from dsh.llm import ErrorCode, HarnessError, error_chain
 from dsh.llm.events import Message
 from dsh.llm.models import model_info
@@ -50,6 +51,15 @@ class SessionUsage:
         now = datetime.datetime.now(datetime.UTC)
         self.turn.add(event.usage, model, info, now)
         self.total.add(event.usage, model, info, now)
+
+    def count_web(self, event: ToolResult) -> ToolResult:
+        """A tool result; a DeepSeek search or fetch (agent_loop/web_cost.py) joins both tallies with what it cost.
+        Returns ``event``, which the session keeps as the last tool result."""
+        cost = web_call_cost(event.name, event.diagnostic)
+        if cost is not None:
+            for tally in (self.turn, self.total):
+                tally.add_web(event.name == "web_search", cost)
+        return event
 
     def count_compaction(self, event: ContextCompacted, model: str, messages: Sequence[Message] | None) -> None:
         """The summary request costs like any other; afterwards the window holds about the new conversation

@@ -52,6 +52,11 @@ class UsageTally:
     hit_cost: float = 0.0  # what the hits and the misses cost, while ``cost`` is known
     miss_cost: float = 0.0
     prices: Prices | None = None  # the latest priced request's
+    # DeepSeek's web_search and web_fetch (agent_loop/tools/web_deepseek.py): calls, the billed ones, their cost.
+    web_searches: int = 0
+    web_fetches: int = 0
+    web_billed: int = 0
+    web_cost: float = 0.0
     # The same sums by model, each request priced as its own model (/cost splits them); None in those tallies.
     by_model: dict[str, UsageTally] | None = field(default_factory=dict)
 
@@ -97,6 +102,14 @@ class UsageTally:
             self.hit_cost += hit * prices.cache_hit / 1e6
             self.miss_cost += miss * prices.cache_miss / 1e6
             self.prices = prices
+
+
+    def add_web(self, search: bool, cost: float) -> None:
+        """One DeepSeek search (else fetch) and what it cost (0.0: not billed); the tokens' ``cost`` is apart."""
+        self.web_searches += search
+        self.web_fetches += not search
+        self.web_billed += cost > 0
+        self.web_cost += max(cost, 0.0)
 
 
 def context_fill(tally: UsageTally, models: Mapping[str, ModelSettings] | None = None) -> float | None:

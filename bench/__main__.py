@@ -89,6 +89,8 @@ BENCHMARKS: tuple[Benchmark, ...] = (
               "extensions_first_prompt"),
     Benchmark("mentions", (("mention_complete_ms", "ms", ("<", 50.0)), ("mention_list_ms", "ms", None)),
               "bench.mentions", "mention_completion"),
+    Benchmark("search", (("search_vs_rg", "x", ("<=", 3.0)), ("search_ignored_opens", "opens", ("<=", 0.0)),
+                         ("search_peak_mb", "MB", None)), "bench.search", "search_vs_rg"),
 )
 
 

@@ -416,6 +416,34 @@ def mentions_print(lab: Lab) -> str:
     return f"````console\n{text.rstrip()}\n````\n"  # four backticks: the message holds fences of three
 
 
+SEARCH_FILES = {".gitignore": "node_modules/\n*.log\n", "src/client.py": "MAX_RETRIES = 3\n",
+                "src/retry.py": "from client import MAX_RETRIES\n\n\ndef attempts():\n    return MAX_RETRIES + 1\n",
+                "debug.log": "MAX_RETRIES overridden to 9\n", "node_modules/left-pad/index.js": "MAX_RETRIES = 99\n"}
+
+
+def search_tools(lab: Lab) -> str:
+    """``dsh -p`` in a git repository whose model calls glob, then search_text: ignored files never show
+    (docs/tools.md, "Search: glob and search_text")."""
+    from dsh.llm.loopback.fault_server import Behaviour, FaultServer
+
+    home = lab.home("max_retries = 0\n")
+    work = home / "project"
+    subprocess.run(["git", "init", "-q", str(work)], check=True)
+    for number, (name, text) in enumerate(SEARCH_FILES.items()):
+        (work / name).parent.mkdir(parents=True, exist_ok=True)
+        (work / name).write_text(text, encoding="utf-8")
+        os.utime(work / name, (1_700_000_000 + number, 1_700_000_000 + number))  # glob: newest first
+    calls = [("glob", {"pattern": "**/*.py"}), ("search_text", {"pattern": "MAX_RETRIES"})]
+    with FaultServer(models=None) as server:
+        for number, (tool, arguments) in enumerate(calls, 1):
+            server.push(Behaviour("tool_call", id=f"call_{number}", name=tool, arguments=json.dumps(arguments),
+                                  reasoning=""))
+        server.push(Behaviour("text", text="MAX_RETRIES = 3 in src/client.py; src/retry.py adds one."))
+        run = lab.dsh(["--base-url", server.url, "-p", "where is the retry limit set?"], home=home,
+                      env={"DEEPSEEK_API_KEY": "any"}, shown_env="DEEPSEEK_API_KEY=any")
+    return fence(session_text(run), "console")
+
+
 def print_answer_only(lab: Lab) -> str:
     """``-p`` with stderr thrown away: the answer alone (the reasoning and tool lines went to stderr)."""
     run = lab.once("print-answer", lambda: lab.dsh(["--demo", "--scenario", "tool-call", "-p", "look around"],
@@ -1649,6 +1677,7 @@ GENERATORS: dict[str, Callable[[Lab], str]] = {
     "litellm": table_litellm,
     "mcp-call": mcp_call,
     "mentions-print": mentions_print,
+    "search-tools": search_tools,
     "mcp-failure": mcp_failure,
     "mcp-config-errors": mcp_config_errors,
     "mcp-allow": mcp_allow,

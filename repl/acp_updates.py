@@ -23,6 +23,7 @@ from dsh.agent_loop.events import (
     Event,
     LlmContinue,
     LlmRetry,
+    PlanUpdate,
     ReasoningDelta,
     TextDelta,
     ToolCallStart,
@@ -32,8 +33,8 @@ from dsh.agent_loop.events import (
 )
 from dsh.agent_loop.reasons import Aborted, BudgetStop, Disposed, EndReason, Failed, MaxTokens, Rejected
 from dsh.agent_loop.tools.edits import EditRequest
-from dsh.agent_loop.tools.registry import McpCallRequest, SandboxedCommand
-from dsh.llm import ErrorCode, HarnessError, Redactor, chain_links
+from dsh.agent_loop.tools.registry import AskedText, McpCallRequest, SandboxedCommand
+from dsh.llm import ErrorCode, HarnessError, Redactor, chain_links, redact_url
 from dsh.llm.text import scrub_surrogates
 from dsh.repl.sanitize import one_line
 from dsh.repl.turn_end import fix_line, turn_end_line
@@ -46,6 +47,7 @@ __all__ = [
     "clean",
     "coalesced",
     "history_updates",
+    "plan_update",
     "stop_reason",
     "turn_error",
 ]
@@ -54,15 +56,21 @@ __all__ = [
 # shows with its message (the turn-end line); -32000 would ask an editor to log in, -32002 means "not found".
 TURN_FAILED = -32603
 _TITLE_CHARS = 120
-_APPROVED_TOOLS = frozenset({"run_shell", "write_file", "edit_file"})  # the tools that may ask (and MCP's)
+_APPROVED_TOOLS = frozenset({"run_shell", "write_file", "edit_file", "web_fetch"})  # the tools that may ask (and MCP's)
 _KINDS: dict[str, schema.ToolKind] = {
     "read_file": "read",
     "list_dir": "read",
     "search_text": "search",
+    "glob": "search",
     "write_file": "edit",
     "edit_file": "edit",
     "run_shell": "execute",
+    "web_fetch": "fetch",
+    "web_search": "fetch",
+    "todo_write": "think",
 }
+_PLAN_STATUS: dict[str, schema.PlanEntryStatus] = {"pending": "pending", "in_progress": "in_progress",
+                                                   "completed": "completed"}
 
 
 def clean(text: str, redact: Redactor | None = None) -> str:
@@ -124,6 +132,13 @@ def _arguments(raw: str) -> Any:
     return value
 
 
+def plan_update(event: PlanUpdate, redact: Redactor) -> schema.AgentPlanUpdate:
+    """ACP's ``plan`` session update: the whole plan each time, as todo_write sent it (dsh keeps no priority)."""
+    return helpers.update_plan([helpers.plan_entry(clean(item.content, redact), priority="medium",
+                                                   status=_PLAN_STATUS.get(item.status, "pending"))
+                                for item in event.items])
+
+
 def _first_line(text: str) -> str:
     line = one_line(text.strip().split("\n", 1)[0]) if text.strip() else ""
     return line if len(line) <= _TITLE_CHARS else line[: _TITLE_CHARS - 1] + "…"
@@ -183,14 +198,18 @@ def tool_title(name: str, args: Any) -> str:
         return f"Read {_first_line(path)}"
     if name == "list_dir":
         return f"List {_first_line(path) if isinstance(path, str) else '.'}"
-    if name == "search_text" and isinstance(pattern, str):
-        return f"Search {_first_line(pattern)}"
+    if name in ("search_text", "glob") and isinstance(pattern, str):
+        return f"{'Search' if name == 'search_text' else 'Find'} {_first_line(pattern)}"
+    if name == "web_search" and isinstance(query := get("query"), str):
+        return f"Search the web for {_first_line(query)}"
     if name == "write_file" and isinstance(path, str):
         return f"Write {_first_line(path)}"
     if name == "edit_file" and isinstance(path, str):
         return f"Edit {_first_line(path)}"
     if name == "run_shell" and isinstance(command, str):
         return f"Run {_first_line(command)}"
+    if name == "web_fetch" and isinstance(url := get("url"), str):
+        return f"Fetch {_first_line(redact_url(url))}"
     if name.startswith("mcp__"):
         server, _, tool = name[len("mcp__"):].partition("__")
         return f"{server}: {tool}" if tool else name
@@ -233,6 +252,8 @@ class Translator:
             return [self._start(event)]
         if isinstance(event, ToolResult):
             return [self._finish(event)]
+        if isinstance(event, PlanUpdate):  # the editor's plan view (docs/editors.md)
+            return [plan_update(event, self.redact)]
         if isinstance(event, LlmContinue):  # the REPL's continuation line, where the editor shows progress
             return [helpers.update_agent_thought_text(continue_words(event) + "\n")]
         if isinstance(event, LlmRetry):  # the REPL's retry line, where an editor shows progress
@@ -274,12 +295,13 @@ class Translator:
 
     def asking(self, request: str | EditRequest | McpCallRequest) -> _Call | None:
         """The running call an approval is for."""
+        asking_tool = request.tool if isinstance(request, AskedText) else "run_shell"  # a str request's tool
         for call in reversed(list(self._running.values())):
             if isinstance(request, EditRequest) and call.name == request.tool:
                 return call
             if isinstance(request, McpCallRequest) and call.name.startswith("mcp__"):
                 return call
-            if isinstance(request, str) and call.name == "run_shell":
+            if isinstance(request, str) and call.name == asking_tool:
                 return call
         return None
 
@@ -325,7 +347,7 @@ def _maybe(text: str | None) -> str | None:
 def history_updates(records: Iterable[Mapping[str, Any]], redact: Redactor, cwd: str) -> list[Any]:
     """A saved session's history as updates, in order: each prompt as ``user_message_chunk``, each reply's text
     and reasoning as ``agent_message_chunk`` / ``agent_thought_chunk``, each tool call as ``tool_call`` then its
-    result as ``tool_call_update`` (completed or failed)."""
+    result as ``tool_call_update`` (completed or failed), each plan as ``plan``."""
     translator = Translator(redact, cwd)
     updates: list[Any] = []
     for record in records:
@@ -343,4 +365,6 @@ def history_updates(records: Iterable[Mapping[str, Any]], redact: Redactor, cwd:
             updates.append(translator._start(event))
         elif isinstance(event, ToolResult):
             updates.append(translator._finish(event))
+        elif isinstance(event, PlanUpdate):
+            updates.append(plan_update(event, redact))
     return updates

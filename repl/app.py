@@ -43,6 +43,7 @@ from prompt_toolkit.layout.controls import FormattedTextControl
 from prompt_toolkit.patch_stdout import patch_stdout
 
 from dsh.agent_loop.path_index import PathIndex
+from dsh.agent_loop.plan import current_plan, plan_progress
 from dsh.llm import unwrap_group
 from dsh.repl import commands, custom_commands
 from dsh.repl.activity import fit_width
@@ -357,8 +358,15 @@ class InteractiveApp:
         except OSError:
             return NARROW_COLUMNS
 
+    def _plan_line(self, columns: int) -> str:
+        """``plan 2/5 ▸ Running the tests`` on a line of its own under the toolbar while the plan has open items."""
+        plan = current_plan(self.shell.session)
+        progress = plan_progress(plan) if plan is not None else None
+        return "\n" + fit_width(sanitize(f" {progress}"), columns) if progress else ""
+
     def _prompt_toolbar(self) -> AnyFormattedText:
-        return fit_width(self._toolbar_base() + " · /help", self._columns())
+        columns = self._columns()
+        return fit_width(self._toolbar_base() + " · /help", columns) + self._plan_line(columns)
 
     def _build_prompt(self) -> PromptSession[str]:
         keys = KeyBindings()
@@ -431,7 +439,7 @@ class InteractiveApp:
             # mode, which says what the next tool call may do, with the live part.
             static = self._toolbar_base(mode=False).strip()
             text = " " + " · ".join(part for part in (activity, hint, self._mode_text(), static) if part)
-        return [("class:bottom-toolbar", fit_width(sanitize(text), columns))]
+        return [("class:bottom-toolbar", fit_width(sanitize(text), columns) + self._plan_line(columns))]
 
     def _cancel_turn(self) -> None:
         """Cancel the running turn; until it has ended (a subagent's child is torn down first) the toolbar says so."""
@@ -480,7 +488,8 @@ class InteractiveApp:
         live = Window(FormattedTextControl(self._live, show_cursor=False), wrap_lines=True,
                       dont_extend_height=True, always_hide_cursor=True)
         has_live = Condition(lambda: bool(self.sink.partial or self._turn.question))
-        toolbar = Window(FormattedTextControl(self._turn_toolbar, show_cursor=False), height=1,
+        toolbar = Window(FormattedTextControl(self._turn_toolbar, show_cursor=False),
+                         height=lambda: 2 if self._plan_line(NARROW_COLUMNS) else 1,  # the plan's line
                          style="class:bottom-toolbar", always_hide_cursor=True)
         return Application(
             layout=Layout(HSplit([ConditionalContainer(live, filter=has_live), toolbar])),

@@ -94,8 +94,14 @@ _INDENT = "      "
 
 def question_for(request: str | EditRequest | McpCallRequest, *, rows: int, cols: int, color: bool) -> Approval:
     """The question an approval ``request`` of the tools asks, sized to a ``rows`` x ``cols`` terminal."""
-    from dsh.agent_loop.tools.registry import McpCallRequest, SandboxedCommand  # the tools: loaded before any ask
+    from dsh.agent_loop.tools.registry import (  # the tools: loaded before any ask
+        AskedText,
+        McpCallRequest,
+        SandboxedCommand,
+    )
 
+    if isinstance(request, AskedText):
+        return approval_question(request, rows=rows, cols=cols, tool=request.tool)
     if isinstance(request, str):
         return approval_question(request, rows=rows, cols=cols, sandboxed=isinstance(request, SandboxedCommand))
     if isinstance(request, McpCallRequest):

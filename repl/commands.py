@@ -18,6 +18,7 @@ from typing import TYPE_CHECKING
 
 from dsh.agent_loop.budget import budget_line
 from dsh.agent_loop.hooks import hook_lines
+from dsh.agent_loop.plan import current_plan, plan_head, plan_lines
 from dsh.agent_loop.reasons import EndReason
 from dsh.agent_loop.usage import UsageTally, estimate_tokens
 from dsh.llm import HarnessError, error_chain, redact_text
@@ -341,6 +342,16 @@ def expanded_output(result: ToolResult | None) -> str:
 @_command("expand", "", "show the last tool output in full (the turn shows a short preview)")
 async def _expand(shell: Host, arg: str) -> None:
     shell.say(expanded_output(shell.session.last_tool_result))
+
+
+@_command("plan", "", "show the model's plan: [x] done, [>] in progress, [ ] to do")
+async def _plan(shell: Host, arg: str) -> None:
+    plan = current_plan(shell.session)
+    if plan is None or not plan.total:
+        shell.say("no plan yet (the model keeps one with todo_write)" if plan is None else "the plan is empty")
+        return
+    lines = [f"  {redact_text(line, shell.config.secrets)}" for line in plan_lines(plan)]
+    shell.say("\n".join([plan_head(plan), *lines]))
 
 
 def _age(job: Job) -> str:

@@ -92,6 +92,7 @@ KNOWN_KEYS = frozenset(
         "vi_mode",
         "keep_images",
         "profiles",
+        "web", "web_allow",
     }
 )
 
@@ -139,6 +140,8 @@ class Config:
     max_continuations: int = DEFAULT_MAX_CONTINUATIONS
     auto_continue: bool = False
     vi_mode: bool = False  # vi key bindings at the prompt; /vim toggles them (docs/prompt.md)
+    web: bool = False  # the model gets web_fetch (docs/tools.md, "The web: web_fetch and web_search")
+    web_allow: tuple[str, ...] = ()  # hosts web_fetch fetches without asking, private addresses included
     keep_images: bool = False  # an image's bytes go into the session log and a report, not only its hash
     profiles: dict[str, dict[str, Any]] = field(default_factory=dict)  # [profiles.NAME] (repl/profiles.py)
     profile: str | None = None  # the one --profile or DSH_PROFILE picked; /profile NAME changes it
@@ -437,6 +440,8 @@ _CHECKS = {
     "auto_continue": _check_bool,
     "max_continuations": _check_max_continuations,
     "vi_mode": _check_bool,
+    "web": _check_thinking,  # the same true/false switch
+    "web_allow": lambda key, value, where: settings.string_list(At(where), key, value, non_empty=True),
     "keep_images": _check_bool,
 }
 _CHECKS["profiles"] = partial(check_profiles, checks=_CHECKS)  # each value checked as its top-level key is
@@ -444,7 +449,8 @@ _CHECKS["profiles"] = partial(check_profiles, checks=_CHECKS)  # each value chec
 
 # The settings the environment gives, by variable: above the file, below the flags.
 _ENVIRONMENT = (("DEEPSEEK_API_KEY", "api_key"), ("DEEPSEEK_BASE_URL", "base_url"), ("DSH_MODEL", "model"),
-                ("DSH_DIALECT", "dialect"), ("DSH_MAX_PARALLEL", "max_parallel"), ("DSH_MAX_COST", "max_cost"))
+                ("DSH_DIALECT", "dialect"), ("DSH_MAX_PARALLEL", "max_parallel"), ("DSH_MAX_COST", "max_cost"),
+                ("DSH_WEB", "web"))
 
 
 def _tomllib() -> ModuleType:
@@ -550,10 +556,17 @@ def load_config(
         **values,
         config_path=path if raw else None,
         project=project,
-        warnings=tuple(warnings),
+        warnings=(*warnings, *_web_lines(values)),
         sources=sources,
         environment_secrets=(*environment_secrets(env), *_header_variables(values.get("mcp_servers"), env)),
     )
+
+
+def _web_lines(values: Mapping[str, Any]) -> tuple[str, ...]:
+    """The start line of ``web = true`` on an endpoint without DeepSeek's search (docs/tools.md, "The web")."""
+    if not values.get("web") or values.get("dialect") == DIALECTS[0]:  # DeepSeek's search: tools/web_deepseek.py
+        return ()
+    return ("web_search: this endpoint has no server-side search; web_fetch only",)
 
 
 def _check_cap(values: dict[str, Any], sources: dict[str, str], path: Path, project: ProjectConfig | None,

@@ -18,6 +18,7 @@ from collections.abc import AsyncIterator, Callable
 from typing import TYPE_CHECKING, Protocol, TextIO
 
 from dsh.agent_loop.events import JobNotice
+from dsh.agent_loop.plan import current_plan
 from dsh.agent_loop.session import Notice, RepairedTurn, Session, SessionUpdate
 from dsh.repl.activity import TurnActivity
 from dsh.repl.answer_split import ANSWER, AnswerSplit
@@ -169,6 +170,7 @@ class Display:
         self.answer = answer
         self.split = AnswerSplit(renderer, markdown=answer_markdown) if answer is not None else None
         self._last_target: Sink | FrontEnd | None = None  # where the split wrote last
+        renderer.plan = lambda: current_plan(session)  # a completed turn's line counts its open items
         session.subscribe(self.show)
 
     def show(self, update: SessionUpdate) -> None:

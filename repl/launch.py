@@ -208,6 +208,8 @@ def _parser() -> argparse.ArgumentParser:
                         help="stop a turn before a request once this -p run or session has spent USD dollars")
     parser.add_argument("--allow-edits", dest="allow_edits", action="store_true", default=None,
                         help="piped and -p runs may write files in the working tree without asking")
+    parser.add_argument("--web", dest="web", action="store_true", default=None,
+                        help="give the model web_fetch: GET a URL, asked for unless its host is in web_allow")
     parser.add_argument("--allow-mcp", dest="allow_mcp", action="store_true",
                         help="MCP tools run without asking (-p and piped runs deny them otherwise; docs/mcp.md)")
     parser.add_argument("--permission-mode", dest="permission_mode", choices=PERMISSION_MODES,
@@ -399,6 +401,7 @@ def _configure(args: argparse.Namespace, env: dict[str, str]) -> tuple[Config, L
         "reasoning_effort": args.reasoning_effort,
         "dialect": args.dialect,
         "allow_edits": args.allow_edits,
+        "web": args.web,
         "record": args.record,
         "permission_mode": args.permission_mode,
         "max_cost": args.max_cost,

@@ -3,7 +3,7 @@
 - ``text``: the answer text alone, as it streams (the shell's :class:`~dsh.repl.answer_split.AnswerSplit`
   sends it here; everything else goes to stderr).
 - ``json``: one object once the turn is over: session id, the turn-end reason (always with ``code`` and
-  ``message``), the answer text, usage, cost, duration and exit status.
+  ``message``), the answer text, usage, cost, the plan's open items, duration and exit status.
 - ``stream-json``: one object per line as events happen, in the session log's vocabulary: the log's
   header line (``{"type":"session",...}``) first, then each event's wire form
   (:func:`dsh.agent_loop.events.to_wire`), deltas and keep-alives included, up to ``turn/end``.
@@ -25,6 +25,7 @@ from typing import Any
 import anyio
 
 from dsh.agent_loop.events import Event, TurnStart, to_wire
+from dsh.agent_loop.plan import current_plan
 from dsh.agent_loop.reasons import Aborted, EndReason
 from dsh.agent_loop.session import SessionUpdate
 from dsh.llm import HarnessError, error_chain, redact_text
@@ -98,6 +99,7 @@ def result_object(shell: Shell, end: EndReason, status: int, duration_s: float, 
         "cost_usd": round(tally.cost, 6) if known and tally.cost is not None else None,
         "cache_hit_rate": None if tally.cache_hit_rate is None else round(tally.cache_hit_rate, 4),
         "budget": _budget(shell),
+        **_plan_counts(shell),
         "duration_s": round(duration_s, 3),
     }
 
@@ -106,6 +108,13 @@ def _budget(shell: Shell) -> dict[str, float] | None:
     """``max_cost`` and the cost so far (a resumed session's included: what the cap counts); None with no cap."""
     spent = shell.session.spent
     return None if spent is None else {"max_cost": spent[1], "spent": round(spent[0], 6)}
+
+
+def _plan_counts(shell: Shell) -> dict[str, int | None]:
+    """The plan's open and total items (todo_write's, a resumed session's included); null with no plan."""
+    plan = current_plan(shell.session)
+    return {"plan_open": plan.open if plan is not None else None,
+            "plan_total": plan.total if plan is not None else None}
 
 
 class PrintFrontEnd(PlainFrontEnd):

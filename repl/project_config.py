@@ -40,7 +40,7 @@ TRUSTED_KEYS = ("hooks", "mcp_servers", "subagents")
 # written, which programs run on their own.
 IGNORED_KEYS = frozenset({
     "api_key", "base_url", "proxy", "sandbox", "sandbox_network", "permission_mode", "allow_edits", "approve",
-    "record", "claude_settings", "prompt_hook", "max_parallel",
+    "record", "claude_settings", "prompt_hook", "max_parallel", "web", "web_allow", "keep_images",
 })
 _PRICES = ("input_cache_hit", "input_cache_miss", "output")  # a repository must not make spending look cheaper
 _UNSAFE = re.compile(r"[^A-Za-z0-9._-]")

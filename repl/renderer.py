@@ -7,7 +7,7 @@ remembers only where the cursor is on the current line, so a status line never g
 from __future__ import annotations
 
 import math
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 
 from dsh.agent_loop.cache_watch import drop_words
 from dsh.agent_loop.continuation import continue_words
@@ -19,6 +19,7 @@ from dsh.agent_loop.events import (
     LlmContinue,
     LlmRetry,
     ModelSet,
+    PlanUpdate,
     ReasoningDelta,
     ShellRun,
     StreamKeepAlive,
@@ -28,6 +29,7 @@ from dsh.agent_loop.events import (
     TurnEnd,
     TurnStart,
 )
+from dsh.agent_loop.plan import Plan, plan_lines
 from dsh.agent_loop.reasons import EndReason, Interrupted
 from dsh.llm import ErrorCode
 from dsh.llm.redact import redact_text
@@ -41,6 +43,7 @@ __all__ = ["Renderer", "compacted_line"]
 _TOOL_RESULT_WIDTH = 240
 _TOOL_ARGS_WIDTH = 400
 _TOOL_PREVIEW_LINES = 3
+_PLAN_LINES = 20  # items a plan/update shows; /plan shows them all
 _ELLIPSIS = "…"
 
 
@@ -73,7 +76,8 @@ _MID = "mid"  # after streamed text that did not end its line
 
 
 class Renderer:
-    """Turns agent events into text. Holds only cursor-position state; never writes anywhere."""
+    """Turns agent events into text. Holds only cursor-position state (and the last plan it rendered, for a
+    turn-end line with no session to ask); never writes anywhere."""
 
     def __init__(
         self,
@@ -96,6 +100,9 @@ class Renderer:
         self._live = markdown == "live"
         self._line: list[str] = []  # the answer's unfinished line, raw (markdown only)
         self._screen_prefix = ""  # dsh's own text before that line on the screen line (the turn header)
+        # The session's plan, for the turn-end line (a Display reads its session's); else the last one rendered.
+        self.plan: Callable[[], Plan | None] | None = None
+        self._last_plan: Plan | None = None
 
     @property
     def markdown_live(self) -> bool:
@@ -143,6 +150,8 @@ class Renderer:
                 return self._emit(self._turn_end(reason))
             case JobNotice(text=text):
                 return self._emit(self._job_notice(text))
+            case PlanUpdate():
+                return self._emit(self._plan(event))
             case ContextCompacted():
                 self._stream = None  # inside a turn it is a status line, like a retry
                 return self._emit(self._status_break() + compacted_line(event) + "\n")
@@ -328,13 +337,25 @@ class Renderer:
 
     def _turn_end(self, reason: EndReason) -> str:
         self._stream = None
-        line = turn_end_line(reason, self.secrets)
+        line = turn_end_line(reason, self.secrets, self.plan() if self.plan is not None else self._last_plan)
         if line is None:
             return self._break_line()
         text = self._status_break() + line + "\n"
         fix = fix_line(reason, self.sources)
         if fix:
             text += fix + "\n"
+        return text
+
+    def _plan(self, event: PlanUpdate) -> str:
+        """``  [plan] 2 of 5 open`` and the items, ``[x]`` done, ``[>]`` in progress, ``[ ]`` pending."""
+        self._stream = None
+        plan = self._last_plan = Plan(event.items)
+        lines = plan_lines(plan)
+        text = self._break_line() + (f"  [plan] {plan.open} of {plan.total} open\n" if lines else "  [plan] cleared\n")
+        for line in lines[:_PLAN_LINES]:
+            text += f"    {_clip(redact_text(line, self.secrets), _TOOL_RESULT_WIDTH)}\n"
+        if len(lines) > _PLAN_LINES:
+            text += f"    … (+{len(lines) - _PLAN_LINES} more)\n"
         return text
 
     def _job_notice(self, text: str) -> str:

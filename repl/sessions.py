@@ -16,6 +16,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from dsh.agent_loop.events import AssistantMessage, ReasoningDelta, TextDelta, TurnStart, from_wire
+from dsh.agent_loop.plan import plan_head, plan_lines
 from dsh.agent_loop.project import project_root
 from dsh.agent_loop.reasons import EndReason
 from dsh.agent_loop.session_files import SessionLogError
@@ -119,7 +120,8 @@ def listing_lines(
 
 def recap_lines(ident: str, turns: int, recap: Recap | None, *, repaired_turn: int | None,
                 secrets: Sequence[str] = ()) -> list[str]:
-    """``resumed session <id> (N turns)``, then the last turns in brief; after a crash, what /retry sends."""
+    """``resumed session <id> (N turns)``, then the last turns in brief; after a crash, what /retry sends; the
+    plan, while it has items."""
     lines = [f"resumed session {ident} ({_turns(turns)})"]
     if recap is None:
         return lines
@@ -138,6 +140,10 @@ def recap_lines(ident: str, turns: int, recap: Recap | None, *, repaired_turn: i
     if repaired_turn is not None and recap.last_prompt is not None and recap.last_prompt_turn == repaired_turn:
         prompt = redact_text(brief(recap.last_prompt, _RECAP_WIDTH), secrets)
         lines.append(f"turn {repaired_turn} was interrupted; /retry sends its prompt again: {prompt}")
+    plan = recap.plan
+    if plan is not None and plan.total:  # the model's plan, as the log's last plan/update left it (/plan shows it)
+        lines.append(plan_head(plan))
+        lines.extend(f"  {redact_text(brief(line, _RECAP_WIDTH), secrets)}" for line in plan_lines(plan))
     return lines
 
 

@@ -8,7 +8,8 @@ from collections.abc import Mapping, Sequence
 from urllib.parse import urlsplit
 
 from dsh.agent_loop.budget import budget_words
-from dsh.agent_loop.reasons import Aborted, BudgetStop, EndReason, Failed, Interrupted, MaxTokens, Rejected
+from dsh.agent_loop.plan import Plan, open_words
+from dsh.agent_loop.reasons import Aborted, BudgetStop, Completed, EndReason, Failed, Interrupted, MaxTokens, Rejected
 from dsh.llm import ErrorCode
 from dsh.llm.defaults import DEFAULT_BASE_URL
 from dsh.llm.endpoint import Endpoint, endpoint_for_url, host_and_address
@@ -110,9 +111,12 @@ FIX_PROXY_DEPENDENCY = "  fix: this proxy needs an extra package — pip install
 FIX_PROXY = "  fix: the proxy failed the request — check the proxy, or unset {source}"
 
 
-def turn_end_line(reason: EndReason, secrets: Sequence[str] = ()) -> str | None:
-    """The exact line for a turn-end reason; ``None`` for completed, disposed, unknown."""
+def turn_end_line(reason: EndReason, secrets: Sequence[str] = (), plan: Plan | None = None) -> str | None:
+    """The exact line for a turn-end reason; ``None`` for completed, disposed, unknown. A completed turn whose
+    ``plan`` (the session's, then) still has open items says so: the turn stopped, the work did not."""
     match reason:
+        case Completed() if plan is not None and plan.open:
+            return f"[turn completed] {open_words(plan)}"
         case Failed(code=code, message=message):
             code = one_line(code)
             message = one_line(redact_text(message, secrets))

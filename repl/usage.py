@@ -12,6 +12,7 @@ from collections.abc import Mapping
 
 from dsh.agent_loop.cache_watch import cache_percent
 from dsh.agent_loop.usage import AUTO_COMPACT_AT, CONTEXT_WARNING_AT, UsageTally, context_fill, format_cost
+from dsh.agent_loop.web_cost import dollars
 from dsh.llm.models import ModelSettings
 
 __all__ = [
@@ -27,6 +28,7 @@ __all__ = [
     "context_warning",
     "format_cost",
     "usage_line",
+    "web_line",
 ]
 
 
@@ -63,17 +65,26 @@ def _price(per_million: float) -> str:
     return f"${text[:-1] if text.endswith('0') else text}/M"  # $0.006/M, $0.30/M
 
 
-def cache_split_lines(tally: UsageTally) -> list[str]:
-    """``/cost``'s two lines: the prompt cache's hits and misses, their tokens and what they cost at what price
-    (the latest request's); none when the endpoint never reported the cache."""
-    if tally.cache_hit_rate is None:
+def web_line(tally: UsageTally) -> list[str]:
+    """``/cost``'s line of DeepSeek's web calls: ``web 3 searches, 1 fetch · 3 billed · $0.00225``; none without."""
+    if not tally.web_searches + tally.web_fetches:
         return []
+    calls = [f"{count} {word}{'es' if count != 1 and word == 'search' else 's' if count != 1 else ''}"
+             for count, word in ((tally.web_searches, "search"), (tally.web_fetches, "fetch")) if count]
+    return [f"web {', '.join(calls)} · {tally.web_billed} billed · {dollars(tally.web_cost)}"]
+
+
+def cache_split_lines(tally: UsageTally) -> list[str]:
+    """``/cost``'s lines under the sums: the prompt cache's hits and misses, their tokens and what they cost at what
+    price (the latest request's), none when the endpoint never reported the cache; then DeepSeek's web calls."""
+    if tally.cache_hit_rate is None:
+        return web_line(tally)
     hits = f"cache hits {compact_count(tally.cache_hits)} tokens"
     misses = f"cache misses {compact_count(tally.cache_misses)} tokens"
     if tally.cost is None or tally.prices is None:
-        return [f"{hits} · {misses} (no price known)"]
+        return [f"{hits} · {misses} (no price known)", *web_line(tally)]
     return [f"{hits} · {format_cost(tally.hit_cost)} at {_price(tally.prices.cache_hit)}",
-            f"{misses} · {format_cost(tally.miss_cost)} at {_price(tally.prices.cache_miss)}"]
+            f"{misses} · {format_cost(tally.miss_cost)} at {_price(tally.prices.cache_miss)}", *web_line(tally)]
 
 
 def usage_line(tally: UsageTally, models: Mapping[str, ModelSettings] | None = None) -> str:

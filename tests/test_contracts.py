@@ -180,6 +180,20 @@ def test_contract_turn_end(page: dict[str, Contract]) -> None:
     assert Renderer(color=False).header(3) == fill(header.group(1), {"n": 3})
 
 
+def test_contract_turn_end_plan(page: dict[str, Contract]) -> None:
+    from dsh.agent_loop.plan import Plan, PlanItem
+    from dsh.repl.turn_end import turn_end_line
+
+    (line,) = page["turn-end-plan"].lines
+    plan = Plan((PlanItem("read", "completed"), PlanItem("write", "in_progress"), PlanItem("test"),
+                 PlanItem("doc", "completed"), PlanItem("ship", "completed")))
+    assert turn_end_line(Completed(), plan=plan) == fill(line, {"open": 2, "total": 5})
+    done = Plan(tuple(PlanItem(name, "completed") for name in ("read", "write")))
+    for quiet in (done, Plan(), None):  # a plan with nothing open, an empty one, none: nothing new
+        assert turn_end_line(Completed(), plan=quiet) is None, quiet
+    assert turn_end_line(MaxTokens(), plan=plan) == "[turn hit the output-token limit]"  # its own line, unchanged
+
+
 def test_contract_retry_line(page: dict[str, Contract]) -> None:
     from dsh.repl.renderer import Renderer
 

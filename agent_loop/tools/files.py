@@ -1,4 +1,4 @@
-"""The file tools: ``read_file``, ``list_dir`` and ``search_text`` (concurrency-safe, read only).
+"""The file tools: ``read_file`` and ``list_dir`` (concurrency-safe, read only; the search tools are in ``search``).
 
 Each opens only regular files (``dsh.agent_loop.safe_open``: a FIFO or a device is never opened or waited
 on), reads a bounded amount, and runs in a worker thread that a cancelled turn abandons and that stops at
@@ -9,9 +9,7 @@ its next check. ``read_file`` records what it read (:func:`read_stamps`), so the
 from __future__ import annotations
 
 import os
-import re
 import threading
-from collections.abc import Iterator
 from pathlib import Path
 from typing import Any, BinaryIO
 
@@ -29,19 +27,11 @@ __all__ = [
     "list_dir_tool",
     "read_file_tool",
     "read_stamps",
-    "search_text_tool",
 ]
 
 READ_LIMIT_LINES = 2000
 READ_LIMIT_BYTES = 64 * 1024
 LIST_LIMIT = 500
-SEARCH_LIMIT = 100
-SEARCH_MAX_FILE_BYTES = 2 * 1024 * 1024
-SEARCH_LINE_CHARS = 240
-_SKIP_DIRS = frozenset(
-    {".git", ".hg", ".svn", "node_modules", ".venv", "venv", "__pycache__", ".mypy_cache", ".pytest_cache",
-     ".ruff_cache", ".tox", ".hypothesis"}
-)  # fmt: skip
 READ_STAMPS_KEY = "read_file.stamps"  # session_state: {real path: (mtime_ns, size)} when the model read it
 
 
@@ -221,99 +211,5 @@ def list_dir_tool() -> Tool:
         "List a directory (directories end with /). Defaults to the working directory.",
         arguments_schema({"path": param("string", "directory to list (default .)")}),
         _list_dir,
-        concurrency_safe=True,
-    )
-
-
-def _search_sync(
-    pattern: re.Pattern[str], root: Path, glob: str | None, limit: int, stop: threading.Event
-) -> ToolOutput:
-    matches: list[str] = []
-    base = root if root.is_dir() else root.parent
-    files = [root] if root.is_file() else None
-    truncated = False
-
-    def candidates() -> Iterator[Path]:
-        if files is not None:
-            yield from files
-            return
-        for directory, dirnames, filenames in os.walk(root):
-            dirnames[:] = sorted(d for d in dirnames if d not in _SKIP_DIRS)
-            for name in sorted(filenames):
-                yield Path(directory, name)
-
-    for path in candidates():
-        if stop.is_set():
-            break
-        if glob and not path.match(glob):
-            continue
-        try:
-            with open_regular(path) as file:  # a FIFO or a device is refused unopened: it could block forever
-                if os.fstat(file.fileno()).st_size > SEARCH_MAX_FILE_BYTES:
-                    continue
-                data = file.read(SEARCH_MAX_FILE_BYTES + 1)
-        except OSError:
-            continue
-        if b"\0" in data[:8192]:
-            continue
-        text = data.decode("utf-8", "replace")
-        for number, line in enumerate(text.splitlines(), start=1):
-            if pattern.search(line):
-                shown = line if len(line) <= SEARCH_LINE_CHARS else line[:SEARCH_LINE_CHARS] + "…"
-                try:
-                    name = str(path.relative_to(base))
-                except ValueError:
-                    name = str(path)
-                matches.append(f"{name}:{number}: {shown}")
-                if len(matches) >= limit:
-                    truncated = True
-                    break
-        if truncated:
-            break
-    if not matches:
-        return ToolOutput("no matches")
-    text = "\n".join(matches)
-    if truncated:
-        text += f"\n[stopped after {limit} matches]"
-    return ToolOutput(text)
-
-
-async def _search_text(args: dict[str, Any], ctx: ToolContext) -> ToolOutput:
-    raw = args.get("pattern")
-    if not isinstance(raw, str) or not raw:
-        raise ValueError("pattern must be a non-empty string")
-    flags = re.IGNORECASE if args.get("ignore_case") else 0
-    try:
-        pattern = re.compile(raw, flags)
-    except re.error as exc:
-        return ToolOutput(f"Error: invalid regular expression: {exc}", is_error=True)
-    root = resolve_path(ctx, args.get("path"), default=".")
-    glob = args.get("glob") if isinstance(args.get("glob"), str) and args.get("glob") else None
-    limit = int_arg(args, "max_results", SEARCH_LIMIT, 1, 1000)
-    stop = threading.Event()
-    try:
-        return await anyio.to_thread.run_sync(
-            _search_sync, pattern, root, glob, limit, stop, abandon_on_cancel=True
-        )
-    finally:
-        stop.set()  # an abandoned walk stops at its next file
-
-
-def search_text_tool() -> Tool:
-    return Tool(
-        "search_text",
-        "Search files under a directory for a regular expression (Python syntax). Output lines are "
-        "`path:line: text`. Skips .git, virtualenvs, node_modules, binary and very large files.",
-        arguments_schema(
-            {
-                "pattern": param("string", "regular expression"),
-                "path": param("string", "directory or file to search (default .)"),
-                "glob": param("string", "only files whose path matches, e.g. *.py"),
-                "ignore_case": param("boolean"),
-                "max_results": param("integer", minimum=1),
-            },
-            "pattern",
-        ),
-        _search_text,
         concurrency_safe=True,
     )

@@ -14,7 +14,7 @@ from __future__ import annotations
 from collections.abc import Awaitable, Callable, Iterator, Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, Literal, Protocol
+from typing import Any, ClassVar, Literal, Protocol
 
 from dsh.agent_loop.events import Event
 from dsh.agent_loop.image_input import ImageRules
@@ -52,6 +52,14 @@ Approval = Literal["yes", "no", "always"]
 # sandbox), an edit tool's ``dsh.agent_loop.tools.edits.EditRequest`` (its diff), or an MCP tool call's
 # :class:`McpCallRequest`.
 Approver = Callable[[Any], Awaitable["Approval | None"]]
+
+
+class AskedText(str):
+    """A question asked as text by a tool other than run_shell (``tool`` names it: web_fetch's ``GET <url>``): a
+    str as every command is, so an approver that only knows commands still asks, naming the right tool."""
+
+    __slots__ = ()
+    tool: ClassVar[str] = "run_shell"
 
 
 class SandboxedCommand(str):

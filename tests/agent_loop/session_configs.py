@@ -44,6 +44,9 @@ class StubConfig:
     keep_images: bool = False
     hooks: tuple[HookSpec, ...] = ()
     claude_settings: bool = False
+    web: bool = False
+    web_allow: tuple[str, ...] = ()
+    sources: dict[str, str] = field(default_factory=dict)
 
     @property
     def secrets(self) -> tuple[str, ...]:

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import json
 import os
+import subprocess
 from pathlib import Path
 from typing import Any
 
@@ -308,8 +309,8 @@ async def test_search_text(tmp_path):
     (tmp_path / "src").mkdir()
     (tmp_path / "src" / "m.py").write_text("import os\ndef needle():\n    return 'needle'\n")
     (tmp_path / "src" / "n.txt").write_text("no match here\nNEEDLE upper\n")
-    (tmp_path / ".git").mkdir()
-    (tmp_path / ".git" / "config").write_text("needle in git\n")
+    subprocess.run(["git", "init", "-q", str(tmp_path)], check=True)
+    (tmp_path / ".git" / "needle.txt").write_text("needle in git\n")
     found = await call_tool(tmp_path, "search_text", pattern="needle")
     assert found.text == "src/m.py:2: def needle():\nsrc/m.py:3:     return 'needle'"
     folded = await call_tool(tmp_path, "search_text", pattern="needle", ignore_case=True, glob="*.txt")

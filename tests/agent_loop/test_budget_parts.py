@@ -74,3 +74,23 @@ def test_the_cost_line_gives_the_share_of_the_cap() -> None:
     assert budget_line(0.52, 0.5) == "budget: $0.52 spent of a $0.50 cap (104%)"
     assert budget_line(float("nan"), 0.5) == "budget: $0.00 spent of a $0.50 cap (0%)"
     assert budget_line(0.1, 0.0) == "budget: $0.10 spent of a $0.00 cap (0%)"  # no cap to divide by: never raises
+
+
+def test_deepseek_web_calls_count_against_the_cap_live_and_when_resumed() -> None:
+    tally = UsageTally()
+    tally.add_web(True, 0.00075)
+    tally.add_web(False, 0.0)  # a fetch that returned nothing: not billed
+    budget = Budget(0.001, carried=0.0005)
+    assert budget.spent(tally) == 0.0005 + 0.00075
+    assert budget.stop(tally) == BudgetStop(0.0005 + 0.00075, 0.001)
+
+    recap = Recap(info=model_info("deepseek-flash"))
+    recap({"type": "turn/start", "data": {"turn": 1, "prompt": "hi"}})
+    for name, line in (("web_search", 'web_search "dsh": 3 results · $0.00075'),
+                       ("web_fetch", "web_fetch https://example.test/: 2 KiB · $0.00075"),
+                       ("web_search", 'web_search "none": 0 results · not billed'),
+                       ("read_file", "read_file · $9"),  # not a web call: its line costs nothing
+                       ("web_search", None)):
+        recap({"type": "tool/result", "data": {"turn": 1, "id": "c", "name": name, "output": "",
+                                               "diagnostic": line}})
+    assert round(recap.spent, 6) == 0.0015

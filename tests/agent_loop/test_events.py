@@ -13,6 +13,7 @@ from hypothesis import strategies as st
 
 from dsh.agent_loop import Agent, SessionLog
 from dsh.agent_loop import events as ev
+from dsh.agent_loop.plan import CONTENT_LIMIT, STATUSES, PlanItem
 from dsh.agent_loop.reasons import (
     Aborted,
     Completed,
@@ -100,6 +101,9 @@ EVENTS: dict[type, st.SearchStrategy] = {
     ev.HookRan: st.builds(ev.HookRan, names, names, names, st.none() | names, st.none() | counts,
                           st.floats(0, 60), st.none() | names),
     ev.ModelSet: st.builds(ev.ModelSet, names),
+    ev.PlanUpdate: st.builds(ev.PlanUpdate, counts, st.lists(
+        st.builds(PlanItem, st.text(max_size=CONTENT_LIMIT), st.sampled_from(STATUSES), maybe_text),
+        max_size=5).map(tuple)),
     ev.ShellRun: st.builds(ev.ShellRun, texts, st.none() | counts, st.none() | names, st.booleans(),
                            st.floats(0, 60), counts, st.booleans()),
     ev.UnknownEvent: st.builds(

@@ -308,7 +308,8 @@ async def test_tool_factories_add_tools(env: dict[str, str], server: FaultServer
     try:
         await shell.handle_line("hi")
         names = [tool["function"]["name"] for tool in server.requests[-1].json["tools"]]
-        assert names == ["read_file", "list_dir", "search_text", "write_file", "edit_file", "run_shell", "echo"]
+        assert names == ["read_file", "list_dir", "glob", "search_text", "write_file", "edit_file", "run_shell",
+                         "todo_write", "echo"]
     finally:
         await shell.aclose()
 

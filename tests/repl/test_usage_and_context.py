@@ -12,6 +12,7 @@ from typing import Any
 import pytest
 
 from dsh.agent_loop.context import BASE_SYSTEM_PROMPT
+from dsh.agent_loop.tools import default_tools
 from dsh.agent_loop.usage import estimate_tokens
 from dsh.llm.events import Usage
 from dsh.llm.loopback import streams
@@ -87,7 +88,9 @@ async def test_context_lists_each_source_with_its_path_and_size(
         assert lines[0] == "context sent with each request (estimated at 4 characters a token):"
         assert lines[1].startswith("  system prompt (built-in v1)") and lines[2].startswith("  environment")
         assert lines[3].startswith(f"  AGENTS.md  {tmp_path / 'AGENTS.md'}") and lines[3].endswith(f"≈ {expected}")
-        assert lines[4].startswith("  tool definitions (6 tools)") and lines[5].startswith("  history (0 messages)")
+        tools = len(default_tools())  # the built-in tools, no others configured
+        assert lines[4].startswith(f"  tool definitions ({tools} tools)")
+        assert lines[5].startswith("  history (0 messages)")
         assert lines[6].startswith("  total") and lines[6].endswith("of 1M")
 
 
