@@ -1,5 +1,8 @@
 """The first turn's look at the endpoint's ``GET /models``: a configured model the endpoint does not list is one
-line naming the model asked for and what the endpoint lists (docs/endpoints.md, "Is the model served?").
+line naming the model asked for and what the endpoint lists (docs/endpoints.md, "Is the model served?"); a local
+server that says its context size (llama.cpp's ``GET /props``, vLLM's and LM Studio's ``/models`` fields) has it
+kept for the context fill, and one line when dsh's own fixed prefix alone does not fit (docs/endpoints.md,
+"Local servers").
 
 Once per session, beside the first turn's request (never before it), in the turn's task group: it is cancelled
 with the turn, it gives up after :data:`MODELS_TIMEOUT`, and once the turn has ended it has at most
@@ -18,6 +21,8 @@ import anyio
 
 from dsh.agent_loop.session_config import EndpointClient
 from dsh.llm import redact_text
+from dsh.llm.context_size import ServerContext, server_context
+from dsh.llm.endpoint import Endpoint
 
 __all__ = ["AFTER_TURN_GRACE", "MAX_NAMES", "MAX_NAME_CHARS", "MODELS_TIMEOUT", "ModelCheck", "listed_names",
            "not_listed_line"]
@@ -30,6 +35,24 @@ MAX_NAMES = 10  # names shown
 MAX_NAME_CHARS = 60  # characters of each
 _MAX_READ = 1000  # entries of the list looked at
 Notify = Callable[[str], None]
+
+
+ContextSeen = Callable[[ServerContext], "str | None"]  # the session's: keeps the size, says when dsh does not fit
+
+
+@runtime_checkable
+class NamedEndpoint(Protocol):
+    """A client that knows which server answers it (``DeepSeekClient.endpoint``, learned from its headers)."""
+
+    endpoint: Endpoint
+
+
+async def _server_context(client: Any, model: str, name: str | None, models: Any) -> ServerContext | None:
+    """What the server says its context size is (llm/context_size.py); None for anything else, never a raise."""
+    try:
+        return await server_context(client, model, name=name, models=models)
+    except Exception:  # a client that cannot ask the origin, a malformed answer: no line, never a failed turn
+        return None
 
 
 @runtime_checkable
@@ -68,15 +91,17 @@ class ModelCheck:
     def __init__(self) -> None:
         self.due = True
 
-    def take(self, client: EndpointClient | None, model: str) -> Callable[[Notify], Coroutine[Any, Any, None]]:
-        """The check to run beside this turn (a no-op after the first), reporting through ``notice``."""
+    def take(self, client: EndpointClient | None, model: str,
+             context: ContextSeen | None = None) -> Callable[[Notify], Coroutine[Any, Any, None]]:
+        """The check to run beside this turn (a no-op after the first), reporting through ``notice``; ``context`` is
+        told the context size a local server says it serves, and says the line for it (docs/endpoints.md)."""
         due, self.due = self.due, False
         lister = client if due and isinstance(client, ModelLister) else None
 
         async def check(notice: Notify) -> None:
             if lister is None or client is None:
                 return
-            line = None
+            line = found = None
             with anyio.move_on_after(MODELS_TIMEOUT):
                 try:
                     status, body = await lister.get_json("/models", tapped=False)  # not the turns' record
@@ -84,16 +109,20 @@ class ModelCheck:
                     return
                 names = listed_names(body) if status == 200 else None
                 line = not_listed_line(model, names or [], client.base_url_display, client.secrets)
-            if line is not None:
-                notice(line)
+                if context is not None and isinstance(client, NamedEndpoint):
+                    # {}: /models was asked already and said nothing; it is not asked twice.
+                    found = await _server_context(lister, model, client.endpoint.name, body if status == 200 else {})
+            for said in (line, context(found) if context is not None and found is not None else None):
+                if said is not None:
+                    notice(said)
 
         return check
 
     async def beside(self, client: EndpointClient | None, model: str, notice: Notify,
-                     turn: Callable[[], Awaitable[T]]) -> T:
+                     turn: Callable[[], Awaitable[T]], context: ContextSeen | None = None) -> T:
         """``turn()``, with the first turn's check beside it in the turn's own task group: cancelled with the turn,
         and given :data:`AFTER_TURN_GRACE` once the turn has ended."""
-        check = self.take(client, model)
+        check = self.take(client, model, context)
         raised: Exception | None = None  # raised as itself, not in the group's ExceptionGroup (the check never raises)
         async with anyio.create_task_group() as group:
             group.start_soon(check, notice)

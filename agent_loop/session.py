@@ -531,8 +531,9 @@ class Session:
         async with self._running(scope):
             try:
                 # The first turn's GET /models check runs beside it (agent_loop/model_check.py).
-                end = await self._model_check.beside(self.client, self.model, self._notice,
-                                                     lambda: agent.run_turn(sent, images=sending))
+                end = await self._model_check.beside(
+                    self.client, self.model, self._notice, lambda: agent.run_turn(sent, images=sending),
+                    lambda found: self._usage.saw_context(found, agent.system_prompt or "", agent.tools.specs()))
                 # A Stop hook that blocks gives the model its reason, and the turn goes on (docs/hooks.md).
                 end = await self.extras.stop(end, lambda reason: agent.run_turn(reason, by_hook=True))
             except Exception as exc:  # the loop promises not to raise; if it does, still say why

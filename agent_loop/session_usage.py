@@ -7,6 +7,7 @@ The tallies sum what the agent's ``assistant/message`` and ``context/compacted``
 from __future__ import annotations
 
 import datetime
+import json
 import logging
 from collections.abc import Sequence
 from typing import TYPE_CHECKING
@@ -16,11 +17,13 @@ from dsh.agent_loop.cache_watch import NOTHING_CHANGED, drop_words, is_cache_dro
 from dsh.agent_loop.events import AssistantMessage, CacheDrop, ContextCompacted, LlmContinue, ToolResult
 from dsh.agent_loop.reasons import BudgetStop, EndReason, Failed
 from dsh.agent_loop.session_config import SessionConfig
-from dsh.agent_loop.usage import AUTO_COMPACT_AT, UsageTally, context_fill, estimate_tokens
+from dsh.agent_loop.usage import AUTO_COMPACT_AT, UsageTally, context_fill, estimate_tokens, fixed_prefix_tokens
 from dsh.agent_loop.web_cost import web_call_cost
 from dsh.llm import ErrorCode, HarnessError, error_chain
-from dsh.llm.events import Message
+from dsh.llm.context_size import ServerContext
+from dsh.llm.events import Message, ToolSpec
 from dsh.llm.models import model_info
+from dsh.llm.request_body import wire_tool
 
 if TYPE_CHECKING:
     from dsh.agent_loop.session_log import SessionLog
@@ -43,7 +46,19 @@ class SessionUsage:
         self.carried = 0.0  # a resumed session's logged spend: a cap set later (/profile NAME) counts it too
 
     def new_turn(self) -> None:
-        self.turn = UsageTally()
+        self.turn = UsageTally(window=self.total.window)  # a size the server said holds for every turn
+
+    def saw_context(self, found: ServerContext, system_prompt: str, specs: Sequence[ToolSpec]) -> str | None:
+        """The context size the server said it serves (llm/context_size.py): the window the fill is counted against
+        from now on; and the line when dsh's fixed prefix (``system_prompt`` and the tools' ``specs``) alone does not
+        fit in it (docs/endpoints.md, "Local servers"), else None."""
+        self.turn.window = self.total.window = found.tokens
+        tools = json.dumps([wire_tool(spec) for spec in specs], ensure_ascii=False)
+        prefix = fixed_prefix_tokens(system_prompt, tools)
+        if prefix < found.tokens:
+            return None
+        return (f"{found.server} serves {found.tokens} tokens of context ({found.where}); dsh's fixed prefix (system "
+                f"prompt and tool specs) alone is about {prefix} tokens: give it more with {found.flag}")
 
     def count(self, event: AssistantMessage | ContextCompacted | LlmContinue, model: str) -> None:
         """One request in both tallies; one without usage too: a request whose tokens are unknown."""

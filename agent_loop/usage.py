@@ -21,6 +21,7 @@ __all__ = [
     "UsageTally",
     "context_fill",
     "estimate_tokens",
+    "fixed_prefix_tokens",
     "format_cost",
     "tokens_for_chars",
 ]
@@ -47,6 +48,7 @@ class UsageTally:
     model: str = ""
     context_estimated: bool = False  # ``context`` is dsh's estimate (after a compaction), not the server's
     context_unknown: bool = False  # the latest request reported no usage: how full the window is, is unknown
+    window: int | None = None  # the context size the server said it serves (llm/context_size.py); None: the table's
     cache_hits: int = 0  # input tokens the prompt cache served, over the requests that reported the cache
     cache_misses: int = 0  # and those it did not (a request that reported neither is not in either)
     hit_cost: float = 0.0  # what the hits and the misses cost, while ``cost`` is known
@@ -116,6 +118,8 @@ def context_fill(tally: UsageTally, models: Mapping[str, ModelSettings] | None =
     """How full the model's window is after the latest request (0.18 for 18%); None when unknown."""
     if not tally.requests or (tally.context_unknown and not tally.context_estimated):
         return None
+    if tally.window:  # the server's own word (llama.cpp's --ctx-size) beats the model table's
+        return tally.context / tally.window
     info = model_info(tally.model, models)
     if info is None or not info.context_window:
         return None
@@ -133,6 +137,12 @@ def format_cost(cost: float) -> str:
 def estimate_tokens(text: str) -> int:
     """A rough count for display (about four characters a token); requests report the real one."""
     return tokens_for_chars(len(text))
+
+
+def fixed_prefix_tokens(system_prompt: str, tools_json: str) -> int:
+    """The estimate of what every request sends before the conversation: the system prompt and the tool specs
+    (their wire JSON), as :func:`estimate_tokens` counts them."""
+    return estimate_tokens(system_prompt) + estimate_tokens(tools_json)
 
 
 def tokens_for_chars(chars: int) -> int:

@@ -32,6 +32,7 @@ from dsh.llm.events import ChatRequest, StreamEvent
 from dsh.llm.failure_chain import EXCHANGE_EXTENSION, FINDING_EXTENSION, UNTAPPED_EXTENSION
 from dsh.llm.http_status import (
     code_for_status,
+    error_kinds,
     provider_message,
     proxy_answered,
     request_id,
@@ -421,18 +422,20 @@ class DeepSeekClient:
                 with anyio.CancelScope(shield=True):
                     await response.aclose()
 
-    async def get_json(self, path: str, *, tapped: bool = True) -> tuple[int, Any]:
+    async def get_json(self, path: str, *, tapped: bool = True, from_origin: bool = False) -> tuple[int, Any]:
         """``GET {base_url}{path}`` with the key: ``(200, parsed JSON)``, or ``(404, None)`` for a route the
         endpoint does not have. Every other failure raises the :class:`LlmError` a turn would raise for it
         (same transport classification, same status table), so ``dsh doctor`` and a turn agree. ``tapped``
-        False keeps the exchange out of a ``--record`` file and the capsule's ring (a side look of dsh's own)."""
+        False keeps the exchange out of a ``--record`` file and the capsule's ring (a side look of dsh's own);
+        ``from_origin``: ``{origin}{path}`` (llama.cpp's ``/props``), whatever path base_url has."""
         headers = {**self._headers(), "Accept": "application/json"}
         headers.pop("Content-Type", None)
         with self._naming():
-            return await self._get_json(path, headers, tapped)
+            return await self._get_json(path, headers, tapped, from_origin)
 
-    async def _get_json(self, path: str, headers: dict[str, str], tapped: bool = True) -> tuple[int, Any]:
-        response, watchdog = await self._send("GET", path, headers, tapped=tapped)
+    async def _get_json(self, path: str, headers: dict[str, str], tapped: bool = True,
+                        from_origin: bool = False) -> tuple[int, Any]:
+        response, watchdog = await self._send("GET", path, headers, tapped=tapped, from_origin=from_origin)
         try:
             if response.status_code == 404:
                 return 404, None
@@ -485,7 +488,7 @@ class DeepSeekClient:
             )
         provider = provider_message(bytes(body))
         message = redact_text(provider, self.secrets) if provider else self.endpoint.http_error(status)
-        code = code_for_status(status, provider)
+        code = code_for_status(status, provider, error_kinds(bytes(body)))
         detail = upstream_detail(code, provider)
         if model is not None and is_concurrency_cap(status, provider, self.dialect):  # DeepSeek's cap, in words
             message = concurrency_cap_message(model, self.requests.counted(), subagents=self.requests.shared)

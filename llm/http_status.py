@@ -18,12 +18,16 @@ from dsh.llm.codes import ErrorCode
 from dsh.llm.network import FailureDetail
 from dsh.llm.text import scrub_surrogates
 
-__all__ = ["code_for_relay", "code_for_status", "provider_message", "proxy_answered", "relayed_upstream",
+__all__ = ["code_for_relay", "code_for_status", "error_kinds", "provider_message", "proxy_answered", "relayed_upstream",
            "request_id", "retry_after_seconds", "upstream_detail"]
 
 _QUOTA_WORDING = re.compile(r"(?i)insufficient.?balance|quota|top.?up|billing")
+# Context overflow in each server's own words (docs/endpoints.md, "Local servers"): OpenAI's and vLLM's "maximum
+# context length", llama.cpp's "exceeds the available context size", vLLM's "longer than the maximum model length",
+# Ollama's "longer than the context length", LM Studio's "context length of only".
 _CONTEXT_WORDING = re.compile(
-    r"(?i)context.?(length|window)|maximum.{0,20}tokens|too many tokens|prompt is too long|reduce the length"
+    r"(?i)context.?(length|window|size)|maximum.{0,20}tokens|too many tokens|prompt is too long|reduce the length"
+    r"|maximum model length"
 )
 # A gateway relaying its upstream's refusal names the upstream's exception: LiteLLM writes
 # ``litellm.AuthenticationError: AuthenticationError: DeepseekException - Authentication Fails ...``.
@@ -53,7 +57,8 @@ _STATUS_BY_TYPE = {
     "service_unavailable": 503,
     "overloaded_error": 529,
 }
-_CONTEXT_TYPES = frozenset({"context_length_exceeded", "context_window_exceeded"})
+# OpenAI's ``code``, and llama.cpp's ``type`` for a prompt over its ``--ctx-size`` (``format_error_response``).
+_CONTEXT_TYPES = frozenset({"context_length_exceeded", "context_window_exceeded", "exceed_context_size_error"})
 # Kinds that say only "the request" or "the server": a specific kind beside one wins, in either field.
 # OpenAI sends ``type: invalid_request_error, code: invalid_api_key``; DeepSeek ``type: authentication_error,
 # code: invalid_request_error``.
@@ -72,9 +77,12 @@ _PROXY_SERVER = re.compile(r"(?i)squid|tinyproxy|privoxy|polipo|ziproxy|3proxy|c
 _REQUEST_ID_HEADERS = ("x-request-id", "x-deepseek-request-id", "x-litellm-call-id")
 
 
-def code_for_status(status: int, message: str | None) -> str:
-    """The code of an HTTP error answer: by status, and by its provider message's wording."""
+def code_for_status(status: int, message: str | None, kinds: tuple[str, ...] = ()) -> str:
+    """The code of an HTTP error answer: by status, and by its provider message's wording; a 4xx whose error
+    ``type`` or ``code`` (``kinds``: :func:`error_kinds`) names a context overflow is CONTEXT_WINDOW_EXCEEDED."""
     text = message or ""
+    if 400 <= status < 500 and status not in (401, 403, 429) and any(kind.lower() in _CONTEXT_TYPES for kind in kinds):
+        return ErrorCode.CONTEXT_WINDOW_EXCEEDED
     if status in (401, 403):
         return ErrorCode.AUTH
     if status == 402 or _QUOTA_WORDING.search(text):
@@ -171,19 +179,36 @@ def request_id(headers: Mapping[str, str]) -> str | None:
     return None
 
 
-def provider_message(body: bytes) -> str | None:
-    """The message an error answer's JSON body carries (``{"error": {"message"}}`` or ``{"message"}``), if any."""
+def _parsed(body: bytes) -> dict[str, object] | None:
     try:
         parsed = json.loads(body)
-    except (ValueError, UnicodeDecodeError):
+    except (ValueError, UnicodeDecodeError, RecursionError):
         return None
-    if isinstance(parsed, dict):
-        error = parsed.get("error")
-        if isinstance(error, dict) and isinstance(error.get("message"), str) and error["message"].strip():
-            return scrub_surrogates(error["message"].strip())
-        if isinstance(parsed.get("message"), str) and parsed["message"].strip():
-            return scrub_surrogates(parsed["message"].strip())
+    return parsed if isinstance(parsed, dict) else None
+
+
+def provider_message(body: bytes) -> str | None:
+    """The message an error answer's JSON body carries (``{"error": {"message"}}``, ``{"message"}``, or LM Studio's
+    and Ollama's native ``{"error": "<text>"}``), if any."""
+    parsed = _parsed(body)
+    if parsed is None:
+        return None
+    error = parsed.get("error")
+    for text in (error.get("message") if isinstance(error, dict) else error, parsed.get("message")):
+        if isinstance(text, str) and text.strip():
+            return scrub_surrogates(text.strip())
     return None
+
+
+def error_kinds(body: bytes) -> tuple[str, ...]:
+    """The words an error answer names its kind by: the ``type`` and a ``code`` that is a word, of its ``error``
+    object or (vLLM's older shape) of the body itself (``exceed_context_size_error``, ``context_length_exceeded``)."""
+    parsed = _parsed(body)
+    if parsed is None:
+        return ()
+    error = parsed.get("error")
+    fields = error if isinstance(error, dict) else parsed
+    return tuple(value for key in ("type", "code") if isinstance(value := fields.get(key), str) and value)
 
 
 def proxy_answered(status: int, headers: Mapping[str, str]) -> bool:

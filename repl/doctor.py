@@ -43,7 +43,7 @@ from dsh.llm.events import ChatRequest, Finish, KeepAlive, Message, ReasoningDel
 from dsh.llm.network import FailureDetail, environment_proxy, no_proxy, ssl_context
 from dsh.llm.probe import all_attempts_failed, connect_failure_word, open_tls, shown_host, unverified_certificate
 from dsh.repl.config import Config, ConfigError, load_config
-from dsh.repl.doctor_environment import EnvironmentChecks
+from dsh.repl.doctor_environment import EnvironmentChecks, context_step
 from dsh.repl.doctor_report import FAIL, PASS, SKIP, STEPS, Report, Step, config_failure, milliseconds
 from dsh.repl.endpoint import Endpoint, configured_endpoint, open_endpoint
 from dsh.repl.options import LaunchOptions
@@ -147,6 +147,7 @@ class Doctor:
         self.addresses: list[tuple[str, int]] = []
         self.reachable: tuple[str, int] | None = None  # the first address TCP connected to
         self.models_listed = False  # GET /models answered 200: the endpoint accepted the key
+        self.models_body: Any = {}  # and what it said (a context size, vLLM's max_model_len)
         self._after_path = EnvironmentChecks(config, self.env, stdout=self.stdout, clock=self.now)
 
     def now(self) -> float:
@@ -371,6 +372,7 @@ class Doctor:
         shown = ", ".join(redact_text(name, self.secrets)[:60] for name in names[:8]) or "none"
         facts = {"status": status, "ms": round(took * 1000, 1), "models": names[:100]}
         self.models_listed = status == 200
+        self.models_body = body if status == 200 else {}
         model = self.config.model
         if model in names:
             return Step("HTTP", PASS, f"GET /models 200 in {milliseconds(took)}; {model} is listed ({shown})",
@@ -485,6 +487,13 @@ class Doctor:
                     step = self._failed(name, exc)
                 add(step)
                 failed = step.status == FAIL
+            if not failed:  # a local server that says its context size (llama.cpp's /props): one more step
+                try:
+                    context = await context_step(self._client(), self.config, self.models_body)
+                except Exception as exc:  # a bug of ours: one line, as on the request path
+                    context = self._failed("context", exc)
+                if context is not None:
+                    add(context)
             add(await self.environment())
             if self.config.sandbox is not None:
                 add(await self.sandbox())

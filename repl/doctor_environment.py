@@ -9,6 +9,7 @@ repl/doctor_report.py).
 from __future__ import annotations
 
 import dataclasses
+import json
 import os
 import platform
 import shutil
@@ -20,12 +21,18 @@ from typing import TYPE_CHECKING, Any, Protocol, runtime_checkable
 
 import anyio
 
+from dsh.agent_loop.build import web_settings
+from dsh.agent_loop.context import BASE_SYSTEM_PROMPT
 from dsh.agent_loop.hook_run import doctor_checks, session_hooks
 from dsh.agent_loop.settings import SettingsError
 from dsh.agent_loop.subagent import ParentContext, build_provider
 from dsh.agent_loop.subagent.acp import AcpInitializeRun
 from dsh.agent_loop.subagent.result import SubagentRequest
+from dsh.agent_loop.tools import default_tools
+from dsh.agent_loop.usage import fixed_prefix_tokens
 from dsh.llm import Redactor, redact_text
+from dsh.llm.context_size import server_context
+from dsh.llm.request_body import wire_tool
 from dsh.repl import __version__
 from dsh.repl.config import Config, state_dir
 from dsh.repl.doctor_report import FAIL, MARKS, PASS, SKIP, Step, milliseconds
@@ -33,12 +40,42 @@ from dsh.repl.doctor_report import FAIL, MARKS, PASS, SKIP, Step, milliseconds
 if TYPE_CHECKING:
     from dsh.agent_loop.mcp import McpManager, McpServerConfig, ServerStatus
 
-__all__ = ["FIX_STATE_DIR", "SUBAGENT_TIMEOUT", "EnvironmentChecks", "mcp_step"]
+__all__ = ["FIX_CONTEXT_SIZE", "FIX_STATE_DIR", "SUBAGENT_TIMEOUT", "EnvironmentChecks", "context_step", "mcp_step",
+           "prefix_estimate"]
 
 SUBAGENT_TIMEOUT = 20.0  # per subagent check
 _MAX_AUTH_METHODS = 5  # an ACP agent's advertised auth methods shown, at most
 _ENTRY_POINT = b"from dsh.repl.cli import main"  # what pip's launcher for `dsh` and `dsh-agent` imports
 FIX_STATE_DIR = "  fix: dsh cannot write its state directory — check the permissions of {path}"
+
+# The server said its context size and dsh's fixed prefix alone does not fit in it (docs/endpoints.md).
+FIX_CONTEXT_SIZE = ("  fix: give the server more than {prefix} tokens of context (dsh's fixed prefix) and room for"
+                    " the conversation: {flag}")
+
+
+def prefix_estimate(config: Config) -> int:
+    """About how many tokens every request of this configuration sends before the conversation: the system
+    prompt (the configured one, or dsh's) and the built-in tools' specs, estimated as the usage line estimates."""
+    system = "\n\n".join(text for text in (config.system_prompt or BASE_SYSTEM_PROMPT, config.system_prompt_append)
+                          if text)
+    tools = default_tools(None, allow_edits=config.allow_edits, web=web_settings(config))
+    return fixed_prefix_tokens(system, json.dumps([wire_tool(spec) for spec in tools.specs()], ensure_ascii=False))
+
+
+async def context_step(client: Any, config: Config, models: Any) -> Step | None:
+    """The context size the server says it serves (``models``: its ``GET /models`` answer, None when there was
+    none), against dsh's fixed prefix; None when it says none."""
+    found = await server_context(client, config.model, name=client.endpoint.name, models=models)
+    if found is None:
+        return None
+    prefix = prefix_estimate(config)
+    facts = {"tokens": found.tokens, "where": found.where, "server": found.server, "prefix_tokens": prefix}
+    said = f"{found.server} serves {found.tokens} tokens of context ({found.where})"
+    if prefix >= found.tokens:
+        return Step("context", FAIL, f"{said}; dsh's fixed prefix (system prompt and tool specs) alone is about "
+                    f"{prefix} tokens", FIX_CONTEXT_SIZE.format(prefix=prefix, flag=found.flag), facts)
+    return Step("context", PASS, f"{said}; dsh's fixed prefix is about {prefix} tokens", facts=facts)
+
 
 _PRODUCT_BINARIES = {"claude-code": "claude", "claude": "claude", "codex": "codex"}  # what the product providers run
 

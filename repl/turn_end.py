@@ -12,7 +12,7 @@ from dsh.agent_loop.plan import Plan, open_words
 from dsh.agent_loop.reasons import Aborted, BudgetStop, Completed, EndReason, Failed, Interrupted, MaxTokens, Rejected
 from dsh.llm import ErrorCode
 from dsh.llm.defaults import DEFAULT_BASE_URL
-from dsh.llm.endpoint import Endpoint, endpoint_for_url, host_and_address
+from dsh.llm.endpoint import DEEPSEEK, Endpoint, endpoint_for_url, host_and_address
 from dsh.llm.network import FailureDetail
 from dsh.llm.redact import redact_text
 from dsh.repl.sanitize import one_line
@@ -119,7 +119,7 @@ def turn_end_line(reason: EndReason, secrets: Sequence[str] = (), plan: Plan | N
             return f"[turn completed] {open_words(plan)}"
         case Failed(code=code, message=message):
             code = one_line(code)
-            message = one_line(redact_text(message, secrets))
+            message = one_line(redact_text(_named(reason, message), secrets))
             head = f"[turn failed {code}]" if code else "[turn failed]"
             return f"{head} {message}" if message else head
         case Aborted(reason=why):
@@ -135,6 +135,19 @@ def turn_end_line(reason: EndReason, secrets: Sequence[str] = (), plan: Plan | N
         case Interrupted():
             return "[turn interrupted by a previous process exit]"
     return None
+
+
+_UNNAMED_TEXT = frozenset({DEEPSEEK, "LiteLLM"})
+
+
+def _named(reason: Failed, message: str) -> str:
+    """An HTTP answer's text as the server wrote it, named as every other failure line names the endpoint
+    (``llama.cpp: request (818 tokens) exceeds …``); DeepSeek's own text, and text that names its server, stay, and
+    so does a gateway's (LiteLLM's text is mostly its upstream's, relayed: naming LiteLLM would mislabel it)."""
+    name = reason.endpoint_name
+    if reason.status is None or not name or name in _UNNAMED_TEXT or name.lower() in message.lower():
+        return message
+    return f"{name}: {message}"
 
 
 _FIX_BY_CODE: dict[str, str] = {
