@@ -7,7 +7,11 @@ a FIFO or looped on a hostile length would hang: the timeout is the hang guard, 
 from __future__ import annotations
 
 import os
+import shutil
 import struct
+import subprocess
+import sys
+import tempfile
 import time
 import zlib
 from collections.abc import Callable
@@ -330,12 +334,39 @@ def test_a_missing_file_or_a_path_through_a_file_says_why(tmp_path: Path) -> Non
     assert _read_reason(tmp_path / "file" / "shot.png") == "it cannot be read (Not a directory)"
 
 
+_READ_AS_CHILD = """
+import os, sys
+from pathlib import Path
+from dsh.agent_loop.images import NotAnImage, read_image
+if os.geteuid() == 0:
+    os.setgid(65534)
+    os.setuid(65534)  # root reads a file whatever its mode: nobody does not
+try:
+    read_image(Path(sys.argv[1]))
+except NotAnImage as why:
+    print(why)
+"""
+
+
 def test_an_unreadable_file_says_permission_denied(tmp_path: Path) -> None:
-    if os.geteuid() == 0:
-        pytest.skip("root reads a file whatever its mode: run as another user to check Permission denied")
-    (tmp_path / "locked.png").write_bytes(png(2, 2))
-    (tmp_path / "locked.png").chmod(0)
-    assert _read_reason(tmp_path / "locked.png") == "it cannot be read (Permission denied)"
+    shots = tmp_path / "shots"
+    shots.mkdir(mode=0o755)
+    tmp_path.chmod(0o755)  # nobody may walk to it (pytest's folders above are the runner's)
+    (shots / "locked.png").write_bytes(png(2, 2))
+    (shots / "locked.png").chmod(0)
+    reachable = all(os.stat(folder).st_mode & 0o001 for folder in (shots, *shots.parents))
+    if os.geteuid() == 0 and not reachable:  # a parent folder only root may walk: copy the test to /tmp itself
+        shots = Path(tempfile.mkdtemp(prefix="dsh-images-"))
+        shots.chmod(0o755)
+        (shots / "locked.png").write_bytes(png(2, 2))
+        (shots / "locked.png").chmod(0)
+    try:
+        done = subprocess.run([sys.executable, "-c", _READ_AS_CHILD, str(shots / "locked.png")], capture_output=True,
+                              text=True, timeout=60, check=False)
+    finally:
+        if shots.parent != tmp_path:
+            shutil.rmtree(shots)
+    assert (done.returncode, done.stdout, done.stderr) == (0, "it cannot be read (Permission denied)\n", "")
 
 
 def _bytes_read() -> int | None:
