@@ -110,7 +110,8 @@ class EndpointClient(ModelClient, Protocol):
         """``deepseek`` or ``openai``: which request extensions it uses and how it reads DeepSeek's answers."""
     @property
     def ring(self) -> ExchangeRing | None:
-        """The last exchanges' masked records a failure capsule copies (docs/reporting.md); None keeps none."""
+        """The last exchanges a failure capsule copies, masked when the capsule is written (docs/reporting.md); None
+        keeps none."""
     @property
     def trace_header(self) -> dict[str, Any] | None:
         """The header a recording of this client starts with; None with neither a recording nor a ring."""

@@ -154,7 +154,7 @@ async def acp_vs_print(settings: Settings, server: BenchServer) -> list[Figure]:
     details: dict[str, Any] = {}
     peaks: list[float] = []
     client_cpu: list[float] = []
-    repeat = settings.size(6, 3)
+    repeat = settings.size(6, 2)
     with temp_root("acp-front") as root:
         for label, stream in (("short", "text"), ("long", _long_stream(settings))):
             env = _env(server, stream, root)
@@ -183,7 +183,7 @@ async def acp_first_chunk(settings: Settings, server: BenchServer) -> list[Figur
     answered: list[float] = []
     with temp_root("acp-first-chunk") as root:
         run = _acp_turn(_env(server, "ttft", root), root, first_chunks=first_chunks, answered=answered)
-        turns = await paired_async(settings, {"acp": run}, repeat=settings.size(8, 4))
+        turns = await paired_async(settings, {"acp": run}, repeat=settings.size(8, 3))
     count = len(turns["acp"])  # the warm-up's samples dropped
     measured = [s * 1000 for s in first_chunks[-count:]]
     # An editor sends initialize as soon as it has spawned dsh: until dsh answers, it is starting (the SDK's

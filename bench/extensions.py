@@ -65,7 +65,7 @@ async def extensions_first_prompt(settings: Settings, server: BenchServer) -> li
             "none": first_prompt(with_bytecode(interactive_env(server, "text", none_root)), live["none"],
                                  cwd=str(none)),
         }
-        repeat = settings.size(10, 5)
+        repeat = settings.size(10, 3)
         await paired_async(settings, subjects, repeat=repeat)
         samples = {name: times[len(times) - repeat:] for name, times in live.items()}  # not the warm-ups'
         discovery = [_discovery_ms(many) for _ in range(5)]

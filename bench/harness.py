@@ -25,6 +25,7 @@ __all__ = [
     "Settings",
     "Stats",
     "child_env",
+    "cpu_timed",
     "paired_async",
     "ratios",
     "repeat_sync",
@@ -153,6 +154,22 @@ async def paired_async(
             measured = await subjects[name]()
             samples[name].append(measured if measured is not None else time.perf_counter() - start)
     return samples
+
+
+def cpu_timed(subject: Callable[[], Awaitable[object]], walls: list[float]) -> Callable[[], Awaitable[float]]:
+    """``subject`` timed by this process's CPU seconds, its wall seconds appended to ``walls``.
+
+    For an in-process client against the bench server (another process), the CPU time is the client's own
+    work; on a shared 2-core machine the wall time mostly measures the neighbours (docs/performance.md).
+    """
+
+    async def run() -> float:
+        cpu, wall = time.process_time(), time.perf_counter()
+        await subject()
+        walls.append(time.perf_counter() - wall)
+        return time.process_time() - cpu
+
+    return run
 
 
 def ratios(numerator: Sequence[float], denominator: Sequence[float]) -> list[float]:

@@ -37,7 +37,7 @@ _PRINTABLE = [c for c in string.printable if c not in "\n\r\x0b\x0c"]
 # Openers that put a lexer in another state before the run that follows them.
 _PREFIXES = ('"', "'", "`", "/*", "<", "#", "$(", "${", '"""', "<!--", "{", "[", "(", "@", "%", "\\", "--", "//",
              "<<", 'r#"', "0x", "1e", "a:", "- ", "$", "=", "::", "$ ", "+", "\t")
-_QUICK_PAIRS = "\t !\"#$%&'()*+,-./:;<=>?@[\\]^_`{|}~aZ1"
+_QUICK_PAIRS = "\t \"#$'()*-/<[\\`{a1"  # --quick: the openers and a letter and a digit, paired
 
 LILYPOND_LINE = "a" * 2000
 BRACKET_LINE = "[" * 3999
@@ -54,7 +54,7 @@ def _hostile_lines(length: int, quick: bool) -> Iterator[tuple[str, str]]:
     for unit in units:
         yield repr(unit), (unit * (length // len(unit) + 1))[:length]
     for prefix in _PREFIXES:
-        for char in _PRINTABLE:
+        for char in pairs if quick else _PRINTABLE:
             yield f"{prefix!r}+{char!r}", prefix + char * (length - len(prefix))
 
 

@@ -140,7 +140,7 @@ async def mcp_first_prompt(settings: Settings, server: BenchServer) -> list[Figu
             "three": first_prompt(with_bytecode(interactive_env(server, "text", three_root)), live["three"]),
             "none": first_prompt(with_bytecode(interactive_env(server, "text", none_root)), live["none"]),
         }
-        repeat = settings.size(10, 5)
+        repeat = settings.size(10, 3)
         await paired_async(settings, subjects, repeat=repeat)
         samples = {name: times[len(times) - repeat :] for name, times in live.items()}  # not the warm-ups'
     deltas = [(a - b) * 1000 for a, b in zip(samples["three"], samples["none"], strict=True)]

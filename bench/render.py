@@ -55,6 +55,7 @@ def _shell_turn(
 ) -> Callable[[], Awaitable[float]]:
     from dsh.llm import DeepSeekClient
     from dsh.repl.config import Config
+    from dsh.repl.endpoint import configured_endpoint
     from dsh.repl.frontend import PlainFrontEnd, StreamSink
     from dsh.repl.shell import Shell
 
@@ -62,7 +63,7 @@ def _shell_turn(
     config = Config(api_key=subjects.BENCH_KEY, base_url=base_url)
     sink = StreamSink(tty)
     shell = Shell(config, PlainFrontEnd(sink, flush=sink.flush), color=True, env={"XDG_STATE_HOME": str(root)},
-                  client=client)
+                  endpoint=configured_endpoint(config, client))
     stack.push_async_callback(shell.aclose)  # closes the client too
     started = False
 

@@ -13,7 +13,7 @@ _HEAD = f"{'figure':<28} {'median':>10} {'min':>10} {'max':>10}  {'target':<9} {
 
 def _number(value: float | None, unit: str) -> str:
     if value is None:
-        return "null"
+        return "-"  # no value: the verdict says why (the run fails)
     text = f"{value:.3g}" if abs(value) < 100 else f"{value:.0f}"
     return text + ("x" if unit == "x" else "")
 
@@ -27,7 +27,7 @@ def _row(label: str, stats: Stats | None, unit: str, value: float | None = None)
 
 def _verdict(figure: Figure) -> str:
     if figure.value is None:
-        return f"null: {figure.reason}"
+        return f"FAILED: {figure.reason}"
     if figure.ok is None:
         return "(no target)"
     return "ok" if figure.ok else "MISSED"

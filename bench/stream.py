@@ -6,7 +6,7 @@ import contextlib
 import statistics
 
 from bench import subjects
-from bench.harness import BenchServer, Figure, Settings, Stats, paired_async, ratios
+from bench.harness import BenchServer, Figure, Settings, Stats, cpu_timed, paired_async, ratios
 
 __all__ = ["stream_figures", "stream_vs_openai", "ttft_overhead"]
 
@@ -32,7 +32,10 @@ def _check_same_work(counts: dict[str, list[int]]) -> dict[str, int]:
 
 async def stream_figures(settings: Settings, server: BenchServer) -> list[Figure]:
     """``stream_vs_parse_floor``, ``transport_floor`` and ``ring_vs_no_ring`` (what the failure capsule's
-    always-on ring costs: docs/reporting.md), over the tiny-delta and the tool stream."""
+    always-on ring costs: docs/reporting.md), over the tiny-delta and the tool stream, in this process's CPU
+    time (:func:`~bench.harness.cpu_timed`; the wall times are in the details)."""
+    # --quick's streams are a tenth as long, so one scheduling hiccup weighs ten times more: more runs.
+    repeat = max(settings.repeat, 7) if settings.quick else settings.repeat
     parse_parts: dict[str, Stats] = {}
     transport_parts: dict[str, Stats] = {}
     ring_parts: dict[str, Stats] = {}
@@ -40,15 +43,19 @@ async def stream_figures(settings: Settings, server: BenchServer) -> list[Figure
     for label, stream in (("tiny_deltas", tiny_stream(settings)), ("reasoning_tool", tool_stream(settings))):
         base = server.base_url(stream)
         counts: dict[str, list[int]] = {"dsh": [], "no_ring": [], "parse": [], "transport": []}
+        walls: dict[str, list[float]] = {name: [] for name in counts}
         async with contextlib.AsyncExitStack() as stack:
             samples = await paired_async(
                 settings,
                 {
-                    "dsh": subjects.dsh_client(stack, base, counts["dsh"]),
-                    "no_ring": subjects.dsh_client(stack, base, counts["no_ring"], ring_bytes=0),
-                    "parse": subjects.parse_floor(stack, base, counts["parse"]),
-                    "transport": subjects.transport_floor(stack, base, counts["transport"]),
+                    "dsh": cpu_timed(subjects.dsh_client(stack, base, counts["dsh"]), walls["dsh"]),
+                    "no_ring": cpu_timed(subjects.dsh_client(stack, base, counts["no_ring"], ring_bytes=0),
+                                         walls["no_ring"]),
+                    "parse": cpu_timed(subjects.parse_floor(stack, base, counts["parse"]), walls["parse"]),
+                    "transport": cpu_timed(subjects.transport_floor(stack, base, counts["transport"]),
+                                           walls["transport"]),
                 },
+                repeat=repeat,
             )
         work = _check_same_work(counts)
         parse_parts[label] = Stats.of(ratios(samples["dsh"], samples["parse"]))
@@ -63,6 +70,8 @@ async def stream_figures(settings: Settings, server: BenchServer) -> list[Figure
             "parse_floor_ms": round(statistics.median(samples["parse"]) * 1000, 1),
             "transport_floor_ms": round(statistics.median(samples["transport"]) * 1000, 1),
             "dsh_us_per_event": round(statistics.median(samples["dsh"]) / work["dsh"] * 1e6, 2),
+            "wall_ms": {name: round(statistics.median(times[-repeat:]) * 1000, 1)
+                        for name, times in walls.items()},
         }
     return [
         Figure("stream_vs_parse_floor", "x", target=("<=", 1.3), parts=parse_parts, details=details),
@@ -90,7 +99,7 @@ async def stream_vs_openai(settings: Settings, server: BenchServer) -> list[Figu
                 "openai": subjects.openai_sdk(stack, base, counts["openai"]),
             },
             warmups={"openai": subjects.openai_sdk(stack, server.base_url("text"), counts["warm"])},
-            repeat=max(2, min(settings.repeat, 3)),
+            repeat=2 if settings.quick else max(2, min(settings.repeat, 3)),
         )
     counts.pop("warm")
     work = _check_same_work(counts)
@@ -103,7 +112,6 @@ async def stream_vs_openai(settings: Settings, server: BenchServer) -> list[Figu
             details={
                 "stream": stream,
                 "dsh_ms": round(statistics.median(samples["dsh"]) * 1000, 1),
-            "no_ring_ms": round(statistics.median(samples["no_ring"]) * 1000, 1),
                 "openai_ms": round(statistics.median(samples["openai"]) * 1000, 1),
                 "dsh_events": work["dsh"],
                 "openai_deltas": work["openai"],

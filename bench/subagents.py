@@ -124,7 +124,7 @@ def _provider(cwd: Path) -> Callable[[], Awaitable[float]]:
 async def acp_vs_raw_sdk(settings: Settings, server: BenchServer) -> list[Figure]:
     with temp_root("acp") as root:
         samples = await paired_async(
-            settings, {"provider": _provider(root), "raw": _raw_sdk(root)}, repeat=settings.size(8, 4)
+            settings, {"provider": _provider(root), "raw": _raw_sdk(root)}, repeat=settings.size(8, 2)
         )
     return [
         Figure(

@@ -46,7 +46,8 @@ class Transport:
 
     @property
     def ring(self) -> ExchangeRing | None:
-        """The last exchanges' masked records a failure capsule copies (docs/reporting.md); None keeps none."""
+        """The last exchanges, kept raw and masked when a failure capsule reads them (docs/reporting.md); None keeps
+        none."""
         return self.tap.ring if self.tap is not None else None
 
     @property

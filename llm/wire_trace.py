@@ -8,8 +8,10 @@ or ``closed`` when dsh itself stopped reading: a deadline, a cancel).
 
 Everything is masked before it is written: the configured secrets (the key, base-URL and proxy
 credentials), ``Authorization``-like headers, key-shaped strings, URL credentials and queries. The
-file is created 0600. The recorder hooks in below httpx's client as a transport that tees the byte
-stream, so the live stream sees the same bytes at the same time; memory is bounded by one body line.
+file is created 0600. The failure capsule's ring (:mod:`dsh.llm.exchange_ring`) is fed raw records
+instead, masked by :meth:`TraceWriter.finish` only when a report reads them (docs/reporting.md).
+The recorder hooks in below httpx's client as a transport that tees the byte stream, so the live
+stream sees the same bytes at the same time; memory is bounded by one body line.
 
 The transport that feeds the trace is :mod:`dsh.llm.wire_recorder` (it is built on httpx; this module is not).
 """
@@ -142,7 +144,11 @@ def omit_images(body: bytes) -> bytes:
 
 class TraceWriter:
     """Masks each record with ``secrets`` and hands it on: to the ``--record`` file at ``path`` (one ``write(2)``
-    per record) and to ``ring``, the capsule's memory (:mod:`dsh.llm.exchange_ring`), either or both."""
+    per record) and to ``ring``, the capsule's memory (:mod:`dsh.llm.exchange_ring`), either or both.
+
+    A ring alone is handed a request's and a body's records raw, to be masked by :meth:`finish` when read: the
+    stream does not pay for masking what a report almost never asks for. With a file, the ring keeps the
+    file's masked line."""
 
     def __init__(self, path: str | os.PathLike[str] | None = None, *, secrets: Iterable[str] = (),
                  base_url: str = "", proxy: str | None = None, timeouts: dict[str, float] | None = None,
@@ -157,6 +163,9 @@ class TraceWriter:
         self._spelled = json_spelled_pattern(self._redactor.secrets)
         self._escape_marks = _escape_marks(self._redactor.secrets)
         self._exchanges = 0
+        if ring is not None:
+            # What it holds raw is masked as this writer masks a file's records (a report may add secrets).
+            ring.render, ring.secrets = self.finish, self.secrets
         self.header: dict[str, Any] = {
             "type": kind, "version": TRACE_VERSION, "dsh": __version__,
             "created": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime()),
@@ -207,6 +216,33 @@ class TraceWriter:
                 raise  # a file that cannot take its header is a start-up failure
             self.close()  # later, a full disk ends the recording, never the turn
 
+    def _emit(self, raw: dict[str, Any]) -> None:
+        """A record of unmasked fields: masked now for the file, or kept raw by a ring alone (see :meth:`finish`)."""
+        if self._fd is not None:
+            self._write(self.finish(raw))
+        elif self.ring is not None:
+            self.ring.add(raw)
+
+    def finish(self, raw: dict[str, Any]) -> dict[str, Any]:
+        """A raw request, response or data record masked with this writer's secrets, as ``--record`` writes it: a
+        request's URL, path, headers and body, a response's headers, a body's bytes (as text, or base64 when
+        they are not UTF-8); the fields keep their order."""
+        out: dict[str, Any] = {}
+        for key, value in raw.items():
+            if key == "url":
+                out[key] = self.mask(redact_url(value))
+            elif key == "path":
+                out[key] = self.mask(value)
+            elif key == "headers":
+                out[key] = self._headers(value)
+            elif key == "body" and isinstance(value, bytes):
+                out[key] = self.mask(value.decode("utf-8", "replace"))
+            elif key == "raw":
+                out.update(self._body_text(value))
+            else:
+                out[key] = value
+        return out
+
     def keeps_body(self, n: int) -> bool:
         """Whether exchange ``n``'s next body bytes go anywhere: a ring alone that has cut the exchange keeps
         no more of it, so the rest of a flood is not masked for nothing (docs/reporting.md)."""
@@ -228,16 +264,16 @@ class TraceWriter:
 
     def request(self, n: int, method: str, url: str, path: str, headers: list[tuple[str, str]],
                 body: bytes) -> None:
-        record: dict[str, Any] = {"type": "request", "n": n, "method": method, "url": self.mask(redact_url(url)),
-                                  "path": self.mask(path), "headers": self._headers(headers)}
+        record: dict[str, Any] = {"type": "request", "n": n, "method": method, "url": url, "path": path,
+                                  "headers": headers}
         if not self.keep_images and _IMAGE_DATA in body:
             body = omit_images(body)  # first: what is left may fit the ring whole
         if self._fd is None and self.ring is not None and self.ring.cuts_request(len(body)):
-            # A ring alone keeps a big body's head only: decode and mask no more than that (a 100 MB tool
+            # A ring alone keeps a big body's head only: hold and mask no more than that (a 100 MB tool
             # argument sent back must not cost copies of itself for a record that keeps 256 KiB).
             body, record["note"] = self.ring.request_head(body), "cut"
-        record["body"] = self.mask(body.decode("utf-8", "replace"))
-        self._write(record)
+        record["body"] = body
+        self._emit(record)
 
     def response(self, n: int, t: float, status: int, headers: list[tuple[str, str]],
                  decoded: str | None = None) -> None:
@@ -245,7 +281,7 @@ class TraceWriter:
                                   "headers": self._headers(headers)}
         if decoded:
             record["decoded"] = decoded  # the body below is inflated; its Content-Encoding was dropped
-        self._write(record)
+        self._emit(record)
 
     def _mask_body(self, text: str) -> str:
         """:meth:`mask`, applied only to the lines that could hold something to mask."""
@@ -259,12 +295,15 @@ class TraceWriter:
         return self._redactor.may_mask(text) or self._may_spell(text)
 
     def data(self, n: int, t: float, chunk: bytes) -> None:
+        self._emit({"type": "data", "n": n, "t": round(t, 6), "raw": chunk})
+
+    def _body_text(self, chunk: bytes) -> dict[str, str]:
+        """A piece of body masked: ``text``, or ``b64`` when it is not UTF-8."""
         try:
-            record: dict[str, Any] = {"type": "data", "n": n, "t": round(t, 6), "text": self._mask_body(chunk.decode())}
+            return {"text": self._mask_body(chunk.decode())}
         except UnicodeDecodeError:
             masked = self._mask_body(chunk.decode("utf-8", "surrogateescape")).encode("utf-8", "surrogateescape")
-            record = {"type": "data", "n": n, "t": round(t, 6), "b64": base64.b64encode(masked).decode()}
-        self._write(record)
+            return {"b64": base64.b64encode(masked).decode()}
 
     def end(self, n: int, t: float, how: str, *, where: str | None = None,
             error: BaseException | None = None, note: str | None = None) -> None:

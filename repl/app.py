@@ -18,6 +18,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import gc
 import os
 import signal
 import sys
@@ -49,7 +50,7 @@ from dsh.repl import commands, custom_commands
 from dsh.repl.activity import fit_width
 from dsh.repl.approvals import Approval, approval_answer, question_for
 from dsh.repl.config import Config, history_path
-from dsh.repl.first_prompt import ENDING_SIGNALS, PROMPT, ending_status
+from dsh.repl.first_prompt import ENDING_SIGNALS, PROMPT, ending_status, typed_ahead
 from dsh.repl.live_view_state import LiveViewState
 from dsh.repl.options import DrawnPrompt, LaunchOptions
 from dsh.repl.prompt_input import add_editor_keys, add_paste_key, editing_mode, prompt_completer
@@ -267,6 +268,7 @@ class InteractiveApp:
                 self._startup_error = exc
                 self._exit_prompt()
         line = await reading
+        gc.enable()  # start-up is over (dsh.repl.launch paused the collector): a line's turn comes next
         if building is not None:
             building.cancel()
         return line
@@ -286,6 +288,7 @@ class InteractiveApp:
         """Once the prompt is drawn: the agent's modules imported, then the agent built; a failure ends the prompt
         and the loop raises it (the CLI says why in one line)."""
         await self._drawn.wait()
+        await self._typed_ahead_drawn()  # the import holds the interpreter: ~15 ms more until those keys show
         try:
             # Its modules take longer to import than the prompt took to draw: in a worker thread, so that keys
             # typed at the prompt meanwhile are drawn as they come (docs/architecture.md, "Start-up and lazy
@@ -302,9 +305,22 @@ class InteractiveApp:
             self._startup_error = exc
             self._exit_prompt()
             return
+        finally:
+            gc.enable()  # start-up is over once the agent is in (dsh.repl.launch paused the collector for it)
         if self._paths is not None:  # the tree listed for @ completion, in a worker thread, once the agent is in
             self._paths.start()  # (not beside the first keys: a typed @ lists it at once anyway)
         anyio.get_cancelled_exc_class()  # loads anyio's backend now rather than in the first turn
+
+    async def _typed_ahead_drawn(self) -> None:
+        """Until keys typed at the early prompt are drawn, or 0.5 s: the worker thread's import would delay them."""
+        if self._session is None or self._first_prompt is None or not typed_ahead():
+            return
+        drawn, app = asyncio.Event(), self._session.app
+        app.after_render += (note := lambda _app: drawn.set())
+        with contextlib.suppress(TimeoutError):  # no render in time (the line ended first): the build goes on
+            async with asyncio.timeout(0.5):
+                await drawn.wait()
+        app.after_render -= note
 
     # --- signals (only while no application owns the terminal, or sent by kill) -------------------
 

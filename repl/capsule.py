@@ -5,7 +5,8 @@
 turn-end and fix lines, the ``/why`` chain, version and platform, the settings and where each came from,
 the proxy and trust store, ``dsh doctor``'s steps run again now), then the failed turn's exchanges from the
 client's ring (:mod:`dsh.llm.exchange_ring`), numbered from 1 so that ``dsh --replay`` meets them in order.
-Every string is masked again with every secret the configuration knows before it is written.
+The ring holds the exchanges' bytes raw: they are masked here, with every secret the configuration knows
+now, and every string is masked again with them as it is written.
 """
 
 from __future__ import annotations
@@ -177,8 +178,9 @@ def _frames(shell: Host) -> dict[str, Any]:
     return frames.snapshot() if frames is not None else {}
 
 
-def _turn_records(shell: Host) -> tuple[list[dict[str, Any]], dict[str, Any]]:
-    """The failed turn's records from the ring, renumbered from 1, and a summary of what was kept."""
+def _turn_records(shell: Host, secrets: tuple[str, ...]) -> tuple[list[dict[str, Any]], dict[str, Any]]:
+    """The failed turn's records from the ring, masked with ``secrets`` (and the client's own) and renumbered
+    from 1, and a summary of what was kept."""
     client = shell.session.client
     ring = client.ring if client is not None else None
     first, last = shell.session.turn_exchanges
@@ -187,7 +189,8 @@ def _turn_records(shell: Host) -> tuple[list[dict[str, Any]], dict[str, Any]]:
         return [], summary
     records: list[dict[str, Any]] = []
     kept: set[int] = set()
-    for n, line in ring.lines(first):
+    masker = TraceWriter(secrets=(*ring.secrets, *secrets))  # the client's secrets and every one known now
+    for n, line in ring.lines(first, masker.finish):
         if n > last:
             break
         record = json.loads(line)
@@ -223,12 +226,12 @@ async def write_capsule(shell: Host, path: str | None = None, *,
     except OSError as exc:
         raise HarnessError(f"report folder under {state_dir(shell.env)} cannot be made: "
                            f"{exc.strerror or type(exc).__name__}", ErrorCode.CONFIG) from None
-    records, summary = _turn_records(shell)  # before the doctor runs: its requests are not the turn's
+    secrets = shell.config.secrets
+    records, summary = _turn_records(shell, secrets)  # before the doctor runs: its requests are not the turn's
     client = shell.session.client
     header = (client.trace_header if client is not None else None) or {
         "base_url": redact_url(shell.config.base_url), "proxy": redact_url(shell.config.proxy)
         if shell.config.proxy else None, "timeouts": {}}
-    secrets = shell.config.secrets
     _open(path, header, secrets).close()  # a path that cannot take it is said before the doctor runs
     doctor = await _doctor(shell, on_step)
     writer = _open(path, header, secrets)

@@ -13,11 +13,12 @@ Every signal that ends dsh ends it through the code that restores the terminal, 
 prompt_toolkit does. Their handling is set here whatever dsh inherited: a runner may start dsh with
 SIGINT and SIGQUIT ignored (a non-interactive shell's background job), and the user's keys must still work.
 
-Only ``signal``, ``sys``, ``termios`` and dsh's sanitizer are imported here (``typing`` is in already).
+Only ``select``, ``signal``, ``sys``, ``termios`` and dsh's sanitizer are imported here (``typing`` is in already).
 """
 
 from __future__ import annotations
 
+import select
 import signal
 import sys
 import termios
@@ -28,7 +29,7 @@ from dsh.repl.sanitize import sanitize
 if TYPE_CHECKING:
     from types import FrameType
 
-__all__ = ["ENDING_SIGNALS", "PROMPT", "FirstPrompt", "banner_line", "ending_status"]
+__all__ = ["ENDING_SIGNALS", "PROMPT", "FirstPrompt", "banner_line", "ending_status", "typed_ahead"]
 
 PROMPT = "> "  # what prompt_toolkit draws over it (dsh.repl.app, InteractiveApp._read_line)
 _IFLAG, _LFLAG = 0, 3  # in termios's attribute list: iflag, oflag, cflag, lflag, ...
@@ -42,6 +43,14 @@ _HANDLED = (signal.SIGINT, *ENDING_SIGNALS)
 def ending_status(signum: int) -> int:
     """dsh's exit status when an ending signal ends it: the shell's convention for a death by that signal."""
     return 128 + signum
+
+
+def typed_ahead(fd: int = 0) -> bool:
+    """Keys wait unread on the terminal ``fd`` (typed at the early prompt, for prompt_toolkit to read and draw)."""
+    try:
+        return bool(select.select([fd], [], [], 0)[0])
+    except (OSError, ValueError):
+        return False
 
 
 def banner_line(version: str, model: str, endpoint: str, session_id: str) -> str:

@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import argparse
 import dataclasses
+import gc
 import importlib.util
 import logging
 import os
@@ -24,6 +25,7 @@ from collections.abc import Callable, Coroutine
 from pathlib import Path
 from typing import Any, TextIO
 
+from dsh.agent_loop.gc_pause import gc_paused
 from dsh.llm import ErrorCode, HarnessError, RedactingFilter, error_chain, redact_text, unwrap_group
 from dsh.llm._version import install_line
 from dsh.llm.endpoint import legacy_warning
@@ -99,7 +101,8 @@ def _acp(args: list[str]) -> int:
     if importlib.util.find_spec("acp") is None:
         _stderr(ACP_MISSING_EXTRA)
         return EXIT_USAGE
-    acp_main: Callable[..., int] = entry("dsh.repl.acp_agent", "main")  # and the ACP SDK with it
+    with gc_paused():  # the ACP SDK's import builds ~270 pydantic models: no collection passes (~9% of it)
+        acp_main: Callable[..., int] = entry("dsh.repl.acp_agent", "main")  # and the ACP SDK with it
     return acp_main(args, dict(os.environ), setup_logging=_setup_logging, stderr=_stderr)
 
 
@@ -295,6 +298,14 @@ def _startup_failure(exc: BaseException, *, mode: str, secrets: tuple[str, ...])
 
 
 def _main(argv: list[str]) -> int:
+    # Start-up allocates much and frees little: collection passes are ~20 ms of the way to a live prompt. The
+    # collector runs again once the mode starts its work (_run_mode), or, interactive, once the agent is built behind
+    # the prompt (dsh.repl.app); at the latest when dsh ends, for whoever called this in-process.
+    with gc_paused():
+        return _launch(argv)
+
+
+def _launch(argv: list[str]) -> int:
     parser = _parser()
     args = parser.parse_args(argv)
     if args.output_format is not None and args.print_prompt is None:
@@ -348,6 +359,8 @@ def _run_mode(mode: str, options: LaunchOptions, config: Config, env: dict[str, 
     from dsh.agent_loop.session import StartupError  # the session's modules: after the first prompt, too
 
     mode_main = _mode_main(mode)
+    if mode != "interactive":
+        gc.enable()  # a turn comes next, with its garbage; the interactive app enables it behind its first prompt
     try:
         # asyncio, prompt_toolkit's loop, with anyio inside it: anyio loads its backend on first use,
         # which in the interactive mode comes after the first prompt is drawn.
