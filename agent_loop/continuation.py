@@ -21,6 +21,7 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 
 from dsh.agent_loop.events import LlmContinue
+from dsh.agent_loop.extension_files import grouped
 from dsh.llm import ChatRequest, ErrorCode, Message, ReplyBuilder, Usage
 from dsh.llm.defaults import DEFAULT_MAX_CONTINUATIONS
 
@@ -57,7 +58,7 @@ def continue_words(event: LlmContinue) -> str:
         after = "the output-token limit" if event.code == LENGTH else ErrorCode(event.code).value
     except ValueError:
         after = ErrorCode.UNKNOWN.value
-    kept = f"{max(event.kept_chars, 0):,}".replace(",", " ")
+    kept = grouped(max(event.kept_chars, 0))
     return f"[continuing after {after}: {kept} chars kept (prefix completion)]"
 
 

@@ -22,8 +22,8 @@ from typing import TypeVar
 
 from dsh.agent_loop.safe_open import NotRegularFile, read_regular
 
-__all__ = ["FILE_CAP_BYTES", "MAX_ENTRIES", "NAME_PATTERN", "SUFFIX", "Folder", "LeftOut", "markdown_files",
-           "read_each", "read_inside", "size_text"]
+__all__ = ["FILE_CAP_BYTES", "MAX_ENTRIES", "NAME_PATTERN", "SUFFIX", "Folder", "LeftOut", "grouped",
+           "markdown_files", "read_each", "read_inside", "size_text"]
 
 T = TypeVar("T")
 SUFFIX = ".md"  # a command's or a subagent's file: NAME.md
@@ -114,6 +114,11 @@ def read_inside(path: Path, folder: Folder, limit: int = FILE_CAP_BYTES) -> str 
     if "\x00" in text:
         raise LeftOut("it is binary (it holds a NUL byte)")
     return text
+
+
+def grouped(count: int) -> str:
+    """A count for a line, thousands grouped with a space: ``33 177 600`` (docs/contracts.md's lines write them so)."""
+    return f"{count:,}".replace(",", " ")
 
 
 def size_text(size: int) -> str:

@@ -22,7 +22,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from dsh.agent_loop.extension_files import size_text
+from dsh.agent_loop.extension_files import grouped, size_text
 from dsh.agent_loop.safe_open import NotRegularFile, open_regular_fd
 
 __all__ = ["IMAGE_CAP_BYTES", "MAX_PIXELS", "ImageFacts", "NotAnImage", "estimate_image_tokens", "image_facts",
@@ -53,11 +53,6 @@ class NotAnImage(ValueError):
 
 class _Damaged(Exception):
     """A header that is cut short or lies: becomes ``refused: its <format> header is damaged``."""
-
-
-def _grouped(n: int) -> str:
-    """``33 177 600``: thousands grouped with a space, as agent_loop/continuation.py writes counts."""
-    return f"{n:,}".replace(",", " ")
 
 
 def image_format(head: bytes) -> str | None:
@@ -172,8 +167,8 @@ def image_facts(data: bytes) -> ImageFacts:
     if width <= 0 or height <= 0:
         raise NotAnImage(f"refused: its {kind} header is damaged")
     if width * height > MAX_PIXELS:
-        raise NotAnImage(f"refused: {_grouped(width)}×{_grouped(height)} pixels is a decompression bomb "
-                         f"(at most {_grouped(MAX_PIXELS)})")
+        raise NotAnImage(f"refused: {grouped(width)}×{grouped(height)} pixels is a decompression bomb "
+                         f"(at most {grouped(MAX_PIXELS)})")
     return ImageFacts(kind, _MEDIA_TYPES[kind], width, height)
 
 
@@ -245,5 +240,5 @@ def estimate_image_tokens(width: int, height: int) -> int:
 
 def image_summary(facts: ImageFacts, size: int) -> str:
     """One line about an image: ``PNG 1280×720, 245 KiB, ~1 105 tokens``."""
-    tokens = _grouped(estimate_image_tokens(facts.width, facts.height))
+    tokens = grouped(estimate_image_tokens(facts.width, facts.height))
     return f"{facts.format} {facts.width}×{facts.height}, {size_text(size)}, ~{tokens} tokens"

@@ -23,6 +23,7 @@ from typing import Any
 
 import anyio.to_thread
 
+from dsh.agent_loop.extension_files import grouped
 from dsh.agent_loop.safe_open import open_regular_fd
 from dsh.agent_loop.tools.registry import Tool, ToolContext, ToolOutput, arguments_schema, int_arg, param, resolve_path
 from dsh.agent_loop.tools.search_pattern import LineFinder, glob_regex
@@ -47,10 +48,6 @@ def _escaped(match: re.Match[str]) -> str:
     return f"\\x{code:02x}" if code < 0x100 else f"\\u{code:04x}"
 
 
-def _grouped(count: int) -> str:
-    return f"{count:,}".replace(",", " ")
-
-
 @dataclass(frozen=True, slots=True)
 class _Where:
     """What a tool searches: a folder's listing or one file, and how names under it are shown."""
@@ -72,7 +69,7 @@ class _Where:
             notes.append(f"[git could not list this repository ({self.tree.note}): walked it instead, skipping .git, "
                          "node_modules, virtualenvs and caches; .gitignore not applied]")
         if self.tree.cut:
-            notes.append(f"[not a git repository: the walk stopped at {_grouped(MAX_WALK)} files; "
+            notes.append(f"[not a git repository: the walk stopped at {grouped(MAX_WALK)} files; "
                          "give a narrower path]")
         return notes
 
@@ -108,7 +105,7 @@ def _nothing(where: _Where, what: str) -> str:
 
 
 def _more(count: int, noun: str) -> str:
-    return f"… {_grouped(count)} more {noun} not shown (narrow the pattern or path)"
+    return f"… {grouped(count)} more {noun} not shown (narrow the pattern or path)"
 
 
 # --- search_text ------------------------------------------------------------------------------------------
@@ -193,11 +190,18 @@ async def _search_text(args: dict[str, Any], ctx: ToolContext) -> ToolOutput:
     root = resolve_path(ctx, args.get("path"), default=".")
     wanted = _name_filter(args.get("glob"))
     limit = int_arg(args, "max_results", SEARCH_LIMIT, 1, MAX_RESULTS)
+    return await _in_thread(ctx, root, False, lambda where, stop: _search_sync(finder, where, wanted, limit, stop))
+
+
+async def _in_thread(ctx: ToolContext, root: Path, folder_only: bool,
+                     work: Callable[[_Where, threading.Event], ToolOutput]) -> ToolOutput:
+    """``work`` over the files under ``root``, in a worker thread a cancelled turn abandons (``stop`` tells it to
+    end at its next file); a path that cannot be searched is its error instead."""
     stop = threading.Event()
 
     def run() -> ToolOutput:
-        where = _where(ctx, root, folder_only=False)
-        return where if isinstance(where, ToolOutput) else _search_sync(finder, where, wanted, limit, stop)
+        where = _where(ctx, root, folder_only=folder_only)
+        return where if isinstance(where, ToolOutput) else work(where, stop)
 
     try:
         return await anyio.to_thread.run_sync(run, abandon_on_cancel=True)
@@ -262,7 +266,7 @@ def _no_files(pattern: str, where: _Where) -> str:
     count = sum(1 for name in where.names if deeper.fullmatch(name))
     if not count:
         return "no files match"
-    return f"no files match {pattern} here; **/{pattern} matches {_grouped(count)} (* does not cross /)"
+    return f"no files match {pattern} here; **/{pattern} matches {grouped(count)} (* does not cross /)"
 
 
 async def _glob(args: dict[str, Any], ctx: ToolContext) -> ToolOutput:
@@ -278,16 +282,7 @@ async def _glob(args: dict[str, Any], ctx: ToolContext) -> ToolOutput:
     root = resolve_path(ctx, args.get("path"), default=".")
     limit = int_arg(args, "max_results", GLOB_LIMIT, 1, MAX_RESULTS)
     regex = glob_regex(pattern)
-    stop = threading.Event()
-
-    def run() -> ToolOutput:
-        where = _where(ctx, root, folder_only=True)
-        return where if isinstance(where, ToolOutput) else _glob_sync(regex, pattern, where, limit, stop)
-
-    try:
-        return await anyio.to_thread.run_sync(run, abandon_on_cancel=True)
-    finally:
-        stop.set()
+    return await _in_thread(ctx, root, True, lambda where, stop: _glob_sync(regex, pattern, where, limit, stop))
 
 
 def glob_tool() -> Tool:
