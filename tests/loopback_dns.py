@@ -1,6 +1,8 @@
 """A tiny UDP DNS server on 127.0.0.1:53 for a loopback-only namespace (``loopback_resolver`` in
 tests/real_parts.py): every query gets the same answer, ``nxdomain`` (an authoritative "no such name"),
-``servfail`` (the resolver failed) or ``silent`` (nothing: the client times out, as with no network).
+``servfail`` (the resolver failed) or ``silent`` (nothing: the client times out, as with no network); or
+``rebind``, a name whose address changes under the asker (DNS rebinding): the first A query gets the public
+``REBIND_FIRST``, every later one 127.0.0.1, each with a TTL of 0 (other types: no records).
 
 Run as ``python tests/loopback_dns.py MODE`` inside the namespace, as its root: it brings the loopback
 interface up, binds, and returns once ready while a forked child serves (the namespace's end kills it).
@@ -16,6 +18,8 @@ import struct
 import sys
 
 _RCODES = {"nxdomain": 3, "servfail": 2}
+REBIND_FIRST = "93.184.216.34"  # only ever an answer: the test that asks never connects to it
+_TYPE_A = 1
 _SIOCGIFFLAGS, _SIOCSIFFLAGS, _IFF_UP = 0x8913, 0x8914, 0x1
 
 
@@ -41,10 +45,29 @@ def answer(query: bytes, rcode: int) -> bytes | None:
     return struct.pack("!HHHHHH", ident, reply_flags, 1, 0, 0, 0) + question
 
 
+def with_address(reply: bytes, address: str) -> bytes:
+    """``reply`` (an answer with no records) with one A record for its question's name: ``address``, TTL 0."""
+    ident, flags, questions = struct.unpack("!HHH", reply[:6])
+    record = struct.pack("!HHHIH", 0xC00C, _TYPE_A, 1, 0, 4) + socket.inet_aton(address)  # the name: a pointer
+    return struct.pack("!HHHHHH", ident, flags, questions, 1, 0, 0) + reply[12:] + record
+
+
+def _rebinding(query: bytes, asked: list[int]) -> bytes | None:
+    reply = answer(query, 0)
+    if reply is None or struct.unpack("!H", reply[-4:-2])[0] != _TYPE_A:
+        return reply
+    asked.append(1)
+    return with_address(reply, REBIND_FIRST if len(asked) == 1 else "127.0.0.1")
+
+
 def _serve(sock: socket.socket, mode: str) -> None:
+    asked: list[int] = []
     while True:
         query, peer = sock.recvfrom(4096)
-        reply = answer(query, _RCODES[mode]) if mode in _RCODES else None
+        if mode == "rebind":
+            reply = _rebinding(query, asked)
+        else:
+            reply = answer(query, _RCODES[mode]) if mode in _RCODES else None
         if reply is not None:
             sock.sendto(reply, peer)
 

@@ -60,7 +60,7 @@ _ENTER_DNS = ('mount --bind "$0" /etc/nsswitch.conf && mount --bind "$1" /etc/re
 
 def loopback_resolver(directory: os.PathLike[str] | str, answer: str) -> list[str]:
     """A command prefix that runs a command whose DNS is a loopback server answering every query with
-    ``answer``: ``nxdomain``, ``servfail`` or ``silent``. No query leaves the machine."""
+    ``answer``: ``nxdomain``, ``servfail``, ``silent`` or ``rebind``. No query leaves the machine."""
     import sys
     from pathlib import Path
 

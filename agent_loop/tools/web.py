@@ -41,11 +41,11 @@ from dsh.agent_loop.tools.registry import (
     param,
 )
 from dsh.agent_loop.tools.web_guard import (
-    blocked_address,
     clean_url,
     failure_lines,
     host_allowed,
     proxy_answer_lines,
+    resolve_checked,
 )
 from dsh.llm._version import __version__
 from dsh.llm.http_status import proxy_answered
@@ -181,7 +181,7 @@ class _Fetch:
             return None
         shown = redact_url(url)
         parts = urlsplit(url)
-        blocked = await blocked_address(host, parts.port or (443 if parts.scheme == "https" else 80))
+        blocked = (await resolve_checked(host, parts.port or (443 if parts.scheme == "https" else 80))).refusal
         if blocked is not None:
             return ToolOutput(f"Error: web_fetch {shown}: {blocked}; fetching it needs {host} in web_allow",
                               is_error=True)
@@ -193,15 +193,35 @@ class _Fetch:
             no_approver=(f"Error: web_fetch {shown}: fetching from {host} needs approval and no one is available "
                          f"to approve it here; add \"{host}\" to web_allow in config.toml to fetch from it unasked"))
 
-    async def one(self, url: str) -> Any:
+    async def pinned(self, url: str, host: str) -> str | ToolOutput | None:
+        """The checked address a direct fetch of ``url`` connects to (web_guard's docstring), a refusal, or None
+        (an allowed host, a literal address, or a proxy, which resolves the name itself)."""
+        if host_allowed(host, self.settings.allow):
+            return None
+        parts = urlsplit(url)
+        resolved = await resolve_checked(host, parts.port or (443 if parts.scheme == "https" else 80))
+        if resolved.refusal is not None:
+            return ToolOutput(f"Error: web_fetch {redact_url(url)}: {resolved.refusal}; fetching it needs {host} in "
+                              "web_allow", is_error=True)
+        if resolved.failure is not None:
+            text, cause = await failure_lines(resolved.failure, url=url, proxy=None, proxy_source="",
+                                              env=self.settings.env)
+            return ToolOutput(f"Error: {text}", is_error=True, diagnostic=text.split("\n", 1)[0], cause=cause)
+        return resolved.address
+
+    async def one(self, url: str, host: str) -> Any:
         """One GET of ``url`` within the deadline: web_http's Answer, or the failure as a ToolOutput."""
         proxy, source = self.settings.proxy_for(url)
+        connect_to = await self.pinned(url, host) if proxy is None else None
+        if isinstance(connect_to, ToolOutput):
+            return connect_to
         # By name: web_http imports httpx, which the first prompt must not wait for (its module docstring).
         http = importlib.import_module("dsh.agent_loop.tools.web_http")
         settings = self.settings
         try:
             with anyio.fail_after(settings.deadline):
-                answer = await http.get_once(url, proxy=proxy, env=settings.env, headers=_HEADERS,
+                answer = await http.get_once(url, proxy=proxy, connect_to=connect_to, env=settings.env,
+                                             headers=_HEADERS,
                                              connect_timeout=settings.connect_timeout,
                                              read_timeout=settings.read_timeout, limit=settings.max_bytes)
         except TimeoutError:
@@ -227,7 +247,7 @@ class _Fetch:
                 if refusal is not None:
                     return refusal
                 checked = host
-            answer = await self.one(url)
+            answer = await self.one(url, host)
             if isinstance(answer, ToolOutput):
                 return answer
             if answer.status not in _REDIRECTS or not answer.location:

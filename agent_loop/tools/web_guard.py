@@ -3,7 +3,9 @@ web_search"): the URL, the host's addresses, and a failure's line and fix line.
 
 Addresses: every address the host resolves to must be a public one (``ipaddress``'s ``is_global``); loopback,
 private, link-local and the other special ranges are refused unless the host is in ``web_allow``. The literal in
-the URL is checked, and so is what the name resolves to (a public-looking name that points at 127.0.0.1).
+the URL is checked, and so is what the name resolves to (a public-looking name that points at 127.0.0.1). A
+direct fetch connects to the very address that was checked (:func:`resolve_checked`), so a name whose answer
+changes between the check and the connection (DNS rebinding) cannot reach an address the check refused.
 
 A failure reads like a turn's (docs/reliability.md, "Proxies, permanent failures, fix lines, TLS trust"): the
 failure is classified by :func:`dsh.llm.network.classify_transport`, a refused certificate is read again and told
@@ -17,6 +19,7 @@ import importlib
 import ipaddress
 import socket
 from collections.abc import Mapping, Sequence
+from dataclasses import dataclass
 from urllib.parse import urlsplit, urlunsplit
 
 import anyio
@@ -25,7 +28,7 @@ from dsh.llm import error_chain
 from dsh.llm.network import CERTIFICATE_DETAILS, FailureDetail, classify_transport, httpx_errors
 from dsh.llm.redact import redact_url
 
-__all__ = ["blocked_address", "clean_url", "failure_lines", "host_allowed", "proxy_answer_lines"]
+__all__ = ["Resolved", "clean_url", "failure_lines", "host_allowed", "proxy_answer_lines", "resolve_checked"]
 
 CERTIFICATE_PROBE_TIMEOUT = 5.0
 _MAX_URL = 8192
@@ -106,23 +109,41 @@ def _kind(address: ipaddress.IPv4Address | ipaddress.IPv6Address) -> str:
     return "not a public address"
 
 
-async def blocked_address(host: str, port: int) -> str | None:
-    """Why ``host`` may not be fetched without ``web_allow`` (it is, or resolves to, an address that is not
-    public), or None. A name that does not resolve here is left to the fetch (a proxy may know it)."""
+@dataclass(frozen=True, slots=True)
+class Resolved:
+    """What a host resolved to here, checked: why it may not be fetched (``refusal``), or the address a direct
+    fetch connects to (``address``; None for a literal host, or a name that did not resolve: ``failure``)."""
+
+    refusal: str | None = None
+    address: str | None = None
+    failure: OSError | None = None
+
+
+def _literal(host: str) -> ipaddress.IPv4Address | ipaddress.IPv6Address | None:
     try:
-        addresses = [ipaddress.ip_address(host.strip("[]"))]
+        return ipaddress.ip_address(host.strip("[]"))
     except ValueError:
+        return None
+
+
+async def resolve_checked(host: str, port: int) -> Resolved:
+    """``host``'s addresses, every one checked: the first refused one's reason, else the first address. A name
+    that does not resolve here is no refusal (a proxy may know it): a direct fetch reports ``failure``."""
+    literal = _literal(host)
+    if literal is not None:
+        addresses = [literal]
+    else:  # outside the parse's except: the failure's chain is the look-up's alone
         try:
             infos = await anyio.getaddrinfo(host, port, type=socket.SOCK_STREAM)
-        except OSError:
-            return None
+        except OSError as exc:
+            return Resolved(failure=exc)
         addresses = [ipaddress.ip_address(str(info[4][0]).split("%", 1)[0]) for info in infos]
     for address in addresses:
         mapped = address.ipv4_mapped if isinstance(address, ipaddress.IPv6Address) else None
         if not (mapped or address).is_global:
-            words = "is" if str(address) == host.strip("[]") else f"resolves to {address},"
-            return f"{host} {words} {_kind(address)}"
-    return None
+            words = "is" if literal is not None else f"resolves to {address},"
+            return Resolved(refusal=f"{host} {words} {_kind(address)}")
+    return Resolved(address=None if literal is not None or not addresses else str(addresses[0]))
 
 
 def _proxy_fix(detail: str | None, proxy: str, source: str) -> str:

@@ -59,16 +59,22 @@ class _Inflater:
         return out[:room], len(out) > room or bool(self._inflate.unconsumed_tail)
 
 
-async def get_once(url: str, *, proxy: str | None, env: Mapping[str, str], headers: Mapping[str, str],
-                   connect_timeout: float, read_timeout: float, limit: int) -> Answer:
-    """GET ``url`` through ``proxy`` (None: directly) with exactly ``headers``; at most ``limit`` body bytes."""
+async def get_once(url: str, *, proxy: str | None, connect_to: str | None, env: Mapping[str, str],
+                   headers: Mapping[str, str], connect_timeout: float, read_timeout: float, limit: int) -> Answer:
+    """GET ``url`` through ``proxy`` (None: directly) with exactly ``headers``; at most ``limit`` body bytes.
+
+    ``connect_to``: the address to connect to instead of resolving the URL's host again (the one web_guard
+    checked); the Host header and TLS's server name and certificate check stay the URL's host."""
     transport = open_http_transport(proxy=proxy, env=env, replaying=False, tap=None)
     timeout = httpx.Timeout(read_timeout, connect=connect_timeout)
+    target = httpx.URL(url)
     async with httpx.AsyncClient(transport=transport, timeout=timeout, follow_redirects=False,
                                  trust_env=False) as client:
-        request = client.build_request("GET", url)
+        pinned = {} if connect_to is None else {"sni_hostname": target.host}
+        request = client.build_request("GET", target if connect_to is None else target.copy_with(host=connect_to),
+                                       extensions=pinned)
         request.headers.clear()  # httpx's defaults (its own Accept-Encoding, User-Agent) are not what is sent
-        request.headers.update({"Host": request.url.netloc.decode("ascii"), **headers})
+        request.headers.update({"Host": target.netloc.decode("ascii"), **headers})
         response = await client.send(request, stream=True)
         try:
             inflater = _Inflater(response.headers.get("content-encoding", ""))

@@ -219,13 +219,19 @@ async def test_a_redirect_to_another_host_asks_again(site) -> None:
     assert answers.asked == []
 
 
+def _see_loopback_as_public(monkeypatch: pytest.MonkeyPatch) -> None:
+    """The address check, made to see the loopback site as a public host (connected to by name, unpinned)."""
+    import dsh.agent_loop.tools.web as web
+    from dsh.agent_loop.tools.web_guard import Resolved
+
+    async def public(host: str, port: int) -> Resolved:
+        return Resolved()
+
+    monkeypatch.setattr(web, "resolve_checked", public)
+
+
 async def test_another_host_is_asked_for_with_where_the_redirect_came_from(site, monkeypatch) -> None:
-    import dsh.agent_loop.tools.web as web  # the address check, made to see localhost as public here
-
-    async def public(host: str, port: int) -> None:
-        return None
-
-    monkeypatch.setattr(web, "blocked_address", public)
+    _see_loopback_as_public(monkeypatch)
     answers = Answers("yes", "no")
     out = await _fetch(_url(site, "/other"), _settings(allow=()), answers)
     port = site.server_address[1]
@@ -238,12 +244,7 @@ async def test_another_host_is_asked_for_with_where_the_redirect_came_from(site,
 
 
 async def test_with_no_one_to_ask_a_fetch_is_refused_naming_web_allow(site, monkeypatch) -> None:
-    import dsh.agent_loop.tools.web as web  # as above
-
-    async def public(host: str, port: int) -> None:
-        return None
-
-    monkeypatch.setattr(web, "blocked_address", public)
+    _see_loopback_as_public(monkeypatch)
     out = await _fetch(_url(site, "/page"), _settings(allow=()))
     assert out.text == (f"Error: web_fetch {_url(site, '/page')}: fetching from 127.0.0.1 needs approval and no one "
                         'is available to approve it here; add "127.0.0.1" to web_allow in config.toml to fetch from '
