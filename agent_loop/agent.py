@@ -101,9 +101,11 @@ class Agent:
     one retry. ``permissions``: the permission mode each approval consults (docs/safety.md). ``continuation``: a
     reply cut after its text goes on by prefix completion (agent_loop/continuation.py). ``before_request``: a reason
     ends the turn unsent (the session's budget); it holds a continuation and a compaction back too.
+    ``before_compact``: awaited before the automatic compaction (the session's PreCompact hooks, docs/hooks.md).
     """
 
     before_request: Callable[[], EndReason | None] | None = None
+    before_compact: Callable[[], Awaitable[None]] | None = None
     image_rules = ImageRules()  # which models are sent images (agent_loop/image_input.py)
 
     def __init__(
@@ -459,9 +461,11 @@ class Agent:
         if journal is not None:
             self.session_state[JOURNAL_KEY] = journal  # the edit tools journal before-images there
         if guarded:
-            rejection = await self.guard.check(prompt, self.cwd)
+            rejection, added = await self.guard.checked(prompt, self.cwd)
             if rejection is not None:
                 return Rejected(rejection)
+            if added:  # what UserPromptSubmit hooks printed: it joins the prompt (agent_loop/conversation.py)
+                self._publish(ev.HookContext(state.turn, "UserPromptSubmit", added))
         for step in range(1, self.max_steps + 1):
             if self.before_request is not None and (stop := self.before_request()) is not None:
                 return stop
@@ -554,6 +558,8 @@ class Agent:
         again; on failure the refusal stands (the compaction's own failure goes to the host log)."""
         event: ContextCompacted | None = None
         try:
+            if self.before_compact is not None:
+                await self.before_compact()
             event = await self._summarize(None, state.turn)
         except Exception as exc:
             if self._slot.cancel_called:

@@ -14,6 +14,7 @@ from dsh.agent_loop.events import (
     AssistantMessage,
     ContextCompacted,
     Event,
+    HookContext,
     JobNotice,
     StepStart,
     ToolResult,
@@ -62,11 +63,12 @@ class Conversation:
     """Messages for the next request, maintained by applying durable events in order.
 
     Rules (the same live and on resume): a turn's prompt joins the conversation at its first
-    ``step/start``; queued ``job/notice`` texts join as user messages at the next ``step/start`` (a
-    point where every tool call has its result); a turn that produced no assistant message leaves no
-    trace (its prompt is withdrawn, its notices re-queued), so a failed or rejected prompt is not
-    silently resent with the next one. A ``context/compact`` replaces everything but the system prompt
-    by the summary; inside a turn (an automatic compaction) the summary stands for the turn so far too.
+    ``step/start``, with what its ``UserPromptSubmit`` hooks added (``hook/context``) below it; queued
+    ``job/notice`` texts join as user messages at the next ``step/start`` (a point where every tool call
+    has its result); a turn that produced no assistant message leaves no trace (its prompt is withdrawn,
+    its notices re-queued), so a failed or rejected prompt is not silently resent with the next one. A
+    ``context/compact`` replaces everything but the system prompt by the summary; inside a turn (an
+    automatic compaction) the summary stands for the turn so far too.
     """
 
     def __init__(self, system_prompt: str | None = None) -> None:
@@ -108,6 +110,8 @@ class Conversation:
         elif isinstance(event, JobNotice):
             if event.text:
                 self._notices.append(event.text)
+        elif isinstance(event, HookContext):
+            self._hook_context(event.event, event.text)
         elif isinstance(event, ContextCompacted):
             self._compacted(event.summary)
         elif isinstance(event, TurnEnd):
@@ -145,6 +149,8 @@ class Conversation:
                 _read_str(data.get("prompt")), _read_opt_str(data.get("source")), _read_images(data.get("images"))),
             TurnEnd.type: lambda data: self._turn_end(),
             JobNotice.type: notice,
+            HookContext.type: lambda data: self._hook_context(_read_str(data.get("event")),
+                                                              _read_str(data.get("text"))),
             ContextCompacted.type: lambda data: self._compacted(_read_str(data.get("summary"))),
         }
 
@@ -160,6 +166,10 @@ class Conversation:
         if source == NOTICE_SOURCE:
             # A turn started to deliver the queued notices: its prompt is their text.
             self._turn_notices, self._notices = self._notices, []
+
+    def _hook_context(self, event: str, text: str) -> None:
+        if self._first_step and self._turn_prompt is not None and text:  # before the prompt joins: it goes with it
+            self._turn_prompt = f"{self._turn_prompt}\n\n[{event} hook]\n{text}"
 
     def _step_start(self) -> None:
         if self._first_step:

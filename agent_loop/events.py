@@ -26,6 +26,7 @@ __all__ = [
     "CacheDrop",
     "ContextCompacted",
     "Event",
+    "HookContext",
     "HookRan",
     "JobNotice",
     "LlmContinue",
@@ -257,6 +258,18 @@ class PlanUpdate(_Known):
 
 
 @dataclass(frozen=True, slots=True)
+class HookContext(_Known):
+    """What a ``UserPromptSubmit`` hook printed for the model (docs/hooks.md): it joins the turn's prompt, under
+    ``[UserPromptSubmit hook]``; masked and bounded as a hook's reason is."""
+
+    type: ClassVar[str] = "hook/context"
+
+    turn: int
+    event: str
+    text: str
+
+
+@dataclass(frozen=True, slots=True)
 class HookRan(_Known):
     """A hook ran (docs/hooks.md): closed facts only, never what it printed. ``outcome`` is go | block | ask |
     refused | error; ``category`` (timeout | not-found | exit | crash) when it failed."""
@@ -314,6 +327,7 @@ _KnownEvent = (
     | ContextCompacted
     | CacheDrop
     | HookRan
+    | HookContext
     | ShellRun
     | ModelSet
     | PlanUpdate

@@ -82,7 +82,8 @@ def _clean_reason(raw: bytes | str) -> str:
 
 
 class PromptGuard:
-    """``await guard.check(prompt, cwd)`` -> the rejection reason, or None when the prompt may be sent."""
+    """``await guard.check(prompt, cwd)`` -> the rejection reason, or None when the prompt may be sent
+    (``checked``: with what the UserPromptSubmit hooks added for the model)."""
 
     def __init__(
         self,
@@ -91,7 +92,7 @@ class PromptGuard:
         hook_timeout: float = 10.0,
         check_secrets: bool = True,
         api_key: str | None = None,
-        prompt_hooks: Callable[[str], Awaitable[str | None]] | None = None,
+        prompt_hooks: Callable[[str], Awaitable[tuple[str | None, str]]] | None = None,
     ) -> None:
         self.hook_command = hook_command
         self.prompt_hooks = prompt_hooks  # UserPromptSubmit hooks (agent_loop/hook_run.py; docs/hooks.md)
@@ -108,15 +109,19 @@ class PromptGuard:
         return mask_secrets(prompt)
 
     async def check(self, prompt: str, cwd: str | os.PathLike[str] | None = None) -> str | None:
+        return (await self.checked(prompt, cwd))[0]
+
+    async def checked(self, prompt: str, cwd: str | os.PathLike[str] | None = None) -> tuple[str | None, str]:
+        """The rejection reason (or None), and what the ``UserPromptSubmit`` hooks added for the model."""
         if self.check_secrets:
             if self.api_key is not None and self.api_key in prompt:
-                return CONFIGURED_KEY
+                return CONFIGURED_KEY, ""
             shape = secret_shape(prompt)
             if shape is not None:
-                return f"prompt contains what looks like a secret ({shape}); not sent"
+                return f"prompt contains what looks like a secret ({shape}); not sent", ""
         if self.hook_command and (reason := await self._run_hook(prompt, cwd)) is not None:
-            return reason
-        return await self.prompt_hooks(prompt) if self.prompt_hooks is not None else None
+            return reason, ""
+        return await self.prompt_hooks(prompt) if self.prompt_hooks is not None else (None, "")
 
     async def _run_hook(self, prompt: str, cwd: str | os.PathLike[str] | None) -> str | None:
         argv = ["/bin/sh", "-c", self.hook_command] if isinstance(self.hook_command, str) else list(

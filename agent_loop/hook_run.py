@@ -217,10 +217,11 @@ class Hooks:
 
     # --- the points of the session's life -------------------------------------------------------------
 
-    async def check_prompt(self, prompt: str) -> str | None:
-        """UserPromptSubmit: the reason the prompt is refused, or None."""
+    async def check_prompt(self, prompt: str) -> tuple[str | None, str]:
+        """UserPromptSubmit: the reason the prompt is refused (or None), and what the hooks added for the model
+        (their plain stdout or ``additionalContext``, as in Claude Code)."""
         outcome = await self.fire("UserPromptSubmit", {"prompt": prompt}, target="prompt")
-        return outcome.refusal
+        return outcome.refusal, outcome.context
 
 
 def session_hooks(configured: Sequence[HookSpec], claude_settings: bool, *, cwd: str, redact: Callable[[str], str],

@@ -352,6 +352,7 @@ class Session:
                                   label=self._label, cwd=self.cwd, extra_secrets=self._children.mcp_secrets(),
                                   files=self._files, permissions=self.permissions, hooks=self.extras.hooks)
         agent.before_request = lambda: self._usage.budget_stop(agent.model)  # max_cost, before each request
+        agent.before_compact = lambda: self.extras.pre_compact("", automatic=True)  # a refused request's compaction
         return agent
 
     def _report_repair(self) -> None:
@@ -499,7 +500,7 @@ class Session:
         anyway), the prompt transform, then the turn inside ``scope``; how it ended. ``images``: files the user
         named to send with it (agent_loop/image_input.py)."""
         if self.compaction_due():
-            await self.compact("", scope=compact_scope)
+            await self.compact("", scope=compact_scope, automatic=True)
         sent = prompt if self._prompt_transform is None else self._prompt_transform(prompt)
         agent = self.ensure_agent()
         # Each @path mention's file or listing joins the user message, here where every front end passes
@@ -566,8 +567,9 @@ class Session:
 
         return await undo_lines(self.ensure_agent().journal, turns, self._files)
 
-    async def compact(self, focus: str, *, scope: TurnScope | None = None) -> None:
-        """``/compact [focus]``: the summary replaces the conversation, or a :class:`Notice` says why it did not."""
+    async def compact(self, focus: str, *, scope: TurnScope | None = None, automatic: bool = False) -> None:
+        """``/compact [focus]`` (``automatic``: dsh's own, the window nearly full): the summary replaces the
+        conversation, or a :class:`Notice` says why it did not."""
         agent = self.ensure_agent()
         await self.ensure_context()
         self._usage.new_turn()
@@ -575,7 +577,7 @@ class Session:
             try:
                 if (refusal := self._usage.budget_refusal(agent.model)) is not None:  # the summary costs too
                     raise HarnessError(refusal, ErrorCode.COMPACT)
-                await self.extras.pre_compact(focus)  # docs/hooks.md
+                await self.extras.pre_compact(focus, automatic=automatic)  # docs/hooks.md
                 await agent.compact(focus or None)
             except HarnessError as exc:
                 self._notice(self._memory.compact_failed(exc, self.secrets))

@@ -112,9 +112,11 @@ class SessionExtensions:
             end = await go_on(f"[Stop hook] {outcome.refusal}")
         return end
 
-    async def pre_compact(self, focus: str) -> None:
-        await hook_point(self.hooks, "PreCompact", {"trigger": "manual", "custom_instructions": focus},
-                         self._notice)
+    async def pre_compact(self, focus: str, *, automatic: bool = False) -> None:
+        """``PreCompact``: ``trigger`` is ``auto`` for a compaction dsh starts itself (auto_compact), as in Claude
+        Code; ``manual`` for /compact."""
+        await hook_point(self.hooks, "PreCompact", {"trigger": "auto" if automatic else "manual",
+                                                    "custom_instructions": focus}, self._notice)
 
     def notifying(self, approve: Approver | None) -> Approver | None:
         """``approve``, with ``Notification`` hooks told first that dsh is asking (Claude Code's permission prompt)."""

@@ -100,6 +100,7 @@ EVENTS: dict[type, st.SearchStrategy] = {
     ev.CacheDrop: st.builds(ev.CacheDrop, counts, st.floats(0, 1), st.floats(0, 1), texts),
     ev.HookRan: st.builds(ev.HookRan, names, names, names, st.none() | names, st.none() | counts,
                           st.floats(0, 60), st.none() | names),
+    ev.HookContext: st.builds(ev.HookContext, counts, names, texts),
     ev.ModelSet: st.builds(ev.ModelSet, names),
     ev.PlanUpdate: st.builds(ev.PlanUpdate, counts, st.lists(
         st.builds(PlanItem, st.text(max_size=CONTENT_LIMIT), st.sampled_from(STATUSES), maybe_text),

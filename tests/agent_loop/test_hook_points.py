@@ -1,7 +1,8 @@
 """The hook points of a session's own life (agent_loop/session_extensions.py; docs/hooks.md), with real scripts and
-a real Session against the fault server: SessionStart before a session's first turn, Stop after a completed turn
+a real Session against the fault server: SessionStart before a session's first turn, UserPromptSubmit's printed
+context joining the prompt, Stop after a completed turn
 (a hook that exits 2 has the turn go on with its reason, told ``stop_hook_active`` from then on), PreCompact before
-/compact, and Notification when dsh asks for an approval.
+/compact and before dsh's own compaction, and Notification when dsh asks for an approval.
 """
 
 from __future__ import annotations
@@ -12,6 +13,7 @@ from typing import Any
 
 import pytest
 
+from dsh.agent_loop.conversation import Conversation
 from dsh.agent_loop.hooks import parse_hooks
 from dsh.agent_loop.reasons import Completed
 from dsh.agent_loop.session import Session
@@ -106,6 +108,36 @@ async def test_a_stop_hook_that_always_blocks_is_held_to_the_limit(tmp_path: Pat
     assert len(server.requests) == 1 + MAX_STOP_CONTINUATIONS
 
 
+async def test_what_prompt_hooks_print_joins_the_prompt_masked_and_a_resume_sends_it_again(tmp_path: Path,
+                                                                                            server: Any):
+    plain = _script(tmp_path, "plain.sh", "#!/bin/sh\ncat >/dev/null\necho 'The release freeze starts today.'\n")
+    answer = {"hookSpecificOutput": {"hookEventName": "UserPromptSubmit",
+                                     "additionalContext": "deploy key sk-stub-config-key-000000"}}
+    shaped = _script(tmp_path, "json.sh", f"#!/bin/sh\ncat >/dev/null\necho '{json.dumps(answer)}'\n")
+    server.default = Behaviour("text", text="Noted.")
+    hooks = {"UserPromptSubmit": [{"command": str(plain)}, {"command": str(shaped)}]}
+    session = _session(tmp_path, server, hooks)
+    await session.start()
+    try:
+        await session.run_turn("hello")
+        await session.run_turn("again")
+        log_path = session.log.path if session.log is not None else None
+    finally:
+        await session.aclose()
+    added = "[UserPromptSubmit hook]\nThe release freeze starts today.\ndeploy key ***"
+    first, second = (request.json["messages"] for request in server.requests)
+    assert first[-1] == {"role": "user", "content": f"hello\n\n{added}"}
+    assert second[-1] == {"role": "user", "content": f"again\n\n{added}"}
+    _, records = read_log(log_path)
+    assert [r["data"] for r in records if r["type"] == "hook/context"] == [
+        {"turn": turn, "event": "UserPromptSubmit", "text": added.split("\n", 1)[1]} for turn in (1, 2)]
+    assert "sk-stub-config-key-000000" not in json.dumps(records)
+    rebuilt = Conversation()
+    for record in records:
+        rebuilt.apply_record(record["type"], record.get("data"))
+    assert [m.content for m in rebuilt.messages if m.role == "user"] == [f"hello\n\n{added}", f"again\n\n{added}"]
+
+
 async def test_pre_compact_is_told_the_focus_before_compact(tmp_path: Path, server: Any):
     out = tmp_path / "told.jsonl"
     hook = _script(tmp_path, "compact.sh", RECORD.format(out=out))
@@ -120,6 +152,24 @@ async def test_pre_compact_is_told_the_focus_before_compact(tmp_path: Path, serv
     (told,) = _told(out)
     assert (told["hook_event_name"], told["trigger"], told["custom_instructions"]) == (
         "PreCompact", "manual", "the parser")
+
+
+async def test_pre_compact_is_told_auto_when_dsh_compacts_on_its_own(tmp_path: Path, server: Any):
+    out = tmp_path / "told.jsonl"
+    hook = _script(tmp_path, "compact.sh", RECORD.format(out=out))
+    server.push("text", "http_400_context", Behaviour("text", text="A summary."), "text")
+    config = StubConfig(base_url=server.url, auto_compact=True,
+                        hooks=parse_hooks({"PreCompact": [{"command": str(hook)}]}, "config file test.toml"))
+    session = Session(config, sessions_root=tmp_path / "sessions", project_context=False, cwd=str(tmp_path))
+    await session.start()
+    try:
+        await session.run_turn("hello")
+        assert await session.run_turn("more") == Completed()  # refused for its size: compacted, sent again
+    finally:
+        await session.aclose()
+    (told,) = _told(out)
+    assert (told["hook_event_name"], told["trigger"], told["custom_instructions"]) == ("PreCompact", "auto", "")
+    assert len(server.requests) == 4
 
 
 async def test_notification_is_told_when_dsh_asks_for_an_approval(tmp_path: Path, server: Any):
