@@ -32,6 +32,7 @@ from dsh.agent_loop.events import (
     Event,
     JobNotice,
     LlmContinue,
+    ModelSet,
     ToolResult,
     TurnEnd,
     TurnStart,
@@ -402,7 +403,10 @@ class Session:
         self._usage.previous_cache_rate = recap.cache_rate if recap else None
         self._usage.carry(recap.spent if recap else 0.0)
         if recap is not None and recap.model is not None:  # the log's last /model or /profile (a model/set record)
-            self.set_model(recap.model)
+            if not self.config.sources.get("model", "").endswith("(flag)"):
+                self.set_model(recap.model)
+            elif recap.model != self.model and self.log is not None:  # --model on this run wins, and is logged
+                self.log.append(ModelSet(self.model))
 
     def set_cap(self, max_cost: float) -> None:
         self._usage.set_cap(max_cost)  # /profile NAME's max_cost, from the next request (agent_loop/budget.py)

@@ -149,6 +149,13 @@ def test_model_lists_the_endpoint_s_models_and_the_switch_is_logged_and_resumed(
     resumed = dsh(home, server, "--resume", "last", stdin="three\n")
     assert (resumed.returncode, resumed.stderr) == (0, "")
     assert server.requests[-1].json["model"] == "deepseek-v4-pro"  # the log's last model, not the config's
+    chosen = dsh(home, server, "--resume", "last", "--model", "deepseek-flash", stdin="four\n")
+    assert (chosen.returncode, chosen.stderr) == (0, "")
+    assert server.requests[-1].json["model"] == "deepseek-flash"  # --model on this run wins over the log's
+    _, records = read_log(path)
+    assert [r["data"]["model"] for r in records if r["type"] == "model/set"] == ["deepseek-v4-pro", "deepseek-flash"]
+    dsh(home, server, "--resume", "last", stdin="five\n")
+    assert server.requests[-1].json["model"] == "deepseek-flash"  # and is what the next resume continues with
 
 
 def test_model_says_when_the_endpoint_does_not_list_its_models(home: Path) -> None:
