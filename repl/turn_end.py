@@ -13,6 +13,17 @@ from dsh.agent_loop.reasons import Aborted, BudgetStop, Completed, EndReason, Fa
 from dsh.llm import ErrorCode
 from dsh.llm.defaults import DEFAULT_BASE_URL
 from dsh.llm.endpoint import DEEPSEEK, Endpoint, endpoint_for_url, host_and_address
+from dsh.llm.fix_lines import (
+    FIX_CERTIFICATE,
+    FIX_CERTIFICATE_EXPIRED,
+    FIX_CERTIFICATE_NOT_YET_VALID,
+    FIX_NAME_NOT_FOUND,
+    FIX_PLAIN_HTTP,
+    FIX_PROXY_AUTH,
+    FIX_PROXY_NAME,
+    FIX_PROXY_REFUSED,
+    FIX_REFUSED,
+)
 from dsh.llm.network import FailureDetail
 from dsh.llm.redact import redact_text
 from dsh.repl.sanitize import one_line
@@ -75,38 +86,20 @@ FIX_CONCURRENCY_CAP = (
 FIX_SERVER = "  fix: {endpoint} is having trouble; retry later"
 FIX_CONTEXT = "  fix: the conversation is too long for the model — /compact or /new"
 # Transport and proxy failures, by FailureDetail; {host} and {url} come from the failure, {source} names
-# the flag, environment variable or config file that set the value (docs/reliability.md).
-FIX_REFUSED = "  fix: nothing is listening at {host} — check {source}"
-FIX_NAME_NOT_FOUND = "  fix: the host name {name} does not exist — check {source}"
+# the flag, environment variable or config file that set the value (docs/reliability.md). Those web_fetch says
+# too are dsh.llm.fix_lines' (imported below); these are the turn's own.
 # dsh's own default host exists: a resolver that denies it is this machine's DNS or network, not a setting.
 FIX_NAME_NOT_FOUND_DEFAULT = (
     "  fix: this machine's DNS says {name} (dsh's default host) does not exist — check DNS or the network"
 )
 # No answer (a resolver failure, a timeout, no network): the name may well exist, so no setting is blamed.
 FIX_NAME_UNRESOLVED = "  fix: the host name {name} could not be resolved — check DNS or the network"
-FIX_PLAIN_HTTP = "  fix: the server speaks plain HTTP — did you mean {url}?"
-# Certificate failures, by FailureDetail: how to trust the CA, or what the server must change. Never "turn
-# verification off" (docs/reliability.md, "Certificate failures"); tests/repl/test_render.py holds them to it.
-FIX_CERTIFICATE = (
-    "  fix: trust the CA that issued it: point SSL_CERT_FILE at a bundle that holds that CA, or add the CA to the"
-    " OS trust store (update-ca-certificates on Debian)"
-)
 FIX_CERTIFICATE_NAME = (
     "  fix: the certificate is for other host names — use one it names in {source}, or the server needs a"
     " certificate for {name}"
 )
-FIX_CERTIFICATE_EXPIRED = (
-    "  fix: the server's certificate has expired and must be renewed there (if it looks current, check this"
-    " machine's clock)"
-)
-FIX_CERTIFICATE_NOT_YET_VALID = (
-    "  fix: the certificate is not valid yet — check this machine's clock, or the dates of the server's certificate"
-)
 FIX_INVALID_URL = "  fix: the URL is not valid — check {source}"
-FIX_PROXY_REFUSED = "  fix: nothing is listening at the proxy {host} — check {source}"
-FIX_PROXY_NAME = "  fix: the proxy host {name} does not exist — check {source}"
 FIX_PROXY_UNRESOLVED = "  fix: the proxy host {name} could not be resolved — check DNS or the network"
-FIX_PROXY_AUTH = "  fix: the proxy refused the credentials — check the user:password in {source}"
 FIX_PROXY_DEPENDENCY = "  fix: this proxy needs an extra package — pip install 'httpx[socks]'"
 FIX_PROXY = "  fix: the proxy failed the request — check the proxy, or unset {source}"
 

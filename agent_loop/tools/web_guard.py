@@ -25,6 +25,17 @@ from urllib.parse import urlsplit, urlunsplit
 import anyio
 
 from dsh.llm import error_chain
+from dsh.llm.fix_lines import (
+    FIX_CERTIFICATE,
+    FIX_CERTIFICATE_EXPIRED,
+    FIX_CERTIFICATE_NOT_YET_VALID,
+    FIX_NAME_NOT_FOUND,
+    FIX_PLAIN_HTTP,
+    FIX_PROXY_AUTH,
+    FIX_PROXY_NAME,
+    FIX_PROXY_REFUSED,
+    FIX_REFUSED,
+)
 from dsh.llm.network import CERTIFICATE_DETAILS, FailureDetail, classify_transport, httpx_errors
 from dsh.llm.redact import redact_url
 
@@ -33,27 +44,11 @@ __all__ = ["Resolved", "clean_url", "failure_lines", "host_allowed", "proxy_answ
 CERTIFICATE_PROBE_TIMEOUT = 5.0
 _MAX_URL = 8192
 
-# The fix lines, by what the failure was (dsh.llm.network.FailureDetail). The certificate ones say what the
-# turn's say (repl/turn_end.py): how to trust the CA or what the server must change, never "turn verification off".
-FIX_CERTIFICATE = (
-    "  fix: trust the CA that issued it: point SSL_CERT_FILE at a bundle that holds that CA, or add the CA to the"
-    " OS trust store (update-ca-certificates on Debian)"
-)
+# The fix lines, by what the failure was (dsh.llm.network.FailureDetail): the turn's (dsh.llm.fix_lines), with
+# "the URL" as the setting to check, and these of web_fetch's own.
 FIX_CERTIFICATE_NAME = "  fix: the certificate is for other host names — the server needs a certificate for {name}"
-FIX_CERTIFICATE_EXPIRED = (
-    "  fix: the server's certificate has expired and must be renewed there (if it looks current, check this"
-    " machine's clock)"
-)
-FIX_CERTIFICATE_NOT_YET_VALID = (
-    "  fix: the certificate is not valid yet — check this machine's clock, or the dates of the server's certificate"
-)
-FIX_REFUSED = "  fix: nothing is listening at {host} — check the URL"
-FIX_NAME_NOT_FOUND = "  fix: the host name {name} does not exist — check the URL"
-FIX_PLAIN_HTTP = "  fix: the server speaks plain HTTP — did you mean {url}?"
-FIX_PROXY_REFUSED = "  fix: nothing is listening at the proxy {host} — check {source}"
-FIX_PROXY_NAME = "  fix: the proxy host {name} does not exist — check {source}"
-FIX_PROXY_AUTH = "  fix: the proxy refused the credentials — check the user:password in {source}"
 FIX_PROXY = "  fix: the proxy failed the request — check the proxy, or unset {source} (NO_PROXY lists hosts it skips)"
+_THE_URL = "the URL"
 _CERTIFICATE_FIXES: dict[str, str] = {
     FailureDetail.CERTIFICATE: FIX_CERTIFICATE,
     FailureDetail.CERTIFICATE_EXPIRED: FIX_CERTIFICATE_EXPIRED,
@@ -168,9 +163,10 @@ def _fix(detail: str | None, url: str, proxy_failed: bool, proxy: str | None, so
     if detail == FailureDetail.CERTIFICATE_NAME:
         return FIX_CERTIFICATE_NAME.format(name=host)
     if detail == FailureDetail.REFUSED:
-        return FIX_REFUSED.format(host=shown_host(host, parts.port or (443 if parts.scheme == "https" else 80)))
+        return FIX_REFUSED.format(host=shown_host(host, parts.port or (443 if parts.scheme == "https" else 80)),
+                                  source=_THE_URL)
     if detail == FailureDetail.NAME_NOT_FOUND:
-        return FIX_NAME_NOT_FOUND.format(name=host)
+        return FIX_NAME_NOT_FOUND.format(name=host, source=_THE_URL)
     if detail == FailureDetail.PLAIN_HTTP and parts.scheme == "https":
         return FIX_PLAIN_HTTP.format(url=redact_url("http" + url[len("https"):]))
     return None
