@@ -230,7 +230,8 @@ class _Fetch:
         except ValueError as exc:  # an encoding web_fetch does not decode
             return ToolOutput(f"Error: web_fetch {redact_url(url)}: {exc}", is_error=True)
         except Exception as exc:
-            text, cause = await failure_lines(exc, url=url, proxy=proxy, proxy_source=source, env=settings.env)
+            text, cause = await failure_lines(exc, url=url, proxy=proxy, proxy_source=source, env=settings.env,
+                                              address=connect_to)
             return ToolOutput(f"Error: {text}", is_error=True, diagnostic=text.split("\n", 1)[0], cause=cause)
         if proxy is not None and answer.status >= 400 and proxy_answered(answer.status, answer.headers):
             text = proxy_answer_lines(answer.status, answer.reason, url=url, proxy=proxy, source=source)

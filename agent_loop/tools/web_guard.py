@@ -198,16 +198,19 @@ def proxy_answer_lines(status: int, reason: str, *, url: str, proxy: str, source
 
 
 async def failure_lines(exc: BaseException, *, url: str, proxy: str | None, proxy_source: str,
-                        env: Mapping[str, str]) -> tuple[str, BaseException]:
+                        env: Mapping[str, str], address: str | None = None) -> tuple[str, BaseException]:
     """The failure line of a fetch that got no answer, its fix line below it when there is one, and the cause to
-    keep for ``/why`` (the certificate finding above the raw chain, when the certificate was read again)."""
+    keep for ``/why`` (the certificate finding above the raw chain, when the certificate was read again: at
+    ``address``, the one the fetch was pinned to, when there was one)."""
     detail = classify_transport(exc)
     shown: BaseException = exc
     if detail in CERTIFICATE_DETAILS:
         # By name: it imports cryptography (~80 ms), which only a refused certificate needs (as dsh.llm.deepseek).
         truth = importlib.import_module("dsh.llm.certificate_truth")
+        parts = urlsplit(url)
+        pinned = None if address is None else (address, parts.port or 443)
         finding = await truth.certificate_finding(exc, url=url, detail=detail, env=env, proxy=proxy,
-                                                  timeout=CERTIFICATE_PROBE_TIMEOUT)
+                                                  timeout=CERTIFICATE_PROBE_TIMEOUT, address=pinned)
         if finding is not None:
             shown = finding
     proxy_failed = _proxy_failed(exc, detail, proxy)

@@ -15,6 +15,7 @@ from typing import Any
 
 import pytest
 
+from dsh.agent_loop.tools.web_guard import failure_lines
 from dsh.agent_loop.tools.web_http import get_once
 from dsh.llm.loopback.certificate import corporate_chain
 from tests.agent_loop.tools.test_web_fetch import _serving, _tls_context
@@ -79,3 +80,23 @@ async def test_a_pinned_tls_fetch_checks_the_certificate_against_the_urls_host(t
         with pytest.raises(Exception) as refused:  # the same address under another name: the name is checked
             await _get(f"https://other.test:{port}/page", "127.0.0.1", {"SSL_CERT_FILE": str(trusted)})
     assert "other.test" in str(refused.value) or "match" in repr(refused.value.__context__), repr(refused.value)
+
+
+@pytest.mark.anyio
+async def test_a_refused_certificate_is_read_again_at_the_pinned_address(tmp_path: Path) -> None:
+    identity = corporate_chain(names=["pinned.test"])
+    trusted = tmp_path / "ca.pem"
+    trusted.write_bytes(identity.ca_pem)
+    env = {"SSL_CERT_FILE": str(trusted)}
+    with _serving(_tls_context(identity, tmp_path)) as site:
+        url = f"https://other.test:{site.server_address[1]}/page"  # other.test resolves nowhere: only the pin
+        with pytest.raises(Exception) as refused:
+            await _get(url, "127.0.0.1", env)
+        text, _ = await failure_lines(refused.value, url=url, proxy=None, proxy_source="", env=env,
+                                      address="127.0.0.1")
+    port = url.split(":")[2].split("/")[0]
+    assert text == (
+        f"web_fetch {url}: the certificate presented for other.test:{port} was not accepted: it is not valid for "
+        'other.test: it names "pinned.test" (subject "pinned.test", issuer "dsh test corporate root CA"); the bundle '
+        "in SSL_CERT_FILE knows that issuer\n"
+        "  fix: the certificate is for other host names — the server needs a certificate for other.test")
