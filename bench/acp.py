@@ -3,18 +3,23 @@
 ``acp_vs_print``       a turn through ``dsh acp`` over the same turn through ``dsh -p``, on the same stream from the
                        bench server, paired run by run. The ACP turn: ``session/prompt`` sent to its answer, the
                        ACP SDK's own Python client (``acp.spawn_agent_process``) decoding every update, in a
-                       ``dsh acp`` that is already running (an editor starts it once); the ``-p`` turn: the
-                       ``duration_s`` its ``--output-format json`` result reports. Two parts, the headline the
+                       ``dsh acp`` that is already running (an editor starts it once), the prompt sent as soon as
+                       the session is answered: the turn waits for the agent's modules (repl/acp_session.py,
+                       ``_warm``); the ``-p`` turn: the ``duration_s`` its ``--output-format json`` result reports,
+                       from after its agent was built (before the turn) to the turn's end. Two parts, the headline the
                        worse: ``short`` (the ``text`` answer) and ``long`` (a ``tiny-N`` stream of 1-3 character
                        deltas: the updates that queue while a frame goes out are merged into one).
-                       Details: each side's whole process, spawn to exit (``dsh acp`` pays the SDK's import).
-``acp_first_chunk_ms`` from sending ``initialize`` to the first ``agent_message_chunk`` (the ``text`` stream):
-                       what an editor waits between starting dsh and seeing its first word.
+                       Details: each side's whole process, spawn to exit.
+``acp_first_chunk_ms`` from sending ``initialize`` to the first ``agent_message_chunk`` (the ``ttft`` stream):
+                       what an editor waits between starting dsh and seeing its first word, the prompt sent as
+                       soon as the session is answered. Details: that wait's two parts, and
+                       ``paused_prompt_to_first_chunk_ms``: the prompt sent after a pause (an editor's user types
+                       it), when the new session's agent is built (repl/acp_session.py, ``_warm``).
 ``acp_peak_rss_mb``    the ``dsh acp`` process's peak resident set (``VmHWM``) after the long turn.
 
-Details: ``import_acp_ms`` (the SDK's import, which ``dsh acp`` pays at every start and ``dsh -p`` never does)
-and, per part, ``sdk_client_cpu_ms`` (the bench's own SDK client decoding the frames: on the ACP side's clock,
-as an editor's decoding would be).
+Details, per part: ``sdk_client_cpu_ms`` (the bench's own SDK client decoding the frames: on the ACP side's clock,
+as an editor's decoding would be). ``dsh acp`` speaks ACP itself (repl/acp_wire.py): it never imports the SDK
+whose client the bench drives it with.
 
 Both front ends run over the same Session (docs/architecture.md, "Front ends"); docs/performance.md has figures.
 """
@@ -30,6 +35,8 @@ from collections.abc import Awaitable, Callable
 from pathlib import Path
 from typing import Any
 
+import anyio
+
 from bench import subjects
 from bench.harness import BenchServer, Figure, Settings, Stats, child_env, paired_async, ratios
 from bench.loop import PROMPT, temp_root
@@ -37,6 +44,7 @@ from bench.loop import PROMPT, temp_root
 __all__ = ["acp_first_chunk", "acp_vs_print"]
 
 RATIO_TARGET = ("<=", 1.1)
+TYPING = 0.5  # s between a new session and its prompt: an editor's user typing it
 Run = Callable[[], Awaitable[float]]
 
 
@@ -95,11 +103,13 @@ def _vm_hwm_mb(pid: int) -> float:
 
 def _acp_turn(env: dict[str, str], root: Path, *, first_chunks: list[float] | None = None,
               peaks: list[float] | None = None, client_cpu: list[float] | None = None,
-              processes: list[float] | None = None, answered: list[float] | None = None) -> Run:
+              processes: list[float] | None = None, answered: list[float] | None = None,
+              pause: float = 0.0, after_prompt: list[float] | None = None) -> Run:
     """One whole ``dsh acp`` session for one prompt, returning the turn (``session/prompt`` -> its answer);
     ``first_chunks`` gets initialize -> first chunk (s), ``peaks`` the child's peak RSS (MB) read after the
     answer, before it is closed, ``client_cpu`` the CPU seconds this process (the SDK client decoding every
-    frame) spent in the session, ``processes`` spawn -> reaped, ``answered`` initialize -> session/new answered."""
+    frame) spent in the session, ``processes`` spawn -> reaped, ``answered`` initialize -> session/new answered;
+    the prompt goes ``pause`` s after session/new's answer, ``after_prompt`` gets prompt -> first chunk."""
     import acp
     from acp.schema import ClientCapabilities, Implementation
 
@@ -113,7 +123,10 @@ def _acp_turn(env: dict[str, str], root: Path, *, first_chunks: list[float] | No
             await conn.initialize(protocol_version=acp.PROTOCOL_VERSION, client_capabilities=ClientCapabilities(),
                                   client_info=Implementation(name="bench", version="0.1.0"))
             session = await conn.new_session(cwd=str(root), mcp_servers=[])
-            prompted = session_made = time.perf_counter()
+            session_made = time.perf_counter()
+            if pause:
+                await anyio.sleep(pause)
+            prompted = time.perf_counter()
             response = await conn.prompt(session_id=session.session_id, prompt=[acp.text_block(PROMPT)])
             turn = time.perf_counter() - prompted
             if answered is not None:
@@ -127,22 +140,13 @@ def _acp_turn(env: dict[str, str], root: Path, *, first_chunks: list[float] | No
             raise RuntimeError(f"the dsh acp turn ended {response.stop_reason} after {client.chunks} chunk(s)")
         if first_chunks is not None:
             first_chunks.append(client.first_chunk_at - initialize_at)
+        if after_prompt is not None:
+            after_prompt.append(client.first_chunk_at - prompted)
         if processes is not None:
             processes.append(elapsed)
         return turn
 
     return run
-
-
-def _import_acp_ms(env: dict[str, str], repeat: int) -> float:
-    """``python -c 'import acp'`` minus ``python -c pass``: the SDK's schema models, built at import, a cost
-    ``dsh acp`` pays at every start and ``dsh -p`` never does."""
-    def once(code: str) -> float:
-        start = time.perf_counter()
-        subprocess.run([sys.executable, "-c", code], env=env, check=True)
-        return time.perf_counter() - start
-
-    return statistics.median(once("import acp") - once("pass") for _ in range(repeat)) * 1000
 
 
 def _long_stream(settings: Settings) -> str:
@@ -173,7 +177,6 @@ async def acp_vs_print(settings: Settings, server: BenchServer) -> list[Figure]:
                 "print_process_ms": round(statistics.median(process["print"]) * 1000, 1),
                 "sdk_client_cpu_ms": round(statistics.median(client_cpu[-repeat:]) * 1000, 1),
             }
-        details["import_acp_ms"] = round(_import_acp_ms(env, repeat), 1)
     peak = Figure("acp_peak_rss_mb", "MB", Stats.of(peaks), details={"stream": details["long"]["stream"]})
     return [Figure("acp_vs_print", "x", parts=parts, target=RATIO_TARGET, details=details), peak]
 
@@ -184,12 +187,17 @@ async def acp_first_chunk(settings: Settings, server: BenchServer) -> list[Figur
     with temp_root("acp-first-chunk") as root:
         run = _acp_turn(_env(server, "ttft", root), root, first_chunks=first_chunks, answered=answered)
         turns = await paired_async(settings, {"acp": run}, repeat=settings.size(8, 3))
+        paused: list[float] = []
+        for _ in range(settings.size(3, 2)):
+            await _acp_turn(_env(server, "ttft", root), root, pause=TYPING, after_prompt=paused)()
     count = len(turns["acp"])  # the warm-up's samples dropped
     measured = [s * 1000 for s in first_chunks[-count:]]
-    # An editor sends initialize as soon as it has spawned dsh: until dsh answers, it is starting (the SDK's
-    # import, import_acp_ms in acp_vs_print). After that, the session and the turn up to its first word.
+    # An editor sends initialize as soon as it has spawned dsh: until dsh answers, it is starting. After that,
+    # the session and the turn up to its first word: the modules that build the agent, unless the user's typing
+    # gave dsh the time to import them (paused).
     details = {"initialize_to_session_ms": round(statistics.median(answered[-count:]) * 1000, 1),
                "prompt_to_first_chunk_ms": round(statistics.median(
-                   f * 1000 - a * 1000 for f, a in zip(first_chunks[-count:], answered[-count:], strict=True)), 1)}
+                   f * 1000 - a * 1000 for f, a in zip(first_chunks[-count:], answered[-count:], strict=True)), 1),
+               "paused_prompt_to_first_chunk_ms": round(statistics.median(paused) * 1000, 1)}
     return [Figure("acp_first_chunk_ms", "ms", Stats.of(measured), details=details)]
 

@@ -1,11 +1,13 @@
-"""``dsh acp``: dsh as an ACP agent on stdio (the Agent Client Protocol, on the ``agent-client-protocol`` SDK).
+"""``dsh acp``: dsh as an ACP agent on stdio (the Agent Client Protocol's JSON-RPC, spoken by repl/acp_wire.py).
 
 A front end over the same :class:`~dsh.agent_loop.session.Session` as the REPL, for editors (Zed, JetBrains,
 neovim) and headless clients (docs/editors.md). The endpoint is resolved exactly as the REPL resolves it
 (``--model``, ``--base-url``, config.toml, ``DEEPSEEK_API_KEY``; ``--demo`` for the keyless scripted one).
 Nothing but frames is written to stdout: the real stdout is kept for frames and fd 1 points at stderr, so a
 stray ``print`` cannot corrupt the stream; logs go to dsh.log, masked, as the REPL's. Frames in are read by
-:class:`ClientFrames`: a line that is no JSON-RPC message is answered ``-32700`` / ``-32600`` and skipped.
+:class:`~dsh.repl.acp_wire.ClientFrames`: a line that is no JSON-RPC message is answered ``-32700`` / ``-32600``
+and skipped. The params are the client's: what the schema requires and is missing or of another type is
+``-32602``; a method dsh does not serve is ``-32601``.
 
 Methods (the mapping of each turn: docs/editors.md, "How dsh acp maps turns"):
 
@@ -37,27 +39,34 @@ from __future__ import annotations
 import argparse
 import asyncio
 import contextlib
-import json
 import logging
 import os
 import re
 import signal
-import sys
-from collections.abc import Callable, Mapping, Sequence
+from collections.abc import Awaitable, Callable, Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
-import acp
 import anyio
-from acp import schema
+import anyio.abc
 
-from dsh.agent_loop.jsonrpc import OVERSIZED, BadFrame, error_text, frame_lines, parse_frame
 from dsh.agent_loop.permissions import CYCLE, Mode, Permissions, parse_mode
 from dsh.agent_loop.session import StartupError
 from dsh.llm import ErrorCode, HarnessError, Redactor, error_chain
 from dsh.repl import __version__
 from dsh.repl.acp_session import AcpSession, ClientFiles
 from dsh.repl.acp_updates import TURN_FAILED, clean
+from dsh.repl.acp_wire import (
+    PROTOCOL_VERSION,
+    RESOURCE_NOT_FOUND,
+    AgentConnection,
+    ClientFrames,
+    WireError,
+    read_bool,
+    read_list,
+    read_str,
+    stdio_streams,
+)
 from dsh.repl.config import (
     PERMISSION_MODES,
     Config,
@@ -72,16 +81,16 @@ from dsh.repl.endpoint import Endpoint, open_endpoint
 from dsh.repl.options import LaunchOptions, check_endpoint
 from dsh.repl.trust import gate as trust_gate
 
-__all__ = ["ClientFrames", "DshAgent", "main", "mcp_tables", "tree_refusal"]
+__all__ = ["ClientFrames", "DshAgent", "main", "mcp_tables", "tree_refusal"]  # ClientFrames: acp_wire's
 
 log = logging.getLogger(__name__)
 
-NOT_FOUND = -32002  # ACP's "resource not found": an unknown session id
+NOT_FOUND = RESOURCE_NOT_FOUND  # ACP's "resource not found": an unknown session id
 _NAME = re.compile(r"[^A-Za-z0-9_-]")
 SetupLogging = Callable[[dict[str, str], tuple[str, ...]], None]
 
 
-def mcp_tables(servers: Sequence[Any] | None) -> dict[str, dict[str, Any]]:
+def mcp_tables(servers: Sequence[Any]) -> dict[str, dict[str, Any]]:
     """The client's ``mcpServers`` as ``[mcp_servers.NAME]`` tables (agent_loop/mcp/config.py): stdio and HTTP.
 
     A name is made fit for tool names (``mcp__<name>__<tool>``). The client's values are its own: a header
@@ -89,23 +98,45 @@ def mcp_tables(servers: Sequence[Any] | None) -> dict[str, dict[str, Any]]:
     rather than handing dsh's secrets to a server the client picked.
     """
     tables: dict[str, dict[str, Any]] = {}
-    for server in servers or ():
-        name = _NAME.sub("_", server.name)[:28] or "server"
+    for server in servers:
+        raw_name = server.get("name") if isinstance(server, Mapping) else None
+        if not isinstance(server, Mapping) or not isinstance(raw_name, str):
+            raise WireError.invalid_params({"mcpServers": "each server is an object with a name"})
+        name = _NAME.sub("_", raw_name)[:28] or "server"
         while name in tables:
             name += "_"
-        if isinstance(server, schema.McpServerStdio):
-            tables[name] = {"command": server.command, "args": list(server.args),
-                            "env": {variable.name: variable.value for variable in server.env}}
-        elif isinstance(server, schema.HttpMcpServer):
-            headers = {header.name: header.value for header in server.headers}
+        kind = server.get("type")
+        if kind in (None, "stdio") and isinstance(server.get("command"), str):  # the schema's stdio has no type
+            tables[name] = {"command": server["command"], "args": _strings(server, "args", name),
+                            "env": _pairs(server, "env", name)}
+        elif kind == "http" and isinstance(server.get("url"), str):
+            headers = _pairs(server, "headers", name)
             if any("${" in value for value in headers.values()):
-                raise acp.RequestError.invalid_params(
+                raise WireError.invalid_params(
                     {"mcpServers": f"{name}: a header value may not name ${{VAR}}; give the value itself"})
-            tables[name] = {"url": server.url, "headers": headers}
+            tables[name] = {"url": server["url"], "headers": headers}
         else:
-            raise acp.RequestError.invalid_params(
-                {"mcpServers": f"{name}: dsh connects stdio and http MCP servers, not {type(server).__name__}"})
+            what = kind if kind in ("sse", "acp") else "this kind"
+            raise WireError.invalid_params(
+                {"mcpServers": f"{name}: dsh connects stdio and http MCP servers, not {what}"})
     return tables
+
+
+def _strings(server: Mapping[str, Any], key: str, name: str) -> list[str]:
+    values = server.get(key)
+    if not isinstance(values, list) or not all(isinstance(value, str) for value in values):
+        raise WireError.invalid_params({"mcpServers": f"{name}: {key} is a list of strings"})
+    return list(values)
+
+
+def _pairs(server: Mapping[str, Any], key: str, name: str) -> dict[str, str]:
+    """A server's ``env`` or ``headers``: a list of ``{name, value}`` strings, as a dict."""
+    pairs = server.get(key)
+    if not isinstance(pairs, list) or not all(
+            isinstance(pair, Mapping) and isinstance(pair.get("name"), str) and isinstance(pair.get("value"), str)
+            for pair in pairs):
+        raise WireError.invalid_params({"mcpServers": f"{name}: {key} is a list of {{name, value}} strings"})
+    return {pair["name"]: pair["value"] for pair in pairs}
 
 
 def tree_refusal(cwd: str, env: Mapping[str, str]) -> str | None:
@@ -139,52 +170,68 @@ def tree_refusal(cwd: str, env: Mapping[str, str]) -> str | None:
 class DshAgent:
     """The ACP ``Agent`` side: sessions by id, each an :class:`AcpSession` over a dsh session."""
 
-    def __init__(self, config: Config, env: dict[str, str], *, endpoint: Endpoint, missing_key: str | None = None,
-                 tasks: anyio.abc.TaskGroup) -> None:
+    def __init__(self, config: Config, env: dict[str, str], *, endpoint: Endpoint, conn: AgentConnection,
+                 missing_key: str | None = None, tasks: anyio.abc.TaskGroup) -> None:
         self.config = config
         self.env = env
         self.endpoint = endpoint
         self.missing_key = missing_key  # the REPL's start-up line for a missing key, or None
         self.sessions: dict[str, AcpSession] = {}
-        self.conn: Any = None
-        self._tasks = tasks
-        self._fs = schema.FileSystemCapabilities()
-
-    def on_connect(self, conn: Any) -> None:
         self.conn = conn
+        self._tasks = tasks
+        self._client_files = False  # the client serves fs/read_text_file and fs/write_text_file
+        self._requests: dict[str, Callable[[Mapping[str, Any]], Awaitable[Any]]] = {
+            "initialize": self.initialize, "authenticate": self.authenticate, "session/new": self.new_session,
+            "session/load": self.load_session, "session/set_mode": self.set_session_mode,
+            "session/prompt": self.prompt,
+        }
 
-    async def initialize(self, protocol_version: int, client_capabilities: Any = None, **_: Any) -> Any:
-        if client_capabilities is not None and client_capabilities.fs is not None:
-            self._fs = client_capabilities.fs
-        return schema.InitializeResponse(
-            protocol_version=acp.PROTOCOL_VERSION,
-            agent_capabilities=schema.AgentCapabilities(
-                load_session=True,
-                prompt_capabilities=schema.PromptCapabilities(image=False, audio=False, embedded_context=True),
-                mcp_capabilities=schema.McpCapabilities(http=True),
-            ),
-            agent_info=schema.Implementation(name="dsh", title="dsh", version=__version__),
-            auth_methods=[],
-        )
+    async def handle(self, method: str, params: Any, notification: bool) -> Any:
+        """One message from the client: a request's result (or :class:`WireError`), a notification's effect."""
+        if notification:
+            if method == "session/cancel" and isinstance(params, Mapping) and isinstance(params.get("sessionId"), str):
+                self.cancel(params["sessionId"])
+            return None  # a notification dsh does not know: nothing to answer
+        serve = self._requests.get(method)
+        if serve is None:
+            raise WireError.method_not_found(method)
+        if not isinstance(params, Mapping):
+            raise WireError.invalid_params({"params": "an object is required"})
+        return await serve(params)
 
-    async def authenticate(self, method_id: str, **_: Any) -> Any:
-        raise acp.RequestError.invalid_params(
+    async def initialize(self, params: Mapping[str, Any]) -> dict[str, Any]:
+        if isinstance(params.get("protocolVersion"), bool) or not isinstance(params.get("protocolVersion"), int):
+            raise WireError.invalid_params({"protocolVersion": "an integer is required"})
+        capabilities = params.get("clientCapabilities")
+        fs = capabilities.get("fs") if isinstance(capabilities, Mapping) else None
+        self._client_files = read_bool(fs, "readTextFile") and read_bool(fs, "writeTextFile")
+        return {
+            "protocolVersion": PROTOCOL_VERSION,
+            "agentCapabilities": {
+                "loadSession": True,
+                "promptCapabilities": {"image": False, "audio": False, "embeddedContext": True},
+                "mcpCapabilities": {"http": True},
+            },
+            "agentInfo": {"name": "dsh", "title": "dsh", "version": __version__},
+            "authMethods": [],
+        }
+
+    async def authenticate(self, params: Mapping[str, Any]) -> Any:
+        raise WireError.invalid_params(
             {"methodId": "dsh has no auth methods: the key comes from DEEPSEEK_API_KEY or config.toml"})
 
     def _refuse_without_key(self) -> None:
         if self.missing_key is not None:
-            raise acp.RequestError(TURN_FAILED, self.missing_key)
+            raise WireError(TURN_FAILED, self.missing_key)
 
-    async def _open(self, cwd: str, mcp_servers: Any, resume: str | None) -> AcpSession:
+    async def _open(self, cwd: str, mcp_servers: list[Any], resume: str | None) -> AcpSession:
         self._refuse_without_key()
         refusal = tree_refusal(cwd, self.env)
         if refusal is not None:
-            raise acp.RequestError.invalid_params({"cwd": refusal})
+            raise WireError.invalid_params({"cwd": refusal})
         tables = mcp_tables(mcp_servers)
         owner = AcpSession(self.conn, cwd, sources=self.endpoint.sources)  # the fix lines' words, as the REPL's
-        files = None
-        if self._fs.read_text_file and self._fs.write_text_file:  # both, or dsh's own tools (acp_session.py)
-            files = ClientFiles(self.conn, "")
+        files = ClientFiles(self.conn, "") if self._client_files else None  # both, or dsh's own (acp_session.py)
         session = self.endpoint.session(self.config, self.env, approve=owner.frontend.ask_approval, cwd=cwd,
                                         files=files, mcp_servers=tables)
         owner.attach(session)
@@ -194,45 +241,48 @@ class DshAgent:
             cause = exc.__cause__ or exc
             line = clean(f"dsh: failed to start: {error_chain(cause)}", Redactor(session.secrets))
             if isinstance(cause, HarnessError) and cause.code == ErrorCode.SESSION_NOT_FOUND:
-                raise acp.RequestError(NOT_FOUND, line, {"sessionId": clean(resume or "")}) from None
-            raise acp.RequestError(TURN_FAILED, line) from None
+                raise WireError(NOT_FOUND, line, {"sessionId": clean(resume or "")}) from None
+            raise WireError(TURN_FAILED, line) from None
         if files is not None:
             files.session_id = owner.id
         self.sessions[owner.id] = owner
         return owner
 
-    async def new_session(self, cwd: str, mcp_servers: Any = None, **_: Any) -> Any:
-        owner = await self._open(cwd, mcp_servers, None)
-        return schema.NewSessionResponse(session_id=owner.id, modes=_modes(owner))
+    async def new_session(self, params: Mapping[str, Any]) -> dict[str, Any]:
+        owner = await self._open(read_str(params, "cwd"), read_list(params, "mcpServers"), None)
+        return {"sessionId": owner.id, "modes": _modes(owner)}
 
-    async def load_session(self, cwd: str, session_id: str, mcp_servers: Any = None, **_: Any) -> Any:
+    async def load_session(self, params: Mapping[str, Any]) -> dict[str, Any]:
+        cwd, session_id = read_str(params, "cwd"), read_str(params, "sessionId")
+        servers = read_list(params, "mcpServers")
         if session_id in self.sessions:
-            raise acp.RequestError(-32002, "this session is already open on this connection")
-        owner = await self._open(cwd, mcp_servers, session_id)
+            raise WireError(NOT_FOUND, "this session is already open on this connection")
+        owner = await self._open(cwd, servers, session_id)
         await owner.replay()
-        return schema.LoadSessionResponse(modes=_modes(owner))
+        return {"modes": _modes(owner)}
 
-    async def set_session_mode(self, session_id: str, mode_id: str, **_: Any) -> Any:
+    async def set_session_mode(self, params: Mapping[str, Any]) -> dict[str, Any]:
         """The permission mode of the session; its next tool call gets it (docs/safety.md)."""
-        permissions = _permissions(self._session(session_id))
-        mode = parse_mode(mode_id)
+        permissions = _permissions(self._session(read_str(params, "sessionId")))
+        mode = parse_mode(read_str(params, "modeId"))
         if mode is None:
-            raise acp.RequestError.invalid_params({"modeId": f"not a mode (modes: {', '.join(PERMISSION_MODES)})"})
+            raise WireError.invalid_params({"modeId": f"not a mode (modes: {', '.join(PERMISSION_MODES)})"})
         refusal = permissions.set(mode)
         if refusal is not None:
-            raise acp.RequestError.invalid_params({"modeId": refusal})
-        return schema.SetSessionModeResponse()
+            raise WireError.invalid_params({"modeId": refusal})
+        return {}
 
     def _session(self, session_id: str) -> AcpSession:
         owner = self.sessions.get(session_id)
         if owner is None:
-            raise acp.RequestError(NOT_FOUND, "no such session on this connection", {"sessionId": clean(session_id)})
+            raise WireError(NOT_FOUND, "no such session on this connection", {"sessionId": clean(session_id)})
         return owner
 
-    async def prompt(self, prompt: list[Any], session_id: str, **_: Any) -> Any:
-        return await self._session(session_id).prompt(prompt)
+    async def prompt(self, params: Mapping[str, Any]) -> dict[str, Any]:
+        owner = self._session(read_str(params, "sessionId"))
+        return await owner.prompt(read_list(params, "prompt"))
 
-    async def cancel(self, session_id: str, **_: Any) -> None:
+    def cancel(self, session_id: str) -> None:
         owner = self.sessions.get(session_id)
         if owner is not None:
             owner.cancel()
@@ -256,82 +306,32 @@ def _permissions(owner: AcpSession) -> Permissions:
     return owner.session.permissions
 
 
-def _modes(owner: AcpSession) -> schema.SessionModeState:
+def _modes(owner: AcpSession) -> dict[str, Any]:
     """The modes a client may pick (auto only with a sandbox, as Shift+Tab offers them) and the current one."""
     permissions = _permissions(owner)
-    available = [schema.SessionMode(id=str(mode), name=_MODE_NAMES[mode][0], description=_MODE_NAMES[mode][1])
+    available = [{"id": str(mode), "name": _MODE_NAMES[mode][0], "description": _MODE_NAMES[mode][1]}
                  for mode in CYCLE if mode is not Mode.AUTO or permissions.auto_allowed]
-    return schema.SessionModeState(current_mode_id=str(permissions.mode), available_modes=available)
-
-
-async def _stdio(out_fd: int) -> tuple[asyncio.StreamWriter, asyncio.StreamReader]:
-    """The SDK's streams over stdin and the kept stdout (a pipe; what every ACP client gives its agent)."""
-    loop = asyncio.get_running_loop()
-    reader = asyncio.StreamReader(limit=acp.core.DEFAULT_STDIO_BUFFER_LIMIT_BYTES)
-    await loop.connect_read_pipe(lambda: asyncio.StreamReaderProtocol(reader), sys.stdin)
-    out = os.fdopen(out_fd, "wb", buffering=0)
-    transport, protocol = await loop.connect_write_pipe(asyncio.streams.FlowControlMixin, out)
-    writer = asyncio.StreamWriter(transport, protocol, None, loop)
-    return writer, reader
-
-
-class ClientFrames:
-    """The SDK's message transport over stdio, with dsh's JSON-RPC frame reader in front of it.
-
-    The SDK hands every parsed line to its dispatcher, which fails on anything but an object (``[]``, ``5``, a
-    batch): dsh stopped with an internal error. Here each line is read bounded (50 MiB, the SDK's own limit)
-    and checked as agent_loop/jsonrpc.py checks a peer's frames; what is no JSON-RPC message is answered as the
-    specification says (``-32700`` Parse error, ``-32600`` Invalid Request, id null when it could not be
-    read) and the session goes on. The client's bytes reach dsh.log only as the reason's closed words.
-    """
-
-    def __init__(self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
-        self._lines = frame_lines(reader, acp.core.DEFAULT_STDIO_BUFFER_LIMIT_BYTES)
-        self._writer = writer
-        self._write_lock = asyncio.Lock()
-
-    async def receive(self) -> dict[str, Any] | None:
-        """The next JSON-RPC message, or None when stdin ended."""
-        while (line := await anext(self._lines, None)) is not None:
-            if line is not OVERSIZED and not line.strip():
-                continue  # a blank line is no frame
-            try:
-                return parse_frame(line, acp.core.DEFAULT_STDIO_BUFFER_LIMIT_BYTES)
-            except BadFrame as bad:
-                log.warning("acp: a frame from the client is no JSON-RPC message (%s)", bad.reason)
-                if bad.answerable:
-                    await self.send({"jsonrpc": "2.0", "id": bad.request_id,
-                                     "error": {"code": bad.code, "message": error_text(bad.code)}})
-        return None
-
-    async def send(self, message: dict[str, Any]) -> None:
-        data = (json.dumps(message, separators=(",", ":")) + "\n").encode()
-        async with self._write_lock:
-            self._writer.write(data)
-            await self._writer.drain()
-
-    async def close(self) -> None:
-        """Nothing to release: stdin and stdout are the process's, closed when it exits."""
+    return {"currentModeId": str(permissions.mode), "availableModes": available}
 
 
 async def serve(config: Config, env: dict[str, str], options: LaunchOptions, missing_key: str | None) -> int:
     # Frames go to the real stdout; fd 1 (and with it sys.stdout) now points at stderr.
     out_fd = os.dup(1)
     os.dup2(2, 1)
-    writer, reader = await _stdio(out_fd)
+    writer, reader = await stdio_streams(out_fd)
     async with contextlib.AsyncExitStack() as stack, anyio.create_task_group() as tasks:
         endpoint = await open_endpoint(stack, options, config)
-        agent = DshAgent(config, env, endpoint=endpoint, missing_key=missing_key, tasks=tasks)
-        conn = acp.AgentSideConnection(agent, ClientFrames(reader, writer), listening=False)
-        # Until the client closes stdin, or SIGTERM / SIGHUP (a client's shutdown ladder: the SDK's closes stdin,
-        # waits 2 s, then sends SIGTERM). Either way the sessions close below, their turns end and their children
+        conn = AgentConnection(ClientFrames(reader, writer), tasks)
+        agent = DshAgent(config, env, endpoint=endpoint, conn=conn, missing_key=missing_key, tasks=tasks)
+        # Until the client closes stdin, or SIGTERM / SIGHUP (a client's shutdown ladder: ACP clients close stdin,
+        # wait, then send SIGTERM). Either way the sessions close below, their turns end and their children
         # (MCP servers, subagents) go through their own ladders; the receiver stays open meanwhile, so a SIGTERM
         # that arrives during that does not cut it short and orphan them.
         with anyio.open_signal_receiver(signal.SIGTERM, signal.SIGHUP) as received:
             try:
                 async with anyio.create_task_group() as until:
                     async def listen() -> None:
-                        await conn.listen()
+                        await conn.listen(agent.handle)
                         until.cancel_scope.cancel()
 
                     async def signals() -> None:
@@ -342,8 +342,7 @@ async def serve(config: Config, env: dict[str, str], options: LaunchOptions, mis
                     until.start_soon(signals)
             finally:
                 await agent.aclose()
-                with anyio.CancelScope(shield=True), contextlib.suppress(Exception):
-                    await conn.close()
+                conn.close()
                 tasks.cancel_scope.cancel()
     return 0
 

@@ -23,12 +23,11 @@ from collections.abc import AsyncIterator, Iterable, Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
-import acp
 import anyio
 import anyio.abc
-from acp import schema
 
-from dsh.agent_loop.events import Event
+from dsh.agent_loop.events import Event, ReasoningDelta, TextDelta
+from dsh.agent_loop.gc_pause import gc_paused
 from dsh.agent_loop.reasons import Failed
 from dsh.agent_loop.session import Notice, Session, SessionUpdate, StartupError
 from dsh.agent_loop.subagent.diagnostics import error_code_text
@@ -37,63 +36,92 @@ from dsh.agent_loop.tools.edits import EditRequest
 from dsh.agent_loop.tools.registry import McpCallRequest
 from dsh.agent_loop.update_pump import UpdatePump
 from dsh.llm import Redactor, error_chain
-from dsh.repl.acp_updates import TURN_FAILED, Translator, clean, coalesced, history_updates, stop_reason, turn_error
+from dsh.repl.acp_updates import (
+    TURN_FAILED,
+    TextChunk,
+    Translator,
+    clean,
+    coalesced,
+    history_updates,
+    stop_reason,
+    text_update,
+    turn_error,
+)
+from dsh.repl.acp_wire import AgentConnection, WireError
+from dsh.repl.lazy import module
 
 __all__ = ["AcpFrontEnd", "AcpSession", "ClientFiles", "prompt_text"]
 
 log = logging.getLogger(__name__)
 
-_ALLOW_ONCE = schema.PermissionOption(option_id="yes", name="Allow once", kind="allow_once")
-_ALLOW_ALWAYS = schema.PermissionOption(option_id="always", name="Always allow", kind="allow_always")
-_REJECT = schema.PermissionOption(option_id="no", name="Reject", kind="reject_once")
+_ALLOW_ONCE = {"optionId": "yes", "name": "Allow once", "kind": "allow_once"}
+_ALLOW_ALWAYS = {"optionId": "always", "name": "Always allow", "kind": "allow_always"}
+_REJECT = {"optionId": "no", "name": "Reject", "kind": "reject_once"}
+_BLOCKS = "dsh accepts text, resource links and text resources"
 
 
 def prompt_text(blocks: list[Any]) -> str:
     """The prompt's content blocks as the text the model gets: text as is, a resource link as a markdown link,
-    an embedded text resource inside ``<context uri="...">``. Images and audio are refused (not advertised)."""
+    an embedded text resource inside ``<context uri="...">``. Images, audio and what is no content block are
+    refused (``-32602``; images and audio are not advertised)."""
     parts: list[str] = []
     for block in blocks:
-        if isinstance(block, schema.TextContentBlock):
-            parts.append(block.text)
-        elif isinstance(block, schema.ResourceContentBlock):
-            parts.append(f"[{block.name}]({block.uri})")
-        elif isinstance(block, schema.EmbeddedResourceContentBlock):
-            resource = block.resource
-            if isinstance(resource, schema.TextResourceContents):
-                parts.append(f'<context uri="{resource.uri}">\n{resource.text}\n</context>')
-            else:
-                parts.append(f"[binary resource {resource.uri} left out: dsh reads text only]")
+        kind = block.get("type") if isinstance(block, Mapping) else None
+        resource = block.get("resource") if kind == "resource" else None
+        if kind == "text" and _strings(block, "text"):
+            parts.append(block["text"])
+        elif kind == "resource_link" and _strings(block, "name", "uri"):
+            parts.append(f"[{block['name']}]({block['uri']})")
+        elif isinstance(resource, Mapping) and _strings(resource, "uri", "text"):
+            parts.append(f'<context uri="{resource["uri"]}">\n{resource["text"]}\n</context>')
+        elif isinstance(resource, Mapping) and _strings(resource, "uri", "blob"):
+            parts.append(f"[binary resource {resource['uri']} left out: dsh reads text only]")
         else:
-            raise acp.RequestError.invalid_params({"prompt": "dsh accepts text, resource links and text resources"})
+            raise WireError.invalid_params({"prompt": _BLOCKS})
     return clean("\n".join(parts))
+
+
+def _strings(block: Mapping[str, Any], *names: str) -> bool:
+    return all(isinstance(block.get(name), str) for name in names)
 
 
 class ClientFiles:
     """Files inside the tree as the editor holds them (its unsaved buffers too), over the ACP connection."""
 
-    def __init__(self, conn: Any, session_id: str) -> None:
+    def __init__(self, conn: AgentConnection, session_id: str) -> None:
         self._conn = conn
         self.session_id = session_id
 
     async def read_text(self, path: Path) -> str:
         try:
-            response = await self._conn.read_text_file(session_id=self.session_id, path=str(path))
-        except acp.RequestError as exc:
+            content = await self._conn.read_text_file(self.session_id, str(path))
+        except WireError as exc:
             refused = exc.code
         else:
-            return clean(response.content)
+            return clean(content)
         if not os.path.lexists(path):  # a new file: the edit tools create it
             raise FileNotFoundError(errno.ENOENT, "No such file or directory", str(path))
         raise OSError(_refused("read", path, refused))
 
     async def write_text(self, path: Path, text: str) -> None:
         try:
-            await self._conn.write_text_file(session_id=self.session_id, path=str(path), content=text)
-        except acp.RequestError as exc:
+            await self._conn.write_text_file(self.session_id, str(path), text)
+        except WireError as exc:
             refused = exc.code
         else:
             return
         raise OSError(_refused("write", path, refused))
+
+
+# What a new session's first turn imports (agent_loop/build.py, the project context, the HTTP client).
+_AGENT_MODULES = ("anyio._backends._asyncio", "dsh.agent_loop.build", "dsh.agent_loop.context", "httpx",
+                  "dsh.llm.http_transport")
+
+
+def _import_agent_modules() -> None:
+    with gc_paused():  # they allocate much and free little: ~100 collection passes, ~5% of their import
+        for name in _AGENT_MODULES:
+            module(name)
 
 
 def _refused(verb: str, path: Path, code: int) -> str:
@@ -143,8 +171,8 @@ class AcpFrontEnd:
         always = edit is None or edit.may_always  # a git-directory edit is asked every time
         options = [_ALLOW_ONCE, _ALLOW_ALWAYS, _REJECT] if always else [_ALLOW_ONCE, _REJECT]
         await owner.flushed()  # the tool_call went out before the question about it
-        response = await owner.conn.request_permission(session_id=owner.id, tool_call=tool_call, options=options)
-        answer = _answer(response.outcome, always)
+        picked = await owner.conn.request_permission(owner.id, tool_call, options)
+        answer = _answer(picked, always)
         if answer is None:
             return None
         owner.send(owner.translator.approved(call))
@@ -154,31 +182,35 @@ class AcpFrontEnd:
         return answer
 
 
-def _answer(outcome: Any, always_offered: bool) -> Approval | None:
-    """The client's pick as dsh's answer: ``yes``, ``always`` only when it was offered (a client that answers
-    "always" to a question offering once and reject gets once, never remembered), else None: a rejection, a
-    cancelled request (a cancelled turn) or an option dsh did not offer is a denial."""
-    answer = outcome.option_id if isinstance(outcome, schema.AllowedOutcome) else None
-    if answer == _ALLOW_ALWAYS.option_id:
+def _answer(picked: str | None, always_offered: bool) -> Approval | None:
+    """The client's pick (its ``optionId``, None for a cancelled request) as dsh's answer: ``yes``, ``always``
+    only when it was offered (a client that answers "always" to a question offering once and reject gets once,
+    never remembered), else None: a rejection, a cancelled request (a cancelled turn) or an option dsh did not
+    offer is a denial."""
+    if picked == _ALLOW_ALWAYS["optionId"]:
         return "always" if always_offered else "yes"
-    return "yes" if answer == _ALLOW_ONCE.option_id else None
+    return "yes" if picked == _ALLOW_ONCE["optionId"] else None
 
 
 class AcpSession:
     """One ACP session: its dsh session, the client's connection, the updates pump."""
 
-    def __init__(self, conn: Any, cwd: str, *, sources: Mapping[str, str]) -> None:
+    def __init__(self, conn: AgentConnection, cwd: str, *, sources: Mapping[str, str]) -> None:
         self.conn = conn
         self.cwd = cwd
         self.sources = sources
         self.frontend = AcpFrontEnd(self)
         self.session: Session | None = None
         self.translator = Translator(Redactor(), cwd)
-        self._updates: UpdatePump[Any] = UpdatePump()
+        self._updates: UpdatePump[Any] = UpdatePump()  # update dicts, and TextChunk until coalesced
         self.running = False
         self._scope: anyio.CancelScope | None = None  # the prompt's, for a cancel before its turn started
         self._closing = anyio.Event()  # aclose() was called: run() closes the session
         self._closed = anyio.Event()  # run() has ended, the session closed
+        # The last item queued, when it is a TextChunk not yet taken by _deliver: the next delta of its kind joins
+        # it rather than crossing the pump as an item of its own.
+        self._open: TextChunk | None = None
+        self._warmed = anyio.Event()  # a new session's agent modules are in (:meth:`_warm`), or it was not needed
 
     @property
     def id(self) -> str:
@@ -191,16 +223,28 @@ class AcpSession:
         session.pump_updates(self._updates, self._translated)
 
     def _translated(self, update: SessionUpdate) -> Iterable[Any]:
+        kind = type(update)
+        if kind is TextDelta or kind is ReasoningDelta:  # the stream's bulk, one per delta: the shortest way
+            text = update.text  # type: ignore[union-attr]  # narrowed by its type, above
+            thought = kind is ReasoningDelta
+            if not text:
+                return ()
+            if self._open is not None and self._open.thought == thought:
+                self._open.more.append(text)  # still queued, the last item: no item of its own
+                return ()
+            self._open = TextChunk(thought, text)
+            return (self._open,)
+        self._open = None
         if isinstance(update, Notice):  # a session's own line (an MCP server that failed, say): a thought
             redact = Redactor(self.session.secrets) if self.session is not None else None
-            return [schema.AgentThoughtChunk(session_update="agent_thought_chunk",
-                                             content=acp.text_block(clean(update.text, redact) + "\n"))]
+            return [text_update("agent_thought_chunk", clean(update.text, redact) + "\n")]
         if isinstance(update, Event):
             return [item for item in self.translator.updates(update) if item is not None]
         return []
 
     def send(self, update: Any) -> None:
         if update is not None:
+            self._open = None
             self._updates.send(update)
 
     async def flushed(self) -> None:
@@ -209,10 +253,11 @@ class AcpSession:
 
     async def _deliver(self, batch: Sequence[Any]) -> None:
         """What queued while the last frame went out, as ``session/update`` notifications (text chunks merged)."""
+        self._open = None  # taken: a delta from now on is a chunk of its own (coalesced reads them all now)
         try:
             for update in coalesced(batch):
                 if self.session is not None and self.session.id is not None:
-                    await self.conn.session_update(session_id=self.session.id, update=update)
+                    await self.conn.session_update(self.session.id, update)
         except Exception as exc:  # the client is gone or refused the frame: the run goes on, the log says so
             log.warning("could not send a session update: %s", type(exc).__name__)
 
@@ -225,34 +270,36 @@ class AcpSession:
             self.send(update)
         await self.flushed()
 
-    async def prompt(self, blocks: list[Any]) -> schema.PromptResponse:
+    async def prompt(self, blocks: list[Any]) -> dict[str, Any]:
+        """One turn: the ``session/prompt`` answer (its stop reason), or :class:`WireError` for a failed one."""
         session = self.session
         assert session is not None
         if self.running:
-            raise acp.RequestError.invalid_request({"details": "a turn is already running in this session"})
+            raise WireError.invalid_request({"details": "a turn is already running in this session"})
         text = prompt_text(blocks)
         self.running = True
         self._scope = scope = anyio.CancelScope()
         try:
             with scope:
                 self.translator.redact = Redactor(session.secrets)
+                await self._warmed.wait()  # the modules the turn builds its agent with: no import in two threads
                 reason = await session.run_turn(text)  # the whole turn, its preamble included
         except StartupError as exc:  # the agent could not be built (a locked log, say): the REPL's line
             cause = exc.__cause__ or exc
-            raise acp.RequestError(TURN_FAILED, clean(f"dsh: failed to start: {error_chain(cause)}",
-                                                      Redactor(session.secrets))) from None
+            raise WireError(TURN_FAILED, clean(f"dsh: failed to start: {error_chain(cause)}",
+                                               Redactor(session.secrets))) from None
         finally:
             self.running = False
             self._scope = None
         await self.flushed()  # every update of the turn before its answer
         if scope.cancelled_caught:  # cancelled while the turn was being set up (MCP servers starting, say)
-            return schema.PromptResponse(stop_reason="cancelled")
+            return {"stopReason": "cancelled"}
         stop = stop_reason(reason)
         if stop is None:
             assert isinstance(reason, Failed)
             message, data = turn_error(reason, session.last_failure, secrets=session.secrets, sources=self.sources)
-            raise acp.RequestError(TURN_FAILED, message, data)
-        return schema.PromptResponse(stop_reason=stop)
+            raise WireError(TURN_FAILED, message, data)
+        return {"stopReason": stop}
 
     def cancel(self) -> None:
         session = self.session
@@ -280,13 +327,30 @@ class AcpSession:
             task_status.started()
             async with anyio.create_task_group() as group:
                 group.start_soon(self._updates.run, self._deliver)
+                if resume is None:
+                    group.start_soon(self._warm, session)
+                else:
+                    self._warmed.set()  # a resumed session's agent is built by start()
                 await self._closing.wait()
                 group.cancel_scope.cancel()
             with anyio.CancelScope(shield=True):
                 await session.aclose()
         finally:
             self._updates.close()
+            self._warmed.set()
             self._closed.set()
+
+    async def _warm(self, session: Session) -> None:
+        """A new session's agent, built while the editor shows the session and its user types: the modules its
+        first turn needs (the agent, its tools, the HTTP client) imported in a worker thread, as the REPL does
+        behind its first prompt (docs/architecture.md, "Start-up and lazy imports"). A failure is the first turn's
+        to report: it builds the agent again."""
+        try:
+            with contextlib.suppress(Exception):
+                await anyio.to_thread.run_sync(_import_agent_modules)
+                session.ensure_agent()
+        finally:
+            self._warmed.set()
 
     async def aclose(self) -> None:
         """Close the session (its turn ends, its children are reaped) and wait until :meth:`run` has."""

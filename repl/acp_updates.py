@@ -1,7 +1,8 @@
 """What ``dsh acp`` tells an ACP client: a session's events as ``session/update`` payloads, a turn's end as a
 stop reason or a JSON-RPC error, a saved session's history replayed (docs/editors.md, "How dsh acp maps turns").
 
-Pure translation on the SDK's own pydantic models (no I/O; :mod:`dsh.repl.acp_session` sends them). Every
+Pure translation to plain dicts in the protocol's field names (no I/O; :mod:`dsh.repl.acp_session` sends them
+as :mod:`dsh.repl.acp_wire` frames; a field the schema has as optional is left out rather than null). Every
 text from the model, a tool or a log is hostile: it travels inside JSON, so no terminal escaping is needed,
 but it is masked (the session's secrets and the secret shapes) and its lone surrogates are replaced, so the
 frame always encodes as UTF-8.
@@ -14,8 +15,6 @@ import os
 from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
-
-from acp import helpers, schema
 
 from dsh.agent_loop.continuation import continue_words
 from dsh.agent_loop.events import (
@@ -49,6 +48,7 @@ __all__ = [
     "history_updates",
     "plan_update",
     "stop_reason",
+    "text_update",
     "turn_error",
 ]
 
@@ -57,7 +57,7 @@ __all__ = [
 TURN_FAILED = -32603
 _TITLE_CHARS = 120
 _APPROVED_TOOLS = frozenset({"run_shell", "write_file", "edit_file", "web_fetch"})  # the tools that may ask (and MCP's)
-_KINDS: dict[str, schema.ToolKind] = {
+_KINDS: dict[str, str] = {  # ACP's tool kinds
     "read_file": "read",
     "list_dir": "read",
     "search_text": "search",
@@ -69,7 +69,7 @@ _KINDS: dict[str, schema.ToolKind] = {
     "web_search": "fetch",
     "todo_write": "think",
 }
-_PLAN_STATUS: dict[str, schema.PlanEntryStatus] = {"pending": "pending", "in_progress": "in_progress",
+_PLAN_STATUS: dict[str, str] = {"pending": "pending", "in_progress": "in_progress",
                                                    "completed": "completed"}
 
 
@@ -89,7 +89,7 @@ def _clean_value(value: Any, redact: Redactor) -> Any:
     return value
 
 
-def stop_reason(reason: EndReason) -> schema.StopReason | None:
+def stop_reason(reason: EndReason) -> str | None:
     """The ACP stop reason of a turn that did not fail; None for a failed one (answered as an error)."""
     if isinstance(reason, Failed):
         return "refusal" if reason.code == "CONTENT_FILTER" else None
@@ -132,11 +132,33 @@ def _arguments(raw: str) -> Any:
     return value
 
 
-def plan_update(event: PlanUpdate, redact: Redactor) -> schema.AgentPlanUpdate:
+def text_update(kind: str, text: str) -> dict[str, Any]:
+    """A ``user_message_chunk``, ``agent_message_chunk`` or ``agent_thought_chunk`` update of one text block."""
+    return {"sessionUpdate": kind, "content": {"type": "text", "text": text}}
+
+
+def _thought(text: str) -> dict[str, Any]:
+    return text_update("agent_thought_chunk", text)
+
+
+def _progress(tool_call_id: str, status: str, content: list[dict[str, Any]] | None = None) -> dict[str, Any]:
+    """A ``tool_call_update``: the call's new status, and its content when it has some."""
+    update: dict[str, Any] = {"sessionUpdate": "tool_call_update", "toolCallId": tool_call_id, "status": status}
+    if content is not None:
+        update["content"] = content
+    return update
+
+
+def _diff(path: str, new_text: str, old_text: str | None) -> dict[str, Any]:
+    diff = {"type": "diff", "path": path, "newText": new_text}
+    return diff if old_text is None else diff | {"oldText": old_text}
+
+
+def plan_update(event: PlanUpdate, redact: Redactor) -> dict[str, Any]:
     """ACP's ``plan`` session update: the whole plan each time, as todo_write sent it (dsh keeps no priority)."""
-    return helpers.update_plan([helpers.plan_entry(clean(item.content, redact), priority="medium",
-                                                   status=_PLAN_STATUS.get(item.status, "pending"))
-                                for item in event.items])
+    return {"sessionUpdate": "plan",
+            "entries": [{"content": clean(item.content, redact), "priority": "medium",
+                         "status": _PLAN_STATUS.get(item.status, "pending")} for item in event.items]}
 
 
 def _first_line(text: str) -> str:
@@ -147,10 +169,12 @@ def _first_line(text: str) -> str:
 @dataclass(slots=True)
 class TextChunk:
     """An answer or reasoning delta on its way to a frame: plain text until :func:`coalesced` merges a run of
-    them and builds the one update (a schema model per 1-character delta cost more than the stream itself)."""
+    them and builds the one update (an object per 1-character delta cost more than the stream itself). ``more``:
+    the deltas of its kind that came after it while it was still queued (repl/acp_session.py), in order."""
 
     thought: bool
     text: str
+    more: list[str] = field(default_factory=list)
 
 
 def coalesced(updates: Sequence[Any]) -> list[Any]:
@@ -163,8 +187,7 @@ def coalesced(updates: Sequence[Any]) -> list[Any]:
     def close_run() -> None:
         if run:
             text = clean("".join(run))  # scrubbed whole: a surrogate pair split across deltas stays a pair
-            update = helpers.update_agent_thought_text if thought else helpers.update_agent_message_text
-            merged.append(update(text))
+            merged.append(text_update("agent_thought_chunk" if thought else "agent_message_chunk", text))
             run.clear()
 
     for update in updates:
@@ -173,6 +196,7 @@ def coalesced(updates: Sequence[Any]) -> list[Any]:
                 close_run()
             thought = update.thought
             run.append(update.text)
+            run.extend(update.more)
         else:
             close_run()
             merged.append(update)
@@ -186,7 +210,7 @@ def _where(request: object) -> str:
     return " (sandboxed)" if isinstance(request, SandboxedCommand) else ""
 
 
-def tool_kind(name: str) -> schema.ToolKind:
+def tool_kind(name: str) -> str:
     return _KINDS.get(name, "other")
 
 
@@ -221,7 +245,7 @@ class _Call:
     name: str
     acp_id: str
     title: str
-    kind: schema.ToolKind
+    kind: str
     raw_input: Any
     diff: tuple[str, str | None, str] | None = None  # (path, old text, new text) once an edit was approved
 
@@ -255,43 +279,42 @@ class Translator:
         if isinstance(event, PlanUpdate):  # the editor's plan view (docs/editors.md)
             return [plan_update(event, self.redact)]
         if isinstance(event, LlmContinue):  # the REPL's continuation line, where the editor shows progress
-            return [helpers.update_agent_thought_text(continue_words(event) + "\n")]
+            return [_thought(continue_words(event) + "\n")]
         if isinstance(event, LlmRetry):  # the REPL's retry line, where an editor shows progress
             line = f"[retry {event.attempt}/{event.max_attempts} in {event.delay_s:.1f}s] {event.code}: "
-            return [helpers.update_agent_thought_text(clean(line + one_line(event.message), self.redact) + "\n")]
+            return [_thought(clean(line + one_line(event.message), self.redact) + "\n")]
         return []
 
-    def _start(self, event: ToolCallStart) -> Any:
+    def _start(self, event: ToolCallStart) -> dict[str, Any]:
         args = _clean_value(_arguments(scrub_surrogates(event.arguments)), self.redact)
         call = _Call(event.name, f"{event.turn}:{clean(event.id)}", clean(tool_title(event.name, args), self.redact),
                      tool_kind(event.name), args)
         self._running[event.id] = call
         # A call that may ask waits for its approval: pending until then; the others run now.
-        status: schema.ToolCallStatus = "pending" if self._may_ask(event.name) else "in_progress"
-        return helpers.start_tool_call(call.acp_id, call.title, kind=call.kind, status=status,
-                                       raw_input=call.raw_input, locations=self._locations(args))
-
-    def _locations(self, args: Any) -> list[schema.ToolCallLocation] | None:
+        start: dict[str, Any] = {"sessionUpdate": "tool_call", "toolCallId": call.acp_id, "title": call.title,
+                                 "kind": call.kind, "status": "pending" if self._may_ask(event.name) else "in_progress"}
         path = args.get("path") if isinstance(args, Mapping) else None
-        if not isinstance(path, str) or not path:
-            return None
-        return [schema.ToolCallLocation(path=os.path.join(self.cwd, path))]
+        if isinstance(path, str) and path:
+            start["locations"] = [{"path": os.path.join(self.cwd, path)}]
+        if call.raw_input is not None:
+            start["rawInput"] = call.raw_input
+        return start
 
     @staticmethod
     def _may_ask(name: str) -> bool:
         return name in _APPROVED_TOOLS or name.startswith("mcp__")
 
-    def _finish(self, event: ToolResult) -> Any:
+    def _finish(self, event: ToolResult) -> dict[str, Any]:
         call = self._running.pop(event.id, None)
         acp_id = call.acp_id if call is not None else f"{event.turn}:{clean(event.id)}"
-        content: list[Any] = []
+        content: list[dict[str, Any]] = []
         if call is not None and call.diff is not None and not event.is_error:
             path, old, new = call.diff
-            content.append(helpers.tool_diff_content(path, new, old))
+            content.append(_diff(path, new, old))
         text = event.output if not event.diagnostic else f"{event.output}\n{event.diagnostic}"
-        content.append(helpers.tool_content(helpers.text_block(clean(text, self.redact))))
+        content.append({"type": "content", "content": {"type": "text", "text": clean(text, self.redact)}})
         # The result once, as content (no rawOutput beside it: clients such as acpx show both, so twice).
-        return helpers.update_tool_call(acp_id, status="failed" if event.is_error else "completed", content=content)
+        return _progress(acp_id, "failed" if event.is_error else "completed", content)
 
     def asking(self, request: str | EditRequest | McpCallRequest) -> _Call | None:
         """The running call an approval is for."""
@@ -305,20 +328,23 @@ class Translator:
                 return call
         return None
 
-    def permission_call(self, call: _Call | None, request: str | EditRequest | McpCallRequest) -> schema.ToolCallUpdate:
+    def permission_call(self, call: _Call | None, request: str | EditRequest | McpCallRequest) -> dict[str, Any]:
         """The ``toolCall`` of a permission request: the call's id, title, kind and input; an edit's diff."""
-        content: list[Any] | None = None
+        tool_call: dict[str, Any]
+        if call is None:  # no call to name (it should not happen): a fresh id, so the client can still ask
+            tool_call = {"toolCallId": f"{self._turn}:approval", "title": self._request_title(request),
+                         "kind": "other", "status": "pending"}
+        else:
+            tool_call = {"toolCallId": call.acp_id, "title": call.title + _where(request), "kind": call.kind,
+                         "status": "pending"}
+            if call.raw_input is not None:
+                tool_call["rawInput"] = call.raw_input
         if isinstance(request, EditRequest):
             path = self._edit_path(request)
-            diff = (path, request.old_text, request.new_text)
             if call is not None:
-                call.diff = diff
-            content = [helpers.tool_diff_content(path, clean(request.new_text), _maybe(request.old_text))]
-        if call is None:  # no call to name (it should not happen): a fresh id, so the client can still ask
-            return schema.ToolCallUpdate(tool_call_id=f"{self._turn}:approval", title=self._request_title(request),
-                                         kind="other", status="pending", content=content)
-        return schema.ToolCallUpdate(tool_call_id=call.acp_id, title=call.title + _where(request), kind=call.kind,
-                                     status="pending", raw_input=call.raw_input, content=content)
+                call.diff = (path, request.old_text, request.new_text)
+            tool_call["content"] = [_diff(path, clean(request.new_text), _maybe(request.old_text))]
+        return tool_call
 
     def note_edit(self, call: _Call | None, request: EditRequest) -> None:
         """An edit that goes ahead without asking the client ("always"): its diff still reaches the update."""
@@ -335,16 +361,16 @@ class Translator:
             return clean(f"{request.server}: {request.tool}", self.redact)
         return clean(f"Run {_first_line(request)}", self.redact) + _where(request)
 
-    def approved(self, call: _Call | None) -> Any | None:
+    def approved(self, call: _Call | None) -> dict[str, Any] | None:
         """The update that says an approved call runs now."""
-        return helpers.update_tool_call(call.acp_id, status="in_progress") if call is not None else None
+        return _progress(call.acp_id, "in_progress") if call is not None else None
 
 
 def _maybe(text: str | None) -> str | None:
     return clean(text) if text is not None else None
 
 
-def history_updates(records: Iterable[Mapping[str, Any]], redact: Redactor, cwd: str) -> list[Any]:
+def history_updates(records: Iterable[Mapping[str, Any]], redact: Redactor, cwd: str) -> list[dict[str, Any]]:
     """A saved session's history as updates, in order: each prompt as ``user_message_chunk``, each reply's text
     and reasoning as ``agent_message_chunk`` / ``agent_thought_chunk``, each tool call as ``tool_call`` then its
     result as ``tool_call_update`` (completed or failed), each plan as ``plan``."""
@@ -355,12 +381,12 @@ def history_updates(records: Iterable[Mapping[str, Any]], redact: Redactor, cwd:
         if isinstance(event, TurnStart):
             translator.updates(event)
             if event.prompt:
-                updates.append(helpers.update_user_message_text(clean(event.prompt, redact)))
+                updates.append(text_update("user_message_chunk", clean(event.prompt, redact)))
         elif isinstance(event, AssistantMessage):
             if event.reasoning_content:
-                updates.append(helpers.update_agent_thought_text(clean(event.reasoning_content, redact)))
+                updates.append(_thought(clean(event.reasoning_content, redact)))
             if event.content:
-                updates.append(helpers.update_agent_message_text(clean(event.content, redact)))
+                updates.append(text_update("agent_message_chunk", clean(event.content, redact)))
         elif isinstance(event, ToolCallStart):
             updates.append(translator._start(event))
         elif isinstance(event, ToolResult):

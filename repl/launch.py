@@ -101,8 +101,8 @@ def _acp(args: list[str]) -> int:
     if importlib.util.find_spec("acp") is None:
         _stderr(ACP_MISSING_EXTRA)
         return EXIT_USAGE
-    with gc_paused():  # the ACP SDK's import builds ~270 pydantic models: no collection passes (~9% of it)
-        acp_main: Callable[..., int] = entry("dsh.repl.acp_agent", "main")  # and the ACP SDK with it
+    with gc_paused():  # the session's modules: no collection passes while they load
+        acp_main: Callable[..., int] = entry("dsh.repl.acp_agent", "main")  # ACP itself: repl/acp_wire.py, no SDK
     return acp_main(args, dict(os.environ), setup_logging=_setup_logging, stderr=_stderr)
 
 

@@ -153,5 +153,5 @@ def test_a_loaded_session_replays_its_plans_in_order_masked() -> None:
                to_wire(PlanUpdate(1, (PlanItem("done", "completed"),))),
                {"type": "plan/update", "data": {"turn": 1, "items": [{"content": 3, "status": "later"}, "junk"]}}]
     updates = history_updates(records, Redactor([KEY]), "/tree")
-    plans = [[(e.content, e.status) for e in u.entries] for u in updates if isinstance(u, schema.AgentPlanUpdate)]
+    plans = [[(e["content"], e["status"]) for e in u["entries"]] for u in updates if u["sessionUpdate"] == "plan"]
     assert plans == [[("use ***\ufffd", "in_progress")], [("done", "completed")], [("", "pending")]]
