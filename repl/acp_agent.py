@@ -319,31 +319,34 @@ async def serve(config: Config, env: dict[str, str], options: LaunchOptions, mis
     out_fd = os.dup(1)
     os.dup2(2, 1)
     writer, reader = await stdio_streams(out_fd)
-    async with contextlib.AsyncExitStack() as stack, anyio.create_task_group() as tasks:
+    # The endpoint (the demo's embedded server runs a task group of its own) opens before the turns' group and
+    # closes after it: a scope entered inside that group and left after it would not nest.
+    async with contextlib.AsyncExitStack() as stack:
         endpoint = await open_endpoint(stack, options, config)
-        conn = AgentConnection(ClientFrames(reader, writer), tasks)
-        agent = DshAgent(config, env, endpoint=endpoint, conn=conn, missing_key=missing_key, tasks=tasks)
-        # Until the client closes stdin, or SIGTERM / SIGHUP (a client's shutdown ladder: ACP clients close stdin,
-        # wait, then send SIGTERM). Either way the sessions close below, their turns end and their children
-        # (MCP servers, subagents) go through their own ladders; the receiver stays open meanwhile, so a SIGTERM
-        # that arrives during that does not cut it short and orphan them.
-        with anyio.open_signal_receiver(signal.SIGTERM, signal.SIGHUP) as received:
-            try:
-                async with anyio.create_task_group() as until:
-                    async def listen() -> None:
-                        await conn.listen(agent.handle)
-                        until.cancel_scope.cancel()
-
-                    async def signals() -> None:
-                        async for _ in received:
+        async with anyio.create_task_group() as tasks:
+            conn = AgentConnection(ClientFrames(reader, writer), tasks)
+            agent = DshAgent(config, env, endpoint=endpoint, conn=conn, missing_key=missing_key, tasks=tasks)
+            # Until the client closes stdin, or SIGTERM / SIGHUP (a client's shutdown ladder: ACP clients close stdin,
+            # wait, then send SIGTERM). Either way the sessions close below, their turns end and their children
+            # (MCP servers, subagents) go through their own ladders; the receiver stays open meanwhile, so a SIGTERM
+            # that arrives during that does not cut it short and orphan them.
+            with anyio.open_signal_receiver(signal.SIGTERM, signal.SIGHUP) as received:
+                try:
+                    async with anyio.create_task_group() as until:
+                        async def listen() -> None:
+                            await conn.listen(agent.handle)
                             until.cancel_scope.cancel()
 
-                    until.start_soon(listen)
-                    until.start_soon(signals)
-            finally:
-                await agent.aclose()
-                conn.close()
-                tasks.cancel_scope.cancel()
+                        async def signals() -> None:
+                            async for _ in received:
+                                until.cancel_scope.cancel()
+
+                        until.start_soon(listen)
+                        until.start_soon(signals)
+                finally:
+                    await agent.aclose()
+                    conn.close()
+                    tasks.cancel_scope.cancel()
     return 0
 
 

@@ -315,30 +315,34 @@ class AcpSession:
         """The session's whole life, in one task of the agent's group: the task that opens the session (and
         with it the task groups of its MCP servers and subagent jobs) is the one that closes it. Started once
         the session is open, and the client's MCP servers are starting (an editor draws no prompt to wait for);
-        a StartupError reaches the caller of ``start``. Then the updates pump, until :meth:`aclose`."""
-        try:
+        a StartupError reaches the caller of ``start``. Then the updates pump, until :meth:`aclose`.
+
+        The whole life is shielded, so that closing is never cut short, and no scope is entered between the
+        session's opening and its closing: the task groups it opened (its subagent jobs') close while theirs
+        is the task's current scope, as anyio requires. It ends when :meth:`aclose` is called, which the agent
+        does for every session as it closes."""
+        with anyio.CancelScope(shield=True):
             try:
-                await session.start(resume=resume, defer_agent=resume is None)
-                await session.open_mcp()
-            except BaseException:
-                with anyio.CancelScope(shield=True):
+                try:
+                    await session.start(resume=resume, defer_agent=resume is None)
+                    await session.open_mcp()
+                except BaseException:
                     await session.aclose()
-                raise
-            task_status.started()
-            async with anyio.create_task_group() as group:
-                group.start_soon(self._updates.run, self._deliver)
-                if resume is None:
-                    group.start_soon(self._warm, session)
-                else:
-                    self._warmed.set()  # a resumed session's agent is built by start()
-                await self._closing.wait()
-                group.cancel_scope.cancel()
-            with anyio.CancelScope(shield=True):
+                    raise
+                task_status.started()
+                async with anyio.create_task_group() as group:
+                    group.start_soon(self._updates.run, self._deliver)
+                    if resume is None:
+                        group.start_soon(self._warm, session)
+                    else:
+                        self._warmed.set()  # a resumed session's agent is built by start()
+                    await self._closing.wait()
+                    group.cancel_scope.cancel()
                 await session.aclose()
-        finally:
-            self._updates.close()
-            self._warmed.set()
-            self._closed.set()
+            finally:
+                self._updates.close()
+                self._warmed.set()
+                self._closed.set()
 
     async def _warm(self, session: Session) -> None:
         """A new session's agent, built while the editor shows the session and its user types: the modules its

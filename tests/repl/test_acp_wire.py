@@ -194,3 +194,14 @@ def test_a_stream_of_tiny_deltas_arrives_whole_and_in_order_in_fewer_frames(tmp_
     assert {update["sessionUpdate"] for update in updates} == {"agent_message_chunk"}
     assert "".join(update["content"]["text"] for update in updates) == "".join(pieces)
     assert len(updates) < len(pieces)
+
+
+def test_a_session_with_subagents_closes_cleanly_when_the_client_goes(tmp_path: Path) -> None:
+    # The demo's session has subagents (their jobs' task group is open): closing it after a turn is exit 0, quiet.
+    agent = Agent(tmp_path, "--demo")
+    session = agent.new_session()
+    answer = agent.request(2, "session/prompt", {"sessionId": session, "prompt": [{"type": "text", "text": "hi"}]})
+    assert answer["result"] == {"stopReason": "end_turn"}
+    unknown = agent.request(3, "session/load", {"sessionId": "20990101-000000-aaaaaa", "cwd": str(agent.tree),
+                                                "mcpServers": []})
+    assert (agent.close(), unknown["error"]["code"]) == ((0, ""), -32002)
