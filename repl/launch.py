@@ -14,7 +14,6 @@ from __future__ import annotations
 import argparse
 import dataclasses
 import gc
-import importlib.util
 import logging
 import os
 import select
@@ -27,7 +26,6 @@ from typing import Any, TextIO
 
 from dsh.agent_loop.gc_pause import gc_paused
 from dsh.llm import ErrorCode, HarnessError, RedactingFilter, error_chain, redact_text, unwrap_group
-from dsh.llm._version import install_line
 from dsh.llm.endpoint import legacy_warning
 from dsh.llm.redact import redact_url
 from dsh.llm.wire_trace import not_regular, parse_speed
@@ -93,14 +91,9 @@ def _serve(args: list[str]) -> int:
     return serve_main(args)
 
 
-ACP_MISSING_EXTRA = f"dsh acp needs the acp extra: {install_line('acp')}"
-
-
 def _acp(args: list[str]) -> int:
-    """``dsh acp``: dsh as an ACP agent on stdio, for editors (dsh.repl.acp_agent, docs/editors.md)."""
-    if importlib.util.find_spec("acp") is None:
-        _stderr(ACP_MISSING_EXTRA)
-        return EXIT_USAGE
+    """``dsh acp``: dsh as an ACP agent on stdio, for editors (dsh.repl.acp_agent, docs/editors.md). It speaks
+    the protocol itself: no extra to install."""
     with gc_paused():  # the session's modules: no collection passes while they load
         acp_main: Callable[..., int] = entry("dsh.repl.acp_agent", "main")  # ACP itself: repl/acp_wire.py, no SDK
     return acp_main(args, dict(os.environ), setup_logging=_setup_logging, stderr=_stderr)

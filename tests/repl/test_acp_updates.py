@@ -96,13 +96,15 @@ def test_help_exits_0() -> None:
     assert result.returncode == 0 and result.stdout.startswith("usage: dsh acp")
 
 
-def test_without_the_acp_extra_one_line_names_it_and_exits_2() -> None:
-    # ``sys.modules["acp"] = None`` makes the SDK unimportable, as in an install without the extra.
+def test_dsh_acp_serves_without_the_acp_extra() -> None:
+    # ``sys.modules["acp"] = None`` makes the SDK unimportable, as in an install without the extra: dsh acp speaks
+    # the protocol itself (repl/acp_wire.py), so an editor needs nothing more than dsh.
     without_sdk = ("-c", "import runpy, sys; sys.modules['acp'] = None; "
                          "runpy.run_module('dsh.repl', run_name='__main__', alter_sys=True)")
-    result = _dsh("acp", launcher=without_sdk)
-    assert (result.returncode, result.stdout, result.stderr) == (2, "", "dsh acp needs the acp extra: "
-                                                                         "pip install 'dsh-agent[acp]'\n")
+    initialize = json.dumps({"jsonrpc": "2.0", "id": 0, "method": "initialize", "params": {"protocolVersion": 1}})
+    result = _dsh("acp", "--demo", launcher=without_sdk, stdin=initialize + "\n")
+    assert (result.returncode, result.stderr) == (0, "")
+    assert json.loads(result.stdout)["result"]["protocolVersion"] == 1
 
 
 def test_stdout_carries_nothing_but_frames(tmp_path: Path) -> None:
