@@ -6,8 +6,24 @@ first use, so ``import dsh.llm._version`` (``dsh --version``) does not pay for h
 
 from __future__ import annotations
 
+import sys
+import types
+
 from dsh.llm._exports import lazy_getattr
 from dsh.llm._version import __version__
+
+
+def _httpx_command_line(*args: object, **kwargs: object) -> None:
+    raise SystemExit("httpx's command line is not loaded inside dsh: run httpx from a shell")
+
+
+# httpx's package imports its command line (httpx._main, with rich, click and pygments' lexers) whenever those
+# are installed, as the mcp extra installs them: 100-200 ms at dsh's first request, for a program dsh never runs.
+# A stand-in keeps that import out (docs/performance.md, "Editors' first chunk").
+if "httpx" not in sys.modules and "httpx._main" not in sys.modules:
+    _stand_in = types.ModuleType("httpx._main", "httpx's command line: not loaded inside dsh (dsh.llm)")
+    _stand_in.main = _httpx_command_line  # type: ignore[attr-defined]
+    sys.modules["httpx._main"] = _stand_in
 
 TYPE_CHECKING = False  # not typing.TYPE_CHECKING: `typing` alone costs ``dsh --version`` a few ms
 if TYPE_CHECKING:

@@ -44,6 +44,18 @@ def test_importing_an_error_class_from_dsh_llm_does_not_load_the_http_client() -
     assert _fresh("import sys; from dsh.llm import LlmError, ToolCall; print('httpx' in sys.modules)") == "False\n"
 
 
+def test_httpx_through_dsh_leaves_its_command_line_and_what_that_needs_unloaded() -> None:
+    # rich and click are in the test environment (as the mcp extra brings them): plain httpx would load them.
+    code = ("import sys, importlib.util; import dsh.llm, httpx; "
+            "print(importlib.util.find_spec('rich') is not None, importlib.util.find_spec('click') is not None, "
+            "[name for name in ('rich', 'click') if name in sys.modules])")
+    assert _fresh(code) == "True True []\n"
+    done = subprocess.run([sys.executable, "-c", "import dsh.llm, httpx; httpx.main()"], capture_output=True,
+                          text=True, check=False)
+    assert (done.returncode, done.stderr) == (1, "httpx's command line is not loaded inside dsh: run httpx from a "
+                                                 "shell\n")
+
+
 def test_importing_the_session_log_from_dsh_agent_loop_does_not_load_the_agent() -> None:
     code = "import sys; from dsh.agent_loop import SessionLog; print('dsh.agent_loop.agent' in sys.modules)"
     assert _fresh(code) == "False\n"
