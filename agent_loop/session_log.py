@@ -66,7 +66,14 @@ from dsh.agent_loop.session_files import (
 )
 from dsh.agent_loop.session_id import new_session_id
 from dsh.agent_loop.session_list import resolve_session
-from dsh.agent_loop.session_read import TURN_BOUNDARIES, Loaded, each_record, load_summary, stream_log
+from dsh.agent_loop.session_read import (
+    TURN_BOUNDARIES,
+    Loaded,
+    PrefixReader,
+    each_record,
+    load_summary,
+    stream_log,
+)
 from dsh.llm.lines import read_lines
 from dsh.llm.text import loads
 
@@ -228,12 +235,15 @@ class SessionLog:
         *,
         on_record: Callable[[dict[str, Any]], None] | None = None,
         on_records: Callable[[list[dict[str, Any]]], None] | None = None,
+        prefix: PrefixReader | None = None,
     ) -> SessionLog:
         """Open an existing session to continue it: lock, cut a torn tail, close an open last turn.
 
         The log is streamed once: each record (then each closer appended) goes to ``on_record`` in
         order -- or to ``on_records`` a parsed batch at a time (resume: no call per record) -- and only
         the last turn's records are held here, so memory follows what the caller keeps, not the file's size.
+        ``prefix`` reads the log's start its own way (agent_loop/resume_prefix.py); if what it read does not stand,
+        the log, repaired, is read again as :meth:`PrefixReader.restart` says.
         """
         path = resolve_session(path_or_id, root)
         fd, _ = open_regular(path, os.O_RDWR | os.O_APPEND)
@@ -242,7 +252,7 @@ class SessionLog:
                 lock_session(fd, path)
                 if on_record is not None:
                     on_records = each_record(on_record)
-                loaded = stream_log(fd, path, on_records)
+                loaded = stream_log(fd, path, on_records, prefix=prefix)
                 log = cls(path, fd, loaded)
             except OSError as exc:
                 os.close(fd)
@@ -261,6 +271,9 @@ class SessionLog:
                             on_records([record])
                     log.sync()
                     log.repaired_turn = closers[-1].turn
+                while prefix is not None and not prefix.accepted():  # the warnings stay the first read's
+                    on_records, prefix = prefix.restart()
+                    stream_log(fd, path, on_records, prefix=prefix)
             except BaseException:
                 log.close()
                 raise

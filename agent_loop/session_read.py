@@ -8,10 +8,10 @@ from __future__ import annotations
 
 import itertools
 import os
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any, cast
+from typing import Any, Protocol, cast
 
 from dsh.agent_loop.events import TurnEnd, TurnStart
 from dsh.agent_loop.gc_pause import gc_paused
@@ -48,6 +48,24 @@ _WARNING_LIMIT = 20  # detailed warnings kept per load; the rest are only counte
 _RecordBatch = Callable[[list[dict[str, Any]]], None]  # hears records a parsed batch at a time
 
 
+class PrefixReader(Protocol):
+    """Reads the start of a log its own way (agent_loop/resume_prefix.py: a long log's resume skims what its cut
+    leaves out); the rest is read here, as ever."""
+
+    def scan(self, fd: int, start: int, size: int, loaded: Loaded, path: Path) -> tuple[int, int]:
+        """Read from ``start`` (after the header), counting into ``loaded``; ``(where the rest begins, lines read)``."""
+        ...
+
+    def accepted(self) -> bool:
+        """Once the log is read (and repaired): whether what :meth:`scan` read stands."""
+        ...
+
+    def restart(self) -> tuple[_RecordBatch, PrefixReader | None]:
+        """Where the records go when the log is read again (:meth:`accepted` said no), and how its start is read
+        then (None: as the rest)."""
+        ...
+
+
 def each_record(on_record: Callable[[dict[str, Any]], None]) -> _RecordBatch:
     def each(records: list[dict[str, Any]]) -> None:
         for record in records:
@@ -76,11 +94,13 @@ def stream_log(
     max_record: int | None = None,
     on_long: Callable[[LongLine], None] | None = None,
     keep_tail: bool = True,
+    prefix: PrefixReader | None = None,
 ) -> Loaded:
     """One pass over the log: every record to ``on_records`` in order, a batch at a time; keep only the last turn's.
 
     With ``max_record``, a longer line is never held: it goes to ``on_long`` as a :class:`LongLine`.
-    ``keep_tail`` False keeps not even the last turn (a reader that does not repair the log).
+    ``keep_tail`` False keeps not even the last turn (a reader that does not repair the log). ``prefix`` reads
+    the lines after the header up to where it says (not with ``max_record``).
     """
     warnings: list[str] = []
     batches = read_line_batches(fd, max_line=max_record)  # a chunk's lines at a time: no Python step per line
@@ -94,7 +114,13 @@ def stream_log(
     loaded = Loaded(_parse_header(first, path, warnings), [], warnings, len(first) + 1, keep_tail=keep_tail)
     number = 2  # the line number of the next line
     good_size = loaded.good_size
-    for item in itertools.chain((opening[1:],), batches):
+    rest: Iterator[list[bytes] | LongLine | int] | None = None
+    if prefix is not None:
+        tail, skimmed = prefix.scan(fd, good_size, os.fstat(fd).st_size, loaded, path)
+        if tail > good_size:  # the first chunk read is not needed (nor held): the rest starts at the tail
+            opening, batches = [], iter(())
+            rest, number, good_size = read_line_batches(fd, tail), number + skimmed, tail
+    for item in rest if rest is not None else itertools.chain((opening[1:],), batches):
         if isinstance(item, list):
             for start in range(0, len(item), _BATCH):
                 _take(item[start : start + _BATCH], number + start, path, loaded, on_records)

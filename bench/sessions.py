@@ -280,8 +280,8 @@ def _child(path: str) -> None:
 
 
 def _resume_like_dsh(path: str) -> None:
-    """What ``dsh --resume PATH`` does before it can send: open the log (window-bound, with the recap),
-    build the client and the agent, and hold the next request's messages."""
+    """What ``dsh --resume PATH`` does before it can send: open the log (window-bound, with the recap pricing
+    every logged request for the budget), build the client and the agent, and hold the next request's messages."""
     from bench.rss import _status_mb
 
     start = time.perf_counter()
@@ -293,9 +293,9 @@ def _resume_like_dsh(path: str) -> None:
 
     file = Path(path)
     info = model_info(DEFAULT_MODEL)
-    window = (info.context_window or 0) if info is not None else 0  # as Session._open passes it
+    window = (info.context_window or 0) if info is not None else 0  # as SessionLifecycle.open passes them
     log, conversation, recap = build.open_log(str(file), file.parent, project=str(file.parent), current=None,
-                                              window=window)
+                                              window=window, info=info)
     client = DeepSeekClient(base_url="http://127.0.0.1:9", api_key="bench-key")
     agent = Agent(client, model=DEFAULT_MODEL, session=log, conversation=conversation)
     request = ChatRequest(model=agent.model, messages=tuple(agent.messages), tools=agent.tools.specs())
