@@ -10,6 +10,7 @@ prompts): the front end shows them through its one sanitizer.
 from __future__ import annotations
 
 import datetime as _dt
+import re
 from collections import deque
 from dataclasses import dataclass, field
 from typing import Any, ClassVar
@@ -17,7 +18,7 @@ from typing import Any, ClassVar
 from dsh.agent_loop.plan import Plan, items_from_wire
 from dsh.agent_loop.web_cost import web_call_cost
 from dsh.llm.events import Usage
-from dsh.llm.models import ModelInfo, cost_usd
+from dsh.llm.models import ModelInfo, Prices, cost_usd
 
 __all__ = ["KEEP", "LIMIT", "Recap", "TurnSummary"]
 
@@ -55,6 +56,8 @@ def _count(value: object) -> int:
 
 
 _USAGE_FIELDS = tuple(Usage.__dataclass_fields__)
+# A record's time as session_log.py writes it: UTC, milliseconds, "Z".
+_WRITER_TIME = re.compile(r"[0-9]{4}-[0-9]{2}-[0-9]{2}T[0-9]{2}:[0-9]{2}:[0-9]{2}\.[0-9]{3}Z")
 
 
 def _when(value: object) -> _dt.datetime | None:
@@ -85,13 +88,24 @@ class Recap:
     spent: float = 0.0  # what the logged requests cost, each at its hour's prices (a budget counts it)
     model: str | None = None  # the last ``model/set`` record's (/model, /profile): a resume restores it
     plan: Plan | None = None  # the last ``plan/update`` record's (todo_write): a resume restores it
+    _hours: dict[str, Prices | None] = field(default_factory=dict)  # the prices of each UTC hour seen so far
 
     def _add_spend(self, usage: object, time: object) -> None:
         """One logged request's cost, as :class:`~dsh.agent_loop.usage.UsageTally` prices it (a request with no
         usage, no price or no time adds nothing)."""
-        when = _when(time)
-        prices = self.info.prices_at(when) if self.info is not None and when is not None else None
-        if prices is not None and isinstance(usage, dict):
+        if self.info is None or not isinstance(usage, dict):
+            return
+        # Prices change by the hour (llm/models.py is_peak): a time as the log's writer puts it is priced once an
+        # hour, not parsed once a record (a resume reads 100 000s).
+        hour = time[:13] if isinstance(time, str) and _WRITER_TIME.fullmatch(time) else None
+        if hour is not None and hour in self._hours:
+            prices = self._hours[hour]
+        else:
+            when = _when(time)
+            prices = self.info.prices_at(when) if when is not None else None
+            if hour is not None:
+                self._hours[hour] = prices
+        if prices is not None:
             self.spent += cost_usd(Usage(*(_count(usage.get(key)) for key in _USAGE_FIELDS)), prices)
 
     @property

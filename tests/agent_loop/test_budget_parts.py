@@ -3,6 +3,8 @@ reason's round trip through the log, and a capped turn that ``/model`` pointed a
 
 from __future__ import annotations
 
+import datetime
+
 from dsh.agent_loop.budget import Budget, budget_line, budget_words, dollars, unpriced_cap
 from dsh.agent_loop.reasons import BudgetStop, EndReason, Failed
 from dsh.agent_loop.recap import Recap
@@ -30,6 +32,20 @@ def test_the_recap_prices_each_logged_request_at_its_own_hour() -> None:
         recap(hostile)  # no time, no usage, no count: nothing added, nothing raised
     assert round(recap.spent, 6) == 0.60
     assert Recap()(_message("2026-12-05T02:00:00Z")) is None  # no model to price with: nothing counted
+
+
+def test_an_hour_priced_once_prices_every_request_of_that_hour_as_parsing_each_would() -> None:
+    # Every half hour of a week, as the writer puts a time (priced once an hour) and with an offset (parsed each
+    # time): the same spend, hour by hour, peak and off-peak alike.
+    start = datetime.datetime(2026, 12, 5, tzinfo=datetime.UTC)
+    times = [start + datetime.timedelta(minutes=30 * step) for step in range(2 * 24 * 7)]
+    cached, parsed = Recap(info=model_info("deepseek-flash")), Recap(info=model_info("deepseek-flash"))
+    for when in times:
+        cached(_message(when.isoformat(timespec="milliseconds").replace("+00:00", "Z")))
+        parsed(_message(when.isoformat()))
+        assert round(cached.spent, 9) == round(parsed.spent, 9), when
+    peak = 2 * 5 * 7  # half hours: 7 peak hours a weekday
+    assert round(cached.spent, 6) == round(0.30 * peak + 0.15 * (2 * 24 * 7 - peak), 6)
 
 
 def test_the_reason_round_trips_through_the_log_and_a_hostile_record_reads_zero() -> None:
