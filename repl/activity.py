@@ -1,11 +1,10 @@
-"""The toolbar's view of a running turn (``waiting for first token 12s · keep-alive 2s ago``), and the toolbar's
-width rule. The caller passes the clock in, which keeps it testable.
+"""The toolbar's view of a running turn (``waiting for first token 12s · keep-alive 2s ago``); the toolbar itself,
+and its width rule, are repl/prompt_line.py's. The caller passes the clock in, which keeps it testable.
 """
 
 from __future__ import annotations
 
 import math
-import unicodedata
 
 from dsh.agent_loop.events import (
     Event,
@@ -21,9 +20,7 @@ from dsh.agent_loop.events import (
 )
 from dsh.repl.sanitize import one_line
 
-__all__ = ["STALL_AFTER_S", "TurnActivity", "fit_width"]
-
-_ELLIPSIS = "…"
+__all__ = ["STALL_AFTER_S", "TurnActivity"]
 
 
 def _finite(value: float) -> float:
@@ -92,24 +89,3 @@ class TurnActivity:
             return f"running {self._detail}" if self._detail else "running a tool"
         return ""
 
-
-def _cells(char: str) -> int:
-    if unicodedata.combining(char):
-        return 0
-    return 2 if unicodedata.east_asian_width(char) in ("W", "F") else 1
-
-
-def fit_width(text: str, width: int) -> str:
-    """``text`` cut to ``width`` terminal cells, ``…`` marking the cut (a toolbar line never wraps)."""
-    if width <= 0:
-        return ""
-    if len(text) <= width and text.isascii():
-        return text
-    cells = [_cells(char) for char in text]
-    if sum(cells) <= width:
-        return text
-    used, end = 0, 0
-    while end < len(text) and used + cells[end] <= width - 1:
-        used += cells[end]
-        end += 1
-    return text[:end] + _ELLIPSIS

@@ -1,7 +1,8 @@
 """The interactive REPL: a prompt_toolkit prompt between turns, a small live view during a turn.
 
 Between turns ``PromptSession.prompt_async`` reads a line (history, completion, multiline, the
-toolbar). While a turn runs a second, tiny application owns the terminal: it shows the line that
+toolbar: repl/prompt_line.py, and what needs the shell, repl/prompt_parts.py). While a turn runs a second, tiny
+application owns the terminal: it shows the line that
 is still streaming and the toolbar (``waiting for first token 12s · keep-alive 2s ago``), binds
 Ctrl-C to cancel the turn and asks shell-command approvals inline. Complete lines are written
 above it, raw (erasing the view, writing, drawing it again); the partial line lives in the view until its newline
@@ -10,8 +11,12 @@ arrives, so the view is always drawn from column 0 and nothing is ever glued or 
 Outside any application (the short gaps between them) the terminal is in cooked mode and Ctrl-C
 is a SIGINT, which a signal receiver turns into the same actions.
 
-This module is the app: the prompt (history, completion, keys, toolbar), the live view and the loop. What
-writes to the terminal is repl/terminal_sink.py; what the live view holds between keys, repl/live_view_state.py.
+A new session's first prompt reads keys before the shell and the session are imported: the shell is opened behind
+it (:meth:`InteractiveApp.run_opening`), and a line sent before that waits for it. So this module imports neither
+at its top (docs/architecture.md, "Start-up and lazy imports").
+
+This module is the app: the loop, what start-up leaves for behind the first prompt, the signals and the live view.
+What writes to the terminal is repl/terminal_sink.py; what the live view holds between keys, repl/live_view_state.py.
 """
 
 from __future__ import annotations
@@ -19,11 +24,10 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import gc
-import os
 import signal
 import sys
 import time
-from collections.abc import AsyncIterator, Callable, Coroutine, Iterable
+from collections.abc import AsyncIterator, Awaitable, Callable, Coroutine
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
@@ -32,105 +36,40 @@ from prompt_toolkit import PromptSession
 from prompt_toolkit.application import Application
 from prompt_toolkit.application.current import get_app_session
 from prompt_toolkit.buffer import Buffer
-from prompt_toolkit.completion import CompleteEvent, Completer, Completion
-from prompt_toolkit.document import Document
 from prompt_toolkit.filters import Condition
 from prompt_toolkit.formatted_text import ANSI, AnyFormattedText
-from prompt_toolkit.history import FileHistory
 from prompt_toolkit.key_binding import KeyBindings, KeyPressEvent
 from prompt_toolkit.keys import Keys
 from prompt_toolkit.layout import ConditionalContainer, HSplit, Layout, Window
 from prompt_toolkit.layout.controls import FormattedTextControl
 from prompt_toolkit.patch_stdout import patch_stdout
 
-from dsh.agent_loop.path_index import PathIndex
-from dsh.agent_loop.plan import current_plan, plan_progress
 from dsh.llm import unwrap_group
-from dsh.repl import commands, custom_commands
-from dsh.repl.activity import fit_width
 from dsh.repl.approvals import Approval, approval_answer, question_for
 from dsh.repl.config import Config, history_path
 from dsh.repl.first_prompt import ENDING_SIGNALS, PROMPT, ending_status, typed_ahead
+from dsh.repl.lazy import entry, module
 from dsh.repl.live_view_state import LiveViewState
 from dsh.repl.options import DrawnPrompt, LaunchOptions
-from dsh.repl.prompt_input import add_editor_keys, add_paste_key, editing_mode, prompt_completer
-from dsh.repl.sanitize import sanitize
-from dsh.repl.shell import Shell, StartupError, color, open_shell
+from dsh.repl.prompt_line import NARROW_COLUMNS, SafeHistory, Toolbar, new_prompt, prompt_keys
 from dsh.repl.styles import terminal_text
 from dsh.repl.terminal_sink import TerminalSink
-from dsh.repl.usage import context_text
 
 if TYPE_CHECKING:
     from dsh.agent_loop.tools.edits import EditRequest
     from dsh.agent_loop.tools.registry import Approval as ToolApproval
     from dsh.agent_loop.tools.registry import McpCallRequest
+    from dsh.repl.prompt_parts import PromptParts
+    from dsh.repl.shell import Shell
 
-__all__ = ["InteractiveApp", "SafeHistory", "SlashCompleter", "run_interactive"]
+__all__ = ["InteractiveApp", "SafeHistory", "run_interactive"]
 
 DOUBLE_CTRL_C_WINDOW = 2.0
 _SIGNALS = (signal.SIGINT, *ENDING_SIGNALS)  # a quit or hangup by kill too: raw mode makes Ctrl-\ a key
 _WAKE = "\x00wake"  # what the prompt returns when a background job's notice wakes the idle owner
 EXIT_HINT = "(press Ctrl-C again to exit, or Ctrl-D)"
 _ANSWERS: dict[str, ToolApproval] = {"y": "yes", "n": "no", "a": "always"}  # an approval key to its answer
-# At this width or less the toolbar puts the live status first: what is cut is the static part.
-NARROW_COLUMNS = 80
-
-
-class SafeHistory(FileHistory):
-    """Persistent history that never stores a line shaped like a secret (the guard would refuse it)."""
-
-    def __init__(self, path: Path) -> None:
-        path.parent.mkdir(parents=True, exist_ok=True, mode=0o700)
-        if not path.exists():
-            with contextlib.suppress(OSError):
-                os.close(os.open(path, os.O_WRONLY | os.O_CREAT | os.O_APPEND, 0o600))
-        super().__init__(str(path))
-
-    def store_string(self, string: str) -> None:
-        from dsh.agent_loop.guard import secret_shape  # with the agent's tools: not before the first prompt
-
-        if secret_shape(string) is None:
-            with contextlib.suppress(OSError):
-                super().store_string(string)
-
-
-class SlashCompleter(Completer):
-    """Completes ``/commands``, and the argument of ``/scenario`` and ``/resume``."""
-
-    def __init__(self, shell: Shell) -> None:
-        self.shell = shell
-
-    def get_completions(self, document: Document, complete_event: CompleteEvent) -> Iterable[Completion]:
-        text = document.text_before_cursor
-        if not text.startswith("/") or "\n" in text or text.startswith("//"):
-            return
-        name, space, arg = text[1:].partition(" ")
-        if not space:
-            for command in commands.COMMANDS.values():
-                if command.demo_only and self.shell.endpoint.controls is None:
-                    continue
-                if command.name.startswith(name.lower()):
-                    yield Completion("/" + command.name, start_position=-len(text), display_meta=command.summary)
-            for custom, meta in custom_commands.completions(self.shell, commands.COMMANDS, name):
-                yield Completion("/" + custom, start_position=-len(text), display_meta=sanitize(meta))
-            return
-        for value, meta in self._arguments(name.lower()):
-            if value.startswith(arg):
-                # prompt_toolkit draws the menu itself: session ids and titles get the sink's sanitizer.
-                yield Completion(value, start_position=-len(arg), display=sanitize(value), display_meta=sanitize(meta))
-
-    def _arguments(self, name: str) -> list[tuple[str, str]]:
-        controls = self.shell.endpoint.controls
-        if name == "scenario" and controls is not None:
-            return controls.scenarios()
-        if name == "skill":
-            return custom_commands.skill_names(self.shell)
-        if name == "resume":
-            session = self.shell.session
-            return [("last", "this project's latest session")] + [
-                (info.id, info.title) for info in reversed(session.saved_sessions(session.project))
-            ]
-        return []
+OpenShell = Callable[[], Awaitable["Shell"]]  # run_opening's: the shell opened, behind the first prompt
 
 
 class InteractiveApp:
@@ -143,21 +82,30 @@ class InteractiveApp:
     rewrites_partial = True  # the sink keeps an unfinished line aside
     can_approve = True
 
-    def __init__(self, *, history: Path) -> None:
+    def __init__(self, *, history: Path, config: Config | None = None) -> None:
+        """``config``: what the prompt and the toolbar need while the shell is not open (``run_opening``)."""
         self.history_path = history
-        self._shell: Shell | None = None  # given to run()
+        self._config = config
+        self._shell: Shell | None = None  # given to run(), or opened behind the first prompt (run_opening)
+        self._parts: PromptParts | None = None  # what the prompt gains from the shell (repl/prompt_parts.py)
         self._output = get_app_session().output  # before patch_stdout replaces sys.stdout
         self.sink = TerminalSink(self._output)
+        self._keys = prompt_keys(ctrl_c=lambda event: self._prompt_ctrl_c(event.current_buffer, event.app),
+                                 expand=self._expand, cycle_mode=self._cycle_mode)
+        self._toolbar = Toolbar(config, self._columns)
         self._session: PromptSession[str] | None = None
         self._view: Application[None] | None = None
         self._last_ctrl_c: float | None = None
         self._exit_status: int | None = None
         self._turn = LiveViewState()  # what the live view holds between keys: typed ahead, cancelling, a question
-        self._startup_error: StartupError | None = None
+        self._startup_error: Exception | None = None  # a failure behind the prompt: raised once the prompt is gone
         self._first_prompt: DrawnPrompt | None = None  # drawn by start-up, taken over by the first prompt
         self._drawn = asyncio.Event()  # this prompt is on the screen: the agent's build may start
+        self._open_shell: OpenShell | None = None  # run_opening's, until the shell is open
+        self._opening: asyncio.Task[None] | None = None
+        self._shell_opened = asyncio.Event()  # open, or its opening failed (the failure stored)
+        self._line_taken_back = False  # Ctrl-C after a line was sent, before the shell was open: it does not run
         self._servers_opened = False
-        self._paths: PathIndex | None = None  # the tree's files for @ completion, listed behind the first prompt
 
     # --- the front end a shell writes to ------------------------------------------------------------
 
@@ -184,8 +132,18 @@ class InteractiveApp:
     # --- the loop ---------------------------------------------------------------------------------
 
     async def run(self, shell: Shell, *, banner: str, first_prompt: DrawnPrompt | None = None) -> int:
-        """The REPL until exit; ``first_prompt``: the banner and prompt start-up already drew, to take over."""
-        self._shell = shell
+        """The REPL over an open shell until exit; ``first_prompt``: the banner and prompt start-up already drew, to
+        take over."""
+        self._shell_opened.set()
+        return await self._run(first_prompt, shell, banner)
+
+    async def run_opening(self, open_shell: OpenShell, *, first_prompt: DrawnPrompt) -> int:
+        """The REPL until exit, its first prompt taking ``first_prompt`` over with the keys typed at it while
+        ``open_shell`` opens the shell behind it (``_open_behind``)."""
+        self._open_shell = open_shell
+        return await self._run(first_prompt)
+
+    async def _run(self, first_prompt: DrawnPrompt | None, shell: Shell | None = None, banner: str = "") -> int:
         self._first_prompt = first_prompt
         # Plain asyncio (prompt_toolkit's loop) until the first prompt is drawn: anyio's backend is
         # loaded with the agent, just after (see _build_agent).
@@ -194,31 +152,35 @@ class InteractiveApp:
             loop.add_signal_handler(signum, self._on_signal, signum)
         try:
             with patch_stdout(raw=True):
-                return await self._loop(banner)
+                return await self._loop(shell, banner)
         finally:
+            if self._opening is not None and not self._opening.done():
+                self._opening.cancel()  # the loop ended first (a signal, a failure): the exit stack closes the rest
+                await asyncio.wait([self._opening])
             for signum in _SIGNALS:
                 loop.remove_signal_handler(signum)
 
-    async def _loop(self, banner: str) -> int:
+    async def _loop(self, shell: Shell | None, banner: str) -> int:
         self.sink.prompt_toolkit_ran = True  # from the banner on (patch_stdout is running)
-        self._session = self._build_prompt()
-        early = self._first_prompt
-        if early is None or early.banner != banner:
-            if early is not None:
-                early.abandon()  # not what start-up promised (never expected): the real banner follows
-            self.shell.say(banner)
+        config = shell.config if shell is not None else self._config
+        assert config is not None, "a shell, or the config to open one with"
+        self._session = new_prompt(self.history_path, self._keys, vi_mode=config.vi_mode, toolbar=self._prompt_toolbar)
+        if shell is not None:
+            self._attach(shell, banner)
         while True:
             line = await self._read_line()
-            if self._startup_error is not None:
-                raise self._startup_error  # the CLI says why, once the prompt is gone
+            self._raise_startup_error()
             if line is None:
                 break
+            shell = await self._shell_for(line)
+            if shell is None:
+                continue
             if line != _WAKE:
-                await self.shell.handle_line(line)
+                await shell.handle_line(line)
             # Notices that arrived while idle (or during a command) get a turn of their own.
-            await self.shell.deliver_notices()
-            if self.shell.exit_code is not None:
-                return self.shell.exit_code
+            await shell.deliver_notices()
+            if shell.exit_code is not None:
+                return shell.exit_code
             if self._exit_status is not None:
                 break
         await self.sink.drain()
@@ -228,8 +190,7 @@ class InteractiveApp:
         assert self._session is not None
         if self._exit_status is not None:
             return None  # an ending signal came before this prompt ran
-        default, self.shell.prefill = self.shell.prefill, ""
-        self._session.editing_mode = editing_mode(self.shell.vi_mode)  # /vim switches from the next prompt
+        default = self._parts.before_prompt(self._session) if self._parts is not None else ""
         prompt = self._session.prompt_async(PROMPT, default=default, handle_sigint=False, pre_run=self._pre_run)
         try:
             async with asyncio.TaskGroup() as group:  # asyncio's: anyio's backend comes with the agent, behind it
@@ -237,36 +198,42 @@ class InteractiveApp:
         except BaseExceptionGroup as failures:
             raise unwrap_group(failures) from None  # one task's failure, as the loop would have seen it
 
+    def _raise_startup_error(self) -> None:
+        if self._startup_error is not None:
+            raise self._startup_error  # the CLI says why, once the prompt is gone
+
     # --- what start-up deferred, behind the first prompt ----------------------------------------------
 
     def _pre_run(self) -> None:
         """Runs just before prompt_toolkit reads the typeahead, enters raw mode and draws the prompt."""
         if self._first_prompt is not None:
             self._first_prompt.take_over()  # echo back on before raw mode saves it; its prompt is drawn over
+        self._line_taken_back = False
         self._drawn.set()  # the prompt is drawn before the awaiting task runs: the agent's build starts then
         if self._exit_status is not None:
             self._exit_prompt()  # an ending signal came while the prompt was being set up
 
     async def _prompt_beside_startup(self, group: asyncio.TaskGroup, prompt: Coroutine[Any, Any, str]) -> str | None:
-        """The prompt's line (None: the input ended), read in ``group`` beside what start-up left for behind it:
-        while the session has no agent, its modules' import and its build, once the prompt is drawn; the first
-        time, the session's MCP servers opened, once those modules are in or the line is, from this task: the one
-        that closes them with the session (they never delay the prompt, docs/mcp.md). The line's end cancels an
+        """The prompt's line (None: the input ended), read in ``group`` beside what start-up left for behind it: the
+        first time, the shell opened (``_open_behind``, in a task of its own: a line sent meanwhile waits for it);
+        while the session has no agent, its modules' import and its build, once the prompt is drawn; the first time,
+        the session's MCP servers opened, once those modules are in or the line is, from this task: the one that
+        closes them with the session (they never delay the prompt, docs/mcp.md). The line's end cancels an
         unfinished build: the line's turn builds the agent itself (Session.run_turn)."""
         self._drawn = asyncio.Event()
         imported_or_read = asyncio.Event()
         reading = group.create_task(self._line(prompt, imported_or_read))
-        building = group.create_task(self._build_agent(imported_or_read)) if self.shell.session.agent is None else None
+        if self._open_shell is not None and self._opening is None:
+            self._opening = asyncio.create_task(self._open_behind(self._open_shell, self._drawn))
+        building = None
+        if self._shell is None or self._shell.session.agent is None:
+            building = group.create_task(self._build_agent(imported_or_read))
         if not self._servers_opened:
             self._servers_opened = True
             # Not before the agent's modules are in (the manager is one): importing it here meanwhile would wait
             # for the worker thread's import lock with the loop, and keys typed at the prompt with it.
             await imported_or_read.wait()
-            try:
-                await self.shell.session.open_mcp()
-            except StartupError as exc:
-                self._startup_error = exc
-                self._exit_prompt()
+            await self._open_servers()
         line = await reading
         gc.enable()  # start-up is over (dsh.repl.launch paused the collector): a line's turn comes next
         if building is not None:
@@ -284,31 +251,93 @@ class InteractiveApp:
         finally:
             done.set()
 
-    async def _build_agent(self, imported: asyncio.Event) -> None:
-        """Once the prompt is drawn: the agent's modules imported, then the agent built; a failure ends the prompt
-        and the loop raises it (the CLI says why in one line)."""
-        await self._drawn.wait()
-        await self._typed_ahead_drawn()  # the import holds the interpreter: ~15 ms more until those keys show
+    async def _open_behind(self, open_shell: OpenShell, drawn: asyncio.Event) -> None:
+        """Once the first prompt is drawn with the keys typed at the early one: the shell's modules (the session, the
+        renderer, the commands) imported in a worker thread, so that keys typed meanwhile are drawn as they come; then
+        the shell opened, and the prompt given its parts. A failure ends the prompt, and the loop raises it."""
         try:
-            # Its modules take longer to import than the prompt took to draw: in a worker thread, so that keys
-            # typed at the prompt meanwhile are drawn as they come (docs/architecture.md, "Start-up and lazy
-            # imports").
-            await asyncio.to_thread(_import_agent_modules)
-        except Exception:
-            pass  # a broken install: the build below raises it again, as a StartupError
+            await drawn.wait()
+            await self._typed_ahead_drawn()  # the import holds the interpreter: those keys first
+            await asyncio.to_thread(module, "dsh.repl.prompt_parts")  # and dsh.repl.shell, with the session
+            shell = await open_shell()
+            self._attach(shell, shell.endpoint.label.banner(shell.session))
+        except Exception as exc:
+            self._fail(exc)
+        finally:
+            self._shell_opened.set()
+
+    def _attach(self, shell: Shell, banner: str) -> None:
+        """The shell is open: the prompt gains its parts, the session takes over a mode chosen meanwhile, and the
+        banner is said unless start-up drew this one."""
+        parts: type[PromptParts] = entry("dsh.repl.prompt_parts", "PromptParts")
+        self._parts = parts(shell, self._keys)
+        early_mode = self._toolbar.early_permissions
+        if early_mode is not None and early_mode.mode != shell.session.permissions.mode:
+            shell.session.permissions.set(early_mode.mode)  # Shift+Tab before the shell was open
+        self._shell = shell
+        if self._session is not None:
+            self._session.completer = self._parts.completer
+            self._session.app.invalidate()  # the toolbar, from the session now
+        early = self._first_prompt
+        if early is None or early.banner != banner:
+            if early is not None:
+                early.abandon()  # not what start-up promised (never expected): the real banner follows
+            shell.say(banner)
+
+    async def _shell_for(self, line: str) -> Shell | None:
+        """The shell to handle ``line`` with, once it is open (a line sent before waits for it); None for a line not to
+        run: blank while the shell was not open yet, taken back by Ctrl-C while it waited (``_on_signal``), or sent
+        before an ending signal."""
+        if self._shell is None and not line.strip():
+            return None
+        shell = await self._opened()
+        self._raise_startup_error()
+        return None if self._line_taken_back or self._exit_status is not None else shell
+
+    async def _opened(self) -> Shell | None:
+        """The shell, once open; None if its opening failed (the failure is stored: ``_raise_startup_error``)."""
+        await self._shell_opened.wait()
+        return self._shell
+
+    def _fail(self, exc: Exception) -> None:
+        """Start-up behind the prompt failed: the prompt ends, and the loop raises ``exc`` (the CLI says why)."""
+        self._startup_error = exc
+        self._exit_prompt()
+
+    async def _open_servers(self) -> None:
+        shell = await self._opened()
+        if shell is None:
+            return
+        try:
+            await shell.session.open_mcp()
+        except Exception as exc:
+            self._fail(exc)
+
+    async def _build_agent(self, imported: asyncio.Event) -> None:
+        """Once the prompt is drawn and the shell open: the agent's modules imported, then the agent built; a failure
+        ends the prompt and the loop raises it (the CLI says why in one line)."""
+        try:
+            await self._drawn.wait()
+            await self._typed_ahead_drawn()  # the import holds the interpreter: ~15 ms more until those keys show
+            shell = await self._opened()
+            if shell is None:
+                return
+            with contextlib.suppress(Exception):  # a broken install: the build below raises it, as a StartupError
+                # Its modules take longer to import than the prompt took to draw: in a worker thread, so that keys
+                # typed at the prompt meanwhile are drawn as they come (docs/architecture.md, "Start-up and lazy
+                # imports").
+                await asyncio.to_thread(_import_agent_modules)
         finally:
             imported.set()
         try:
-            self.shell.session.ensure_agent()
-            custom_commands.table(self.shell, commands.COMMANDS)  # a custom command's skipped line, if any, now
-        except StartupError as exc:
-            self._startup_error = exc
-            self._exit_prompt()
+            shell.session.ensure_agent()
+            if self._parts is not None:
+                self._parts.agent_built()  # a custom command's skipped line, the tree listed for @ completion
+        except Exception as exc:
+            self._fail(exc)
             return
         finally:
             gc.enable()  # start-up is over once the agent is in (dsh.repl.launch paused the collector for it)
-        if self._paths is not None:  # the tree listed for @ completion, in a worker thread, once the agent is in
-            self._paths.start()  # (not beside the first keys: a typed @ lists it at once anyway)
         anyio.get_cancelled_exc_class()  # loads anyio's backend now rather than in the first turn
 
     async def _typed_ahead_drawn(self) -> None:
@@ -325,14 +354,18 @@ class InteractiveApp:
     # --- signals (only while no application owns the terminal, or sent by kill) -------------------
 
     def _on_signal(self, signum: int) -> None:
+        shell = self._shell
         if signum in ENDING_SIGNALS:  # the turn ends, the prompt exits, prompt_toolkit restores the terminal
             self._exit_status = ending_status(signum)
-            self.shell.cancel_turn()
+            if shell is not None:
+                shell.cancel_turn()
             self._exit_prompt()
-        elif self.shell.session.turn_running:
+        elif shell is not None and shell.session.turn_running:
             self._cancel_turn()
         elif self._session is not None and self._session.app.is_running:
             self._prompt_ctrl_c(self._session.app.current_buffer, self._session.app)
+        elif shell is None:
+            self._line_taken_back = True  # the line sent waits for the shell: Ctrl-C takes it back
 
     def _wake_for_notice(self) -> None:
         """A background job settled while the user sits at an empty prompt: let the model see it now."""
@@ -347,26 +380,7 @@ class InteractiveApp:
         if app is not None and app.is_running and app.future is not None and not app.future.done():
             app.exit(exception=EOFError())
 
-    # --- the prompt ----------------------------------------------------------------------------------
-
-    def _toolbar_base(self, *, mode: bool = True) -> str:
-        session = self.shell.session
-        text = f" {session.model} · {session.endpoint}" + (f" · {self._mode_text()}" if mode else "")
-        context = context_text(session.usage, self.shell.config.models)
-        if context is not None:
-            text += f" · {context}"
-        text += self.shell.endpoint.label.toolbar()
-        return sanitize(text)  # prompt_toolkit draws the toolbar: the sink's sanitizer, applied here
-
-    def _mode_text(self) -> str:
-        """The permission mode, always on the toolbar (docs/safety.md)."""
-        return f"mode: {self.shell.session.permissions.mode}"
-
-    def _cycle_mode(self, event: KeyPressEvent) -> None:
-        """Shift+Tab, at the prompt or during a turn: the next permission mode (auto only with a sandbox); a
-        turn's next tool call gets it (docs/safety.md)."""
-        self.shell.session.permissions.cycle()
-        event.app.invalidate()
+    # --- the prompt's keys and toolbar (repl/prompt_line.py) --------------------------------------------
 
     def _columns(self) -> int:
         try:
@@ -374,60 +388,19 @@ class InteractiveApp:
         except OSError:
             return NARROW_COLUMNS
 
-    def _plan_line(self, columns: int) -> str:
-        """``plan 2/5 ▸ Running the tests`` on a line of its own under the toolbar while the plan has open items."""
-        plan = current_plan(self.shell.session)
-        progress = plan_progress(plan) if plan is not None else None
-        return "\n" + fit_width(sanitize(f" {progress}"), columns) if progress else ""
-
     def _prompt_toolbar(self) -> AnyFormattedText:
-        columns = self._columns()
-        return fit_width(self._toolbar_base() + " · /help", columns) + self._plan_line(columns)
+        return self._toolbar.prompt_text(self._shell)
 
-    def _build_prompt(self) -> PromptSession[str]:
-        keys = KeyBindings()
-
-        @keys.add("c-c")
-        def _ctrl_c(event: KeyPressEvent) -> None:
-            self._prompt_ctrl_c(event.current_buffer, event.app)
-
-        @keys.add("enter")
-        def _enter(event: KeyPressEvent) -> None:
-            buffer = event.current_buffer
-            document = buffer.document
-            if document.is_cursor_at_the_end and document.text.endswith("\\"):
-                buffer.delete_before_cursor(1)
-                buffer.insert_text("\n")  # a trailing backslash continues the prompt
-                return
-            buffer.validate_and_handle()
-
-        @keys.add("escape", "enter")
-        def _newline(event: KeyPressEvent) -> None:
-            event.current_buffer.insert_text("\n")
-
-        keys.add("c-o")(self._expand)
-        keys.add(Keys.BackTab)(self._cycle_mode)
-        add_editor_keys(keys)  # Ctrl-G: the prompt in $VISUAL/$EDITOR (repl/prompt_input.py)
-        add_paste_key(keys, self.shell.pasted, Path(self.shell.session.cwd))  # a pasted image path (same module)
-        self._paths = PathIndex(Path(self.shell.session.cwd))
-
-        return PromptSession(
-            history=SafeHistory(self.history_path),
-            completer=prompt_completer(SlashCompleter(self.shell), self._paths),
-            complete_while_typing=True,
-            enable_open_in_editor=True,
-            vi_mode=self.shell.vi_mode,
-            key_bindings=keys,
-            multiline=True,
-            prompt_continuation=lambda width, line_number, soft_wrap: ". ".rjust(width),
-            bottom_toolbar=self._prompt_toolbar,
-            enable_history_search=False,
-            erase_when_done=False,
-        )
+    def _cycle_mode(self, event: KeyPressEvent) -> None:
+        """Shift+Tab, at the prompt or during a turn: the next permission mode (auto only with a sandbox); a
+        turn's next tool call gets it (docs/safety.md)."""
+        self._toolbar.permissions(self._shell).cycle()
+        event.app.invalidate()
 
     def _expand(self, event: KeyPressEvent) -> None:
         """Ctrl-O, at the prompt or during a turn: the last tool output in full, above (like ``/expand``)."""
-        self.shell.say(commands.expanded_output(self.shell.session.last_tool_result))
+        if self._parts is not None:  # no shell yet, no tool output
+            self._parts.expand()
 
     def _prompt_ctrl_c(self, buffer: Buffer, app: Application[str]) -> None:
         if buffer.text:
@@ -440,22 +413,13 @@ class InteractiveApp:
                 app.exit(exception=EOFError())
             return
         self._last_ctrl_c = now
-        self.sink.write(self.shell.renderer.line(EXIT_HINT))
+        self.sink.write(self.shell.renderer.line(EXIT_HINT) if self._shell is not None else EXIT_HINT + "\n")
 
     # --- the live view during a turn ---------------------------------------------------------------
 
     def _turn_toolbar(self) -> AnyFormattedText:
         activity = self.shell.display.activity.text(time.monotonic())
-        hint = self._turn.hint()
-        base = self._toolbar_base()
-        columns = self._columns()
-        text = base + (f" · {activity}" if activity else "") + f" · {hint}"
-        if columns <= NARROW_COLUMNS or fit_width(text, columns) != text:
-            # The live part first, so what a narrow terminal (or a long endpoint) cuts is the static part; the
-            # mode, which says what the next tool call may do, with the live part.
-            static = self._toolbar_base(mode=False).strip()
-            text = " " + " · ".join(part for part in (activity, hint, self._mode_text(), static) if part)
-        return [("class:bottom-toolbar", fit_width(sanitize(text), columns) + self._plan_line(columns))]
+        return [("class:bottom-toolbar", self._toolbar.turn_text(self._shell, activity, self._turn.hint()))]
 
     def _cancel_turn(self) -> None:
         """Cancel the running turn; until it has ended (a subagent's child is torn down first) the toolbar says so."""
@@ -505,7 +469,7 @@ class InteractiveApp:
                       dont_extend_height=True, always_hide_cursor=True)
         has_live = Condition(lambda: bool(self.sink.partial or self._turn.question))
         toolbar = Window(FormattedTextControl(self._turn_toolbar, show_cursor=False),
-                         height=lambda: 2 if self._plan_line(NARROW_COLUMNS) else 1,  # the plan's line
+                         height=lambda: 2 if self._toolbar.plan_line(self._shell, NARROW_COLUMNS) else 1,
                          style="class:bottom-toolbar", always_hide_cursor=True)
         return Application(
             layout=Layout(HSplit([ConditionalContainer(live, filter=has_live), toolbar])),
@@ -588,13 +552,31 @@ def _import_agent_modules() -> None:
 
 
 async def run_interactive(options: LaunchOptions, config: Config, env: dict[str, str]) -> int:
-    """The REPL: the first prompt is drawn first and the agent built behind it (see ``_build_agent``)."""
-    app = InteractiveApp(history=history_path(env))
+    """The REPL. A new session's first prompt takes keys first, the shell opened behind it (``run_opening``), and the
+    agent built behind that (``_build_agent``); when something comes before the prompt (hints, the demo's endpoint, a
+    resumed session's recap), the shell is opened first."""
+    app = InteractiveApp(history=history_path(env), config=config)
     async with contextlib.AsyncExitStack() as stack:
         early = options.first_prompt  # dsh.repl.launch drew it, or not
-        shell = await open_shell(stack, options, config, env, app, color=color(env, sys.stdout), show_usage=True,
-                                 defer_agent=True, session_id=early.session_id if early is not None else None)
+
+        async def open_shell() -> Shell:
+            return await _open_shell(stack, options, config, env, app,
+                                     session_id=early.session_id if early is not None else None)
+
+        if early is not None:
+            return await app.run_opening(open_shell, first_prompt=early)
+        shell = await open_shell()
         if options.resume is not None:
             shell.report_resumed()
-        return await app.run(shell, banner=shell.endpoint.label.banner(shell.session), first_prompt=early)
+        return await app.run(shell, banner=shell.endpoint.label.banner(shell.session))
     return 1  # pragma: no cover - the exit stack does not swallow
+
+
+async def _open_shell(stack: contextlib.AsyncExitStack, options: LaunchOptions, config: Config, env: dict[str, str],
+                      app: InteractiveApp, *, session_id: str | None) -> Shell:
+    """A started shell on ``app`` over the run's endpoint, held open by ``stack``, its agent built behind the prompt
+    (dsh.repl.shell, imported now if a worker thread has not done it yet); StartupError if not."""
+    open_shell: Callable[..., Awaitable[Shell]] = entry("dsh.repl.shell", "open_shell")
+    color: Callable[..., bool] = entry("dsh.repl.shell", "color")
+    return await open_shell(stack, options, config, env, app, color=color(env, sys.stdout), show_usage=True,
+                            defer_agent=True, session_id=session_id)

@@ -349,8 +349,6 @@ def _run_mode(mode: str, options: LaunchOptions, config: Config, env: dict[str, 
     _setup_logging(env, config.secrets)
     import asyncio  # the loop: imported after the first prompt may have been drawn
 
-    from dsh.agent_loop.session import StartupError  # the session's modules: after the first prompt, too
-
     mode_main = _mode_main(mode)
     if mode != "interactive":
         gc.enable()  # a turn comes next, with its garbage; the interactive app enables it behind its first prompt
@@ -358,7 +356,11 @@ def _run_mode(mode: str, options: LaunchOptions, config: Config, env: dict[str, 
         # asyncio, prompt_toolkit's loop, with anyio inside it: anyio loads its backend on first use,
         # which in the interactive mode comes after the first prompt is drawn.
         return asyncio.run(mode_main(options, config, env))
-    except StartupError as exc:
+    except HarnessError as exc:
+        # The session's modules come after the first prompt (the terminal's even after prompt_toolkit takes keys):
+        # its StartupError is looked up only when an error ends the mode.
+        if not isinstance(exc, entry("dsh.agent_loop.session_types", "StartupError")):
+            raise
         if options.first_prompt is not None:
             options.first_prompt.abandon()  # the failure goes where the prompt was
         cause = exc.__cause__ or exc

@@ -1,10 +1,10 @@
-"""What the prompt adds to typing: ``@`` completing the tree's paths, the editor (Ctrl-G, Ctrl-X Ctrl-E), vi key
-bindings and a pasted image path (docs/prompt.md).
+"""What the prompt adds to typing once the shell is open: ``@`` completing the tree's paths, vi key bindings and a
+pasted image path (docs/prompt.md); the editor's keys (Ctrl-G, Ctrl-X Ctrl-E) are the prompt's own, from its first
+key on (repl/prompt_line.py).
 
-Imported with repl/app.py, before the first prompt, so it imports nothing the prompt does not already have:
-the tree is listed in a worker thread once the agent is built, or at the first ``@`` if that comes sooner
-(agent_loop/path_index.py), and each completion runs in a thread of its own, so a slow match never holds a key
-back.
+Imported with repl/prompt_parts.py, behind the first prompt: the tree is listed in a worker thread once the agent is
+built, or at the first ``@`` if that comes sooner (agent_loop/path_index.py), and each completion runs in a thread
+of its own, so a slow match never holds a key back.
 """
 
 from __future__ import annotations
@@ -25,7 +25,7 @@ from dsh.repl.pasted_images import PastedImages
 from dsh.repl.sanitize import sanitize
 from dsh.repl.usage import compact_count
 
-__all__ = ["MentionCompleter", "add_editor_keys", "add_paste_key", "editing_mode", "prompt_completer"]
+__all__ = ["MentionCompleter", "add_paste_key", "editing_mode", "prompt_completer"]
 
 FIRST_LISTING_WAIT = 5.0  # seconds the first completion waits for the tree's listing (a completer thread)
 # The mention being typed: `@` at the start or after whitespace, up to the cursor (agent_loop/mentions.py's rule).
@@ -58,15 +58,6 @@ class MentionCompleter(Completer):
 def prompt_completer(slash: Completer, index: PathIndex) -> Completer:
     """The prompt's completer: ``/commands`` as they were, and ``@`` mentions matched in a thread."""
     return merge_completers([slash, ThreadedCompleter(MentionCompleter(index))])
-
-
-def add_editor_keys(keys: KeyBindings) -> None:
-    """Ctrl-G opens the prompt in ``$VISUAL``/``$EDITOR`` (Ctrl-X Ctrl-E too: ``enable_open_in_editor``); what the
-    editor saves comes back to the prompt, to be read over and sent with Enter."""
-
-    @keys.add("c-g")
-    def _editor(event: KeyPressEvent) -> None:
-        event.current_buffer.open_in_editor(validate_and_handle=False)
 
 
 def add_paste_key(keys: KeyBindings, pasted: PastedImages, cwd: Path) -> None:

@@ -16,9 +16,10 @@ from prompt_toolkit.output import DummyOutput
 
 from dsh.agent_loop.extensions import Extensions
 from dsh.agent_loop.session import Session
-from dsh.repl.app import InteractiveApp, SafeHistory, SlashCompleter
+from dsh.repl.app import InteractiveApp, SafeHistory
 from dsh.repl.config import Config
 from dsh.repl.demo.catalogue import SCENARIOS
+from dsh.repl.prompt_parts import SlashCompleter
 from dsh.repl.shell import Shell, StartupError
 from dsh.repl.terminal_sink import TerminalSink
 

@@ -12,9 +12,10 @@ from hypothesis import strategies as st
 
 from dsh.agent_loop import events as ev
 from dsh.agent_loop.reasons import Aborted, Completed, Disposed, EndReason, Failed, Interrupted, MaxTokens, Rejected
-from dsh.repl.activity import TurnActivity, fit_width
+from dsh.repl.activity import TurnActivity
 from dsh.repl.answer_split import ANSWER, REST, AnswerSplit
 from dsh.repl.approvals import approval_answer, approval_question, question_for, shown_command
+from dsh.repl.prompt_line import fit_width
 from dsh.repl.renderer import Renderer
 from dsh.repl.sanitize import sanitize
 from dsh.repl.styles import DIM, HIGHLIGHT, RESET, styled, terminal_text
