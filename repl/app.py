@@ -177,6 +177,8 @@ class InteractiveApp:
                 continue
             if line != _WAKE:
                 await shell.handle_line(line)
+                if self._turn.leaving:  # Ctrl-D during the turn: the end of input, as at an empty prompt
+                    break
             # Notices that arrived while idle (or during a command) get a turn of their own.
             await shell.deliver_notices()
             if shell.exit_code is not None:
@@ -454,6 +456,11 @@ class InteractiveApp:
         def _cancel(event: KeyPressEvent) -> None:
             self._cancel_turn()
 
+        @keys.add("c-d")
+        def _leave(event: KeyPressEvent) -> None:
+            if self._turn.toggle_leaving():
+                event.app.invalidate()
+
         keys.add("c-o")(self._expand)
         keys.add(Keys.BackTab)(self._cycle_mode)
 
@@ -514,7 +521,7 @@ class InteractiveApp:
             tasks.start_soon(run_view)
             await started.wait()
             self._view = self.sink.view = view
-            self._turn.cancelling = False
+            self._turn.cancelling = self._turn.leaving = False
             try:
                 yield
             finally:

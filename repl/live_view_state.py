@@ -1,5 +1,6 @@
 """What the turn's live view holds between keys: the text typed ahead, whether Ctrl-C is cancelling the turn,
-and the inline approval question (asked, maybe viewed with ``v``, answered).
+whether Ctrl-D asked dsh to exit once it ends, and the inline approval question (asked, maybe viewed with
+``v``, answered).
 
 Its own module because it is the state machine under the live view's keys and toolbar (repl/app.py binds
 the keys and draws the view); it knows no terminal, so each transition reads plainly here. The questions
@@ -16,9 +17,10 @@ import anyio
 if TYPE_CHECKING:
     from dsh.repl.approvals import Approval
 
-__all__ = ["CANCELLING", "TYPEAHEAD_LIMIT", "LiveViewState"]
+__all__ = ["CANCELLING", "LEAVING", "TYPEAHEAD_LIMIT", "LiveViewState"]
 
 CANCELLING = "cancelling…"  # the turn toolbar's hint from a Ctrl-C until the turn has ended
+LEAVING = "Ctrl-D: dsh exits when this turn ends (Ctrl-D again to stay)"  # from a Ctrl-D during a turn
 TYPEAHEAD_LIMIT = 64 * 1024  # characters kept from typing during a turn; a runaway paste stops here
 
 
@@ -28,6 +30,7 @@ class LiveViewState:
     def __init__(self) -> None:
         self.typed = ""  # typed during a turn: the next prompt starts with it
         self.cancelling = False  # Ctrl-C was pressed during this turn: the toolbar says so until it ends
+        self.leaving = False  # Ctrl-D was pressed during this turn, nothing typed ahead: dsh exits when it ends
         self.question: str | None = None  # the approval question on the live view, while one is asked
         self._approval: Approval | None = None
         self._viewed = False
@@ -44,6 +47,14 @@ class LiveViewState:
             return True
         return False
 
+    def toggle_leaving(self) -> bool:
+        """Ctrl-D: with nothing typed ahead it is the end of input, as at an empty prompt (dsh exits once the turn
+        has ended); pressed again, dsh stays. With text typed ahead it does nothing. Whether anything changed."""
+        if self.typed:
+            return False
+        self.leaving = not self.leaving
+        return True
+
     def erase_typed(self) -> None:
         self.typed = self.typed[:-1]
 
@@ -59,6 +70,8 @@ class LiveViewState:
         hint = CANCELLING if self.cancelling else "Ctrl-C cancels"
         if self.typed:
             hint += f" · typed ahead: {len(self.typed)} chars, kept for the next prompt"
+        if self.leaving:
+            hint += f" · {LEAVING}"
         if self.question is not None:
             approval = self._approval
             hint = f"v views the {approval.noun} · n denies" if approval and self._must_view() else self._answers()

@@ -23,6 +23,7 @@ from dsh.agent_loop import events as ev
 from dsh.agent_loop.process import live_group_members
 from dsh.agent_loop.session_log import SessionLog
 from dsh.llm.loopback.fault_server import Behaviour, FaultServer, closed_port
+from dsh.repl.live_view_state import LEAVING
 from tests.waiting import PROMPTLY, wait_until
 
 REPO = Path(__file__).resolve().parents[2]
@@ -248,6 +249,39 @@ def test_text_typed_during_a_turn_is_kept_for_the_next_prompt(home: Path, spawn)
     assert prompts_in_log(home) == ["wait for it", "next question please"]
     dsh.child.sendintr()
     dsh.expect_exact("[main turn 2] [turn aborted] cancelled\r\n")
+
+
+def test_ctrl_d_during_a_turn_ends_dsh_once_the_turn_has_ended(spawn) -> None:
+    dsh = spawn("--demo", "--scenario", "stall")
+    dsh.prompt()
+    dsh.send("wait for it")
+    dsh.wait_screen("waiting for first token")
+    dsh.child.send("\x04")  # nothing typed ahead: the end of input, as at an empty prompt
+    dsh.wait_screen(LEAVING)
+    dsh.child.sendintr()
+    dsh.expect_exact("[main turn 1] [turn aborted] cancelled\r\n")
+    assert dsh.wait_exit() == 0
+
+
+def test_ctrl_d_again_stays_and_with_text_typed_ahead_does_nothing(spawn) -> None:
+    dsh = spawn("--demo", "--scenario", "stall")
+    dsh.prompt()
+    dsh.send("wait for it")
+    dsh.wait_screen("waiting for first token")
+    dsh.child.send("\x04")
+    dsh.wait_screen(LEAVING)
+    dsh.child.send("\x04")  # again: dsh stays
+    dsh._wait(lambda: LEAVING not in dsh.screen.text(), "the Ctrl-D hint gone", TIMEOUT)
+    dsh.child.send("more\x04")  # with text typed ahead, Ctrl-D is no end of input
+    dsh.wait_screen("typed ahead: 4 chars, kept for the next prompt")
+    assert LEAVING not in dsh.screen.text()
+    dsh.child.sendintr()
+    dsh.expect_exact("[main turn 1] [turn aborted] cancelled\r\n")
+    dsh.wait_screen("> more")  # still here, the text kept
+    dsh.child.sendintr()
+    dsh.prompt()
+    dsh.child.sendeof()
+    assert dsh.wait_exit() == 0
 
 
 def test_keepalive_stall_shows_the_toolbar_then_times_out(spawn) -> None:
