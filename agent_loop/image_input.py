@@ -18,13 +18,21 @@ from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass, field, replace
 from pathlib import Path
 
-from dsh.agent_loop.images import NotAnImage, estimate_image_tokens, image_format, image_summary, read_image
+from dsh.agent_loop.images import (
+    ImageFacts,
+    NotAnImage,
+    checked_image,
+    estimate_image_tokens,
+    image_format,
+    image_summary,
+    read_image,
+)
 from dsh.agent_loop.safe_open import open_regular_fd
 from dsh.llm import Image, Message
 from dsh.llm.endpoint import DIALECTS
 from dsh.llm.models import MODELS, ModelSettings, model_info
 
-__all__ = ["ImageRules", "is_image_file", "load_image", "prompt_images", "without_images"]
+__all__ = ["ImageRules", "image_from_bytes", "is_image_file", "load_image", "prompt_images", "without_images"]
 
 
 @dataclass(frozen=True, slots=True)
@@ -79,18 +87,31 @@ def load_image(path: Path, name: str, *, keep: bool, follow_symlinks: bool = Tru
     """The image in ``path``, named ``name``, and what its line says of it (``PNG 1280×720, 245 KiB, ~1 105
     tokens``). Raises :class:`~dsh.agent_loop.images.NotAnImage` with the reason."""
     data, facts = read_image(path, follow_symlinks=follow_symlinks)
+    return _image(data, facts, name, keep)
+
+
+def image_from_bytes(data: bytes, name: str, *, keep: bool) -> tuple[Image, str]:
+    """:func:`load_image` of an image given as bytes (an editor's image block, repl/acp_session.py)."""
+    return _image(data, checked_image(data), name, keep)
+
+
+def _image(data: bytes, facts: ImageFacts, name: str, keep: bool) -> tuple[Image, str]:
     image = Image(name, facts.media_type, hashlib.sha256(data).hexdigest(), len(data),
                   estimate_image_tokens(facts.width, facts.height), data, keep=keep)
     return image, image_summary(facts, len(data))
 
 
-def prompt_images(paths: Sequence[Path], mentioned: Sequence[Image], rules: ImageRules, model: str,
+def prompt_images(paths: Sequence[Path | Image], mentioned: Sequence[Image], rules: ImageRules, model: str,
                   lines: list[str]) -> tuple[tuple[Image, ...], str | None]:
     """The images a prompt sends: each file of ``paths`` (``--image``, a pasted path: the user named it, so it may
-    be anywhere), each one's line added to ``lines``, then the ``mentioned`` ones; and the refusal that keeps the
-    prompt from being sent at all: a named file that is not an image, or a model that cannot see."""
+    be anywhere), each one's line added to ``lines`` (an :class:`Image` there was checked and told of by the front
+    end that was given it), then the ``mentioned`` ones; and the refusal that keeps the prompt from being sent at
+    all: a named file that is not an image, or a model that cannot see."""
     images: list[Image] = []
     for path in paths:
+        if isinstance(path, Image):
+            images.append(path)
+            continue
         try:
             image, summary = load_image(path, path.name, keep=rules.keep)
         except NotAnImage as why:

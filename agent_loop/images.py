@@ -25,8 +25,8 @@ from typing import Any
 from dsh.agent_loop.extension_files import grouped, size_text
 from dsh.agent_loop.safe_open import NotRegularFile, open_regular_fd
 
-__all__ = ["IMAGE_CAP_BYTES", "MAX_PIXELS", "ImageFacts", "NotAnImage", "estimate_image_tokens", "image_facts",
-           "image_format", "image_summary", "read_image"]
+__all__ = ["IMAGE_CAP_BYTES", "MAX_PIXELS", "ImageFacts", "NotAnImage", "checked_image", "estimate_image_tokens",
+           "image_facts", "image_format", "image_summary", "read_image"]
 
 IMAGE_CAP_BYTES = 10 * 1024 * 1024  # one image file at most; a larger one is refused, not cut
 MAX_PIXELS = 7680 * 4320  # more pixels than 8K: a decompression bomb
@@ -216,6 +216,14 @@ def read_image(path: Path, *, follow_symlinks: bool = True) -> tuple[bytes, Imag
     if len(data) > IMAGE_CAP_BYTES:
         raise _too_big(max(len(data), info.st_size))
     return data, image_facts(data)
+
+
+def checked_image(data: bytes) -> ImageFacts:
+    """What an image given as bytes (an editor's, over ACP) is, checked as a file's is: the cap, the header, the
+    pixels; raises :class:`NotAnImage`."""
+    if len(data) > IMAGE_CAP_BYTES:
+        raise _too_big(len(data))
+    return image_facts(data)
 
 
 def estimate_image_tokens(width: int, height: int) -> int:

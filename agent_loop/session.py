@@ -61,7 +61,7 @@ from dsh.agent_loop.session_types import (
 from dsh.agent_loop.session_usage import SessionUsage
 from dsh.agent_loop.turn_memory import TurnMemory, exchanges_so_far
 from dsh.agent_loop.usage import UsageTally
-from dsh.llm import ErrorCode, HarnessError, redact_url
+from dsh.llm import ErrorCode, HarnessError, Image, redact_url
 from dsh.llm.redact import Redactor, environment_secrets
 from dsh.llm.request_gate import shared_gate
 
@@ -498,11 +498,11 @@ class Session:
         return self.context
 
     async def run_turn(self, prompt: str, *, scope: TurnScope | None = None, compact_scope: TurnScope | None = None,
-                       attached: str = "", images: Sequence[Path] = ()) -> EndReason:
+                       attached: str = "", images: Sequence[Path | Image] = ()) -> EndReason:
         """The whole turn of ``prompt``, every front end's one call: a compaction first (inside ``compact_scope``)
         when the window is nearly full (:meth:`compaction_due`; a failure is a :class:`Notice`, the turn runs
         anyway), the prompt transform, then the turn inside ``scope``; how it ended. ``images``: files the user
-        named to send with it (agent_loop/image_input.py)."""
+        named to send with it, or images an editor sent (agent_loop/image_input.py)."""
         if self.compaction_due():
             await self.compact("", scope=compact_scope, automatic=True)
         sent = prompt if self._prompt_transform is None else self._prompt_transform(prompt)

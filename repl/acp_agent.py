@@ -209,7 +209,7 @@ class DshAgent:
             "protocolVersion": PROTOCOL_VERSION,
             "agentCapabilities": {
                 "loadSession": True,
-                "promptCapabilities": {"image": False, "audio": False, "embeddedContext": True},
+                "promptCapabilities": {"image": True, "audio": False, "embeddedContext": True},
                 "mcpCapabilities": {"http": True},
             },
             "agentInfo": {"name": "dsh", "title": "dsh", "version": __version__},

@@ -15,6 +15,8 @@ front end (docs/editors.md, "How dsh acp maps turns").
 
 from __future__ import annotations
 
+import base64
+import binascii
 import contextlib
 import errno
 import logging
@@ -28,6 +30,8 @@ import anyio.abc
 
 from dsh.agent_loop.events import Event, ReasoningDelta, TextDelta
 from dsh.agent_loop.gc_pause import gc_paused
+from dsh.agent_loop.image_input import image_from_bytes
+from dsh.agent_loop.images import IMAGE_CAP_BYTES, NotAnImage
 from dsh.agent_loop.reasons import Failed
 from dsh.agent_loop.session import Notice, Session, SessionUpdate, StartupError
 from dsh.agent_loop.subagent.diagnostics import error_code_text
@@ -35,7 +39,7 @@ from dsh.agent_loop.tools import Approval
 from dsh.agent_loop.tools.edits import EditRequest
 from dsh.agent_loop.tools.registry import McpCallRequest
 from dsh.agent_loop.update_pump import UpdatePump
-from dsh.llm import Redactor, error_chain
+from dsh.llm import Image, Redactor, error_chain
 from dsh.repl.acp_updates import (
     TURN_FAILED,
     TextChunk,
@@ -57,19 +61,25 @@ log = logging.getLogger(__name__)
 _ALLOW_ONCE = {"optionId": "yes", "name": "Allow once", "kind": "allow_once"}
 _ALLOW_ALWAYS = {"optionId": "always", "name": "Always allow", "kind": "allow_always"}
 _REJECT = {"optionId": "no", "name": "Reject", "kind": "reject_once"}
-_BLOCKS = "dsh accepts text, resource links and text resources"
+_BLOCKS = "dsh accepts text, images, resource links and text resources"
+# The base64 of an image at the cap (agent_loop/images.py), and a little: a longer one is refused undecoded.
+_MAX_IMAGE_BASE64 = (IMAGE_CAP_BYTES + 2) // 3 * 4 + 4
 
 
-def prompt_text(blocks: list[Any]) -> str:
+def prompt_text(blocks: list[Any]) -> tuple[str, list[tuple[str, bytes]]]:
     """The prompt's content blocks as the text the model gets: text as is, a resource link as a markdown link,
-    an embedded text resource inside ``<context uri="...">``. Images, audio and what is no content block are
-    refused (``-32602``; images and audio are not advertised)."""
+    an embedded text resource inside ``<context uri="...">``; and its image blocks, each ``(name, bytes)``
+    (checked as images later: :func:`_checked_images`). Audio and what is no content block are refused
+    (``-32602``; audio is not advertised), and so is an image whose data is not base64 or is over the cap."""
     parts: list[str] = []
+    images: list[tuple[str, bytes]] = []
     for block in blocks:
         kind = block.get("type") if isinstance(block, Mapping) else None
         resource = block.get("resource") if kind == "resource" else None
         if kind == "text" and _strings(block, "text"):
             parts.append(block["text"])
+        elif kind == "image" and _strings(block, "data"):
+            images.append(_image_block(block["data"], f"image {len(images) + 1}"))
         elif kind == "resource_link" and _strings(block, "name", "uri"):
             parts.append(f"[{block['name']}]({block['uri']})")
         elif isinstance(resource, Mapping) and _strings(resource, "uri", "text"):
@@ -78,7 +88,28 @@ def prompt_text(blocks: list[Any]) -> str:
             parts.append(f"[binary resource {resource['uri']} left out: dsh reads text only]")
         else:
             raise WireError.invalid_params({"prompt": _BLOCKS})
-    return clean("\n".join(parts))
+    return clean("\n".join(parts)), images
+
+
+def _image_block(data: str, name: str) -> tuple[str, bytes]:
+    if len(data) > _MAX_IMAGE_BASE64:
+        raise WireError.invalid_params({"prompt": f"{name}: refused: over the {IMAGE_CAP_BYTES // 1024 ** 2} MiB cap "
+                                                  "for an image"})
+    try:
+        return name, base64.b64decode(data, validate=True)
+    except (binascii.Error, ValueError):
+        raise WireError.invalid_params({"prompt": f"{name}: its data is not base64"}) from None
+
+
+def _checked_images(given: list[tuple[str, bytes]], keep: bool) -> list[Image]:
+    """The prompt's images, each checked as a file's is (format, header, pixels; agent_loop/image_input.py)."""
+    images: list[Image] = []
+    for name, data in given:
+        try:
+            images.append(image_from_bytes(data, name, keep=keep)[0])
+        except NotAnImage as why:
+            raise WireError.invalid_params({"prompt": f"{name}: {why}"}) from None
+    return images
 
 
 def _strings(block: Mapping[str, Any], *names: str) -> bool:
@@ -276,14 +307,15 @@ class AcpSession:
         assert session is not None
         if self.running:
             raise WireError.invalid_request({"details": "a turn is already running in this session"})
-        text = prompt_text(blocks)
+        text, given = prompt_text(blocks)
         self.running = True
         self._scope = scope = anyio.CancelScope()
         try:
             with scope:
                 self.translator.redact = Redactor(session.secrets)
                 await self._warmed.wait()  # the modules the turn builds its agent with: no import in two threads
-                reason = await session.run_turn(text)  # the whole turn, its preamble included
+                images = _checked_images(given, session.ensure_agent().image_rules.keep) if given else []
+                reason = await session.run_turn(text, images=images)  # the whole turn, its preamble included
         except StartupError as exc:  # the agent could not be built (a locked log, say): the REPL's line
             cause = exc.__cause__ or exc
             raise WireError(TURN_FAILED, clean(f"dsh: failed to start: {error_chain(cause)}",

@@ -126,7 +126,7 @@ def test_stdout_carries_nothing_but_frames(tmp_path: Path) -> None:
     assert answer["agentInfo"]["name"] == "dsh"
     assert answer["agentCapabilities"]["loadSession"] is True
     assert answer["agentCapabilities"]["promptCapabilities"] == {"audio": False, "embeddedContext": True,
-                                                                 "image": False}
+                                                                 "image": True}
     assert answer["agentCapabilities"]["mcpCapabilities"]["http"] is True
 
 

@@ -5,6 +5,7 @@ shows; a permission answer that is no pick denies; and the ``acp`` SDK is never 
 
 from __future__ import annotations
 
+import base64
 import json
 import os
 import subprocess
@@ -19,6 +20,7 @@ import pytest
 
 from dsh.llm.loopback.fault_server import Behaviour, FaultServer
 from tests import canaries
+from tests.agent_loop.test_images import png
 from tests.waiting import PROMPTLY, wait_until
 
 pytestmark = pytest.mark.usefixtures("no_leftover_processes")
@@ -126,7 +128,32 @@ def test_what_the_schema_requires_is_checked_and_unknown_methods_are_not_found(t
     }
 
 
-def test_prompt_blocks_reach_the_model_and_an_image_is_refused(tmp_path: Path) -> None:
+def test_an_image_reaches_a_model_that_sees_and_a_model_that_cannot_refuses_it(tmp_path: Path) -> None:
+    shot = png(64, 32)
+    prompt = [{"type": "text", "text": "what is this"},
+              {"type": "image", "data": base64.b64encode(shot).decode(), "mimeType": "image/png"}]
+    flags = ("--dialect", "deepseek")
+    with _server([Behaviour("text", text="a square")]) as server, \
+            _agent(tmp_path, "--base-url", server.url, *flags) as agent:
+        session_id = agent.new_session()
+        answer = agent.request(2, "session/prompt", {"sessionId": session_id, "prompt": prompt})
+    assert answer["result"] == {"stopReason": "end_turn"}
+    (request,) = server.requests
+    assert request.json["messages"][-1]["content"] == [
+        {"type": "text", "text": "what is this"},
+        {"type": "image_url", "image_url": {"url": "data:image/png;base64," + base64.b64encode(shot).decode()}}]
+    with _server([]) as server, _agent(tmp_path, "--base-url", server.url, "--model", "deepseek-v4-pro",
+                                       *flags) as agent:
+        session_id = agent.new_session()
+        answer = agent.request(2, "session/prompt", {"sessionId": session_id, "prompt": prompt})
+        chunks = [f["params"]["update"] for f in agent.frames if f.get("method") == "session/update"]
+    assert answer["result"] == {"stopReason": "refusal"}
+    assert server.requests == []
+    assert chunks == [{"sessionUpdate": "agent_thought_chunk", "content": {  # the REPL's line, the editor's to show
+        "type": "text", "text": "deepseek-v4-pro does not accept images; use --model deepseek-flash\n"}}]
+
+
+def test_prompt_blocks_reach_the_model_and_an_image_that_is_none_is_refused(tmp_path: Path) -> None:
     blocks = [{"type": "text", "text": "look at"}, {"type": "resource_link", "name": "a.py", "uri": "file:///t/a.py"},
               {"type": "resource", "resource": {"uri": "file:///t/b.py", "text": "print(1)"}},
               {"type": "resource", "resource": {"uri": "file:///t/c.png", "blob": "AAAA", "mimeType": "image/png"}}]
@@ -137,7 +164,7 @@ def test_prompt_blocks_reach_the_model_and_an_image_is_refused(tmp_path: Path) -
         answer = agent.request(3, "session/prompt", {"sessionId": session_id, "prompt": blocks})
         chunks = [f["params"]["update"] for f in agent.frames if f.get("method") == "session/update"]
     assert image["error"] == {"code": -32602, "message": "Invalid params",
-                              "data": {"prompt": "dsh accepts text, resource links and text resources"}}
+                              "data": {"prompt": "image 1: not an image: its bytes are not PNG, JPEG, GIF or WebP"}}
     assert answer["result"] == {"stopReason": "end_turn"}
     assert chunks == [{"sessionUpdate": "agent_message_chunk", "content": {"type": "text", "text": "seen"}}]
     (request,) = server.requests
