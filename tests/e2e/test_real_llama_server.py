@@ -18,14 +18,11 @@ answer is known whatever the sampler.
 
 from __future__ import annotations
 
-import contextlib
 import datetime
 import json
 import os
 import re
 import shutil
-import signal
-import subprocess
 from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path
@@ -44,7 +41,8 @@ from dsh.repl.doctor_report import FAIL, PASS, Step
 from dsh.repl.turn_end import fix_line, turn_end_line
 from dsh.repl.usage import cache_split_lines, usage_line
 from tests.reliability.dsh_harness import Home, Run, config_text, make_home, run_dsh
-from tests.waiting import PROMPTLY, wait_until
+from tests.server_process import LoggedServer
+from tests.waiting import PROMPTLY
 
 pytestmark = pytest.mark.slow
 
@@ -150,38 +148,25 @@ def write_tiny_model(path: Path) -> None:
 # --- the server ---------------------------------------------------------------------------------------------------
 
 
-class LlamaServer:
+class LlamaServer(LoggedServer):
     """One ``llama-server`` process on 127.0.0.1 serving ``model`` with ``context`` tokens; its log in ``directory``."""
 
+    name = "llama-server"
+    listening = _LISTENING
+    start_timeout = _START_TIMEOUT
+
     def __init__(self, binary: Path, model: Path, context: int, directory: Path) -> None:
+        super().__init__(directory, "llama-server.log")
         self.argv = [str(binary), "--model", str(model), "--alias", MODEL, "--host", "127.0.0.1", "--port", "0",
                      "--ctx-size", str(context), "--parallel", "1", "--threads", "1", "--no-webui"]
-        self.directory = directory
-        self.log = directory / "llama-server.log"
-        self.url = ""
-        self._process: subprocess.Popen[bytes] | None = None
 
     def start(self) -> LlamaServer:
-        env = {"PATH": os.environ.get("PATH", "/usr/bin:/bin"), "HOME": str(self.directory), "LANG": "C.UTF-8"}
-        with self.log.open("wb") as log:
-            self._process = subprocess.Popen(self.argv, cwd=self.directory, env=env, stdin=subprocess.DEVNULL,
-                                             stdout=log, stderr=subprocess.STDOUT, start_new_session=True)
-        try:
-            port = wait_until(self._port, _START_TIMEOUT, "llama-server to listen", interval=0.1)
-            self.url = f"http://127.0.0.1:{port}"
-            wait_until(self._healthy, _START_TIMEOUT, "llama-server to load the model", interval=0.1)
-        except BaseException:
-            self.stop()
-            raise
+        self.launch(self.argv, {"PATH": os.environ.get("PATH", "/usr/bin:/bin"), "HOME": str(self.directory),
+                                "LANG": "C.UTF-8"})
         return self
 
-    def _port(self) -> int | None:
-        match = _LISTENING.search(self.log.read_bytes())
-        if match is None and self._process is not None and self._process.poll() is not None:
-            raise AssertionError(f"llama-server exited {self._process.returncode} at start-up:\n{self.log_tail()}")
-        return int(match.group(1)) if match else None
-
-    def _healthy(self) -> bool:
+    def ready(self) -> bool:
+        """The model is loaded."""
         try:
             return httpx.get(f"{self.url}/health", timeout=5).status_code == 200
         except httpx.TransportError:
@@ -197,23 +182,6 @@ class LlamaServer:
         answer = httpx.post(f"{self.url}{path}", json=body, timeout=PROMPTLY)
         answer.raise_for_status()
         return answer.json()
-
-    def log_tail(self, lines: int = 30) -> str:
-        return "\n".join(self.log.read_text(encoding="utf-8", errors="replace").splitlines()[-lines:])
-
-    def stop(self) -> None:
-        """End the server's process group and reap it (idempotent)."""
-        process, self._process = self._process, None
-        if process is None:
-            return
-        with contextlib.suppress(ProcessLookupError):
-            os.killpg(process.pid, signal.SIGTERM)
-        try:
-            process.wait(PROMPTLY)
-        except subprocess.TimeoutExpired:
-            with contextlib.suppress(ProcessLookupError):
-                os.killpg(process.pid, signal.SIGKILL)
-            process.wait()
 
 
 @pytest.fixture(scope="session")

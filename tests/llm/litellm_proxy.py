@@ -9,18 +9,16 @@ proxy sends in each case is written down in docs/endpoints.md.
 
 from __future__ import annotations
 
-import contextlib
 import os
 import re
-import signal
-import subprocess
 from pathlib import Path
 
 import httpx
 
 from tests import canaries
 from tests.real_parts import missing
-from tests.waiting import PROMPTLY, wait_until
+from tests.server_process import LoggedServer
+from tests.waiting import PROMPTLY
 
 __all__ = ["MASTER_KEY", "UPSTREAM_KEY", "LiteLLMProxy", "litellm_binary"]
 
@@ -48,15 +46,16 @@ def litellm_binary() -> Path:
     return LITELLM
 
 
-class LiteLLMProxy:
+class LiteLLMProxy(LoggedServer):
     """One LiteLLM proxy process in front of ``upstream`` (a base URL on 127.0.0.1); its files in ``directory``."""
 
+    name = "LiteLLM"
+    listening = _LISTENING
+    start_timeout = _START_TIMEOUT
+
     def __init__(self, upstream: str, directory: Path) -> None:
+        super().__init__(directory, "litellm.log")
         self.upstream = upstream
-        self.directory = directory
-        self.log = directory / "litellm.log"  # stdout and stderr, for a failure's message
-        self.url = ""
-        self._process: subprocess.Popen[bytes] | None = None
 
     def start(self) -> LiteLLMProxy:
         binary = litellm_binary()
@@ -70,49 +69,13 @@ class LiteLLMProxy:
             "DSH_LITELLM_UPSTREAM_KEY": UPSTREAM_KEY,
             **_OFFLINE,
         }
-        argv = [str(binary), "--config", str(config), "--host", "127.0.0.1", "--port", "0"]
-        with self.log.open("wb") as log:
-            self._process = subprocess.Popen(argv, cwd=self.directory, env=env, stdin=subprocess.DEVNULL,
-                                             stdout=log, stderr=subprocess.STDOUT, start_new_session=True)
-        try:
-            port = wait_until(self._port, _START_TIMEOUT, "LiteLLM to listen", interval=0.1)
-            self.url = f"http://127.0.0.1:{port}"
-            wait_until(self._models_listed, PROMPTLY, "LiteLLM to list its model", interval=0.1)
-        except BaseException:
-            self.stop()
-            raise
+        self.launch([str(binary), "--config", str(config), "--host", "127.0.0.1", "--port", "0"], env)
         return self
 
-    def _port(self) -> int | None:
-        match = _LISTENING.search(self.log.read_bytes())
-        if match is None and self._process is not None and self._process.poll() is not None:
-            raise AssertionError(f"LiteLLM exited {self._process.returncode} at start-up:\n{self.log_tail()}")
-        return int(match.group(1)) if match else None
-
-    def _models_listed(self) -> bool:
+    def ready(self) -> bool:
+        """LiteLLM lists its model (the start-up is over)."""
         try:
             answer = httpx.get(f"{self.url}/models", headers={"Authorization": f"Bearer {MASTER_KEY}"}, timeout=5)
         except httpx.TransportError:
             return False
         return answer.status_code == 200
-
-    def log_tail(self, lines: int = 30) -> str:
-        return "\n".join(self.log.read_text(encoding="utf-8", errors="replace").splitlines()[-lines:])
-
-    def stop(self) -> None:
-        """End the proxy's whole process group and reap it (idempotent)."""
-        process, self._process = self._process, None
-        if process is None:
-            return
-        _signal_group(process.pid, signal.SIGTERM)
-        try:
-            process.wait(10)
-        except subprocess.TimeoutExpired:
-            pass
-        _signal_group(process.pid, signal.SIGKILL)  # whatever of its group is left (uvicorn may fork)
-        process.wait()
-
-
-def _signal_group(pid: int, sig: signal.Signals) -> None:
-    with contextlib.suppress(ProcessLookupError):
-        os.killpg(pid, sig)
