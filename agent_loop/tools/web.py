@@ -24,7 +24,7 @@ import secrets
 from collections.abc import Mapping
 from dataclasses import dataclass, field
 from typing import Any
-from urllib.parse import urljoin, urlsplit
+from urllib.parse import urljoin
 
 import anyio
 
@@ -46,6 +46,7 @@ from dsh.agent_loop.tools.web_guard import (
     host_allowed,
     proxy_answer_lines,
     resolve_checked,
+    url_port,
 )
 from dsh.llm._version import __version__
 from dsh.llm.http_status import proxy_answered
@@ -170,6 +171,11 @@ def _content(status: int, reason: str, content_type: str, body: bytes, cut: bool
     return ToolOutput(untrusted_text(shown, head, text, notes), is_error=status >= 400)
 
 
+def _not_public(url: str, host: str, refusal: str) -> ToolOutput:
+    return ToolOutput(f"Error: web_fetch {redact_url(url)}: {refusal}; fetching it needs {host} in web_allow",
+                      is_error=True)
+
+
 @dataclass(frozen=True, slots=True)
 class _Fetch:
     settings: WebSettings
@@ -180,11 +186,9 @@ class _Fetch:
         if host_allowed(host, self.settings.allow):
             return None
         shown = redact_url(url)
-        parts = urlsplit(url)
-        blocked = (await resolve_checked(host, parts.port or (443 if parts.scheme == "https" else 80))).refusal
+        blocked = (await resolve_checked(host, url_port(url))).refusal
         if blocked is not None:
-            return ToolOutput(f"Error: web_fetch {shown}: {blocked}; fetching it needs {host} in web_allow",
-                              is_error=True)
+            return _not_public(url, host, blocked)
         request = WebFetchRequest(f"{WEB_FETCH} GET {shown}" + (
             f" (redirected from {redact_url(came_from)})" if came_from is not None else ""))
         return await ask_approval(
@@ -198,11 +202,9 @@ class _Fetch:
         (an allowed host, a literal address, or a proxy, which resolves the name itself)."""
         if host_allowed(host, self.settings.allow):
             return None
-        parts = urlsplit(url)
-        resolved = await resolve_checked(host, parts.port or (443 if parts.scheme == "https" else 80))
+        resolved = await resolve_checked(host, url_port(url))
         if resolved.refusal is not None:
-            return ToolOutput(f"Error: web_fetch {redact_url(url)}: {resolved.refusal}; fetching it needs {host} in "
-                              "web_allow", is_error=True)
+            return _not_public(url, host, resolved.refusal)
         if resolved.failure is not None:
             text, cause = await failure_lines(resolved.failure, url=url, proxy=None, proxy_source="",
                                               env=self.settings.env)

@@ -39,7 +39,8 @@ from dsh.llm.fix_lines import (
 from dsh.llm.network import CERTIFICATE_DETAILS, FailureDetail, classify_transport, httpx_errors
 from dsh.llm.redact import redact_url
 
-__all__ = ["Resolved", "clean_url", "failure_lines", "host_allowed", "proxy_answer_lines", "resolve_checked"]
+__all__ = ["Resolved", "clean_url", "failure_lines", "host_allowed", "proxy_answer_lines", "resolve_checked",
+           "url_port"]
 
 CERTIFICATE_PROBE_TIMEOUT = 5.0
 _MAX_URL = 8192
@@ -114,6 +115,12 @@ class Resolved:
     failure: OSError | None = None
 
 
+def url_port(url: str) -> int:
+    """The port a URL names, or its scheme's."""
+    parts = urlsplit(url)
+    return parts.port or (443 if parts.scheme == "https" else 80)
+
+
 def _literal(host: str) -> ipaddress.IPv4Address | ipaddress.IPv6Address | None:
     try:
         return ipaddress.ip_address(host.strip("[]"))
@@ -163,8 +170,7 @@ def _fix(detail: str | None, url: str, proxy_failed: bool, proxy: str | None, so
     if detail == FailureDetail.CERTIFICATE_NAME:
         return FIX_CERTIFICATE_NAME.format(name=host)
     if detail == FailureDetail.REFUSED:
-        return FIX_REFUSED.format(host=shown_host(host, parts.port or (443 if parts.scheme == "https" else 80)),
-                                  source=_THE_URL)
+        return FIX_REFUSED.format(host=shown_host(host, url_port(url)), source=_THE_URL)
     if detail == FailureDetail.NAME_NOT_FOUND:
         return FIX_NAME_NOT_FOUND.format(name=host, source=_THE_URL)
     if detail == FailureDetail.PLAIN_HTTP and parts.scheme == "https":
@@ -207,8 +213,7 @@ async def failure_lines(exc: BaseException, *, url: str, proxy: str | None, prox
     if detail in CERTIFICATE_DETAILS:
         # By name: it imports cryptography (~80 ms), which only a refused certificate needs (as dsh.llm.deepseek).
         truth = importlib.import_module("dsh.llm.certificate_truth")
-        parts = urlsplit(url)
-        pinned = None if address is None else (address, parts.port or 443)
+        pinned = None if address is None else (address, url_port(url))
         finding = await truth.certificate_finding(exc, url=url, detail=detail, env=env, proxy=proxy,
                                                   timeout=CERTIFICATE_PROBE_TIMEOUT, address=pinned)
         if finding is not None:
