@@ -14,7 +14,7 @@ from dsh.agent_loop.conversation import Conversation
 from dsh.agent_loop.events import ContextCompacted, JobNotice, TurnEnd, from_wire
 from dsh.agent_loop.gc_pause import gc_paused
 from dsh.agent_loop.recap import Recap
-from dsh.agent_loop.resume_prefix import PrefixSkim, _Count
+from dsh.agent_loop.resume_prefix import MessageCount, PrefixSkim
 from dsh.agent_loop.session_log import SessionLog
 from dsh.agent_loop.session_read import Loaded
 from dsh.agent_loop.usage import CHARS_PER_TOKEN as _CHARS_PER_TOKEN
@@ -133,7 +133,7 @@ class _Rebuild:
         self.conversation.resume_dropped = self.bounded.dropped
         return self.bounded.dropped
 
-    def inherit(self, count: _Count) -> None:
+    def inherit(self, count: MessageCount) -> None:
         """What a skimmed prefix leaves the conversation: the last compaction's summary, the queued notices."""
         if count.compaction is not None:
             self.handlers[ContextCompacted.type](count.compaction)

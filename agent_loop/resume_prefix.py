@@ -5,7 +5,7 @@ two parts (docs/architecture.md, "The session log"). The *tail*, from a ``turn/s
 hold a multiple of the budget's characters of message text (by the share of text in the last bytes), is read
 exactly as before. The *prefix* before it is skimmed: a line whose
 head is a record's (``{"type":"...","seq":N,"time":``, as the log's writer puts it) is read by its type and the
-few fields that count -- how many messages it adds to the conversation (:class:`_Count` follows
+few fields that count -- how many messages it adds to the conversation (:class:`MessageCount` follows
 :class:`~dsh.agent_loop.conversation.Conversation`'s rules without building them), a tool call's id, a turn's
 number, a request's usage and time for the recap's spend -- and its texts are never decoded. Any other line, or
 a record of a rarer type (a compaction, a notice, a model or plan change), is parsed and reported as before.
@@ -38,13 +38,13 @@ from dsh.agent_loop.events import (
     wire_reader,
 )
 from dsh.agent_loop.recap import KEEP, Recap
-from dsh.agent_loop.session_read import Loaded, _count_seq, _parse_body_by_line
+from dsh.agent_loop.session_read import Loaded, count_seq, parse_body_by_line
 from dsh.llm import Usage
 from dsh.llm import lines as line_reader
 from dsh.llm.models import Prices
 from dsh.llm.text import loads
 
-__all__ = ["PrefixSkim"]
+__all__ = ["MessageCount", "PrefixSkim"]
 
 _read_str, _read_opt_str = wire_reader("str"), wire_reader("str | None")
 _read_calls = wire_reader("tuple[ToolCall, ...]")
@@ -70,7 +70,7 @@ assert Usage.__dataclass_fields__.keys() == {"prompt_tokens", "completion_tokens
 _UTC_HOUR = re.compile(rb'"([0-9]{4}-[0-9]{2}-[0-9]{2}T[0-9]{2}):[0-9]{2}:[0-9]{2}\.[0-9]{3}Z",')
 
 
-class _Count:
+class MessageCount:
     """How many messages the conversation holds after its head (system prompt, a compaction's summary), by
     :class:`~dsh.agent_loop.conversation.Conversation`'s rules, with none of them built; and what the next
     turn inherits: the queued notices and the last compaction's record."""
@@ -212,9 +212,9 @@ class PrefixSkim:
     """The prefix of one resume pass (module docstring): :meth:`scan` reads it, :meth:`watch` looks at the tail's
     records on their way to the conversation, :meth:`accepted` says whether the skim stands."""
 
-    def __init__(self, tail_chars: int, recap: Recap | None, begin_tail: Callable[[_Count], None],
+    def __init__(self, tail_chars: int, recap: Recap | None, begin_tail: Callable[[MessageCount], None],
                  cut_in_tail: Callable[[], bool]) -> None:
-        self.count = _Count()
+        self.count = MessageCount()
         self._tail_chars = tail_chars  # the characters of message text the tail should hold
         self._recap = recap
         self._priced = recap is not None and recap.info is not None
@@ -285,7 +285,7 @@ class PrefixSkim:
             if head is None:
                 self._parse(line, number + offset, loaded, path)
             else:
-                _count_seq(int(head[1]), number + offset, path, loaded)
+                count_seq(int(head[1]), number + offset, path, loaded)
             next_seq = loaded.next_seq
         loaded.next_seq, loaded.max_seq = next_seq, max(loaded.max_seq, next_seq - 1)
 
@@ -361,7 +361,7 @@ class PrefixSkim:
 
     def _parse(self, line: bytes, number: int, loaded: Loaded, path: Path) -> None:
         """A line parsed whole, reported as the exact reader reports it, applied to the count and the recap."""
-        for record in _parse_body_by_line([line], path, loaded, number):
+        for record in parse_body_by_line([line], path, loaded, number):
             kind, data = record["type"], record.get("data")
             if type(data) is dict:
                 turn = data.get("turn")

@@ -19,7 +19,7 @@ from dsh.agent_loop.session_files import VERSION, log_error, open_regular
 from dsh.llm.lines import LongLine, read_line_batches, read_lines
 from dsh.llm.text import loads, loads_lines
 
-__all__ = ["load_session_file", "read_header"]
+__all__ = ["count_seq", "load_session_file", "parse_body_by_line", "read_header"]
 
 TURN_BOUNDARIES = frozenset({TurnStart.type, TurnEnd.type})
 
@@ -144,7 +144,7 @@ def _skip_long(line: LongLine, number: int, path: Path, loaded: Loaded,
     """A record too long to read: its ``seq`` (from its first bytes) still counts, so no gap is reported."""
     seq = line.field("seq")
     if seq is not None and seq.isdigit():
-        _count_seq(int(seq), number, path, loaded)
+        count_seq(int(seq), number, path, loaded)
     if on_long is not None:
         on_long(line)
 
@@ -154,7 +154,7 @@ def _take(
 ) -> None:
     records = _parse_clean_body(batch, loaded.next_seq)
     if records is None:
-        records = _parse_body_by_line(batch, path, loaded, number)
+        records = parse_body_by_line(batch, path, loaded, number)
     elif records:
         loaded.next_seq = records[-1]["seq"] + 1
         loaded.max_seq = max(loaded.max_seq, records[-1]["seq"])
@@ -201,7 +201,9 @@ def _parse_clean_body(lines: list[bytes], expected_seq: int = 1) -> list[dict[st
     return cast(list[dict[str, Any]], records)  # each checked above
 
 
-def _parse_body_by_line(lines: list[bytes], path: Path, loaded: Loaded, first_number: int) -> list[dict[str, Any]]:
+def parse_body_by_line(lines: list[bytes], path: Path, loaded: Loaded, first_number: int) -> list[dict[str, Any]]:
+    """The records of ``lines`` (numbered from ``first_number``), each parsed alone: what is no record, or has no
+    type, is a warning in ``loaded``; each record's seq counted (:func:`count_seq`)."""
     records: list[dict[str, Any]] = []
     warnings = loaded.warnings
     for number, line in enumerate(lines, start=first_number):
@@ -218,12 +220,13 @@ def _parse_body_by_line(lines: list[bytes], path: Path, loaded: Loaded, first_nu
             continue
         seq = record.get("seq")
         if isinstance(seq, int):
-            _count_seq(seq, number, path, loaded)
+            count_seq(seq, number, path, loaded)
         records.append(record)
     return records
 
 
-def _count_seq(seq: int, number: int, path: Path, loaded: Loaded) -> None:
+def count_seq(seq: int, number: int, path: Path, loaded: Loaded) -> None:
+    """A record's ``seq`` at line ``number``: a gap (not the next one) is counted and warned of in ``loaded``."""
     if seq != loaded.next_seq:
         loaded.gaps += 1
         if len(loaded.warnings) < _WARNING_LIMIT:

@@ -355,7 +355,7 @@ _ODD_LINES = [
 @example(0, [(0, _TWO_VALUES)], False)
 @example(1, [(1, _SPLIT_HEAD), (2, _SPLIT_TAIL)], False)
 def test_the_bulk_parse_reads_every_log_as_the_line_by_line_reader(tmp_path, records, odd, torn):
-    from dsh.agent_loop.session_read import Loaded, _parse_body_by_line
+    from dsh.agent_loop.session_read import Loaded, parse_body_by_line
 
     body = list(_RECORD_LINES[:records])  # a regular log ...
     for position, line in odd:  # ... with irregular lines among its records
@@ -367,7 +367,7 @@ def test_the_bulk_parse_reads_every_log_as_the_line_by_line_reader(tmp_path, rec
     _, records, warnings = load_session_file(path)
     lines = raw.split(b"\n")[:-1]
     reference = Loaded({}, [], [], 0)
-    expected_records = _parse_body_by_line(lines[1:], path, reference, 2)
+    expected_records = parse_body_by_line(lines[1:], path, reference, 2)
     expected_warnings = reference.warnings + ([f"ignored a torn last line (12 bytes) in {path}"] if torn else [])
     assert records == expected_records
     assert warnings == expected_warnings
