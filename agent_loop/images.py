@@ -26,7 +26,7 @@ from dsh.agent_loop.extension_files import grouped, size_text
 from dsh.agent_loop.safe_open import NotRegularFile, open_regular_fd
 
 __all__ = ["IMAGE_CAP_BYTES", "MAX_PIXELS", "ImageFacts", "NotAnImage", "checked_image", "estimate_image_tokens",
-           "image_facts", "image_format", "image_summary", "read_image"]
+           "image_facts", "image_format", "image_summary", "read_image", "too_big"]
 
 IMAGE_CAP_BYTES = 10 * 1024 * 1024  # one image file at most; a larger one is refused, not cut
 MAX_PIXELS = 7680 * 4320  # more pixels than 8K: a decompression bomb
@@ -172,7 +172,8 @@ def image_facts(data: bytes) -> ImageFacts:
     return ImageFacts(kind, _MEDIA_TYPES[kind], width, height)
 
 
-def _too_big(size: int) -> NotAnImage:
+def too_big(size: int) -> NotAnImage:
+    """Why an image of ``size`` bytes is refused: over :data:`IMAGE_CAP_BYTES`."""
     return NotAnImage(f"refused: {size_text(size)} is over the {IMAGE_CAP_BYTES // 1024 ** 2} MiB cap for an image")
 
 
@@ -199,7 +200,7 @@ def read_image(path: Path, *, follow_symlinks: bool = True) -> tuple[bytes, Imag
     fd, info = _open(path, follow_symlinks)
     try:
         if info.st_size > IMAGE_CAP_BYTES:
-            raise _too_big(info.st_size)
+            raise too_big(info.st_size)
         chunks: list[bytes] = []
         remaining = IMAGE_CAP_BYTES + 1
         while remaining > 0:
@@ -214,7 +215,7 @@ def read_image(path: Path, *, follow_symlinks: bool = True) -> tuple[bytes, Imag
         os.close(fd)
     data = b"".join(chunks)
     if len(data) > IMAGE_CAP_BYTES:
-        raise _too_big(max(len(data), info.st_size))
+        raise too_big(max(len(data), info.st_size))
     return data, image_facts(data)
 
 
@@ -222,7 +223,7 @@ def checked_image(data: bytes) -> ImageFacts:
     """What an image given as bytes (an editor's, over ACP) is, checked as a file's is: the cap, the header, the
     pixels; raises :class:`NotAnImage`."""
     if len(data) > IMAGE_CAP_BYTES:
-        raise _too_big(len(data))
+        raise too_big(len(data))
     return image_facts(data)
 
 

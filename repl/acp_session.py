@@ -31,7 +31,7 @@ import anyio.abc
 from dsh.agent_loop.events import Event, ReasoningDelta, TextDelta
 from dsh.agent_loop.gc_pause import gc_paused
 from dsh.agent_loop.image_input import image_from_bytes
-from dsh.agent_loop.images import IMAGE_CAP_BYTES, NotAnImage
+from dsh.agent_loop.images import IMAGE_CAP_BYTES, NotAnImage, too_big
 from dsh.agent_loop.reasons import Failed
 from dsh.agent_loop.session import Notice, Session, SessionUpdate, StartupError
 from dsh.agent_loop.subagent.diagnostics import error_code_text
@@ -92,9 +92,8 @@ def prompt_text(blocks: list[Any]) -> tuple[str, list[tuple[str, bytes]]]:
 
 
 def _image_block(data: str, name: str) -> tuple[str, bytes]:
-    if len(data) > _MAX_IMAGE_BASE64:
-        raise WireError.invalid_params({"prompt": f"{name}: refused: over the {IMAGE_CAP_BYTES // 1024 ** 2} MiB cap "
-                                                  "for an image"})
+    if len(data) > _MAX_IMAGE_BASE64:  # what it would decode to, refused as a file of that size is
+        raise WireError.invalid_params({"prompt": f"{name}: {too_big(len(data) // 4 * 3)}"})
     try:
         return name, base64.b64decode(data, validate=True)
     except (binascii.Error, ValueError):

@@ -8,10 +8,6 @@ is read frame by frame; the other tests drive it with the ACP SDK's client side 
 from __future__ import annotations
 
 import json
-import os
-import subprocess
-import sys
-import threading
 from pathlib import Path
 from typing import Any
 
@@ -22,7 +18,8 @@ import pytest
 from dsh.llm.loopback.fault_server import Behaviour, FaultServer
 from tests import canaries
 from tests.repl.test_acp_agent import Client, _dsh_acp
-from tests.waiting import PROMPTLY, wait_until
+from tests.repl.test_acp_wire import Agent
+from tests.waiting import PROMPTLY
 
 pytestmark = pytest.mark.usefixtures("no_leftover_processes")
 
@@ -30,40 +27,6 @@ REPO = str(Path(__file__).resolve().parents[2])
 INITIALIZE = {"jsonrpc": "2.0", "id": 7, "method": "initialize", "params": {"protocolVersion": 1}}
 INVALID_REQUEST = {"jsonrpc": "2.0", "id": None, "error": {"code": -32600, "message": "Invalid Request"}}
 PARSE_ERROR = {"jsonrpc": "2.0", "id": None, "error": {"code": -32700, "message": "Parse error"}}
-
-
-class RawAgent:
-    """``dsh acp --demo`` on pipes: frames in as bytes, answers out as parsed JSON, in order."""
-
-    def __init__(self, home: Path) -> None:
-        env = {"HOME": str(home), "XDG_STATE_HOME": str(home / "state"), "XDG_CONFIG_HOME": str(home / "config"),
-               "PYTHONPATH": REPO, "PATH": os.environ.get("PATH", "")}
-        self.child = subprocess.Popen([sys.executable, "-m", "dsh.repl", "acp", "--demo"], cwd=home, env=env,
-                                      stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=subprocess.PIPE)
-        self.answers: list[Any] = []
-        self._reader = threading.Thread(target=self._read, daemon=True)
-        self._reader.start()
-
-    def _read(self) -> None:
-        assert self.child.stdout is not None
-        for line in self.child.stdout:
-            self.answers.append(json.loads(line))
-
-    def write(self, raw: bytes) -> None:
-        assert self.child.stdin is not None
-        self.child.stdin.write(raw)
-        self.child.stdin.flush()
-
-    def answer_to(self, request_id: int) -> Any:
-        return wait_until(lambda: next((a for a in self.answers if a.get("id") == request_id), None),
-                          PROMPTLY, f"the answer to request {request_id}")
-
-    def close(self) -> tuple[int, str]:
-        assert self.child.stdin is not None and self.child.stderr is not None
-        self.child.stdin.close()
-        code = self.child.wait(PROMPTLY)
-        self._reader.join(PROMPTLY)
-        return code, self.child.stderr.read().decode()
 
 
 NOT_REQUESTS = [
@@ -83,15 +46,15 @@ NOT_REQUESTS = [
 @pytest.mark.parametrize(("frame", "answer"), NOT_REQUESTS)
 def test_a_frame_that_is_not_a_request_is_answered_and_the_agent_goes_on(
         tmp_path: Path, frame: bytes, answer: dict[str, Any]) -> None:
-    agent = RawAgent(tmp_path)
+    agent = Agent(tmp_path, "--demo")
     try:
         agent.write(frame + b"\n" + json.dumps(INITIALIZE).encode() + b"\n")
         initialized = agent.answer_to(7)
     finally:
         code, stderr = agent.close()
     assert initialized["result"]["agentInfo"]["name"] == "dsh"
-    assert agent.answers[0] == answer  # answered before the request that followed it, as the spec's examples
-    assert [a for a in agent.answers if "error" in a] == [answer]  # the batch's requests are not run either
+    assert agent.frames[0] == answer  # answered before the request that followed it, as the spec's examples
+    assert [a for a in agent.frames if "error" in a] == [answer]  # the batch's requests are not run either
     assert (code, "internal error" in stderr) == (0, False)
 
 

@@ -18,7 +18,10 @@ from typing import Any
 
 import pytest
 
+from dsh.agent_loop.images import IMAGE_CAP_BYTES
 from dsh.llm.loopback.fault_server import Behaviour, FaultServer
+from dsh.repl.acp_session import prompt_text
+from dsh.repl.acp_wire import WireError
 from tests import canaries
 from tests.agent_loop.test_images import png
 from tests.waiting import PROMPTLY, wait_until
@@ -47,10 +50,14 @@ class Agent:
         for line in self.child.stdout:
             self.frames.append(json.loads(line))
 
-    def send(self, frame: dict[str, Any]) -> None:
+    def write(self, raw: bytes) -> None:
+        """Bytes as they are: a hostile client's frames (tests/repl/test_acp_hostile_client.py)."""
         assert self.child.stdin is not None
-        self.child.stdin.write(json.dumps(frame).encode() + b"\n")
+        self.child.stdin.write(raw)
         self.child.stdin.flush()
+
+    def send(self, frame: dict[str, Any]) -> None:
+        self.write(json.dumps(frame).encode() + b"\n")
 
     def request(self, request_id: int, method: str, params: Any) -> Any:
         self.send({"jsonrpc": "2.0", "id": request_id, "method": method, "params": params})
@@ -232,3 +239,11 @@ def test_a_session_with_subagents_closes_cleanly_when_the_client_goes(tmp_path: 
     unknown = agent.request(3, "session/load", {"sessionId": "20990101-000000-aaaaaa", "cwd": str(agent.tree),
                                                 "mcpServers": []})
     assert (agent.close(), unknown["error"]["code"]) == ((0, ""), -32002)
+
+
+def test_an_image_block_over_the_cap_is_refused_before_it_is_decoded() -> None:
+    data = "A" * (IMAGE_CAP_BYTES // 3 * 4 + 400)  # base64 of a little over 10 MiB
+    with pytest.raises(WireError) as refused:
+        prompt_text([{"type": "text", "text": "look"}, {"type": "image", "data": data, "mimeType": "image/png"}])
+    assert (refused.value.code, refused.value.data) == (-32602, {
+        "prompt": "image 1: refused: 10.0 MiB is over the 10 MiB cap for an image"})
