@@ -4,7 +4,9 @@ Two moments of the first prompt are timed in the same run. ``first_prompt``: the
 the screen (dsh draws them before prompt_toolkit is imported; keys typed from then on are kept). ``live``:
 a key typed the moment the prompt appears is drawn after it, i.e. prompt_toolkit runs the line. The target
 applies to the first; the second is reported beside it (``prompt_live_ms``) so that the early draw cannot
-hide what start-up still costs.
+hide what start-up still costs. Its floor is measured in the same runs: a bare prompt_toolkit prompt spawned
+the same way, the time until a key typed at it is drawn, minus ``python -c pass`` (``bare_prompt_live_ms``
+in the details): what asyncio and prompt_toolkit cost before any prompt takes keys.
 
 The children may write bytecode even when this process was told not to (``PYTHONDONTWRITEBYTECODE``):
 an installed dsh has its ``.pyc`` files (pip compiles them), so the warm-up run writes them here and
@@ -74,6 +76,33 @@ def first_prompt(env: dict[str, str], live: list[float] | None = None, *,
     return run
 
 
+# The floor under ``live``: Python with asyncio and prompt_toolkit, a bare PromptSession taking keys at ``> ``.
+_BARE_PROMPT = "from prompt_toolkit import PromptSession\nPromptSession().prompt('> ')"
+
+
+def _bare_prompt(env: dict[str, str]) -> Callable[[], Awaitable[float]]:
+    """A bare prompt_toolkit prompt spawned as dsh is: seconds until a key typed at its ``>`` is drawn."""
+    import pexpect
+
+    async def run() -> float:
+        start = time.perf_counter()
+        child = pexpect.spawn(sys.executable, ["-c", _BARE_PROMPT], env=env, cwd=str(REPO_ROOT), timeout=60)
+        child.delaybeforesend = None
+        try:
+            child.expect_exact(">")
+            child.send(_PROBE)
+            child.expect_exact(_PROBE)
+            elapsed = time.perf_counter() - start
+            child.send("\x7f" * len(_PROBE))
+            child.sendeof()
+            child.expect(pexpect.EOF)
+        finally:
+            child.close(force=True)
+        return elapsed
+
+    return run
+
+
 def _pty_python_pass(env: dict[str, str]) -> Callable[[], Awaitable[float]]:
     """The floor under the pty measurement: ``python -c pass`` spawned the same way, until EOF."""
     import pexpect
@@ -115,10 +144,12 @@ async def startup(settings: Settings, server: BenchServer) -> list[Figure]:
         live: list[float] = []
         samples = await paired_async(
             settings,
-            {"dsh": first_prompt(pty_env, live), "python": _pty_python_pass(pty_env)},
+            {"dsh": first_prompt(pty_env, live), "python": _pty_python_pass(pty_env),
+             "bare": _bare_prompt(pty_env)},
             repeat=repeat,
         )
         del live[: len(live) - len(samples["dsh"])]  # the warm-up runs'
+        details["bare_prompt_live_ms"] = round(statistics.median(_differences_ms(samples, "bare", "python")), 1)
         parts["first_prompt"] = Stats.of(_differences_ms(samples, "dsh", "python"))
         details["pty_python_c_pass_ms"] = round(statistics.median(samples["python"]) * 1000, 1)
         details["dsh_first_prompt_ms"] = round(statistics.median(samples["dsh"]) * 1000, 1)

@@ -85,6 +85,9 @@ NOT_BEFORE_THE_LIVE_PROMPT = {
     "dsh.repl.prompt_parts",
     "dsh.agent_loop.session",
     "dsh.agent_loop.events",
+    # prompt_toolkit uses only wcwidth's wcwidth(); from 0.3 on the package imports its text wrapping, line breaking
+    # and grapheme tables with it, ~40 ms (pyproject.toml holds it below 0.3; docs/performance.md).
+    "wcwidth.textwrap",
 }
 
 # Only needed once a turn runs (or for a config file, of which there is none here).
