@@ -52,6 +52,7 @@ import anyio.abc
 
 from dsh.agent_loop.permissions import CYCLE, Mode, Permissions, parse_mode
 from dsh.agent_loop.session import StartupError
+from dsh.agent_loop.session_files import SAFE_ID, SUFFIX
 from dsh.llm import ErrorCode, HarnessError, Redactor, error_chain
 from dsh.repl import __version__
 from dsh.repl.acp_session import AcpSession, ClientFiles
@@ -255,6 +256,10 @@ class DshAgent:
     async def load_session(self, params: Mapping[str, Any]) -> dict[str, Any]:
         cwd, session_id = read_str(params, "cwd"), read_str(params, "sessionId")
         servers = read_list(params, "mcpServers")
+        if not SAFE_ID.match(session_id) or session_id.endswith(SUFFIX) or session_id == "last":
+            # The CLI's --resume also takes a path or "last"; a client names a session dsh answered it.
+            raise WireError(NOT_FOUND, "dsh: failed to start: session/load takes a dsh session id, not a path",
+                            {"sessionId": clean(session_id)})
         if session_id in self.sessions:
             raise WireError(NOT_FOUND, "this session is already open on this connection")
         owner = await self._open(cwd, servers, session_id)
@@ -324,7 +329,7 @@ async def serve(config: Config, env: dict[str, str], options: LaunchOptions, mis
     async with contextlib.AsyncExitStack() as stack:
         endpoint = await open_endpoint(stack, options, config)
         async with anyio.create_task_group() as tasks:
-            conn = AgentConnection(ClientFrames(reader, writer), tasks)
+            conn = AgentConnection(ClientFrames(reader, writer), tasks, Redactor(config.secrets))
             agent = DshAgent(config, env, endpoint=endpoint, conn=conn, missing_key=missing_key, tasks=tasks)
             # Until the client closes stdin, or SIGTERM / SIGHUP (a client's shutdown ladder: ACP clients close stdin,
             # wait, then send SIGTERM). Either way the sessions close below, their turns end and their children

@@ -140,9 +140,10 @@ class ClientFrames:
 class AgentConnection:
     """The agent's side of one client connection: requests in, answered; requests and notifications out."""
 
-    def __init__(self, frames: ClientFrames, tasks: anyio.abc.TaskGroup) -> None:
+    def __init__(self, frames: ClientFrames, tasks: anyio.abc.TaskGroup, mask: Callable[[str], str]) -> None:
         self._frames = frames
         self._tasks = tasks  # the handlers' (cancelled with the agent's)
+        self._mask = mask  # the config's secrets out of a handler's own failure, before it goes to the client
         self._next_id = 0
         self._pending: dict[int, asyncio.Future[Any]] = {}
         self._closed = False
@@ -169,7 +170,7 @@ class AgentConnection:
         except Exception as exc:  # a handler's own failure: the request fails, the connection goes on
             log.exception("acp: %s failed", scrub_surrogates(method))
             frame["error"] = WireError(INTERNAL_ERROR, "Internal error",
-                                       {"details": scrub_surrogates(str(exc))}).error()
+                                       {"details": self._mask(scrub_surrogates(str(exc)))}).error()
         await self._send(frame)
 
     async def _notified(self, handler: Handler, method: str, params: Any) -> None:

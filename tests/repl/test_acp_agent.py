@@ -360,6 +360,29 @@ async def test_load_replays_the_saved_session_and_an_unknown_id_is_not_found(tmp
     assert "\n" not in str(missing.value) and "20260101-nosuch" in str(missing.value)
 
 
+async def test_load_takes_a_session_id_never_a_path_or_last(tmp_path: Path) -> None:
+    """The CLI's --resume also takes a path to a log, or "last"; a client gets only the sessions it was answered: a
+    path would have dsh open (and append to) any log the client names."""
+    async with FaultServer(script=[Behaviour("text", text="saved")]) as server:
+        client = Client()
+        async with _dsh_acp(tmp_path, client, "--base-url", server.url) as agent:
+            session_id = await agent.start()
+            await agent.prompt(session_id, "keep this")
+        (log,) = (tmp_path / "state").rglob(f"{session_id}.jsonl")
+        before = log.read_bytes()
+        async with _dsh_acp(tmp_path, Client(), "--base-url", server.url) as agent:
+            await agent.conn.initialize(protocol_version=1)
+            refused = []
+            for named in (str(log), f"{session_id}.jsonl", "last", f"../sessions/{session_id}"):
+                with pytest.raises(acp.RequestError) as failed:
+                    await agent.conn.load_session(cwd=str(agent.cwd), session_id=named, mcp_servers=[])
+                refused.append((failed.value.code, str(failed.value), failed.value.data))
+    assert refused == [(-32002, "dsh: failed to start: session/load takes a dsh session id, not a path",
+                        {"sessionId": named}) for named in (str(log), f"{session_id}.jsonl", "last",
+                                                            f"../sessions/{session_id}")]
+    assert log.read_bytes() == before
+
+
 async def test_a_client_mcp_server_is_connected_and_its_tool_asks_the_client(tmp_path: Path) -> None:
     command = stdio_command("ok")
     # The server's environment is dsh's allowlist plus the entry's own variables (agent_loop/process.py).

@@ -247,3 +247,36 @@ def test_an_image_block_over_the_cap_is_refused_before_it_is_decoded() -> None:
         prompt_text([{"type": "text", "text": "look"}, {"type": "image", "data": data, "mimeType": "image/png"}])
     assert (refused.value.code, refused.value.data) == (-32602, {
         "prompt": "image 1: refused: 10.0 MiB is over the 10 MiB cap for an image"})
+
+
+@pytest.mark.anyio
+async def test_a_handlers_own_failure_reaches_the_client_as_internal_error_with_the_secrets_masked() -> None:
+    """No method of dsh's fails this way today (a fuzz of every method's params found none): a bug that does must not
+    hand the client the key or a URL's password its exception text carries."""
+    import asyncio
+    import socket
+
+    import anyio
+
+    from dsh.llm import Redactor
+    from dsh.repl.acp_wire import AgentConnection, ClientFrames
+
+    reader = asyncio.StreamReader()
+    reader.feed_data(b'{"jsonrpc":"2.0","id":7,"method":"session/new","params":{}}\n')
+    reader.feed_eof()
+    ours, theirs = socket.socketpair()
+    _, writer = await asyncio.open_connection(sock=ours)
+
+    async def failing(method: str, params: Any, notified: bool) -> Any:
+        raise RuntimeError(f"key {canaries.API_KEY} for https://{canaries.URL_USER}:{canaries.URL_PASSWORD}@h.test/")
+
+    async with anyio.create_task_group() as tasks:
+        connection = AgentConnection(ClientFrames(reader, writer), tasks,
+                                     Redactor((canaries.API_KEY, canaries.URL_PASSWORD)))
+        await connection.listen(failing)
+    writer.close()
+    with theirs:
+        answer = json.loads(theirs.makefile("rb").readline())
+    assert answer == {"jsonrpc": "2.0", "id": 7, "error": {
+        "code": -32603, "message": "Internal error",
+        "data": {"details": "key *** for https://***@h.test/"}}}
