@@ -50,13 +50,7 @@ from dsh.agent_loop.image_input import ImageRules, without_images
 from dsh.agent_loop.journal import JOURNAL_KEY, Journal, journal_dir
 from dsh.agent_loop.masked_deltas import Delta, MaskedDeltas
 from dsh.agent_loop.permissions import Mode, Permissions
-from dsh.agent_loop.reasons import (
-    Completed,
-    EndReason,
-    MaxTokens,
-    Rejected,
-    failure_from_exception,
-)
+from dsh.agent_loop.reasons import Completed, EndReason, MaxTokens, Rejected, failure_from_exception, nothing_to_compact
 from dsh.agent_loop.request_retry import Announce, Triage, retrying
 from dsh.agent_loop.resume import open_session, rebuild
 from dsh.agent_loop.retry import RetryPolicy
@@ -437,6 +431,7 @@ class Agent:
 
     def _close_turn(self, state: TurnState, reason: EndReason) -> EndReason:
         """Commit what the turn owes (interrupted prefix, results for pending calls) and the turn/end."""
+        reason = nothing_to_compact(reason, self._conversation.turn_alone)
         if state.builder is not None:
             builder, state.builder = state.builder, None
             if state.masks is not None:  # a tail held back is masked and kept, never dropped unmasked

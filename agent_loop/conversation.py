@@ -220,6 +220,12 @@ class Conversation:
         self._turn_notices = []
 
     @property
+    def turn_alone(self) -> bool:
+        """A turn is open and nothing but the system prompt comes before it: no compaction can shorten its request."""
+        return self._turn_mark is not None and self._turn_mark <= int(bool(self.messages) and
+                                                                      self.messages[0].role == "system")
+
+    @property
     def between_turns(self) -> bool:
         """No turn is open: the messages are whole turns (a cut may be made, nothing is withdrawn later)."""
         return self._turn_mark is None

@@ -8,11 +8,13 @@ know (read from a newer log or child) becomes :class:`OtherEnd` and is treated a
 
 from __future__ import annotations
 
+import dataclasses
 from collections.abc import Mapping
 from dataclasses import dataclass, field
 from typing import Any, ClassVar
 
 from dsh.llm import ErrorCode, HarnessError, LlmError, error_chain, redact_text
+from dsh.llm.network import FailureDetail
 
 __all__ = [
     "Aborted",
@@ -26,6 +28,7 @@ __all__ = [
     "OtherEnd",
     "Rejected",
     "failure_from_exception",
+    "nothing_to_compact",
 ]
 
 
@@ -180,6 +183,14 @@ class OtherEnd(EndReason):
 
     def to_dict(self) -> dict[str, Any]:
         return dict(self.data) or ({"kind": self.name} if self.name else {})
+
+
+def nothing_to_compact(reason: EndReason, turn_alone: bool) -> EndReason:
+    """``reason``, marked ``nothing-to-compact`` when it is a context overflow of a turn with nothing before it (its
+    fix line then says what can help: /compact and /new cannot)."""
+    if turn_alone and isinstance(reason, Failed) and reason.code == ErrorCode.CONTEXT_WINDOW_EXCEEDED:
+        return dataclasses.replace(reason, detail=FailureDetail.NOTHING_TO_COMPACT)
+    return reason
 
 
 def failure_from_exception(exc: BaseException, step: int, secrets: tuple[str, ...] = ()) -> Failed:

@@ -39,7 +39,8 @@ class FailureDetail(StrEnum):
     """What a failure was, below its code: the fix line routes on it (never on message text). Transport
     failures by kind; ``UPSTREAM_AUTH``: a gateway accepted the key, and its own upstream refused the
     gateway's credential (an AUTH that the user's key cannot fix); ``UPSTREAM_QUOTA``: the same for quota
-    or credit (a QUOTA that the user's own account cannot fix).
+    or credit (a QUOTA that the user's own account cannot fix); ``NOTHING_TO_COMPACT``: a CONTEXT_WINDOW_EXCEEDED
+    whose request held nothing to compact.
 
     Members are ``str``: they compare, hash and serialize (JSON, session log) as their values."""
 
@@ -57,6 +58,9 @@ class FailureDetail(StrEnum):
     UPSTREAM_AUTH = "upstream-auth"
     UPSTREAM_QUOTA = "upstream-quota"
     CONCURRENCY_CAP = "concurrency-cap"  # a deepseek-dialect 429: the account's concurrent requests passed its cap
+    # A context overflow with nothing before the turn's prompt but the system prompt (the agent says so, not the
+    # server): compacting or starting over cannot make that request shorter.
+    NOTHING_TO_COMPACT = "nothing-to-compact"
 
 
 # Permanent: retrying cannot change the answer (docs/contracts.md). Refused, reset, timeouts and a name that could

@@ -37,6 +37,7 @@ __all__ = [
     "FIX_CERTIFICATE_NOT_YET_VALID",
     "FIX_CONCURRENCY_CAP",
     "FIX_CONTEXT",
+    "FIX_CONTEXT_ALONE",
     "FIX_INVALID_URL",
     "FIX_NAME_NOT_FOUND",
     "FIX_NAME_NOT_FOUND_DEFAULT",
@@ -85,6 +86,11 @@ FIX_CONCURRENCY_CAP = (
 )
 FIX_SERVER = "  fix: {endpoint} is having trouble; retry later"
 FIX_CONTEXT = "  fix: the conversation is too long for the model — /compact or /new"
+# The same with nothing before the prompt (detail nothing-to-compact): dsh's instructions and tools and the prompt.
+FIX_CONTEXT_ALONE = (
+    "  fix: dsh's instructions and this prompt alone are too long for the model — shorten the prompt or give the "
+    "model more context"
+)
 # Transport and proxy failures, by FailureDetail; {host} and {url} come from the failure, {source} names
 # the flag, environment variable or config file that set the value (docs/reliability.md). Those web_fetch says
 # too are dsh.llm.fix_lines' (imported below); these are the turn's own.
@@ -260,6 +266,8 @@ def fix_line(reason: EndReason, sources: Mapping[str, str] | None = None) -> str
         return named
     if reason.code == ErrorCode.RATE_LIMIT and detail == FailureDetail.CONCURRENCY_CAP:
         return FIX_CONCURRENCY_CAP
+    if reason.code == ErrorCode.CONTEXT_WINDOW_EXCEEDED and detail == FailureDetail.NOTHING_TO_COMPACT:
+        return FIX_CONTEXT_ALONE
     if reason.code == ErrorCode.AUTH and "api_key" in sources:
         return one_line(FIX_AUTH_FROM.format(source=sources["api_key"]))
     return _FIX_BY_CODE.get(reason.code)

@@ -298,6 +298,7 @@ FIX_SAMPLES = [
     FixSample("RATE_LIMIT", D.CONCURRENCY_CAP),
     FixSample("SERVER", endpoint=LOOPBACK, values={"endpoint": AT_LOOPBACK}),
     FixSample("CONTEXT_WINDOW_EXCEEDED"),
+    FixSample("CONTEXT_WINDOW_EXCEEDED", D.NOTHING_TO_COMPACT),
     FixSample("TRANSPORT", D.REFUSED, "http://127.0.0.1:1", sources=SOURCES, values={"host": "127.0.0.1:1", **BASE}),
     FixSample("TRANSPORT", D.NAME_NOT_FOUND, "https://nowhere.invalid/v1", sources=SOURCES,
               values={"name": "nowhere.invalid", **BASE}),

@@ -35,6 +35,7 @@ from dsh.agent_loop.reasons import Failed
 from dsh.agent_loop.usage import UsageTally
 from dsh.llm import ErrorCode
 from dsh.llm.events import Usage
+from dsh.llm.network import FailureDetail
 from dsh.repl.config import load_config
 from dsh.repl.doctor_environment import FIX_CONTEXT_SIZE, prefix_estimate
 from dsh.repl.doctor_report import FAIL, PASS, Step
@@ -313,7 +314,7 @@ def overflow(server: LlamaServer, home: Home, prompt: str) -> tuple[Run, dict[st
     error = json.loads(exchange.text)["error"]
     assert (exchange.status, error["type"]) == (400, "exceed_context_size_error")
     reason = Failed(code=ErrorCode.CONTEXT_WINDOW_EXCEEDED, message=error["message"], status=400,
-                    endpoint=f"{server.url}/v1", endpoint_name="llama.cpp")
+                    detail=FailureDetail.NOTHING_TO_COMPACT, endpoint=f"{server.url}/v1", endpoint_name="llama.cpp")
     expected = [turn_end_line(reason), fix_line(reason)]
     assert expected[0] is not None and expected[0].startswith("[turn failed CONTEXT_WINDOW_EXCEEDED] llama.cpp: ")
     return run, error, [line for line in expected if line is not None]

@@ -84,13 +84,21 @@ async def test_a_failed_compaction_is_one_line_and_changes_nothing(
 async def test_context_window_exceeded_gets_its_fix_line(
     env: dict[str, str], server: FaultServer, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
+    """/compact and /new are offered once there is a conversation to compact; before that, what can help."""
     monkeypatch.chdir(tmp_path)
-    server.push("http_400_context")
+    server.push("http_400_context", "text", "http_400_context")
     async with started_shell(Config(api_key=KEY, base_url=server.url), env) as (shell, sink):
         await shell.handle_line("hello")
-        lines = sink.take().splitlines()
-        assert lines[0].startswith("[main turn 1] [turn failed CONTEXT_WINDOW_EXCEEDED] This model's maximum")
-        assert lines[1] == "  fix: the conversation is too long for the model — /compact or /new"
+        alone = sink.take().splitlines()
+        await shell.handle_line("hello again")
+        sink.take()
+        await shell.handle_line("and once more")
+        later = sink.take().splitlines()
+    assert alone[0].startswith("[main turn 1] [turn failed CONTEXT_WINDOW_EXCEEDED] This model's maximum")
+    assert alone[1] == ("  fix: dsh's instructions and this prompt alone are too long for the model — shorten the "
+                        "prompt or give the model more context")
+    assert later[0].startswith("[main turn 3] [turn failed CONTEXT_WINDOW_EXCEEDED] This model's maximum")
+    assert later[1] == "  fix: the conversation is too long for the model — /compact or /new"
 
 
 async def test_auto_compact_shows_the_compaction_inside_the_turn(

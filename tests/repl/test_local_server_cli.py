@@ -47,14 +47,15 @@ def dsh(tmp_path: Path, server: FaultServer, *args: str, config: str = "") -> su
                           text=True, timeout=120)
 
 
-def test_a_llama_cpp_context_overflow_names_llama_cpp_and_offers_compact(tmp_path: Path, server: FaultServer) -> None:
+def test_a_llama_cpp_context_overflow_names_llama_cpp_and_what_can_help(tmp_path: Path, server: FaultServer) -> None:
     server.push(OVERFLOW)
     run = dsh(tmp_path, server, "-p", "hi")
     assert run.returncode == 1
     assert run.stderr.splitlines()[-2:] == [
         "[turn failed CONTEXT_WINDOW_EXCEEDED] llama.cpp: request (818 tokens) exceeds the available context size "
         "(256 tokens), try increasing it",
-        "  fix: the conversation is too long for the model — /compact or /new",
+        "  fix: dsh's instructions and this prompt alone are too long for the model — shorten the prompt or give the "
+        "model more context",
     ]
 
 
