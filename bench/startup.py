@@ -46,9 +46,10 @@ def _process(argv: list[str], env: dict[str, str]) -> Callable[[], Awaitable[flo
 _PROBE = "zq"
 
 
-def first_prompt(env: dict[str, str], live: list[float] | None = None, *,
-                 cwd: str = str(REPO_ROOT)) -> Callable[[], Awaitable[float]]:
-    """Spawn the interactive REPL in a pty in ``cwd``; seconds until its prompt is drawn (then Ctrl-D).
+def first_prompt(env: dict[str, str], live: list[float] | None = None, *, cwd: str = str(REPO_ROOT),
+                 args: tuple[str, ...] = ("-m", "dsh.repl")) -> Callable[[], Awaitable[float]]:
+    """Spawn the interactive REPL (``python ARGS``) in a pty in ``cwd``; seconds until its prompt is drawn (then
+    Ctrl-D).
 
     With ``live``, a key pair is typed as soon as the prompt shows and the seconds until it is drawn
     (prompt_toolkit running the line) are appended there.
@@ -57,7 +58,7 @@ def first_prompt(env: dict[str, str], live: list[float] | None = None, *,
 
     async def run() -> float:
         start = time.perf_counter()
-        child = pexpect.spawn(sys.executable, ["-m", "dsh.repl"], env=env, cwd=cwd, timeout=60)
+        child = pexpect.spawn(sys.executable, list(args), env=env, cwd=cwd, timeout=60)
         child.delaybeforesend = None  # pexpect sleeps 50 ms before each send by default
         try:
             child.expect_exact(">")
@@ -77,30 +78,7 @@ def first_prompt(env: dict[str, str], live: list[float] | None = None, *,
 
 
 # The floor under ``live``: Python with asyncio and prompt_toolkit, a bare PromptSession taking keys at ``> ``.
-_BARE_PROMPT = "from prompt_toolkit import PromptSession\nPromptSession().prompt('> ')"
-
-
-def _bare_prompt(env: dict[str, str]) -> Callable[[], Awaitable[float]]:
-    """A bare prompt_toolkit prompt spawned as dsh is: seconds until a key typed at its ``>`` is drawn."""
-    import pexpect
-
-    async def run() -> float:
-        start = time.perf_counter()
-        child = pexpect.spawn(sys.executable, ["-c", _BARE_PROMPT], env=env, cwd=str(REPO_ROOT), timeout=60)
-        child.delaybeforesend = None
-        try:
-            child.expect_exact(">")
-            child.send(_PROBE)
-            child.expect_exact(_PROBE)
-            elapsed = time.perf_counter() - start
-            child.send("\x7f" * len(_PROBE))
-            child.sendeof()
-            child.expect(pexpect.EOF)
-        finally:
-            child.close(force=True)
-        return elapsed
-
-    return run
+_BARE_PROMPT = ("-c", "from prompt_toolkit import PromptSession\nPromptSession().prompt('> ')")
 
 
 def _pty_python_pass(env: dict[str, str]) -> Callable[[], Awaitable[float]]:
@@ -142,14 +120,17 @@ async def startup(settings: Settings, server: BenchServer) -> list[Figure]:
 
         pty_env = with_bytecode(interactive_env(server, "text", root))
         live: list[float] = []
+        bare: list[float] = []
         samples = await paired_async(
             settings,
             {"dsh": first_prompt(pty_env, live), "python": _pty_python_pass(pty_env),
-             "bare": _bare_prompt(pty_env)},
+             "bare": first_prompt(pty_env, bare, args=_BARE_PROMPT)},
             repeat=repeat,
         )
         del live[: len(live) - len(samples["dsh"])]  # the warm-up runs'
-        details["bare_prompt_live_ms"] = round(statistics.median(_differences_ms(samples, "bare", "python")), 1)
+        del bare[: len(bare) - len(samples["bare"])]
+        details["bare_prompt_live_ms"] = round(statistics.median(
+            _differences_ms({**samples, "bare": bare}, "bare", "python")), 1)
         parts["first_prompt"] = Stats.of(_differences_ms(samples, "dsh", "python"))
         details["pty_python_c_pass_ms"] = round(statistics.median(samples["python"]) * 1000, 1)
         details["dsh_first_prompt_ms"] = round(statistics.median(samples["dsh"]) * 1000, 1)

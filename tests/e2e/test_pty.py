@@ -11,7 +11,7 @@ import os
 import re
 import sys
 import time
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import Any
 
@@ -216,11 +216,17 @@ def test_refused_endpoint_prints_the_exact_transport_line_and_the_prompt_returns
         assert dsh.wait_exit() == 0
 
 
-def test_ctrl_c_cancels_a_stalled_turn_and_the_next_prompt_works(spawn) -> None:
-    dsh = spawn("--demo", "--scenario", "stall")
+def stalled_turn(spawn: Callable[..., Dsh], prompt: str, **options: Any) -> Dsh:
+    """dsh in the demo's ``stall`` scenario, its first turn sent and waiting for a token that never comes."""
+    dsh = spawn("--demo", "--scenario", "stall", **options)
     dsh.prompt()
-    dsh.send("wait for it")
+    dsh.send(prompt)
     dsh.wait_screen("waiting for first token")
+    return dsh
+
+
+def test_ctrl_c_cancels_a_stalled_turn_and_the_next_prompt_works(spawn) -> None:
+    dsh = stalled_turn(spawn, "wait for it")
     dsh.child.sendintr()
     # ~10 ms idle; a Ctrl-C honoured only once the stalled stream wakes would wait for the demo's 120 s deadline.
     dsh.expect_exact("[main turn 1] [turn aborted] cancelled\r\n", timeout=PROMPTLY)
@@ -235,10 +241,7 @@ def test_ctrl_c_cancels_a_stalled_turn_and_the_next_prompt_works(spawn) -> None:
 
 
 def test_text_typed_during_a_turn_is_kept_for_the_next_prompt(home: Path, spawn) -> None:
-    dsh = spawn("--demo", "--scenario", "stall")
-    dsh.prompt()
-    dsh.send("wait for it")
-    dsh.wait_screen("waiting for first token")
+    dsh = stalled_turn(spawn, "wait for it")
     dsh.child.send("next questionX\x7f")  # typed while the turn runs; a backspace takes the X back
     dsh.wait_screen("typed ahead: 13 chars, kept for the next prompt")
     dsh.child.sendintr()
@@ -252,10 +255,7 @@ def test_text_typed_during_a_turn_is_kept_for_the_next_prompt(home: Path, spawn)
 
 
 def test_ctrl_d_during_a_turn_ends_dsh_once_the_turn_has_ended(spawn) -> None:
-    dsh = spawn("--demo", "--scenario", "stall")
-    dsh.prompt()
-    dsh.send("wait for it")
-    dsh.wait_screen("waiting for first token")
+    dsh = stalled_turn(spawn, "wait for it")
     dsh.child.send("\x04")  # nothing typed ahead: the end of input, as at an empty prompt
     dsh.wait_screen(LEAVING)
     dsh.child.sendintr()
@@ -264,10 +264,7 @@ def test_ctrl_d_during_a_turn_ends_dsh_once_the_turn_has_ended(spawn) -> None:
 
 
 def test_ctrl_d_again_stays_and_with_text_typed_ahead_does_nothing(spawn) -> None:
-    dsh = spawn("--demo", "--scenario", "stall")
-    dsh.prompt()
-    dsh.send("wait for it")
-    dsh.wait_screen("waiting for first token")
+    dsh = stalled_turn(spawn, "wait for it")
     dsh.child.send("\x04")
     dsh.wait_screen(LEAVING)
     dsh.child.send("\x04")  # again: dsh stays
@@ -315,10 +312,7 @@ def _stty_flags(text: str) -> set[str]:
 
 
 def test_ctrl_d_exits_0_and_the_terminal_is_restored(spawn) -> None:
-    dsh = spawn("--demo", "--scenario", "stall", via_sh="; echo EXIT=$?; stty -a")
-    dsh.prompt()
-    dsh.send("wait")
-    dsh.wait_screen("waiting for first token")
+    dsh = stalled_turn(spawn, "wait", via_sh="; echo EXIT=$?; stty -a")
     dsh.child.sendintr()
     dsh.expect_exact("[turn aborted] cancelled")
     dsh.prompt()
@@ -550,10 +544,7 @@ def test_startup_failure_on_a_terminal(home: Path, spawn) -> None:
 
 
 def test_sigterm_cancels_and_exits(spawn) -> None:
-    dsh = spawn("--demo", "--scenario", "stall")
-    dsh.prompt()
-    dsh.send("wait")
-    dsh.wait_screen("waiting for first token")
+    dsh = stalled_turn(spawn, "wait")
     dsh.child.kill(15)
     dsh.expect_exact("[turn aborted] cancelled")
     assert dsh.wait_exit() == 143
