@@ -222,8 +222,7 @@ class Conversation:
     @property
     def turn_alone(self) -> bool:
         """A turn is open and nothing but the system prompt comes before it: no compaction can shorten its request."""
-        return self._turn_mark is not None and self._turn_mark <= int(bool(self.messages) and
-                                                                      self.messages[0].role == "system")
+        return self._turn_mark is not None and all(m.role == "system" for m in self.messages[: self._turn_mark])
 
     @property
     def between_turns(self) -> bool:
